@@ -1,0 +1,17 @@
+//! The deterministic lock table of Palisade.
+//!
+//! Sessions with leases, exclusive locks with FIFO waiters, fencing tokens and request-id
+//! deduplication, as a pure state machine: [`Input`]s (a [`Command`] and the time it takes
+//! effect) go in, [`Output`]s (a reply and [`Event`]s) come out.
+//!
+//! **Architecture Invariant:** this crate does no I/O, reads no clock, spawns nothing and uses
+//! no randomness; it depends on no async runtime (`.ci/run` checks its dependency tree). That is
+//! what lets the Raft log replicate its inputs and the property tests drive it exhaustively.
+
+pub mod limits;
+mod table;
+mod types;
+
+pub use limits::Limits;
+pub use table::LockTable;
+pub use types::*;

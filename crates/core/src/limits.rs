@@ -1,0 +1,142 @@
+//! Every limit of the lock table, in one place.
+//!
+//! Each input the service accepts is bounded by one of these constants; the [`Limits`] value a
+//! server runs with may tighten them (tests do, to reach the edges quickly) but never loosen them
+//! past the `*_MAX` ceilings here. Names end in their unit or `_max`, as in `lease_ttl_ms_max`.
+
+use serde::{Deserialize, Serialize};
+
+/// Longest lock name, in bytes of UTF-8.
+pub const LOCK_NAME_BYTES_MAX: usize = 256;
+
+/// Largest fencing token the service will ever grant.
+///
+/// `i64::MAX`, so that every resource backend (PostgreSQL `bigint`, SQLite `INTEGER`, Redis
+/// integers) stores a token natively and signed comparisons never wrap. At this value the service
+/// refuses to grant the lock rather than reuse or wrap a token (invariant 1).
+pub const TOKEN_MAX: u64 = i64::MAX as u64;
+
+/// Shortest session lease a client may ask for.
+pub const SESSION_TTL_MS_MIN: u64 = 1_000;
+/// Longest session lease a client may ask for (one day).
+pub const SESSION_TTL_MS_MAX: u64 = 86_400_000;
+
+/// Longest time an acquire may wait in a queue (one day).
+pub const WAIT_MS_MAX: u64 = 86_400_000;
+
+/// Ceiling on concurrently open sessions.
+pub const SESSIONS_MAX: usize = 50_000;
+/// Ceiling on locks that exist at once (held, waited on, or remembered for their token counter).
+pub const LOCKS_MAX: usize = 1_000_000;
+/// Ceiling on waiters queued behind one lock.
+pub const WAITERS_PER_LOCK_MAX: usize = 10_000;
+/// Longest lock-delay after a holder's session expires.
+pub const LOCK_DELAY_MS_MAX: u64 = 60_000;
+/// How many completed request ids each session remembers for retries.
+pub const REQUEST_IDS_PER_SESSION_MAX: usize = 16;
+/// Longest client-chosen request id, in bytes.
+pub const REQUEST_ID_BYTES_MAX: usize = 64;
+
+const _: () = assert!(SESSION_TTL_MS_MIN < SESSION_TTL_MS_MAX);
+const _: () = assert!(LOCK_DELAY_MS_MAX <= SESSION_TTL_MS_MAX);
+const _: () = assert!(WAITERS_PER_LOCK_MAX <= SESSIONS_MAX);
+const _: () = assert!(TOKEN_MAX <= i64::MAX as u64);
+
+/// The limits one lock table enforces. Every field must be at most its ceiling above.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    pub lock_name_bytes_max: usize,
+    pub session_ttl_ms_min: u64,
+    pub session_ttl_ms_max: u64,
+    pub sessions_max: usize,
+    pub locks_max: usize,
+    pub waiters_per_lock_max: usize,
+    /// After a holder's session expires, its locks are not granted again for this long.
+    pub lock_delay_ms: u64,
+    /// The last token the table may grant for any lock; normally [`TOKEN_MAX`].
+    pub token_max: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            lock_name_bytes_max: LOCK_NAME_BYTES_MAX,
+            session_ttl_ms_min: SESSION_TTL_MS_MIN,
+            session_ttl_ms_max: SESSION_TTL_MS_MAX,
+            sessions_max: SESSIONS_MAX,
+            locks_max: LOCKS_MAX,
+            waiters_per_lock_max: WAITERS_PER_LOCK_MAX,
+            lock_delay_ms: 0,
+            token_max: TOKEN_MAX,
+        }
+    }
+}
+
+impl Limits {
+    /// Checks that every field is within its ceiling and the fields agree with each other.
+    pub fn validate(&self) -> Result<(), String> {
+        let checks: [(bool, &str); 7] = [
+            (
+                self.lock_name_bytes_max >= 1 && self.lock_name_bytes_max <= LOCK_NAME_BYTES_MAX,
+                "lock_name_bytes_max must be in 1..=256",
+            ),
+            (
+                self.session_ttl_ms_min >= 1 && self.session_ttl_ms_min <= self.session_ttl_ms_max,
+                "session_ttl_ms_min must be at least 1 and at most session_ttl_ms_max",
+            ),
+            (
+                self.session_ttl_ms_max <= SESSION_TTL_MS_MAX,
+                "session_ttl_ms_max is above one day",
+            ),
+            (
+                self.sessions_max <= SESSIONS_MAX,
+                "sessions_max is above the ceiling",
+            ),
+            (
+                self.locks_max <= LOCKS_MAX,
+                "locks_max is above the ceiling",
+            ),
+            (
+                self.waiters_per_lock_max <= WAITERS_PER_LOCK_MAX,
+                "waiters_per_lock_max is above the ceiling",
+            ),
+            (
+                self.lock_delay_ms <= LOCK_DELAY_MS_MAX && self.token_max <= TOKEN_MAX,
+                "lock_delay_ms or token_max is above its ceiling",
+            ),
+        ];
+        match checks.iter().find(|(ok, _)| !ok) {
+            Some((_, message)) => Err((*message).to_string()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Checks a lock name: 1..=`bytes_max` bytes of UTF-8 with no control characters.
+pub fn validate_lock_name(name: &str, bytes_max: usize) -> Result<(), LockNameError> {
+    if name.is_empty() {
+        return Err(LockNameError::Empty);
+    }
+    if name.len() > bytes_max {
+        return Err(LockNameError::TooLong {
+            bytes: name.len(),
+            bytes_max,
+        });
+    }
+    if name.chars().any(char::is_control) {
+        return Err(LockNameError::ControlCharacter);
+    }
+    Ok(())
+}
+
+/// Why a lock name was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum LockNameError {
+    #[error("lock name is empty")]
+    Empty,
+    #[error("lock name is {bytes} bytes, the limit is {bytes_max}")]
+    TooLong { bytes: usize, bytes_max: usize },
+    #[error("lock name contains a control character")]
+    ControlCharacter,
+}

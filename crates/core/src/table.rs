@@ -1,0 +1,811 @@
+//! The lock table: a pure state machine over sessions, locks, FIFO waiters and tokens.
+//!
+//! [`LockTable::apply`] takes one [`Input`] (a command and the time it takes effect) and returns
+//! an [`Output`]. Before the command itself, the table lets time pass: it expires sessions whose
+//! lease ended, ends waits past their deadline and ends lock-delays, in a fixed order, so the
+//! outcome is a deterministic function of the state and the input. The table reads no clock and
+//! does no I/O; the server replicates its inputs through Raft and snapshots it whole with serde.
+//!
+//! **Tokens** come from one counter shared by all locks. Every grant takes the next value, so a
+//! lock's tokens strictly increase however often it is freed, forgotten and created again, and
+//! the table needs to remember nothing per lock once a lock is free (invariant 1).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::limits::{self, Limits};
+use crate::types::*;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Session {
+    ttl_ms: u64,
+    expires_at_ms: TimeMs,
+    open_request_id: RequestId,
+    held: BTreeSet<String>,
+    waiting: BTreeSet<String>,
+    /// Outcomes of recent acquires and releases, oldest first, for retried requests.
+    recent: VecDeque<Remembered>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Remembered {
+    request_id: RequestId,
+    kind: RequestKind,
+    lock: String,
+    result: Result<Reply, CoreError>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+enum RequestKind {
+    Acquire,
+    Release,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Waiter {
+    session: SessionId,
+    request_id: RequestId,
+    deadline_ms: Option<TimeMs>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Lock {
+    holder: Option<Grant>,
+    waiters: VecDeque<Waiter>,
+    last_token: Token,
+    available_at_ms: Option<TimeMs>,
+}
+
+impl Lock {
+    fn is_idle(&self) -> bool {
+        self.holder.is_none() && self.waiters.is_empty() && self.available_at_ms.is_none()
+    }
+}
+
+/// The whole lock table. Serialise it to snapshot; deserialise it to restore.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockTable {
+    limits: Limits,
+    now_ms: TimeMs,
+    /// The last token granted to any lock. Only ever grows.
+    last_token: Token,
+    /// The last session id assigned. Only ever grows.
+    last_session: SessionId,
+    sessions: BTreeMap<SessionId, Session>,
+    locks: BTreeMap<String, Lock>,
+    /// Open-session request ids of live sessions, so a retried open returns the same session.
+    open_requests: BTreeMap<RequestId, SessionId>,
+    /// Deadlines, ordered: session expiries, waiter deadlines and lock-delay ends.
+    session_deadlines: BTreeSet<(TimeMs, SessionId)>,
+    wait_deadlines: BTreeSet<(TimeMs, SessionId, String)>,
+    delay_deadlines: BTreeSet<(TimeMs, String)>,
+}
+
+impl Default for LockTable {
+    fn default() -> Self {
+        LockTable::new(Limits::default())
+    }
+}
+
+impl LockTable {
+    /// An empty table enforcing `limits`.
+    ///
+    /// # Panics
+    /// If `limits` exceed the ceilings of [`crate::limits`]: that is a programming error.
+    pub fn new(limits: Limits) -> Self {
+        if let Err(message) = limits.validate() {
+            panic!("invalid lock table limits: {message}");
+        }
+        LockTable {
+            limits,
+            now_ms: 0,
+            last_token: 0,
+            last_session: 0,
+            sessions: BTreeMap::new(),
+            locks: BTreeMap::new(),
+            open_requests: BTreeMap::new(),
+            session_deadlines: BTreeSet::new(),
+            wait_deadlines: BTreeSet::new(),
+            delay_deadlines: BTreeSet::new(),
+        }
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The table's clock: the latest time of any input applied.
+    pub fn now_ms(&self) -> TimeMs {
+        self.now_ms
+    }
+
+    /// The last token granted to any lock.
+    pub fn last_token(&self) -> Token {
+        self.last_token
+    }
+
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    pub fn lock_count(&self) -> usize {
+        self.locks.len()
+    }
+
+    /// The earliest time at which a [`Command::Tick`] would change something, if any.
+    pub fn next_deadline_ms(&self) -> Option<TimeMs> {
+        [
+            self.session_deadlines.first().map(|d| d.0),
+            self.wait_deadlines.first().map(|d| d.0),
+            self.delay_deadlines.first().map(|d| d.0),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Applies one input. The only way the table changes.
+    pub fn apply(&mut self, input: Input) -> Output {
+        let mut events = Vec::new();
+        self.now_ms = self.now_ms.max(input.now_ms);
+        self.pass_time(&mut events);
+        let result = match input.command {
+            Command::OpenSession { request_id, ttl_ms } => self.open_session(request_id, ttl_ms),
+            Command::KeepAlive { session } => self.keep_alive(session),
+            Command::CloseSession { session } => self.close_session(session, &mut events),
+            Command::Acquire {
+                session,
+                lock,
+                request_id,
+                wait,
+            } => self.acquire(session, lock, request_id, wait, &mut events),
+            Command::Release {
+                session,
+                lock,
+                request_id,
+            } => self.release(session, lock, request_id, &mut events),
+            Command::Tick => Ok(Reply::Ticked),
+            Command::LeaderStart => Ok(self.leader_start()),
+        };
+        #[cfg(debug_assertions)]
+        self.check_consistency();
+        Output { result, events }
+    }
+
+    // ----- time -----
+
+    fn pass_time(&mut self, events: &mut Vec<Event>) {
+        let now = self.now_ms;
+        while let Some(&(at, session)) = self.session_deadlines.first() {
+            if at > now {
+                break;
+            }
+            self.end_session(session, true, events);
+        }
+        while let Some((at, session, lock)) = self.wait_deadlines.first().cloned() {
+            if at > now {
+                break;
+            }
+            self.remove_waiter(session, &lock, WaitEndCause::TimedOut, events);
+            self.settle(&lock, events);
+        }
+        while let Some((at, lock)) = self.delay_deadlines.first().cloned() {
+            if at > now {
+                break;
+            }
+            self.delay_deadlines.remove(&(at, lock.clone()));
+            if let Some(l) = self.locks.get_mut(&lock) {
+                l.available_at_ms = None;
+            }
+            self.settle(&lock, events);
+        }
+    }
+
+    fn leader_start(&mut self) -> Reply {
+        let now = self.now_ms;
+        let mut extended = 0;
+        for (&id, session) in self.sessions.iter_mut() {
+            let renewed = now.saturating_add(session.ttl_ms);
+            if renewed > session.expires_at_ms {
+                self.session_deadlines.remove(&(session.expires_at_ms, id));
+                session.expires_at_ms = renewed;
+                self.session_deadlines.insert((renewed, id));
+                extended += 1;
+            }
+        }
+        Reply::LeaderStarted {
+            sessions_extended: extended,
+        }
+    }
+
+    // ----- sessions -----
+
+    fn open_session(&mut self, request_id: RequestId, ttl_ms: u64) -> Result<Reply, CoreError> {
+        if let Some(&id) = self.open_requests.get(&request_id) {
+            let s = &self.sessions[&id];
+            return Ok(Reply::SessionOpened {
+                session: id,
+                ttl_ms: s.ttl_ms,
+                expires_at_ms: s.expires_at_ms,
+            });
+        }
+        let (ttl_ms_min, ttl_ms_max) = (
+            self.limits.session_ttl_ms_min,
+            self.limits.session_ttl_ms_max,
+        );
+        if !(ttl_ms_min..=ttl_ms_max).contains(&ttl_ms) {
+            return Err(CoreError::TtlOutOfRange {
+                ttl_ms,
+                ttl_ms_min,
+                ttl_ms_max,
+            });
+        }
+        if self.sessions.len() >= self.limits.sessions_max {
+            return Err(CoreError::TooManySessions {
+                sessions_max: self.limits.sessions_max,
+            });
+        }
+        self.last_session += 1;
+        let id = self.last_session;
+        let expires_at_ms = self.now_ms.saturating_add(ttl_ms);
+        self.sessions.insert(
+            id,
+            Session {
+                ttl_ms,
+                expires_at_ms,
+                open_request_id: request_id,
+                held: BTreeSet::new(),
+                waiting: BTreeSet::new(),
+                recent: VecDeque::new(),
+            },
+        );
+        self.session_deadlines.insert((expires_at_ms, id));
+        self.open_requests.insert(request_id, id);
+        Ok(Reply::SessionOpened {
+            session: id,
+            ttl_ms,
+            expires_at_ms,
+        })
+    }
+
+    fn keep_alive(&mut self, id: SessionId) -> Result<Reply, CoreError> {
+        let session = self
+            .sessions
+            .get_mut(&id)
+            .ok_or(CoreError::SessionNotFound { session: id })?;
+        let renewed = self.now_ms.saturating_add(session.ttl_ms);
+        // A lease only ever grows: `now` never moves backwards, so neither does the expiry.
+        assert!(
+            renewed >= session.expires_at_ms,
+            "keepalive would shorten a lease"
+        );
+        self.session_deadlines.remove(&(session.expires_at_ms, id));
+        session.expires_at_ms = renewed;
+        self.session_deadlines.insert((renewed, id));
+        Ok(Reply::KeptAlive {
+            session: id,
+            expires_at_ms: renewed,
+        })
+    }
+
+    fn close_session(
+        &mut self,
+        id: SessionId,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, CoreError> {
+        if !self.sessions.contains_key(&id) {
+            return Err(CoreError::SessionNotFound { session: id });
+        }
+        self.end_session(id, false, events);
+        Ok(Reply::SessionClosed { session: id })
+    }
+
+    /// Ends a session: its waits are withdrawn first (so none of them can be granted by the
+    /// releases that follow — invariant 7), then its locks are released.
+    fn end_session(&mut self, id: SessionId, expired: bool, events: &mut Vec<Event>) {
+        let Some(session) = self.sessions.remove(&id) else {
+            return;
+        };
+        self.session_deadlines.remove(&(session.expires_at_ms, id));
+        self.open_requests.remove(&session.open_request_id);
+        for lock in &session.waiting {
+            let l = self.locks.get_mut(lock).expect("a waited-for lock exists");
+            let index = l
+                .waiters
+                .iter()
+                .position(|w| w.session == id)
+                .expect("waiter is queued");
+            let waiter = l.waiters.remove(index).expect("index is in range");
+            if let Some(deadline) = waiter.deadline_ms {
+                self.wait_deadlines.remove(&(deadline, id, lock.clone()));
+            }
+            events.push(Event::WaitEnded {
+                lock: lock.clone(),
+                session: id,
+                request_id: waiter.request_id,
+                cause: WaitEndCause::SessionEnded,
+            });
+        }
+        let cause = if expired {
+            ReleaseCause::SessionExpired
+        } else {
+            ReleaseCause::SessionClosed
+        };
+        for lock in &session.held {
+            self.free(lock, id, cause, events);
+        }
+        events.push(Event::SessionEnded {
+            session: id,
+            expired,
+        });
+        for lock in session.waiting.iter().chain(&session.held) {
+            self.settle(lock, events);
+        }
+    }
+
+    // ----- locks -----
+
+    fn acquire(
+        &mut self,
+        id: SessionId,
+        lock: String,
+        request_id: RequestId,
+        wait: Wait,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, CoreError> {
+        let session = self
+            .sessions
+            .get(&id)
+            .ok_or(CoreError::SessionNotFound { session: id })?;
+        if let Some(earlier) = remembered(session, request_id, RequestKind::Acquire, &lock)? {
+            return earlier;
+        }
+        let result = self.acquire_new(id, &lock, request_id, wait, events);
+        self.remember(id, request_id, RequestKind::Acquire, lock, &result);
+        result
+    }
+
+    fn acquire_new(
+        &mut self,
+        id: SessionId,
+        lock: &str,
+        request_id: RequestId,
+        wait: Wait,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, CoreError> {
+        limits::validate_lock_name(lock, self.limits.lock_name_bytes_max)
+            .map_err(CoreError::InvalidLockName)?;
+        let deadline_ms = match wait {
+            Wait::ForMs(ms) if ms > limits::WAIT_MS_MAX => {
+                return Err(CoreError::WaitOutOfRange {
+                    wait_ms: ms,
+                    wait_ms_max: limits::WAIT_MS_MAX,
+                });
+            }
+            Wait::ForMs(ms) => Some(self.now_ms.saturating_add(ms)),
+            Wait::Try | Wait::Forever => None,
+        };
+        let limits = self.limits;
+        if !self.locks.contains_key(lock) && self.locks.len() >= limits.locks_max {
+            return Err(CoreError::TooManyLocks {
+                locks_max: limits.locks_max,
+            });
+        }
+        let l = self.locks.entry(lock.to_string()).or_insert_with(|| Lock {
+            holder: None,
+            waiters: VecDeque::new(),
+            last_token: 0,
+            available_at_ms: None,
+        });
+        // Re-acquiring a held lock returns the same grant; re-queueing keeps the place in line.
+        if let Some(grant) = l.holder.as_ref().filter(|g| g.session == id) {
+            return Ok(Reply::Granted {
+                lock: lock.to_string(),
+                session: id,
+                token: grant.token,
+            });
+        }
+        if let Some(position) = l.waiters.iter().position(|w| w.session == id) {
+            return Ok(Reply::Queued {
+                lock: lock.to_string(),
+                session: id,
+                position,
+            });
+        }
+        let free = l.holder.is_none() && l.available_at_ms.is_none() && l.waiters.is_empty();
+        if free {
+            if self.last_token >= limits.token_max {
+                self.forget_if_idle(lock);
+                return Err(CoreError::TokensExhausted {
+                    lock: lock.to_string(),
+                });
+            }
+            let token = self.grant(lock, id, request_id, events);
+            return Ok(Reply::Granted {
+                lock: lock.to_string(),
+                session: id,
+                token,
+            });
+        }
+        let busy = CoreError::Busy {
+            lock: lock.to_string(),
+            holder_session: l.holder.as_ref().map(|g| g.session),
+            holder_token: l.holder.as_ref().map(|g| g.token),
+            available_at_ms: l.available_at_ms,
+        };
+        if wait == Wait::Try || deadline_ms.is_some_and(|d| d <= self.now_ms) {
+            return Err(busy);
+        }
+        if l.waiters.len() >= limits.waiters_per_lock_max {
+            return Err(CoreError::TooManyWaiters {
+                lock: lock.to_string(),
+                waiters_max: limits.waiters_per_lock_max,
+            });
+        }
+        l.waiters.push_back(Waiter {
+            session: id,
+            request_id,
+            deadline_ms,
+        });
+        let position = l.waiters.len() - 1;
+        if let Some(deadline) = deadline_ms {
+            self.wait_deadlines.insert((deadline, id, lock.to_string()));
+        }
+        let session = self.sessions.get_mut(&id).expect("session checked above");
+        session.waiting.insert(lock.to_string());
+        Ok(Reply::Queued {
+            lock: lock.to_string(),
+            session: id,
+            position,
+        })
+    }
+
+    fn release(
+        &mut self,
+        id: SessionId,
+        lock: String,
+        request_id: RequestId,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, CoreError> {
+        let session = self
+            .sessions
+            .get(&id)
+            .ok_or(CoreError::SessionNotFound { session: id })?;
+        if let Some(earlier) = remembered(session, request_id, RequestKind::Release, &lock)? {
+            return earlier;
+        }
+        let result = if session.held.contains(&lock) {
+            let token = self.free(&lock, id, ReleaseCause::Released, events);
+            self.settle(&lock, events);
+            Ok(Reply::Released {
+                lock: lock.clone(),
+                session: id,
+                token: Some(token),
+            })
+        } else if session.waiting.contains(&lock) {
+            self.remove_waiter(id, &lock, WaitEndCause::Withdrawn, events);
+            self.settle(&lock, events);
+            Ok(Reply::Released {
+                lock: lock.clone(),
+                session: id,
+                token: None,
+            })
+        } else {
+            let holder_session = self
+                .locks
+                .get(&lock)
+                .and_then(|l| l.holder.as_ref())
+                .map(|g| g.session);
+            Err(CoreError::NotHolder {
+                lock: lock.clone(),
+                session: id,
+                holder_session,
+            })
+        };
+        self.remember(id, request_id, RequestKind::Release, lock, &result);
+        result
+    }
+
+    /// Grants a free lock to `id` with the next token.
+    fn grant(
+        &mut self,
+        lock: &str,
+        id: SessionId,
+        request_id: RequestId,
+        events: &mut Vec<Event>,
+    ) -> Token {
+        let l = self.locks.get_mut(lock).expect("granted lock exists");
+        assert!(
+            l.holder.is_none() && l.available_at_ms.is_none(),
+            "grant of a lock that is not free"
+        );
+        assert!(
+            self.last_token < self.limits.token_max,
+            "grant past the token limit"
+        );
+        let token = self.last_token + 1;
+        // Invariant 1, where the token is produced: above every token this lock ever had.
+        assert!(
+            token > l.last_token && token > self.last_token,
+            "token did not increase"
+        );
+        self.last_token = token;
+        l.last_token = token;
+        l.holder = Some(Grant {
+            session: id,
+            token,
+            granted_at_ms: self.now_ms,
+            request_id,
+        });
+        let session = self.sessions.get_mut(&id).expect("grantee session exists");
+        session.waiting.remove(lock);
+        session.held.insert(lock.to_string());
+        events.push(Event::Granted {
+            lock: lock.to_string(),
+            session: id,
+            token,
+            request_id,
+        });
+        token
+    }
+
+    /// Takes `lock` away from its holder `id`; lock-delay starts if the session expired.
+    fn free(
+        &mut self,
+        lock: &str,
+        id: SessionId,
+        cause: ReleaseCause,
+        events: &mut Vec<Event>,
+    ) -> Token {
+        let l = self.locks.get_mut(lock).expect("held lock exists");
+        let grant = l.holder.take().expect("held lock has a holder");
+        assert_eq!(
+            grant.session, id,
+            "lock freed by a session that does not hold it"
+        );
+        if cause == ReleaseCause::SessionExpired && self.limits.lock_delay_ms > 0 {
+            let until = self.now_ms.saturating_add(self.limits.lock_delay_ms);
+            l.available_at_ms = Some(until);
+            self.delay_deadlines.insert((until, lock.to_string()));
+        }
+        if let Some(session) = self.sessions.get_mut(&id) {
+            session.held.remove(lock);
+        }
+        events.push(Event::Released {
+            lock: lock.to_string(),
+            session: id,
+            token: grant.token,
+            cause,
+        });
+        grant.token
+    }
+
+    fn remove_waiter(
+        &mut self,
+        id: SessionId,
+        lock: &str,
+        cause: WaitEndCause,
+        events: &mut Vec<Event>,
+    ) {
+        let l = self.locks.get_mut(lock).expect("waited-for lock exists");
+        let index = l
+            .waiters
+            .iter()
+            .position(|w| w.session == id)
+            .expect("waiter is queued");
+        let waiter = l.waiters.remove(index).expect("index is in range");
+        if let Some(deadline) = waiter.deadline_ms {
+            self.wait_deadlines
+                .remove(&(deadline, id, lock.to_string()));
+        }
+        let session = self.sessions.get_mut(&id).expect("waiting session exists");
+        session.waiting.remove(lock);
+        let ended = Err(CoreError::WaitEnded {
+            lock: lock.to_string(),
+        });
+        update_remembered(session, waiter.request_id, &ended);
+        events.push(Event::WaitEnded {
+            lock: lock.to_string(),
+            session: id,
+            request_id: waiter.request_id,
+            cause,
+        });
+    }
+
+    /// After a lock changed: grant it to the first waiter if it is free, or forget it if idle.
+    fn settle(&mut self, lock: &str, events: &mut Vec<Event>) {
+        let Some(l) = self.locks.get(lock) else {
+            return;
+        };
+        if l.holder.is_none()
+            && l.available_at_ms.is_none()
+            && self.last_token < self.limits.token_max
+        {
+            if let Some(next) = l.waiters.front().cloned() {
+                if let Some(deadline) = next.deadline_ms {
+                    self.wait_deadlines
+                        .remove(&(deadline, next.session, lock.to_string()));
+                }
+                self.locks
+                    .get_mut(lock)
+                    .expect("lock exists")
+                    .waiters
+                    .pop_front();
+                let token = self.grant(lock, next.session, next.request_id, events);
+                let granted = Ok(Reply::Granted {
+                    lock: lock.to_string(),
+                    session: next.session,
+                    token,
+                });
+                let session = self
+                    .sessions
+                    .get_mut(&next.session)
+                    .expect("waiter session exists");
+                update_remembered(session, next.request_id, &granted);
+            }
+        }
+        self.forget_if_idle(lock);
+    }
+
+    /// A free lock with no waiters is forgotten; the shared token counter keeps its tokens safe.
+    fn forget_if_idle(&mut self, lock: &str) {
+        if self.locks.get(lock).is_some_and(Lock::is_idle) {
+            self.locks.remove(lock);
+        }
+    }
+
+    fn remember(
+        &mut self,
+        id: SessionId,
+        request_id: RequestId,
+        kind: RequestKind,
+        lock: String,
+        result: &Result<Reply, CoreError>,
+    ) {
+        let Some(session) = self.sessions.get_mut(&id) else {
+            return;
+        };
+        if session.recent.len() >= limits::REQUEST_IDS_PER_SESSION_MAX {
+            session.recent.pop_front();
+        }
+        session.recent.push_back(Remembered {
+            request_id,
+            kind,
+            lock,
+            result: result.clone(),
+        });
+    }
+
+    // ----- reads -----
+
+    /// The state of one lock, or `None` if it is free and nobody waits for it.
+    pub fn lock_status(&self, lock: &str) -> Option<LockStatus> {
+        self.locks.get(lock).map(|l| self.status_of(lock, l))
+    }
+
+    /// Locks whose names start with `prefix`, in name order, after `start_after`, at most `limit`.
+    pub fn locks(&self, prefix: &str, start_after: Option<&str>, limit: usize) -> Vec<LockStatus> {
+        use std::ops::Bound;
+        let start = match start_after {
+            Some(after) if after >= prefix => Bound::Excluded(after.to_string()),
+            _ => Bound::Included(prefix.to_string()),
+        };
+        self.locks
+            .range((start, Bound::Unbounded))
+            .take_while(|(name, _)| name.starts_with(prefix))
+            .take(limit)
+            .map(|(name, l)| self.status_of(name, l))
+            .collect()
+    }
+
+    fn status_of(&self, name: &str, l: &Lock) -> LockStatus {
+        LockStatus {
+            lock: name.to_string(),
+            holder: l.holder.clone(),
+            last_token: l.last_token,
+            waiters: l.waiters.iter().map(|w| w.session).collect(),
+            holder_expires_at_ms: l
+                .holder
+                .as_ref()
+                .map(|g| self.sessions[&g.session].expires_at_ms),
+            available_at_ms: l.available_at_ms,
+        }
+    }
+
+    pub fn session_status(&self, id: SessionId) -> Option<SessionStatus> {
+        self.sessions.get(&id).map(|s| SessionStatus {
+            session: id,
+            ttl_ms: s.ttl_ms,
+            expires_at_ms: s.expires_at_ms,
+            held: s.held.iter().cloned().collect(),
+            waiting: s.waiting.iter().cloned().collect(),
+        })
+    }
+
+    /// Checks every cross-reference of the table. Called after each input in debug builds and
+    /// by the property tests; panics on the first inconsistency.
+    pub fn check_consistency(&self) {
+        for (name, l) in &self.locks {
+            assert!(!l.is_idle(), "idle lock {name:?} was not forgotten");
+            assert!(
+                l.last_token <= self.last_token,
+                "lock token above the counter"
+            );
+            if let Some(g) = &l.holder {
+                assert_eq!(
+                    g.token, l.last_token,
+                    "holder token is not the lock's last token"
+                );
+                assert!(
+                    self.sessions[&g.session].held.contains(name),
+                    "holder does not know it holds"
+                );
+            }
+            for w in &l.waiters {
+                assert!(
+                    self.sessions[&w.session].waiting.contains(name),
+                    "waiter does not know it waits"
+                );
+                assert!(
+                    l.holder.as_ref().is_none_or(|g| g.session != w.session),
+                    "holder also waits"
+                );
+            }
+        }
+        for (id, s) in &self.sessions {
+            assert!(
+                self.session_deadlines.contains(&(s.expires_at_ms, *id)),
+                "session deadline missing"
+            );
+            for name in &s.held {
+                assert_eq!(
+                    self.locks[name].holder.as_ref().map(|g| g.session),
+                    Some(*id)
+                );
+            }
+            for name in &s.waiting {
+                assert!(self.locks[name].waiters.iter().any(|w| w.session == *id));
+            }
+        }
+        assert_eq!(
+            self.session_deadlines.len(),
+            self.sessions.len(),
+            "stale session deadlines"
+        );
+        assert_eq!(
+            self.open_requests.len(),
+            self.sessions.len(),
+            "stale open request ids"
+        );
+    }
+}
+
+/// The remembered outcome of `request_id`, or an error if the id was used for something else.
+fn remembered(
+    session: &Session,
+    request_id: RequestId,
+    kind: RequestKind,
+    lock: &str,
+) -> Result<Option<Result<Reply, CoreError>>, CoreError> {
+    match session.recent.iter().find(|r| r.request_id == request_id) {
+        None => Ok(None),
+        Some(r) if r.kind == kind && r.lock == lock => Ok(Some(r.result.clone())),
+        Some(_) => Err(CoreError::RequestIdConflict { request_id }),
+    }
+}
+
+/// A queued acquire's outcome changed (granted or timed out): a retry must now see that.
+fn update_remembered(
+    session: &mut Session,
+    request_id: RequestId,
+    result: &Result<Reply, CoreError>,
+) {
+    if let Some(r) = session
+        .recent
+        .iter_mut()
+        .find(|r| r.request_id == request_id && r.kind == RequestKind::Acquire)
+    {
+        r.result = result.clone();
+    }
+}

@@ -1,0 +1,281 @@
+//! The vocabulary of the lock table: commands in, replies, errors and events out.
+//!
+//! Every type here is plain data with serde, because commands are what the Raft log replicates
+//! and the whole table is what a snapshot stores. Applying the same commands to the same state
+//! always gives the same replies and events.
+
+use serde::{Deserialize, Serialize};
+
+use crate::limits::LockNameError;
+
+/// A session's id. Assigned by the table from a counter; never reused.
+pub type SessionId = u64;
+/// A fencing token. Strictly increasing across every grant of a lock; never reused.
+pub type Token = u64;
+/// A client-chosen id that makes a retried command return its first outcome.
+pub type RequestId = u64;
+/// Time on the table's clock, in milliseconds. Supplied by the caller; never read from a clock.
+pub type TimeMs = u64;
+
+/// One command together with the time at which it takes effect.
+///
+/// The time is the leader's monotonic clock mapped onto the table's timeline; the table never
+/// moves its clock backwards (an older `now_ms` is treated as the table's current time).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Input {
+    pub now_ms: TimeMs,
+    pub command: Command,
+}
+
+/// How long an acquire may wait in the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Wait {
+    /// Grant now or fail with [`CoreError::Busy`].
+    Try,
+    /// Queue for at most this many milliseconds.
+    ForMs(u64),
+    /// Queue until granted or the session ends.
+    Forever,
+}
+
+/// A change to the lock table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Open a session whose lease lasts `ttl_ms` after each keepalive.
+    OpenSession { request_id: RequestId, ttl_ms: u64 },
+    /// Renew a session's lease for another full TTL.
+    KeepAlive { session: SessionId },
+    /// End a session: release its locks and withdraw its waits.
+    CloseSession { session: SessionId },
+    /// Take `lock` for `session`, or queue behind its holder.
+    Acquire {
+        session: SessionId,
+        lock: String,
+        request_id: RequestId,
+        wait: Wait,
+    },
+    /// Give up `lock` (or withdraw the session's wait for it).
+    Release {
+        session: SessionId,
+        lock: String,
+        request_id: RequestId,
+    },
+    /// Let time pass: expire leases, end waits past their deadline, end lock-delays.
+    Tick,
+    /// A leader took over: every session's lease restarts its full TTL from now (invariant 6:
+    /// leases are extended by a change of leader or a restart, never shortened).
+    LeaderStart,
+}
+
+/// What a successful command did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    SessionOpened {
+        session: SessionId,
+        ttl_ms: u64,
+        expires_at_ms: TimeMs,
+    },
+    KeptAlive {
+        session: SessionId,
+        expires_at_ms: TimeMs,
+    },
+    SessionClosed {
+        session: SessionId,
+    },
+    /// The session holds the lock with this token.
+    Granted {
+        lock: String,
+        session: SessionId,
+        token: Token,
+    },
+    /// The session waits in the lock's queue; `position` 0 is next in line.
+    Queued {
+        lock: String,
+        session: SessionId,
+        position: usize,
+    },
+    /// The session no longer holds the lock (`token`) or no longer waits for it (`token` None).
+    Released {
+        lock: String,
+        session: SessionId,
+        token: Option<Token>,
+    },
+    Ticked,
+    LeaderStarted {
+        sessions_extended: usize,
+    },
+}
+
+/// Why a command was refused. Nothing in the table changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum CoreError {
+    #[error("session {session} does not exist (it expired or was closed); open a new session")]
+    SessionNotFound { session: SessionId },
+    #[error("ttl {ttl_ms} ms is outside the allowed range {ttl_ms_min}..={ttl_ms_max} ms")]
+    TtlOutOfRange {
+        ttl_ms: u64,
+        ttl_ms_min: u64,
+        ttl_ms_max: u64,
+    },
+    #[error("wait {wait_ms} ms is above the limit of {wait_ms_max} ms")]
+    WaitOutOfRange { wait_ms: u64, wait_ms_max: u64 },
+    #[error("invalid lock name: {0}")]
+    InvalidLockName(LockNameError),
+    #[error("too many sessions: the limit is {sessions_max}; close unused sessions")]
+    TooManySessions { sessions_max: usize },
+    #[error("too many locks: the limit is {locks_max}")]
+    TooManyLocks { locks_max: usize },
+    #[error("lock {lock:?} already has {waiters_max} waiters, the limit")]
+    TooManyWaiters { lock: String, waiters_max: usize },
+    #[error("lock {lock:?} is busy{}", describe_busy(*holder_session, *holder_token, *available_at_ms))]
+    Busy {
+        lock: String,
+        holder_session: Option<SessionId>,
+        holder_token: Option<Token>,
+        /// Set while the lock sits out its lock-delay after a holder's session expired.
+        available_at_ms: Option<TimeMs>,
+    },
+    #[error("session {session} does not hold lock {lock:?}{}", describe_holder(*holder_session))]
+    NotHolder {
+        lock: String,
+        session: SessionId,
+        holder_session: Option<SessionId>,
+    },
+    #[error("lock {lock:?} cannot be granted: its fencing tokens are exhausted")]
+    TokensExhausted { lock: String },
+    #[error(
+        "the wait for lock {lock:?} ended before it was granted (deadline passed or withdrawn)"
+    )]
+    WaitEnded { lock: String },
+    #[error("request id {request_id} was already used for a different command in this session")]
+    RequestIdConflict { request_id: RequestId },
+}
+
+fn describe_busy(
+    session: Option<SessionId>,
+    token: Option<Token>,
+    until: Option<TimeMs>,
+) -> String {
+    match (session, token, until) {
+        (Some(s), Some(t), _) => format!(": held by session {s} with token {t}"),
+        (_, _, Some(u)) => format!(": in lock-delay until {u} ms after its holder expired"),
+        _ => String::new(),
+    }
+}
+
+fn describe_holder(session: Option<SessionId>) -> String {
+    match session {
+        Some(s) => format!("; it is held by session {s}"),
+        None => "; it is free".to_string(),
+    }
+}
+
+impl CoreError {
+    /// True when the same command may succeed later without the caller changing anything.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            CoreError::Busy { .. }
+                | CoreError::TooManySessions { .. }
+                | CoreError::TooManyLocks { .. }
+                | CoreError::TooManyWaiters { .. }
+        )
+    }
+}
+
+/// Why a holder stopped holding a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReleaseCause {
+    Released,
+    SessionExpired,
+    SessionClosed,
+}
+
+/// Why a waiter left a queue without being granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WaitEndCause {
+    TimedOut,
+    Withdrawn,
+    SessionEnded,
+}
+
+/// Something that happened while a command was applied, for watchers and waiting clients.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Event {
+    Granted {
+        lock: String,
+        session: SessionId,
+        token: Token,
+        request_id: RequestId,
+    },
+    Released {
+        lock: String,
+        session: SessionId,
+        token: Token,
+        cause: ReleaseCause,
+    },
+    WaitEnded {
+        lock: String,
+        session: SessionId,
+        request_id: RequestId,
+        cause: WaitEndCause,
+    },
+    SessionEnded {
+        session: SessionId,
+        expired: bool,
+    },
+}
+
+impl Event {
+    /// The lock this event concerns, if any.
+    pub fn lock(&self) -> Option<&str> {
+        match self {
+            Event::Granted { lock, .. }
+            | Event::Released { lock, .. }
+            | Event::WaitEnded { lock, .. } => Some(lock),
+            Event::SessionEnded { .. } => None,
+        }
+    }
+}
+
+/// The result of applying one [`Input`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Output {
+    pub result: Result<Reply, CoreError>,
+    pub events: Vec<Event>,
+}
+
+/// The current holding of a lock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    pub session: SessionId,
+    pub token: Token,
+    pub granted_at_ms: TimeMs,
+    pub request_id: RequestId,
+}
+
+/// A read-only view of one lock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockStatus {
+    pub lock: String,
+    pub holder: Option<Grant>,
+    /// The last token granted for this lock since it was last created.
+    pub last_token: Token,
+    /// Waiting sessions, first in line first.
+    pub waiters: Vec<SessionId>,
+    /// When the holder's lease ends (the holding session's expiry), if held.
+    pub holder_expires_at_ms: Option<TimeMs>,
+    /// Set while the lock sits out its lock-delay.
+    pub available_at_ms: Option<TimeMs>,
+}
+
+/// A read-only view of one session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionStatus {
+    pub session: SessionId,
+    pub ttl_ms: u64,
+    pub expires_at_ms: TimeMs,
+    pub held: Vec<String>,
+    pub waiting: Vec<String>,
+}
