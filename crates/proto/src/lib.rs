@@ -1,1 +1,18 @@
-//! placeholder, replaced as the crate's code arrives
+//! gRPC definitions of the Palisade lock service, generated from `proto/palisade.proto`.
+//!
+//! The `.proto` file is the contract for clients in other languages; this crate is the Rust
+//! rendering of it, shared by the server and the Rust client.
+
+#![allow(missing_debug_implementations, clippy::all)]
+
+/// Version 1 of the API: `palisade.v1`.
+pub mod v1 {
+    tonic::include_proto!("palisade.v1");
+}
+
+/// The lock service's default gRPC address, on loopback.
+pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:7457";
+/// The default listen address of `palisade serve`.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7457";
+/// Largest gRPC message the server or client accepts, in bytes.
+pub const MESSAGE_BYTES_MAX: usize = 64 * 1024;
