@@ -1,0 +1,104 @@
+//! One error enum per operation: signing, parsing a sequencer, verifying it, parsing a key.
+//!
+//! Callers map [`SequencerError::Malformed`] (the client sent garbage: HTTP 400) and
+//! [`SequencerError::BadSignature`] (forged, altered, or signed by another service: HTTP 403)
+//! differently, so they are separate variants.
+
+use palisade_core::limits::LockNameError;
+
+/// Why [`crate::SigningKey::sign`] refused to produce a sequencer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SignError {
+    #[error("cannot sign a sequencer for an invalid lock name: {0}")]
+    LockName(#[source] LockNameError),
+    #[error("cannot sign a sequencer with token 0: tokens start at 1")]
+    TokenZero,
+    #[error("cannot sign a sequencer with token {token}: the largest token is {token_max}")]
+    TokenAboveMax { token: u64, token_max: u64 },
+}
+
+/// Why a string is not a well-formed sequencer (syntax only; the signature is not checked).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ParseError {
+    #[error("sequencer is empty: pass the PALISADE_SEQUENCER value of the lock holder")]
+    Empty,
+    #[error("sequencer is {bytes} bytes, the limit is {bytes_max}")]
+    TooLong { bytes: usize, bytes_max: usize },
+    #[error(
+        "sequencer byte {position} is not printable ASCII: sequencers contain only letters, digits, '-', '_' and '.'"
+    )]
+    NotPrintableAscii { position: usize },
+    #[error(
+        "sequencer has {found} '.'-separated fields, expected 5: pal1.<lock>.<token>.<session>.<signature>"
+    )]
+    FieldCount { found: usize },
+    #[error("sequencer starts with {found:?}, expected \"pal1\": unknown format or version")]
+    Version { found: String },
+    #[error("sequencer lock field is not canonical unpadded base64url")]
+    LockEncoding,
+    #[error("sequencer lock field does not decode to UTF-8")]
+    LockNotUtf8,
+    #[error("sequencer lock name is invalid: {0}")]
+    LockName(#[source] LockNameError),
+    #[error("sequencer token field is not a decimal number")]
+    TokenNotANumber,
+    #[error("sequencer token field has a leading zero")]
+    TokenLeadingZero,
+    #[error("sequencer token is 0: tokens start at 1")]
+    TokenZero,
+    #[error("sequencer token is above the largest token {token_max}")]
+    TokenAboveMax { token_max: u64 },
+    #[error("sequencer session field is not a decimal number")]
+    SessionNotANumber,
+    #[error("sequencer session field has a leading zero")]
+    SessionLeadingZero,
+    #[error("sequencer session id does not fit in 64 bits")]
+    SessionAboveMax,
+    #[error("sequencer signature field is not canonical unpadded base64url")]
+    SignatureEncoding,
+    #[error("sequencer signature is {bytes} bytes, expected 64")]
+    SignatureLength { bytes: usize },
+}
+
+/// Why a sequencer was not accepted as signed by the lock service.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SequencerError {
+    /// The text is not a sequencer at all; the caller sent something wrong.
+    #[error("malformed sequencer: {0}")]
+    Malformed(#[from] ParseError),
+    /// Well-formed, but the signature does not match: forged, altered, or signed by a lock
+    /// service whose public key this resource was not given.
+    #[error(
+        "sequencer signature does not verify with this public key: it was altered, forged, or issued by a different lock service (check the resource's --public-key against `palisade pubkey`)"
+    )]
+    BadSignature,
+}
+
+impl SequencerError {
+    /// The text could not be parsed (a client error).
+    pub fn is_malformed(&self) -> bool {
+        matches!(self, SequencerError::Malformed(_))
+    }
+
+    /// The text parsed but the signature is wrong (forged, altered, or foreign).
+    pub fn is_bad_signature(&self) -> bool {
+        matches!(self, SequencerError::BadSignature)
+    }
+}
+
+/// Why a string is not a public key in the form `ed25519:<64 hex digits>`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PublicKeyError {
+    #[error("public key must start with \"ed25519:\" (as printed by `palisade pubkey`)")]
+    Prefix,
+    #[error("public key has {found} hex digits after \"ed25519:\", expected 64")]
+    Length { found: usize },
+    #[error("public key character {position} after \"ed25519:\" is not a hex digit")]
+    NotHex { position: usize },
+    #[error("public key is not a valid Ed25519 point: it was corrupted or is not an Ed25519 key")]
+    InvalidPoint,
+}

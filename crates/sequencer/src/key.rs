@@ -1,0 +1,212 @@
+//! The lock service's Ed25519 key pair: the signing half stays in the service, the public half is
+//! given to every resource (`palisade pubkey`, `--public-key`).
+
+use std::fmt;
+use std::str::FromStr;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use ed25519_dalek::Signer as _;
+use palisade_core::limits::{LOCK_NAME_BYTES_MAX, TOKEN_MAX, validate_lock_name};
+
+use crate::error::{PublicKeyError, SequencerError, SignError};
+use crate::sequencer::{Sequencer, VerifiedSequencer};
+use crate::{PUBLIC_KEY_PREFIX, SEQUENCER_BYTES_MAX, SEQUENCER_PREFIX};
+
+/// The lock service's secret key. Its `Debug` output shows only the public half.
+#[derive(Clone)]
+pub struct SigningKey {
+    inner: ed25519_dalek::SigningKey,
+}
+
+impl SigningKey {
+    /// A fresh key from the operating system's random number generator.
+    ///
+    /// # Panics
+    ///
+    /// If the operating system cannot provide randomness; use [`SigningKey::try_generate`] to
+    /// handle that.
+    pub fn generate() -> SigningKey {
+        SigningKey::try_generate().expect("the operating system random number generator failed")
+    }
+
+    /// A fresh key, or the error of the operating system's random number generator.
+    pub fn try_generate() -> Result<SigningKey, getrandom::Error> {
+        let mut secret = [0u8; 32];
+        getrandom::fill(&mut secret)?;
+        let key = SigningKey::from_bytes(secret);
+        // Do not leave a copy of the secret on the stack longer than needed.
+        secret.fill(0);
+        Ok(key)
+    }
+
+    /// The key whose 32-byte secret is `secret` (as stored by the service).
+    pub fn from_bytes(secret: [u8; 32]) -> SigningKey {
+        SigningKey {
+            inner: ed25519_dalek::SigningKey::from_bytes(&secret),
+        }
+    }
+
+    /// The 32-byte secret, for the service to persist. Handle with care.
+    pub fn to_bytes(&self) -> [u8; 32] {
+        self.inner.to_bytes()
+    }
+
+    /// The public half, for resources.
+    pub fn public_key(&self) -> PublicKey {
+        PublicKey {
+            inner: self.inner.verifying_key(),
+        }
+    }
+
+    /// Signs the grant of `token` on `lock` to `session`.
+    ///
+    /// Refuses a lock name the lock table would refuse and a token outside `1..=TOKEN_MAX`; the
+    /// service never issues such a grant, so an error here is a bug in the caller.
+    pub fn sign(&self, lock: &str, token: u64, session: u64) -> Result<Sequencer, SignError> {
+        validate_lock_name(lock, LOCK_NAME_BYTES_MAX).map_err(SignError::LockName)?;
+        if token == 0 {
+            return Err(SignError::TokenZero);
+        }
+        if token > TOKEN_MAX {
+            return Err(SignError::TokenAboveMax {
+                token,
+                token_max: TOKEN_MAX,
+            });
+        }
+        let mut text = format!(
+            "{SEQUENCER_PREFIX}.{}.{token}.{session}",
+            URL_SAFE_NO_PAD.encode(lock.as_bytes())
+        );
+        let signature = self.inner.sign(text.as_bytes());
+        text.push('.');
+        text.push_str(&URL_SAFE_NO_PAD.encode(signature.to_bytes()));
+        // Pair of the compile-time bound in lib.rs: what we issue, every parser accepts.
+        assert!(
+            text.len() <= SEQUENCER_BYTES_MAX,
+            "signed sequencer exceeds its byte limit"
+        );
+        let sequencer = Sequencer::parse(&text).expect("a freshly signed sequencer must parse");
+        assert_eq!(
+            (sequencer.lock(), sequencer.token(), sequencer.session()),
+            (lock, token, session),
+            "a freshly signed sequencer must parse back to what was signed"
+        );
+        Ok(sequencer)
+    }
+}
+
+impl fmt::Debug for SigningKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SigningKey")
+            .field("public_key", &self.public_key().to_string())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The lock service's public key: all a resource needs to verify sequencers offline.
+///
+/// Text form: `ed25519:` and 64 hex digits (printed lowercase, parsed in either case).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PublicKey {
+    inner: ed25519_dalek::VerifyingKey,
+}
+
+impl PublicKey {
+    /// The key whose 32-byte compressed point is `bytes`; refuses invalid and weak points.
+    pub fn from_bytes(bytes: [u8; 32]) -> Result<PublicKey, PublicKeyError> {
+        let inner = ed25519_dalek::VerifyingKey::from_bytes(&bytes)
+            .map_err(|_| PublicKeyError::InvalidPoint)?;
+        // A small-order key would let anyone forge signatures that `verify_strict` rejects
+        // anyway; refuse it at configuration time with a clearer message.
+        if inner.is_weak() {
+            return Err(PublicKeyError::InvalidPoint);
+        }
+        Ok(PublicKey { inner })
+    }
+
+    /// The 32-byte compressed point.
+    pub fn to_bytes(&self) -> [u8; 32] {
+        self.inner.to_bytes()
+    }
+
+    /// Parses `ed25519:<64 hex digits>`.
+    pub fn parse(text: &str) -> Result<PublicKey, PublicKeyError> {
+        let hex = text
+            .strip_prefix(PUBLIC_KEY_PREFIX)
+            .ok_or(PublicKeyError::Prefix)?;
+        let found = hex.chars().count();
+        if found != 64 || hex.len() != 64 {
+            return Err(PublicKeyError::Length { found });
+        }
+        let mut bytes = [0u8; 32];
+        for (index, pair) in hex.as_bytes().chunks_exact(2).enumerate() {
+            let high = hex_value(pair[0]).ok_or(PublicKeyError::NotHex {
+                position: index * 2,
+            })?;
+            let low = hex_value(pair[1]).ok_or(PublicKeyError::NotHex {
+                position: index * 2 + 1,
+            })?;
+            bytes[index] = (high << 4) | low;
+        }
+        PublicKey::from_bytes(bytes)
+    }
+
+    /// Parses and verifies sequencer text: the one call a resource needs.
+    pub fn verify(&self, text: &str) -> Result<VerifiedSequencer, SequencerError> {
+        VerifiedSequencer::from_str_verified(text, self)
+    }
+
+    pub(crate) fn verify_signature(&self, message: &[u8], signature: &[u8; 64]) -> bool {
+        let signature = ed25519_dalek::Signature::from_bytes(signature);
+        // Strict: rejects non-canonical and small-order encodings, so no second string
+        // verifies for the same grant.
+        self.inner.verify_strict(message, &signature).is_ok()
+    }
+}
+
+fn hex_value(digit: u8) -> Option<u8> {
+    match digit {
+        b'0'..=b'9' => Some(digit - b'0'),
+        b'a'..=b'f' => Some(digit - b'a' + 10),
+        b'A'..=b'F' => Some(digit - b'A' + 10),
+        _ => None,
+    }
+}
+
+impl fmt::Display for PublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(PUBLIC_KEY_PREFIX)?;
+        for byte in self.to_bytes() {
+            write!(f, "{byte:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for PublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PublicKey({self})")
+    }
+}
+
+impl FromStr for PublicKey {
+    type Err = PublicKeyError;
+
+    fn from_str(text: &str) -> Result<PublicKey, PublicKeyError> {
+        PublicKey::parse(text)
+    }
+}
+
+impl serde::Serialize for PublicKey {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for PublicKey {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<PublicKey, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        PublicKey::parse(&text).map_err(serde::de::Error::custom)
+    }
+}

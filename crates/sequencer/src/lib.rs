@@ -1,0 +1,89 @@
+//! Sequencers: the signed, lock-scoped fencing tokens a lock holder presents to a resource.
+//!
+//! The lock service signs every grant with its Ed25519 [`SigningKey`]; a resource checks the
+//! signature offline with the service's [`PublicKey`] alone (invariant 5) and learns which lock the
+//! token belongs to (invariant 4). The text form is fixed, because other languages and shell
+//! scripts produce and pass it around:
+//!
+//! ```text
+//! pal1.<lock>.<token>.<session>.<signature>
+//! ```
+//!
+//! - `lock`: the UTF-8 lock name, base64url without padding (so names may contain `.`, `/`, or
+//!   any other printable character);
+//! - `token`: the fencing token, decimal, `1..=TOKEN_MAX`, no sign, no leading zeros;
+//! - `session`: the id of the session holding the grant, decimal, no leading zeros; it is carried
+//!   only so that a rejection can name the holder that superseded a writer (invariant 9);
+//! - `signature`: base64url without padding of the 64-byte Ed25519 signature over the ASCII bytes
+//!   of everything before the last `.`.
+//!
+//! Every encoding is canonical: each lock name, token and session has exactly one text form, and a
+//! parser that accepts a string accepts it only in that form. Together with the signature covering
+//! the exact bytes, that means no altered string verifies.
+//!
+//! **API Boundary:** a resource never looks at a [`Sequencer`] it has not verified. The fence takes
+//! a [`VerifiedSequencer`], which only [`Sequencer::verify`] can build, so "forgot to check the
+//! signature" does not compile.
+//!
+//! ```
+//! use palisade_sequencer::{SigningKey, VerifiedSequencer};
+//!
+//! let service_key = SigningKey::generate();
+//! let public_key = service_key.public_key();
+//! let sequencer = service_key.sign("jobs/nightly", 42, 7).unwrap();
+//!
+//! // At the resource: only the text and the service's public key.
+//! let verified = VerifiedSequencer::from_str_verified(sequencer.as_str(), &public_key).unwrap();
+//! assert_eq!((verified.lock(), verified.token(), verified.session()), ("jobs/nightly", 42, 7));
+//! ```
+
+mod error;
+mod key;
+mod sequencer;
+
+pub use error::{ParseError, PublicKeyError, SequencerError, SignError};
+pub use key::{PublicKey, SigningKey};
+pub use sequencer::{Sequencer, VerifiedSequencer};
+
+use palisade_core::limits::{LOCK_NAME_BYTES_MAX, TOKEN_MAX};
+
+/// The first field of every sequencer: format name and version.
+pub const SEQUENCER_PREFIX: &str = "pal1";
+
+/// Longest sequencer text, in bytes. Parsers refuse anything longer before looking inside.
+pub const SEQUENCER_BYTES_MAX: usize = 512;
+
+/// Prefix of the text form of a public key.
+pub const PUBLIC_KEY_PREFIX: &str = "ed25519:";
+
+/// Length of an Ed25519 signature, in bytes.
+pub const SIGNATURE_BYTES: usize = 64;
+
+/// Length of base64 text without padding for `bytes` bytes of input.
+const fn base64_unpadded_len(bytes: usize) -> usize {
+    (bytes * 4).div_ceil(3)
+}
+
+/// Number of decimal digits of `n`.
+const fn decimal_digits(mut n: u64) -> usize {
+    let mut digits = 1;
+    while n >= 10 {
+        n /= 10;
+        digits += 1;
+    }
+    digits
+}
+
+/// The longest sequencer the service can produce: longest lock name, largest token, largest
+/// session id, and four separators.
+pub const SEQUENCER_BYTES_LONGEST: usize = SEQUENCER_PREFIX.len()
+    + base64_unpadded_len(LOCK_NAME_BYTES_MAX)
+    + decimal_digits(TOKEN_MAX)
+    + decimal_digits(u64::MAX)
+    + base64_unpadded_len(SIGNATURE_BYTES)
+    + 4;
+
+// Every sequencer the service signs must be accepted by every parser.
+const _: () = assert!(SEQUENCER_BYTES_LONGEST <= SEQUENCER_BYTES_MAX);
+const _: () = assert!(base64_unpadded_len(SIGNATURE_BYTES) == 86);
+const _: () = assert!(decimal_digits(TOKEN_MAX) == 19 && decimal_digits(u64::MAX) == 20);

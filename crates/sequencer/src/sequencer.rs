@@ -1,0 +1,241 @@
+//! Parsing sequencer text and verifying its signature.
+//!
+//! [`Sequencer::parse`] checks syntax only, in the order cheapest-first: length, bytes, fields,
+//! then each field's canonical encoding. [`Sequencer::verify`] adds the signature check and is
+//! the only way to obtain a [`VerifiedSequencer`].
+
+use std::fmt;
+use std::str::FromStr;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use palisade_core::limits::{LOCK_NAME_BYTES_MAX, TOKEN_MAX, validate_lock_name};
+
+use crate::error::{ParseError, SequencerError};
+use crate::key::PublicKey;
+use crate::{SEQUENCER_BYTES_MAX, SEQUENCER_PREFIX, SIGNATURE_BYTES};
+
+/// A syntactically valid sequencer whose signature has not been checked yet.
+///
+/// Nothing about it is trustworthy until [`Sequencer::verify`] says so.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Sequencer {
+    text: String,
+    lock: String,
+    token: u64,
+    session: u64,
+    signature: [u8; SIGNATURE_BYTES],
+    /// Length of the signed part `pal1.<lock>.<token>.<session>` (before the last '.').
+    signed_bytes: usize,
+}
+
+impl Sequencer {
+    /// Parses sequencer text without checking the signature.
+    pub fn parse(text: &str) -> Result<Sequencer, ParseError> {
+        if text.is_empty() {
+            return Err(ParseError::Empty);
+        }
+        if text.len() > SEQUENCER_BYTES_MAX {
+            return Err(ParseError::TooLong {
+                bytes: text.len(),
+                bytes_max: SEQUENCER_BYTES_MAX,
+            });
+        }
+        if let Some(position) = text.bytes().position(|byte| !(0x21..=0x7e).contains(&byte)) {
+            return Err(ParseError::NotPrintableAscii { position });
+        }
+        let fields: Vec<&str> = text.split('.').collect();
+        let [version, lock, token, session, signature_field] = fields[..] else {
+            return Err(ParseError::FieldCount {
+                found: fields.len(),
+            });
+        };
+        if version != SEQUENCER_PREFIX {
+            // Printable ASCII by now, so safe to echo; bounded so the error stays small.
+            let found = version.chars().take(16).collect();
+            return Err(ParseError::Version { found });
+        }
+        let lock = URL_SAFE_NO_PAD
+            .decode(lock)
+            .map_err(|_| ParseError::LockEncoding)?;
+        let lock = String::from_utf8(lock).map_err(|_| ParseError::LockNotUtf8)?;
+        validate_lock_name(&lock, LOCK_NAME_BYTES_MAX).map_err(ParseError::LockName)?;
+        let token = parse_token(token)?;
+        let session = parse_session(session)?;
+        let signature_bytes = URL_SAFE_NO_PAD
+            .decode(signature_field)
+            .map_err(|_| ParseError::SignatureEncoding)?;
+        let signature: [u8; SIGNATURE_BYTES] =
+            signature_bytes
+                .as_slice()
+                .try_into()
+                .map_err(|_| ParseError::SignatureLength {
+                    bytes: signature_bytes.len(),
+                })?;
+        // The signature field cannot contain '.', so the last '.' ends the signed part.
+        let signed_bytes = text.len() - signature_field.len() - 1;
+        assert!((1..=TOKEN_MAX).contains(&token));
+        Ok(Sequencer {
+            text: text.to_owned(),
+            lock,
+            token,
+            session,
+            signature,
+            signed_bytes,
+        })
+    }
+
+    /// The lock this sequencer claims to be a grant of.
+    pub fn lock(&self) -> &str {
+        &self.lock
+    }
+
+    /// The fencing token, in `1..=TOKEN_MAX`.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The id of the session that holds (held) the grant.
+    pub fn session(&self) -> u64 {
+        self.session
+    }
+
+    /// The exact text, as presented.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// Checks the signature with the lock service's public key.
+    pub fn verify(&self, key: &PublicKey) -> Result<VerifiedSequencer, SequencerError> {
+        let message = &self.text.as_bytes()[..self.signed_bytes];
+        if key.verify_signature(message, &self.signature) {
+            Ok(VerifiedSequencer {
+                sequencer: self.clone(),
+            })
+        } else {
+            Err(SequencerError::BadSignature)
+        }
+    }
+}
+
+/// Parses a canonical decimal: digits only, no leading zero unless the number is 0.
+fn parse_decimal(text: &str) -> Result<Option<u64>, DecimalError> {
+    if text.is_empty() || !text.bytes().all(|byte| byte.is_ascii_digit()) {
+        return Err(DecimalError::NotANumber);
+    }
+    if text.len() > 1 && text.starts_with('0') {
+        return Err(DecimalError::LeadingZero);
+    }
+    // Only digits, so the one possible failure is overflow.
+    Ok(text.parse::<u64>().ok())
+}
+
+enum DecimalError {
+    NotANumber,
+    LeadingZero,
+}
+
+fn parse_token(text: &str) -> Result<u64, ParseError> {
+    match parse_decimal(text) {
+        Err(DecimalError::NotANumber) => Err(ParseError::TokenNotANumber),
+        Err(DecimalError::LeadingZero) => Err(ParseError::TokenLeadingZero),
+        Ok(Some(0)) => Err(ParseError::TokenZero),
+        Ok(Some(token)) if token <= TOKEN_MAX => Ok(token),
+        Ok(_) => Err(ParseError::TokenAboveMax {
+            token_max: TOKEN_MAX,
+        }),
+    }
+}
+
+fn parse_session(text: &str) -> Result<u64, ParseError> {
+    match parse_decimal(text) {
+        Err(DecimalError::NotANumber) => Err(ParseError::SessionNotANumber),
+        Err(DecimalError::LeadingZero) => Err(ParseError::SessionLeadingZero),
+        Ok(Some(session)) => Ok(session),
+        Ok(None) => Err(ParseError::SessionAboveMax),
+    }
+}
+
+impl FromStr for Sequencer {
+    type Err = ParseError;
+
+    fn from_str(text: &str) -> Result<Sequencer, ParseError> {
+        Sequencer::parse(text)
+    }
+}
+
+impl fmt::Display for Sequencer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl fmt::Debug for Sequencer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sequencer")
+            .field("lock", &self.lock)
+            .field("token", &self.token)
+            .field("session", &self.session)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A sequencer whose signature was checked against the lock service's public key.
+///
+/// Only [`Sequencer::verify`] (and the helpers that call it) can build one, so an API that takes
+/// `&VerifiedSequencer` cannot be handed a forged token by mistake.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct VerifiedSequencer {
+    sequencer: Sequencer,
+}
+
+impl VerifiedSequencer {
+    /// Parses `text` and verifies its signature with `key`.
+    pub fn from_str_verified(
+        text: &str,
+        key: &PublicKey,
+    ) -> Result<VerifiedSequencer, SequencerError> {
+        Sequencer::parse(text)?.verify(key)
+    }
+
+    /// The lock this grant is of.
+    pub fn lock(&self) -> &str {
+        self.sequencer.lock()
+    }
+
+    /// The fencing token, in `1..=TOKEN_MAX`.
+    pub fn token(&self) -> u64 {
+        self.sequencer.token()
+    }
+
+    /// The session holding the grant.
+    pub fn session(&self) -> u64 {
+        self.sequencer.session()
+    }
+
+    /// The exact text, as presented.
+    pub fn as_str(&self) -> &str {
+        self.sequencer.as_str()
+    }
+
+    /// The underlying sequencer.
+    pub fn sequencer(&self) -> &Sequencer {
+        &self.sequencer
+    }
+}
+
+impl fmt::Display for VerifiedSequencer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Debug for VerifiedSequencer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VerifiedSequencer")
+            .field("lock", &self.lock())
+            .field("token", &self.token())
+            .field("session", &self.session())
+            .finish_non_exhaustive()
+    }
+}

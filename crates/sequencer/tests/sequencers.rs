@@ -1,0 +1,309 @@
+//! Scenarios for the sequencer format: what the service signs, a resource accepts, and nothing
+//! else — no altered, truncated, foreign or out-of-range sequencer gets through.
+
+use palisade_core::limits::{LOCK_NAME_BYTES_MAX, TOKEN_MAX};
+use palisade_sequencer::{
+    ParseError, SEQUENCER_BYTES_LONGEST, SEQUENCER_BYTES_MAX, Sequencer, SequencerError, SignError,
+    SigningKey, VerifiedSequencer,
+};
+
+fn service_key() -> SigningKey {
+    SigningKey::from_bytes([7; 32])
+}
+
+/// A syntactically valid signature field, for parse-only tests.
+fn dummy_signature() -> String {
+    "A".repeat(86)
+}
+
+#[test]
+fn a_signed_sequencer_round_trips_through_text_and_verifies() {
+    let key = service_key();
+    let sequencer = key.sign("jobs/nightly", 42, 9).unwrap();
+    assert!(sequencer.as_str().starts_with("pal1."));
+    assert_eq!(sequencer.to_string(), sequencer.as_str());
+
+    let parsed: Sequencer = sequencer.as_str().parse().unwrap();
+    assert_eq!(parsed, sequencer);
+    let verified = parsed.verify(&key.public_key()).unwrap();
+    assert_eq!(verified.lock(), "jobs/nightly");
+    assert_eq!(verified.token(), 42);
+    assert_eq!(verified.session(), 9);
+    assert_eq!(verified.as_str(), sequencer.as_str());
+
+    let via_key = key.public_key().verify(sequencer.as_str()).unwrap();
+    assert_eq!(via_key, verified);
+}
+
+#[test]
+fn the_text_has_the_documented_fields() {
+    let sequencer = service_key().sign("a.b", 10, 0).unwrap();
+    let fields: Vec<&str> = sequencer.as_str().split('.').collect();
+    assert_eq!(fields.len(), 5);
+    assert_eq!(fields[0], "pal1");
+    assert_eq!(fields[1], "YS5i"); // base64url("a.b")
+    assert_eq!(fields[2], "10");
+    assert_eq!(fields[3], "0");
+    assert_eq!(fields[4].len(), 86);
+}
+
+#[test]
+fn changing_any_byte_never_yields_an_accepted_sequencer() {
+    let key = service_key();
+    let public_key = key.public_key();
+    let original = key.sign("orders/eu-west", 123_456, 77).unwrap();
+    let text = original.as_str();
+    assert!(text.len() > 100, "the test should cover a realistic length");
+
+    let replacements = ['A', 'B', 'z', '0', '1', '9', '.', '-', '_', '~', ' ', '='];
+    let mut altered_count = 0;
+    for position in 0..text.len() {
+        for &replacement in &replacements {
+            if text.as_bytes()[position] == replacement as u8 {
+                continue;
+            }
+            let mut altered = text.to_owned().into_bytes();
+            altered[position] = replacement as u8;
+            let altered = String::from_utf8(altered).unwrap();
+            let outcome = VerifiedSequencer::from_str_verified(&altered, &public_key);
+            assert!(
+                outcome.is_err(),
+                "altered byte {position} to {replacement:?} was accepted"
+            );
+            altered_count += 1;
+        }
+    }
+    assert!(altered_count > text.len() * 10);
+}
+
+#[test]
+fn every_truncation_is_refused() {
+    let key = service_key();
+    let text = key.sign("reports", 5, 1).unwrap().to_string();
+    for length in 0..text.len() {
+        let outcome = VerifiedSequencer::from_str_verified(&text[..length], &key.public_key());
+        assert!(
+            outcome.is_err(),
+            "truncation to {length} bytes was accepted"
+        );
+    }
+}
+
+#[test]
+fn a_sequencer_from_another_lock_service_is_a_bad_signature() {
+    let ours = service_key();
+    let theirs = SigningKey::from_bytes([8; 32]);
+    let foreign = theirs.sign("reports", TOKEN_MAX, 1).unwrap();
+    let outcome = foreign.verify(&ours.public_key());
+    assert_eq!(outcome.unwrap_err(), SequencerError::BadSignature);
+    assert!(foreign.verify(&theirs.public_key()).is_ok());
+}
+
+#[test]
+fn lock_names_with_slashes_dots_unicode_and_the_maximum_length_work() {
+    let key = service_key();
+    let longest = "é".repeat(LOCK_NAME_BYTES_MAX / 2);
+    assert_eq!(longest.len(), LOCK_NAME_BYTES_MAX);
+    for name in [
+        "a",
+        "jobs/nightly",
+        "a.b.c",
+        "ロック/日本",
+        "with space",
+        longest.as_str(),
+    ] {
+        let sequencer = key.sign(name, TOKEN_MAX, u64::MAX).unwrap();
+        assert!(sequencer.as_str().len() <= SEQUENCER_BYTES_MAX);
+        let verified = key.public_key().verify(sequencer.as_str()).unwrap();
+        assert_eq!(verified.lock(), name);
+        assert_eq!(verified.token(), TOKEN_MAX);
+        assert_eq!(verified.session(), u64::MAX);
+    }
+}
+
+#[test]
+fn the_longest_sequencer_is_exactly_the_computed_bound() {
+    let name = "x".repeat(LOCK_NAME_BYTES_MAX);
+    let sequencer = service_key().sign(&name, TOKEN_MAX, u64::MAX).unwrap();
+    assert_eq!(sequencer.as_str().len(), SEQUENCER_BYTES_LONGEST);
+}
+
+#[test]
+fn signing_refuses_what_the_lock_table_would_refuse() {
+    let key = service_key();
+    let too_long = "x".repeat(LOCK_NAME_BYTES_MAX + 1);
+    assert!(matches!(
+        key.sign(&too_long, 1, 1),
+        Err(SignError::LockName(_))
+    ));
+    assert!(matches!(key.sign("", 1, 1), Err(SignError::LockName(_))));
+    assert!(matches!(
+        key.sign("bad\nname", 1, 1),
+        Err(SignError::LockName(_))
+    ));
+    assert_eq!(key.sign("a", 0, 1).unwrap_err(), SignError::TokenZero);
+    assert_eq!(
+        key.sign("a", TOKEN_MAX + 1, 1).unwrap_err(),
+        SignError::TokenAboveMax {
+            token: TOKEN_MAX + 1,
+            token_max: TOKEN_MAX
+        }
+    );
+}
+
+#[test]
+fn parse_errors_name_the_malformed_part() {
+    let sig = dummy_signature();
+    let lock = "YQ"; // "a"
+    let cases: Vec<(String, ParseError)> = vec![
+        (String::new(), ParseError::Empty),
+        (
+            "x".repeat(513),
+            ParseError::TooLong {
+                bytes: 513,
+                bytes_max: 512,
+            },
+        ),
+        (
+            format!("pal1.{lock}.1 .1.{sig}"),
+            ParseError::NotPrintableAscii { position: 9 },
+        ),
+        (
+            format!("pal1.{lock}.1.{sig}"),
+            ParseError::FieldCount { found: 4 },
+        ),
+        (
+            format!("pal1.{lock}.1.1.1.{sig}"),
+            ParseError::FieldCount { found: 6 },
+        ),
+        (
+            format!("pal2.{lock}.1.1.{sig}"),
+            ParseError::Version {
+                found: "pal2".into(),
+            },
+        ),
+        (format!("pal1.YQ==.1.1.{sig}"), ParseError::LockEncoding),
+        (format!("pal1.YR.1.1.{sig}"), ParseError::LockEncoding), // non-canonical trailing bits
+        (format!("pal1.a+b.1.1.{sig}"), ParseError::LockEncoding),
+        (format!("pal1._w.1.1.{sig}"), ParseError::LockNotUtf8),
+        (
+            format!("pal1..1.1.{sig}"),
+            ParseError::LockName(lock_name_empty()),
+        ),
+        (
+            format!("pal1.{lock}.x.1.{sig}"),
+            ParseError::TokenNotANumber,
+        ),
+        (
+            format!("pal1.{lock}.-1.1.{sig}"),
+            ParseError::TokenNotANumber,
+        ),
+        (
+            format!("pal1.{lock}.+1.1.{sig}"),
+            ParseError::TokenNotANumber,
+        ),
+        (format!("pal1.{lock}..1.{sig}"), ParseError::TokenNotANumber),
+        (
+            format!("pal1.{lock}.01.1.{sig}"),
+            ParseError::TokenLeadingZero,
+        ),
+        (format!("pal1.{lock}.0.1.{sig}"), ParseError::TokenZero),
+        (
+            format!("pal1.{lock}.{}.1.{sig}", TOKEN_MAX + 1),
+            ParseError::TokenAboveMax {
+                token_max: TOKEN_MAX,
+            },
+        ),
+        (
+            format!("pal1.{lock}.{}.1.{sig}", "9".repeat(40)),
+            ParseError::TokenAboveMax {
+                token_max: TOKEN_MAX,
+            },
+        ),
+        (
+            format!("pal1.{lock}.1.s.{sig}"),
+            ParseError::SessionNotANumber,
+        ),
+        (
+            format!("pal1.{lock}.1.007.{sig}"),
+            ParseError::SessionLeadingZero,
+        ),
+        (
+            format!("pal1.{lock}.1.18446744073709551616.{sig}"),
+            ParseError::SessionAboveMax,
+        ),
+        (
+            format!("pal1.{lock}.1.1.{}", &sig[..85]),
+            ParseError::SignatureEncoding,
+        ),
+        (
+            format!("pal1.{lock}.1.1.{sig}AA"),
+            ParseError::SignatureLength { bytes: 66 },
+        ),
+        (
+            format!("pal1.{lock}.1.1."),
+            ParseError::SignatureLength { bytes: 0 },
+        ),
+    ];
+    for (text, expected) in cases {
+        assert_eq!(
+            Sequencer::parse(&text).unwrap_err(),
+            expected,
+            "for {text:?}"
+        );
+    }
+    // A well-formed dummy parses; only verification can refuse it.
+    let dummy = Sequencer::parse(&format!("pal1.{lock}.1.0.{sig}")).unwrap();
+    let err = dummy.verify(&service_key().public_key()).unwrap_err();
+    assert!(err.is_bad_signature() && !err.is_malformed());
+}
+
+#[test]
+fn non_ascii_text_is_refused_at_its_first_bad_byte() {
+    let text = format!("pal1.YQ.1.1.{}é", dummy_signature());
+    assert_eq!(
+        Sequencer::parse(&text).unwrap_err(),
+        ParseError::NotPrintableAscii { position: 12 + 86 }
+    );
+    let err = VerifiedSequencer::from_str_verified(&text, &service_key().public_key()).unwrap_err();
+    assert!(err.is_malformed());
+}
+
+#[test]
+fn error_messages_are_lowercase_and_without_trailing_period() {
+    let messages = [
+        ParseError::FieldCount { found: 3 }.to_string(),
+        SequencerError::BadSignature.to_string(),
+        SignError::TokenZero.to_string(),
+        SequencerError::from(ParseError::TokenZero).to_string(),
+    ];
+    for message in messages {
+        assert!(message.chars().next().unwrap().is_lowercase(), "{message}");
+        assert!(!message.ends_with('.'), "{message}");
+    }
+}
+
+#[test]
+fn a_signing_key_does_not_print_its_secret() {
+    let key = service_key();
+    let debug = format!("{key:?}");
+    assert!(debug.contains(&key.public_key().to_string()));
+    let secret_hex: String = key.to_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    assert!(!debug.contains(&secret_hex));
+    assert!(!debug.contains("7, 7, 7"));
+}
+
+#[test]
+fn generated_keys_differ_and_restore_from_bytes() {
+    let first = SigningKey::generate();
+    let second = SigningKey::generate();
+    assert_ne!(first.public_key(), second.public_key());
+    let restored = SigningKey::from_bytes(first.to_bytes());
+    assert_eq!(restored.public_key(), first.public_key());
+    let sequencer = first.sign("a", 1, 1).unwrap();
+    assert!(restored.public_key().verify(sequencer.as_str()).is_ok());
+}
+
+fn lock_name_empty() -> palisade_core::limits::LockNameError {
+    palisade_core::limits::validate_lock_name("", 1).unwrap_err()
+}
