@@ -614,15 +614,26 @@ impl LockTable {
     }
 
     /// After a lock changed: grant it to the first waiter if it is free, or forget it if idle.
+    ///
+    /// The first waiter is granted only while its session's lease and its wait are still running
+    /// at `now`. When time jumps past several deadlines in one input, [`Self::pass_time`] ends
+    /// them one at a time; a waiter whose own lease or deadline has also passed is about to be
+    /// removed by a later step of that same pass (which settles the lock again), and must not be
+    /// granted in between (invariant 7; etcd#11456).
     fn settle(&mut self, lock: &str, events: &mut Vec<Event>) {
         let Some(l) = self.locks.get(lock) else {
             return;
         };
+        let now = self.now_ms;
         if l.holder.is_none()
             && l.available_at_ms.is_none()
             && self.last_token < self.limits.token_max
         {
-            if let Some(next) = l.waiters.front().cloned() {
+            let live = |w: &&Waiter| {
+                self.sessions[&w.session].expires_at_ms > now
+                    && w.deadline_ms.is_none_or(|d| d > now)
+            };
+            if let Some(next) = l.waiters.front().filter(live).cloned() {
                 if let Some(deadline) = next.deadline_ms {
                     self.wait_deadlines
                         .remove(&(deadline, next.session, lock.to_string()));

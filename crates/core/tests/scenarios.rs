@@ -1,0 +1,444 @@
+//! Scenario tests of the lock table, written in phases and asserting what a client would see.
+//!
+//! Each test drives a [`LockTable`] through a short story with explicit times, the way the
+//! server would, and checks the replies and events a client would observe.
+
+use palisade_core::{
+    Command, CoreError, Event, Input, Limits, LockTable, Output, ReleaseCause, Reply, SessionId,
+    Token, Wait, WaitEndCause,
+};
+
+const TTL_MS: u64 = 1_000;
+
+/// A lock table plus the bookkeeping a test needs to write short phases.
+struct Story {
+    table: LockTable,
+    next_request_id: u64,
+}
+
+impl Story {
+    fn new(limits: Limits) -> Self {
+        Story {
+            table: LockTable::new(limits),
+            next_request_id: 1,
+        }
+    }
+
+    fn request_id(&mut self) -> u64 {
+        self.next_request_id += 1;
+        self.next_request_id
+    }
+
+    fn apply(&mut self, now_ms: u64, command: Command) -> Output {
+        let output = self.table.apply(Input { now_ms, command });
+        self.table.check_consistency();
+        output
+    }
+
+    fn open(&mut self, now_ms: u64, ttl_ms: u64) -> SessionId {
+        let request_id = self.request_id();
+        match self
+            .apply(now_ms, Command::OpenSession { request_id, ttl_ms })
+            .result
+        {
+            Ok(Reply::SessionOpened { session, .. }) => session,
+            other => panic!("open failed: {other:?}"),
+        }
+    }
+
+    fn acquire_with(
+        &mut self,
+        now_ms: u64,
+        session: SessionId,
+        lock: &str,
+        request_id: u64,
+        wait: Wait,
+    ) -> Output {
+        self.apply(
+            now_ms,
+            Command::Acquire {
+                session,
+                lock: lock.to_string(),
+                request_id,
+                wait,
+            },
+        )
+    }
+
+    fn acquire(&mut self, now_ms: u64, session: SessionId, lock: &str, wait: Wait) -> Output {
+        let request_id = self.request_id();
+        self.acquire_with(now_ms, session, lock, request_id, wait)
+    }
+
+    /// Acquires a free lock and returns its token.
+    fn take(&mut self, now_ms: u64, session: SessionId, lock: &str) -> Token {
+        match self.acquire(now_ms, session, lock, Wait::Try).result {
+            Ok(Reply::Granted { token, .. }) => token,
+            other => panic!("acquire of {lock:?} failed: {other:?}"),
+        }
+    }
+
+    fn release_with(
+        &mut self,
+        now_ms: u64,
+        session: SessionId,
+        lock: &str,
+        request_id: u64,
+    ) -> Output {
+        self.apply(
+            now_ms,
+            Command::Release {
+                session,
+                lock: lock.to_string(),
+                request_id,
+            },
+        )
+    }
+
+    fn tick(&mut self, now_ms: u64) -> Output {
+        self.apply(now_ms, Command::Tick)
+    }
+
+    fn restart(&mut self) {
+        let json = serde_json::to_string(&self.table).expect("table serialises");
+        let restored: LockTable = serde_json::from_str(&json).expect("table deserialises");
+        assert_eq!(
+            restored, self.table,
+            "snapshot round trip changed the table"
+        );
+        self.table = restored;
+    }
+}
+
+fn granted_events(events: &[Event]) -> Vec<(SessionId, Token)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Granted { session, token, .. } => Some((*session, *token)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn holder(story: &Story, lock: &str) -> Option<(SessionId, Token)> {
+    story
+        .table
+        .lock_status(lock)
+        .and_then(|s| s.holder)
+        .map(|g| (g.session, g.token))
+}
+
+#[test]
+fn a_waiter_whose_session_expires_is_never_granted() {
+    let mut story = Story::new(Limits::default());
+
+    // Phase 1: a holds the lock, b queues behind it; b's lease is shorter than a's.
+    let a = story.open(0, 3 * TTL_MS);
+    let b = story.open(0, TTL_MS);
+    let c = story.open(0, 10 * TTL_MS);
+    let token_a = story.take(0, a, "jobs/nightly");
+    let queued = story
+        .acquire_with(0, b, "jobs/nightly", 60, Wait::Forever)
+        .result;
+    assert!(matches!(queued, Ok(Reply::Queued { position: 0, .. })));
+    let queued = story.acquire(0, c, "jobs/nightly", Wait::Forever).result;
+    assert!(matches!(queued, Ok(Reply::Queued { position: 1, .. })));
+
+    // Phase 2: b's lease ends while it waits; its wait ends, nothing is granted.
+    let out = story.tick(TTL_MS);
+    assert!(out.events.contains(&Event::WaitEnded {
+        lock: "jobs/nightly".into(),
+        session: b,
+        request_id: 60,
+        cause: WaitEndCause::SessionEnded,
+    }));
+    assert!(granted_events(&out.events).is_empty());
+    assert_eq!(holder(&story, "jobs/nightly"), Some((a, token_a)));
+
+    // Phase 3: a releases; the grant skips b and goes to c.
+    let request_id = story.request_id();
+    let out = story.release_with(TTL_MS + 1, a, "jobs/nightly", request_id);
+    let grants = granted_events(&out.events);
+    assert_eq!(grants.len(), 1);
+    assert_eq!(grants[0].0, c);
+    assert!(grants[0].1 > token_a);
+}
+
+#[test]
+fn a_waiter_that_expires_in_the_same_instant_as_the_holder_is_never_granted() {
+    // The server may apply no input for a while (a pause, a change of leader); when time jumps
+    // past both the holder's and the waiter's lease, the waiter must not get the lock (etcd#11456).
+    let mut story = Story::new(Limits::default());
+
+    // Phase 1: a holds, b waits, c waits behind b; a expires first, then b, c lives on.
+    let a = story.open(0, TTL_MS);
+    let b = story.open(0, 2 * TTL_MS);
+    let c = story.open(0, 10 * TTL_MS);
+    let token_a = story.take(0, a, "l");
+    story.acquire(0, b, "l", Wait::Forever);
+    story.acquire(0, c, "l", Wait::Forever);
+
+    // Phase 2: time jumps past both leases in one input.
+    let out = story.tick(3 * TTL_MS);
+
+    // Then: b is never granted; c, still alive, gets the lock with a newer token.
+    let grants = granted_events(&out.events);
+    assert!(
+        grants.iter().all(|(s, _)| *s != b),
+        "expired waiter was granted: {:?}",
+        out.events
+    );
+    assert_eq!(grants.len(), 1, "{:?}", out.events);
+    assert_eq!(grants[0].0, c);
+    assert!(grants[0].1 > token_a);
+    assert_eq!(holder(&story, "l"), Some(grants[0]));
+}
+
+#[test]
+fn a_waiter_past_its_deadline_is_not_granted_when_time_jumps() {
+    let mut story = Story::new(Limits::default());
+
+    // Phase 1: a holds with a long lease; b waits for at most 100 ms; c waits for ever.
+    let a = story.open(0, TTL_MS);
+    let b = story.open(0, 10 * TTL_MS);
+    let c = story.open(0, 10 * TTL_MS);
+    story.take(0, a, "l");
+    story.acquire(0, b, "l", Wait::ForMs(100));
+    story.acquire(0, c, "l", Wait::Forever);
+
+    // Phase 2: time jumps past b's deadline and then past a's lease.
+    let out = story.tick(5 * TTL_MS);
+
+    // Then: b's wait timed out, c holds the lock.
+    assert!(out.events.iter().any(|e| matches!(
+        e,
+        Event::WaitEnded { session, cause: WaitEndCause::TimedOut, .. } if *session == b
+    )));
+    let grants = granted_events(&out.events);
+    assert_eq!(grants.len(), 1, "{:?}", out.events);
+    assert_eq!(grants[0].0, c);
+}
+
+#[test]
+fn tokens_keep_growing_after_a_lock_is_forgotten_and_re_created() {
+    let mut story = Story::new(Limits::default());
+    let a = story.open(0, TTL_MS);
+    let b = story.open(0, TTL_MS);
+
+    // Phase 1: a takes and releases the lock; nobody waits, so the table forgets it.
+    let first = story.take(0, a, "orders");
+    let request_id = story.request_id();
+    story.release_with(1, a, "orders", request_id);
+    assert_eq!(story.table.lock_status("orders"), None);
+    assert_eq!(story.table.lock_count(), 0);
+
+    // Phase 2: another lock is used in between.
+    story.take(2, b, "invoices");
+
+    // Phase 3: the lock is created again; its token is above the forgotten one.
+    let second = story.take(3, a, "orders");
+    assert!(second > first, "{second} is not above {first}");
+}
+
+#[test]
+fn a_retried_release_does_not_release_the_next_grant() {
+    let mut story = Story::new(Limits::default());
+    let a = story.open(0, TTL_MS);
+
+    // Phase 1: a takes the lock and releases it with request id 100.
+    let first = story.take(0, a, "l");
+    let released = story.release_with(1, a, "l", 100).result;
+    assert_eq!(
+        released,
+        Ok(Reply::Released {
+            lock: "l".into(),
+            session: a,
+            token: Some(first),
+        })
+    );
+
+    // Phase 2: a takes the lock again.
+    let second = story.take(2, a, "l");
+    assert!(second > first);
+
+    // Phase 3: the release is retried (its reply was lost); it returns the first outcome.
+    let retried = story.release_with(3, a, "l", 100);
+    assert_eq!(retried.result, released);
+    assert!(retried.events.is_empty());
+    assert_eq!(holder(&story, "l"), Some((a, second)));
+}
+
+#[test]
+fn a_retried_acquire_sees_the_grant_it_queued_for() {
+    let mut story = Story::new(Limits::default());
+    let a = story.open(0, TTL_MS);
+    let b = story.open(0, TTL_MS);
+
+    // Phase 1: a holds, b queues with request id 7.
+    story.take(0, a, "l");
+    let queued = story.acquire_with(0, b, "l", 7, Wait::Forever).result;
+    assert!(matches!(queued, Ok(Reply::Queued { .. })));
+
+    // Phase 2: a releases; b is granted from the queue.
+    let request_id = story.request_id();
+    let out = story.release_with(1, a, "l", request_id);
+    let grants = granted_events(&out.events);
+    assert_eq!(grants.len(), 1);
+    let (_, token_b) = grants[0];
+
+    // Phase 3: b retries request 7 and sees the grant, not the stale "queued".
+    let retried = story.acquire_with(2, b, "l", 7, Wait::Forever);
+    assert_eq!(
+        retried.result,
+        Ok(Reply::Granted {
+            lock: "l".into(),
+            session: b,
+            token: token_b,
+        })
+    );
+    assert!(retried.events.is_empty());
+
+    // And a re-acquire by the holder with a new request id returns the same token.
+    let again = story.acquire(3, b, "l", Wait::Try).result;
+    assert!(matches!(again, Ok(Reply::Granted { token, .. }) if token == token_b));
+}
+
+#[test]
+fn lock_delay_holds_the_lock_after_the_holder_expires_but_not_after_a_clean_release() {
+    let lock_delay_ms = 500;
+    let mut story = Story::new(Limits {
+        lock_delay_ms,
+        ..Limits::default()
+    });
+
+    // Phase 1: a holds "x" and lets its lease run out; b waits.
+    let a = story.open(0, TTL_MS);
+    let b = story.open(0, 100 * TTL_MS);
+    let c = story.open(0, 100 * TTL_MS);
+    let token_a = story.take(0, a, "x");
+    story.acquire(0, b, "x", Wait::Forever);
+    let out = story.tick(TTL_MS);
+    assert!(out.events.contains(&Event::Released {
+        lock: "x".into(),
+        session: a,
+        token: token_a,
+        cause: ReleaseCause::SessionExpired,
+    }));
+    assert!(granted_events(&out.events).is_empty());
+
+    // Phase 2: during the lock-delay nobody gets it, not even with a fresh try.
+    let busy = story
+        .acquire(TTL_MS + lock_delay_ms - 1, c, "x", Wait::Try)
+        .result;
+    assert!(matches!(
+        busy,
+        Err(CoreError::Busy { holder_session: None, available_at_ms: Some(at), .. })
+            if at == TTL_MS + lock_delay_ms
+    ));
+
+    // Phase 3: when the delay ends, the waiter is granted.
+    let out = story.tick(TTL_MS + lock_delay_ms);
+    let grants = granted_events(&out.events);
+    assert_eq!(grants.len(), 1);
+    assert_eq!(grants[0].0, b);
+    assert!(grants[0].1 > token_a);
+
+    // Phase 4: a clean release hands the lock over at once.
+    let now = TTL_MS + lock_delay_ms + 1;
+    story.acquire(now, c, "x", Wait::Forever);
+    let request_id = story.request_id();
+    let out = story.release_with(now, b, "x", request_id);
+    let grants = granted_events(&out.events);
+    assert_eq!(grants.len(), 1);
+    assert_eq!(grants[0].0, c);
+
+    // Phase 5: closing a session is also clean: no delay.
+    let d = story.open(now, TTL_MS);
+    story.acquire(now, d, "x", Wait::Forever);
+    let out = story.apply(now, Command::CloseSession { session: c });
+    assert_eq!(granted_events(&out.events).first().map(|g| g.0), Some(d));
+}
+
+#[test]
+fn restart_modelled_as_snapshot_and_restore_keeps_tokens_growing() {
+    let mut story = Story::new(Limits::default());
+    let a = story.open(0, 10 * TTL_MS);
+    let b = story.open(0, 10 * TTL_MS);
+
+    // Phase 1: some grants, the lock forgotten after the last release.
+    let t1 = story.take(0, a, "l");
+    let request_id = story.request_id();
+    story.release_with(1, a, "l", request_id);
+    let t2 = story.take(2, b, "other");
+    assert!(t2 > t1);
+
+    // Phase 2: the server restarts from a snapshot, then a new leader starts.
+    story.restart();
+    story.apply(3, Command::LeaderStart);
+
+    // Phase 3: the forgotten lock gets a token above every earlier one.
+    let t3 = story.take(4, a, "l");
+    assert!(t3 > t2 && t3 > t1);
+    assert_eq!(story.table.last_token(), t3);
+}
+
+#[test]
+fn leader_start_extends_every_lease_and_never_shortens_one() {
+    let mut story = Story::new(Limits::default());
+
+    // Phase 1: two sessions with different TTLs, one renewed late.
+    let short = story.open(0, TTL_MS);
+    let long = story.open(0, 5 * TTL_MS);
+    story.apply(900, Command::KeepAlive { session: short });
+
+    // Phase 2: a new leader starts at 1_500.
+    let out = story.apply(1_500, Command::LeaderStart);
+    assert_eq!(
+        out.result,
+        Ok(Reply::LeaderStarted {
+            sessions_extended: 2
+        })
+    );
+
+    // Then: every lease runs a full TTL from the leader's start.
+    let expiry = |story: &Story, s| story.table.session_status(s).unwrap().expires_at_ms;
+    assert_eq!(expiry(&story, short), 1_500 + TTL_MS);
+    assert_eq!(expiry(&story, long), 1_500 + 5 * TTL_MS);
+
+    // Phase 3: a leader start soon after extends the short lease but never shortens the long one.
+    story.apply(1_600, Command::LeaderStart);
+    assert_eq!(expiry(&story, short), 1_600 + TTL_MS);
+    assert_eq!(expiry(&story, long), 1_600 + 5 * TTL_MS);
+    story.apply(1_600, Command::LeaderStart);
+    assert_eq!(expiry(&story, long), 1_600 + 5 * TTL_MS);
+}
+
+#[test]
+fn at_the_token_limit_grants_are_refused_never_wrapped() {
+    let mut story = Story::new(Limits {
+        token_max: 3,
+        ..Limits::default()
+    });
+    let a = story.open(0, TTL_MS);
+
+    // Phase 1: use up every token.
+    let tokens: Vec<Token> = (0..3)
+        .map(|i| {
+            let lock = format!("l{i}");
+            story.take(0, a, &lock)
+        })
+        .collect();
+    assert_eq!(tokens, vec![1, 2, 3]);
+
+    // Phase 2: the next grant is refused, and the lock is not left behind.
+    let refused = story.acquire(0, a, "l9", Wait::Try).result;
+    assert_eq!(
+        refused,
+        Err(CoreError::TokensExhausted { lock: "l9".into() })
+    );
+    assert_eq!(story.table.lock_status("l9"), None);
+
+    // A holder re-acquiring still sees its own token.
+    let again = story.acquire(0, a, "l2", Wait::Try).result;
+    assert!(matches!(again, Ok(Reply::Granted { token: 3, .. })));
+}
