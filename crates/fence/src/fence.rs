@@ -1,0 +1,145 @@
+//! The fence primitive: a pure decision, with no I/O, that every backend runs under its own
+//! atomicity (a mutex, a write transaction, a row lock, a Lua script).
+//!
+//! A *scope* is a unit of protected state (a key, a table, a whole store) bound to one lock. Its
+//! [`FenceState`] — the highest token accepted, the lock it is bound to, and the session that
+//! presented that token — is stored with the scope's data. [`check`] compares a verified
+//! sequencer with that state and either accepts it, returning the state to store in the same
+//! atomic step as the write, or explains the rejection (invariants 3, 4, 9).
+//!
+//! **Architecture Invariant:** the accepted maximum never decreases. [`check`] asserts it (in
+//! release builds too), and backends re-assert it where they persist the state.
+
+use palisade_core::limits::TOKEN_MAX;
+use palisade_sequencer::{PublicKey, VerifiedSequencer};
+use serde::{Deserialize, Serialize};
+
+use crate::FenceError;
+
+/// Longest scope name, in bytes of UTF-8.
+pub const SCOPE_BYTES_MAX: usize = 512;
+
+/// What a scope has accepted so far. Stored with the scope's data, in the same commit.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct FenceState {
+    /// The lock this scope is bound to; sequencers of any other lock are refused.
+    pub lock: String,
+    /// The highest token accepted, in `1..=TOKEN_MAX`.
+    pub token_max: u64,
+    /// The session of the grant that presented `token_max` (the current holder, as far as this
+    /// resource knows).
+    pub holder_session: u64,
+}
+
+/// Which lock a scope must be protected by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LockBinding<'a> {
+    /// The first accepted sequencer binds the scope to its lock; later sequencers must match it.
+    #[default]
+    BindOnFirstWrite,
+    /// Only sequencers of this lock are accepted, even for the first write.
+    Expect(&'a str),
+}
+
+/// Decides whether `sequencer` may write to a scope whose stored state is `accepted`.
+///
+/// Accepts a token equal to the maximum (one grant may write many times) and any larger token;
+/// returns the state to store with the write. Refuses an older token as
+/// [`FenceError::Stale`] and another lock's sequencer as [`FenceError::WrongLock`].
+pub fn check(
+    accepted: Option<&FenceState>,
+    binding: LockBinding<'_>,
+    sequencer: &VerifiedSequencer,
+) -> Result<FenceState, FenceError> {
+    // A verified sequencer carries a token the service could have issued.
+    assert!((1..=TOKEN_MAX).contains(&sequencer.token()));
+    if let LockBinding::Expect(expected) = binding
+        && sequencer.lock() != expected
+    {
+        return Err(FenceError::WrongLock {
+            expected: expected.to_owned(),
+            presented: sequencer.lock().to_owned(),
+        });
+    }
+    let Some(accepted) = accepted else {
+        return Ok(FenceState {
+            lock: sequencer.lock().to_owned(),
+            token_max: sequencer.token(),
+            holder_session: sequencer.session(),
+        });
+    };
+    assert_state_valid(accepted);
+    if sequencer.lock() != accepted.lock {
+        return Err(FenceError::WrongLock {
+            expected: accepted.lock.clone(),
+            presented: sequencer.lock().to_owned(),
+        });
+    }
+    if sequencer.token() < accepted.token_max {
+        return Err(FenceError::Stale {
+            lock: accepted.lock.clone(),
+            presented: sequencer.token(),
+            accepted: accepted.token_max,
+            holder_session: Some(accepted.holder_session),
+        });
+    }
+    let advanced = FenceState {
+        lock: accepted.lock.clone(),
+        token_max: sequencer.token(),
+        holder_session: sequencer.session(),
+    };
+    assert_advance(Some(accepted), &advanced);
+    Ok(advanced)
+}
+
+/// Asserts that storing `next` over `previous` keeps the fence monotonic and bound to one lock.
+///
+/// Backends call this where they persist, pairing the assertion in [`check`].
+pub fn assert_advance(previous: Option<&FenceState>, next: &FenceState) {
+    assert_state_valid(next);
+    if let Some(previous) = previous {
+        assert!(
+            next.token_max >= previous.token_max,
+            "fence invariant broken: accepted token would go down from {} to {}",
+            previous.token_max,
+            next.token_max
+        );
+        assert_eq!(next.lock, previous.lock, "fence invariant broken: scope changed its lock");
+    }
+}
+
+fn assert_state_valid(state: &FenceState) {
+    assert!(
+        (1..=TOKEN_MAX).contains(&state.token_max),
+        "fence state holds token {} outside 1..=TOKEN_MAX",
+        state.token_max
+    );
+}
+
+/// Checks a scope name: 1..=[`SCOPE_BYTES_MAX`] bytes.
+pub fn validate_scope(scope: &str) -> Result<(), FenceError> {
+    if scope.is_empty() {
+        return Err(FenceError::InvalidScope { message: "scope name is empty".into() });
+    }
+    if scope.len() > SCOPE_BYTES_MAX {
+        return Err(FenceError::InvalidScope {
+            message: format!(
+                "scope name is {} bytes, the limit is {SCOPE_BYTES_MAX}",
+                scope.len()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Verifies the sequencer a client presented (a header, an argument), mapping every failure to
+/// the [`FenceError`] a resource returns: `None` or blank is [`FenceError::Missing`].
+pub fn verify_presented(
+    presented: Option<&str>,
+    key: &PublicKey,
+) -> Result<VerifiedSequencer, FenceError> {
+    match presented.map(str::trim) {
+        None | Some("") => Err(FenceError::Missing),
+        Some(text) => Ok(VerifiedSequencer::from_str_verified(text, key)?),
+    }
+}

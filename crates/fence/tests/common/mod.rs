@@ -1,0 +1,54 @@
+//! Helpers shared by the fence scenarios: a lock service key, grants, a seeded shuffle.
+#![allow(dead_code)]
+
+use palisade_sequencer::{PublicKey, SigningKey, VerifiedSequencer};
+
+/// The lock service whose public key the resources under test trust.
+pub fn service_key() -> SigningKey {
+    SigningKey::from_bytes([42; 32])
+}
+
+pub fn public_key() -> PublicKey {
+    service_key().public_key()
+}
+
+/// A grant of `lock` with `token` to `session`, as the resource receives and verifies it.
+pub fn grant(lock: &str, token: u64, session: u64) -> VerifiedSequencer {
+    let sequencer = service_key().sign(lock, token, session).unwrap();
+    public_key().verify(sequencer.as_str()).unwrap()
+}
+
+/// A sequencer for a huge token signed by someone else's key, and the text of it.
+pub fn forged_text(lock: &str, token: u64) -> String {
+    let attacker = SigningKey::from_bytes([13; 32]);
+    attacker.sign(lock, token, 666).unwrap().to_string()
+}
+
+/// A deterministic shuffle (xorshift), so a failing race replays with the same interleaving
+/// of tokens across writers.
+pub fn shuffled(mut items: Vec<u64>, seed: u64) -> Vec<u64> {
+    let mut state = seed | 1;
+    for index in (1..items.len()).rev() {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        items.swap(index, (state % (index as u64 + 1)) as usize);
+    }
+    items
+}
+
+/// A name no other test run uses, for scopes and tables in shared servers.
+pub fn unique(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{prefix}_{}_{nanos}", std::process::id())
+}
+
+/// Asserts the tokens, in the order their writes were applied, never go down.
+pub fn assert_nondecreasing(applied: &[u64]) {
+    for pair in applied.windows(2) {
+        assert!(pair[0] <= pair[1], "token {} applied after token {}", pair[1], pair[0]);
+    }
+}
