@@ -115,6 +115,18 @@ impl LockTable {
         &self.limits
     }
 
+    /// Replaces the limits, e.g. when a server restarts with new settings. Existing sessions,
+    /// locks and waiters stay even if they exceed the new limits; only new ones are refused.
+    ///
+    /// # Panics
+    /// If `limits` exceed the ceilings of [`crate::limits`].
+    pub fn set_limits(&mut self, limits: Limits) {
+        if let Err(message) = limits.validate() {
+            panic!("invalid lock table limits: {message}");
+        }
+        self.limits = limits;
+    }
+
     /// The table's clock: the latest time of any input applied.
     pub fn now_ms(&self) -> TimeMs {
         self.now_ms
@@ -604,7 +616,7 @@ impl LockTable {
         let ended = Err(CoreError::WaitEnded {
             lock: lock.to_string(),
         });
-        update_remembered(session, waiter.request_id, &ended);
+        update_remembered(session, lock, &ended);
         events.push(Event::WaitEnded {
             lock: lock.to_string(),
             session: id,
@@ -653,7 +665,7 @@ impl LockTable {
                     .sessions
                     .get_mut(&next.session)
                     .expect("waiter session exists");
-                update_remembered(session, next.request_id, &granted);
+                update_remembered(session, lock, &granted);
             }
         }
         self.forget_if_idle(lock);
@@ -806,17 +818,19 @@ fn remembered(
     }
 }
 
-/// A queued acquire's outcome changed (granted or timed out): a retry must now see that.
-fn update_remembered(
-    session: &mut Session,
-    request_id: RequestId,
-    result: &Result<Reply, CoreError>,
-) {
-    if let Some(r) = session
-        .recent
-        .iter_mut()
-        .find(|r| r.request_id == request_id && r.kind == RequestKind::Acquire)
-    {
+/// A queued wait for `lock` ended (granted, timed out or withdrawn): a retry must now see that.
+///
+/// Every remembered acquire of `lock` that answered "queued" belongs to this wait — the one that
+/// queued and any repeated acquire while it waited (a new request id answers the current place
+/// in line) — because an earlier wait of the same session was resolved the same way when it
+/// ended. Updating only the request id that queued would leave a retry of a repeated acquire
+/// answering "queued" for a lock the session already holds, or no longer waits for (invariant 8).
+fn update_remembered(session: &mut Session, lock: &str, result: &Result<Reply, CoreError>) {
+    for r in session.recent.iter_mut().filter(|r| {
+        r.kind == RequestKind::Acquire
+            && r.lock == lock
+            && matches!(r.result, Ok(Reply::Queued { .. }))
+    }) {
         r.result = result.clone();
     }
 }

@@ -27,6 +27,12 @@ pub struct Input {
     pub command: Command,
 }
 
+impl std::fmt::Display for Input {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "at {} ms: {:?}", self.now_ms, self.command)
+    }
+}
+
 /// How long an acquire may wait in the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Wait {

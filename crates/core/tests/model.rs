@@ -1,0 +1,1068 @@
+//! The lock table against a deliberately simple reference model, under random command sequences.
+//!
+//! [`Model`] is written from the semantics of the lock table (DESIGN.md §2, invariants 1, 6, 7,
+//! 8 and 10), not from its code: plain `Vec`s, linear searches, no deadline indexes, no
+//! cross-referenced sets. Every step compares the table's reply and events with the model's and
+//! the visible state of every lock and session. Independently of the model, a [`Checker`]
+//! watches the observable history for the invariants themselves: tokens strictly increase per
+//! lock, waiters are granted in the order they queued, no session is granted after its lease or
+//! wait ran out or after it ended, retries do not act twice, lock-delay is honoured after an
+//! expiry, leases are never shortened, limits hold. Random snapshot/restore (a serde_json round
+//! trip of the table) in the middle of a sequence models a restart.
+//!
+//! `PROPTEST_CASES` overrides the number of sequences (2000 by default).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use palisade_core::limits::{LockNameError, REQUEST_IDS_PER_SESSION_MAX, TOKEN_MAX, WAIT_MS_MAX};
+use palisade_core::{
+    Command, CoreError, Event, Input, Limits, LockTable, Output, ReleaseCause, Reply, RequestId,
+    SessionId, TimeMs, Token, Wait, WaitEndCause,
+};
+use proptest::prelude::*;
+
+// ---------------------------------------------------------------------------------------------
+// The reference model.
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+struct MSession {
+    id: SessionId,
+    ttl_ms: u64,
+    expires_at_ms: TimeMs,
+    open_request_id: RequestId,
+    /// (request id, is_acquire, lock, outcome), oldest first.
+    recent: Vec<(RequestId, bool, String, Result<Reply, CoreError>)>,
+}
+
+#[derive(Debug, Clone)]
+struct MWaiter {
+    session: SessionId,
+    request_id: RequestId,
+    deadline_ms: Option<TimeMs>,
+}
+
+#[derive(Debug, Clone)]
+struct MLock {
+    name: String,
+    /// (session, token)
+    holder: Option<(SessionId, Token)>,
+    waiters: Vec<MWaiter>,
+    available_at_ms: Option<TimeMs>,
+    last_token: Token,
+}
+
+#[derive(Debug, Clone)]
+struct Model {
+    limits: Limits,
+    now_ms: TimeMs,
+    last_token: Token,
+    last_session: SessionId,
+    sessions: Vec<MSession>,
+    locks: Vec<MLock>,
+}
+
+impl Model {
+    fn new(limits: Limits) -> Self {
+        Model {
+            limits,
+            now_ms: 0,
+            last_token: 0,
+            last_session: 0,
+            sessions: Vec::new(),
+            locks: Vec::new(),
+        }
+    }
+
+    fn session(&self, id: SessionId) -> Option<&MSession> {
+        self.sessions.iter().find(|s| s.id == id)
+    }
+
+    fn session_mut(&mut self, id: SessionId) -> Option<&mut MSession> {
+        self.sessions.iter_mut().find(|s| s.id == id)
+    }
+
+    fn lock(&self, name: &str) -> Option<&MLock> {
+        self.locks.iter().find(|l| l.name == name)
+    }
+
+    fn lock_mut(&mut self, name: &str) -> Option<&mut MLock> {
+        self.locks.iter_mut().find(|l| l.name == name)
+    }
+
+    /// Names of locks matching `pred`, in name order.
+    fn lock_names(&self, pred: impl Fn(&MLock) -> bool) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .locks
+            .iter()
+            .filter(|l| pred(l))
+            .map(|l| l.name.clone())
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn apply(&mut self, input: Input) -> Output {
+        let mut events = Vec::new();
+        self.now_ms = self.now_ms.max(input.now_ms);
+        self.pass_time(&mut events);
+        let result = match input.command {
+            Command::OpenSession { request_id, ttl_ms } => self.open(request_id, ttl_ms),
+            Command::KeepAlive { session } => match self.session(session) {
+                None => Err(CoreError::SessionNotFound { session }),
+                Some(_) => {
+                    let now = self.now_ms;
+                    let s = self.session_mut(session).unwrap();
+                    s.expires_at_ms = now + s.ttl_ms;
+                    Ok(Reply::KeptAlive {
+                        session,
+                        expires_at_ms: s.expires_at_ms,
+                    })
+                }
+            },
+            Command::CloseSession { session } => match self.session(session) {
+                None => Err(CoreError::SessionNotFound { session }),
+                Some(_) => {
+                    self.end_session(session, false, &mut events);
+                    Ok(Reply::SessionClosed { session })
+                }
+            },
+            Command::Acquire {
+                session,
+                lock,
+                request_id,
+                wait,
+            } => self.deduplicated(session, request_id, true, lock, &mut events, |m, l, ev| {
+                m.acquire(session, l, request_id, wait, ev)
+            }),
+            Command::Release {
+                session,
+                lock,
+                request_id,
+            } => self.deduplicated(session, request_id, false, lock, &mut events, |m, l, ev| {
+                m.release(session, l, ev)
+            }),
+            Command::Tick => Ok(Reply::Ticked),
+            Command::LeaderStart => {
+                let now = self.now_ms;
+                let mut extended = 0;
+                for s in &mut self.sessions {
+                    if now + s.ttl_ms > s.expires_at_ms {
+                        s.expires_at_ms = now + s.ttl_ms;
+                        extended += 1;
+                    }
+                }
+                Ok(Reply::LeaderStarted {
+                    sessions_extended: extended,
+                })
+            }
+        };
+        Output { result, events }
+    }
+
+    /// Expired sessions first (in expiry order), then waits past their deadline, then
+    /// lock-delays that ended.
+    fn pass_time(&mut self, events: &mut Vec<Event>) {
+        let now = self.now_ms;
+        while let Some(id) = self
+            .sessions
+            .iter()
+            .filter(|s| s.expires_at_ms <= now)
+            .min_by_key(|s| (s.expires_at_ms, s.id))
+            .map(|s| s.id)
+        {
+            self.end_session(id, true, events);
+        }
+        while let Some((_, session, name)) = self
+            .locks
+            .iter()
+            .flat_map(|l| {
+                l.waiters.iter().filter_map(|w| {
+                    w.deadline_ms
+                        .filter(|d| *d <= now)
+                        .map(|d| (d, w.session, l.name.clone()))
+                })
+            })
+            .min()
+        {
+            self.end_wait(session, &name, WaitEndCause::TimedOut, events);
+            self.settle(&name, events);
+        }
+        while let Some((_, name)) = self
+            .locks
+            .iter()
+            .filter_map(|l| {
+                l.available_at_ms
+                    .filter(|a| *a <= now)
+                    .map(|a| (a, l.name.clone()))
+            })
+            .min()
+        {
+            self.lock_mut(&name).unwrap().available_at_ms = None;
+            self.settle(&name, events);
+        }
+    }
+
+    fn open(&mut self, request_id: RequestId, ttl_ms: u64) -> Result<Reply, CoreError> {
+        if let Some(s) = self
+            .sessions
+            .iter()
+            .find(|s| s.open_request_id == request_id)
+        {
+            return Ok(Reply::SessionOpened {
+                session: s.id,
+                ttl_ms: s.ttl_ms,
+                expires_at_ms: s.expires_at_ms,
+            });
+        }
+        let (ttl_ms_min, ttl_ms_max) = (
+            self.limits.session_ttl_ms_min,
+            self.limits.session_ttl_ms_max,
+        );
+        if ttl_ms < ttl_ms_min || ttl_ms > ttl_ms_max {
+            return Err(CoreError::TtlOutOfRange {
+                ttl_ms,
+                ttl_ms_min,
+                ttl_ms_max,
+            });
+        }
+        if self.sessions.len() >= self.limits.sessions_max {
+            return Err(CoreError::TooManySessions {
+                sessions_max: self.limits.sessions_max,
+            });
+        }
+        self.last_session += 1;
+        let session = MSession {
+            id: self.last_session,
+            ttl_ms,
+            expires_at_ms: self.now_ms + ttl_ms,
+            open_request_id: request_id,
+            recent: Vec::new(),
+        };
+        let reply = Reply::SessionOpened {
+            session: session.id,
+            ttl_ms,
+            expires_at_ms: session.expires_at_ms,
+        };
+        self.sessions.push(session);
+        Ok(reply)
+    }
+
+    /// Runs `act` once per request id: a retry returns the remembered outcome.
+    fn deduplicated(
+        &mut self,
+        session: SessionId,
+        request_id: RequestId,
+        is_acquire: bool,
+        lock: String,
+        events: &mut Vec<Event>,
+        act: impl FnOnce(&mut Model, &str, &mut Vec<Event>) -> Result<Reply, CoreError>,
+    ) -> Result<Reply, CoreError> {
+        let Some(s) = self.session(session) else {
+            return Err(CoreError::SessionNotFound { session });
+        };
+        if let Some((_, kind, l, outcome)) = s.recent.iter().find(|r| r.0 == request_id) {
+            if *kind == is_acquire && *l == lock {
+                return outcome.clone();
+            }
+            return Err(CoreError::RequestIdConflict { request_id });
+        }
+        let outcome = act(self, &lock, events);
+        if let Some(s) = self.session_mut(session) {
+            if s.recent.len() == REQUEST_IDS_PER_SESSION_MAX {
+                s.recent.remove(0);
+            }
+            s.recent
+                .push((request_id, is_acquire, lock, outcome.clone()));
+        }
+        outcome
+    }
+
+    fn acquire(
+        &mut self,
+        session: SessionId,
+        name: &str,
+        request_id: RequestId,
+        wait: Wait,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, CoreError> {
+        let bytes_max = self.limits.lock_name_bytes_max;
+        if name.is_empty() {
+            return Err(CoreError::InvalidLockName(LockNameError::Empty));
+        }
+        if name.len() > bytes_max {
+            return Err(CoreError::InvalidLockName(LockNameError::TooLong {
+                bytes: name.len(),
+                bytes_max,
+            }));
+        }
+        if name.chars().any(char::is_control) {
+            return Err(CoreError::InvalidLockName(LockNameError::ControlCharacter));
+        }
+        let deadline_ms = match wait {
+            Wait::ForMs(ms) if ms > WAIT_MS_MAX => {
+                return Err(CoreError::WaitOutOfRange {
+                    wait_ms: ms,
+                    wait_ms_max: WAIT_MS_MAX,
+                });
+            }
+            Wait::ForMs(ms) => Some(self.now_ms + ms),
+            _ => None,
+        };
+        let granted = |token| {
+            Ok(Reply::Granted {
+                lock: name.to_string(),
+                session,
+                token,
+            })
+        };
+        let Some(l) = self.lock(name) else {
+            // A lock nobody holds, waits for or delays: free.
+            if self.locks.len() >= self.limits.locks_max {
+                return Err(CoreError::TooManyLocks {
+                    locks_max: self.limits.locks_max,
+                });
+            }
+            if self.last_token >= self.limits.token_max {
+                return Err(CoreError::TokensExhausted {
+                    lock: name.to_string(),
+                });
+            }
+            self.locks.push(MLock {
+                name: name.to_string(),
+                holder: None,
+                waiters: Vec::new(),
+                available_at_ms: None,
+                last_token: 0,
+            });
+            return granted(self.grant(name, session, request_id, events));
+        };
+        if let Some((_, token)) = l.holder.filter(|h| h.0 == session) {
+            return granted(token);
+        }
+        if let Some(position) = l.waiters.iter().position(|w| w.session == session) {
+            return Ok(Reply::Queued {
+                lock: name.to_string(),
+                session,
+                position,
+            });
+        }
+        assert!(
+            l.holder.is_some() || l.available_at_ms.is_some() || !l.waiters.is_empty(),
+            "model keeps an idle lock"
+        );
+        if wait == Wait::Try || deadline_ms.is_some_and(|d| d <= self.now_ms) {
+            return Err(CoreError::Busy {
+                lock: name.to_string(),
+                holder_session: l.holder.map(|h| h.0),
+                holder_token: l.holder.map(|h| h.1),
+                available_at_ms: l.available_at_ms,
+            });
+        }
+        if l.waiters.len() >= self.limits.waiters_per_lock_max {
+            return Err(CoreError::TooManyWaiters {
+                lock: name.to_string(),
+                waiters_max: self.limits.waiters_per_lock_max,
+            });
+        }
+        let l = self.lock_mut(name).unwrap();
+        l.waiters.push(MWaiter {
+            session,
+            request_id,
+            deadline_ms,
+        });
+        Ok(Reply::Queued {
+            lock: name.to_string(),
+            session,
+            position: l.waiters.len() - 1,
+        })
+    }
+
+    fn release(
+        &mut self,
+        session: SessionId,
+        name: &str,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, CoreError> {
+        let Some(l) = self.lock(name) else {
+            return Err(CoreError::NotHolder {
+                lock: name.to_string(),
+                session,
+                holder_session: None,
+            });
+        };
+        if l.holder.is_some_and(|h| h.0 == session) {
+            let token = self.free(name, ReleaseCause::Released, events);
+            self.settle(name, events);
+            return Ok(Reply::Released {
+                lock: name.to_string(),
+                session,
+                token: Some(token),
+            });
+        }
+        if l.waiters.iter().any(|w| w.session == session) {
+            self.end_wait(session, name, WaitEndCause::Withdrawn, events);
+            self.settle(name, events);
+            return Ok(Reply::Released {
+                lock: name.to_string(),
+                session,
+                token: None,
+            });
+        }
+        Err(CoreError::NotHolder {
+            lock: name.to_string(),
+            session,
+            holder_session: l.holder.map(|h| h.0),
+        })
+    }
+
+    fn end_session(&mut self, id: SessionId, expired: bool, events: &mut Vec<Event>) {
+        let waiting = self.lock_names(|l| l.waiters.iter().any(|w| w.session == id));
+        let held = self.lock_names(|l| l.holder.is_some_and(|h| h.0 == id));
+        for name in &waiting {
+            let l = self.lock_mut(name).unwrap();
+            let i = l.waiters.iter().position(|w| w.session == id).unwrap();
+            let w = l.waiters.remove(i);
+            events.push(Event::WaitEnded {
+                lock: name.clone(),
+                session: id,
+                request_id: w.request_id,
+                cause: WaitEndCause::SessionEnded,
+            });
+        }
+        let cause = if expired {
+            ReleaseCause::SessionExpired
+        } else {
+            ReleaseCause::SessionClosed
+        };
+        for name in &held {
+            self.free(name, cause, events);
+        }
+        self.sessions.retain(|s| s.id != id);
+        events.push(Event::SessionEnded {
+            session: id,
+            expired,
+        });
+        for name in waiting.iter().chain(&held) {
+            self.settle(name, events);
+        }
+    }
+
+    fn free(&mut self, name: &str, cause: ReleaseCause, events: &mut Vec<Event>) -> Token {
+        let now = self.now_ms;
+        let delay = self.limits.lock_delay_ms;
+        let l = self.lock_mut(name).unwrap();
+        let (session, token) = l.holder.take().unwrap();
+        if cause == ReleaseCause::SessionExpired && delay > 0 {
+            l.available_at_ms = Some(now + delay);
+        }
+        events.push(Event::Released {
+            lock: name.to_string(),
+            session,
+            token,
+            cause,
+        });
+        token
+    }
+
+    fn end_wait(
+        &mut self,
+        session: SessionId,
+        name: &str,
+        cause: WaitEndCause,
+        events: &mut Vec<Event>,
+    ) {
+        let l = self.lock_mut(name).unwrap();
+        let i = l.waiters.iter().position(|w| w.session == session).unwrap();
+        let w = l.waiters.remove(i);
+        self.resolve_queued(
+            session,
+            name,
+            Err(CoreError::WaitEnded {
+                lock: name.to_string(),
+            }),
+        );
+        events.push(Event::WaitEnded {
+            lock: name.to_string(),
+            session,
+            request_id: w.request_id,
+            cause,
+        });
+    }
+
+    /// Every remembered acquire of `name` that answered "queued" now answers with how the wait
+    /// ended, so a retry of any of them sees the outcome rather than a stale "queued".
+    fn resolve_queued(
+        &mut self,
+        session: SessionId,
+        name: &str,
+        outcome: Result<Reply, CoreError>,
+    ) {
+        let s = self.session_mut(session).unwrap();
+        for r in &mut s.recent {
+            if r.1 && r.2 == name && matches!(r.3, Ok(Reply::Queued { .. })) {
+                r.3 = outcome.clone();
+            }
+        }
+    }
+
+    fn grant(
+        &mut self,
+        name: &str,
+        session: SessionId,
+        request_id: RequestId,
+        events: &mut Vec<Event>,
+    ) -> Token {
+        assert!(self.last_token < self.limits.token_max);
+        self.last_token += 1;
+        let token = self.last_token;
+        let l = self.lock_mut(name).unwrap();
+        l.holder = Some((session, token));
+        l.last_token = token;
+        events.push(Event::Granted {
+            lock: name.to_string(),
+            session,
+            token,
+            request_id,
+        });
+        token
+    }
+
+    /// A free lock goes to its first waiter, if that waiter's lease and wait are still running;
+    /// a lock with nothing left is forgotten.
+    fn settle(&mut self, name: &str, events: &mut Vec<Event>) {
+        let now = self.now_ms;
+        let Some(l) = self.lock(name) else {
+            return;
+        };
+        let free = l.holder.is_none() && l.available_at_ms.is_none();
+        if free && self.last_token < self.limits.token_max {
+            if let Some(w) = l.waiters.first().cloned() {
+                let lease_running = self.session(w.session).unwrap().expires_at_ms > now;
+                let wait_running = w.deadline_ms.is_none_or(|d| d > now);
+                if lease_running && wait_running {
+                    self.lock_mut(name).unwrap().waiters.remove(0);
+                    let token = self.grant(name, w.session, w.request_id, events);
+                    self.resolve_queued(
+                        w.session,
+                        name,
+                        Ok(Reply::Granted {
+                            lock: name.to_string(),
+                            session: w.session,
+                            token,
+                        }),
+                    );
+                }
+            }
+        }
+        let l = self.lock(name).unwrap();
+        if l.holder.is_none() && l.waiters.is_empty() && l.available_at_ms.is_none() {
+            self.locks.retain(|l| l.name != name);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The invariant checker: judges the observable history only.
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Default)]
+struct Checker {
+    /// Highest token ever granted per lock.
+    token_max_of: BTreeMap<String, Token>,
+    /// Every grant ever made: (session, lock, token).
+    grants: BTreeSet<(SessionId, String, Token)>,
+    /// Sessions in the order they queued, per lock, as replies and events told us.
+    queues: BTreeMap<String, Vec<SessionId>>,
+    ended: BTreeSet<SessionId>,
+    /// Each live session's lease end, as of the end of the previous step.
+    expiry: BTreeMap<SessionId, TimeMs>,
+    /// A lock whose holder expired may not be granted before this time.
+    delay_until: BTreeMap<String, TimeMs>,
+}
+
+impl Checker {
+    fn observe(&mut self, table: &LockTable, command: &Command, output: &Output) {
+        let limits = *table.limits();
+        let now = table.now_ms();
+        for event in &output.events {
+            match event {
+                Event::Granted {
+                    lock,
+                    session,
+                    token,
+                    ..
+                } => {
+                    assert!(!self.ended.contains(session), "grant to ended session");
+                    assert!(*token <= limits.token_max, "token past the limit");
+                    if let Some(&max) = self.token_max_of.get(lock) {
+                        assert!(*token > max, "token {token} of {lock:?} not above {max}");
+                    }
+                    let expiry = self.expiry[session];
+                    assert!(
+                        expiry > now,
+                        "grant at {now} to a lease that ended at {expiry}"
+                    );
+                    if let Some(&until) = self.delay_until.get(lock) {
+                        assert!(now >= until, "grant of {lock:?} at {now} in lock-delay");
+                    }
+                    let queue = self.queues.entry(lock.clone()).or_default();
+                    if let Some(&first) = queue.first() {
+                        assert_eq!(first, *session, "grant out of FIFO order");
+                        queue.remove(0);
+                    }
+                    assert!(!queue.contains(session));
+                    self.token_max_of.insert(lock.clone(), *token);
+                    self.grants.insert((*session, lock.clone(), *token));
+                }
+                Event::Released {
+                    lock,
+                    session,
+                    token,
+                    cause,
+                } => {
+                    assert!(self.grants.contains(&(*session, lock.clone(), *token)));
+                    if *cause == ReleaseCause::SessionExpired {
+                        let until = self.expiry[session] + limits.lock_delay_ms;
+                        self.delay_until.insert(lock.clone(), until);
+                    }
+                }
+                Event::WaitEnded { lock, session, .. } => {
+                    let queue = self.queues.entry(lock.clone()).or_default();
+                    let i = queue.iter().position(|s| s == session);
+                    queue.remove(i.expect("wait ended for a session that was not queued"));
+                }
+                Event::SessionEnded { session, expired } => {
+                    assert!(
+                        self.queues.values().all(|q| !q.contains(session)),
+                        "session ended while still queued"
+                    );
+                    if *expired {
+                        assert!(self.expiry[session] <= now, "session expired early");
+                    }
+                    assert!(self.ended.insert(*session), "session ended twice");
+                }
+            }
+        }
+        match &output.result {
+            Ok(Reply::Granted {
+                lock,
+                session,
+                token,
+            }) => {
+                assert!(!self.ended.contains(session));
+                assert!(
+                    self.grants.contains(&(*session, lock.clone(), *token)),
+                    "reply names a grant that never happened"
+                );
+            }
+            Ok(Reply::Queued {
+                lock,
+                session,
+                position,
+            }) => {
+                let queue = self.queues.entry(lock.clone()).or_default();
+                if !queue.contains(session) {
+                    queue.push(*session);
+                    assert_eq!(*position, queue.len() - 1);
+                }
+            }
+            Ok(Reply::SessionOpened {
+                session,
+                expires_at_ms,
+                ..
+            }) => {
+                assert!(!self.ended.contains(session));
+                self.expiry.entry(*session).or_insert(*expires_at_ms);
+            }
+            Err(CoreError::TokensExhausted { .. }) => {
+                assert_eq!(table.last_token(), limits.token_max);
+            }
+            _ => {}
+        }
+
+        // The table's own cross-references, and the limits.
+        table.check_consistency();
+        assert!(table.session_count() <= limits.sessions_max);
+        assert!(table.lock_count() <= limits.locks_max);
+        assert!(table.last_token() <= limits.token_max);
+        for status in table.locks("", None, usize::MAX) {
+            assert!(status.waiters.len() <= limits.waiters_per_lock_max);
+            // FIFO: the table's queue is exactly the order in which sessions were told "queued".
+            let queue = self.queues.get(&status.lock).cloned().unwrap_or_default();
+            assert_eq!(status.waiters, queue, "queue of {:?}", status.lock);
+            if let Some(g) = &status.holder {
+                assert_eq!(self.token_max_of[&status.lock], g.token);
+            }
+        }
+        for (lock, queue) in &self.queues {
+            if !queue.is_empty() {
+                assert!(
+                    table.lock_status(lock).is_some(),
+                    "waiters of a forgotten lock"
+                );
+            }
+        }
+
+        // Leases: never shortened; a leader start renews each to a full TTL from now.
+        let ids: Vec<SessionId> = self.expiry.keys().copied().collect();
+        for id in ids {
+            match table.session_status(id) {
+                Some(s) => {
+                    assert!(
+                        s.expires_at_ms > now,
+                        "a live session's lease already ended"
+                    );
+                    assert!(s.expires_at_ms >= self.expiry[&id], "lease shortened");
+                    if *command == Command::LeaderStart {
+                        assert!(s.expires_at_ms >= now + s.ttl_ms);
+                    }
+                    self.expiry.insert(id, s.expires_at_ms);
+                }
+                None => {
+                    assert!(self.ended.contains(&id), "session vanished without ending");
+                    self.expiry.remove(&id);
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Random command sequences.
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy)]
+enum ReqId {
+    /// A request id never used before.
+    Fresh,
+    /// The n-th most recent request id the session used (a retry, or a conflicting reuse).
+    Reuse(usize),
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Open {
+        request_id: ReqId,
+        ttl: u8,
+    },
+    KeepAlive {
+        session: usize,
+    },
+    Close {
+        session: usize,
+    },
+    Acquire {
+        session: usize,
+        lock: u8,
+        request_id: ReqId,
+        wait: Wait,
+    },
+    Release {
+        session: usize,
+        lock: u8,
+        request_id: ReqId,
+    },
+    /// Repeat an earlier acquire or release exactly.
+    Retry {
+        back: usize,
+    },
+    Tick,
+    LeaderStart,
+    /// Snapshot the table and restore it from the snapshot (a restart).
+    Restart,
+}
+
+#[derive(Debug, Clone)]
+struct Step {
+    advance_ms: u64,
+    /// Present an input whose time is behind the table's clock.
+    behind_ms: Option<u64>,
+    op: Op,
+}
+
+fn req_id() -> impl Strategy<Value = ReqId> {
+    prop_oneof![3 => Just(ReqId::Fresh), 1 => (0usize..4).prop_map(ReqId::Reuse)]
+}
+
+fn wait() -> impl Strategy<Value = Wait> {
+    prop_oneof![
+        2 => Just(Wait::Try),
+        3 => (0u64..1_500).prop_map(Wait::ForMs),
+        1 => Just(Wait::ForMs(WAIT_MS_MAX + 1)),
+        3 => Just(Wait::Forever),
+    ]
+}
+
+fn lock() -> impl Strategy<Value = u8> {
+    prop_oneof![20 => 0u8..4, 1 => 4u8..7]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let session = 0usize..8;
+    prop_oneof![
+        3 => (req_id(), 0u8..6).prop_map(|(request_id, ttl)| Op::Open { request_id, ttl }),
+        2 => session.clone().prop_map(|session| Op::KeepAlive { session }),
+        1 => session.clone().prop_map(|session| Op::Close { session }),
+        8 => (session.clone(), lock(), req_id(), wait()).prop_map(
+            |(session, lock, request_id, wait)| Op::Acquire { session, lock, request_id, wait }
+        ),
+        5 => (session, lock(), req_id()).prop_map(|(session, lock, request_id)| Op::Release {
+            session,
+            lock,
+            request_id
+        }),
+        2 => (0usize..6).prop_map(|back| Op::Retry { back }),
+        2 => Just(Op::Tick),
+        1 => Just(Op::LeaderStart),
+        1 => Just(Op::Restart),
+    ]
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let advance = prop_oneof![
+        4 => Just(0u64),
+        4 => 1u64..200,
+        2 => 200u64..1_200,
+        1 => 1_200u64..5_000,
+    ];
+    let behind = prop_oneof![9 => Just(None), 1 => (1u64..2_000).prop_map(Some)];
+    (advance, behind, op()).prop_map(|(advance_ms, behind_ms, op)| Step {
+        advance_ms,
+        behind_ms,
+        op,
+    })
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Setup {
+    small: bool,
+    few_tokens: bool,
+    lock_delay: bool,
+}
+
+fn limits_of(setup: Setup) -> Limits {
+    let mut limits = Limits {
+        session_ttl_ms_min: 1_000,
+        lock_delay_ms: if setup.lock_delay { 500 } else { 0 },
+        token_max: if setup.few_tokens { 20 } else { TOKEN_MAX },
+        ..Limits::default()
+    };
+    if setup.small {
+        limits.sessions_max = 4;
+        limits.waiters_per_lock_max = 3;
+        limits.locks_max = 3;
+        limits.lock_name_bytes_max = 8;
+        limits.session_ttl_ms_max = 3_000;
+    }
+    limits
+}
+
+/// Turns a generated op into a command, resolving session and request-id choices against what
+/// happened so far.
+#[derive(Debug, Default)]
+struct Driver {
+    sessions: Vec<SessionId>,
+    open_request_ids: Vec<RequestId>,
+    request_ids_of: BTreeMap<SessionId, Vec<RequestId>>,
+    sent: Vec<Command>,
+    next_request_id: RequestId,
+}
+
+impl Driver {
+    fn session(&self, choice: usize) -> SessionId {
+        // The six most recent sessions, plus one that never existed.
+        if choice == 7 || self.sessions.is_empty() {
+            return 1_000_000;
+        }
+        let recent = self.sessions.len().min(6);
+        self.sessions[self.sessions.len() - 1 - choice % recent]
+    }
+
+    fn request_id(&mut self, used: &[RequestId], choice: ReqId) -> RequestId {
+        match choice {
+            ReqId::Reuse(n) if !used.is_empty() => used[used.len() - 1 - n % used.len()],
+            _ => {
+                self.next_request_id += 1;
+                self.next_request_id
+            }
+        }
+    }
+
+    fn session_request_id(&mut self, session: SessionId, choice: ReqId) -> RequestId {
+        let used = self
+            .request_ids_of
+            .get(&session)
+            .cloned()
+            .unwrap_or_default();
+        let id = self.request_id(&used, choice);
+        self.request_ids_of.entry(session).or_default().push(id);
+        id
+    }
+
+    fn command(&mut self, op: &Op, limits: &Limits) -> Option<Command> {
+        let lock_name = |i: u8| match i {
+            0 => "a".to_string(),
+            1 => "b".to_string(),
+            2 => "c".to_string(),
+            3 => "d/e".to_string(),
+            4 => String::new(),
+            5 => "x".repeat(limits.lock_name_bytes_max + 1),
+            _ => "bell\u{7}".to_string(),
+        };
+        let command = match *op {
+            Op::Open { request_id, ttl } => {
+                let used = self.open_request_ids.clone();
+                let request_id = self.request_id(&used, request_id);
+                self.open_request_ids.push(request_id);
+                let ttl_ms = match ttl {
+                    0 => limits.session_ttl_ms_min - 1,
+                    1 => limits.session_ttl_ms_min,
+                    2 => 1_500,
+                    3 => 2_500,
+                    4 => limits.session_ttl_ms_max,
+                    _ => limits.session_ttl_ms_max + 1,
+                };
+                Command::OpenSession { request_id, ttl_ms }
+            }
+            Op::KeepAlive { session } => Command::KeepAlive {
+                session: self.session(session),
+            },
+            Op::Close { session } => Command::CloseSession {
+                session: self.session(session),
+            },
+            Op::Acquire {
+                session,
+                lock,
+                request_id,
+                wait,
+            } => {
+                let session = self.session(session);
+                Command::Acquire {
+                    session,
+                    lock: lock_name(lock),
+                    request_id: self.session_request_id(session, request_id),
+                    wait,
+                }
+            }
+            Op::Release {
+                session,
+                lock,
+                request_id,
+            } => {
+                let session = self.session(session);
+                Command::Release {
+                    session,
+                    lock: lock_name(lock),
+                    request_id: self.session_request_id(session, request_id),
+                }
+            }
+            Op::Retry { back } => {
+                if self.sent.is_empty() {
+                    return None;
+                }
+                return Some(self.sent[self.sent.len() - 1 - back % self.sent.len()].clone());
+            }
+            Op::Tick => Command::Tick,
+            Op::LeaderStart => Command::LeaderStart,
+            Op::Restart => return None,
+        };
+        if matches!(command, Command::Acquire { .. } | Command::Release { .. }) {
+            self.sent.push(command.clone());
+        }
+        Some(command)
+    }
+
+    fn learn(&mut self, output: &Output) {
+        if let Ok(Reply::SessionOpened { session, .. }) = output.result {
+            if !self.sessions.contains(&session) {
+                self.sessions.push(session);
+            }
+        }
+    }
+}
+
+/// Compares everything a client can see of the table with the model.
+fn compare_state(table: &LockTable, model: &Model) {
+    assert_eq!(table.now_ms(), model.now_ms);
+    assert_eq!(table.last_token(), model.last_token);
+    assert_eq!(table.session_count(), model.sessions.len());
+    assert_eq!(table.lock_count(), model.locks.len());
+    for l in &model.locks {
+        let status = table.lock_status(&l.name).expect("lock the model has");
+        assert_eq!(
+            status.holder.as_ref().map(|g| (g.session, g.token)),
+            l.holder
+        );
+        let waiters: Vec<SessionId> = l.waiters.iter().map(|w| w.session).collect();
+        assert_eq!(status.waiters, waiters);
+        assert_eq!(status.available_at_ms, l.available_at_ms);
+        assert_eq!(status.last_token, l.last_token);
+    }
+    for s in &model.sessions {
+        let status = table.session_status(s.id).expect("session the model has");
+        assert_eq!(status.expires_at_ms, s.expires_at_ms);
+        assert_eq!(status.ttl_ms, s.ttl_ms);
+    }
+}
+
+fn run(setup: Setup, steps: &[Step]) {
+    let limits = limits_of(setup);
+    let mut table = LockTable::new(limits);
+    let mut model = Model::new(limits);
+    let mut checker = Checker::default();
+    let mut driver = Driver::default();
+    let mut now: TimeMs = 0;
+    for step in steps {
+        now += step.advance_ms;
+        if let Op::Restart = step.op {
+            let json = serde_json::to_string(&table).expect("table serialises");
+            let restored: LockTable = serde_json::from_str(&json).expect("table deserialises");
+            assert_eq!(restored, table, "snapshot round trip changed the table");
+            table = restored;
+            continue;
+        }
+        let Some(command) = driver.command(&step.op, &limits) else {
+            continue;
+        };
+        let now_ms = step.behind_ms.map_or(now, |b| now.saturating_sub(b));
+        let input = Input {
+            now_ms,
+            command: command.clone(),
+        };
+        let output = table.apply(input.clone());
+        let expected = model.apply(input);
+        assert_eq!(
+            output, expected,
+            "table and model disagree on {command:?} at {now_ms}"
+        );
+        checker.observe(&table, &command, &output);
+        compare_state(&table, &model);
+        driver.learn(&output);
+    }
+}
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: cases(),
+        max_shrink_iters: 20_000,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn table_matches_the_model_and_keeps_its_invariants(
+        small in any::<bool>(),
+        few_tokens in any::<bool>(),
+        lock_delay in any::<bool>(),
+        steps in prop::collection::vec(step(), 1..120),
+    ) {
+        run(Setup { small, few_tokens, lock_delay }, &steps);
+    }
+}
