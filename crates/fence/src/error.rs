@@ -116,16 +116,22 @@ impl FenceError {
     }
 
     pub(crate) fn storage(error: impl std::fmt::Display) -> FenceError {
-        FenceError::Storage { message: error.to_string() }
+        FenceError::Storage {
+            message: error.to_string(),
+        }
     }
 }
 
 impl From<SequencerError> for FenceError {
     fn from(error: SequencerError) -> FenceError {
         if error.is_bad_signature() {
-            FenceError::Forged { message: error.to_string() }
+            FenceError::Forged {
+                message: error.to_string(),
+            }
         } else {
-            FenceError::Malformed { message: error.to_string() }
+            FenceError::Malformed {
+                message: error.to_string(),
+            }
         }
     }
 }

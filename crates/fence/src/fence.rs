@@ -104,7 +104,10 @@ pub fn assert_advance(previous: Option<&FenceState>, next: &FenceState) {
             previous.token_max,
             next.token_max
         );
-        assert_eq!(next.lock, previous.lock, "fence invariant broken: scope changed its lock");
+        assert_eq!(
+            next.lock, previous.lock,
+            "fence invariant broken: scope changed its lock"
+        );
     }
 }
 
@@ -119,7 +122,9 @@ fn assert_state_valid(state: &FenceState) {
 /// Checks a scope name: 1..=[`SCOPE_BYTES_MAX`] bytes.
 pub fn validate_scope(scope: &str) -> Result<(), FenceError> {
     if scope.is_empty() {
-        return Err(FenceError::InvalidScope { message: "scope name is empty".into() });
+        return Err(FenceError::InvalidScope {
+            message: "scope name is empty".into(),
+        });
     }
     if scope.len() > SCOPE_BYTES_MAX {
         return Err(FenceError::InvalidScope {

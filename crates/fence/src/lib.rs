@@ -41,7 +41,9 @@
 mod error;
 pub mod fence;
 mod memory;
+pub mod redb;
 
 pub use error::FenceError;
 pub use fence::{FenceState, LockBinding, SCOPE_BYTES_MAX, check, verify_presented};
 pub use memory::MemoryResource;
+pub use redb::{FencedTxn, RedbFence};

@@ -27,7 +27,10 @@ struct Guarded<T> {
 impl<T> MemoryResource<T> {
     /// A resource bound to the lock of its first accepted writer.
     pub fn new(value: T) -> MemoryResource<T> {
-        MemoryResource { expected_lock: None, guarded: Mutex::new(Guarded { fence: None, value }) }
+        MemoryResource {
+            expected_lock: None,
+            guarded: Mutex::new(Guarded { fence: None, value }),
+        }
     }
 
     /// A resource that accepts sequencers of `lock` only.

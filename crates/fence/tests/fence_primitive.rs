@@ -6,7 +6,11 @@ use common::{grant, public_key};
 use palisade_fence::{FenceError, FenceState, LockBinding, check, verify_presented};
 
 fn state(lock: &str, token_max: u64, holder_session: u64) -> FenceState {
-    FenceState { lock: lock.into(), token_max, holder_session }
+    FenceState {
+        lock: lock.into(),
+        token_max,
+        holder_session,
+    }
 }
 
 #[test]
@@ -18,16 +22,28 @@ fn the_first_write_binds_the_scope_to_its_lock() {
 #[test]
 fn the_same_grant_writes_many_times_and_newer_grants_advance() {
     let accepted = state("jobs", 5, 1);
-    let same = check(Some(&accepted), LockBinding::BindOnFirstWrite, &grant("jobs", 5, 1));
+    let same = check(
+        Some(&accepted),
+        LockBinding::BindOnFirstWrite,
+        &grant("jobs", 5, 1),
+    );
     assert_eq!(same.unwrap(), accepted);
-    let newer = check(Some(&accepted), LockBinding::BindOnFirstWrite, &grant("jobs", 9, 2));
+    let newer = check(
+        Some(&accepted),
+        LockBinding::BindOnFirstWrite,
+        &grant("jobs", 9, 2),
+    );
     assert_eq!(newer.unwrap(), state("jobs", 9, 2));
 }
 
 #[test]
 fn a_superseded_holder_is_told_who_superseded_it() {
     let accepted = state("jobs", 9, 2);
-    let err = check(Some(&accepted), LockBinding::BindOnFirstWrite, &grant("jobs", 5, 1));
+    let err = check(
+        Some(&accepted),
+        LockBinding::BindOnFirstWrite,
+        &grant("jobs", 5, 1),
+    );
     let err = err.unwrap_err();
     assert_eq!(
         err,
@@ -40,17 +56,27 @@ fn a_superseded_holder_is_told_who_superseded_it() {
     );
     assert!(err.is_stale() && err.is_rejection() && !err.is_retryable());
     let message = err.to_string();
-    assert!(message.contains("token 5") && message.contains("accepted token 9"), "{message}");
+    assert!(
+        message.contains("token 5") && message.contains("accepted token 9"),
+        "{message}"
+    );
     assert!(message.contains("session 2"), "{message}");
 }
 
 #[test]
 fn another_locks_sequencer_is_refused_whatever_its_token() {
     let accepted = state("jobs", 9, 2);
-    let err = check(Some(&accepted), LockBinding::BindOnFirstWrite, &grant("other", 1000, 3));
+    let err = check(
+        Some(&accepted),
+        LockBinding::BindOnFirstWrite,
+        &grant("other", 1000, 3),
+    );
     assert_eq!(
         err.unwrap_err(),
-        FenceError::WrongLock { expected: "jobs".into(), presented: "other".into() }
+        FenceError::WrongLock {
+            expected: "jobs".into(),
+            presented: "other".into()
+        }
     );
     let err = check(None, LockBinding::Expect("jobs"), &grant("other", 1, 3)).unwrap_err();
     assert!(err.is_wrong_lock());
@@ -72,14 +98,23 @@ fn errors_serialise_with_a_machine_readable_kind() {
     assert_eq!(json["holder_session"], 2);
     assert_eq!(err.kind(), "stale");
     assert_eq!(serde_json::from_value::<FenceError>(json).unwrap(), err);
-    assert_eq!(serde_json::to_value(FenceError::Missing).unwrap()["kind"], "missing");
+    assert_eq!(
+        serde_json::to_value(FenceError::Missing).unwrap()["kind"],
+        "missing"
+    );
 }
 
 #[test]
 fn presented_text_maps_to_missing_malformed_or_forged() {
     let key = public_key();
-    assert_eq!(verify_presented(None, &key).unwrap_err(), FenceError::Missing);
-    assert_eq!(verify_presented(Some("  "), &key).unwrap_err(), FenceError::Missing);
+    assert_eq!(
+        verify_presented(None, &key).unwrap_err(),
+        FenceError::Missing
+    );
+    assert_eq!(
+        verify_presented(Some("  "), &key).unwrap_err(),
+        FenceError::Missing
+    );
     let malformed = verify_presented(Some("pal1.garbage"), &key).unwrap_err();
     assert_eq!(malformed.kind(), "malformed");
     assert_eq!(malformed.http_status(), 400);
@@ -87,5 +122,8 @@ fn presented_text_maps_to_missing_malformed_or_forged() {
     assert_eq!(forged.kind(), "forged");
     assert_eq!(forged.http_status(), 403);
     let honest = grant("jobs", 3, 1);
-    assert_eq!(verify_presented(Some(honest.as_str()), &key).unwrap(), honest);
+    assert_eq!(
+        verify_presented(Some(honest.as_str()), &key).unwrap(),
+        honest
+    );
 }

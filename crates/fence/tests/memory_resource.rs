@@ -14,11 +14,17 @@ fn a_holder_paused_past_its_lease_cannot_overwrite_the_next_holders_data() {
     let paused = grant("report", 1, 10);
     let next_holder = grant("report", 2, 11);
 
-    resource.write(&paused, |value| *value = "draft by 1".into()).unwrap();
-    resource.write(&next_holder, |value| *value = "final by 2".into()).unwrap();
+    resource
+        .write(&paused, |value| *value = "draft by 1".into())
+        .unwrap();
+    resource
+        .write(&next_holder, |value| *value = "final by 2".into())
+        .unwrap();
 
     // The first holder wakes up and writes with its old grant.
-    let err = resource.write(&paused, |value| *value = "late write by 1".into()).unwrap_err();
+    let err = resource
+        .write(&paused, |value| *value = "late write by 1".into())
+        .unwrap_err();
     assert_eq!(
         err,
         FenceError::Stale {
@@ -34,24 +40,32 @@ fn a_holder_paused_past_its_lease_cannot_overwrite_the_next_holders_data() {
 #[test]
 fn a_resource_bound_to_a_lock_refuses_other_locks_from_the_first_write() {
     let resource = MemoryResource::bound_to("report", 0u64);
-    let err = resource.write(&grant("other", 1, 1), |value| *value = 1).unwrap_err();
+    let err = resource
+        .write(&grant("other", 1, 1), |value| *value = 1)
+        .unwrap_err();
     assert!(err.is_wrong_lock());
     assert_eq!(resource.fence_state().unwrap(), None);
-    resource.write(&grant("report", 1, 1), |value| *value = 2).unwrap();
+    resource
+        .write(&grant("report", 1, 1), |value| *value = 2)
+        .unwrap();
     assert_eq!(resource.read(|value| *value).unwrap(), 2);
 }
 
 #[test]
 fn a_forged_huge_token_cannot_lock_honest_writers_out() {
     let resource = MemoryResource::new(0u64);
-    resource.write(&grant("report", 5, 1), |value| *value = 5).unwrap();
+    resource
+        .write(&grant("report", 5, 1), |value| *value = 5)
+        .unwrap();
 
     let forged = forged_text("report", 1 << 62);
     let err = verify_presented(Some(&forged), &public_key()).unwrap_err();
     assert_eq!(err.kind(), "forged");
 
     // The forgery never reached the resource: the honest next grant still writes.
-    resource.write(&grant("report", 6, 2), |value| *value = 6).unwrap();
+    resource
+        .write(&grant("report", 6, 2), |value| *value = 6)
+        .unwrap();
     assert_eq!(resource.fence_state().unwrap().unwrap().token_max, 6);
 }
 
@@ -65,7 +79,12 @@ fn racing_writers_apply_tokens_in_nondecreasing_order_and_the_highest_wins() {
     let handles: Vec<_> = (0..WRITERS)
         .map(|writer| {
             let resource = Arc::clone(&resource);
-            let mine: Vec<u64> = tokens.iter().copied().skip(writer).step_by(WRITERS).collect();
+            let mine: Vec<u64> = tokens
+                .iter()
+                .copied()
+                .skip(writer)
+                .step_by(WRITERS)
+                .collect();
             std::thread::spawn(move || {
                 let mut stale = 0;
                 for token in mine {
@@ -75,7 +94,11 @@ fn racing_writers_apply_tokens_in_nondecreasing_order_and_the_highest_wins() {
                         applied.push(token);
                     }) {
                         Ok(()) => {}
-                        Err(FenceError::Stale { presented, accepted, .. }) => {
+                        Err(FenceError::Stale {
+                            presented,
+                            accepted,
+                            ..
+                        }) => {
                             assert_eq!(presented, token);
                             assert!(accepted > token);
                             stale += 1;
@@ -87,11 +110,17 @@ fn racing_writers_apply_tokens_in_nondecreasing_order_and_the_highest_wins() {
             })
         })
         .collect();
-    let stale: usize = handles.into_iter().map(|handle| handle.join().unwrap()).sum();
+    let stale: usize = handles
+        .into_iter()
+        .map(|handle| handle.join().unwrap())
+        .sum();
 
     let (value, applied) = resource.read(|state| state.clone()).unwrap();
     assert_nondecreasing(&applied);
-    assert_eq!(value, TOKENS, "the highest token's write must be the final value");
+    assert_eq!(
+        value, TOKENS,
+        "the highest token's write must be the final value"
+    );
     assert_eq!(applied.len() + stale, TOKENS as usize);
     assert_eq!(resource.fence_state().unwrap().unwrap().token_max, TOKENS);
 }

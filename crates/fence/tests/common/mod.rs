@@ -49,6 +49,11 @@ pub fn unique(prefix: &str) -> String {
 /// Asserts the tokens, in the order their writes were applied, never go down.
 pub fn assert_nondecreasing(applied: &[u64]) {
     for pair in applied.windows(2) {
-        assert!(pair[0] <= pair[1], "token {} applied after token {}", pair[1], pair[0]);
+        assert!(
+            pair[0] <= pair[1],
+            "token {} applied after token {}",
+            pair[1],
+            pair[0]
+        );
     }
 }

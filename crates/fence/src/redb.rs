@@ -1,0 +1,190 @@
+//! A fence for an embedded redb database: the accepted maximum lives in a table of the same
+//! database as the caller's data.
+//!
+//! Atomicity: redb runs one write transaction at a time. [`RedbFence::begin`] opens a write
+//! transaction, reads the scope's [`FenceState`], checks the sequencer and writes the advanced
+//! state, then hands the same transaction to the caller for its own writes. The check, the
+//! caller's writes and the advance become visible and durable together at
+//! [`FencedTxn::commit`]; dropping the [`FencedTxn`] aborts all of them. No other writer can run
+//! between the check and the commit, so no older token can slip in between.
+//!
+//! Durability: every fenced transaction commits with [`redb::Durability::Immediate`] (fsync before
+//! `commit` returns), so the accepted maximum survives a crash exactly when the data does.
+//!
+//! **Architecture Invariant:** callers never write [`FENCE_TABLE`] themselves.
+
+use std::path::Path;
+
+use palisade_core::limits::TOKEN_MAX;
+use palisade_sequencer::VerifiedSequencer;
+use redb::{
+    Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
+};
+
+use crate::FenceError;
+use crate::fence::{FenceState, LockBinding, assert_advance, check, validate_scope};
+
+/// The table holding each scope's state: scope → (token_max, holder_session, lock).
+pub const FENCE_TABLE: TableDefinition<'static, &str, (u64, u64, &str)> =
+    TableDefinition::new("palisade_fence");
+
+/// Fences writes to a redb database, per scope.
+#[derive(Debug)]
+pub struct RedbFence {
+    db: Database,
+    expected_lock: Option<String>,
+}
+
+impl RedbFence {
+    /// Fences `db`; each scope is bound to the lock of its first accepted writer.
+    pub fn new(db: Database) -> RedbFence {
+        RedbFence {
+            db,
+            expected_lock: None,
+        }
+    }
+
+    /// Creates or opens the database file at `path`.
+    pub fn open(path: impl AsRef<Path>) -> Result<RedbFence, FenceError> {
+        Ok(RedbFence::new(
+            Database::create(path).map_err(FenceError::storage)?,
+        ))
+    }
+
+    /// Accepts sequencers of `lock` only, in every scope.
+    pub fn expecting_lock(mut self, lock: impl Into<String>) -> RedbFence {
+        self.expected_lock = Some(lock.into());
+        self
+    }
+
+    /// The database, for unfenced reads.
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    /// Opens a write transaction, checks `sequencer` against `scope` and advances the scope's
+    /// accepted token inside it, and returns the transaction for the caller's writes.
+    ///
+    /// Blocks while another write transaction of this database is open. On a rejection the
+    /// transaction is aborted and nothing was written.
+    pub fn begin(
+        &self,
+        sequencer: &VerifiedSequencer,
+        scope: &str,
+    ) -> Result<FencedTxn, FenceError> {
+        validate_scope(scope)?;
+        let mut txn = self.db.begin_write().map_err(FenceError::storage)?;
+        txn.set_durability(Durability::Immediate)
+            .map_err(FenceError::storage)?;
+        let (previous, next) = {
+            let mut table = txn.open_table(FENCE_TABLE).map_err(FenceError::storage)?;
+            let previous = match table.get(scope).map_err(FenceError::storage)? {
+                Some(stored) => Some(decode(scope, stored.value())?),
+                None => None,
+            };
+            let binding = match &self.expected_lock {
+                Some(lock) => LockBinding::Expect(lock),
+                None => LockBinding::BindOnFirstWrite,
+            };
+            let next = check(previous.as_ref(), binding, sequencer)?;
+            assert_advance(previous.as_ref(), &next);
+            if previous.as_ref() != Some(&next) {
+                table
+                    .insert(
+                        scope,
+                        (next.token_max, next.holder_session, next.lock.as_str()),
+                    )
+                    .map_err(FenceError::storage)?;
+            }
+            (previous, next)
+        };
+        Ok(FencedTxn {
+            txn,
+            previous,
+            state: next,
+        })
+    }
+
+    /// The state of `scope` as last committed, if any write was accepted.
+    pub fn fence_state(&self, scope: &str) -> Result<Option<FenceState>, FenceError> {
+        validate_scope(scope)?;
+        let txn = self.db.begin_read().map_err(FenceError::storage)?;
+        let table = match txn.open_table(FENCE_TABLE) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(error) => return Err(FenceError::storage(error)),
+        };
+        match table.get(scope).map_err(FenceError::storage)? {
+            Some(stored) => Ok(Some(decode(scope, stored.value())?)),
+            None => Ok(None),
+        }
+    }
+}
+
+fn decode(
+    scope: &str,
+    (token_max, holder_session, lock): (u64, u64, &str),
+) -> Result<FenceState, FenceError> {
+    if !(1..=TOKEN_MAX).contains(&token_max) {
+        return Err(FenceError::Corrupt {
+            scope: scope.to_owned(),
+            message: format!("stored token {token_max} is outside 1..={TOKEN_MAX}"),
+        });
+    }
+    Ok(FenceState {
+        lock: lock.to_owned(),
+        token_max,
+        holder_session,
+    })
+}
+
+/// A write transaction in which the sequencer was accepted and the scope's token advanced.
+///
+/// Do the fenced writes through [`FencedTxn::txn`], then [`FencedTxn::commit`]. Dropping it
+/// aborts the writes and the advance together.
+pub struct FencedTxn {
+    txn: WriteTransaction,
+    previous: Option<FenceState>,
+    state: FenceState,
+}
+
+impl std::fmt::Debug for FencedTxn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FencedTxn")
+            .field("previous", &self.previous)
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FencedTxn {
+    /// The transaction, for the caller's own tables.
+    pub fn txn(&self) -> &WriteTransaction {
+        &self.txn
+    }
+
+    /// The scope's state as it will be after commit.
+    pub fn state(&self) -> &FenceState {
+        &self.state
+    }
+
+    /// The scope's state before this transaction, if any write was accepted before.
+    pub fn previous(&self) -> Option<&FenceState> {
+        self.previous.as_ref()
+    }
+
+    /// Commits the caller's writes and the advanced token, durably.
+    ///
+    /// An error here leaves the outcome unknown only if the failure happened during the
+    /// final fsync; the message says so.
+    pub fn commit(self) -> Result<(), FenceError> {
+        self.txn.commit().map_err(|error| FenceError::Storage {
+            message: format!("commit failed, the write may or may not be durable: {error}"),
+        })
+    }
+
+    /// Discards the caller's writes and the advance.
+    pub fn abort(self) -> Result<(), FenceError> {
+        self.txn.abort().map_err(FenceError::storage)
+    }
+}
