@@ -41,6 +41,7 @@
 mod error;
 pub mod fence;
 mod memory;
+pub mod postgres;
 pub mod redb;
 
 pub use error::FenceError;

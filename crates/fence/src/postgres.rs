@@ -1,0 +1,175 @@
+//! A fence inside the caller's PostgreSQL transaction.
+//!
+//! The accepted maximum of each scope is a row of `palisade_fence` ([`create_table_sql`]).
+//! [`check_and_advance`] runs one statement in the caller's transaction:
+//!
+//! ```sql
+//! INSERT INTO palisade_fence AS fence (scope, lock_name, token_max, holder_session)
+//! VALUES ($1, $2, $3, $4)
+//! ON CONFLICT (scope) DO UPDATE SET token_max = EXCLUDED.token_max, ...
+//!   WHERE fence.lock_name = EXCLUDED.lock_name AND fence.token_max <= EXCLUDED.token_max
+//! RETURNING token_max
+//! ```
+//!
+//! Atomicity: `ON CONFLICT DO UPDATE` locks the scope's row whether or not its `WHERE` holds, and
+//! the lock is held until the caller's transaction ends. A concurrent writer of the same scope
+//! blocks on that row until then, and under READ COMMITTED it re-evaluates the `WHERE` against the
+//! committed row — so it sees our advanced token and is refused if older. Two first writers of a
+//! new scope race on the primary key: the second waits for the first's commit and takes the
+//! conflict path (no duplicate-key error under READ COMMITTED). The caller's own writes follow
+//! in the same transaction, so they and the advance commit or roll back together (invariant 3),
+//! and since every fenced writer of the scope holds the row lock from the check to its commit,
+//! writes are applied in token order. Under REPEATABLE READ or SERIALIZABLE a concurrent update
+//! of the row makes PostgreSQL abort with a serialization failure instead, which surfaces as a
+//! retryable [`FenceError::Storage`].
+//!
+//! Durability is whatever the caller's transaction has (`synchronous_commit`); the accepted
+//! maximum is exactly as durable as the data it protects.
+//!
+//! `holder_session` is a `u64` stored bit-for-bit in a `bigint`.
+
+use palisade_core::limits::TOKEN_MAX;
+use palisade_sequencer::VerifiedSequencer;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{GenericClient, Row, Transaction};
+
+use crate::FenceError;
+use crate::fence::{FenceState, LockBinding, assert_advance, check, validate_scope};
+
+/// The DDL of the fence table.
+pub fn create_table_sql() -> &'static str {
+    "CREATE TABLE IF NOT EXISTS palisade_fence (
+        scope text PRIMARY KEY,
+        lock_name text NOT NULL,
+        token_max bigint NOT NULL CHECK (token_max >= 1),
+        holder_session bigint NOT NULL,
+        updated_at timestamptz NOT NULL DEFAULT now()
+    )"
+}
+
+/// Creates the fence table if it does not exist; safe to run from many processes at once.
+pub async fn ensure_schema(client: &impl GenericClient) -> Result<(), FenceError> {
+    match client.batch_execute(create_table_sql()).await {
+        Ok(()) => Ok(()),
+        // Two concurrent `CREATE TABLE IF NOT EXISTS` can collide on the catalog; the loser
+        // finds the table created by the winner.
+        Err(error)
+            if error.code() == Some(&SqlState::UNIQUE_VIOLATION)
+                || error.code() == Some(&SqlState::DUPLICATE_TABLE) =>
+        {
+            Ok(())
+        }
+        Err(error) => Err(storage(error)),
+    }
+}
+
+const ADVANCE_SQL: &str =
+    "INSERT INTO palisade_fence AS fence (scope, lock_name, token_max, holder_session)
+    VALUES ($1, $2, $3, $4)
+    ON CONFLICT (scope) DO UPDATE
+        SET token_max = EXCLUDED.token_max,
+            holder_session = EXCLUDED.holder_session,
+            updated_at = now()
+        WHERE fence.lock_name = EXCLUDED.lock_name AND fence.token_max <= EXCLUDED.token_max
+    RETURNING token_max";
+
+const SELECT_SQL: &str =
+    "SELECT lock_name, token_max, holder_session FROM palisade_fence WHERE scope = $1";
+
+/// Checks `sequencer` against `scope` and advances the scope's accepted token, inside `txn`.
+///
+/// Call it before the transaction's own writes; on `Err`, roll the transaction back (drop it).
+/// The scope's row stays locked until `txn` ends.
+pub async fn check_and_advance(
+    txn: &Transaction<'_>,
+    scope: &str,
+    sequencer: &VerifiedSequencer,
+) -> Result<(), FenceError> {
+    check_and_advance_expecting(txn, scope, sequencer, LockBinding::BindOnFirstWrite).await
+}
+
+/// [`check_and_advance`], refusing sequencers of any lock but the one `binding` names.
+pub async fn check_and_advance_expecting(
+    txn: &Transaction<'_>,
+    scope: &str,
+    sequencer: &VerifiedSequencer,
+    binding: LockBinding<'_>,
+) -> Result<(), FenceError> {
+    validate_scope(scope)?;
+    // The binding does not depend on stored state: refuse before touching the database.
+    check(None, binding, sequencer)?;
+    let token = i64::try_from(sequencer.token()).expect("verified tokens are at most i64::MAX");
+    let session = sequencer.session() as i64; // bit-for-bit, see module docs
+    let advanced = txn
+        .query_opt(ADVANCE_SQL, &[&scope, &sequencer.lock(), &token, &session])
+        .await
+        .map_err(storage)?;
+    if let Some(row) = advanced {
+        let stored: i64 = row.try_get(0).map_err(storage)?;
+        assert_eq!(
+            stored, token,
+            "the fence row must hold the presented token after advancing"
+        );
+        return Ok(());
+    }
+    // Refused. The row is locked by the upsert above, so this read sees what refused us.
+    let row = txn
+        .query_one(SELECT_SQL, &[&scope])
+        .await
+        .map_err(storage)?;
+    let accepted = decode(scope, &row)?;
+    match check(Some(&accepted), LockBinding::BindOnFirstWrite, sequencer) {
+        Err(rejection) => Err(rejection),
+        Ok(next) => {
+            assert_advance(Some(&accepted), &next);
+            Err(FenceError::Corrupt {
+                scope: scope.to_owned(),
+                message: format!(
+                    "the database refused token {} but the stored state {accepted:?} accepts it",
+                    sequencer.token()
+                ),
+            })
+        }
+    }
+}
+
+/// The committed state of `scope` (as visible to `client`'s snapshot), if any write was accepted.
+pub async fn fence_state(
+    client: &impl GenericClient,
+    scope: &str,
+) -> Result<Option<FenceState>, FenceError> {
+    validate_scope(scope)?;
+    match client
+        .query_opt(SELECT_SQL, &[&scope])
+        .await
+        .map_err(storage)?
+    {
+        Some(row) => Ok(Some(decode(scope, &row)?)),
+        None => Ok(None),
+    }
+}
+
+fn decode(scope: &str, row: &Row) -> Result<FenceState, FenceError> {
+    let lock: String = row.try_get(0).map_err(storage)?;
+    let token_max: i64 = row.try_get(1).map_err(storage)?;
+    let holder_session: i64 = row.try_get(2).map_err(storage)?;
+    if token_max < 1 {
+        return Err(FenceError::Corrupt {
+            scope: scope.to_owned(),
+            message: format!("stored token {token_max} is outside 1..={TOKEN_MAX}"),
+        });
+    }
+    Ok(FenceState {
+        lock,
+        token_max: token_max as u64,
+        holder_session: holder_session as u64,
+    })
+}
+
+fn storage(error: tokio_postgres::Error) -> FenceError {
+    let message = match error.as_db_error() {
+        Some(db) => format!("postgresql error {}: {}", db.code().code(), db.message()),
+        None => format!("postgresql error: {error}"),
+    };
+    FenceError::Storage { message }
+}
