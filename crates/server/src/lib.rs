@@ -1,5 +1,20 @@
-//! The Palisade lock service (being built): the lock core driven by openraft, durable on redb,
-//! served over gRPC.
+//! The Palisade lock service: the lock core driven by openraft, durable on redb, served over
+//! gRPC.
+//!
+//! - [`node`]: the Raft instance, the leader's clock, the lease driver and the signing key;
+//! - [`log_store`]: the Raft log on redb with group commit;
+//! - [`state_machine`]: the lock table as openraft's state machine, with snapshots;
+//! - [`grpc`]: the `palisade.v1.Locks` service;
+//! - [`metrics`]: Prometheus metric names and exporter.
+
+pub mod grpc;
+mod keys;
+pub mod log_store;
+pub mod metrics;
+mod network;
+pub mod node;
+pub mod raft_types;
+pub mod state_machine;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -1,0 +1,207 @@
+//! One lock-service node: the Raft instance, the leader's clock, the lease driver and the key.
+//!
+//! **Time.** The lock table has no clock; every input carries the time at which it takes
+//! effect. The leader stamps inputs with its own monotonic clock, mapped onto the table's
+//! timeline: when the node takes over, the table's latest time becomes the base and the
+//! monotonic time elapsed since then is added to it. The timeline therefore never runs
+//! backwards across restarts, and wall-clock jumps cannot touch it (invariant 6).
+//!
+//! **Leases.** On taking over, the node first proposes `LeaderStart`, which gives every session
+//! its full TTL again, measured from now: a restart or a change of leader extends leases, never
+//! shortens them. From then on a lease driver proposes a `Tick` whenever the table's next
+//! deadline (a lease end, a wait deadline, a lock-delay end) has come, so expiries are log
+//! entries like everything else.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use openraft::errors::{InitializeError, RaftError};
+use openraft::{BasicNode, Config, ReadPolicy, ServerState, SnapshotPolicy};
+use palisade_core::{Command, Input, Limits, Output};
+use palisade_sequencer::{PublicKey, SigningKey};
+
+use crate::log_store::LogStore;
+use crate::network::SingleNodeNetwork;
+use crate::raft_types::PalisadeRaft;
+use crate::state_machine::{Shared, StateMachine};
+
+const NODE_ID: u64 = 1;
+const LOG_FILE: &str = "raft.redb";
+
+/// Why a command could not be applied. The outcome is unknown to the caller unless stated.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProposeError {
+    /// This node is not the leader (or no longer is): nothing was applied here; retry.
+    #[error("this node is not the leader; retry")]
+    NotLeader,
+    /// The node has stopped (storage failure or shutdown); the command may or may not be applied.
+    #[error("the lock service is stopping: {0}")]
+    Stopped(String),
+}
+
+/// The leader's clock, mapped onto the lock table's timeline.
+#[derive(Debug, Clone, Copy)]
+struct LeaderClock {
+    base_ms: u64,
+    base: Instant,
+}
+
+impl LeaderClock {
+    fn now_ms(&self) -> u64 {
+        self.base_ms
+            .saturating_add(self.base.elapsed().as_millis() as u64)
+    }
+}
+
+/// A running lock-service node.
+#[derive(Debug)]
+pub struct Node {
+    raft: PalisadeRaft,
+    shared: Arc<Shared>,
+    clock: LeaderClock,
+    signing_key: SigningKey,
+    public_key: PublicKey,
+}
+
+fn raft_config() -> anyhow::Result<Config> {
+    let config = Config {
+        cluster_name: "palisade".to_string(),
+        heartbeat_interval: 100,
+        election_timeout_min: 300,
+        election_timeout_max: 600,
+        max_payload_entries: 1024,
+        max_append_entries: Some(4096),
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(20_000),
+        max_in_snapshot_log_to_keep: 1_000,
+        ..Default::default()
+    };
+    Ok(config.validate()?)
+}
+
+impl Node {
+    /// Opens the data directory, recovers the lock table, takes leadership of the one-member
+    /// group and extends every lease. Returns when the node is ready to serve.
+    pub async fn start(data_dir: &Path, limits: Limits) -> anyhow::Result<Arc<Node>> {
+        std::fs::create_dir_all(data_dir)?;
+        let signing_key = crate::keys::load_or_create(data_dir)?;
+        let public_key = signing_key.public_key();
+        let log = LogStore::open(&data_dir.join(LOG_FILE))?;
+        let state_machine = StateMachine::open(data_dir, limits, log.durable_index())?;
+        let shared = state_machine.shared();
+        let raft = PalisadeRaft::new(
+            NODE_ID,
+            Arc::new(raft_config()?),
+            SingleNodeNetwork,
+            log,
+            state_machine,
+        )
+        .await?;
+        if !raft.is_initialized().await? {
+            let members = BTreeMap::from([(NODE_ID, BasicNode::new(""))]);
+            match raft.initialize(members).await {
+                Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        raft.wait(Some(Duration::from_secs(30)))
+            .state(ServerState::Leader, "become leader")
+            .await?;
+        // Everything committed before the restart is applied once a linearizable read passes.
+        raft.ensure_linearizable(ReadPolicy::ReadIndex).await?;
+        let clock = LeaderClock {
+            base_ms: shared.read(|t| t.now_ms()),
+            base: Instant::now(),
+        };
+        let node = Arc::new(Node {
+            raft,
+            shared,
+            clock,
+            signing_key,
+            public_key,
+        });
+        let started = node.propose(Command::LeaderStart).await?;
+        tracing::info!(result = ?started.result, "took over as leader");
+        tokio::spawn(node.clone().drive_leases());
+        Ok(node)
+    }
+
+    /// The time on the lock table's timeline, as this leader sees it now.
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    pub fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    pub fn public_key(&self) -> &PublicKey {
+        &self.public_key
+    }
+
+    pub fn signing_key(&self) -> &SigningKey {
+        &self.signing_key
+    }
+
+    /// Stamps `command` with the leader's time, commits it durably and applies it.
+    pub async fn propose(&self, command: Command) -> Result<Output, ProposeError> {
+        let input = Input {
+            now_ms: self.clock.now_ms(),
+            command,
+        };
+        match self.raft.client_write(input).await {
+            Ok(response) => Ok(response.data),
+            Err(RaftError::APIError(openraft::errors::ClientWriteError::ForwardToLeader(_))) => {
+                Err(ProposeError::NotLeader)
+            }
+            Err(e) => Err(ProposeError::Stopped(e.to_string())),
+        }
+    }
+
+    /// Waits until this node's table reflects every write committed before the call.
+    pub async fn linearizable_read(&self) -> Result<(), ProposeError> {
+        match self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
+            Ok(_) => Ok(()),
+            Err(RaftError::APIError(_)) => Err(ProposeError::NotLeader),
+            Err(e) => Err(ProposeError::Stopped(e.to_string())),
+        }
+    }
+
+    /// Proposes a `Tick` whenever the table's next deadline has come.
+    async fn drive_leases(self: Arc<Self>) {
+        loop {
+            let notified = self.shared.applied_notify.notified();
+            let next = self.shared.read(|t| t.next_deadline_ms());
+            let now = self.now_ms();
+            match next {
+                Some(deadline) if deadline <= now => match self.propose(Command::Tick).await {
+                    Ok(_) => continue,
+                    Err(ProposeError::Stopped(reason)) => {
+                        tracing::info!(%reason, "lease driver stopping");
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "lease driver could not tick");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                },
+                Some(deadline) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(deadline - now)) => {}
+                        _ = notified => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    /// Stops Raft; in-flight requests fail with [`ProposeError::Stopped`].
+    pub async fn shutdown(&self) {
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!(error = %e, "raft shutdown reported an error");
+        }
+    }
+}

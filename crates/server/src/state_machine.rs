@@ -1,0 +1,351 @@
+//! The replicated state machine: the lock table, applied in log order, snapshotted to disk.
+//!
+//! The table lives in memory; its durability comes from the Raft log plus a snapshot file
+//! (`snapshot.json`, replaced atomically) that lets the log be purged. On start the snapshot is
+//! loaded and openraft re-applies the committed entries after it.
+//!
+//! Applying an entry also tells the rest of the server what happened: waiting acquires are
+//! completed through [`Waiters`], and watchers receive [`Event`]s on a broadcast channel.
+
+use std::collections::HashMap;
+use std::io::{self, Cursor, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use futures::{Stream, TryStreamExt};
+use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::type_config::alias::{LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
+use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder, StoredMembership};
+use palisade_core::{
+    Event, Limits, LockTable, Output, ReleaseCause, SessionId, Token, WaitEndCause,
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Notify, broadcast, oneshot};
+
+use crate::log_store::DurableIndex;
+use crate::raft_types::{C, SnapshotData};
+
+const SNAPSHOT_FILE: &str = "snapshot.json";
+/// Events buffered per watcher before a slow watcher is cut off.
+pub const WATCH_BUFFER_EVENTS: usize = 4096;
+
+/// How a queued acquire ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitOutcome {
+    Granted(Token),
+    Ended(WaitEndCause),
+}
+
+type WaiterList = Vec<(u64, oneshot::Sender<WaitOutcome>)>;
+
+/// Acquires waiting in a lock's queue, by (session, lock), to be completed when applied.
+#[derive(Debug, Default)]
+pub struct Waiters {
+    by_wait: Mutex<HashMap<(SessionId, String), WaiterList>>,
+    last_id: std::sync::atomic::AtomicU64,
+}
+
+/// One registered interest in a wait's outcome; unregisters itself when dropped.
+#[derive(Debug)]
+pub struct WaitRegistration<'a> {
+    waiters: &'a Waiters,
+    key: (SessionId, String),
+    id: u64,
+    pub outcome: oneshot::Receiver<WaitOutcome>,
+}
+
+impl Drop for WaitRegistration<'_> {
+    fn drop(&mut self) {
+        let mut by_wait = self.waiters.lock();
+        if let Some(list) = by_wait.get_mut(&self.key) {
+            list.retain(|(id, _)| *id != self.id);
+            if list.is_empty() {
+                by_wait.remove(&self.key);
+            }
+        }
+    }
+}
+
+impl Waiters {
+    /// Registers interest in the outcome of `session`'s wait for `lock`. Register before
+    /// proposing the acquire, so the grant cannot be applied in between unseen. A retried
+    /// acquire registers again; every registration hears the outcome.
+    pub fn register(&self, session: SessionId, lock: &str) -> WaitRegistration<'_> {
+        let (tx, outcome) = oneshot::channel();
+        let id = self
+            .last_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let key = (session, lock.to_string());
+        self.lock().entry(key.clone()).or_default().push((id, tx));
+        WaitRegistration {
+            waiters: self,
+            key,
+            id,
+            outcome,
+        }
+    }
+
+    /// How many acquires wait on this node.
+    pub fn count(&self) -> usize {
+        self.lock().values().map(Vec::len).sum()
+    }
+
+    fn complete(&self, session: SessionId, lock: &str, outcome: WaitOutcome) {
+        if let Some(list) = self.lock().remove(&(session, lock.to_string())) {
+            for (_, tx) in list {
+                let _ = tx.send(outcome);
+            }
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<(SessionId, String), WaiterList>> {
+        self.by_wait.lock().expect("waiters lock poisoned")
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Applied {
+    table: LockTable,
+    last_applied: Option<LogIdOf<C>>,
+    membership: StoredMembershipOf<C>,
+}
+
+/// What the rest of the server shares with the state machine.
+#[derive(Debug)]
+pub struct Shared {
+    applied: Mutex<Applied>,
+    pub waiters: Waiters,
+    pub events: broadcast::Sender<Event>,
+    /// Signalled after every applied batch, so the lease driver can look at deadlines again.
+    pub applied_notify: Notify,
+    durable: DurableIndex,
+    dir: PathBuf,
+}
+
+impl Shared {
+    /// Reads the lock table. Hold the closure short: it blocks applying.
+    pub fn read<R>(&self, f: impl FnOnce(&LockTable) -> R) -> R {
+        f(&self.applied().table)
+    }
+
+    fn applied(&self) -> MutexGuard<'_, Applied> {
+        self.applied.lock().expect("state machine lock poisoned")
+    }
+}
+
+/// The state machine handed to openraft. Clones share one [`Shared`].
+#[derive(Debug, Clone)]
+pub struct StateMachine {
+    shared: Arc<Shared>,
+}
+
+impl StateMachine {
+    /// Loads the snapshot in `dir`, if any, or starts an empty table with `limits`.
+    pub fn open(dir: &Path, limits: Limits, durable: DurableIndex) -> io::Result<StateMachine> {
+        let applied = match std::fs::read(dir.join(SNAPSHOT_FILE)) {
+            Ok(bytes) => {
+                let mut applied: Applied = serde_json::from_slice(&bytes)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                applied.table.set_limits(limits);
+                applied
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Applied {
+                table: LockTable::new(limits),
+                last_applied: None,
+                membership: StoredMembership::default(),
+            },
+            Err(e) => return Err(e),
+        };
+        let (events, _) = broadcast::channel(WATCH_BUFFER_EVENTS);
+        Ok(StateMachine {
+            shared: Arc::new(Shared {
+                applied: Mutex::new(applied),
+                waiters: Waiters::default(),
+                events,
+                applied_notify: Notify::new(),
+                durable,
+                dir: dir.to_path_buf(),
+            }),
+        })
+    }
+
+    pub fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
+    fn publish(&self, output: &Output) {
+        for event in &output.events {
+            match event {
+                Event::Granted {
+                    lock,
+                    session,
+                    token,
+                    ..
+                } => {
+                    metrics::counter!(crate::metrics::GRANTS).increment(1);
+                    self.shared
+                        .waiters
+                        .complete(*session, lock, WaitOutcome::Granted(*token));
+                }
+                Event::Released { cause, .. } => {
+                    let cause = match cause {
+                        ReleaseCause::Released => "released",
+                        ReleaseCause::SessionExpired => "expired",
+                        ReleaseCause::SessionClosed => "closed",
+                    };
+                    metrics::counter!(crate::metrics::RELEASES, "cause" => cause).increment(1);
+                }
+                Event::WaitEnded {
+                    lock,
+                    session,
+                    cause,
+                    ..
+                } => {
+                    self.shared
+                        .waiters
+                        .complete(*session, lock, WaitOutcome::Ended(*cause));
+                }
+                Event::SessionEnded { expired: true, .. } => {
+                    metrics::counter!(crate::metrics::SESSION_EXPIRIES).increment(1);
+                }
+                Event::SessionEnded { .. } => {}
+            }
+            // No watcher is not an error.
+            let _ = self.shared.events.send(event.clone());
+        }
+    }
+}
+
+/// Writes `bytes` to `dir/name` so that a crash leaves either the old file or the new one.
+pub fn write_file_atomically(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+    let temporary = dir.join(format!("{name}.tmp"));
+    {
+        let mut file = std::fs::File::create(&temporary)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+    }
+    std::fs::rename(&temporary, dir.join(name))?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+impl RaftSnapshotBuilder<C> for StateMachine {
+    type SnapshotData = SnapshotData;
+
+    async fn build_snapshot(&mut self) -> Result<SnapshotOf<C, SnapshotData>, io::Error> {
+        let applied = self.shared.applied().clone();
+        let bytes = serde_json::to_vec(&applied).map_err(io::Error::other)?;
+        let meta = SnapshotMetaOf::<C> {
+            last_log_id: applied.last_applied,
+            last_membership: applied.membership.clone(),
+        };
+        let dir = self.shared.dir.clone();
+        let to_write = bytes.clone();
+        tokio::task::spawn_blocking(move || write_file_atomically(&dir, SNAPSHOT_FILE, &to_write))
+            .await
+            .map_err(io::Error::other)??;
+        Ok(SnapshotOf::<C, SnapshotData> {
+            meta,
+            snapshot: Cursor::new(bytes),
+        })
+    }
+}
+
+impl RaftStateMachine<C> for StateMachine {
+    type SnapshotData = SnapshotData;
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogIdOf<C>>, StoredMembershipOf<C>), io::Error> {
+        let applied = self.shared.applied();
+        Ok((applied.last_applied, applied.membership.clone()))
+    }
+
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
+    where
+        Strm: Stream<Item = Result<EntryResponder<C>, io::Error>> + Unpin + OptionalSend,
+    {
+        while let Some((entry, responder)) = entries.try_next().await? {
+            // Invariant 2, where it is consumed: nothing is applied, and so nothing becomes
+            // visible to a client, before the log holds it on disk.
+            assert!(
+                entry.log_id.index < self.shared.durable.end(),
+                "applying log entry {} before it is durable",
+                entry.log_id.index
+            );
+            let output = {
+                let mut applied = self.shared.applied();
+                applied.last_applied = Some(entry.log_id);
+                match entry.payload {
+                    EntryPayload::Blank => None,
+                    EntryPayload::Normal(input) => Some(applied.table.apply(input)),
+                    EntryPayload::Membership(membership) => {
+                        applied.membership = StoredMembership::new(Some(entry.log_id), membership);
+                        None
+                    }
+                }
+            };
+            if let Some(output) = &output {
+                self.publish(output);
+            }
+            if let Some(responder) = responder {
+                responder.send(output.unwrap_or(Output {
+                    result: Ok(palisade_core::Reply::Ticked),
+                    events: Vec::new(),
+                }));
+            }
+        }
+        {
+            let applied = self.shared.applied();
+            metrics::gauge!(crate::metrics::SESSIONS).set(applied.table.session_count() as f64);
+            metrics::gauge!(crate::metrics::LOCKS).set(applied.table.lock_count() as f64);
+        }
+        self.shared.applied_notify.notify_one();
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMetaOf<C>,
+        snapshot: SnapshotData,
+    ) -> Result<(), io::Error> {
+        let bytes = snapshot.into_inner();
+        let mut installed: Applied = serde_json::from_slice(&bytes)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        installed.last_applied = meta.last_log_id;
+        installed.membership = meta.last_membership.clone();
+        let limits = *self.shared.applied().table.limits();
+        installed.table.set_limits(limits);
+        let bytes = serde_json::to_vec(&installed).map_err(io::Error::other)?;
+        let dir = self.shared.dir.clone();
+        tokio::task::spawn_blocking(move || write_file_atomically(&dir, SNAPSHOT_FILE, &bytes))
+            .await
+            .map_err(io::Error::other)??;
+        *self.shared.applied() = installed;
+        Ok(())
+    }
+
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> Result<Option<SnapshotOf<C, SnapshotData>>, io::Error> {
+        let bytes = match std::fs::read(self.shared.dir.join(SNAPSHOT_FILE)) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let stored: Applied = serde_json::from_slice(&bytes)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let meta = SnapshotMetaOf::<C> {
+            last_log_id: stored.last_applied,
+            last_membership: stored.membership,
+        };
+        Ok(Some(SnapshotOf::<C, SnapshotData> {
+            meta,
+            snapshot: Cursor::new(bytes),
+        }))
+    }
+}
