@@ -43,6 +43,7 @@ pub mod fence;
 mod memory;
 pub mod postgres;
 pub mod redb;
+pub mod sqlite;
 
 pub use error::FenceError;
 pub use fence::{FenceState, LockBinding, SCOPE_BYTES_MAX, check, verify_presented};

@@ -11,7 +11,7 @@ fn database_url() -> Option<String> {
         .ok()
         .filter(|url| !url.is_empty());
     if url.is_none() {
-        eprintln!("SKIP: PALISADE_TEST_POSTGRES not set; PostgreSQL fence tests did not run");
+        common::skip("SKIP: PALISADE_TEST_POSTGRES not set; PostgreSQL fence tests did not run");
     }
     url
 }

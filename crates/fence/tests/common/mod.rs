@@ -57,3 +57,10 @@ pub fn assert_nondecreasing(applied: &[u64]) {
         );
     }
 }
+
+/// Says loudly that a test did not run: written to the real stderr, past the test harness's
+/// output capture, so it shows in every `cargo test` run.
+pub fn skip(message: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "{message}");
+}

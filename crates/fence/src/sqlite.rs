@@ -1,0 +1,151 @@
+//! A fence inside the caller's SQLite transaction.
+//!
+//! The accepted maximum of each scope is a row of `palisade_fence` ([`create_table_sql`]) in the
+//! same database file as the caller's data. [`check_and_advance`] runs one `INSERT ... ON
+//! CONFLICT DO UPDATE ... WHERE ... RETURNING` statement inside the caller's transaction.
+//!
+//! Atomicity: SQLite admits one writer per database at a time. From the statement that advances
+//! the token until the caller's commit or rollback, the transaction holds the write lock, so no
+//! other connection or process can change the fence row or the caller's data in between; the
+//! caller's writes and the advance commit together (invariant 3). Start fenced transactions with
+//! `BEGIN IMMEDIATE` ([`begin`]): a deferred transaction that read first may fail to upgrade to
+//! a writer with `SQLITE_BUSY` (safe, but a spurious error).
+//!
+//! Durability is the connection's (`journal_mode`, `synchronous`): the accepted maximum is
+//! exactly as durable as the data it protects. `holder_session` is a `u64` stored bit-for-bit in
+//! an `INTEGER`.
+
+use palisade_core::limits::TOKEN_MAX;
+use palisade_sequencer::VerifiedSequencer;
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior};
+
+use crate::FenceError;
+use crate::fence::{FenceState, LockBinding, assert_advance, check, validate_scope};
+
+/// The DDL of the fence table.
+pub fn create_table_sql() -> &'static str {
+    "CREATE TABLE IF NOT EXISTS palisade_fence (
+        scope TEXT PRIMARY KEY NOT NULL,
+        lock_name TEXT NOT NULL,
+        token_max INTEGER NOT NULL CHECK (token_max >= 1),
+        holder_session INTEGER NOT NULL,
+        updated_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP
+    )"
+}
+
+/// Creates the fence table if it does not exist.
+pub fn ensure_schema(conn: &Connection) -> Result<(), FenceError> {
+    conn.execute_batch(create_table_sql()).map_err(storage)
+}
+
+/// Starts a transaction that holds the write lock from its first statement (`BEGIN IMMEDIATE`).
+pub fn begin(conn: &mut Connection) -> Result<Transaction<'_>, FenceError> {
+    conn.transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(storage)
+}
+
+const ADVANCE_SQL: &str = "INSERT INTO palisade_fence (scope, lock_name, token_max, holder_session)
+    VALUES (?1, ?2, ?3, ?4)
+    ON CONFLICT (scope) DO UPDATE
+        SET token_max = excluded.token_max,
+            holder_session = excluded.holder_session,
+            updated_at = CURRENT_TIMESTAMP
+        WHERE palisade_fence.lock_name = excluded.lock_name
+            AND palisade_fence.token_max <= excluded.token_max
+    RETURNING token_max";
+
+const SELECT_SQL: &str =
+    "SELECT lock_name, token_max, holder_session FROM palisade_fence WHERE scope = ?1";
+
+/// Checks `sequencer` against `scope` and advances the scope's accepted token, inside `txn`.
+///
+/// Call it before the transaction's own writes; on `Err`, roll the transaction back (drop it).
+pub fn check_and_advance(
+    txn: &Transaction<'_>,
+    scope: &str,
+    sequencer: &VerifiedSequencer,
+) -> Result<(), FenceError> {
+    check_and_advance_expecting(txn, scope, sequencer, LockBinding::BindOnFirstWrite)
+}
+
+/// [`check_and_advance`], refusing sequencers of any lock but the one `binding` names.
+pub fn check_and_advance_expecting(
+    txn: &Transaction<'_>,
+    scope: &str,
+    sequencer: &VerifiedSequencer,
+    binding: LockBinding<'_>,
+) -> Result<(), FenceError> {
+    validate_scope(scope)?;
+    // The binding does not depend on stored state: refuse before touching the database.
+    check(None, binding, sequencer)?;
+    let token = i64::try_from(sequencer.token()).expect("verified tokens are at most i64::MAX");
+    let session = sequencer.session() as i64; // bit-for-bit, see module docs
+    let advanced: Option<i64> = txn
+        .query_row(
+            ADVANCE_SQL,
+            (scope, sequencer.lock(), token, session),
+            |row| row.get(0),
+        )
+        .optional()
+        .map_err(storage)?;
+    if let Some(stored) = advanced {
+        assert_eq!(
+            stored, token,
+            "the fence row must hold the presented token after advancing"
+        );
+        return Ok(());
+    }
+    // Refused; we hold the write lock, so this read sees what refused us.
+    let accepted = read_state(txn, scope)?.ok_or_else(|| FenceError::Corrupt {
+        scope: scope.to_owned(),
+        message: "the fence row refused the token but cannot be read".into(),
+    })?;
+    match check(Some(&accepted), LockBinding::BindOnFirstWrite, sequencer) {
+        Err(rejection) => Err(rejection),
+        Ok(next) => {
+            assert_advance(Some(&accepted), &next);
+            Err(FenceError::Corrupt {
+                scope: scope.to_owned(),
+                message: format!(
+                    "the database refused token {} but the stored state {accepted:?} accepts it",
+                    sequencer.token()
+                ),
+            })
+        }
+    }
+}
+
+/// The state of `scope` as visible to `conn`, if any write was accepted.
+pub fn fence_state(conn: &Connection, scope: &str) -> Result<Option<FenceState>, FenceError> {
+    validate_scope(scope)?;
+    read_state(conn, scope)
+}
+
+fn read_state(conn: &Connection, scope: &str) -> Result<Option<FenceState>, FenceError> {
+    let row: Option<(String, i64, i64)> = conn
+        .query_row(SELECT_SQL, [scope], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })
+        .optional()
+        .map_err(storage)?;
+    let Some((lock, token_max, holder_session)) = row else {
+        return Ok(None);
+    };
+    if token_max < 1 {
+        return Err(FenceError::Corrupt {
+            scope: scope.to_owned(),
+            message: format!("stored token {token_max} is outside 1..={TOKEN_MAX}"),
+        });
+    }
+    Ok(Some(FenceState {
+        lock,
+        token_max: token_max as u64,
+        holder_session: holder_session as u64,
+    }))
+}
+
+fn storage(error: rusqlite::Error) -> FenceError {
+    FenceError::Storage {
+        message: format!("sqlite error: {error}"),
+    }
+}

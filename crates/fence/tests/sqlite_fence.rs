@@ -1,0 +1,188 @@
+//! Scenarios for the SQLite fence with real database files.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::{assert_nondecreasing, forged_text, grant, public_key, shuffled};
+use palisade_fence::{FenceError, LockBinding, sqlite, verify_presented};
+use rusqlite::Connection;
+
+const SCOPE: &str = "reports";
+
+/// A connection to an existing database, as each racing writer opens its own.
+fn connect(path: &Path) -> Connection {
+    let conn = Connection::open(path).unwrap();
+    conn.busy_timeout(Duration::from_secs(30)).unwrap();
+    conn
+}
+
+/// Opens (creating if needed) the database with the fence and the user's tables.
+fn open(path: &Path) -> Connection {
+    let conn = connect(path);
+    conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+    sqlite::ensure_schema(&conn).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS applied (id INTEGER PRIMARY KEY AUTOINCREMENT, token INTEGER);
+         CREATE TABLE IF NOT EXISTS value (k TEXT PRIMARY KEY, token INTEGER);",
+    )
+    .unwrap();
+    conn
+}
+
+fn fenced_write(
+    conn: &mut Connection,
+    lock: &str,
+    token: u64,
+    session: u64,
+) -> Result<(), FenceError> {
+    let txn = sqlite::begin(conn)?;
+    sqlite::check_and_advance(&txn, SCOPE, &grant(lock, token, session))?;
+    txn.execute("INSERT INTO applied (token) VALUES (?1)", [token as i64])
+        .unwrap();
+    txn.execute(
+        "INSERT OR REPLACE INTO value (k, token) VALUES ('v', ?1)",
+        [token as i64],
+    )
+    .unwrap();
+    txn.commit().unwrap();
+    Ok(())
+}
+
+fn value(conn: &Connection) -> Option<i64> {
+    conn.query_row("SELECT token FROM value WHERE k = 'v'", [], |row| {
+        row.get(0)
+    })
+    .ok()
+}
+
+#[test]
+fn after_reopening_the_file_a_replayed_old_token_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fenced.sqlite");
+    {
+        let mut conn = open(&path);
+        fenced_write(&mut conn, "report", 2, 1).unwrap();
+        fenced_write(&mut conn, "report", 5, 2).unwrap();
+    }
+
+    let mut conn = open(&path);
+    let err = fenced_write(&mut conn, "report", 2, 1).unwrap_err();
+    assert_eq!(
+        err,
+        FenceError::Stale {
+            lock: "report".into(),
+            presented: 2,
+            accepted: 5,
+            holder_session: Some(2)
+        }
+    );
+    assert_eq!(value(&conn), Some(5));
+    fenced_write(&mut conn, "report", 5, 2).unwrap();
+}
+
+#[test]
+fn a_rolled_back_transaction_takes_the_token_advance_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut conn = open(&dir.path().join("fenced.sqlite"));
+    fenced_write(&mut conn, "report", 2, 1).unwrap();
+
+    let txn = sqlite::begin(&mut conn).unwrap();
+    sqlite::check_and_advance(&txn, SCOPE, &grant("report", 40, 2)).unwrap();
+    drop(txn);
+
+    assert_eq!(
+        sqlite::fence_state(&conn, SCOPE)
+            .unwrap()
+            .unwrap()
+            .token_max,
+        2
+    );
+    fenced_write(&mut conn, "report", 3, 3).unwrap();
+}
+
+#[test]
+fn foreign_locks_and_forgeries_are_refused_and_honest_writers_continue() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut conn = open(&dir.path().join("fenced.sqlite"));
+    fenced_write(&mut conn, "report", 5, 1).unwrap();
+
+    let err = fenced_write(&mut conn, "other", 1000, 9).unwrap_err();
+    assert_eq!(
+        err,
+        FenceError::WrongLock {
+            expected: "report".into(),
+            presented: "other".into()
+        }
+    );
+    let forged = verify_presented(Some(&forged_text("report", 1 << 62)), &public_key());
+    assert_eq!(forged.unwrap_err().kind(), "forged");
+    let txn = sqlite::begin(&mut conn).unwrap();
+    let err = sqlite::check_and_advance_expecting(
+        &txn,
+        "fresh",
+        &grant("x", 1, 1),
+        LockBinding::Expect("y"),
+    )
+    .unwrap_err();
+    assert!(err.is_wrong_lock());
+    drop(txn);
+
+    fenced_write(&mut conn, "report", 6, 2).unwrap();
+    assert_eq!(value(&conn), Some(6));
+}
+
+#[test]
+fn racing_connections_commit_in_token_order_and_the_highest_token_wins() {
+    const WRITERS: usize = 4;
+    const TOKENS: u64 = 120;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("race.sqlite");
+    drop(open(&path));
+    let tokens = shuffled((1..=TOKENS).collect(), 3);
+
+    let handles: Vec<_> = (0..WRITERS)
+        .map(|writer| {
+            let path = path.clone();
+            let mine: Vec<u64> = tokens
+                .iter()
+                .copied()
+                .skip(writer)
+                .step_by(WRITERS)
+                .collect();
+            std::thread::spawn(move || {
+                let mut conn = connect(&path);
+                for token in mine {
+                    match fenced_write(&mut conn, "race", token, writer as u64) {
+                        Ok(()) => {}
+                        Err(FenceError::Stale {
+                            presented,
+                            accepted,
+                            ..
+                        }) => {
+                            assert!(presented == token && accepted > token);
+                        }
+                        Err(other) => panic!("unexpected error {other}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.join().unwrap();
+    }
+
+    let conn = open(&path);
+    let mut statement = conn
+        .prepare("SELECT token FROM applied ORDER BY id")
+        .unwrap();
+    let applied: Vec<u64> = statement
+        .query_map([], |row| row.get::<_, i64>(0))
+        .unwrap()
+        .map(|token| token.unwrap() as u64)
+        .collect();
+    assert_nondecreasing(&applied);
+    assert_eq!(applied.last(), Some(&TOKENS));
+    assert_eq!(value(&conn), Some(TOKENS as i64));
+}
