@@ -48,6 +48,12 @@ impl DurableIndex {
         self.0.load(Ordering::Acquire)
     }
 
+    /// An index that holds every entry durable: for driving a state machine without a log,
+    /// as openraft's storage suite does. The server always uses [`LogStore::durable_index`].
+    pub fn untracked() -> DurableIndex {
+        DurableIndex(Arc::new(AtomicU64::new(u64::MAX)))
+    }
+
     fn advance_to(&self, last_index: u64) {
         self.0.fetch_max(last_index + 1, Ordering::AcqRel);
     }
