@@ -270,7 +270,7 @@ impl Model {
         let outcome = act(self, &lock, events);
         if let Some(s) = self.session_mut(session) {
             if s.recent.len() == REQUEST_IDS_PER_SESSION_MAX {
-                s.recent.remove(0);
+                let _evicted = s.recent.remove(0);
             }
             s.recent
                 .push((request_id, is_acquire, lock, outcome.clone()));
@@ -536,23 +536,24 @@ impl Model {
             return;
         };
         let free = l.holder.is_none() && l.available_at_ms.is_none();
-        if free && self.last_token < self.limits.token_max {
-            if let Some(w) = l.waiters.first().cloned() {
-                let lease_running = self.session(w.session).unwrap().expires_at_ms > now;
-                let wait_running = w.deadline_ms.is_none_or(|d| d > now);
-                if lease_running && wait_running {
-                    self.lock_mut(name).unwrap().waiters.remove(0);
-                    let token = self.grant(name, w.session, w.request_id, events);
-                    self.resolve_queued(
-                        w.session,
-                        name,
-                        Ok(Reply::Granted {
-                            lock: name.to_string(),
-                            session: w.session,
-                            token,
-                        }),
-                    );
-                }
+        if free
+            && self.last_token < self.limits.token_max
+            && let Some(w) = l.waiters.first().cloned()
+        {
+            let lease_running = self.session(w.session).unwrap().expires_at_ms > now;
+            let wait_running = w.deadline_ms.is_none_or(|d| d > now);
+            if lease_running && wait_running {
+                self.lock_mut(name).unwrap().waiters.remove(0);
+                let token = self.grant(name, w.session, w.request_id, events);
+                self.resolve_queued(
+                    w.session,
+                    name,
+                    Ok(Reply::Granted {
+                        lock: name.to_string(),
+                        session: w.session,
+                        token,
+                    }),
+                );
             }
         }
         let l = self.lock(name).unwrap();
@@ -799,10 +800,10 @@ fn lock() -> impl Strategy<Value = u8> {
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    let session = 0usize..8;
+    let session = 0usize..10;
     prop_oneof![
-        3 => (req_id(), 0u8..6).prop_map(|(request_id, ttl)| Op::Open { request_id, ttl }),
-        2 => session.clone().prop_map(|session| Op::KeepAlive { session }),
+        4 => (req_id(), 0u8..10).prop_map(|(request_id, ttl)| Op::Open { request_id, ttl }),
+        6 => session.clone().prop_map(|session| Op::KeepAlive { session }),
         1 => session.clone().prop_map(|session| Op::Close { session }),
         8 => (session.clone(), lock(), req_id(), wait()).prop_map(
             |(session, lock, request_id, wait)| Op::Acquire { session, lock, request_id, wait }
@@ -821,10 +822,11 @@ fn op() -> impl Strategy<Value = Op> {
 
 fn step() -> impl Strategy<Value = Step> {
     let advance = prop_oneof![
-        4 => Just(0u64),
-        4 => 1u64..200,
-        2 => 200u64..1_200,
-        1 => 1_200u64..5_000,
+        12 => Just(0u64),
+        12 => 1u64..40,
+        4 => 40u64..300,
+        1 => 300u64..1_200,
+        1 => 1_200u64..4_000,
     ];
     let behind = prop_oneof![9 => Just(None), 1 => (1u64..2_000).prop_map(Some)];
     (advance, behind, op()).prop_map(|(advance_ms, behind_ms, op)| Step {
@@ -845,7 +847,7 @@ fn limits_of(setup: Setup) -> Limits {
     let mut limits = Limits {
         session_ttl_ms_min: 1_000,
         lock_delay_ms: if setup.lock_delay { 500 } else { 0 },
-        token_max: if setup.few_tokens { 20 } else { TOKEN_MAX },
+        token_max: if setup.few_tokens { 8 } else { TOKEN_MAX },
         ..Limits::default()
     };
     if setup.small {
@@ -863,6 +865,8 @@ fn limits_of(setup: Setup) -> Limits {
 #[derive(Debug, Default)]
 struct Driver {
     sessions: Vec<SessionId>,
+    /// Sessions that are open, as the model knows.
+    live: Vec<SessionId>,
     open_request_ids: Vec<RequestId>,
     request_ids_of: BTreeMap<SessionId, Vec<RequestId>>,
     sent: Vec<Command>,
@@ -870,13 +874,15 @@ struct Driver {
 }
 
 impl Driver {
+    /// Mostly one of the live sessions; sometimes one that ended, or one that never existed.
     fn session(&self, choice: usize) -> SessionId {
-        // The six most recent sessions, plus one that never existed.
-        if choice == 7 || self.sessions.is_empty() {
-            return 1_000_000;
+        match choice {
+            0..8 if !self.live.is_empty() => self.live[choice % self.live.len()],
+            8 if !self.sessions.is_empty() => {
+                self.sessions[self.sessions.len() - 1 - choice % self.sessions.len().min(6)]
+            }
+            _ => 1_000_000,
         }
-        let recent = self.sessions.len().min(6);
-        self.sessions[self.sessions.len() - 1 - choice % recent]
     }
 
     fn request_id(&mut self, used: &[RequestId], choice: ReqId) -> RequestId {
@@ -918,9 +924,9 @@ impl Driver {
                 let ttl_ms = match ttl {
                     0 => limits.session_ttl_ms_min - 1,
                     1 => limits.session_ttl_ms_min,
-                    2 => 1_500,
-                    3 => 2_500,
-                    4 => limits.session_ttl_ms_max,
+                    2..=4 => 1_500,
+                    5..=7 => 2_500,
+                    8 => limits.session_ttl_ms_max,
                     _ => limits.session_ttl_ms_max + 1,
                 };
                 Command::OpenSession { request_id, ttl_ms }
@@ -974,10 +980,10 @@ impl Driver {
     }
 
     fn learn(&mut self, output: &Output) {
-        if let Ok(Reply::SessionOpened { session, .. }) = output.result {
-            if !self.sessions.contains(&session) {
-                self.sessions.push(session);
-            }
+        if let Ok(Reply::SessionOpened { session, .. }) = output.result
+            && !self.sessions.contains(&session)
+        {
+            self.sessions.push(session);
         }
     }
 }
@@ -1039,6 +1045,7 @@ fn run(setup: Setup, steps: &[Step]) {
         checker.observe(&table, &command, &output);
         compare_state(&table, &model);
         driver.learn(&output);
+        driver.live = model.sessions.iter().map(|s| s.id).collect();
     }
 }
 
@@ -1061,7 +1068,7 @@ proptest! {
         small in any::<bool>(),
         few_tokens in any::<bool>(),
         lock_delay in any::<bool>(),
-        steps in prop::collection::vec(step(), 1..120),
+        steps in prop::collection::vec(step(), 1..160),
     ) {
         run(Setup { small, few_tokens, lock_delay }, &steps);
     }

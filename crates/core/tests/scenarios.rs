@@ -442,3 +442,35 @@ fn at_the_token_limit_grants_are_refused_never_wrapped() {
     let again = story.acquire(0, a, "l2", Wait::Try).result;
     assert!(matches!(again, Ok(Reply::Granted { token: 3, .. })));
 }
+
+#[test]
+fn a_repeated_acquire_while_queued_sees_how_the_wait_ended() {
+    let mut story = Story::new(Limits::default());
+    let a = story.open(0, TTL_MS);
+    let b = story.open(0, 10 * TTL_MS);
+
+    // Phase 1: a holds; b queues (request 7), then repeats its acquire with request 8.
+    story.take(0, a, "l");
+    story.acquire_with(0, b, "l", 7, Wait::Forever);
+    let repeated = story.acquire_with(0, b, "l", 8, Wait::Forever).result;
+    assert!(matches!(repeated, Ok(Reply::Queued { position: 0, .. })));
+
+    // Phase 2: a releases; b is granted from the queue.
+    let out = story.release_with(1, a, "l", 100);
+    let (_, token_b) = granted_events(&out.events)[0];
+
+    // Then: retrying either request answers the grant, not a stale "queued".
+    let granted = Ok(Reply::Granted {
+        lock: "l".into(),
+        session: b,
+        token: token_b,
+    });
+    assert_eq!(
+        story.acquire_with(2, b, "l", 7, Wait::Forever).result,
+        granted
+    );
+    assert_eq!(
+        story.acquire_with(2, b, "l", 8, Wait::Forever).result,
+        granted
+    );
+}
