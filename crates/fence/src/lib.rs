@@ -13,7 +13,8 @@
 //! - [`RedbFence`]: an embedded, durable redb database;
 //! - [`postgres`]: inside a caller's PostgreSQL transaction;
 //! - [`sqlite`]: inside a caller's SQLite transaction;
-//! - [`redis`]: a Lua script that checks and writes atomically (read its durability caveats).
+//! - [`RedisFence`]: a Lua script that checks and writes atomically (read the [`redis`] module's
+//!   durability caveats before using it).
 //!
 //! # Protect your own resource (PostgreSQL)
 //!
@@ -43,9 +44,11 @@ pub mod fence;
 mod memory;
 pub mod postgres;
 pub mod redb;
+pub mod redis;
 pub mod sqlite;
 
 pub use error::FenceError;
 pub use fence::{FenceState, LockBinding, SCOPE_BYTES_MAX, check, verify_presented};
 pub use memory::MemoryResource;
 pub use redb::{FencedTxn, RedbFence};
+pub use redis::{RedisFence, RedisOp};
