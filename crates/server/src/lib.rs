@@ -18,6 +18,7 @@ pub mod state_machine;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Flags of `palisade serve`; each can also be set by the environment variable named.
 #[derive(Debug, Clone, clap::Args)]
@@ -66,8 +67,102 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
 
 /// Runs the lock service until SIGTERM or SIGINT.
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    anyhow::bail!(
-        "palisade serve is not built yet (data dir {})",
-        args.data_dir.display()
-    )
+    if let Some(listen) = args.metrics_listen {
+        metrics::install(listen)?;
+        tracing::info!(%listen, "serving /metrics");
+    }
+    let server = Server::start(&args).await?;
+    tracing::info!(
+        listen = %server.local_addr(),
+        data_dir = %args.data_dir.display(),
+        public_key = %server.node().public_key(),
+        "palisade lock service ready"
+    );
+    server.run_until(shutdown_signal()).await
+}
+
+/// Requests one client connection may have in flight at once.
+pub const CONCURRENT_REQUESTS_PER_CONNECTION_MAX: usize = 1_024;
+
+/// A started lock service: recovered, leader, and listening.
+#[derive(Debug)]
+pub struct Server {
+    node: Arc<node::Node>,
+    listener: tokio::net::TcpListener,
+}
+
+impl Server {
+    /// Recovers the node from `args.data_dir` and binds `args.listen` (port 0 picks a free one).
+    pub async fn start(args: &ServeArgs) -> anyhow::Result<Server> {
+        let limits = palisade_core::Limits {
+            lock_delay_ms: args.lock_delay_ms,
+            ..Default::default()
+        };
+        limits
+            .validate()
+            .map_err(|e| anyhow::anyhow!("invalid --lock-delay: {e}"))?;
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
+        let node = node::Node::start(&args.data_dir, limits)
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot start the lock service in {}: {e}",
+                    args.data_dir.display()
+                )
+            })?;
+        Ok(Server { node, listener })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    pub fn node(&self) -> &Arc<node::Node> {
+        &self.node
+    }
+
+    /// Serves gRPC until `shutdown` resolves, then stops Raft.
+    pub async fn run_until(
+        self,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> anyhow::Result<()> {
+        let service = palisade_proto::v1::locks_server::LocksServer::new(grpc::LockService::new(
+            self.node.clone(),
+        ))
+        .max_decoding_message_size(palisade_proto::MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(palisade_proto::MESSAGE_BYTES_MAX);
+        tonic::transport::Server::builder()
+            .tcp_nodelay(true)
+            .concurrency_limit_per_connection(CONCURRENT_REQUESTS_PER_CONNECTION_MAX)
+            .add_service(service)
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(self.listener),
+                shutdown,
+            )
+            .await?;
+        tracing::info!("shutting down");
+        self.node.shutdown().await;
+        Ok(())
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the server");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
 }

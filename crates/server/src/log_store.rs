@@ -84,6 +84,8 @@ enum Write {
     PurgeUpTo {
         index: u64,
     },
+    /// Stop after everything queued before it, closing the database.
+    Stop,
 }
 
 /// The Raft log store. Cheap to clone: clones share the cache and the writer.
@@ -91,6 +93,7 @@ enum Write {
 pub struct LogStore {
     cache: Arc<Mutex<Cache>>,
     writer: mpsc::Sender<Write>,
+    writer_thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
     durable: DurableIndex,
 }
 
@@ -154,14 +157,29 @@ impl LogStore {
         }
         let (writer, queue) = mpsc::channel();
         let thread_durable = durable.clone();
-        std::thread::Builder::new()
+        let writer_thread = std::thread::Builder::new()
             .name("palisade-log-writer".into())
             .spawn(move || write_loop(db, queue, thread_durable))?;
         Ok(LogStore {
             cache: Arc::new(Mutex::new(cache)),
             writer,
+            writer_thread: Arc::new(Mutex::new(Some(writer_thread))),
             durable,
         })
+    }
+
+    /// Writes everything queued, then closes the database file so it can be opened again.
+    /// Later writes fail. Call after Raft has shut down.
+    pub fn close(&self) {
+        let _ = self.writer.send(Write::Stop);
+        let thread = self
+            .writer_thread
+            .lock()
+            .expect("writer handle lock poisoned")
+            .take();
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
     }
 
     pub fn durable_index(&self) -> DurableIndex {
@@ -200,6 +218,10 @@ fn write_loop(db: Database, queue: mpsc::Receiver<Write>, durable: DurableIndex)
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
         batch.extend(queue.try_iter());
+        let stop = batch.iter().position(|w| matches!(w, Write::Stop));
+        if let Some(at) = stop {
+            batch.truncate(at);
+        }
         let started = Instant::now();
         let result = commit_batch(&db, &batch);
         metrics::histogram!(crate::metrics::FSYNC_SECONDS).record(started.elapsed().as_secs_f64());
@@ -226,8 +248,11 @@ fn write_loop(db: Database, queue: mpsc::Receiver<Write>, durable: DurableIndex)
                 | Write::TruncateFrom { done, .. } => {
                     let _ = done.send(outcome);
                 }
-                Write::Meta { done: None, .. } | Write::PurgeUpTo { .. } => {}
+                Write::Meta { done: None, .. } | Write::PurgeUpTo { .. } | Write::Stop => {}
             }
+        }
+        if stop.is_some() {
+            return;
         }
     }
 }
@@ -257,6 +282,7 @@ fn commit_batch(db: &Database, batch: &[Write]) -> io::Result<()> {
                     log.retain_in(..=*index, |_, _| false)
                         .map_err(io::Error::other)?;
                 }
+                Write::Stop => {}
             }
         }
     }

@@ -60,6 +60,8 @@ impl LeaderClock {
 #[derive(Debug)]
 pub struct Node {
     raft: PalisadeRaft,
+    log: LogStore,
+    stopping: tokio::sync::watch::Sender<bool>,
     shared: Arc<Shared>,
     clock: LeaderClock,
     signing_key: SigningKey,
@@ -95,7 +97,7 @@ impl Node {
             NODE_ID,
             Arc::new(raft_config()?),
             SingleNodeNetwork,
-            log,
+            log.clone(),
             state_machine,
         )
         .await?;
@@ -115,8 +117,11 @@ impl Node {
             base_ms: shared.read(|t| t.now_ms()),
             base: Instant::now(),
         };
+        let (stopping, _) = tokio::sync::watch::channel(false);
         let node = Arc::new(Node {
             raft,
+            log,
+            stopping,
             shared,
             clock,
             signing_key,
@@ -171,7 +176,11 @@ impl Node {
 
     /// Proposes a `Tick` whenever the table's next deadline has come.
     async fn drive_leases(self: Arc<Self>) {
+        let mut stopping = self.stopping.subscribe();
         loop {
+            if *stopping.borrow_and_update() {
+                return;
+            }
             let notified = self.shared.applied_notify.notified();
             let next = self.shared.read(|t| t.next_deadline_ms());
             let now = self.now_ms();
@@ -191,17 +200,27 @@ impl Node {
                     tokio::select! {
                         _ = tokio::time::sleep(Duration::from_millis(deadline - now)) => {}
                         _ = notified => {}
+                        _ = stopping.changed() => {}
                     }
                 }
-                None => notified.await,
+                None => {
+                    tokio::select! {
+                        _ = notified => {}
+                        _ = stopping.changed() => {}
+                    }
+                }
             }
         }
     }
 
-    /// Stops Raft; in-flight requests fail with [`ProposeError::Stopped`].
+    /// Stops the lease driver and Raft, then closes the log; in-flight requests fail with
+    /// [`ProposeError::Stopped`].
     pub async fn shutdown(&self) {
+        self.stopping.send_replace(true);
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown reported an error");
         }
+        let log = self.log.clone();
+        let _ = tokio::task::spawn_blocking(move || log.close()).await;
     }
 }

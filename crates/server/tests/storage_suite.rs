@@ -12,14 +12,18 @@ use palisade_server::state_machine::StateMachine;
 struct OnDisk;
 
 impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for OnDisk {
-    async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<TypeConfig>> {
-        let dir = tempfile::tempdir().map_err(|e| StorageError::write(TypeConfig::err_from_error(&e)))?;
+    async fn build(
+        &self,
+    ) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<TypeConfig>> {
+        let dir =
+            tempfile::tempdir().map_err(|e| StorageError::write(TypeConfig::err_from_error(&e)))?;
         let log = LogStore::open(&dir.path().join("raft.redb"))
             .map_err(|e| StorageError::write(TypeConfig::err_from_error(&e)))?;
         // The suite applies entries it never appended to the log, so the durability check of
         // the state machine (invariant 2) cannot hold here; the server always wires it.
-        let state_machine = StateMachine::open(dir.path(), Limits::default(), DurableIndex::untracked())
-            .map_err(|e| StorageError::write(TypeConfig::err_from_error(&e)))?;
+        let state_machine =
+            StateMachine::open(dir.path(), Limits::default(), DurableIndex::untracked())
+                .map_err(|e| StorageError::write(TypeConfig::err_from_error(&e)))?;
         Ok((dir, log, state_machine))
     }
 }
@@ -27,6 +31,8 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for OnD
 #[test]
 fn redb_log_store_and_lock_table_pass_the_openraft_storage_suite() {
     TypeConfig::run(async {
-        Suite::test_all(OnDisk).await.expect("openraft storage suite");
+        Suite::test_all(OnDisk)
+            .await
+            .expect("openraft storage suite");
     });
 }

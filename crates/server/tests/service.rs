@@ -1,0 +1,179 @@
+//! The lock service over real gRPC on loopback, in-process: grants, queues, restarts.
+
+use std::path::Path;
+use std::time::Duration;
+
+use palisade_proto::v1::locks_client::LocksClient;
+use palisade_proto::v1::*;
+use palisade_server::{ServeArgs, Server};
+use tokio::sync::oneshot;
+use tonic::transport::Channel;
+
+struct Running {
+    client: LocksClient<Channel>,
+    stop: Option<oneshot::Sender<()>>,
+    done: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Running {
+    async fn start(dir: &Path) -> Running {
+        let args = ServeArgs {
+            data_dir: dir.to_path_buf(),
+            listen: "127.0.0.1:0".parse().unwrap(),
+            metrics_listen: None,
+            lock_delay_ms: 0,
+        };
+        let server = Server::start(&args).await.expect("server starts");
+        let endpoint = format!("http://{}", server.local_addr());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let done = tokio::spawn(server.run_until(async {
+            let _ = stopped.await;
+        }));
+        let client = LocksClient::connect(endpoint)
+            .await
+            .expect("client connects");
+        Running {
+            client,
+            stop: Some(stop),
+            done,
+        }
+    }
+
+    async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.done.await.unwrap().unwrap();
+    }
+}
+
+async fn open(client: &mut LocksClient<Channel>, request_id: u64, ttl_ms: u64) -> u64 {
+    client
+        .open_session(OpenSessionRequest { request_id, ttl_ms })
+        .await
+        .unwrap()
+        .into_inner()
+        .session
+}
+
+fn acquire(session: u64, lock: &str, request_id: u64, wait_ms: u64) -> AcquireRequest {
+    AcquireRequest {
+        session,
+        lock: lock.into(),
+        request_id,
+        wait_ms,
+        wait_forever: false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_grow_across_release_queue_handoff_and_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut tokens = Vec::new();
+
+    // Phase 1: a holder, a queued waiter, and a handoff on release.
+    let running = Running::start(dir.path()).await;
+    let mut a = running.client.clone();
+    let mut b = running.client.clone();
+    let session_a = open(&mut a, 1, 30_000).await;
+    let session_b = open(&mut b, 2, 30_000).await;
+    let first = a
+        .acquire(acquire(session_a, "jobs/nightly", 10, 0))
+        .await
+        .unwrap()
+        .into_inner();
+    tokens.push(first.token);
+    assert!(
+        first.sequencer.starts_with("pal1."),
+        "sequencer {:?}",
+        first.sequencer
+    );
+
+    let busy = b
+        .acquire(acquire(session_b, "jobs/nightly", 20, 0))
+        .await
+        .unwrap_err();
+    assert_eq!(busy.code(), tonic::Code::FailedPrecondition, "{busy:?}");
+    let details = String::from_utf8_lossy(busy.details()).to_string();
+    assert!(
+        details.contains("Busy") && details.contains(&first.token.to_string()),
+        "details {details}"
+    );
+
+    let waiting = tokio::spawn({
+        let mut b = b.clone();
+        async move {
+            b.acquire(acquire(session_b, "jobs/nightly", 21, 10_000))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let wrong_owner = b
+        .release(ReleaseRequest {
+            session: session_b + 100,
+            lock: "jobs/nightly".into(),
+            request_id: 5,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(wrong_owner.code(), tonic::Code::NotFound);
+    a.release(ReleaseRequest {
+        session: session_a,
+        lock: "jobs/nightly".into(),
+        request_id: 11,
+    })
+    .await
+    .unwrap();
+    let handed_over = waiting.await.unwrap().unwrap().into_inner();
+    assert_eq!(handed_over.session, session_b);
+    tokens.push(handed_over.token);
+
+    let status = a
+        .status(StatusRequest {
+            lock: "jobs/nightly".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        status.holder.map(|h| (h.session, h.token)),
+        Some((session_b, handed_over.token))
+    );
+    running.stop().await;
+
+    // Phase 2: after a restart the holder is still there, and new grants keep growing.
+    let running = Running::start(dir.path()).await;
+    let mut c = running.client.clone();
+    let status = c
+        .status(StatusRequest {
+            lock: "jobs/nightly".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        status.holder.map(|h| h.token),
+        Some(handed_over.token),
+        "grant survives restart"
+    );
+    let session_c = open(&mut c, 3, 30_000).await;
+    let other = c
+        .acquire(acquire(session_c, "jobs/other", 30, 0))
+        .await
+        .unwrap()
+        .into_inner();
+    tokens.push(other.token);
+    c.close_session(CloseSessionRequest { session: session_b })
+        .await
+        .unwrap();
+    let again = c
+        .acquire(acquire(session_c, "jobs/nightly", 31, 0))
+        .await
+        .unwrap()
+        .into_inner();
+    tokens.push(again.token);
+    running.stop().await;
+
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens must strictly increase: {tokens:?}"
+    );
+}
