@@ -1,1 +1,58 @@
-//! placeholder, replaced as the crate's code arrives
+//! Rust client for the Palisade lock service.
+//!
+//! Connect with [`Client::connect`], open a [`Session`] (its lease is kept alive in the
+//! background), and [`Session::acquire`] a lock: the [`LockGuard`] carries the grant's fencing
+//! [`token`](LockGuard::token) and the signed [`sequencer`](LockGuard::sequencer) to present to
+//! the resources the lock protects, and [`LockGuard::lost`] resolves if the session is lost.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use palisade_client::{AcquireOptions, Client, SessionOptions, Wait};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = Client::connect("http://127.0.0.1:7457").await?;
+//! let session = client.open_session(SessionOptions::with_ttl(Duration::from_secs(10))).await?;
+//! let guard = session
+//!     .acquire("jobs/nightly", AcquireOptions::wait(Wait::For(Duration::from_secs(30))))
+//!     .await?;
+//! let lost = guard.lost();
+//! tokio::select! {
+//!     reason = lost => eprintln!("lock lost: {reason}; stop writing"),
+//!     () = async {
+//!         // Write to the resource, presenting the sequencer so it can refuse stale holders.
+//!         println!("token {} sequencer {}", guard.token(), guard.sequencer());
+//!     } => {}
+//! }
+//! guard.release().await?;
+//! session.close().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Scripts that pass a session id between processes use the one-shot operations on [`Client`]
+//! instead ([`Client::open_session_without_keepalive`], [`Client::acquire`], [`Client::renew`],
+//! [`Client::release`]), plus the reads [`Client::status`], [`Client::list_locks`],
+//! [`Client::watch`] and [`Client::public_key`].
+//!
+//! **Errors.** Each operation has its own `#[non_exhaustive]` error enum with `is_retryable()`.
+//! A request whose outcome is unknown (a timeout, a connection that broke after sending) is
+//! reported as `Unknown`, never as failed (invariant 8): retries of one call reuse one request
+//! id, so the server returns the first outcome instead of acting twice.
+//!
+//! **API Boundary:** the library never panics on what the server sends; a malformed or
+//! inconsistent answer (a grant whose sequencer names another lock, a token of 0, a page that
+//! does not advance) is a `Protocol` error.
+
+mod client;
+mod error;
+mod retry;
+mod session;
+mod watch;
+
+pub use client::{Client, ClientOptions, ENDPOINT_ENV, Grant, Holder, LockStatus, SessionLease};
+pub use error::{
+    AcquireError, CloseError, ConnectError, QueryError, ReleaseError, RenewError, SessionError,
+};
+pub use palisade_core::{SessionId, Token};
+pub use session::{AcquireOptions, LockGuard, Session, SessionLost, SessionOptions, Wait};
+pub use watch::{LockEvent, LockEventKind, LockEvents};

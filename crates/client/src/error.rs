@@ -1,0 +1,705 @@
+//! One error enum per operation, decoded from gRPC statuses.
+//!
+//! The server sends a refusal as a status code plus, in the status details, the JSON of the
+//! [`CoreError`] that explains it. [`Failure::from_status`] turns any status (from the server or
+//! from the local transport) into one of four situations, which every operation then names in
+//! its own enum:
+//!
+//! - the server **refused** the command, with a [`CoreError`]: nothing changed;
+//! - the request was **not applied** and may be retried (`UNAVAILABLE`, or the connection could
+//!   not even be made);
+//! - the **outcome is unknown** (a timeout, a connection that broke after the request was sent,
+//!   `UNKNOWN`): the command may have taken effect (invariant 8: never reported as failed);
+//! - anything else the server answered, kept with its code and message.
+//!
+//! Messages are lowercase, without a trailing period, and say what to do.
+
+use std::error::Error as StdError;
+use std::time::Duration;
+
+use palisade_core::{CoreError, SessionId, Token};
+use tonic::{Code, Status};
+
+/// What a failed call means, before it is named for one operation.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The server refused the command and said why; nothing changed.
+    Core(CoreError),
+    /// `NOT_FOUND` without details: the session does not exist.
+    SessionNotFound(String),
+    /// `INVALID_ARGUMENT` without details.
+    InvalidArgument(String),
+    /// The request was not applied; retrying may succeed.
+    NotApplied(String),
+    /// The request may or may not have been applied.
+    Unknown(String),
+    /// Any other status.
+    Rejected { code: Code, message: String },
+}
+
+impl Failure {
+    /// Classifies a status from a call.
+    pub(crate) fn from_status(status: &Status) -> Failure {
+        if !status.details().is_empty()
+            && let Ok(core) = serde_json::from_slice::<CoreError>(status.details())
+        {
+            return Failure::Core(core);
+        }
+        let message = describe_status(status);
+        // A status built locally from a transport error carries its source; one that came from
+        // the server (in response trailers) does not.
+        if status.source().is_some() {
+            if chain_has_connect_error(status) {
+                return Failure::NotApplied(message);
+            }
+            return Failure::Unknown(message);
+        }
+        match status.code() {
+            Code::Unavailable | Code::ResourceExhausted => Failure::NotApplied(message),
+            Code::Unknown | Code::DeadlineExceeded | Code::Cancelled | Code::Aborted => {
+                Failure::Unknown(message)
+            }
+            Code::NotFound => Failure::SessionNotFound(message),
+            Code::InvalidArgument => Failure::InvalidArgument(message),
+            code => Failure::Rejected { code, message },
+        }
+    }
+
+    /// A call that got no answer within `after`.
+    pub(crate) fn timed_out(after: Duration) -> Failure {
+        Failure::Unknown(format!("no answer within {} ms", after.as_millis()))
+    }
+
+    /// True when retrying with the same request id may succeed.
+    pub(crate) fn is_transient(&self) -> bool {
+        matches!(self, Failure::NotApplied(_) | Failure::Unknown(_))
+    }
+}
+
+/// The status message with the chain of local causes, e.g. `transport error: connection refused`.
+fn describe_status(status: &Status) -> String {
+    let mut text = if status.message().is_empty() {
+        format!("{:?}", status.code())
+    } else {
+        status.message().to_string()
+    };
+    let mut source = status.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// True when the status comes from failing to connect, so the request was never sent.
+fn chain_has_connect_error(status: &Status) -> bool {
+    let mut source: Option<&(dyn StdError + 'static)> = status.source();
+    while let Some(cause) = source {
+        if cause.downcast_ref::<tonic::ConnectError>().is_some() {
+            return true;
+        }
+        if let Some(io) = cause.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}
+
+/// The full chain of an error's causes on one line.
+pub(crate) fn error_chain(error: &(dyn StdError + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// Why [`crate::Client::connect`] failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    #[error("invalid endpoint {endpoint:?}: {reason}; expected e.g. http://127.0.0.1:7457")]
+    InvalidEndpoint { endpoint: String, reason: String },
+    #[error(
+        "cannot connect to the lock service at {endpoint}: {reason}; is `palisade serve` running there? (set --endpoint or PALISADE_ENDPOINT)"
+    )]
+    Unreachable { endpoint: String, reason: String },
+}
+
+impl ConnectError {
+    /// True when connecting again later may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, ConnectError::Unreachable { .. })
+    }
+}
+
+/// Why a session could not be opened.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    #[error(
+        "session ttl {ttl_ms} ms is outside the allowed range {ttl_ms_min}..={ttl_ms_max} ms; pick a ttl in that range"
+    )]
+    TtlOutOfRange {
+        ttl_ms: u64,
+        ttl_ms_min: u64,
+        ttl_ms_max: u64,
+    },
+    #[error("the lock service has {sessions_max} sessions open, its limit; retry later")]
+    TooManySessions { sessions_max: usize },
+    #[error("invalid session request: {0}")]
+    InvalidArgument(String),
+    #[error("the lock service is unavailable, no session was opened ({0}); retry later")]
+    Unavailable(String),
+    #[error(
+        "opening a session has an unknown outcome ({0}); if a session was opened it expires after its ttl"
+    )]
+    Unknown(String),
+    #[error("the lock service refused to open a session: {0}")]
+    Refused(CoreError),
+    #[error("the lock service answered with an invalid response: {0}")]
+    Protocol(String),
+    #[error("the lock service refused to open a session ({code:?}): {message}")]
+    Rejected { code: Code, message: String },
+}
+
+impl SessionError {
+    /// True when opening a session again later may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            SessionError::TooManySessions { .. }
+            | SessionError::Unavailable(_)
+            | SessionError::Unknown(_) => true,
+            SessionError::Refused(core) => core.is_retryable(),
+            _ => false,
+        }
+    }
+
+    pub(crate) fn from_failure(failure: Failure) -> SessionError {
+        match failure {
+            Failure::Core(CoreError::TtlOutOfRange {
+                ttl_ms,
+                ttl_ms_min,
+                ttl_ms_max,
+            }) => SessionError::TtlOutOfRange {
+                ttl_ms,
+                ttl_ms_min,
+                ttl_ms_max,
+            },
+            Failure::Core(CoreError::TooManySessions { sessions_max }) => {
+                SessionError::TooManySessions { sessions_max }
+            }
+            Failure::Core(CoreError::RequestIdConflict { request_id }) => {
+                SessionError::InvalidArgument(format!(
+                    "request id {request_id} was already used for a different command"
+                ))
+            }
+            Failure::Core(core) => SessionError::Refused(core),
+            Failure::InvalidArgument(message) => SessionError::InvalidArgument(message),
+            Failure::NotApplied(message) => SessionError::Unavailable(message),
+            Failure::Unknown(message) => SessionError::Unknown(message),
+            Failure::SessionNotFound(message) => SessionError::Rejected {
+                code: Code::NotFound,
+                message,
+            },
+            Failure::Rejected { code, message } => SessionError::Rejected { code, message },
+        }
+    }
+}
+
+/// Why a lock was not acquired.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AcquireError {
+    /// The lock is held by another session (only for [`crate::Wait::Try`], or when the wait had
+    /// already run out).
+    #[error("lock {lock:?} is busy{}; wait for it or try again later", describe_busy(*holder_session, *holder_token, *in_lock_delay))]
+    Busy {
+        lock: String,
+        holder_session: Option<SessionId>,
+        holder_token: Option<Token>,
+        /// The lock has no holder but sits out its lock-delay after a holder's session expired.
+        in_lock_delay: bool,
+    },
+    /// The wait ended before the lock was granted (its time ran out, or it was withdrawn).
+    #[error("lock {lock:?} was not granted before the wait ended; wait longer or try again later")]
+    WaitEnded { lock: String },
+    #[error("session {session} does not exist (it expired or was closed); open a new session")]
+    SessionNotFound { session: SessionId },
+    /// The session was lost while acquiring (see [`crate::SessionLost`]).
+    #[error("session {session} was lost while acquiring lock {lock:?}: {reason}")]
+    SessionLost {
+        lock: String,
+        session: SessionId,
+        reason: crate::SessionLost,
+    },
+    #[error("lock {lock:?} already has {waiters_max} waiters, the limit; retry later")]
+    TooManyWaiters { lock: String, waiters_max: usize },
+    #[error("the lock service holds {locks_max} locks, its limit; retry later")]
+    TooManyLocks { locks_max: usize },
+    #[error("lock {lock:?} cannot be granted any more: its fencing tokens are exhausted")]
+    TokensExhausted { lock: String },
+    #[error("invalid acquire request: {0}")]
+    InvalidArgument(String),
+    /// Invariant 8: the acquire may have taken effect. Acquiring the same lock again in the same
+    /// session returns that grant if it exists; closing the session ends it.
+    #[error(
+        "acquiring lock {lock:?} in session {session} has an unknown outcome ({reason}); the lock may be held by this session: acquire again in it, or close it"
+    )]
+    Unknown {
+        lock: String,
+        session: SessionId,
+        reason: String,
+    },
+    #[error("the lock service is unavailable, lock not acquired ({0}); retry later")]
+    Unavailable(String),
+    #[error("the lock service refused the acquire: {0}")]
+    Refused(CoreError),
+    /// The server broke the protocol; the lock may be held by the session.
+    #[error(
+        "the lock service answered the acquire with an invalid response ({0}); the lock may be held by this session: close the session"
+    )]
+    Protocol(String),
+    #[error("the lock service refused the acquire ({code:?}): {message}")]
+    Rejected { code: Code, message: String },
+}
+
+fn describe_busy(session: Option<SessionId>, token: Option<Token>, in_lock_delay: bool) -> String {
+    match (session, token) {
+        (Some(s), Some(t)) => format!(": held by session {s} with token {t}"),
+        (Some(s), None) => format!(": held by session {s}"),
+        _ if in_lock_delay => ": in lock-delay after its holder's session expired".to_string(),
+        _ => String::new(),
+    }
+}
+
+impl AcquireError {
+    /// True when the same acquire may succeed later without the caller changing anything.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            AcquireError::Busy { .. }
+            | AcquireError::WaitEnded { .. }
+            | AcquireError::TooManyWaiters { .. }
+            | AcquireError::TooManyLocks { .. }
+            | AcquireError::Unknown { .. }
+            | AcquireError::Unavailable(_) => true,
+            AcquireError::Refused(core) => core.is_retryable(),
+            _ => false,
+        }
+    }
+
+    /// True when the lock may be held by the session despite the error (invariant 8).
+    pub fn outcome_unknown(&self) -> bool {
+        matches!(
+            self,
+            AcquireError::Unknown { .. } | AcquireError::Protocol(_)
+        )
+    }
+
+    pub(crate) fn from_failure(failure: Failure, session: SessionId, lock: &str) -> AcquireError {
+        match failure {
+            Failure::Core(core) => AcquireError::from_core(core),
+            Failure::SessionNotFound(_) => AcquireError::SessionNotFound { session },
+            Failure::InvalidArgument(message) => AcquireError::InvalidArgument(message),
+            Failure::NotApplied(message) => AcquireError::Unavailable(message),
+            Failure::Unknown(reason) => AcquireError::Unknown {
+                lock: lock.to_string(),
+                session,
+                reason,
+            },
+            Failure::Rejected { code, message } => AcquireError::Rejected { code, message },
+        }
+    }
+
+    fn from_core(core: CoreError) -> AcquireError {
+        match core {
+            CoreError::Busy {
+                lock,
+                holder_session,
+                holder_token,
+                available_at_ms,
+            } => AcquireError::Busy {
+                lock,
+                holder_session,
+                holder_token,
+                in_lock_delay: holder_session.is_none() && available_at_ms.is_some(),
+            },
+            CoreError::WaitEnded { lock } => AcquireError::WaitEnded { lock },
+            CoreError::SessionNotFound { session } => AcquireError::SessionNotFound { session },
+            CoreError::TooManyWaiters { lock, waiters_max } => {
+                AcquireError::TooManyWaiters { lock, waiters_max }
+            }
+            CoreError::TooManyLocks { locks_max } => AcquireError::TooManyLocks { locks_max },
+            CoreError::TokensExhausted { lock } => AcquireError::TokensExhausted { lock },
+            core @ (CoreError::InvalidLockName(_)
+            | CoreError::WaitOutOfRange { .. }
+            | CoreError::RequestIdConflict { .. }) => {
+                AcquireError::InvalidArgument(core.to_string())
+            }
+            core => AcquireError::Refused(core),
+        }
+    }
+}
+
+/// Why a lock was not released.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReleaseError {
+    /// Invariant 8: only the holding session may release.
+    #[error("session {session} does not hold lock {lock:?}{}", describe_holder(*holder_session))]
+    NotHolder {
+        lock: String,
+        session: SessionId,
+        holder_session: Option<SessionId>,
+    },
+    #[error(
+        "session {session} does not exist (it expired or was closed), so it holds no lock any more"
+    )]
+    SessionNotFound { session: SessionId },
+    #[error("invalid release request: {0}")]
+    InvalidArgument(String),
+    #[error(
+        "releasing lock {lock:?} has an unknown outcome ({reason}); release again with the same session, or let the session expire"
+    )]
+    Unknown { lock: String, reason: String },
+    #[error("the lock service is unavailable, lock not released ({0}); retry later")]
+    Unavailable(String),
+    #[error("the lock service refused the release: {0}")]
+    Refused(CoreError),
+    #[error("the lock service answered the release with an invalid response: {0}")]
+    Protocol(String),
+    #[error("the lock service refused the release ({code:?}): {message}")]
+    Rejected { code: Code, message: String },
+}
+
+fn describe_holder(session: Option<SessionId>) -> String {
+    match session {
+        Some(s) => format!("; it is held by session {s}"),
+        None => "; it is free".to_string(),
+    }
+}
+
+impl ReleaseError {
+    /// True when the same release may succeed later.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            ReleaseError::Unknown { .. } | ReleaseError::Unavailable(_)
+        )
+    }
+
+    pub(crate) fn from_failure(failure: Failure, session: SessionId, lock: &str) -> ReleaseError {
+        match failure {
+            Failure::Core(CoreError::NotHolder {
+                lock,
+                session,
+                holder_session,
+            }) => ReleaseError::NotHolder {
+                lock,
+                session,
+                holder_session,
+            },
+            Failure::Core(CoreError::SessionNotFound { session }) => {
+                ReleaseError::SessionNotFound { session }
+            }
+            Failure::Core(
+                core @ (CoreError::InvalidLockName(_) | CoreError::RequestIdConflict { .. }),
+            ) => ReleaseError::InvalidArgument(core.to_string()),
+            Failure::Core(core) => ReleaseError::Refused(core),
+            Failure::SessionNotFound(_) => ReleaseError::SessionNotFound { session },
+            Failure::InvalidArgument(message) => ReleaseError::InvalidArgument(message),
+            Failure::NotApplied(message) => ReleaseError::Unavailable(message),
+            Failure::Unknown(reason) => ReleaseError::Unknown {
+                lock: lock.to_string(),
+                reason,
+            },
+            Failure::Rejected { code, message } => ReleaseError::Rejected { code, message },
+        }
+    }
+}
+
+/// Why a session's lease was not renewed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RenewError {
+    #[error(
+        "session {session} does not exist (it expired or was closed); every lock it held is lost"
+    )]
+    SessionNotFound { session: SessionId },
+    #[error(
+        "renewing session {session} has an unknown outcome ({reason}); renew again before its lease runs out"
+    )]
+    Unknown { session: SessionId, reason: String },
+    #[error("the lock service is unavailable, lease not renewed ({0}); retry soon")]
+    Unavailable(String),
+    #[error("invalid renew request: {0}")]
+    InvalidArgument(String),
+    #[error("the lock service refused the renewal: {0}")]
+    Refused(CoreError),
+    #[error("the lock service answered the renewal with an invalid response: {0}")]
+    Protocol(String),
+    #[error("the lock service refused the renewal ({code:?}): {message}")]
+    Rejected { code: Code, message: String },
+}
+
+impl RenewError {
+    /// True when renewing again may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            RenewError::Unknown { .. } | RenewError::Unavailable(_)
+        )
+    }
+
+    pub(crate) fn from_failure(failure: Failure, session: SessionId) -> RenewError {
+        match failure {
+            Failure::Core(CoreError::SessionNotFound { .. }) | Failure::SessionNotFound(_) => {
+                RenewError::SessionNotFound { session }
+            }
+            Failure::Core(core) => RenewError::Refused(core),
+            Failure::InvalidArgument(message) => RenewError::InvalidArgument(message),
+            Failure::NotApplied(message) => RenewError::Unavailable(message),
+            Failure::Unknown(reason) => RenewError::Unknown { session, reason },
+            Failure::Rejected { code, message } => RenewError::Rejected { code, message },
+        }
+    }
+}
+
+/// Why a session was not closed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CloseError {
+    /// The session had already ended: every lock it held was released when it did.
+    #[error("session {session} does not exist (it had already expired or been closed)")]
+    SessionNotFound { session: SessionId },
+    #[error(
+        "closing session {session} has an unknown outcome ({reason}); it expires after its ttl if it is still open"
+    )]
+    Unknown { session: SessionId, reason: String },
+    #[error("the lock service is unavailable, session not closed ({0}); it expires after its ttl")]
+    Unavailable(String),
+    #[error("the lock service refused to close the session: {0}")]
+    Refused(CoreError),
+    #[error("the lock service answered the close with an invalid response: {0}")]
+    Protocol(String),
+    #[error("the lock service refused to close the session ({code:?}): {message}")]
+    Rejected { code: Code, message: String },
+}
+
+impl CloseError {
+    /// True when closing again may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            CloseError::Unknown { .. } | CloseError::Unavailable(_)
+        )
+    }
+
+    pub(crate) fn from_failure(failure: Failure, session: SessionId) -> CloseError {
+        match failure {
+            Failure::Core(CoreError::SessionNotFound { .. }) | Failure::SessionNotFound(_) => {
+                CloseError::SessionNotFound { session }
+            }
+            Failure::Core(core) => CloseError::Refused(core),
+            Failure::InvalidArgument(message) => CloseError::Rejected {
+                code: Code::InvalidArgument,
+                message,
+            },
+            Failure::NotApplied(message) => CloseError::Unavailable(message),
+            Failure::Unknown(reason) => CloseError::Unknown { session, reason },
+            Failure::Rejected { code, message } => CloseError::Rejected { code, message },
+        }
+    }
+}
+
+/// Why a read (`status`, `list_locks`, `watch`, `public_key`) failed.
+///
+/// Reads change nothing, so they share one enum: their outcome is never unknown, and every
+/// failure means the same thing for each of them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum QueryError {
+    #[error("invalid request: {0}")]
+    InvalidArgument(String),
+    #[error("the lock service is unavailable ({0}); retry later")]
+    Unavailable(String),
+    #[error("the lock service refused the request: {0}")]
+    Refused(CoreError),
+    #[error("the lock service answered with an invalid response: {0}")]
+    Protocol(String),
+    #[error("the lock service refused the request ({code:?}): {message}")]
+    Rejected { code: Code, message: String },
+}
+
+impl QueryError {
+    /// True when the same read may succeed later.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, QueryError::Unavailable(_))
+    }
+
+    pub(crate) fn from_failure(failure: Failure) -> QueryError {
+        match failure {
+            Failure::Core(
+                core @ (CoreError::InvalidLockName(_) | CoreError::WaitOutOfRange { .. }),
+            ) => QueryError::InvalidArgument(core.to_string()),
+            Failure::Core(core) => QueryError::Refused(core),
+            Failure::InvalidArgument(message) => QueryError::InvalidArgument(message),
+            Failure::NotApplied(message) | Failure::Unknown(message) => {
+                QueryError::Unavailable(message)
+            }
+            Failure::SessionNotFound(message) => QueryError::Rejected {
+                code: Code::NotFound,
+                message,
+            },
+            Failure::Rejected { code, message } => QueryError::Rejected { code, message },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status_with_core(code: Code, core: &CoreError) -> Status {
+        let details = serde_json::to_vec(core).unwrap();
+        Status::with_details(code, core.to_string(), details.into())
+    }
+
+    #[test]
+    fn busy_details_name_the_holder_and_its_token() {
+        let core = CoreError::Busy {
+            lock: "jobs/nightly".into(),
+            holder_session: Some(7),
+            holder_token: Some(42),
+            available_at_ms: None,
+        };
+        let status = status_with_core(Code::FailedPrecondition, &core);
+        let error = AcquireError::from_failure(Failure::from_status(&status), 3, "jobs/nightly");
+        assert_eq!(
+            error,
+            AcquireError::Busy {
+                lock: "jobs/nightly".into(),
+                holder_session: Some(7),
+                holder_token: Some(42),
+                in_lock_delay: false,
+            }
+        );
+        assert!(error.is_retryable());
+        assert_eq!(
+            error.to_string(),
+            "lock \"jobs/nightly\" is busy: held by session 7 with token 42; wait for it or try again later"
+        );
+    }
+
+    #[test]
+    fn not_holder_details_become_a_release_error_naming_the_holder() {
+        let core = CoreError::NotHolder {
+            lock: "a".into(),
+            session: 3,
+            holder_session: Some(9),
+        };
+        let status = status_with_core(Code::PermissionDenied, &core);
+        let error = ReleaseError::from_failure(Failure::from_status(&status), 3, "a");
+        assert_eq!(
+            error,
+            ReleaseError::NotHolder {
+                lock: "a".into(),
+                session: 3,
+                holder_session: Some(9)
+            }
+        );
+        assert!(!error.is_retryable());
+        assert!(error.to_string().contains("held by session 9"));
+    }
+
+    #[test]
+    fn a_timeout_is_an_unknown_outcome_never_a_failure() {
+        let error = AcquireError::from_failure(Failure::timed_out(Duration::from_secs(2)), 5, "a");
+        assert!(matches!(error, AcquireError::Unknown { session: 5, .. }));
+        assert!(error.outcome_unknown());
+        assert!(error.is_retryable());
+    }
+
+    #[test]
+    fn server_statuses_without_details_are_classified_by_code() {
+        let unavailable = Failure::from_status(&Status::unavailable("not leader"));
+        assert!(matches!(unavailable, Failure::NotApplied(_)));
+        let unknown = Failure::from_status(&Status::unknown("timed out"));
+        assert!(matches!(unknown, Failure::Unknown(_)));
+        let not_found = Failure::from_status(&Status::not_found("no session"));
+        assert!(matches!(
+            RenewError::from_failure(not_found, 4),
+            RenewError::SessionNotFound { session: 4 }
+        ));
+        let internal = Failure::from_status(&Status::internal("bug"));
+        assert!(matches!(
+            QueryError::from_failure(internal),
+            QueryError::Rejected {
+                code: Code::Internal,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn details_that_are_not_a_core_error_fall_back_to_the_code() {
+        let status = Status::with_details(
+            Code::FailedPrecondition,
+            "busy",
+            b"\x08\x01not json".to_vec().into(),
+        );
+        assert!(matches!(
+            Failure::from_status(&status),
+            Failure::Rejected {
+                code: Code::FailedPrecondition,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn wait_ended_and_session_not_found_map_to_their_acquire_variants() {
+        let status = status_with_core(
+            Code::DeadlineExceeded,
+            &CoreError::WaitEnded { lock: "a".into() },
+        );
+        let error = AcquireError::from_failure(Failure::from_status(&status), 1, "a");
+        assert_eq!(error, AcquireError::WaitEnded { lock: "a".into() });
+        let status = status_with_core(Code::NotFound, &CoreError::SessionNotFound { session: 1 });
+        let error = AcquireError::from_failure(Failure::from_status(&status), 1, "a");
+        assert_eq!(error, AcquireError::SessionNotFound { session: 1 });
+        assert!(!error.is_retryable());
+    }
+
+    #[test]
+    fn a_lock_in_lock_delay_is_busy_without_a_holder() {
+        let core = CoreError::Busy {
+            lock: "a".into(),
+            holder_session: None,
+            holder_token: None,
+            available_at_ms: Some(5_000),
+        };
+        let error = AcquireError::from_core(core);
+        assert!(matches!(
+            error,
+            AcquireError::Busy {
+                in_lock_delay: true,
+                ..
+            }
+        ));
+        assert!(error.to_string().contains("lock-delay"));
+    }
+}

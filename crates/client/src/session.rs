@@ -1,0 +1,580 @@
+//! Sessions kept alive in the background, and the lock guards they hand out.
+//!
+//! A [`Session`] owns a keepalive task that pings the server over one bidirectional stream every
+//! `ttl / 3`, reconnecting after transport errors. The task tracks the *proven* lease: a ping
+//! acknowledged with `ttl_remaining_ms` proves the lease lasts at least until the ping's **send**
+//! time plus that remainder (the server applied it after we sent it), measured on the
+//! monotonic clock. When the lease can no longer be proven — no acknowledgement in time — or
+//! the server says the session is gone, the session is **lost**: a `watch` flips and every
+//! [`LockGuard::lost`] future resolves. A lost session never comes back.
+//!
+//! Holding a lock this way is still advisory (a paused process learns of the loss late);
+//! what makes it safe is that resources check the guard's [`LockGuard::sequencer`].
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use palisade_core::{SessionId, Token};
+use palisade_proto::v1 as pb;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::client::{Client, Grant};
+use crate::error::{AcquireError, CloseError, Failure, ReleaseError, SessionError};
+use crate::retry::Backoff;
+
+/// Pings sent but not yet acknowledged before the stream is considered stuck and reopened.
+const PINGS_OUTSTANDING_MAX: usize = 8;
+
+/// How to open a [`Session`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionOptions {
+    /// The session's lease: the server ends the session (and releases its locks) if it hears
+    /// nothing for this long. The service accepts 1 s to 1 day.
+    pub ttl: Duration,
+    /// Time between keepalive pings; `None` for `ttl / 3`.
+    pub keepalive_interval: Option<Duration>,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            ttl: Duration::from_secs(10),
+            keepalive_interval: None,
+        }
+    }
+}
+
+impl SessionOptions {
+    /// Options with this lease length and the default ping interval.
+    pub fn with_ttl(ttl: Duration) -> SessionOptions {
+        SessionOptions {
+            ttl,
+            ..SessionOptions::default()
+        }
+    }
+}
+
+/// How long an acquire may wait for a busy lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Grant now or fail with [`AcquireError::Busy`].
+    Try,
+    /// Queue (FIFO) for at most this long, then fail with [`AcquireError::WaitEnded`].
+    For(Duration),
+    /// Queue until granted or the session ends.
+    Forever,
+}
+
+/// How to acquire a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AcquireOptions {
+    pub wait: Wait,
+}
+
+impl Default for AcquireOptions {
+    fn default() -> Self {
+        AcquireOptions {
+            wait: Wait::Forever,
+        }
+    }
+}
+
+impl AcquireOptions {
+    /// Options with this wait.
+    pub fn wait(wait: Wait) -> AcquireOptions {
+        AcquireOptions { wait }
+    }
+}
+
+/// Why a session ended while its holder still used it. Every lock it held is gone (or must be
+/// assumed gone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionLost {
+    /// The server no longer knows the session: it expired or was closed elsewhere.
+    #[error("the lock service no longer knows the session (it expired or was closed)")]
+    NotFound,
+    /// No renewal was acknowledged within the lease, so the server may have expired it.
+    #[error(
+        "no keepalive was acknowledged within the session's ttl, so its lease may have run out"
+    )]
+    LeaseUnproven,
+    /// The session was closed by this process.
+    #[error("the session was closed")]
+    Closed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// The lease is proven to last at least until `lease_deadline`.
+    Alive {
+        lease_deadline: Instant,
+    },
+    Ended(SessionLost),
+}
+
+impl State {
+    fn ended(&self) -> Option<SessionLost> {
+        match self {
+            State::Alive { .. } => None,
+            State::Ended(reason) => Some(*reason),
+        }
+    }
+}
+
+/// What a session and all its guards share. Dropping the last handle stops the keepalive and
+/// closes the session in the background.
+#[derive(Debug)]
+struct Shared {
+    client: Client,
+    id: SessionId,
+    ttl: Duration,
+    state: Arc<watch::Sender<State>>,
+    keepalive: JoinHandle<()>,
+    /// Background releases in flight, by lock; a new acquire of the lock waits for them, so a
+    /// late release cannot end a newer grant.
+    cleanups: Mutex<HashMap<String, JoinHandle<()>>>,
+}
+
+impl Shared {
+    fn ended(&self) -> Option<SessionLost> {
+        self.state.borrow().ended()
+    }
+
+    fn lost(&self) -> impl Future<Output = SessionLost> + Send + 'static {
+        let mut state = self.state.subscribe();
+        async move {
+            match state.wait_for(|s| s.ended().is_some()).await {
+                Ok(s) => s.ended().unwrap_or(SessionLost::Closed),
+                Err(_) => SessionLost::Closed,
+            }
+        }
+    }
+
+    /// Marks the session ended unless it already is; returns the earlier end if there was one.
+    fn end(&self, reason: SessionLost) -> Option<SessionLost> {
+        let mut earlier = None;
+        self.state.send_if_modified(|s| match s.ended() {
+            Some(reason) => {
+                earlier = Some(reason);
+                false
+            }
+            None => {
+                *s = State::Ended(reason);
+                true
+            }
+        });
+        earlier
+    }
+
+    /// Releases `lock` in the background, after any earlier background release of it.
+    fn spawn_release(&self, lock: String) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // No runtime: the lock is released when the session ends.
+        };
+        let mut cleanups = self.cleanups.lock().unwrap_or_else(|e| e.into_inner());
+        let earlier = cleanups.remove(&lock);
+        let client = self.client.clone();
+        let session = self.id;
+        let name = lock.clone();
+        let task = runtime.spawn(async move {
+            if let Some(earlier) = earlier {
+                let _ = earlier.await;
+            }
+            if let Err(error) = client.release(session, &name).await {
+                tracing::debug!(session, lock = name, %error, "background release failed");
+            }
+        });
+        cleanups.retain(|_, task| !task.is_finished());
+        cleanups.insert(lock, task);
+    }
+
+    async fn wait_for_cleanup(&self, lock: &str) {
+        let pending = self
+            .cleanups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(lock);
+        if let Some(task) = pending {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.keepalive.abort();
+        if self.end(SessionLost::Closed).is_none()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let client = self.client.clone();
+            let session = self.id;
+            runtime.spawn(async move {
+                if let Err(error) = client.close_session(session).await {
+                    tracing::debug!(session, %error, "closing a dropped session failed");
+                }
+            });
+        }
+    }
+}
+
+/// A session with a lease kept alive in the background.
+///
+/// Dropping the session (and every guard from it) closes it in the background, best effort;
+/// [`Session::close`] closes it and reports the outcome.
+#[derive(Debug)]
+pub struct Session {
+    shared: Arc<Shared>,
+}
+
+impl Session {
+    pub(crate) async fn open(
+        client: Client,
+        options: SessionOptions,
+    ) -> Result<Session, SessionError> {
+        let (lease, first_sent_at) = client.open_session_raw(options.ttl).await?;
+        let ttl = lease.ttl;
+        let interval = options
+            .keepalive_interval
+            .unwrap_or(ttl / 3)
+            .clamp(Duration::from_millis(10), ttl);
+        let lease_deadline = first_sent_at + ttl;
+        let state = Arc::new(watch::Sender::new(State::Alive { lease_deadline }));
+        let keepalive = tokio::spawn(keepalive(
+            client.clone(),
+            lease.session,
+            ttl,
+            interval,
+            state.clone(),
+        ));
+        Ok(Session {
+            shared: Arc::new(Shared {
+                client,
+                id: lease.session,
+                ttl,
+                state,
+                keepalive,
+                cleanups: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// The session's id.
+    pub fn id(&self) -> SessionId {
+        self.shared.id
+    }
+
+    /// The lease length the server granted.
+    pub fn ttl(&self) -> Duration {
+        self.shared.ttl
+    }
+
+    /// `Some(reason)` once the session has ended.
+    pub fn ended(&self) -> Option<SessionLost> {
+        self.shared.ended()
+    }
+
+    /// The lease this process can prove, or `None` once the session has ended.
+    pub fn lease_remaining(&self) -> Option<Duration> {
+        match *self.shared.state.borrow() {
+            State::Alive { lease_deadline } => {
+                Some(lease_deadline.saturating_duration_since(Instant::now()))
+            }
+            State::Ended(_) => None,
+        }
+    }
+
+    /// Resolves when the session ends: lost, or closed.
+    pub fn lost(&self) -> impl Future<Output = SessionLost> + Send + 'static {
+        self.shared.lost()
+    }
+
+    /// Takes `lock`, waiting as `options` says. Fails with [`AcquireError::SessionLost`] if the
+    /// session ends first. If the returned future is dropped before it completes, the lock is
+    /// released (or the wait withdrawn) in the background.
+    pub async fn acquire(
+        &self,
+        lock: &str,
+        options: AcquireOptions,
+    ) -> Result<LockGuard, AcquireError> {
+        let session = self.shared.id;
+        let lost = |reason| AcquireError::SessionLost {
+            lock: lock.to_string(),
+            session,
+            reason,
+        };
+        if let Some(reason) = self.shared.ended() {
+            return Err(lost(reason));
+        }
+        self.shared.wait_for_cleanup(lock).await;
+        let mut cancel = CancelledAcquire {
+            shared: &self.shared,
+            lock: Some(lock),
+        };
+        let result = tokio::select! {
+            biased;
+            reason = self.shared.lost() => Err(lost(reason)),
+            result = self.shared.client.acquire(session, lock, options) => result,
+        };
+        cancel.lock = None;
+        let grant = result?;
+        Ok(LockGuard {
+            shared: self.shared.clone(),
+            grant,
+            released: false,
+        })
+    }
+
+    /// Ends the session: stops the keepalive, releases every lock, withdraws every wait.
+    /// Guards of this session see [`SessionLost::Closed`].
+    pub async fn close(self) -> Result<(), CloseError> {
+        self.shared.keepalive.abort();
+        if let Some(SessionLost::NotFound) = self.shared.end(SessionLost::Closed) {
+            return Err(CloseError::SessionNotFound {
+                session: self.shared.id,
+            });
+        }
+        self.shared.client.close_session(self.shared.id).await
+    }
+}
+
+/// Releases the lock in the background if an acquire is dropped before it completes.
+struct CancelledAcquire<'a> {
+    shared: &'a Shared,
+    lock: Option<&'a str>,
+}
+
+impl Drop for CancelledAcquire<'_> {
+    fn drop(&mut self) {
+        if let Some(lock) = self.lock
+            && self.shared.ended().is_none()
+        {
+            self.shared.spawn_release(lock.to_string());
+        }
+    }
+}
+
+/// One grant of a lock, held while the session lives.
+///
+/// Dropping the guard releases the lock in the background (best effort; closing the session
+/// or its expiry releases it otherwise). [`LockGuard::release`] reports the outcome.
+#[derive(Debug)]
+pub struct LockGuard {
+    shared: Arc<Shared>,
+    grant: Grant,
+    released: bool,
+}
+
+impl LockGuard {
+    /// The lock's name.
+    pub fn lock(&self) -> &str {
+        &self.grant.lock
+    }
+
+    /// The fencing token of this grant.
+    pub fn token(&self) -> Token {
+        self.grant.token
+    }
+
+    /// The signed, lock-scoped token to present to resources.
+    pub fn sequencer(&self) -> &str {
+        &self.grant.sequencer
+    }
+
+    /// The holding session's id.
+    pub fn session_id(&self) -> SessionId {
+        self.grant.session
+    }
+
+    /// The grant, as the server gave it.
+    pub fn grant(&self) -> &Grant {
+        &self.grant
+    }
+
+    /// `Some(reason)` once the session (and so this grant) has ended.
+    pub fn ended(&self) -> Option<SessionLost> {
+        self.shared.ended()
+    }
+
+    /// Resolves when the session is lost or closed: from then on this process must assume
+    /// another holder may have the lock. Stop using the resource.
+    pub fn lost(&self) -> impl Future<Output = SessionLost> + Send + 'static {
+        self.shared.lost()
+    }
+
+    /// Gives the lock up and reports the outcome.
+    pub async fn release(mut self) -> Result<(), ReleaseError> {
+        self.released = true;
+        let session = self.grant.session;
+        if let Some(reason) = self.shared.ended() {
+            tracing::debug!(session, %reason, "release after the session ended");
+            return Err(ReleaseError::SessionNotFound { session });
+        }
+        match self
+            .shared
+            .client
+            .release(session, &self.grant.lock)
+            .await?
+        {
+            Some(token) if token == self.grant.token => Ok(()),
+            other => Err(ReleaseError::Protocol(format!(
+                "release of lock {:?} with token {} ended {}",
+                self.grant.lock,
+                self.grant.token,
+                other.map_or("a wait instead".to_string(), |t| format!("token {t}"))
+            ))),
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if !self.released && self.shared.ended().is_none() {
+            self.shared.spawn_release(self.grant.lock.clone());
+        }
+    }
+}
+
+/// Keeps `session` alive until it is lost, then records why.
+async fn keepalive(
+    client: Client,
+    session: SessionId,
+    ttl: Duration,
+    interval: Duration,
+    state: Arc<watch::Sender<State>>,
+) {
+    let reason = keep_pinging(&client, session, ttl, interval, &state).await;
+    let mut ended_now = false;
+    state.send_if_modified(|s| {
+        ended_now = s.ended().is_none();
+        if ended_now {
+            *s = State::Ended(reason);
+        }
+        ended_now
+    });
+    if ended_now {
+        tracing::warn!(session, %reason, "session lost");
+    }
+    if reason == SessionLost::LeaseUnproven {
+        // The server may still hold our locks until it notices; tell it, so others need not wait.
+        let close = client.call_once(Some(client.options.request_timeout), |mut raw| async move {
+            raw.close_session(pb::CloseSessionRequest { session }).await
+        });
+        if let Err(failure) = close.await {
+            tracing::debug!(session, ?failure, "closing a lost session failed");
+        }
+    }
+}
+
+/// Pings until the session is lost; reconnects the stream after transport errors.
+async fn keep_pinging(
+    client: &Client,
+    session: SessionId,
+    ttl: Duration,
+    interval: Duration,
+    state: &watch::Sender<State>,
+) -> SessionLost {
+    let mut lease_deadline = match *state.borrow() {
+        State::Alive { lease_deadline } => lease_deadline,
+        State::Ended(reason) => return reason,
+    };
+    let mut backoff = Backoff::new(ttl);
+    loop {
+        let (pings, receiver) = mpsc::channel::<pb::KeepAliveRequest>(PINGS_OUTSTANDING_MAX);
+        let mut sent_at: VecDeque<Instant> = VecDeque::new();
+        // The first ping goes out with the stream, so a fresh stream renews at once.
+        sent_at.push_back(Instant::now());
+        let _ = pings.try_send(pb::KeepAliveRequest { session });
+        let mut raw = client.raw.clone();
+        let opened = tokio::select! {
+            biased;
+            () = tokio::time::sleep_until(lease_deadline) => return SessionLost::LeaseUnproven,
+            opened = raw.keep_alive(ReceiverStream::new(receiver)) => opened,
+        };
+        let mut stream = match opened {
+            Ok(response) => response.into_inner(),
+            Err(status) => {
+                if session_gone(&status) {
+                    return SessionLost::NotFound;
+                }
+                tracing::debug!(session, %status, "keepalive stream did not open");
+                if !pause(&mut backoff, lease_deadline).await {
+                    return SessionLost::LeaseUnproven;
+                }
+                continue;
+            }
+        };
+        let mut ticks = tokio::time::interval_at(Instant::now() + interval, interval);
+        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                () = tokio::time::sleep_until(lease_deadline) => return SessionLost::LeaseUnproven,
+                message = stream.message() => match message {
+                    Ok(Some(ack)) => {
+                        if ack.session != session {
+                            tracing::warn!(session, answered = ack.session, "keepalive answered for another session; ignored");
+                            continue;
+                        }
+                        // Acks answer pings in order; the oldest unanswered ping is the one
+                        // answered, or an earlier-sent one, which only shortens our view.
+                        let Some(sent) = sent_at.pop_front() else {
+                            tracing::warn!(session, "keepalive answer without a ping; ignored");
+                            continue;
+                        };
+                        let proven = sent + Duration::from_millis(ack.ttl_remaining_ms).min(ttl);
+                        if proven > lease_deadline {
+                            lease_deadline = proven;
+                            state.send_replace(State::Alive { lease_deadline });
+                        }
+                        backoff.reset(ttl);
+                    }
+                    Ok(None) => {
+                        tracing::debug!(session, "keepalive stream ended; reopening");
+                        break;
+                    }
+                    Err(status) => {
+                        if session_gone(&status) {
+                            return SessionLost::NotFound;
+                        }
+                        tracing::debug!(session, %status, "keepalive stream failed; reopening");
+                        break;
+                    }
+                },
+                _ = ticks.tick() => {
+                    if sent_at.len() >= PINGS_OUTSTANDING_MAX
+                        || pings.try_send(pb::KeepAliveRequest { session }).is_err()
+                    {
+                        tracing::debug!(session, "keepalive stream is stuck; reopening");
+                        break;
+                    }
+                    sent_at.push_back(Instant::now());
+                }
+            }
+        }
+        if !pause(&mut backoff, lease_deadline).await {
+            return SessionLost::LeaseUnproven;
+        }
+    }
+}
+
+/// Waits before reconnecting; false if the lease ran out meanwhile.
+async fn pause(backoff: &mut Backoff, lease_deadline: Instant) -> bool {
+    let delay = backoff.next_delay().unwrap_or(crate::retry::BACKOFF_MAX);
+    tokio::time::sleep_until((Instant::now() + delay).min(lease_deadline)).await;
+    Instant::now() < lease_deadline
+}
+
+/// True when a keepalive status says the session does not exist any more.
+fn session_gone(status: &tonic::Status) -> bool {
+    matches!(
+        Failure::from_status(status),
+        Failure::Core(palisade_core::CoreError::SessionNotFound { .. })
+            | Failure::SessionNotFound(_)
+    )
+}
