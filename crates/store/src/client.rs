@@ -1,0 +1,216 @@
+//! [`StoreClient`]: the HTTP client of the fenced store, used by the `palisade store` CLI.
+//!
+//! It returns the same [`StoreError`] the server produced (parsed from the JSON body), and tells
+//! apart the two transport failures that matter for retries: [`StoreError::Unavailable`] (the
+//! request never reached the store: nothing was applied) and [`StoreError::OutcomeUnknown`]
+//! (a write was sent and no answer came: retry with the same request id to find out).
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde::de::DeserializeOwned;
+
+use crate::StoreError;
+use crate::server::{REQUEST_ID_HEADER, SEQUENCER_HEADER};
+use crate::types::{BatchOp, BatchRequest, Entry, FenceView, WriteAck};
+
+/// How long to wait for a TCP connection to the store.
+pub const CONNECT_TIMEOUT_MS: u64 = 5_000;
+/// How long to wait for a whole request, including the store's fsync.
+pub const REQUEST_TIMEOUT_MS: u64 = 30_000;
+
+/// A client of one store server.
+#[derive(Debug, Clone)]
+pub struct StoreClient {
+    base_url: String,
+    http: reqwest::Client,
+}
+
+impl StoreClient {
+    /// A client of the store at `base_url` (`http://host:port`).
+    pub fn new(base_url: &str) -> Result<StoreClient, StoreError> {
+        let base_url = base_url.trim().trim_end_matches('/');
+        if !base_url.starts_with("http://") {
+            return Err(StoreError::InvalidRequest {
+                message: format!(
+                    "store URL {base_url:?} must start with http:// (for example http://127.0.0.1:7458)"
+                ),
+            });
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
+            .timeout(Duration::from_millis(REQUEST_TIMEOUT_MS))
+            .build()
+            .map_err(|error| StoreError::InvalidRequest {
+                message: format!("cannot build an HTTP client: {error}"),
+            })?;
+        Ok(StoreClient {
+            base_url: base_url.to_owned(),
+            http,
+        })
+    }
+
+    /// The store's base URL.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// Sets `key` to `value` under `sequencer`.
+    pub async fn put(
+        &self,
+        key: &str,
+        value: &[u8],
+        sequencer: Option<&str>,
+        request_id: Option<&str>,
+    ) -> Result<WriteAck, StoreError> {
+        let request = self
+            .write_request(Method::PUT, &kv_path(key), sequencer, request_id)
+            .body(value.to_vec());
+        self.send(request, true).await
+    }
+
+    /// Deletes `key` under `sequencer`.
+    pub async fn delete(
+        &self,
+        key: &str,
+        sequencer: Option<&str>,
+        request_id: Option<&str>,
+    ) -> Result<WriteAck, StoreError> {
+        let request = self.write_request(Method::DELETE, &kv_path(key), sequencer, request_id);
+        self.send(request, true).await
+    }
+
+    /// Applies `ops` as one fenced unit under `sequencer`.
+    pub async fn batch(
+        &self,
+        ops: &[BatchOp],
+        sequencer: Option<&str>,
+        request_id: Option<&str>,
+    ) -> Result<WriteAck, StoreError> {
+        let body = BatchRequest { ops: ops.to_vec() };
+        let request = self
+            .write_request(Method::POST, "/v1/batch", sequencer, request_id)
+            .json(&body);
+        self.send(request, true).await
+    }
+
+    /// The value of `key` and the grant that wrote it; `None` if it has none.
+    pub async fn get(&self, key: &str) -> Result<Option<Entry>, StoreError> {
+        let request = self.http.get(self.url(&kv_path(key)));
+        match self.send(request, false).await {
+            Ok(entry) => Ok(Some(entry)),
+            Err(StoreError::NotFound { .. }) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// What the store has accepted for `lock`.
+    pub async fn fence(&self, lock: &str) -> Result<FenceView, StoreError> {
+        let request = self
+            .http
+            .get(self.url(&format!("/v1/fence/{}", percent_encode(lock))));
+        self.send(request, false).await
+    }
+
+    /// Succeeds if the store is up and can read its database.
+    pub async fn health(&self) -> Result<(), StoreError> {
+        let request = self.http.get(self.url("/healthz"));
+        self.send::<serde_json::Value>(request, false).await?;
+        Ok(())
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base_url)
+    }
+
+    fn write_request(
+        &self,
+        method: Method,
+        path: &str,
+        sequencer: Option<&str>,
+        request_id: Option<&str>,
+    ) -> reqwest::RequestBuilder {
+        let mut request = self.http.request(method, self.url(path));
+        if let Some(sequencer) = sequencer {
+            request = request.header(SEQUENCER_HEADER, sequencer.trim());
+        }
+        if let Some(request_id) = request_id {
+            request = request.header(REQUEST_ID_HEADER, request_id);
+        }
+        request
+    }
+
+    async fn send<T: DeserializeOwned>(
+        &self,
+        request: reqwest::RequestBuilder,
+        is_write: bool,
+    ) -> Result<T, StoreError> {
+        let response = request
+            .send()
+            .await
+            .map_err(|error| self.transport_error(&error, is_write))?;
+        let status = response.status();
+        let body = response
+            .bytes()
+            .await
+            .map_err(|error| self.transport_error(&error, is_write))?;
+        if status.is_success() {
+            return serde_json::from_slice(&body).map_err(|error| StoreError::UnexpectedResponse {
+                status: status.as_u16(),
+                message: format!("cannot parse the answer: {error}"),
+            });
+        }
+        Err(parse_error(status, &body))
+    }
+
+    fn transport_error(&self, error: &reqwest::Error, is_write: bool) -> StoreError {
+        let message = format!("{}: {}", self.base_url, error_chain(error));
+        if error.is_connect() || !is_write {
+            StoreError::Unavailable { message }
+        } else {
+            StoreError::OutcomeUnknown { message }
+        }
+    }
+}
+
+fn parse_error(status: StatusCode, body: &[u8]) -> StoreError {
+    match serde_json::from_slice::<StoreError>(body) {
+        Ok(error) => error,
+        Err(_) => {
+            let text = String::from_utf8_lossy(body);
+            StoreError::UnexpectedResponse {
+                status: status.as_u16(),
+                message: text.chars().take(200).collect(),
+            }
+        }
+    }
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+fn kv_path(key: &str) -> String {
+    format!("/v1/kv/{}", percent_encode(key))
+}
+
+/// Percent-encodes everything but unreserved characters, `/` included, so any key survives
+/// the trip through a URL path.
+fn percent_encode(text: &str) -> String {
+    let mut encoded = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    encoded
+}

@@ -1,0 +1,62 @@
+//! Every limit of the fenced store, in one place, with the relations between them checked at
+//! compile time (invariant 10: every input has a limit).
+//!
+//! A request that exceeds a limit is refused with [`crate::StoreError::TooLarge`], which names
+//! the constant (`value_bytes_max`, …) so the user knows which knob they hit.
+
+use palisade_core::limits::LOCK_NAME_BYTES_MAX;
+use palisade_fence::SCOPE_BYTES_MAX;
+use palisade_sequencer::SEQUENCER_BYTES_MAX;
+
+/// Longest key, in bytes of UTF-8.
+pub const KEY_BYTES_MAX: usize = 1024;
+
+/// Largest value, in bytes.
+pub const VALUE_BYTES_MAX: usize = 1024 * 1024;
+
+/// Most operations in one batch.
+pub const BATCH_OPS_MAX: usize = 1000;
+
+/// Largest batch request body (JSON), in bytes.
+pub const BATCH_BODY_BYTES_MAX: usize = 8 * 1024 * 1024;
+
+/// Longest client-chosen request id, in bytes of printable ASCII.
+pub const REQUEST_ID_BYTES_MAX: usize = 128;
+
+/// How many completed request ids the store remembers for retries. The oldest is forgotten
+/// first; a retry arriving after that many later requests is treated as a new request (and a
+/// stale one is then refused by the fence as usual).
+pub const REQUEST_IDS_RETAINED_MAX: u64 = 100_000;
+
+/// How many verified sequencer texts are cached, so that a holder's many writes pay for one
+/// signature check. The cache only ever holds strings that verified.
+pub const VERIFIED_SEQUENCERS_CACHED_MAX: usize = 4096;
+
+/// Largest request body on `PUT /v1/kv/{key}`: the raw value.
+pub const PUT_BODY_BYTES_MAX: usize = VALUE_BYTES_MAX;
+
+/// Base64 text length (with padding) of `bytes` bytes.
+pub const fn base64_padded_len(bytes: usize) -> usize {
+    bytes.div_ceil(3) * 4
+}
+
+/// Room for one operation's JSON framing besides its key and value (`{"op":"put",…}`).
+const BATCH_OP_FRAMING_BYTES: usize = 64;
+
+// A batch can always carry one largest value, base64-encoded, with a largest key (escaped
+// worst-case as \uXXXX, six bytes per byte).
+const _: () = assert!(
+    base64_padded_len(VALUE_BYTES_MAX) + 6 * KEY_BYTES_MAX + BATCH_OP_FRAMING_BYTES
+        <= BATCH_BODY_BYTES_MAX
+);
+// A batch can always carry its largest count of operations on largest keys.
+const _: () =
+    assert!(BATCH_OPS_MAX * (KEY_BYTES_MAX + BATCH_OP_FRAMING_BYTES) <= BATCH_BODY_BYTES_MAX);
+const _: () = assert!(KEY_BYTES_MAX < VALUE_BYTES_MAX);
+const _: () = assert!(PUT_BODY_BYTES_MAX <= BATCH_BODY_BYTES_MAX);
+// The fence scope of a write is its lock's name, so every lock name must be a valid scope.
+const _: () = assert!(LOCK_NAME_BYTES_MAX <= SCOPE_BYTES_MAX);
+// A request-id record is keyed by sequencer text, one space, and the request id.
+const _: () = assert!(SEQUENCER_BYTES_MAX + 1 + REQUEST_ID_BYTES_MAX <= 1024);
+const _: () = assert!(REQUEST_IDS_RETAINED_MAX >= 1);
+const _: () = assert!(VERIFIED_SEQUENCERS_CACHED_MAX >= 1);

@@ -1,0 +1,385 @@
+//! The HTTP/JSON face of [`Store`] (axum): routes, header handling, and the mapping of
+//! [`StoreError`] to status codes and JSON bodies. The API is described in `docs/store-http.md`.
+//!
+//! Every handler runs the store call on a blocking thread (redb blocks on fsync). A panic there
+//! means a broken invariant, and a broken invariant stops the server: the process aborts rather
+//! than keep serving from state it no longer trusts.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::serve::ListenerExt as _;
+use serde::Serialize;
+use tokio::net::TcpListener;
+
+use crate::limits::{BATCH_BODY_BYTES_MAX, PUT_BODY_BYTES_MAX};
+use crate::types::BatchRequest;
+use crate::{Store, StoreError};
+
+/// The header carrying the sequencer of a write.
+pub const SEQUENCER_HEADER: &str = "palisade-sequencer";
+/// The header carrying the optional request id of a write, for idempotent retries.
+pub const REQUEST_ID_HEADER: &str = "palisade-request-id";
+/// Raw reads (`?format=raw`) carry the writing grant's token and session in these headers.
+pub const TOKEN_HEADER: &str = "palisade-token";
+pub const SESSION_HEADER: &str = "palisade-session";
+pub const LOCK_HEADER: &str = "palisade-lock";
+
+/// The HTTP routes of the store.
+pub fn router(store: Arc<Store>) -> Router {
+    let kv = Router::new()
+        .route(
+            "/v1/kv/{*key}",
+            get(get_key).put(put_key).delete(delete_key),
+        )
+        .route("/v1/kv/", get(empty_key).put(empty_key).delete(empty_key))
+        .layer(DefaultBodyLimit::max(PUT_BODY_BYTES_MAX));
+    let batch = Router::new()
+        .route("/v1/batch", post(batch))
+        .layer(DefaultBodyLimit::max(BATCH_BODY_BYTES_MAX));
+    Router::new()
+        .merge(kv)
+        .merge(batch)
+        .route("/v1/fence/{*lock}", get(fence))
+        .route("/healthz", get(health))
+        .fallback(no_route)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(store)
+}
+
+/// A bound, not yet serving, store server.
+#[derive(Debug)]
+pub struct StoreServer {
+    listener: TcpListener,
+    store: Arc<Store>,
+}
+
+impl StoreServer {
+    /// Binds `addr` (port 0 picks a free port) for `store`.
+    pub async fn bind(store: Arc<Store>, addr: SocketAddr) -> io::Result<StoreServer> {
+        let listener = TcpListener::bind(addr).await?;
+        Ok(StoreServer { listener, store })
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `shutdown` completes, then finishes the requests in flight.
+    pub async fn run_until(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> io::Result<()> {
+        let listener = self.listener.tap_io(|stream| {
+            // Small request/response pairs: do not let Nagle hold an answer back.
+            if let Err(error) = stream.set_nodelay(true) {
+                tracing::debug!("cannot set TCP_NODELAY: {error}");
+            }
+        });
+        axum::serve(listener, router(self.store))
+            .with_graceful_shutdown(shutdown)
+            .await
+    }
+}
+
+/// Runs a blocking store call off the async threads.
+async fn blocking<T: Send + 'static>(
+    call: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    match tokio::task::spawn_blocking(call).await {
+        Ok(result) => result,
+        Err(error) if error.is_panic() => {
+            tracing::error!("store invariant broken, stopping the server: {error}");
+            std::process::abort();
+        }
+        Err(error) => Err(StoreError::Storage {
+            message: format!("the write was cancelled, its outcome is unknown: {error}"),
+        }),
+    }
+}
+
+/// JSON success, or the error as JSON with its status.
+fn reply<T: Serialize>(result: Result<T, StoreError>) -> Response {
+    match result {
+        Ok(body) => (StatusCode::OK, axum::Json(body)).into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+impl IntoResponse for StoreError {
+    fn into_response(self) -> Response {
+        let status =
+            StatusCode::from_u16(self.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if status.is_server_error() {
+            tracing::warn!(kind = self.kind(), "request failed: {self}");
+        } else {
+            tracing::debug!(kind = self.kind(), "request refused: {self}");
+        }
+        let mut response = (status, axum::Json(self.to_json())).into_response();
+        if matches!(self, StoreError::Missing) {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Palisade-Sequencer"),
+            );
+        }
+        response
+    }
+}
+
+fn key_of(path: Result<Path<String>, PathRejection>) -> Result<String, StoreError> {
+    match path {
+        Ok(Path(key)) => Ok(key),
+        Err(rejection) => Err(StoreError::InvalidKey {
+            message: format!("key is not valid percent-encoded UTF-8: {rejection}"),
+        }),
+    }
+}
+
+/// The value of an optional ASCII header.
+fn header_text(
+    headers: &HeaderMap,
+    name: &str,
+    invalid: impl FnOnce(String) -> StoreError,
+) -> Result<Option<String>, StoreError> {
+    match headers.get(name) {
+        None => Ok(None),
+        Some(value) => match value.to_str() {
+            Ok(text) => Ok(Some(text.to_owned())),
+            Err(_) => Err(invalid(format!("the {name} header is not printable ASCII"))),
+        },
+    }
+}
+
+struct WriteHeaders {
+    sequencer: Option<String>,
+    request_id: Option<String>,
+}
+
+fn write_headers(headers: &HeaderMap) -> Result<WriteHeaders, StoreError> {
+    Ok(WriteHeaders {
+        sequencer: header_text(headers, SEQUENCER_HEADER, |message| StoreError::Malformed {
+            message,
+        })?,
+        request_id: header_text(headers, REQUEST_ID_HEADER, |message| {
+            StoreError::InvalidRequest { message }
+        })?,
+    })
+}
+
+fn body_of(
+    body: Result<Bytes, BytesRejection>,
+    headers: &HeaderMap,
+    what: &str,
+    limit: &str,
+    size_max: usize,
+) -> Result<Bytes, StoreError> {
+    match body {
+        Ok(body) => Ok(body),
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            let size = headers
+                .get(header::CONTENT_LENGTH)
+                .and_then(|value| value.to_str().ok())
+                .and_then(|text| text.parse().ok());
+            Err(StoreError::too_large(what, limit, size, size_max))
+        }
+        Err(rejection) => Err(StoreError::InvalidRequest {
+            message: format!("cannot read the request body: {rejection}"),
+        }),
+    }
+}
+
+async fn put_key(
+    State(store): State<Arc<Store>>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let prepared = (|| {
+        let key = key_of(path)?;
+        let write = write_headers(&headers)?;
+        let value = body_of(
+            body,
+            &headers,
+            "value",
+            "value_bytes_max",
+            PUT_BODY_BYTES_MAX,
+        )?;
+        Ok((key, write, value))
+    })();
+    let (key, write, value) = match prepared {
+        Ok(prepared) => prepared,
+        Err(error) => return StoreError::into_response(error),
+    };
+    reply(
+        blocking(move || {
+            store.put(
+                write.sequencer.as_deref(),
+                &key,
+                &value,
+                write.request_id.as_deref(),
+            )
+        })
+        .await,
+    )
+}
+
+async fn delete_key(
+    State(store): State<Arc<Store>>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Response {
+    let (key, write) = match key_of(path).and_then(|key| Ok((key, write_headers(&headers)?))) {
+        Ok(prepared) => prepared,
+        Err(error) => return error.into_response(),
+    };
+    reply(
+        blocking(move || {
+            store.delete(
+                write.sequencer.as_deref(),
+                &key,
+                write.request_id.as_deref(),
+            )
+        })
+        .await,
+    )
+}
+
+async fn batch(
+    State(store): State<Arc<Store>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let prepared = (|| {
+        let write = write_headers(&headers)?;
+        let body = body_of(
+            body,
+            &headers,
+            "batch body",
+            "batch_body_bytes_max",
+            BATCH_BODY_BYTES_MAX,
+        )?;
+        let request: BatchRequest =
+            serde_json::from_slice(&body).map_err(|error| StoreError::InvalidRequest {
+                message: format!(
+                    "batch body is not {{\"ops\": [{{\"op\": \"put\"|\"delete\", \"key\": …, \"value\": …}}]}}: {error}"
+                ),
+            })?;
+        Ok((write, request))
+    })();
+    let (write, request) = match prepared {
+        Ok(prepared) => prepared,
+        Err(error) => return StoreError::into_response(error),
+    };
+    reply(
+        blocking(move || {
+            store.batch(
+                write.sequencer.as_deref(),
+                &request.ops,
+                write.request_id.as_deref(),
+            )
+        })
+        .await,
+    )
+}
+
+async fn get_key(
+    State(store): State<Arc<Store>>,
+    path: Result<Path<String>, PathRejection>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let raw = match query.as_deref() {
+        None | Some("") | Some("format=json") => false,
+        Some("format=raw") => true,
+        Some(other) => {
+            return StoreError::InvalidRequest {
+                message: format!("unknown query {other:?}: use ?format=raw or ?format=json"),
+            }
+            .into_response();
+        }
+    };
+    let key = match key_of(path) {
+        Ok(key) => key,
+        Err(error) => return error.into_response(),
+    };
+    let result = blocking({
+        let key = key.clone();
+        move || store.get(&key)
+    })
+    .await
+    .and_then(|entry| entry.ok_or(StoreError::NotFound { key }));
+    match result {
+        Ok(entry) if raw => {
+            let mut response = (StatusCode::OK, entry.value).into_response();
+            let headers = response.headers_mut();
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            );
+            headers.insert(TOKEN_HEADER, HeaderValue::from(entry.token));
+            headers.insert(SESSION_HEADER, HeaderValue::from(entry.session));
+            // Lock names are UTF-8; only ASCII ones fit in a header. JSON reads always name it.
+            if let Ok(lock) = HeaderValue::from_str(&entry.lock) {
+                headers.insert(LOCK_HEADER, lock);
+            }
+            response
+        }
+        other => reply(other),
+    }
+}
+
+async fn empty_key() -> Response {
+    StoreError::InvalidKey {
+        message: "key is empty: use /v1/kv/{key}".into(),
+    }
+    .into_response()
+}
+
+async fn fence(
+    State(store): State<Arc<Store>>,
+    path: Result<Path<String>, PathRejection>,
+) -> Response {
+    let lock = match path {
+        Ok(Path(lock)) => lock,
+        Err(rejection) => {
+            return StoreError::InvalidRequest {
+                message: format!("lock name is not valid percent-encoded UTF-8: {rejection}"),
+            }
+            .into_response();
+        }
+    };
+    reply(blocking(move || store.fence_state(&lock)).await)
+}
+
+async fn health(State(store): State<Arc<Store>>) -> Response {
+    reply(
+        blocking(move || store.health())
+            .await
+            .map(|()| serde_json::json!({ "status": "ok" })),
+    )
+}
+
+async fn no_route(method: Method, uri: Uri) -> Response {
+    StoreError::NoSuchRoute {
+        method: method.to_string(),
+        path: uri.path().to_owned(),
+    }
+    .into_response()
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> Response {
+    StoreError::MethodNotAllowed {
+        method: method.to_string(),
+        path: uri.path().to_owned(),
+    }
+    .into_response()
+}
