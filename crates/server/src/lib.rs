@@ -1,8 +1,8 @@
-//! The Palisade lock service: the lock core driven by openraft, durable on redb, served over
-//! gRPC.
+//! The Palisade lock service: the lock core driven by openraft, durable in a write-ahead file,
+//! served over gRPC.
 //!
 //! - [`node`]: the Raft instance, the leader's clock, the lease driver and the signing key;
-//! - [`log_store`]: the Raft log on redb with group commit;
+//! - [`log_store`]: the Raft log with group commit, on the write-ahead file of [`wal`];
 //! - [`state_machine`]: the lock table as openraft's state machine, with snapshots;
 //! - [`grpc`]: the `palisade.v1.Locks` service;
 //! - [`metrics`]: Prometheus metric names and exporter.
@@ -15,6 +15,7 @@ mod network;
 pub mod node;
 pub mod raft_types;
 pub mod state_machine;
+pub mod wal;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

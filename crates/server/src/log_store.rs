@@ -1,41 +1,34 @@
-//! The Raft log on disk: a redb file, written by one thread that commits in groups.
+//! The Raft log store: the log in memory, made durable by one writer thread that commits in
+//! groups to the write-ahead file of [`crate::wal`].
 //!
-//! Every entry not yet purged is also kept in memory, so readers never touch the disk and see an
+//! Every entry not yet purged is kept in memory, so readers never touch the disk and see an
 //! entry as soon as `append` returns (openraft's requirement), even before it is durable. Writes
-//! go, in submission order, to a dedicated writer thread. The writer takes everything queued,
-//! applies it in ONE redb write transaction and commits it with `Durability::Immediate` (an
-//! fsync), then reports every batch in it as flushed. While one commit is in its fsync, the next
-//! requests queue up and share the following fsync: that is the group commit.
+//! go, in submission order, to the writer thread. It takes everything queued, appends it to the
+//! file and calls `fdatasync` once, then reports every batch in it as flushed. While one batch
+//! is in its fsync the next requests queue up and share the following one: that is the group
+//! commit.
 //!
 //! Only after the flush callback does openraft count an entry as committed, and only committed
 //! entries reach the state machine, so a client learns a grant only once it is on disk
 //! (invariant 2). [`DurableIndex`] carries the flushed index to the state machine, which asserts
 //! it at the point of use.
 
-use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::io;
 use std::ops::RangeBounds;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
-
+use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use std::time::Instant;
-use tokio::sync::oneshot;
 
 use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, RaftLogStorage};
 use openraft::type_config::alias::{LogIdOf, VoteOf};
 use openraft::{LogState, OptionalSend, RaftLogReader};
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use tokio::sync::oneshot;
 
 use crate::raft_types::{C, Entry};
-
-const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
-const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
-const META_VOTE: &str = "vote";
-const META_COMMITTED: &str = "committed";
-const META_PURGED: &str = "last_purged";
+use crate::wal::{self, Record, Wal};
 
 /// The highest log index known to be on disk. Shared with the state machine, which checks that
 /// it never applies an entry beyond it.
@@ -59,40 +52,31 @@ impl DurableIndex {
     }
 }
 
-#[derive(Debug, Default)]
-struct Cache {
-    entries: BTreeMap<u64, Entry>,
-    vote: Option<VoteOf<C>>,
-    committed: Option<LogIdOf<C>>,
-    last_purged: Option<LogIdOf<C>>,
+/// What happens once a queued write is durable.
+enum Done {
+    Flushed(IOFlushed<C>),
+    Notify(oneshot::Sender<io::Result<()>>),
+    Nothing,
 }
 
-enum Write {
-    Append {
-        entries: Vec<(u64, Vec<u8>)>,
-        done: IOFlushed<C>,
-    },
-    Meta {
-        key: &'static str,
-        value: Vec<u8>,
-        done: Option<oneshot::Sender<io::Result<()>>>,
-    },
-    TruncateFrom {
-        index: u64,
-        done: oneshot::Sender<io::Result<()>>,
-    },
-    PurgeUpTo {
-        index: u64,
-    },
-    /// Stop after everything queued before it, closing the database.
+struct Write {
+    record: Record,
+    /// The last entry index an `Entries` record makes durable.
+    last_index: Option<u64>,
+    done: Done,
+}
+
+enum Message {
+    Write(Write),
+    /// Stop after everything queued before it, closing the file.
     Stop,
 }
 
-/// The Raft log store. Cheap to clone: clones share the cache and the writer.
+/// The Raft log store. Cheap to clone: clones share the in-memory log and the writer.
 #[derive(Clone)]
 pub struct LogStore {
-    cache: Arc<Mutex<Cache>>,
-    writer: mpsc::Sender<Write>,
+    state: Arc<Mutex<wal::LogState>>,
+    writer: mpsc::Sender<Message>,
     writer_thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
     durable: DurableIndex,
 }
@@ -105,73 +89,33 @@ impl Debug for LogStore {
     }
 }
 
-fn encode<T: serde::Serialize>(value: &T) -> io::Result<Vec<u8>> {
-    serde_json::to_vec(value).map_err(io::Error::other)
-}
-
-fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> io::Result<T> {
-    serde_json::from_slice(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
-}
-
 impl LogStore {
-    /// Opens (or creates) the log in `path`, loading every unpurged entry into memory.
+    /// Opens (or creates) the log file at `path`, loading every unpurged entry into memory.
     pub fn open(path: &Path) -> io::Result<LogStore> {
-        let db = Database::create(path).map_err(io::Error::other)?;
-        let mut cache = Cache::default();
-        {
-            let txn = db.begin_write().map_err(io::Error::other)?;
-            txn.open_table(LOG).map_err(io::Error::other)?;
-            txn.open_table(META).map_err(io::Error::other)?;
-            txn.commit().map_err(io::Error::other)?;
-        }
-        {
-            let txn = db.begin_read().map_err(io::Error::other)?;
-            let meta = txn.open_table(META).map_err(io::Error::other)?;
-            let get = |key: &str| -> io::Result<Option<Vec<u8>>> {
-                Ok(meta
-                    .get(key)
-                    .map_err(io::Error::other)?
-                    .map(|v| v.value().to_vec()))
-            };
-            cache.vote = get(META_VOTE)?.map(|b| decode(&b)).transpose()?;
-            cache.committed = get(META_COMMITTED)?
-                .map(|b| decode(&b))
-                .transpose()?
-                .flatten();
-            cache.last_purged = get(META_PURGED)?.map(|b| decode(&b)).transpose()?.flatten();
-            let log = txn.open_table(LOG).map_err(io::Error::other)?;
-            for row in log.iter().map_err(io::Error::other)? {
-                let (index, bytes) = row.map_err(io::Error::other)?;
-                let entry: Entry = decode(bytes.value())?;
-                assert_eq!(
-                    entry.index(),
-                    index.value(),
-                    "log entry stored under the wrong index"
-                );
-                cache.entries.insert(index.value(), entry);
-            }
-        }
+        let (wal, state) = Wal::open(path)?;
         let durable = DurableIndex::default();
-        if let Some(last) = cache.entries.keys().next_back() {
+        if let Some(last) = state.entries.keys().next_back() {
             durable.advance_to(*last);
         }
+        let state = Arc::new(Mutex::new(state));
         let (writer, queue) = mpsc::channel();
         let thread_durable = durable.clone();
+        let thread_state = state.clone();
         let writer_thread = std::thread::Builder::new()
             .name("palisade-log-writer".into())
-            .spawn(move || write_loop(db, queue, thread_durable))?;
+            .spawn(move || write_loop(wal, queue, thread_durable, thread_state))?;
         Ok(LogStore {
-            cache: Arc::new(Mutex::new(cache)),
+            state,
             writer,
             writer_thread: Arc::new(Mutex::new(Some(writer_thread))),
             durable,
         })
     }
 
-    /// Writes everything queued, then closes the database file so it can be opened again.
-    /// Later writes fail. Call after Raft has shut down.
+    /// Writes everything queued, then closes the file so it can be opened again. Later writes
+    /// fail. Call after Raft has shut down.
     pub fn close(&self) {
-        let _ = self.writer.send(Write::Stop);
+        let _ = self.writer.send(Message::Stop);
         let thread = self
             .writer_thread
             .lock()
@@ -186,107 +130,101 @@ impl LogStore {
         self.durable.clone()
     }
 
-    fn send(&self, write: Write) -> io::Result<()> {
+    /// Applies `record` to the in-memory log now and queues it for the disk.
+    fn submit(&self, record: Record, done: Done) -> io::Result<()> {
+        let last_index = match &record {
+            Record::Entries(entries) => entries.last().map(|e| e.index()),
+            _ => None,
+        };
+        let write = Write {
+            record,
+            last_index,
+            done,
+        };
         self.writer
-            .send(write)
+            .send(Message::Write(write))
             .map_err(|_| io::Error::other("the log writer thread has stopped"))
     }
 
-    /// Queues a metadata write and waits until it is durable.
-    async fn write_meta_durably(&self, key: &'static str, value: Vec<u8>) -> io::Result<()> {
+    /// Queues `record` and waits until it is durable.
+    async fn submit_durably(&self, record: Record) -> io::Result<()> {
         let (done, wait) = oneshot::channel();
-        self.send(Write::Meta {
-            key,
-            value,
-            done: Some(done),
-        })?;
-        wait_durable(wait).await
+        self.submit(record, Done::Notify(done))?;
+        wait.await
+            .map_err(|_| io::Error::other("the log writer thread has stopped"))?
     }
 
-    fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
-        self.cache.lock().expect("log cache lock poisoned")
+    fn state(&self) -> MutexGuard<'_, wal::LogState> {
+        self.state.lock().expect("log state lock poisoned")
     }
 }
 
-async fn wait_durable(wait: oneshot::Receiver<io::Result<()>>) -> io::Result<()> {
-    wait.await
-        .map_err(|_| io::Error::other("the log writer thread has stopped"))?
-}
-
-/// The writer thread: drains the queue, applies it in one transaction, fsyncs, reports.
-fn write_loop(db: Database, queue: mpsc::Receiver<Write>, durable: DurableIndex) {
-    while let Ok(first) = queue.recv() {
-        let mut batch = vec![first];
-        batch.extend(queue.try_iter());
-        let stop = batch.iter().position(|w| matches!(w, Write::Stop));
-        if let Some(at) = stop {
-            batch.truncate(at);
+/// The writer thread: drains the queue, appends it with one fdatasync, reports, compacts.
+fn write_loop(
+    mut wal: Wal,
+    queue: mpsc::Receiver<Message>,
+    durable: DurableIndex,
+    state: Arc<Mutex<wal::LogState>>,
+) {
+    let mut encoded = Vec::new();
+    let mut stopping = false;
+    while !stopping {
+        let Ok(first) = queue.recv() else { return };
+        let mut batch = Vec::new();
+        for message in std::iter::once(first).chain(queue.try_iter()) {
+            match message {
+                Message::Write(write) => batch.push(write),
+                Message::Stop => {
+                    stopping = true;
+                    break;
+                }
+            }
         }
+        if batch.is_empty() {
+            continue;
+        }
+        encoded.clear();
         let started = Instant::now();
-        let result = commit_batch(&db, &batch);
+        let result = batch
+            .iter()
+            .try_for_each(|w| wal::encode_record(&w.record, &mut encoded))
+            .and_then(|()| wal.append_durably(&encoded));
         metrics::histogram!(crate::metrics::FSYNC_SECONDS).record(started.elapsed().as_secs_f64());
         metrics::histogram!(crate::metrics::LOG_BATCH_WRITES).record(batch.len() as f64);
         if let Err(e) = &result {
             tracing::error!(error = %e, "writing the raft log failed; the node will stop");
         }
+        let mut purged = false;
         for write in batch {
             let outcome = match &result {
                 Ok(()) => Ok(()),
                 Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
             };
-            match write {
-                Write::Append { entries, done } => {
-                    if outcome.is_ok() {
-                        let last = entries.last().expect("append batches are not empty").0;
-                        durable.advance_to(last);
-                    }
-                    done.io_completed(outcome);
+            if let (Ok(()), Some(last)) = (&outcome, write.last_index) {
+                durable.advance_to(last);
+            }
+            purged |= matches!(write.record, Record::Purge(_));
+            match write.done {
+                Done::Flushed(callback) => callback.io_completed(outcome),
+                Done::Notify(sender) => {
+                    let _ = sender.send(outcome);
                 }
-                Write::Meta {
-                    done: Some(done), ..
-                }
-                | Write::TruncateFrom { done, .. } => {
-                    let _ = done.send(outcome);
-                }
-                Write::Meta { done: None, .. } | Write::PurgeUpTo { .. } | Write::Stop => {}
+                Done::Nothing => {}
             }
         }
-        if stop.is_some() {
+        if result.is_err() {
             return;
         }
-    }
-}
-
-fn commit_batch(db: &Database, batch: &[Write]) -> io::Result<()> {
-    let txn = db.begin_write().map_err(io::Error::other)?;
-    {
-        let mut log = txn.open_table(LOG).map_err(io::Error::other)?;
-        let mut meta = txn.open_table(META).map_err(io::Error::other)?;
-        for write in batch {
-            match write {
-                Write::Append { entries, .. } => {
-                    for (index, bytes) in entries {
-                        log.insert(*index, bytes.as_slice())
-                            .map_err(io::Error::other)?;
-                    }
-                }
-                Write::Meta { key, value, .. } => {
-                    meta.insert(*key, value.as_slice())
-                        .map_err(io::Error::other)?;
-                }
-                Write::TruncateFrom { index, .. } => {
-                    log.retain_in(*index.., |_, _| false)
-                        .map_err(io::Error::other)?;
-                }
-                Write::PurgeUpTo { index } => {
-                    log.retain_in(..=*index, |_, _| false)
-                        .map_err(io::Error::other)?;
-                }
-                Write::Stop => {}
+        if purged {
+            // The in-memory log may be ahead of the file by writes still queued; each of them
+            // is an assignment that re-applies cleanly on top of the compacted state.
+            let state = state.lock().expect("log state lock poisoned");
+            let live_bytes = state.entries.len() as u64 * 256;
+            if let Err(e) = wal.maybe_compact(&state, live_bytes) {
+                tracing::warn!(error = %e, "compacting the raft log failed; it keeps growing");
             }
         }
     }
-    txn.commit().map_err(io::Error::other)
 }
 
 impl RaftLogReader<C> for LogStore {
@@ -295,7 +233,7 @@ impl RaftLogReader<C> for LogStore {
         range: RB,
     ) -> Result<Vec<Entry>, io::Error> {
         Ok(self
-            .cache()
+            .state()
             .entries
             .range(range)
             .map(|(_, e)| e.clone())
@@ -303,7 +241,7 @@ impl RaftLogReader<C> for LogStore {
     }
 
     async fn read_vote(&mut self) -> Result<Option<VoteOf<C>>, io::Error> {
-        Ok(self.cache().vote)
+        Ok(self.state().vote)
     }
 }
 
@@ -311,15 +249,15 @@ impl RaftLogStorage<C> for LogStore {
     type LogReader = Self;
 
     async fn get_log_state(&mut self) -> Result<LogState<C>, io::Error> {
-        let cache = self.cache();
-        let last = cache
+        let state = self.state();
+        let last = state
             .entries
             .values()
             .next_back()
             .map(|e| e.log_id())
-            .or(cache.last_purged);
+            .or(state.last_purged);
         Ok(LogState {
-            last_purged_log_id: cache.last_purged,
+            last_purged_log_id: state.last_purged,
             last_log_id: last,
         })
     }
@@ -329,22 +267,18 @@ impl RaftLogStorage<C> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &VoteOf<C>) -> Result<(), io::Error> {
-        self.cache().vote = Some(*vote);
-        self.write_meta_durably(META_VOTE, encode(vote)?).await
+        self.state().apply(Record::Vote(*vote));
+        self.submit_durably(Record::Vote(*vote)).await
     }
 
     async fn save_committed(&mut self, committed: Option<LogIdOf<C>>) -> Result<(), io::Error> {
         // Not waited for: losing it only means re-applying from the snapshot on restart.
-        self.cache().committed = committed;
-        self.send(Write::Meta {
-            key: META_COMMITTED,
-            value: encode(&committed)?,
-            done: None,
-        })
+        self.state().apply(Record::Committed(committed));
+        self.submit(Record::Committed(committed), Done::Nothing)
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogIdOf<C>>, io::Error> {
-        Ok(self.cache().committed)
+        Ok(self.state().committed)
     }
 
     async fn append<I>(&mut self, entries: I, callback: IOFlushed<C>) -> Result<(), io::Error>
@@ -352,47 +286,28 @@ impl RaftLogStorage<C> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut encoded = Vec::new();
-        {
-            let mut cache = self.cache();
-            for entry in entries {
-                encoded.push((entry.index(), encode(&entry)?));
-                cache.entries.insert(entry.index(), entry);
-            }
-        }
-        if encoded.is_empty() {
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        if entries.is_empty() {
             callback.io_completed(Ok(()));
             return Ok(());
         }
-        self.send(Write::Append {
-            entries: encoded,
-            done: callback,
-        })
+        {
+            let mut state = self.state();
+            for entry in &entries {
+                state.entries.insert(entry.index(), entry.clone());
+            }
+        }
+        self.submit(Record::Entries(entries), Done::Flushed(callback))
     }
 
     async fn truncate_after(&mut self, last_log_id: Option<LogIdOf<C>>) -> Result<(), io::Error> {
         let from = last_log_id.map_or(0, |id| id.index + 1);
-        self.cache().entries.split_off(&from);
-        let (done, wait) = oneshot::channel();
-        self.send(Write::TruncateFrom { index: from, done })?;
-        wait_durable(wait).await
+        self.state().apply(Record::TruncateFrom(from));
+        self.submit_durably(Record::TruncateFrom(from)).await
     }
 
     async fn purge(&mut self, log_id: LogIdOf<C>) -> Result<(), io::Error> {
-        {
-            let mut cache = self.cache();
-            let kept = cache.entries.split_off(&(log_id.index + 1));
-            cache.entries = kept;
-            cache.last_purged = Some(log_id);
-        }
-        // The purge marker must reach the disk with (or before) the deletion it explains.
-        self.send(Write::Meta {
-            key: META_PURGED,
-            value: encode(&Some(log_id))?,
-            done: None,
-        })?;
-        self.send(Write::PurgeUpTo {
-            index: log_id.index,
-        })
+        self.state().apply(Record::Purge(log_id));
+        self.submit(Record::Purge(log_id), Done::Nothing)
     }
 }

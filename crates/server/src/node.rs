@@ -28,7 +28,7 @@ use crate::raft_types::PalisadeRaft;
 use crate::state_machine::{Shared, StateMachine};
 
 const NODE_ID: u64 = 1;
-const LOG_FILE: &str = "raft.redb";
+const LOG_FILE: &str = "raft.wal";
 
 /// Why a command could not be applied. The outcome is unknown to the caller unless stated.
 #[derive(Debug, thiserror::Error)]

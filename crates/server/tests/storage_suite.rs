@@ -17,7 +17,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for OnD
     ) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<TypeConfig>> {
         let dir =
             tempfile::tempdir().map_err(|e| StorageError::write(TypeConfig::err_from_error(&e)))?;
-        let log = LogStore::open(&dir.path().join("raft.redb"))
+        let log = LogStore::open(&dir.path().join("raft.wal"))
             .map_err(|e| StorageError::write(TypeConfig::err_from_error(&e)))?;
         // The suite applies entries it never appended to the log, so the durability check of
         // the state machine (invariant 2) cannot hold here; the server always wires it.

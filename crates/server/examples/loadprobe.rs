@@ -1,0 +1,79 @@
+//! A quick in-process load probe of the lock service: N clients each acquire and release their
+//! own lock in a loop for a few seconds, over real gRPC on loopback. Prints cycles per second.
+//! The full load generator with etcd comparison is `palisade bench`.
+
+use std::time::{Duration, Instant};
+
+use palisade_proto::v1::locks_client::LocksClient;
+use palisade_proto::v1::*;
+use palisade_server::{ServeArgs, Server};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let clients: u64 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(32);
+    let seconds: u64 = std::env::args()
+        .nth(2)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(5);
+    let dir = tempfile::tempdir()?;
+    let args = ServeArgs {
+        data_dir: dir.path().to_path_buf(),
+        listen: "127.0.0.1:0".parse()?,
+        metrics_listen: None,
+        lock_delay_ms: 0,
+    };
+    let server = Server::start(&args).await?;
+    let endpoint = format!("http://{}", server.local_addr());
+    tokio::spawn(server.run_until(std::future::pending()));
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let endpoint = endpoint.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut client = LocksClient::connect(endpoint).await.unwrap();
+            let session = client
+                .open_session(OpenSessionRequest {
+                    request_id: c + 1,
+                    ttl_ms: 30_000,
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .session;
+            let lock = format!("probe/{c}");
+            let mut cycles = 0u64;
+            let mut request_id = 1000;
+            while Instant::now() < deadline {
+                request_id += 2;
+                let acquire = AcquireRequest {
+                    session,
+                    lock: lock.clone(),
+                    request_id,
+                    wait_ms: 0,
+                    wait_forever: false,
+                };
+                client.acquire(acquire).await.unwrap();
+                let release = ReleaseRequest {
+                    session,
+                    lock: lock.clone(),
+                    request_id: request_id + 1,
+                };
+                client.release(release).await.unwrap();
+                cycles += 1;
+            }
+            cycles
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await?;
+    }
+    println!(
+        "{clients} clients, {seconds} s: {} acquire+release cycles/s",
+        total / seconds
+    );
+    Ok(())
+}
