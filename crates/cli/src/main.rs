@@ -1,1 +1,183 @@
-fn main() {}
+//! `palisade`: the lock service, its clients for shells, and the fenced store, in one binary.
+//!
+//! Each command group lives in its own module and exposes a clap `Args` type with an async
+//! `run`; adding a command is one [`Command`] variant and one module. Errors end the process
+//! with `palisade: <message>` on stderr and a status from [`exit`], never a panic.
+
+mod args;
+mod exit;
+mod inspect;
+mod lock;
+mod oneshot;
+mod output;
+
+use std::io::IsTerminal as _;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use palisade_client::Client;
+use palisade_proto::DEFAULT_ENDPOINT;
+use tracing_subscriber::EnvFilter;
+
+/// Palisade: locks with fencing tokens, and resources that enforce them.
+#[derive(Debug, Parser)]
+#[command(name = "palisade", version, about, after_help = exit::HELP)]
+struct Cli {
+    /// Address of the lock service.
+    #[arg(long, global = true, env = "PALISADE_ENDPOINT", default_value = DEFAULT_ENDPOINT)]
+    endpoint: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the lock service.
+    Serve(palisade_server::ServeArgs),
+    /// The fenced store: a key/value store over HTTP that refuses stale sequencers.
+    #[command(subcommand)]
+    Store(palisade_store::cli::StoreCommand),
+    /// Wait for a lock, run a command while holding it, release it when the command exits.
+    Lock(lock::LockArgs),
+    /// Take a lock once, for scripts: prints the grant; the session is not kept alive.
+    Acquire(oneshot::AcquireArgs),
+    /// Renew the lease of a session from `palisade acquire`.
+    Renew(oneshot::RenewArgs),
+    /// Release a lock held by a session from `palisade acquire`.
+    Release(oneshot::ReleaseArgs),
+    /// Show one lock: holder, token, last token, waiters, lease remaining.
+    Status(inspect::StatusArgs),
+    /// List locks by name prefix.
+    Locks(inspect::LocksArgs),
+    /// Stream the holder changes of a lock, one line per event.
+    Watch(inspect::WatchArgs),
+    /// Print the public key resources use to verify sequencers.
+    Pubkey(inspect::PubkeyArgs),
+}
+
+/// What every client command needs: where the lock service is.
+#[derive(Debug, Clone)]
+pub struct Global {
+    pub endpoint: String,
+}
+
+impl Global {
+    /// Connects to the lock service.
+    pub async fn connect(&self) -> anyhow::Result<Client> {
+        Ok(Client::connect(&self.endpoint).await?)
+    }
+}
+
+impl Command {
+    /// The log level when `RUST_LOG` is not set: the service logs what it does, clients only
+    /// warn.
+    fn default_log_filter(&self) -> &'static str {
+        match self {
+            Command::Serve(_) => "info",
+            _ => "warn",
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let global = Global {
+        endpoint: cli.endpoint,
+    };
+    match cli.command {
+        Command::Serve(args) => palisade_server::serve(args)
+            .await
+            .map(|()| ExitCode::SUCCESS),
+        Command::Store(command) => palisade_store::cli::run(command).await,
+        Command::Lock(args) => lock::run(args, &global).await,
+        Command::Acquire(args) => oneshot::acquire(args, &global).await,
+        Command::Renew(args) => oneshot::renew(args, &global).await,
+        Command::Release(args) => oneshot::release(args, &global).await,
+        Command::Status(args) => inspect::status(args, &global).await,
+        Command::Locks(args) => inspect::locks(args, &global).await,
+        Command::Watch(args) => inspect::watch(args, &global).await,
+        Command::Pubkey(args) => inspect::pubkey(args, &global).await,
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(cli.command.default_log_filter()));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("palisade: cannot start the async runtime: {error}");
+            return ExitCode::from(exit::INTERNAL);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("palisade: {error:#}");
+            ExitCode::from(exit::code_for(&error))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("palisade").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn lock_takes_its_command_after_the_flags() {
+        let cli = parse(&[
+            "lock",
+            "jobs/a",
+            "--ttl",
+            "2s",
+            "--",
+            "sh",
+            "-c",
+            "echo --ttl",
+        ])
+        .unwrap();
+        let Command::Lock(args) = cli.command else {
+            panic!("not a lock command")
+        };
+        assert_eq!(args.name, "jobs/a");
+        assert_eq!(args.ttl, std::time::Duration::from_secs(2));
+        assert_eq!(args.wait, palisade_client::Wait::Forever);
+        assert_eq!(args.command, ["sh", "-c", "echo --ttl"]);
+    }
+
+    #[test]
+    fn lock_without_a_command_is_a_usage_error() {
+        let error = parse(&["lock", "jobs/a"]).unwrap_err();
+        assert_eq!(error.exit_code(), i32::from(exit::USAGE));
+    }
+
+    #[test]
+    fn the_endpoint_flag_is_accepted_after_the_command() {
+        let cli = parse(&["status", "a", "--endpoint", "http://127.0.0.1:9"]).unwrap();
+        assert_eq!(cli.endpoint, "http://127.0.0.1:9");
+    }
+
+    #[test]
+    fn acquire_requires_a_ttl() {
+        assert!(parse(&["acquire", "a"]).is_err());
+        assert!(parse(&["acquire", "a", "--ttl", "5s", "--wait", "1s", "--json"]).is_ok());
+    }
+}

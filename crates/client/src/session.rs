@@ -458,7 +458,8 @@ async fn keepalive(
         ended_now
     });
     if ended_now {
-        tracing::warn!(session, %reason, "session lost");
+        // The application hears of it through `lost()`; it decides how loudly to log.
+        tracing::info!(session, %reason, "session lost");
     }
     if reason == SessionLost::LeaseUnproven {
         // The server may still hold our locks until it notices; tell it, so others need not wait.

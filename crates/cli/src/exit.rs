@@ -1,0 +1,245 @@
+//! Exit statuses of `palisade`, and which error ends in which.
+//!
+//! Scripts branch on these, so they are fixed: a new situation gets a new code, an existing
+//! code never changes meaning. `palisade lock` passes its command's own status through, so a
+//! command that itself exits 75, 76 or 77 is indistinguishable from palisade saying so (as with
+//! `timeout(1)` and 124).
+
+use std::fmt;
+
+use palisade_client::{
+    AcquireError, CloseError, ConnectError, QueryError, ReleaseError, RenewError, SessionError,
+};
+use tonic::Code;
+
+/// The service refused the request, or the input is invalid (not the holder, no such session,
+/// bad lock name, …).
+pub const REFUSED: u8 = 1;
+/// The command line is wrong (also clap's usage errors).
+pub const USAGE: u8 = 2;
+/// The lock service cannot be reached or cannot serve now; nothing was done.
+pub const UNAVAILABLE: u8 = 69;
+/// Something broke: the service answered nonsense, or palisade itself failed.
+pub const INTERNAL: u8 = 70;
+/// The lock was not acquired: busy, or not granted within `--wait`.
+pub const NOT_ACQUIRED: u8 = 75;
+/// `palisade lock`: the lock was lost while the command ran; the command was stopped.
+pub const LOCK_LOST: u8 = 76;
+/// The outcome is unknown (e.g. the connection broke after the request was sent): the lock
+/// may or may not be held or released. Check with `palisade status`.
+pub const OUTCOME_UNKNOWN: u8 = 77;
+/// `palisade lock`: the command was found but could not be executed.
+pub const CANNOT_EXECUTE: u8 = 126;
+/// `palisade lock`: the command was not found.
+pub const COMMAND_NOT_FOUND: u8 = 127;
+
+/// The exit statuses, as `--help` shows them.
+pub const HELP: &str = "\
+Exit status:
+  0    success (palisade lock: the command's own status is passed through;
+       a command killed by signal N gives 128+N)
+  1    refused: not the holder, no such session, invalid input
+  2    usage error
+  69   the lock service is unreachable or unavailable; nothing was done
+  70   internal error, or the lock service answered nonsense
+  75   the lock was not acquired (busy, or not granted within --wait)
+  76   palisade lock: the lock was lost while the command ran; it was stopped
+       (SIGTERM, then SIGKILL after --kill-grace)
+  77   the outcome is unknown: the lock may or may not be held; check `palisade status`
+  126  palisade lock: the command could not be executed
+  127  palisade lock: the command was not found";
+
+/// An error that ends the process with a chosen status.
+#[derive(Debug)]
+pub struct Exit {
+    pub code: u8,
+    pub message: String,
+}
+
+impl Exit {
+    pub fn new(code: u8, message: impl Into<String>) -> Exit {
+        Exit {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Exit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Exit {}
+
+/// The exit status for an error that ends a command.
+pub fn code_for(error: &anyhow::Error) -> u8 {
+    if let Some(exit) = error.downcast_ref::<Exit>() {
+        return exit.code;
+    }
+    if let Some(e) = error.downcast_ref::<ConnectError>() {
+        return match e {
+            ConnectError::InvalidEndpoint { .. } => USAGE,
+            _ => UNAVAILABLE,
+        };
+    }
+    if let Some(e) = error.downcast_ref::<SessionError>() {
+        return match e {
+            SessionError::Unavailable(_) | SessionError::TooManySessions { .. } => UNAVAILABLE,
+            SessionError::Unknown(_) => OUTCOME_UNKNOWN,
+            SessionError::Protocol(_) => INTERNAL,
+            SessionError::Rejected { code, .. } => rejected(*code),
+            _ => REFUSED,
+        };
+    }
+    if let Some(e) = error.downcast_ref::<AcquireError>() {
+        return match e {
+            AcquireError::Busy { .. }
+            | AcquireError::WaitEnded { .. }
+            | AcquireError::TooManyWaiters { .. }
+            | AcquireError::TooManyLocks { .. } => NOT_ACQUIRED,
+            AcquireError::Unavailable(_) | AcquireError::SessionLost { .. } => UNAVAILABLE,
+            AcquireError::Unknown { .. } => OUTCOME_UNKNOWN,
+            AcquireError::Protocol(_) => INTERNAL,
+            AcquireError::Rejected { code, .. } => rejected(*code),
+            _ => REFUSED,
+        };
+    }
+    if let Some(e) = error.downcast_ref::<ReleaseError>() {
+        return match e {
+            ReleaseError::Unavailable(_) => UNAVAILABLE,
+            ReleaseError::Unknown { .. } => OUTCOME_UNKNOWN,
+            ReleaseError::Protocol(_) => INTERNAL,
+            ReleaseError::Rejected { code, .. } => rejected(*code),
+            _ => REFUSED,
+        };
+    }
+    if let Some(e) = error.downcast_ref::<RenewError>() {
+        return match e {
+            RenewError::Unavailable(_) => UNAVAILABLE,
+            RenewError::Unknown { .. } => OUTCOME_UNKNOWN,
+            RenewError::Protocol(_) => INTERNAL,
+            RenewError::Rejected { code, .. } => rejected(*code),
+            _ => REFUSED,
+        };
+    }
+    if let Some(e) = error.downcast_ref::<CloseError>() {
+        return match e {
+            CloseError::Unavailable(_) => UNAVAILABLE,
+            CloseError::Unknown { .. } => OUTCOME_UNKNOWN,
+            CloseError::Protocol(_) => INTERNAL,
+            CloseError::Rejected { code, .. } => rejected(*code),
+            _ => REFUSED,
+        };
+    }
+    if let Some(e) = error.downcast_ref::<QueryError>() {
+        return match e {
+            QueryError::Unavailable(_) => UNAVAILABLE,
+            QueryError::Protocol(_) => INTERNAL,
+            QueryError::Rejected { code, .. } => rejected(*code),
+            _ => REFUSED,
+        };
+    }
+    REFUSED
+}
+
+/// A status code the client library did not name.
+fn rejected(code: Code) -> u8 {
+    match code {
+        Code::Internal | Code::DataLoss | Code::Unimplemented => INTERNAL,
+        Code::Unavailable | Code::ResourceExhausted => UNAVAILABLE,
+        _ => REFUSED,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(error: impl std::error::Error + Send + Sync + 'static) -> u8 {
+        code_for(&anyhow::Error::new(error))
+    }
+
+    #[test]
+    fn a_busy_lock_or_an_ended_wait_is_not_acquired() {
+        let busy = AcquireError::Busy {
+            lock: "a".into(),
+            holder_session: Some(1),
+            holder_token: Some(2),
+            in_lock_delay: false,
+        };
+        assert_eq!(code(busy), NOT_ACQUIRED);
+        assert_eq!(
+            code(AcquireError::WaitEnded { lock: "a".into() }),
+            NOT_ACQUIRED
+        );
+    }
+
+    #[test]
+    fn an_unknown_outcome_is_never_reported_as_a_plain_failure() {
+        let unknown = AcquireError::Unknown {
+            lock: "a".into(),
+            session: 1,
+            reason: "timeout".into(),
+        };
+        assert_eq!(code(unknown), OUTCOME_UNKNOWN);
+        let unknown = ReleaseError::Unknown {
+            lock: "a".into(),
+            reason: "timeout".into(),
+        };
+        assert_eq!(code(unknown), OUTCOME_UNKNOWN);
+        assert_eq!(
+            code(SessionError::Unknown("timeout".into())),
+            OUTCOME_UNKNOWN
+        );
+    }
+
+    #[test]
+    fn a_wrong_holder_is_refused_and_an_unreachable_service_is_unavailable() {
+        let not_holder = ReleaseError::NotHolder {
+            lock: "a".into(),
+            session: 1,
+            holder_session: Some(2),
+        };
+        assert_eq!(code(not_holder), REFUSED);
+        let unreachable = ConnectError::Unreachable {
+            endpoint: "http://127.0.0.1:1".into(),
+            reason: "connection refused".into(),
+        };
+        assert_eq!(code(unreachable), UNAVAILABLE);
+        assert_eq!(code(QueryError::Unavailable("down".into())), UNAVAILABLE);
+        assert_eq!(code(QueryError::Protocol("nonsense".into())), INTERNAL);
+    }
+
+    #[test]
+    fn an_explicit_exit_keeps_its_code_through_context() {
+        let error = anyhow::Error::new(Exit::new(LOCK_LOST, "lost")).context("while running");
+        assert_eq!(code_for(&error), LOCK_LOST);
+    }
+
+    #[test]
+    fn the_codes_are_distinct() {
+        let mut codes = vec![
+            REFUSED,
+            USAGE,
+            UNAVAILABLE,
+            INTERNAL,
+            NOT_ACQUIRED,
+            LOCK_LOST,
+            OUTCOME_UNKNOWN,
+            CANNOT_EXECUTE,
+            COMMAND_NOT_FOUND,
+        ];
+        let count = codes.len();
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(codes.len(), count);
+        for code in codes {
+            assert!(
+                HELP.contains(&format!("  {code} ")),
+                "{code} is not in the help"
+            );
+        }
+    }
+}

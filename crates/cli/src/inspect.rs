@@ -1,0 +1,182 @@
+//! `palisade status`, `locks`, `watch`, `pubkey`: reading the lock service's state.
+
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use palisade_client::{LockEvent, LockEventKind, QueryError};
+use serde_json::{Value, json};
+
+use crate::Global;
+use crate::exit;
+use crate::output::{locks_table, status_json, status_text};
+
+/// Longest pause between attempts to resume an interrupted watch.
+const WATCH_RETRY_DELAY_MAX: Duration = Duration::from_secs(5);
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = exit::HELP)]
+pub struct StatusArgs {
+    /// Name of the lock.
+    pub name: String,
+    /// Print a JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = exit::HELP)]
+pub struct LocksArgs {
+    /// Only locks whose names start with this.
+    #[arg(long, default_value = "")]
+    pub prefix: String,
+    /// Print a JSON array.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = exit::HELP)]
+pub struct WatchArgs {
+    /// Name of the lock.
+    pub name: String,
+    /// Print one JSON object per line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = exit::HELP)]
+pub struct PubkeyArgs {
+    /// Print a JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub async fn status(args: StatusArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let client = global.connect().await?;
+    let status = client.status(&args.name).await?;
+    if args.json {
+        println!("{}", status_json(&status));
+    } else {
+        print!("{}", status_text(&status));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn locks(args: LocksArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let client = global.connect().await?;
+    let locks = client.list_locks(&args.prefix).await?;
+    if args.json {
+        let array: Vec<Value> = locks.iter().map(status_json).collect();
+        println!("{}", Value::Array(array));
+    } else {
+        print!("{}", locks_table(&locks));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn watch(args: WatchArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let client = global.connect().await?;
+    // The first watch must work; after that, interruptions are ridden out (each new stream
+    // starts with a snapshot, so nothing is silently missed).
+    let mut events = client.watch(&args.name).await?;
+    let mut delay = Duration::from_millis(100);
+    loop {
+        match events.next().await {
+            Some(Ok(event)) => {
+                print_event(&event, args.json)?;
+                delay = Duration::from_millis(100);
+                continue;
+            }
+            Some(Err(error)) if !resumable(&error) => return Err(error.into()),
+            Some(Err(error)) => {
+                eprintln!(
+                    "palisade: watch of lock {:?} interrupted: {error}; resuming",
+                    args.name
+                );
+            }
+            None => eprintln!(
+                "palisade: the lock service ended the watch of lock {:?}; resuming",
+                args.name
+            ),
+        }
+        loop {
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(WATCH_RETRY_DELAY_MAX);
+            match client.watch(&args.name).await {
+                Ok(resumed) => {
+                    events = resumed;
+                    break;
+                }
+                Err(error) if resumable(&error) => {
+                    tracing::debug!(%error, "watch not resumed yet");
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+    }
+}
+
+/// True for failures that watching again may get past.
+fn resumable(error: &QueryError) -> bool {
+    match error {
+        QueryError::Unavailable(_) => true,
+        QueryError::Rejected { code, .. } => matches!(
+            code,
+            tonic::Code::DataLoss | tonic::Code::Internal | tonic::Code::Aborted
+        ),
+        _ => false,
+    }
+}
+
+fn print_event(event: &LockEvent, as_json: bool) -> anyhow::Result<()> {
+    let line = if as_json {
+        event_json(event).to_string()
+    } else {
+        event_text(event)
+    };
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{line}")?;
+    stdout.flush()?;
+    Ok(())
+}
+
+fn event_json(event: &LockEvent) -> Value {
+    let kind = match event.kind {
+        LockEventKind::Other(raw) => format!("other({raw})"),
+        kind => kind.as_str().to_string(),
+    };
+    json!({
+        "kind": kind,
+        "lock": event.lock,
+        "session": event.session,
+        "token": event.token,
+        "waiters": event.waiters,
+    })
+}
+
+/// `granted jobs/a session=12 token=42 waiters=0`, or `snapshot jobs/a free waiters=0`.
+fn event_text(event: &LockEvent) -> String {
+    let holder = match (event.session, event.token) {
+        (Some(session), Some(token)) => format!("session={session} token={token}"),
+        (Some(session), None) => format!("session={session}"),
+        (None, _) => "free".to_string(),
+    };
+    let kind = match event.kind {
+        LockEventKind::Other(raw) => format!("other({raw})"),
+        kind => kind.as_str().to_string(),
+    };
+    format!("{kind} {} {holder} waiters={}", event.lock, event.waiters)
+}
+
+pub async fn pubkey(args: PubkeyArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let client = global.connect().await?;
+    let key = client.public_key().await?;
+    if args.json {
+        println!("{}", json!({ "public_key": key }));
+    } else {
+        println!("{key}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,410 @@
+//! `palisade lock NAME -- CMD…`: run a command while holding a lock.
+//!
+//! The session is kept alive while the command runs. The command gets the grant in its
+//! environment (`PALISADE_LOCK`, `PALISADE_TOKEN`, `PALISADE_SEQUENCER`, `PALISADE_SESSION`,
+//! `PALISADE_ENDPOINT`), so it can present the sequencer to the resources it writes.
+//!
+//! If the lock is lost while the command runs, the command is stopped — SIGTERM, then SIGKILL
+//! after `--kill-grace` — and palisade exits with [`exit::LOCK_LOST`]. Stopping the command is
+//! a courtesy, not the safety mechanism: a paused process learns of the loss late, which is why
+//! resources check the sequencer.
+//!
+//! By default the command runs in its own process group and the signals go to the whole group,
+//! so a shell's children are stopped too (as `timeout(1)` does). `--foreground` keeps it in
+//! palisade's group instead, so it can read the terminal; then only the command itself is
+//! signalled.
+
+use std::ffi::OsString;
+use std::io::ErrorKind;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitCode, ExitStatus};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+use palisade_client::{
+    AcquireError, AcquireOptions, Client, LockGuard, ReleaseError, Session, SessionLost,
+    SessionOptions, Wait,
+};
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{Signal as SignalStream, SignalKind, signal};
+use tokio::time::Instant;
+
+use crate::Global;
+use crate::args::{describe_wait, parse_duration, parse_wait};
+use crate::exit::{self, Exit};
+use crate::oneshot::holder_suffix;
+use crate::output::human_duration;
+
+/// How often to check whether a stopped command's process group is gone.
+const GROUP_POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = exit::HELP)]
+pub struct LockArgs {
+    /// Name of the lock.
+    pub name: String,
+    /// Session lease: if palisade cannot renew it for this long (crash, pause, partition), the
+    /// lock is released to the next waiter.
+    #[arg(long, env = "PALISADE_TTL", default_value = "10s", value_parser = parse_duration)]
+    pub ttl: Duration,
+    /// How long to wait for the lock: a duration (0 = only if free now) or `forever`.
+    #[arg(long, default_value = "forever", value_parser = parse_wait)]
+    pub wait: Wait,
+    /// If the lock is lost: time between SIGTERM and SIGKILL to the command.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub kill_grace: Duration,
+    /// Run the command in palisade's process group so it can use the terminal; on loss of the
+    /// lock only the command itself, not its children, is signalled.
+    #[arg(long)]
+    pub foreground: bool,
+    /// The command to run while holding the lock, and its arguments.
+    #[arg(
+        value_name = "CMD",
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// Signals that palisade passes on to the command instead of dying of them.
+const FORWARDED: [SignalKind; 4] = [
+    SignalKind::interrupt(),
+    SignalKind::terminate(),
+    SignalKind::hangup(),
+    SignalKind::quit(),
+];
+
+/// Receives the signals palisade forwards.
+struct Signals {
+    streams: Vec<(Signal, SignalStream)>,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Signals> {
+        let mut streams = Vec::new();
+        for kind in FORWARDED {
+            let number = kind.as_raw_value();
+            let signal_name = Signal::try_from(number).context("unknown signal number")?;
+            let stream = signal(kind).with_context(|| format!("cannot handle {signal_name}"))?;
+            streams.push((signal_name, stream));
+        }
+        Ok(Signals { streams })
+    }
+
+    /// The next signal received.
+    async fn recv(&mut self) -> Signal {
+        let futures = self.streams.iter_mut().map(|(name, stream)| {
+            let name = *name;
+            Box::pin(async move {
+                stream.recv().await;
+                name
+            })
+        });
+        futures_select_all(futures).await
+    }
+}
+
+/// The first of several futures to finish.
+async fn futures_select_all<F: std::future::Future + Unpin>(
+    futures: impl IntoIterator<Item = F>,
+) -> F::Output {
+    let mut futures: Vec<F> = futures.into_iter().collect();
+    std::future::poll_fn(move |cx| {
+        for future in futures.iter_mut() {
+            if let std::task::Poll::Ready(output) = std::pin::Pin::new(future).poll(cx) {
+                return std::task::Poll::Ready(output);
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}
+
+/// The exit status a shell would report for a process that ended with `status`.
+pub fn shell_status(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(exit::INTERNAL),
+        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(exit::INTERNAL),
+        (None, None) => exit::INTERNAL,
+    }
+}
+
+/// Which processes to signal: the command's process group, or only the command.
+#[derive(Debug, Clone, Copy)]
+enum Target {
+    Group(Pid),
+    Process(Pid),
+}
+
+impl Target {
+    /// Sends `signal`; false if nothing is left to receive it.
+    fn send(self, signal: Signal) -> bool {
+        let result = match self {
+            Target::Group(group) => killpg(group, signal),
+            Target::Process(pid) => kill(pid, signal),
+        };
+        match result {
+            Ok(()) => true,
+            Err(Errno::ESRCH) => false,
+            Err(error) => {
+                tracing::warn!(?self, %signal, %error, "cannot signal the command");
+                false
+            }
+        }
+    }
+
+    /// True while some process of the target exists.
+    fn alive(self) -> bool {
+        let result = match self {
+            Target::Group(group) => killpg(group, None),
+            Target::Process(pid) => kill(pid, None),
+        };
+        !matches!(result, Err(Errno::ESRCH))
+    }
+}
+
+pub async fn run(args: LockArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let mut signals = Signals::install()?;
+    let client = global.connect().await?;
+    let session = client
+        .open_session(SessionOptions::with_ttl(args.ttl))
+        .await?;
+    let acquired = tokio::select! {
+        acquired = session.acquire(&args.name, AcquireOptions::wait(args.wait)) => acquired,
+        signal = signals.recv() => {
+            close_quietly(session).await;
+            return Ok(ExitCode::from(128 + signal as u8));
+        }
+    };
+    let guard = match acquired {
+        Ok(guard) => guard,
+        Err(error) => return Err(not_acquired(&client, session, &args, error).await),
+    };
+    let target = match spawn(&args, &client, &guard) {
+        Ok(spawned) => spawned,
+        Err(error) => {
+            release_quietly(guard).await;
+            close_quietly(session).await;
+            return Err(error);
+        }
+    };
+    let (mut child, target) = target;
+    let lost = guard.lost();
+    tokio::pin!(lost);
+    let outcome = loop {
+        tokio::select! {
+            biased;
+            reason = &mut lost => break Outcome::Lost(reason),
+            status = child.wait() => break Outcome::Exited(status),
+            signal = signals.recv() => {
+                let forward = !args.foreground
+                    || matches!(signal, Signal::SIGTERM | Signal::SIGHUP);
+                if forward {
+                    tracing::info!(%signal, "forwarding a signal to the command");
+                    target.send(signal);
+                }
+            }
+        }
+    };
+    match outcome {
+        Outcome::Exited(status) => {
+            let status = status.context("cannot wait for the command")?;
+            finish(&args, guard, session, status).await
+        }
+        Outcome::Lost(reason) => {
+            eprintln!(
+                "palisade: lock {:?} (token {}) was lost: {reason}; stopping the command (SIGTERM, then SIGKILL after {})",
+                args.name,
+                guard.token(),
+                human_duration(args.kill_grace),
+            );
+            stop(&mut child, target, args.kill_grace).await;
+            drop(guard);
+            close_quietly(session).await;
+            Err(Exit::new(
+                exit::LOCK_LOST,
+                format!(
+                    "lock {:?} was lost while the command ran ({reason}); the command was stopped",
+                    args.name
+                ),
+            )
+            .into())
+        }
+    }
+}
+
+enum Outcome {
+    Exited(std::io::Result<ExitStatus>),
+    Lost(SessionLost),
+}
+
+/// Starts the command with the grant in its environment.
+fn spawn(args: &LockArgs, client: &Client, guard: &LockGuard) -> anyhow::Result<(Child, Target)> {
+    let (program, rest) = args
+        .command
+        .split_first()
+        .ok_or_else(|| Exit::new(exit::USAGE, "no command given after the lock name"))?;
+    let mut command = Command::new(program);
+    command
+        .args(rest)
+        .env("PALISADE_LOCK", guard.lock())
+        .env("PALISADE_TOKEN", guard.token().to_string())
+        .env("PALISADE_SEQUENCER", guard.sequencer())
+        .env("PALISADE_SESSION", guard.session_id().to_string())
+        .env("PALISADE_ENDPOINT", client.endpoint());
+    if !args.foreground {
+        command.process_group(0);
+    }
+    let child = command.spawn().map_err(|error| {
+        let shown = program.to_string_lossy();
+        match error.kind() {
+            ErrorKind::NotFound => Exit::new(
+                exit::COMMAND_NOT_FOUND,
+                format!("{shown}: command not found"),
+            ),
+            _ => Exit::new(exit::CANNOT_EXECUTE, format!("cannot run {shown}: {error}")),
+        }
+    })?;
+    let pid = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw)
+        .ok_or_else(|| Exit::new(exit::INTERNAL, "the command has no process id"))?;
+    let target = if args.foreground {
+        Target::Process(pid)
+    } else {
+        Target::Group(pid)
+    };
+    Ok((child, target))
+}
+
+/// SIGTERM, then SIGKILL to what is left after `grace`.
+async fn stop(child: &mut Child, target: Target, grace: Duration) {
+    let deadline = Instant::now() + grace;
+    target.send(Signal::SIGTERM);
+    let exited = tokio::time::timeout_at(deadline, child.wait())
+        .await
+        .is_ok();
+    // The command may be gone while other processes of its group live on.
+    if exited {
+        while matches!(target, Target::Group(_)) && target.alive() && Instant::now() < deadline {
+            tokio::time::sleep(GROUP_POLL_INTERVAL).await;
+        }
+    }
+    if target.alive() {
+        eprintln!("palisade: the command did not stop within the grace period; sending SIGKILL");
+        target.send(Signal::SIGKILL);
+    }
+    if let Err(error) = child.wait().await {
+        tracing::warn!(%error, "cannot wait for the stopped command");
+    }
+}
+
+/// After the command exited: release, close, and pass its status on — unless the lock turned
+/// out to be lost before the end, which is reported instead.
+async fn finish(
+    args: &LockArgs,
+    guard: LockGuard,
+    session: Session,
+    status: ExitStatus,
+) -> anyhow::Result<ExitCode> {
+    let code = shell_status(status);
+    let token = guard.token();
+    if let Some(reason) = guard.ended() {
+        drop(guard);
+        close_quietly(session).await;
+        return Err(lost_at_exit(args, &reason.to_string(), code).into());
+    }
+    match guard.release().await {
+        Ok(()) => {}
+        Err(ReleaseError::SessionNotFound { .. }) => {
+            close_quietly(session).await;
+            return Err(lost_at_exit(args, "the session had expired", code).into());
+        }
+        Err(error) => eprintln!(
+            "palisade: warning: could not release lock {:?} (token {token}): {error}",
+            args.name
+        ),
+    }
+    if let Err(error) = session.close().await {
+        tracing::debug!(%error, "closing the session failed");
+    }
+    Ok(ExitCode::from(code))
+}
+
+fn lost_at_exit(args: &LockArgs, reason: &str, code: u8) -> Exit {
+    Exit::new(
+        exit::LOCK_LOST,
+        format!(
+            "lock {:?} was lost before the command finished ({reason}); the command exited with status {code}",
+            args.name
+        ),
+    )
+}
+
+/// Explains a failed acquire, naming the holder where known; closes the session first, which
+/// settles an unknown outcome: a closed session holds nothing.
+async fn not_acquired(
+    client: &Client,
+    session: Session,
+    args: &LockArgs,
+    error: AcquireError,
+) -> anyhow::Error {
+    let session_id = session.id();
+    let closed = session.close().await;
+    match error {
+        AcquireError::WaitEnded { lock } => Exit::new(
+            exit::NOT_ACQUIRED,
+            format!(
+                "lock {lock:?} was not acquired within {}{}",
+                describe_wait(args.wait),
+                holder_suffix(client, &lock).await
+            ),
+        )
+        .into(),
+        error if error.outcome_unknown() => match closed {
+            Ok(()) | Err(palisade_client::CloseError::SessionNotFound { .. }) => Exit::new(
+                exit::UNAVAILABLE,
+                format!("{error}; session {session_id} was then closed, so the lock is not held"),
+            )
+            .into(),
+            Err(close_error) => Exit::new(
+                exit::OUTCOME_UNKNOWN,
+                format!("{error}; closing the session failed too: {close_error}"),
+            )
+            .into(),
+        },
+        error => error.into(),
+    }
+}
+
+async fn release_quietly(guard: LockGuard) {
+    if let Err(error) = guard.release().await {
+        tracing::debug!(%error, "releasing the lock failed");
+    }
+}
+
+async fn close_quietly(session: Session) {
+    if let Err(error) = session.close().await {
+        tracing::debug!(%error, "closing the session failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_statuses_pass_through_and_signals_become_128_plus() {
+        assert_eq!(shell_status(ExitStatus::from_raw(0)), 0);
+        assert_eq!(shell_status(ExitStatus::from_raw(7 << 8)), 7);
+        assert_eq!(shell_status(ExitStatus::from_raw(255 << 8)), 255);
+        assert_eq!(shell_status(ExitStatus::from_raw(9)), 137);
+        assert_eq!(shell_status(ExitStatus::from_raw(15)), 143);
+    }
+}

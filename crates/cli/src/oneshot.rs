@@ -1,0 +1,232 @@
+//! `palisade acquire`, `renew`, `release`: the one-shot flow for scripts.
+//!
+//! `acquire` opens a session that nothing keeps alive, takes the lock and prints the grant; the
+//! script then renews the session (`renew`) before its ttl runs out, and releases the lock
+//! (`release`) when done — or lets the session expire, which releases it too.
+//!
+//! ```sh
+//! eval "$(palisade acquire jobs/nightly --ttl 60s)"
+//! palisade store put report "$(date)" --sequencer "$PALISADE_SEQUENCER"
+//! palisade release "$PALISADE_LOCK" --session "$PALISADE_SESSION"
+//! ```
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use palisade_client::{AcquireError, AcquireOptions, Client, ReleaseError, SessionId, Wait};
+use serde_json::json;
+
+use crate::Global;
+use crate::args::{describe_wait, parse_duration, parse_wait};
+use crate::exit::{self, Exit};
+use crate::output::{human_duration, shell_assignments};
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = exit::HELP)]
+pub struct AcquireArgs {
+    /// Name of the lock.
+    pub name: String,
+    /// Session lease: the lock is released this long after the last renewal (`palisade renew`).
+    #[arg(long, value_parser = parse_duration)]
+    pub ttl: Duration,
+    /// How long to wait for the lock: a duration (0 = only if free now) or `forever`. The
+    /// session is renewed while waiting.
+    #[arg(long, default_value = "0", value_parser = parse_wait)]
+    pub wait: Wait,
+    /// Print a JSON object instead of `KEY=value` lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = exit::HELP)]
+pub struct RenewArgs {
+    /// The session to renew (from `palisade acquire`).
+    #[arg(long, env = "PALISADE_SESSION")]
+    pub session: SessionId,
+    /// Print a JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = exit::HELP)]
+pub struct ReleaseArgs {
+    /// Name of the lock.
+    #[arg(env = "PALISADE_LOCK")]
+    pub name: String,
+    /// The session holding the lock (from `palisade acquire`).
+    #[arg(long, env = "PALISADE_SESSION")]
+    pub session: SessionId,
+    /// Print a JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub async fn acquire(args: AcquireArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let client = global.connect().await?;
+    let lease = client.open_session_without_keepalive(args.ttl).await?;
+    let session = lease.session;
+    // Keep the session alive while waiting in the queue, not after: a wait longer than the ttl
+    // must not end with a grant to an expired session.
+    let acquire = client.acquire(session, &args.name, AcquireOptions::wait(args.wait));
+    let result = tokio::select! {
+        result = acquire => result,
+        () = renew_forever(&client, session, lease.ttl / 3) => unreachable_renewal(),
+    };
+    let grant = match result {
+        Ok(grant) => grant,
+        Err(error) => return Err(not_acquired(&client, session, &args, error).await),
+    };
+    if args.json {
+        let object = json!({
+            "lock": grant.lock,
+            "token": grant.token,
+            "sequencer": grant.sequencer,
+            "session": grant.session,
+            "ttl_ms": u64::try_from(lease.ttl.as_millis()).unwrap_or(u64::MAX),
+        });
+        println!("{object}");
+    } else {
+        print!(
+            "{}",
+            shell_assignments(&[
+                ("PALISADE_LOCK", grant.lock.clone()),
+                ("PALISADE_TOKEN", grant.token.to_string()),
+                ("PALISADE_SEQUENCER", grant.sequencer.clone()),
+                ("PALISADE_SESSION", grant.session.to_string()),
+            ])
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Renews `session` every `interval` until cancelled; failures are left to the acquire to
+/// report (a session that is gone ends the wait with its own error).
+async fn renew_forever(client: &Client, session: SessionId, interval: Duration) {
+    loop {
+        tokio::time::sleep(interval).await;
+        if let Err(error) = client.renew(session).await {
+            tracing::warn!(session, %error, "renewing the session while waiting failed");
+        }
+    }
+}
+
+fn unreachable_renewal() -> Result<palisade_client::Grant, AcquireError> {
+    Err(AcquireError::Protocol(
+        "the renewal loop ended, which it never does".to_string(),
+    ))
+}
+
+/// Explains a failed acquire and closes the session, which also settles an unknown outcome.
+async fn not_acquired(
+    client: &Client,
+    session: SessionId,
+    args: &AcquireArgs,
+    error: AcquireError,
+) -> anyhow::Error {
+    let closed = client.close_session(session).await;
+    match error {
+        AcquireError::WaitEnded { lock } => Exit::new(
+            exit::NOT_ACQUIRED,
+            format!(
+                "lock {lock:?} was not acquired within {}{}",
+                describe_wait(args.wait),
+                holder_suffix(client, &lock).await
+            ),
+        )
+        .into(),
+        error if error.outcome_unknown() => match closed {
+            Ok(()) | Err(palisade_client::CloseError::SessionNotFound { .. }) => Exit::new(
+                exit::UNAVAILABLE,
+                format!("{error}; session {session} was then closed, so the lock is not held"),
+            )
+            .into(),
+            Err(close_error) => Exit::new(
+                exit::OUTCOME_UNKNOWN,
+                format!("{error}; closing the session failed too: {close_error}"),
+            )
+            .into(),
+        },
+        error => error.into(),
+    }
+}
+
+/// `; it is held by session S with token T`, or nothing if the lock is free or unknown.
+pub async fn holder_suffix(client: &Client, lock: &str) -> String {
+    match client.status(lock).await {
+        Ok(status) => match status.holder {
+            Some(h) => format!(
+                "; it is held by session {} with token {}",
+                h.session, h.token
+            ),
+            None => String::new(),
+        },
+        Err(_) => String::new(),
+    }
+}
+
+pub async fn renew(args: RenewArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let client = global.connect().await?;
+    let remaining = client.renew(args.session).await?;
+    if args.json {
+        let object = json!({
+            "session": args.session,
+            "lease_remaining_ms": u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
+        });
+        println!("{object}");
+    } else {
+        println!(
+            "session {} renewed: {} remaining",
+            args.session,
+            human_duration(remaining)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn release(args: ReleaseArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let client = global.connect().await?;
+    let token = match client.release(args.session, &args.name).await {
+        Ok(token) => token,
+        Err(ReleaseError::NotHolder {
+            lock,
+            session,
+            holder_session,
+        }) => {
+            let holder = match holder_session {
+                Some(_) => holder_suffix(&client, &lock).await,
+                None => "; it is free".to_string(),
+            };
+            // The holder may have changed between the refusal and the status read.
+            let holder = if holder.is_empty() {
+                holder_session.map_or(String::new(), |s| format!("; it is held by session {s}"))
+            } else {
+                holder
+            };
+            return Err(Exit::new(
+                exit::REFUSED,
+                format!("session {session} does not hold lock {lock:?}{holder}"),
+            )
+            .into());
+        }
+        Err(error) => return Err(error.into()),
+    };
+    if args.json {
+        let object = json!({
+            "lock": args.name,
+            "session": args.session,
+            "token": token,
+        });
+        println!("{object}");
+    } else {
+        match token {
+            Some(token) => println!("released lock {:?} (token {token})", args.name),
+            None => println!(
+                "withdrew the wait of session {} for lock {:?}",
+                args.session, args.name
+            ),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

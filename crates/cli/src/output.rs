@@ -1,0 +1,187 @@
+//! Formatting shared by the commands: shell-safe `KEY=value` lines, durations, tables, JSON.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use palisade_client::LockStatus;
+use serde_json::{Value, json};
+
+/// `value` quoted for a POSIX shell, unless it needs no quoting.
+pub fn shell_quote(value: &str) -> Cow<'_, str> {
+    let plain = !value.is_empty()
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./:@%+,=".contains(&b));
+    if plain {
+        Cow::Borrowed(value)
+    } else {
+        Cow::Owned(format!("'{}'", value.replace('\'', r"'\''")))
+    }
+}
+
+/// `KEY=value` lines a shell can `eval`.
+pub fn shell_assignments(pairs: &[(&str, String)]) -> String {
+    let mut text = String::new();
+    for (key, value) in pairs {
+        let _ = writeln!(text, "{key}={}", shell_quote(value));
+    }
+    text
+}
+
+/// `450ms`, `8.2s`, `2m05s`, `3h07m`.
+pub fn human_duration(duration: Duration) -> String {
+    let ms = duration.as_millis();
+    match ms {
+        0..1_000 => format!("{ms}ms"),
+        1_000..60_000 => {
+            let tenths = (ms + 50) / 100;
+            if tenths.is_multiple_of(10) {
+                format!("{}s", tenths / 10)
+            } else {
+                format!("{}.{}s", tenths / 10, tenths % 10)
+            }
+        }
+        60_000..3_600_000 => format!("{}m{:02}s", ms / 60_000, (ms % 60_000) / 1_000),
+        _ => format!("{}h{:02}m", ms / 3_600_000, (ms % 3_600_000) / 60_000),
+    }
+}
+
+/// Milliseconds as a JSON number.
+fn ms(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The JSON form of a lock's state, as `status --json` and `locks --json` print it.
+pub fn status_json(status: &LockStatus) -> Value {
+    json!({
+        "lock": status.lock,
+        "holder": status.holder.map(|h| json!({
+            "session": h.session,
+            "token": h.token,
+            "lease_remaining_ms": ms(h.lease_remaining),
+        })),
+        "last_token": status.last_token,
+        "waiters": status.waiters,
+        "lock_delay_remaining_ms": status.lock_delay_remaining.map(ms),
+    })
+}
+
+/// The human form of one lock's state: aligned `field value` lines.
+pub fn status_text(status: &LockStatus) -> String {
+    let mut rows: Vec<(&str, String)> = vec![("lock", status.lock.clone())];
+    match status.holder {
+        Some(holder) => {
+            rows.push(("holder", format!("session {}", holder.session)));
+            rows.push(("token", holder.token.to_string()));
+            rows.push((
+                "lease",
+                format!("{} remaining", human_duration(holder.lease_remaining)),
+            ));
+        }
+        None => rows.push(("holder", "none (free)".to_string())),
+    }
+    rows.push(("last token", status.last_token.to_string()));
+    let waiters = match status.waiters.as_slice() {
+        [] => "0".to_string(),
+        sessions => format!(
+            "{} (sessions {})",
+            sessions.len(),
+            sessions
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    rows.push(("waiters", waiters));
+    if let Some(delay) = status.lock_delay_remaining {
+        rows.push(("lock-delay", format!("{} remaining", human_duration(delay))));
+    }
+    let mut text = String::new();
+    for (field, value) in rows {
+        let _ = writeln!(text, "{field:<12} {value}");
+    }
+    text
+}
+
+/// A table of locks for humans.
+pub fn locks_table(locks: &[LockStatus]) -> String {
+    let header = ["LOCK", "HOLDER", "TOKEN", "LAST TOKEN", "WAITERS", "LEASE"].map(String::from);
+    let mut rows = vec![header];
+    for status in locks {
+        let (holder, token, lease) = match status.holder {
+            Some(h) => (
+                h.session.to_string(),
+                h.token.to_string(),
+                human_duration(h.lease_remaining),
+            ),
+            None => ("-".to_string(), "-".to_string(), "-".to_string()),
+        };
+        rows.push([
+            status.lock.clone(),
+            holder,
+            token,
+            status.last_token.to_string(),
+            status.waiters.len().to_string(),
+            lease,
+        ]);
+    }
+    let mut widths = [0usize; 6];
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut text = String::new();
+    for row in &rows {
+        let mut line = String::new();
+        for (i, (cell, width)) in row.iter().zip(widths).enumerate() {
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                let _ = write!(line, "{cell:<width$}  ");
+            }
+        }
+        text.push_str(line.trim_end());
+        text.push('\n');
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_values_that_need_quotes_get_them() {
+        assert_eq!(shell_quote("jobs/nightly"), "jobs/nightly");
+        assert_eq!(
+            shell_quote("pal1.am9icw.42.7.sig-_"),
+            "pal1.am9icw.42.7.sig-_"
+        );
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote("$(rm -rf /)"), "'$(rm -rf /)'");
+        assert_eq!(shell_quote("~root"), "'~root'");
+        assert_eq!(shell_quote(""), "''");
+    }
+
+    #[test]
+    fn assignments_are_one_per_line() {
+        let text = shell_assignments(&[
+            ("PALISADE_LOCK", "a b".to_string()),
+            ("PALISADE_TOKEN", "3".to_string()),
+        ]);
+        assert_eq!(text, "PALISADE_LOCK='a b'\nPALISADE_TOKEN=3\n");
+    }
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(human_duration(Duration::from_millis(450)), "450ms");
+        assert_eq!(human_duration(Duration::from_millis(8_240)), "8.2s");
+        assert_eq!(human_duration(Duration::from_secs(10)), "10s");
+        assert_eq!(human_duration(Duration::from_secs(125)), "2m05s");
+        assert_eq!(human_duration(Duration::from_secs(3 * 3600 + 420)), "3h07m");
+    }
+}
