@@ -1,0 +1,677 @@
+//! `palisade bench`: a load generator for the workloads of DESIGN §6, against Palisade or etcd.
+//!
+//! Every workload runs N clients, each with its own connection and session (or etcd lease),
+//! opened before the clock starts. Operations that start during the warm-up or end after the
+//! measured window are not counted. Latencies are recorded per client in hdrhistograms and merged.
+//!
+//! - `uncontended`: N clients, N locks (one each), acquire+release cycles per second;
+//! - `contended`: N clients, one lock, grants per second (each grant is one FIFO handoff);
+//! - `latency`: one client, one lock, acquire+release latency percentiles;
+//! - `fenced-write`: N clients write to the fenced store with a sequencer, then the same writes
+//!   through the store's unchecked path; the ratio is what fencing costs.
+//!
+//! Benchmarks report numbers; nothing here decides whether a number is good enough except the
+//! comparison table, which prints the targets of DESIGN §6 next to the measurements.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::stats::{Latencies, Percentiles, format_us};
+use crate::target::{LockConn, Target};
+
+/// Session (or lease) length of benchmark clients; long enough that no lease ends mid-run
+/// however busy the machine, while keepalives stay rare.
+const SESSION_TTL: Duration = Duration::from_secs(60);
+/// How long workers may take to finish their last operation after the window closes.
+const DRAIN_MAX: Duration = Duration::from_secs(30);
+/// Longest `--duration` or `--warmup`.
+const DURATION_MAX: Duration = Duration::from_secs(3_600);
+/// Most clients one run may start.
+const CLIENTS_MAX: usize = 1_024;
+/// Bytes of each value the fenced-write workload writes.
+pub const WRITE_VALUE_BYTES: usize = 128;
+
+/// A workload of DESIGN §6.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Workload {
+    /// N clients, N locks: acquire+release cycles per second.
+    Uncontended,
+    /// N clients, one lock: grants per second.
+    Contended,
+    /// One client: acquire+release latency percentiles.
+    Latency,
+    /// Store writes with a sequencer against the same writes without the check.
+    FencedWrite,
+    /// Every workload in turn.
+    All,
+}
+
+impl Workload {
+    const EACH: [Workload; 4] = [
+        Workload::Uncontended,
+        Workload::Contended,
+        Workload::Latency,
+        Workload::FencedWrite,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Workload::Uncontended => "uncontended",
+            Workload::Contended => "contended",
+            Workload::Latency => "latency",
+            Workload::FencedWrite => "fenced-write",
+            Workload::All => "all",
+        }
+    }
+
+    /// Clients when `--clients` is not given: the shapes of DESIGN §6.
+    fn clients_default(self) -> usize {
+        match self {
+            Workload::Uncontended | Workload::FencedWrite | Workload::All => 32,
+            Workload::Contended => 16,
+            Workload::Latency => 1,
+        }
+    }
+}
+
+/// Flags of `palisade bench`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// Which workload to run.
+    #[arg(value_enum, default_value = "all")]
+    pub workload: Workload,
+    /// Service to load: palisade://HOST:PORT or etcd://HOST:PORT. Repeat to run the same
+    /// workloads on each and print a comparison.
+    #[arg(long = "target", default_value = "palisade://127.0.0.1:7457")]
+    pub targets: Vec<Target>,
+    /// A running fenced store (HOST:PORT, started with the palisade target's public key):
+    /// `fenced-write` then also measures fenced writes over HTTP.
+    #[arg(long)]
+    pub store: Option<String>,
+    /// Where `fenced-write` puts its in-process store (a fresh directory inside; default: the
+    /// system's temporary directory).
+    #[arg(long)]
+    pub store_dir: Option<std::path::PathBuf>,
+    /// Concurrent clients (default: 32 uncontended and fenced-write, 16 contended; `latency`
+    /// always uses one).
+    #[arg(long)]
+    pub clients: Option<usize>,
+    /// Measured time of each workload, e.g. 5s.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Time each workload runs before measuring starts.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub warmup: Duration,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the report as JSON to this file.
+    #[arg(long)]
+    pub json_file: Option<std::path::PathBuf>,
+    /// Print a markdown comparison table (the default when there are two or more targets).
+    #[arg(long)]
+    pub markdown: bool,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    palisade_server::parse_duration_ms(text).map(Duration::from_millis)
+}
+
+/// One workload run against one target.
+#[derive(Debug, Clone, Serialize)]
+pub struct Measurement {
+    pub workload: Workload,
+    /// `fenced` or `unfenced` for fenced-write.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub variant: Option<&'static str>,
+    /// `palisade://…` or `etcd://…`; for fenced-write, the store.
+    pub target: String,
+    pub target_kind: &'static str,
+    pub clients: usize,
+    pub locks: usize,
+    /// What one operation is, e.g. `acquire+release cycle`.
+    pub operation: &'static str,
+    pub duration_s: f64,
+    /// Operations completed inside the measured window.
+    pub operations: u64,
+    pub operations_per_s: f64,
+    pub errors: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
+    /// Latency of a whole operation.
+    pub latency: Percentiles,
+    /// For lock workloads: time until the grant, and time of the release.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acquire: Option<Percentiles>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub release: Option<Percentiles>,
+}
+
+/// Everything one `palisade bench` run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    pub cpus: usize,
+    pub duration_s: f64,
+    pub warmup_s: f64,
+    pub measurements: Vec<Measurement>,
+    /// Workloads that were not run on some target, and why.
+    pub skipped: Vec<String>,
+}
+
+impl BenchReport {
+    /// The measurement of `workload` (and `variant`) on the target of this kind.
+    pub fn find(
+        &self,
+        workload: Workload,
+        variant: Option<&str>,
+        target_kind: &str,
+    ) -> Option<&Measurement> {
+        self.measurements.iter().find(|m| {
+            m.workload == workload && m.variant == variant && m.target_kind == target_kind
+        })
+    }
+}
+
+/// Runs `palisade bench` and prints its report.
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let report = measure(&args).await?;
+    if let Some(path) = &args.json_file {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        if args.markdown || args.targets.len() > 1 {
+            print!("{}", markdown_table(&report, &args.targets));
+        }
+        for note in &report.skipped {
+            eprintln!("note: {note}");
+        }
+    }
+    let errors: u64 = report.measurements.iter().map(|m| m.errors).sum();
+    if errors > 0 {
+        bail!("{errors} operations failed; see first_error in the report");
+    }
+    Ok(())
+}
+
+/// Runs the workloads `args` asks for and returns what they measured. Progress goes to stderr
+/// unless `args.json`.
+pub async fn measure(args: &BenchArgs) -> anyhow::Result<BenchReport> {
+    if args.targets.is_empty() {
+        bail!("name at least one --target");
+    }
+    if args.duration.is_zero() || args.duration > DURATION_MAX || args.warmup > DURATION_MAX {
+        bail!("--duration must be between 1ms and 1h, and --warmup at most 1h");
+    }
+    if let Some(clients) = args.clients
+        && !(1..=CLIENTS_MAX).contains(&clients)
+    {
+        bail!("--clients must be between 1 and {CLIENTS_MAX}");
+    }
+    let workloads: Vec<Workload> = match args.workload {
+        Workload::All => Workload::EACH.to_vec(),
+        one => vec![one],
+    };
+    let mut report = BenchReport {
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        duration_s: args.duration.as_secs_f64(),
+        warmup_s: args.warmup.as_secs_f64(),
+        measurements: Vec::new(),
+        skipped: Vec::new(),
+    };
+    for workload in workloads {
+        let clients = match workload {
+            Workload::Latency => 1,
+            _ => args.clients.unwrap_or(workload.clients_default()),
+        };
+        if workload == Workload::FencedWrite {
+            let Some(lock_service) = args
+                .targets
+                .iter()
+                .find(|t| matches!(t, Target::Palisade { .. }))
+            else {
+                report
+                    .skipped
+                    .push("fenced-write needs a palisade:// target for sequencers".into());
+                continue;
+            };
+            if args
+                .targets
+                .iter()
+                .any(|t| matches!(t, Target::Etcd { .. }))
+            {
+                report.skipped.push(
+                    "fenced-write has no etcd counterpart: etcd resources are not fenced".into(),
+                );
+            }
+            let measured =
+                crate::write::fenced_write(lock_service, args.store.as_deref(), clients, args)
+                    .await
+                    .context("fenced-write")?;
+            for m in measured {
+                progress(args, &m);
+                report.measurements.push(m);
+            }
+            continue;
+        }
+        for target in &args.targets {
+            let m = lock_workload(workload, target, clients, args.warmup, args.duration)
+                .await
+                .with_context(|| format!("{} on {target}", workload.name()))?;
+            progress(args, &m);
+            report.measurements.push(m);
+        }
+    }
+    Ok(report)
+}
+
+fn progress(args: &BenchArgs, m: &Measurement) {
+    if !args.json {
+        eprint!("{}", describe(m));
+    }
+}
+
+/// The measured window: operations that start at or after `start` and end by `end` count.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Window {
+    pub start: Instant,
+    pub end: Instant,
+}
+
+impl Window {
+    pub fn after_warmup(warmup: Duration, duration: Duration) -> Window {
+        let start = Instant::now() + warmup;
+        Window {
+            start,
+            end: start + duration,
+        }
+    }
+
+    pub fn counts(&self, started: Instant, ended: Instant) -> bool {
+        started >= self.start && ended <= self.end
+    }
+}
+
+/// What one worker measured.
+#[derive(Debug, Default)]
+pub(crate) struct WorkerStats {
+    pub whole: Latencies,
+    pub first: Latencies,
+    pub second: Latencies,
+    pub errors: u64,
+    pub first_error: Option<String>,
+}
+
+impl WorkerStats {
+    pub fn fail(&mut self, error: &anyhow::Error) {
+        self.errors += 1;
+        if self.first_error.is_none() {
+            self.first_error = Some(format!("{error:#}"));
+        }
+    }
+
+    pub fn merge(&mut self, other: WorkerStats) {
+        self.whole.merge(&other.whole);
+        self.first.merge(&other.first);
+        self.second.merge(&other.second);
+        self.errors += other.errors;
+        if self.first_error.is_none() {
+            self.first_error = other.first_error;
+        }
+    }
+}
+
+/// Waits for every worker, bounded by the window's end plus [`DRAIN_MAX`].
+pub(crate) async fn join_workers(
+    handles: Vec<tokio::task::JoinHandle<WorkerStats>>,
+    window: Window,
+) -> WorkerStats {
+    let mut total = WorkerStats::default();
+    for handle in handles {
+        let abort = handle.abort_handle();
+        match tokio::time::timeout_at(window.end + DRAIN_MAX, handle).await {
+            Ok(Ok(stats)) => total.merge(stats),
+            Ok(Err(e)) => total.fail(&anyhow!("a benchmark client failed: {e}")),
+            Err(_) => {
+                abort.abort();
+                total.fail(&anyhow!(
+                    "a benchmark client was still busy {} s after the window closed",
+                    DRAIN_MAX.as_secs()
+                ));
+            }
+        }
+    }
+    total
+}
+
+/// Runs `uncontended`, `contended` or `latency` on one target.
+pub async fn lock_workload(
+    workload: Workload,
+    target: &Target,
+    clients: usize,
+    warmup: Duration,
+    duration: Duration,
+) -> anyhow::Result<Measurement> {
+    // A fresh lock-name prefix per run, so locks of an earlier run (and their waiters) are
+    // never in the way.
+    let run_id = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros());
+    let lock_name = |client: usize| match workload {
+        Workload::Contended => format!("bench/{run_id}/contended"),
+        _ => format!("bench/{run_id}/{}/{client}", workload.name()),
+    };
+    let locks = match workload {
+        Workload::Contended => 1,
+        _ => clients,
+    };
+    let conns = futures_join_all((0..clients).map(|_| {
+        let target = target.clone();
+        async move { LockConn::open(&target, SESSION_TTL).await }
+    }))
+    .await;
+    let conns = conns.into_iter().collect::<anyhow::Result<Vec<_>>>()?;
+
+    let window = Window::after_warmup(warmup, duration);
+    let handles = conns
+        .into_iter()
+        .enumerate()
+        .map(|(i, conn)| tokio::spawn(lock_worker(conn, lock_name(i), window)))
+        .collect();
+    let stats = join_workers(handles, window).await;
+    let operations = stats.whole.count();
+    Ok(Measurement {
+        workload,
+        variant: None,
+        target: target.to_string(),
+        target_kind: target.kind(),
+        clients,
+        locks,
+        operation: "acquire+release cycle",
+        duration_s: duration.as_secs_f64(),
+        operations,
+        operations_per_s: operations as f64 / duration.as_secs_f64(),
+        errors: stats.errors,
+        first_error: stats.first_error,
+        latency: stats.whole.percentiles(),
+        acquire: Some(stats.first.percentiles()),
+        release: Some(stats.second.percentiles()),
+    })
+}
+
+async fn lock_worker(mut conn: LockConn, lock: String, window: Window) -> WorkerStats {
+    let mut stats = WorkerStats::default();
+    loop {
+        let started = Instant::now();
+        if started >= window.end {
+            break;
+        }
+        let held = match conn.acquire(&lock).await {
+            Ok(held) => held,
+            Err(e) => {
+                stats.fail(&e.context(format!("acquire {lock}")));
+                break;
+            }
+        };
+        let granted = Instant::now();
+        if let Err(e) = conn.release(held).await {
+            stats.fail(&e.context(format!("release {lock}")));
+            break;
+        }
+        let released = Instant::now();
+        if window.counts(started, released) {
+            stats.whole.record(released - started);
+            stats.first.record(granted - started);
+            stats.second.record(released - granted);
+        }
+    }
+    conn.close().await;
+    stats
+}
+
+/// Awaits every future concurrently, in order.
+pub(crate) async fn futures_join_all<F>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();
+    let mut outputs = Vec::with_capacity(handles.len());
+    for handle in handles {
+        outputs.push(handle.await.expect("a setup task does not panic"));
+    }
+    outputs
+}
+
+/// A human-readable account of one measurement.
+pub fn describe(m: &Measurement) -> String {
+    let mut out = String::new();
+    let variant = m.variant.map(|v| format!(" ({v})")).unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "{}{variant} on {}: {} clients, {} locks, {:.1} s measured",
+        m.workload.name(),
+        m.target,
+        m.clients,
+        m.locks,
+        m.duration_s
+    );
+    let _ = writeln!(
+        out,
+        "  {:>10.1} {}s/s ({} in the window, {} errors)",
+        m.operations_per_s, m.operation, m.operations, m.errors
+    );
+    let _ = writeln!(out, "  {:<8} {}", "whole", m.latency);
+    if let Some(p) = &m.acquire {
+        let _ = writeln!(out, "  {:<8} {p}", "acquire");
+    }
+    if let Some(p) = &m.release {
+        let _ = writeln!(out, "  {:<8} {p}", "release");
+    }
+    if let Some(e) = &m.first_error {
+        let _ = writeln!(out, "  first error: {e}");
+    }
+    out
+}
+
+/// The comparison table: one column per target, and for two targets the first one's advantage
+/// (above 1× means the first is better) and the DESIGN §6 target where there is one.
+pub fn markdown_table(report: &BenchReport, targets: &[Target]) -> String {
+    let kinds: Vec<&str> = {
+        let mut kinds: Vec<&str> = targets.iter().map(Target::kind).collect();
+        kinds.dedup();
+        kinds
+    };
+    let compare = kinds.len() == 2;
+    let mut out = String::new();
+    let _ = write!(out, "| workload | metric |");
+    for kind in &kinds {
+        let _ = write!(out, " {kind} |");
+    }
+    if compare {
+        let _ = write!(out, " {} advantage | target |", kinds[0]);
+    }
+    out.push('\n');
+    let _ = write!(out, "|---|---|");
+    for _ in &kinds {
+        let _ = write!(out, "---:|");
+    }
+    if compare {
+        let _ = write!(out, "---:|---|");
+    }
+    out.push('\n');
+
+    // (workload, metric, value per kind, higher is better, target)
+    type Row = (String, String, Vec<Option<f64>>, bool, &'static str, Unit);
+    let mut rows: Vec<Row> = Vec::new();
+    let per_kind = |workload: Workload, f: &dyn Fn(&Measurement) -> f64| -> Vec<Option<f64>> {
+        kinds
+            .iter()
+            .map(|k| report.find(workload, None, k).map(f))
+            .collect()
+    };
+    let shape = |workload: Workload| {
+        report
+            .measurements
+            .iter()
+            .find(|m| m.workload == workload)
+            .map(|m| {
+                format!(
+                    "{} ({} clients, {} locks)",
+                    workload.name(),
+                    m.clients,
+                    m.locks
+                )
+            })
+    };
+    if let Some(label) = shape(Workload::Uncontended) {
+        rows.push((
+            label.clone(),
+            "acquire+release cycles/s".into(),
+            per_kind(Workload::Uncontended, &|m| m.operations_per_s),
+            true,
+            "≥ 10×",
+            Unit::PerSecond,
+        ));
+        rows.push((
+            label,
+            "cycle latency p50".into(),
+            per_kind(Workload::Uncontended, &|m| m.latency.p50_us),
+            false,
+            "",
+            Unit::Micros,
+        ));
+    }
+    if let Some(label) = shape(Workload::Contended) {
+        rows.push((
+            label.clone(),
+            "grants/s".into(),
+            per_kind(Workload::Contended, &|m| m.operations_per_s),
+            true,
+            "≥ 20×",
+            Unit::PerSecond,
+        ));
+        rows.push((
+            label,
+            "wait for the grant p99".into(),
+            per_kind(Workload::Contended, &|m| {
+                m.acquire.map_or(f64::NAN, |p| p.p99_us)
+            }),
+            false,
+            "",
+            Unit::Micros,
+        ));
+    }
+    if let Some(label) = shape(Workload::Latency) {
+        for (metric, target, f) in [
+            (
+                "acquire+release p50",
+                "≤ 0.45 ms",
+                (|m: &Measurement| m.latency.p50_us) as fn(&Measurement) -> f64,
+            ),
+            ("acquire+release p99", "", |m: &Measurement| {
+                m.latency.p99_us
+            }),
+            ("acquire+release p99.9", "", |m: &Measurement| {
+                m.latency.p999_us
+            }),
+            ("acquire alone p50", "", |m: &Measurement| {
+                m.acquire.map_or(f64::NAN, |p| p.p50_us)
+            }),
+        ] {
+            rows.push((
+                label.clone(),
+                metric.into(),
+                per_kind(Workload::Latency, &f),
+                false,
+                target,
+                Unit::Micros,
+            ));
+        }
+    }
+    for row in &rows {
+        let (workload, metric, values, higher_better, target, unit) = row;
+        let _ = write!(out, "| {workload} | {metric} |");
+        for v in values {
+            let _ = write!(out, " {} |", unit.show(*v));
+        }
+        if compare {
+            let advantage = match (values[0], values[1]) {
+                (Some(a), Some(b)) if a > 0.0 && b > 0.0 && a.is_finite() && b.is_finite() => {
+                    let ratio = if *higher_better { a / b } else { b / a };
+                    format!("{ratio:.2}×")
+                }
+                _ => "—".into(),
+            };
+            let _ = write!(out, " {advantage} | {target} |");
+        }
+        out.push('\n');
+    }
+    let fenced = report
+        .measurements
+        .iter()
+        .find(|m| m.workload == Workload::FencedWrite && m.variant == Some("fenced"));
+    let unfenced = report
+        .measurements
+        .iter()
+        .find(|m| m.workload == Workload::FencedWrite && m.variant == Some("unfenced"));
+    if let (Some(f), Some(u)) = (fenced, unfenced) {
+        let label = format!("fenced-write ({} clients, {} locks)", f.clients, f.locks);
+        let empty = if compare { " — | |" } else { "" };
+        let etcd_cells = |n: usize| " n/a |".repeat(n);
+        let others = kinds.len().saturating_sub(1);
+        let _ = writeln!(
+            out,
+            "| {label} | unfenced writes/s (p50) | {} ({}) |{}{}",
+            Unit::PerSecond.show(Some(u.operations_per_s)),
+            format_us(u.latency.p50_us),
+            etcd_cells(others),
+            empty
+        );
+        let _ = writeln!(
+            out,
+            "| {label} | fenced writes/s (p50) | {} ({}) |{}{}",
+            Unit::PerSecond.show(Some(f.operations_per_s)),
+            format_us(f.latency.p50_us),
+            etcd_cells(others),
+            empty
+        );
+        let cost = if f.operations_per_s > 0.0 {
+            u.operations_per_s / f.operations_per_s
+        } else {
+            f64::NAN
+        };
+        let tail = if compare { " — | ≤ 1.10× |" } else { "" };
+        let _ = writeln!(
+            out,
+            "| {label} | fencing cost (unfenced ÷ fenced throughput) | {cost:.3}× |{}{tail}",
+            etcd_cells(others)
+        );
+    }
+    out
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Unit {
+    PerSecond,
+    Micros,
+}
+
+impl Unit {
+    fn show(self, value: Option<f64>) -> String {
+        match value {
+            Some(v) if v.is_finite() => match self {
+                Unit::PerSecond => format!("{v:.0}"),
+                Unit::Micros => format_us(v),
+            },
+            _ => "—".into(),
+        }
+    }
+}

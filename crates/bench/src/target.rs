@@ -1,0 +1,212 @@
+//! What a benchmark drives: a Palisade lock service (through the client library, as an
+//! application would) or etcd (through its v3 lease and lock services, as `etcdctl lock` does).
+//!
+//! Each benchmark client owns one [`LockConn`]: its own connection and its own session (Palisade)
+//! or lease (etcd), opened before the clock starts and closed after it stops.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use palisade_client::{AcquireOptions, Client, LockGuard, Session, SessionOptions, Wait};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::etcdserverpb::lease_client::LeaseClient;
+use crate::etcdserverpb::{LeaseGrantRequest, LeaseRevokeRequest};
+use crate::v3lockpb::lock_client::LockClient;
+use crate::v3lockpb::{LockRequest, UnlockRequest};
+
+/// A service to benchmark: `palisade://HOST:PORT` or `etcd://HOST:PORT`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Palisade { address: String },
+    Etcd { address: String },
+}
+
+impl Target {
+    /// The service's kind, as the report's column header names it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Target::Palisade { .. } => "palisade",
+            Target::Etcd { .. } => "etcd",
+        }
+    }
+
+    pub fn address(&self) -> &str {
+        match self {
+            Target::Palisade { address } | Target::Etcd { address } => address,
+        }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}://{}", self.kind(), self.address())
+    }
+}
+
+impl FromStr for Target {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Target, String> {
+        let (scheme, address) = text.split_once("://").ok_or_else(|| {
+            format!("invalid target {text:?}: expected palisade://HOST:PORT or etcd://HOST:PORT")
+        })?;
+        let address = address.trim_end_matches('/');
+        if address.is_empty() || !address.contains(':') {
+            return Err(format!(
+                "invalid target {text:?}: name a host and a port, e.g. {scheme}://127.0.0.1:2379"
+            ));
+        }
+        let address = address.to_string();
+        match scheme {
+            "palisade" => Ok(Target::Palisade { address }),
+            "etcd" => Ok(Target::Etcd { address }),
+            _ => Err(format!(
+                "invalid target {text:?}: the scheme must be palisade:// or etcd://"
+            )),
+        }
+    }
+}
+
+/// One benchmark client's connection and session (or lease).
+#[derive(Debug)]
+pub enum LockConn {
+    Palisade { session: Session },
+    Etcd(Box<EtcdConn>),
+}
+
+/// An etcd connection and the lease its locks are attached to.
+#[derive(Debug)]
+pub struct EtcdConn {
+    leases: LeaseClient<Channel>,
+    locks: LockClient<Channel>,
+    lease: i64,
+}
+
+/// A lock held through a [`LockConn`].
+#[derive(Debug)]
+pub enum Held {
+    Palisade(LockGuard),
+    /// The key etcd created for this holder; deleting it releases the lock.
+    Etcd(Vec<u8>),
+}
+
+impl LockConn {
+    /// Connects and opens a session (or lease) that lasts at least `ttl` without traffic.
+    pub async fn open(target: &Target, ttl: Duration) -> anyhow::Result<LockConn> {
+        match target {
+            Target::Palisade { address } => {
+                let client = Client::connect(&format!("http://{address}"))
+                    .await
+                    .with_context(|| format!("cannot connect to {target}"))?;
+                let session = client
+                    .open_session(SessionOptions::with_ttl(ttl))
+                    .await
+                    .with_context(|| format!("cannot open a session on {target}"))?;
+                Ok(LockConn::Palisade { session })
+            }
+            Target::Etcd { address } => {
+                let channel = Endpoint::from_shared(format!("http://{address}"))?
+                    .tcp_nodelay(true)
+                    .connect_timeout(Duration::from_secs(5))
+                    .connect()
+                    .await
+                    .with_context(|| format!("cannot connect to {target}"))?;
+                let mut leases = LeaseClient::new(channel.clone());
+                // etcd keeps a lease alive for its TTL; the benchmark renews nothing, so the
+                // lease is as long as the session would be.
+                let ttl_s = i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX);
+                let granted = leases
+                    .lease_grant(LeaseGrantRequest { ttl: ttl_s, id: 0 })
+                    .await
+                    .with_context(|| format!("cannot grant a lease on {target}"))?
+                    .into_inner();
+                if !granted.error.is_empty() || granted.id == 0 {
+                    return Err(anyhow!("etcd refused a lease: {:?}", granted.error));
+                }
+                Ok(LockConn::Etcd(Box::new(EtcdConn {
+                    leases,
+                    locks: LockClient::new(channel),
+                    lease: granted.id,
+                })))
+            }
+        }
+    }
+
+    /// Takes `lock`, waiting in line behind any holder.
+    pub async fn acquire(&mut self, lock: &str) -> anyhow::Result<Held> {
+        match self {
+            LockConn::Palisade { session } => {
+                let guard = session
+                    .acquire(lock, AcquireOptions::wait(Wait::Forever))
+                    .await?;
+                Ok(Held::Palisade(guard))
+            }
+            LockConn::Etcd(etcd) => {
+                let lease = etcd.lease;
+                let response = etcd
+                    .locks
+                    .lock(LockRequest {
+                        name: lock.as_bytes().to_vec(),
+                        lease,
+                    })
+                    .await?
+                    .into_inner();
+                Ok(Held::Etcd(response.key))
+            }
+        }
+    }
+
+    /// Gives up a lock taken with [`LockConn::acquire`].
+    pub async fn release(&mut self, held: Held) -> anyhow::Result<()> {
+        match (self, held) {
+            (LockConn::Palisade { .. }, Held::Palisade(guard)) => Ok(guard.release().await?),
+            (LockConn::Etcd(etcd), Held::Etcd(key)) => {
+                etcd.locks.unlock(UnlockRequest { key }).await?;
+                Ok(())
+            }
+            _ => Err(anyhow!(
+                "a lock held through one kind of target was released on another"
+            )),
+        }
+    }
+
+    /// Ends the session (or revokes the lease), best effort.
+    pub async fn close(self) {
+        match self {
+            LockConn::Palisade { session } => {
+                let _ = session.close().await;
+            }
+            LockConn::Etcd(mut etcd) => {
+                let id = etcd.lease;
+                let _ = etcd.leases.lease_revoke(LeaseRevokeRequest { id }).await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_parse_with_their_scheme_and_refuse_anything_else() {
+        assert_eq!(
+            "palisade://127.0.0.1:7457".parse(),
+            Ok(Target::Palisade {
+                address: "127.0.0.1:7457".into()
+            })
+        );
+        assert_eq!(
+            "etcd://localhost:2379/".parse(),
+            Ok(Target::Etcd {
+                address: "localhost:2379".into()
+            })
+        );
+        assert!("http://127.0.0.1:1".parse::<Target>().is_err());
+        assert!("127.0.0.1:7457".parse::<Target>().is_err());
+        assert!("etcd://".parse::<Target>().is_err());
+    }
+}

@@ -1,0 +1,79 @@
+//! A short run of each benchmark workload against an in-process lock service: operations
+//! complete and the report carries percentiles. Nothing here looks at speed.
+
+use std::time::Duration;
+
+use palisade_bench::bench::{BenchArgs, Workload, measure};
+use palisade_bench::local::LocalLockService;
+
+fn args(service: &LocalLockService, workload: Workload) -> BenchArgs {
+    BenchArgs {
+        workload,
+        targets: vec![service.target()],
+        store: None,
+        store_dir: None,
+        clients: Some(2),
+        duration: Duration::from_secs(1),
+        warmup: Duration::from_millis(100),
+        json: true,
+        json_file: None,
+        markdown: false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_workload_completes_operations_and_reports_percentiles() {
+    let service = LocalLockService::start()
+        .await
+        .expect("lock service starts");
+
+    let report = measure(&args(&service, Workload::All))
+        .await
+        .expect("the benchmark runs");
+
+    for workload in [
+        Workload::Uncontended,
+        Workload::Contended,
+        Workload::Latency,
+    ] {
+        let m = report
+            .find(workload, None, "palisade")
+            .unwrap_or_else(|| panic!("{workload:?} was measured: {report:#?}"));
+        assert_eq!(m.errors, 0, "{m:#?}");
+        assert!(m.operations > 0, "{m:#?}");
+        assert_eq!(m.latency.samples, m.operations);
+        assert!(m.latency.p50_us > 0.0 && m.latency.p50_us <= m.latency.p99_us);
+        assert!(m.latency.p99_us <= m.latency.p999_us && m.latency.p999_us <= m.latency.max_us);
+        let acquire = m.acquire.expect("lock workloads time the acquire");
+        assert_eq!(acquire.samples, m.operations);
+    }
+    assert_eq!(
+        report
+            .find(Workload::Latency, None, "palisade")
+            .unwrap()
+            .clients,
+        1
+    );
+    assert_eq!(
+        report
+            .find(Workload::Contended, None, "palisade")
+            .unwrap()
+            .locks,
+        1
+    );
+    for variant in ["unfenced", "fenced"] {
+        let m = report
+            .find(Workload::FencedWrite, Some(variant), "palisade")
+            .unwrap_or_else(|| panic!("fenced-write {variant} was measured: {report:#?}"));
+        assert_eq!(m.errors, 0, "{m:#?}");
+        assert!(m.operations > 0, "{m:#?}");
+        assert!(m.latency.p50_us > 0.0);
+    }
+
+    let table = palisade_bench::bench::markdown_table(&report, &[service.target()]);
+    assert!(
+        table.contains("grants/s") && table.contains("fencing cost"),
+        "{table}"
+    );
+    service.stop().await.expect("lock service stops");
+}
