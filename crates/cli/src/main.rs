@@ -53,6 +53,10 @@ enum Command {
     Watch(inspect::WatchArgs),
     /// Print the public key resources use to verify sequencers.
     Pubkey(inspect::PubkeyArgs),
+    /// Watch a paused lock holder lose an update without fencing, and be refused with it.
+    Demo(palisade_bench::DemoArgs),
+    /// Load generator: Palisade (or etcd) lock throughput and latency, and what fencing costs.
+    Bench(palisade_bench::BenchArgs),
 }
 
 /// What every client command needs: where the lock service is.
@@ -96,6 +100,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Locks(args) => inspect::locks(args, &global).await,
         Command::Watch(args) => inspect::watch(args, &global).await,
         Command::Pubkey(args) => inspect::pubkey(args, &global).await,
+        Command::Demo(args) => palisade_bench::demo::run(args)
+            .await
+            .map(|()| ExitCode::SUCCESS),
+        Command::Bench(args) => palisade_bench::bench::run(args)
+            .await
+            .map(|()| ExitCode::SUCCESS),
     }
 }
 
