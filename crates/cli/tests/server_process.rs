@@ -1,0 +1,437 @@
+//! The lock service as a real process: `kill -9` in the middle of a stream of grants, lease
+//! expiry, FIFO waiters, ownership, and hostile input — observed through the gRPC API.
+
+mod common;
+
+use std::io::Write as _;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use palisade_proto::v1::locks_client::LocksClient;
+use palisade_proto::v1::*;
+use tonic::Code;
+use tonic::transport::Channel;
+
+/// A `palisade serve` process on a fixed data directory and port, restartable after a crash.
+struct Service {
+    data_dir: PathBuf,
+    listen: String,
+    child: Option<Child>,
+}
+
+impl Service {
+    fn new(data_dir: &Path) -> Service {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        Service {
+            data_dir: data_dir.to_path_buf(),
+            listen: format!("127.0.0.1:{port}"),
+            child: None,
+        }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://{}", self.listen)
+    }
+
+    /// Starts the process and returns a client once it serves linearizable reads.
+    async fn start(&mut self) -> LocksClient<Channel> {
+        assert!(self.child.is_none(), "already running");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.data_dir.with_extension("log"))
+            .unwrap();
+        let child = Command::new(common::palisade_bin())
+            .args(["serve", "--listen", &self.listen, "--data-dir"])
+            .arg(&self.data_dir)
+            .env_remove("PALISADE_ENDPOINT")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn palisade serve");
+        self.child = Some(child);
+        let started = Instant::now();
+        loop {
+            if let Ok(mut client) = LocksClient::connect(self.endpoint()).await {
+                if client
+                    .status(StatusRequest {
+                        lock: "probe".into(),
+                    })
+                    .await
+                    .is_ok()
+                {
+                    return client;
+                }
+            }
+            let exited = self.child.as_mut().unwrap().try_wait().unwrap();
+            assert!(
+                exited.is_none(),
+                "palisade serve exited: {exited:?}\n{}",
+                self.log()
+            );
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "not ready:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// `kill -9`: no shutdown, no flush, whatever was in flight is cut off.
+    fn kill9(&mut self) {
+        let mut child = self.child.take().expect("running");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.data_dir.with_extension("log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+async fn open(client: &mut LocksClient<Channel>, request_id: u64, ttl_ms: u64) -> u64 {
+    client
+        .open_session(OpenSessionRequest { request_id, ttl_ms })
+        .await
+        .unwrap()
+        .into_inner()
+        .session
+}
+
+fn try_acquire(session: u64, lock: &str, request_id: u64) -> AcquireRequest {
+    AcquireRequest {
+        session,
+        lock: lock.into(),
+        request_id,
+        wait_ms: 0,
+        wait_forever: false,
+    }
+}
+
+fn release(session: u64, lock: &str, request_id: u64) -> ReleaseRequest {
+    ReleaseRequest {
+        session,
+        lock: lock.into(),
+        request_id,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_strictly_increase_across_repeated_kill_9_in_the_middle_of_a_stream_of_grants() {
+    const ROUNDS: u64 = 6;
+    let dir = tempfile::tempdir().unwrap();
+    let mut service = Service::new(&dir.path().join("data"));
+    let mut acknowledged: Vec<u64> = Vec::new();
+    let mut kept: Vec<(u64, String, u64)> = Vec::new(); // (session, lock, token) never released
+
+    for round in 0..ROUNDS {
+        let mut client = service.start().await;
+
+        // Phase 1: every grant acknowledged before a crash is still there after it.
+        for (session, lock, token) in &kept {
+            let status = client
+                .status(StatusRequest { lock: lock.clone() })
+                .await
+                .unwrap()
+                .into_inner();
+            let holder = status
+                .holder
+                .unwrap_or_else(|| panic!("{lock} lost its holder in round {round}"));
+            assert_eq!(
+                (holder.session, holder.token),
+                (*session, *token),
+                "{lock} after restart"
+            );
+        }
+
+        // Phase 2: a stream of acquire/release cycles from several tasks, cut off by kill -9.
+        let session = open(&mut client, 1_000 + round, 60_000).await;
+        let keep = format!("kept/{round}");
+        let token = client
+            .acquire(try_acquire(session, &keep, 1))
+            .await
+            .unwrap()
+            .into_inner()
+            .token;
+        acknowledged.push(token);
+        kept.push((session, keep, token));
+
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut streams = Vec::new();
+        for task in 0..4u64 {
+            let mut client = client.clone();
+            let tx = tx.clone();
+            streams.push(tokio::spawn(async move {
+                let session = open(&mut client, 10_000 + round * 10 + task, 60_000).await;
+                let lock = format!("stream/{round}/{task}");
+                for i in 0.. {
+                    let id = 100 + 2 * i;
+                    match client.acquire(try_acquire(session, &lock, id)).await {
+                        Ok(granted) => tx.send(granted.into_inner().token).unwrap(),
+                        Err(_) => return, // the server died under us: outcome unknown
+                    }
+                    if client
+                        .release(release(session, &lock, id + 1))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            }));
+        }
+        drop(tx);
+        let cut_after = 20 + 37 * round as usize % 90;
+        let mut seen = 0;
+        while seen < cut_after {
+            acknowledged.push(rx.recv().await.expect("grants keep coming"));
+            seen += 1;
+        }
+        service.kill9();
+        for stream in streams {
+            stream.await.unwrap();
+        }
+        while let Some(token) = rx.recv().await {
+            acknowledged.push(token);
+        }
+    }
+
+    // Phase 3: one more start, one more grant; then judge the whole history.
+    let mut client = service.start().await;
+    let session = open(&mut client, 99, 60_000).await;
+    acknowledged.push(
+        client
+            .acquire(try_acquire(session, "final", 1))
+            .await
+            .unwrap()
+            .into_inner()
+            .token,
+    );
+    let mut sorted = acknowledged.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(
+        sorted.len(),
+        acknowledged.len(),
+        "a token was granted twice: {acknowledged:?}"
+    );
+    assert_eq!(
+        *acknowledged.last().unwrap(),
+        *sorted.last().unwrap(),
+        "the grant after the last restart must carry the highest token ever acknowledged"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_holder_loses_its_lock_and_a_waiter_whose_session_ended_is_never_granted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut service = Service::new(&dir.path().join("data"));
+    let mut client = service.start().await;
+
+    // Phase 1: a waiter that falls silent (1 s lease), then a holder that falls silent (2 s
+    // lease), then two live waiters in line behind them.
+    let doomed = open(&mut client, 1, 1_000).await;
+    let holder = open(&mut client, 2, 2_000).await;
+    let second = open(&mut client, 3, 60_000).await;
+    let third = open(&mut client, 4, 60_000).await;
+    let outsider = open(&mut client, 5, 60_000).await;
+    let first = client
+        .acquire(try_acquire(holder, "q", 1))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut waits = Vec::new();
+    for session in [doomed, second, third] {
+        let mut waiter = client.clone();
+        waits.push(tokio::spawn(async move {
+            let request = AcquireRequest {
+                session,
+                lock: "q".into(),
+                request_id: 7,
+                wait_ms: 0,
+                wait_forever: true,
+            };
+            waiter.acquire(request).await
+        }));
+        // Queue in a known order.
+        while client
+            .status(StatusRequest { lock: "q".into() })
+            .await
+            .unwrap()
+            .into_inner()
+            .waiters
+            .len()
+            < waits.len()
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let third_wait = waits.pop().unwrap();
+    let second_wait = waits.pop().unwrap();
+    let doomed_wait = waits.pop().unwrap();
+
+    // Phase 2: only the holding session may release.
+    let refused = client.release(release(outsider, "q", 9)).await.unwrap_err();
+    assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(refused.details()).contains(&holder.to_string()),
+        "names the holder"
+    );
+
+    // Phase 3: the silent waiter's session ends first: its wait fails and it is skipped.
+    let doomed_outcome = doomed_wait.await.unwrap().unwrap_err();
+    assert_eq!(doomed_outcome.code(), Code::NotFound, "{doomed_outcome:?}");
+
+    // Phase 4: the silent holder's lease runs out; the next live waiter gets a higher token.
+    let granted_second = second_wait.await.unwrap().unwrap().into_inner();
+    assert_eq!(granted_second.session, second);
+    assert!(granted_second.token > first.token);
+    let late_release = client.release(release(holder, "q", 2)).await.unwrap_err();
+    assert_eq!(
+        late_release.code(),
+        Code::NotFound,
+        "the expired holder's session is gone"
+    );
+    assert!(
+        !third_wait.is_finished(),
+        "the third waiter is still in line"
+    );
+
+    // Phase 5: a clean release hands the lock to the third, in order.
+    client.release(release(second, "q", 8)).await.unwrap();
+    let granted_third = third_wait.await.unwrap().unwrap().into_inner();
+    assert_eq!(granted_third.session, third);
+    assert!(granted_third.token > granted_second.token);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_input_gets_clear_errors_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut service = Service::new(&dir.path().join("data"));
+    let mut client = service.start().await;
+    let session = open(&mut client, 1, 60_000).await;
+    let held = client
+        .acquire(try_acquire(session, "precious", 1))
+        .await
+        .unwrap()
+        .into_inner();
+
+    // Names, TTLs and waits out of range.
+    let long_name = "x".repeat(257);
+    let status = client
+        .acquire(try_acquire(session, &long_name, 2))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(status.message().contains("256"), "{}", status.message());
+    let status = client
+        .acquire(try_acquire(session, "", 3))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    for ttl_ms in [0, 1, u64::MAX] {
+        let status = client
+            .open_session(OpenSessionRequest {
+                request_id: 50 + ttl_ms % 7,
+                ttl_ms,
+            })
+            .await;
+        let status = status.unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "ttl {ttl_ms}");
+        assert!(status.message().contains("ttl"), "{}", status.message());
+    }
+    let request = AcquireRequest {
+        session,
+        lock: "w".into(),
+        request_id: 4,
+        wait_ms: u64::MAX,
+        wait_forever: false,
+    };
+    assert_eq!(
+        client.acquire(request).await.unwrap_err().code(),
+        Code::InvalidArgument
+    );
+
+    // An oversized request is refused before it is decoded.
+    let huge = "y".repeat(palisade_proto::MESSAGE_BYTES_MAX + 1);
+    let status = client
+        .acquire(try_acquire(session, &huge, 5))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::OutOfRange, "{status:?}");
+
+    // Garbage on the gRPC port: the connection is dropped, the server is unaffected.
+    for garbage in [
+        &b"GET / HTTP/1.1\r\n\r\n"[..],
+        &[0xff; 4096][..],
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00",
+    ] {
+        let mut raw = std::net::TcpStream::connect(&service.listen).unwrap();
+        let _ = raw.write_all(garbage);
+    }
+
+    // Thousands of sessions: all opened, all counted, nothing else disturbed.
+    let mut opened = Vec::new();
+    for chunk in 0..20u64 {
+        let mut batch = Vec::new();
+        for i in 0..150u64 {
+            let mut client = client.clone();
+            batch.push(tokio::spawn(async move {
+                open(&mut client, 10_000 + chunk * 1_000 + i, 60_000).await
+            }));
+        }
+        for task in batch {
+            opened.push(task.await.unwrap());
+        }
+    }
+    opened.sort_unstable();
+    opened.dedup();
+    assert_eq!(opened.len(), 3_000, "every session got its own id");
+
+    // Nothing acknowledged was lost, and the server still serves.
+    let status = client
+        .status(StatusRequest {
+            lock: "precious".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        status.holder.map(|h| (h.session, h.token)),
+        Some((session, held.token))
+    );
+    let next = client
+        .acquire(try_acquire(opened[0], "after", 6))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(next.token > held.token);
+    assert!(
+        service
+            .child
+            .as_mut()
+            .unwrap()
+            .try_wait()
+            .unwrap()
+            .is_none(),
+        "still running"
+    );
+}
