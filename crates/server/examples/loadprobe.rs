@@ -26,6 +26,43 @@ async fn main() -> anyhow::Result<()> {
         lock_delay_ms: 0,
     };
     let server = Server::start(&args).await?;
+    if std::env::var_os("PROBE_DIRECT").is_some() {
+        // Without gRPC: the Raft pipeline and the fsync alone.
+        let node = server.node().clone();
+        let opened = node
+            .propose(palisade_core::Command::OpenSession {
+                request_id: 1,
+                ttl_ms: 30_000,
+            })
+            .await?;
+        let Ok(palisade_core::Reply::SessionOpened { session, .. }) = opened.result else {
+            anyhow::bail!("open")
+        };
+        let started = Instant::now();
+        let mut cycles = 0u64;
+        while started.elapsed() < Duration::from_secs(seconds) {
+            let lock = "direct".to_string();
+            node.propose(palisade_core::Command::Acquire {
+                session,
+                lock: lock.clone(),
+                request_id: 10 + 2 * cycles,
+                wait: palisade_core::Wait::Try,
+            })
+            .await?;
+            node.propose(palisade_core::Command::Release {
+                session,
+                lock,
+                request_id: 11 + 2 * cycles,
+            })
+            .await?;
+            cycles += 1;
+        }
+        println!(
+            "direct, one caller: {:.3} ms per acquire+release",
+            started.elapsed().as_secs_f64() * 1e3 / cycles as f64
+        );
+        return Ok(());
+    }
     let endpoint = format!("http://{}", server.local_addr());
     tokio::spawn(server.run_until(std::future::pending()));
     let deadline = Instant::now() + Duration::from_secs(seconds);
