@@ -88,7 +88,8 @@ metrics_port=$(free_port)
 log "starting palisade serve on 127.0.0.1:$lock_port (data in $work/palisade)"
 RUST_LOG=warn "$palisade" serve --data-dir "$work/palisade" --listen "127.0.0.1:$lock_port" \
   --metrics-listen "127.0.0.1:$metrics_port" >"$work/palisade.log" 2>&1 &
-pids+=($!)
+palisade_pid=$!
+pids+=($palisade_pid)
 wait_for_port "$lock_port" palisade
 
 public_key="$(PALISADE_ENDPOINT="http://127.0.0.1:$lock_port" "$palisade" pubkey)"
@@ -102,12 +103,23 @@ wait_for_port "$store_port" store
 # --- the benchmark ----------------------------------------------------------------------------
 log "running every workload on both (each ${duration} after ${warmup} warm-up)"
 args=(bench all --target "palisade://127.0.0.1:$lock_port" --target "etcd://127.0.0.1:$etcd_port"
-  --store "127.0.0.1:$store_port" --store-dir "$work" --duration "$duration" --warmup "$warmup")
+  --store "127.0.0.1:$store_port" --store-dir "$work" --duration "$duration" --warmup "$warmup"
+  --metrics "http://127.0.0.1:$metrics_port/metrics" --server-pid "$palisade_pid")
 if [ -n "$json_out" ]; then args+=(--json-file "$json_out"); fi
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(free -g | awk '/Mem:/ {print $2}') GiB RAM; $(etcd --version | head -1)"
+python3 - "$work" <<'PY'
+import os, sys, time
+path = os.path.join(sys.argv[1], "fsync-probe")
+fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+n, started = 500, time.perf_counter()
+for _ in range(n):
+    os.write(fd, b"x" * 128)
+    os.fdatasync(fd)
+print(f"disk: one append + fdatasync in the data directory's file system takes {(time.perf_counter() - started) / n * 1e6:.0f} µs on average (500 in a row)")
+os.close(fd)
+os.unlink(path)
+PY
+echo "load average before the run: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 "$palisade" "${args[@]}" --markdown
 
-# The server's own view of where time went (log commit and fsync histograms).
-curl -fsS "http://127.0.0.1:$metrics_port/metrics" >"$work/metrics.txt" 2>/dev/null &&
-  grep -E '^palisade_.*(_sum|_count) ' "$work/metrics.txt" >&2 || true

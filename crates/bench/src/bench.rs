@@ -20,6 +20,7 @@ use anyhow::{Context, anyhow, bail};
 use serde::Serialize;
 use tokio::time::Instant;
 
+use crate::server_view::{Probe, ServerView};
 use crate::stats::{Latencies, Percentiles, format_us};
 use crate::target::{LockConn, Target};
 
@@ -110,6 +111,13 @@ pub struct BenchArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// The palisade target's Prometheus endpoint (http://HOST:PORT/metrics): each workload then
+    /// also reports the server's log commits, writes per commit and request latency.
+    #[arg(long)]
+    pub metrics: Option<String>,
+    /// The palisade server's process id, to report its CPU use per workload.
+    #[arg(long)]
+    pub server_pid: Option<u32>,
     /// Also write the report as JSON to this file.
     #[arg(long)]
     pub json_file: Option<std::path::PathBuf>,
@@ -150,6 +158,9 @@ pub struct Measurement {
     pub acquire: Option<Percentiles>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub release: Option<Percentiles>,
+    /// The lock service's own account (with `--metrics` / `--server-pid`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerView>,
 }
 
 /// Everything one `palisade bench` run measured.
@@ -189,6 +200,11 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     } else {
         if args.markdown || args.targets.len() > 1 {
             print!("{}", markdown_table(&report, &args.targets));
+            let server = server_table(&report);
+            if !server.is_empty() {
+                println!("\nThe lock service's side (its /metrics and CPU, warm-up included):\n");
+                print!("{server}");
+            }
         }
         for note in &report.skipped {
             eprintln!("note: {note}");
@@ -261,10 +277,23 @@ pub async fn measure(args: &BenchArgs) -> anyhow::Result<BenchReport> {
             }
             continue;
         }
+        let probe = Probe {
+            metrics_url: args.metrics.clone(),
+            server_pid: args.server_pid,
+        };
         for target in &args.targets {
-            let m = lock_workload(workload, target, clients, args.warmup, args.duration)
+            let probed = matches!(target, Target::Palisade { .. }) && !probe.is_empty();
+            let before = if probed {
+                Some(probe.read().await?)
+            } else {
+                None
+            };
+            let mut m = lock_workload(workload, target, clients, args.warmup, args.duration)
                 .await
                 .with_context(|| format!("{} on {target}", workload.name()))?;
+            if let Some(before) = before {
+                m.server = Some(probe.since(&before).await?);
+            }
             progress(args, &m);
             report.measurements.push(m);
         }
@@ -403,6 +432,7 @@ pub async fn lock_workload(
         latency: stats.whole.percentiles(),
         acquire: Some(stats.first.percentiles()),
         release: Some(stats.second.percentiles()),
+        server: None,
     })
 }
 
@@ -475,8 +505,62 @@ pub fn describe(m: &Measurement) -> String {
     if let Some(p) = &m.release {
         let _ = writeln!(out, "  {:<8} {p}", "release");
     }
+    if let Some(v) = &m.server {
+        let show = |v: Option<f64>, scale: f64, unit: &str| {
+            v.map_or("?".to_string(), |v| format!("{:.2}{unit}", v * scale))
+        };
+        let _ = writeln!(
+            out,
+            "  server   {} log commits/s, mean {} each, {} records per commit; \
+             acquire {} release {} server-side; CPU: server {} bench {} cores",
+            show(v.log_commits_per_s, 1.0, ""),
+            show(v.log_commit_mean_us, 1e-3, " ms"),
+            show(v.writes_per_commit, 1.0, ""),
+            show(v.acquire_mean_us, 1e-3, " ms"),
+            show(v.release_mean_us, 1e-3, " ms"),
+            show(v.server_cpu_cores, 1.0, ""),
+            show(v.bench_cpu_cores, 1.0, ""),
+        );
+    }
     if let Some(e) = &m.first_error {
         let _ = writeln!(out, "  first error: {e}");
+    }
+    out
+}
+
+/// The server's side of each palisade lock workload, when it was probed.
+pub fn server_table(report: &BenchReport) -> String {
+    let probed: Vec<&Measurement> = report
+        .measurements
+        .iter()
+        .filter(|m| m.server.is_some())
+        .collect();
+    if probed.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "| workload | client cycle p50 | server acquire mean | server release mean | \
+         log commits/s | commit (fsync) mean | records per commit | server CPU | bench CPU |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let us = |v: Option<f64>| v.map_or("—".to_string(), format_us);
+    let num =
+        |v: Option<f64>, digits: usize| v.map_or("—".to_string(), |v| format!("{v:.digits$}"));
+    for m in probed {
+        let v = m.server.expect("filtered on server views");
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            m.workload.name(),
+            format_us(m.latency.p50_us),
+            us(v.acquire_mean_us),
+            us(v.release_mean_us),
+            num(v.log_commits_per_s, 0),
+            us(v.log_commit_mean_us),
+            num(v.writes_per_commit, 2),
+            num(v.server_cpu_cores, 2),
+            num(v.bench_cpu_cores, 2),
+        );
     }
     out
 }

@@ -7,7 +7,8 @@
 //!   percentiles and a markdown comparison table;
 //! - [`target`]: what a benchmark client drives — the Palisade client library, or a minimal etcd
 //!   v3 client generated from `proto/` (leases and the lock service only);
-//! - [`local`]: the in-process lock service and store the demo and tests use.
+//! - [`local`]: the in-process lock service and store the demo and tests use;
+//! - [`server_view`]: the lock service's own account of a workload (its `/metrics` and CPU).
 //!
 //! **Architecture Invariant:** nothing here asserts speed. Benchmarks report numbers; tests check
 //! that work was done and reported, never how fast.
@@ -15,6 +16,7 @@
 pub mod bench;
 pub mod demo;
 pub mod local;
+pub mod server_view;
 pub mod stats;
 pub mod target;
 mod write;

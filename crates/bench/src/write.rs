@@ -157,6 +157,7 @@ pub(crate) async fn fenced_write(
                 latency: stats.whole.percentiles(),
                 acquire: None,
                 release: None,
+                server: None,
             }
         })
         .collect())

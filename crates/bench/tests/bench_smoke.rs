@@ -17,6 +17,8 @@ fn args(service: &LocalLockService, workload: Workload) -> BenchArgs {
         warmup: Duration::from_millis(100),
         json: true,
         json_file: None,
+        metrics: None,
+        server_pid: Some(std::process::id()),
         markdown: false,
     }
 }
@@ -46,6 +48,12 @@ async fn every_workload_completes_operations_and_reports_percentiles() {
         assert!(m.latency.p99_us <= m.latency.p999_us && m.latency.p999_us <= m.latency.max_us);
         let acquire = m.acquire.expect("lock workloads time the acquire");
         assert_eq!(acquire.samples, m.operations);
+        // The server runs in this process here, so its CPU time is this process's.
+        let server = m.server.expect("the server was probed by pid");
+        assert!(
+            server.server_cpu_cores.is_some_and(|c| c >= 0.0),
+            "{server:?}"
+        );
     }
     assert_eq!(
         report
