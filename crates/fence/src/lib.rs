@@ -9,6 +9,7 @@
 //! which was accepted (invariant 9).
 //!
 //! - [`fence`]: the pure decision ([`check`]) every backend runs;
+//! - [`Verifier`]: signature checks with a memory of the sequencers that verified;
 //! - [`MemoryResource`]: a value behind a mutex;
 //! - [`RedbFence`]: an embedded, durable redb database;
 //! - [`postgres`]: inside a caller's PostgreSQL transaction;
@@ -46,9 +47,11 @@ pub mod postgres;
 pub mod redb;
 pub mod redis;
 pub mod sqlite;
+mod verifier;
 
 pub use error::FenceError;
 pub use fence::{FenceState, LockBinding, SCOPE_BYTES_MAX, check, verify_presented};
 pub use memory::MemoryResource;
 pub use redb::{FencedTxn, RedbFence};
 pub use redis::{RedisFence, RedisOp};
+pub use verifier::{VERIFIED_SEQUENCERS_CACHED_MAX, Verifier};

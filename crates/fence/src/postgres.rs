@@ -31,6 +31,7 @@
 use palisade_core::limits::TOKEN_MAX;
 use palisade_sequencer::VerifiedSequencer;
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row, Transaction};
 
 use crate::FenceError;
@@ -100,8 +101,18 @@ pub async fn check_and_advance_expecting(
     check(None, binding, sequencer)?;
     let token = i64::try_from(sequencer.token()).expect("verified tokens are at most i64::MAX");
     let session = sequencer.session() as i64; // bit-for-bit, see module docs
+    // `query_typed_opt` sends parse, bind and execute together: one round trip, no separate
+    // prepare, which keeps the fence's cost to a fraction of the caller's own transaction.
     let advanced = txn
-        .query_opt(ADVANCE_SQL, &[&scope, &sequencer.lock(), &token, &session])
+        .query_typed_opt(
+            ADVANCE_SQL,
+            &[
+                (&scope, Type::TEXT),
+                (&sequencer.lock(), Type::TEXT),
+                (&token, Type::INT8),
+                (&session, Type::INT8),
+            ],
+        )
         .await
         .map_err(storage)?;
     if let Some(row) = advanced {

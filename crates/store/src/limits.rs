@@ -28,10 +28,6 @@ pub const REQUEST_ID_BYTES_MAX: usize = 128;
 /// stale one is then refused by the fence as usual).
 pub const REQUEST_IDS_RETAINED_MAX: u64 = 100_000;
 
-/// How many verified sequencer texts are cached, so that a holder's many writes pay for one
-/// signature check. The cache only ever holds strings that verified.
-pub const VERIFIED_SEQUENCERS_CACHED_MAX: usize = 4096;
-
 /// Largest request body on `PUT /v1/kv/{key}`: the raw value.
 pub const PUT_BODY_BYTES_MAX: usize = VALUE_BYTES_MAX;
 
@@ -59,4 +55,3 @@ const _: () = assert!(LOCK_NAME_BYTES_MAX <= SCOPE_BYTES_MAX);
 // A request-id record is keyed by sequencer text, one space, and the request id.
 const _: () = assert!(SEQUENCER_BYTES_MAX + 1 + REQUEST_ID_BYTES_MAX <= 1024);
 const _: () = assert!(REQUEST_IDS_RETAINED_MAX >= 1);
-const _: () = assert!(VERIFIED_SEQUENCERS_CACHED_MAX >= 1);

@@ -35,11 +35,9 @@
 //! acknowledgement back (marked `replayed`) and is not applied again, even if a newer grant has
 //! written since (invariant 8). The newest [`REQUEST_IDS_RETAINED_MAX`] ids are kept.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
-use palisade_fence::{FencedTxn, RedbFence, verify_presented};
+use palisade_fence::{FencedTxn, RedbFence, Verifier};
 use palisade_sequencer::{PublicKey, VerifiedSequencer};
 use redb::{
     Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
@@ -49,7 +47,6 @@ use redb::{
 use crate::StoreError;
 use crate::limits::{
     BATCH_OPS_MAX, KEY_BYTES_MAX, REQUEST_ID_BYTES_MAX, REQUEST_IDS_RETAINED_MAX, VALUE_BYTES_MAX,
-    VERIFIED_SEQUENCERS_CACHED_MAX,
 };
 use crate::types::{BatchOp, Entry, FenceView, OpAck, OpKind, WriteAck};
 
@@ -79,10 +76,9 @@ const UNFENCED_BENCH_TABLE: TableDefinition<'static, &str, (&str, u64, u64, bool
 #[derive(Debug)]
 pub struct Store {
     fence: RedbFence,
-    public_key: PublicKey,
     path: PathBuf,
-    /// Sequencer texts that verified, so a holder's many writes pay for one signature check.
-    verified: Mutex<HashMap<String, VerifiedSequencer>>,
+    /// Checks sequencers once each; a holder's many writes pay for one signature check.
+    verifier: Verifier,
 }
 
 impl Store {
@@ -108,9 +104,8 @@ impl Store {
         txn.commit()?;
         Ok(Store {
             fence: RedbFence::new(db),
-            public_key,
+            verifier: Verifier::new(public_key),
             path,
-            verified: Mutex::new(HashMap::new()),
         })
     }
 
@@ -121,7 +116,7 @@ impl Store {
 
     /// The key sequencers are verified with.
     pub fn public_key(&self) -> &PublicKey {
-        &self.public_key
+        self.verifier.public_key()
     }
 
     /// Sets `key` to `value` if `sequencer` is the current grant of the key's lock.
@@ -246,24 +241,7 @@ impl Store {
     }
 
     fn verify(&self, sequencer: Option<&str>) -> Result<VerifiedSequencer, StoreError> {
-        let text = sequencer.map(str::trim).unwrap_or("");
-        if let Some(verified) = self.verified_cache().get(text) {
-            return Ok(verified.clone());
-        }
-        let verified = verify_presented(Some(text), &self.public_key)?;
-        let mut cache = self.verified_cache();
-        if cache.len() >= VERIFIED_SEQUENCERS_CACHED_MAX {
-            cache.clear();
-        }
-        cache.insert(text.to_owned(), verified.clone());
-        Ok(verified)
-    }
-
-    fn verified_cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, VerifiedSequencer>> {
-        // The cache holds only verified texts; a panic elsewhere cannot leave it wrong.
-        self.verified
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        Ok(self.verifier.verify(sequencer)?)
     }
 
     fn write(
