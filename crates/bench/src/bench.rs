@@ -480,17 +480,26 @@ where
     outputs
 }
 
+/// `32 clients, 32 locks` or `1 client, 1 lock`.
+fn shape(m: &Measurement) -> String {
+    let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
+    format!(
+        "{}, {}",
+        plural(m.clients, "client"),
+        plural(m.locks, "lock")
+    )
+}
+
 /// A human-readable account of one measurement.
 pub fn describe(m: &Measurement) -> String {
     let mut out = String::new();
     let variant = m.variant.map(|v| format!(" ({v})")).unwrap_or_default();
     let _ = writeln!(
         out,
-        "{}{variant} on {}: {} clients, {} locks, {:.1} s measured",
+        "{}{variant} on {}: {}, {:.1} s measured",
         m.workload.name(),
         m.target,
-        m.clients,
-        m.locks,
+        shape(m),
         m.duration_s
     );
     let _ = writeln!(
@@ -601,21 +610,14 @@ pub fn markdown_table(report: &BenchReport, targets: &[Target]) -> String {
             .map(|k| report.find(workload, None, k).map(f))
             .collect()
     };
-    let shape = |workload: Workload| {
+    let label_of = |workload: Workload| {
         report
             .measurements
             .iter()
             .find(|m| m.workload == workload)
-            .map(|m| {
-                format!(
-                    "{} ({} clients, {} locks)",
-                    workload.name(),
-                    m.clients,
-                    m.locks
-                )
-            })
+            .map(|m| format!("{} ({})", workload.name(), shape(m)))
     };
-    if let Some(label) = shape(Workload::Uncontended) {
+    if let Some(label) = label_of(Workload::Uncontended) {
         rows.push((
             label.clone(),
             "acquire+release cycles/s".into(),
@@ -633,7 +635,7 @@ pub fn markdown_table(report: &BenchReport, targets: &[Target]) -> String {
             Unit::Micros,
         ));
     }
-    if let Some(label) = shape(Workload::Contended) {
+    if let Some(label) = label_of(Workload::Contended) {
         rows.push((
             label.clone(),
             "grants/s".into(),
@@ -653,7 +655,7 @@ pub fn markdown_table(report: &BenchReport, targets: &[Target]) -> String {
             Unit::Micros,
         ));
     }
-    if let Some(label) = shape(Workload::Latency) {
+    if let Some(label) = label_of(Workload::Latency) {
         for (metric, target, f) in [
             (
                 "acquire+release p50",
@@ -707,7 +709,7 @@ pub fn markdown_table(report: &BenchReport, targets: &[Target]) -> String {
         .iter()
         .find(|m| m.workload == Workload::FencedWrite && m.variant == Some("unfenced"));
     if let (Some(f), Some(u)) = (fenced, unfenced) {
-        let label = format!("fenced-write ({} clients, {} locks)", f.clients, f.locks);
+        let label = format!("fenced-write ({})", shape(f));
         let empty = if compare { " — | |" } else { "" };
         let etcd_cells = |n: usize| " n/a |".repeat(n);
         let others = kinds.len().saturating_sub(1);
