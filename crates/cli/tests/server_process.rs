@@ -18,6 +18,7 @@ use tonic::transport::Channel;
 struct Service {
     data_dir: PathBuf,
     listen: String,
+    extra_args: Vec<String>,
     child: Option<Child>,
 }
 
@@ -31,6 +32,7 @@ impl Service {
         Service {
             data_dir: data_dir.to_path_buf(),
             listen: format!("127.0.0.1:{port}"),
+            extra_args: Vec::new(),
             child: None,
         }
     }
@@ -50,6 +52,7 @@ impl Service {
         let child = Command::new(common::palisade_bin())
             .args(["serve", "--listen", &self.listen, "--data-dir"])
             .arg(&self.data_dir)
+            .args(&self.extra_args)
             .env_remove("PALISADE_ENDPOINT")
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -91,6 +94,14 @@ impl Service {
         let mut child = self.child.take().expect("running");
         child.kill().unwrap();
         child.wait().unwrap();
+    }
+
+    /// SIGTERM, and the exit status of a clean shutdown.
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        child.wait().unwrap()
     }
 
     fn log(&self) -> String {
@@ -434,4 +445,66 @@ async fn hostile_input_gets_clear_errors_and_loses_nothing() {
             .is_none(),
         "still running"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_served_and_sigterm_shuts_down_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut service = Service::new(&dir.path().join("data"));
+    let metrics_port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    service.extra_args = vec![
+        "--metrics-listen".into(),
+        format!("127.0.0.1:{metrics_port}"),
+    ];
+    let mut client = service.start().await;
+    let session = open(&mut client, 1, 60_000).await;
+    let token = client
+        .acquire(try_acquire(session, "m", 1))
+        .await
+        .unwrap()
+        .into_inner()
+        .token;
+
+    // Phase 1: /metrics in the Prometheus text format, counting what just happened.
+    let text = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for series in [
+        "palisade_grants_total",
+        "palisade_sessions",
+        "palisade_request_duration_seconds_bucket",
+        "palisade_log_commit_duration_seconds_bucket",
+    ] {
+        assert!(text.contains(series), "/metrics lacks {series}:\n{text}");
+    }
+    let grants = text
+        .lines()
+        .find(|l| l.starts_with("palisade_grants_total"))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap();
+    assert!(grants >= 1.0, "grants counted: {grants}");
+
+    // Phase 2: SIGTERM stops the server with status 0, and it starts again on the same data.
+    let status = service.terminate();
+    assert!(
+        status.success(),
+        "exit after SIGTERM: {status:?}\n{}",
+        service.log()
+    );
+    assert!(service.log().contains("shutting down"), "{}", service.log());
+    let mut client = service.start().await;
+    let status = client
+        .status(StatusRequest { lock: "m".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(status.holder.map(|h| h.token), Some(token));
 }
