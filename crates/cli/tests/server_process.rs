@@ -1,122 +1,19 @@
 //! The lock service as a real process: `kill -9` in the middle of a stream of grants, lease
 //! expiry, FIFO waiters, ownership, and hostile input — observed through the gRPC API.
 
-mod common;
+#[path = "support/process.rs"]
+mod process;
 
 use std::io::Write as _;
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use process::Service;
 
 use palisade_proto::v1::locks_client::LocksClient;
 use palisade_proto::v1::*;
 use tonic::Code;
 use tonic::transport::Channel;
-
-/// A `palisade serve` process on a fixed data directory and port, restartable after a crash.
-struct Service {
-    data_dir: PathBuf,
-    listen: String,
-    extra_args: Vec<String>,
-    child: Option<Child>,
-}
-
-impl Service {
-    fn new(data_dir: &Path) -> Service {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        Service {
-            data_dir: data_dir.to_path_buf(),
-            listen: format!("127.0.0.1:{port}"),
-            extra_args: Vec::new(),
-            child: None,
-        }
-    }
-
-    fn endpoint(&self) -> String {
-        format!("http://{}", self.listen)
-    }
-
-    /// Starts the process and returns a client once it serves linearizable reads.
-    async fn start(&mut self) -> LocksClient<Channel> {
-        assert!(self.child.is_none(), "already running");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.data_dir.with_extension("log"))
-            .unwrap();
-        let child = Command::new(common::palisade_bin())
-            .args(["serve", "--listen", &self.listen, "--data-dir"])
-            .arg(&self.data_dir)
-            .args(&self.extra_args)
-            .env_remove("PALISADE_ENDPOINT")
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn palisade serve");
-        self.child = Some(child);
-        let started = Instant::now();
-        loop {
-            if let Ok(mut client) = LocksClient::connect(self.endpoint()).await {
-                if client
-                    .status(StatusRequest {
-                        lock: "probe".into(),
-                    })
-                    .await
-                    .is_ok()
-                {
-                    return client;
-                }
-            }
-            let exited = self.child.as_mut().unwrap().try_wait().unwrap();
-            assert!(
-                exited.is_none(),
-                "palisade serve exited: {exited:?}\n{}",
-                self.log()
-            );
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "not ready:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// `kill -9`: no shutdown, no flush, whatever was in flight is cut off.
-    fn kill9(&mut self) {
-        let mut child = self.child.take().expect("running");
-        child.kill().unwrap();
-        child.wait().unwrap();
-    }
-
-    /// SIGTERM, and the exit status of a clean shutdown.
-    fn terminate(&mut self) -> std::process::ExitStatus {
-        let mut child = self.child.take().expect("running");
-        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-        child.wait().unwrap()
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.data_dir.with_extension("log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
 
 async fn open(client: &mut LocksClient<Channel>, request_id: u64, ttl_ms: u64) -> u64 {
     client
