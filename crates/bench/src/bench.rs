@@ -729,6 +729,20 @@ pub fn markdown_table(report: &BenchReport, targets: &[Target]) -> String {
             etcd_cells(others),
             empty
         );
+        if let Some(h) = report
+            .measurements
+            .iter()
+            .find(|m| m.workload == Workload::FencedWrite && m.variant == Some("fenced-http"))
+        {
+            let _ = writeln!(
+                out,
+                "| {label} | fenced writes over HTTP/s (p50) | {} ({}) |{}{}",
+                Unit::PerSecond.show(Some(h.operations_per_s)),
+                format_us(h.latency.p50_us),
+                etcd_cells(others),
+                empty
+            );
+        }
         let cost = if f.operations_per_s > 0.0 {
             u.operations_per_s / f.operations_per_s
         } else {
