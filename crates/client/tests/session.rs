@@ -1,0 +1,375 @@
+//! The client library against an in-process lock service on loopback: guards, loss of a
+//! session, keepalive across a connection outage, cancellation, the one-shot calls and watches.
+//!
+//! Network trouble is made with a TCP proxy between client and server that can cut every
+//! connection and refuse new ones. Servers are not stopped at the end of a test: a graceful
+//! stop waits for open keepalive streams, and the end of the test's runtime stops everything.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use clap::Parser;
+use palisade_client::{
+    AcquireError, AcquireOptions, Client, LockEventKind, ReleaseError, SessionLost, SessionOptions,
+    Wait,
+};
+use palisade_server::{ServeArgs, Server};
+use tokio::io::copy_bidirectional;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{oneshot, watch};
+
+#[derive(Parser)]
+struct Flags {
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+/// A lock service running in this process.
+struct Running {
+    addr: SocketAddr,
+    _stop: oneshot::Sender<()>,
+}
+
+impl Running {
+    async fn start(dir: &Path, listen: &str) -> Running {
+        let data_dir = dir.to_str().unwrap();
+        let flags = Flags::parse_from(["serve", "--data-dir", data_dir, "--listen", listen]);
+        let server = Server::start(&flags.serve).await.expect("server starts");
+        let addr = server.local_addr();
+        let (stop, stopped) = oneshot::channel::<()>();
+        tokio::spawn(server.run_until(async {
+            let _ = stopped.await;
+        }));
+        Running { addr, _stop: stop }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+/// A TCP proxy to the server whose connections can be cut.
+struct Proxy {
+    addr: SocketAddr,
+    cut: watch::Sender<bool>,
+}
+
+impl Proxy {
+    async fn start(upstream: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (cut, cut_watch) = watch::channel(false);
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    return;
+                };
+                if *cut_watch.borrow() {
+                    continue; // Dropped: the client sees the connection close at once.
+                }
+                let mut cut_watch = cut_watch.clone();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = cut_watch.wait_for(|cut| *cut) => {}
+                    }
+                });
+            }
+        });
+        Proxy { addr, cut }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Cuts every connection and refuses new ones (`true`), or lets them through again.
+    fn set_cut(&self, cut: bool) {
+        self.cut.send_replace(cut);
+    }
+}
+
+fn ttl(secs: u64) -> SessionOptions {
+    SessionOptions::with_ttl(Duration::from_secs(secs))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_carries_the_grant_and_release_frees_the_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Running::start(dir.path(), "127.0.0.1:0").await;
+    let client = Client::connect(&server.endpoint()).await.unwrap();
+    let session = client.open_session(ttl(10)).await.unwrap();
+
+    let guard = session
+        .acquire("jobs/a", AcquireOptions::wait(Wait::Try))
+        .await
+        .unwrap();
+
+    assert_eq!(guard.lock(), "jobs/a");
+    assert_eq!(guard.session_id(), session.id());
+    assert!(guard.token() >= 1);
+    assert!(guard.sequencer().starts_with("pal1."));
+    assert!(guard.ended().is_none());
+    let status = client.status("jobs/a").await.unwrap();
+    assert_eq!(status.holder.unwrap().session, session.id());
+    assert_eq!(status.holder.unwrap().token, guard.token());
+
+    guard.release().await.unwrap();
+    assert!(client.status("jobs/a").await.unwrap().holder.is_none());
+    session.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_lock_names_its_holder_and_a_short_wait_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Running::start(dir.path(), "127.0.0.1:0").await;
+    let client = Client::connect(&server.endpoint()).await.unwrap();
+    let holder = client.open_session(ttl(10)).await.unwrap();
+    let guard = holder
+        .acquire("jobs/b", AcquireOptions::default())
+        .await
+        .unwrap();
+    let other = client.open_session(ttl(10)).await.unwrap();
+
+    let busy = other
+        .acquire("jobs/b", AcquireOptions::wait(Wait::Try))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        busy,
+        AcquireError::Busy {
+            lock: "jobs/b".into(),
+            holder_session: Some(holder.id()),
+            holder_token: Some(guard.token()),
+            in_lock_delay: false,
+        }
+    );
+    assert!(busy.is_retryable());
+
+    let started = tokio::time::Instant::now();
+    let ended = other
+        .acquire(
+            "jobs/b",
+            AcquireOptions::wait(Wait::For(Duration::from_millis(300))),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        ended,
+        AcquireError::WaitEnded {
+            lock: "jobs/b".into()
+        }
+    );
+    assert!(started.elapsed() >= Duration::from_millis(300));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_guard_is_released_before_the_next_acquire_of_its_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Running::start(dir.path(), "127.0.0.1:0").await;
+    let client = Client::connect(&server.endpoint()).await.unwrap();
+    let session = client.open_session(ttl(10)).await.unwrap();
+    let first = session
+        .acquire("jobs/c", AcquireOptions::default())
+        .await
+        .unwrap();
+    let first_token = first.token();
+
+    drop(first);
+    // The background release runs before this acquire, so this is a new grant rather than the
+    // old one about to be released under it.
+    let second = session
+        .acquire("jobs/c", AcquireOptions::default())
+        .await
+        .unwrap();
+
+    assert!(second.token() > first_token);
+    let status = client.status("jobs/c").await.unwrap();
+    assert_eq!(status.holder.unwrap().token, second.token());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_closed_elsewhere_is_lost_and_its_guards_hear_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Running::start(dir.path(), "127.0.0.1:0").await;
+    let client = Client::connect(&server.endpoint()).await.unwrap();
+    let session = client.open_session(ttl(3)).await.unwrap();
+    let guard = session
+        .acquire("jobs/d", AcquireOptions::default())
+        .await
+        .unwrap();
+
+    client.close_session(session.id()).await.unwrap();
+
+    let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("the loss is noticed within a keepalive interval or two");
+    assert_eq!(reason, SessionLost::NotFound);
+    assert_eq!(session.ended(), Some(SessionLost::NotFound));
+    assert!(matches!(
+        guard.release().await,
+        Err(ReleaseError::SessionNotFound { .. })
+    ));
+    let refused = session.acquire("jobs/d", AcquireOptions::default()).await;
+    assert!(matches!(refused, Err(AcquireError::SessionLost { .. })));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_cut_for_longer_than_the_ttl_loses_the_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Running::start(dir.path(), "127.0.0.1:0").await;
+    let proxy = Proxy::start(server.addr).await;
+    let client = Client::connect(&proxy.endpoint()).await.unwrap();
+    let session = client.open_session(ttl(2)).await.unwrap();
+    let guard = session
+        .acquire("jobs/e", AcquireOptions::default())
+        .await
+        .unwrap();
+
+    let cut_at = tokio::time::Instant::now();
+    proxy.set_cut(true);
+
+    let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("the loss is noticed once the lease cannot be proven");
+    assert_eq!(reason, SessionLost::LeaseUnproven);
+    // Not before the last proven lease ran out: at least ttl minus one keepalive interval.
+    assert!(cut_at.elapsed() >= Duration::from_millis(1_300));
+    assert!(session.lease_remaining().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keepalive_rides_out_a_connection_outage_shorter_than_the_ttl() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Running::start(dir.path(), "127.0.0.1:0").await;
+    let proxy = Proxy::start(server.addr).await;
+    let client = Client::connect(&proxy.endpoint()).await.unwrap();
+    let session = client.open_session(ttl(4)).await.unwrap();
+    let guard = session
+        .acquire("jobs/f", AcquireOptions::default())
+        .await
+        .unwrap();
+
+    proxy.set_cut(true);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    proxy.set_cut(false);
+    // Two full ttls later the session is still alive, renewed over a new connection.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+
+    assert!(guard.ended().is_none(), "{:?}", guard.ended());
+    let status = client.status("jobs/f").await.unwrap();
+    assert_eq!(status.holder.unwrap().session, session.id());
+    assert_eq!(status.holder.unwrap().token, guard.token());
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_acquire_withdraws_its_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Running::start(dir.path(), "127.0.0.1:0").await;
+    let client = Client::connect(&server.endpoint()).await.unwrap();
+    let holder = client.open_session(ttl(10)).await.unwrap();
+    let _guard = holder
+        .acquire("jobs/g", AcquireOptions::default())
+        .await
+        .unwrap();
+    let waiter = client.open_session(ttl(10)).await.unwrap();
+
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(500),
+        waiter.acquire("jobs/g", AcquireOptions::wait(Wait::Forever)),
+    )
+    .await;
+    assert!(cancelled.is_err(), "the acquire should still be waiting");
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let status = client.status("jobs/g").await.unwrap();
+        if status.waiters.is_empty() {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{status:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_one_shot_calls_work_without_a_keepalive() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Running::start(dir.path(), "127.0.0.1:0").await;
+    let client = Client::connect(&server.endpoint()).await.unwrap();
+    let lease = client
+        .open_session_without_keepalive(Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(lease.ttl, Duration::from_secs(5));
+
+    let grant = client
+        .acquire(lease.session, "one/a", AcquireOptions::wait(Wait::Try))
+        .await
+        .unwrap();
+    let remaining = client.renew(lease.session).await.unwrap();
+    assert!(remaining > Duration::from_secs(4) && remaining <= Duration::from_secs(5));
+    let listed = client.list_locks("one/").await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].holder.unwrap().token, grant.token);
+
+    let other = client
+        .open_session_without_keepalive(Duration::from_secs(5))
+        .await
+        .unwrap();
+    let refused = client.release(other.session, "one/a").await.unwrap_err();
+    assert_eq!(
+        refused,
+        ReleaseError::NotHolder {
+            lock: "one/a".into(),
+            session: other.session,
+            holder_session: Some(lease.session),
+        }
+    );
+    assert_eq!(
+        client.release(lease.session, "one/a").await.unwrap(),
+        Some(grant.token)
+    );
+    assert!(client.public_key().await.unwrap().starts_with("ed25519:"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_starts_with_a_snapshot_and_follows_grants_and_releases() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Running::start(dir.path(), "127.0.0.1:0").await;
+    let client = Client::connect(&server.endpoint()).await.unwrap();
+    let mut events = client.watch("w/a").await.unwrap();
+
+    let snapshot = next_event(&mut events).await;
+    assert_eq!(
+        (snapshot.kind, snapshot.session),
+        (LockEventKind::Snapshot, None)
+    );
+    let session = client.open_session(ttl(10)).await.unwrap();
+    let guard = session
+        .acquire("w/a", AcquireOptions::default())
+        .await
+        .unwrap();
+    let granted = next_event(&mut events).await;
+    assert_eq!(granted.kind, LockEventKind::Granted);
+    assert_eq!(granted.session, Some(session.id()));
+    assert_eq!(granted.token, Some(guard.token()));
+    let token = guard.token();
+    guard.release().await.unwrap();
+    let released = next_event(&mut events).await;
+    assert_eq!(released.kind, LockEventKind::Released);
+    assert_eq!(released.token, Some(token));
+}
+
+async fn next_event(events: &mut palisade_client::LockEvents) -> palisade_client::LockEvent {
+    tokio::time::timeout(Duration::from_secs(5), events.next())
+        .await
+        .expect("an event")
+        .expect("the stream goes on")
+        .expect("a valid event")
+}
