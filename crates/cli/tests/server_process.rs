@@ -389,8 +389,59 @@ async fn metrics_are_served_and_sigterm_shuts_down_cleanly() {
         .unwrap();
     assert!(grants >= 1.0, "grants counted: {grants}");
 
-    // Phase 2: SIGTERM stops the server with status 0, and it starts again on the same data.
-    let status = service.terminate();
+    // Phase 2: long-lived calls are open: a keepalive stream, a watch, an acquire waiting in
+    // line. SIGTERM still stops the server, with status 0, instead of waiting for their clients.
+    let (pings, ping_source) = tokio::sync::mpsc::channel(4);
+    pings.send(KeepAliveRequest { session }).await.unwrap();
+    let mut keepalive = client
+        .keep_alive(tokio_stream::wrappers::ReceiverStream::new(ping_source))
+        .await
+        .unwrap()
+        .into_inner();
+    keepalive
+        .message()
+        .await
+        .unwrap()
+        .expect("a keepalive answer");
+    let mut watch = client
+        .watch(WatchRequest { lock: "m".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    watch
+        .message()
+        .await
+        .unwrap()
+        .expect("the watch's first event");
+    let waiter = open(&mut client, 2, 60_000).await;
+    let waiting = tokio::spawn({
+        let mut client = client.clone();
+        async move {
+            let request = AcquireRequest {
+                session: waiter,
+                lock: "m".into(),
+                request_id: 1,
+                wait_ms: 0,
+                wait_forever: true,
+            };
+            client.acquire(request).await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let status = tokio::task::spawn_blocking(move || {
+        let status = service.terminate();
+        (service, status)
+    });
+    let (mut service, status) = tokio::time::timeout(Duration::from_secs(60), status)
+        .await
+        .expect("the server exits after SIGTERM despite open streams")
+        .unwrap();
+    assert_eq!(
+        waiting.await.unwrap().unwrap_err().code(),
+        Code::Unavailable,
+        "the waiter is told to retry"
+    );
+    drop((pings, keepalive, watch));
     assert!(
         status.success(),
         "exit after SIGTERM: {status:?}\n{}",

@@ -22,6 +22,7 @@ use crate::state_machine::WaitOutcome;
 
 /// Most locks one `ListLocks` page returns.
 pub const LIST_PAGE_LOCKS_MAX: usize = 1_000;
+const SHUTTING_DOWN: &str = "the lock service is shutting down; retry";
 /// Keepalive responses buffered per stream.
 const KEEPALIVE_BUFFER: usize = 16;
 
@@ -170,7 +171,14 @@ impl Locks for LockService {
         let service = self.clone();
         tokio::spawn(async move {
             loop {
-                let ping = match pings.message().await {
+                let next = tokio::select! {
+                    next = pings.message() => next,
+                    () = service.node.stopping() => {
+                        let _ = tx.send(Err(Status::unavailable(SHUTTING_DOWN))).await;
+                        return;
+                    }
+                };
+                let ping = match next {
                     Ok(Some(ping)) => ping,
                     Ok(None) => return,
                     Err(status) => {
@@ -244,8 +252,14 @@ impl Locks for LockService {
                 let mut registration =
                     registration.ok_or_else(|| Status::internal("queued a try-only acquire"))?;
                 metrics::gauge!(crate::metrics::WAITERS).increment(1.0);
-                let outcome = (&mut registration.outcome).await;
+                let outcome = tokio::select! {
+                    outcome = &mut registration.outcome => Some(outcome),
+                    () = self.node.stopping() => None,
+                };
                 metrics::gauge!(crate::metrics::WAITERS).decrement(1.0);
+                // The wait stays queued in the table: a retry with the same request id after
+                // the restart picks it up.
+                let outcome = outcome.ok_or_else(|| Status::unavailable(SHUTTING_DOWN))?;
                 match outcome {
                     Ok(WaitOutcome::Granted(token)) => {
                         Ok(Response::new(self.granted(lock, session, token)?))
@@ -375,7 +389,14 @@ impl Locks for LockService {
                 return;
             }
             loop {
-                let event = match events.recv().await {
+                let received = tokio::select! {
+                    received = events.recv() => received,
+                    () = shared_node.stopping() => {
+                        let _ = tx.send(Err(Status::unavailable(SHUTTING_DOWN))).await;
+                        return;
+                    }
+                };
+                let event = match received {
                     Ok(event) => event,
                     Err(broadcast::error::RecvError::Lagged(missed)) => {
                         let status = Status::data_loss(format!(

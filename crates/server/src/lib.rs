@@ -127,29 +127,51 @@ impl Server {
     }
 
     /// Serves gRPC until `shutdown` resolves, then stops Raft.
+    ///
+    /// Shutdown is graceful for at most [`SHUTDOWN_GRACE`]: long-lived calls are ended at once
+    /// (clients see UNAVAILABLE and retry elsewhere or later), short ones may finish.
     pub async fn run_until(
         self,
         shutdown: impl std::future::Future<Output = ()>,
     ) -> anyhow::Result<()> {
+        let node = self.node.clone();
         let service = palisade_proto::v1::locks_server::LocksServer::new(grpc::LockService::new(
             self.node.clone(),
         ))
         .max_decoding_message_size(palisade_proto::MESSAGE_BYTES_MAX)
         .max_encoding_message_size(palisade_proto::MESSAGE_BYTES_MAX);
-        tonic::transport::Server::builder()
+        let (stopped, stop) = tokio::sync::oneshot::channel::<()>();
+        let serving = tonic::transport::Server::builder()
             .tcp_nodelay(true)
             .concurrency_limit_per_connection(CONCURRENT_REQUESTS_PER_CONNECTION_MAX)
             .add_service(service)
             .serve_with_incoming_shutdown(
                 tokio_stream::wrappers::TcpListenerStream::new(self.listener),
-                shutdown,
-            )
-            .await?;
-        tracing::info!("shutting down");
+                async move {
+                    shutdown.await;
+                    tracing::info!("shutting down");
+                    node.begin_shutdown();
+                    let _ = stopped.send(());
+                },
+            );
+        tokio::pin!(serving);
+        let served = tokio::select! {
+            served = &mut serving => served,
+            () = async {
+                let _ = stop.await;
+                tokio::time::sleep(SHUTDOWN_GRACE).await;
+            } => {
+                tracing::warn!("connections still open after {SHUTDOWN_GRACE:?}; stopping anyway");
+                Ok(())
+            }
+        };
         self.node.shutdown().await;
-        Ok(())
+        Ok(served?)
     }
 }
+
+/// How long a graceful shutdown waits for in-flight requests.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Resolves on SIGTERM or SIGINT.
 pub async fn shutdown_signal() {

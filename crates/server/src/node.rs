@@ -213,10 +213,22 @@ impl Node {
         }
     }
 
+    /// Resolves once shutdown has begun. Long-lived calls (keepalive and watch streams, acquires
+    /// waiting in a queue) end on it, so a graceful shutdown does not wait for their clients.
+    pub async fn stopping(&self) {
+        let mut stopping = self.stopping.subscribe();
+        let _ = stopping.wait_for(|stopping| *stopping).await;
+    }
+
+    /// Marks the node as stopping: see [`Node::stopping`].
+    pub fn begin_shutdown(&self) {
+        self.stopping.send_replace(true);
+    }
+
     /// Stops the lease driver and Raft, then closes the log; in-flight requests fail with
     /// [`ProposeError::Stopped`].
     pub async fn shutdown(&self) {
-        self.stopping.send_replace(true);
+        self.begin_shutdown();
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown reported an error");
         }
