@@ -77,7 +77,12 @@ impl Command {
     /// warn.
     fn default_log_filter(&self) -> &'static str {
         match self {
-            Command::Serve(_) => "info",
+            Command::Serve(_) | Command::Store(palisade_store::cli::StoreCommand::Serve(_)) => {
+                "info"
+            }
+            // The demo runs a lock service in-process; its timeline is the output, so the
+            // service's own warnings (e.g. during its shutdown) would only interleave with it.
+            Command::Demo(_) => "error",
             _ => "warn",
         }
     }
