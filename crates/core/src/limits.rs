@@ -30,6 +30,8 @@ pub const SESSIONS_MAX: usize = 50_000;
 pub const LOCKS_MAX: usize = 1_000_000;
 /// Ceiling on waiters queued behind one lock.
 pub const WAITERS_PER_LOCK_MAX: usize = 10_000;
+/// How many freed-and-forgotten locks keep their last token for status reads.
+pub const FORGOTTEN_LOCKS_REMEMBERED_MAX: usize = 100_000;
 /// Longest lock-delay after a holder's session expires.
 pub const LOCK_DELAY_MS_MAX: u64 = 60_000;
 /// How many completed request ids each session remembers for retries.

@@ -80,6 +80,15 @@ pub struct LockTable {
     session_deadlines: BTreeSet<(TimeMs, SessionId)>,
     wait_deadlines: BTreeSet<(TimeMs, SessionId, String)>,
     delay_deadlines: BTreeSet<(TimeMs, String)>,
+    /// The last tokens of recently forgotten locks, for status reads only: safety never depends
+    /// on them (the shared counter does that). Bounded by `FORGOTTEN_LOCKS_REMEMBERED_MAX`,
+    /// oldest forgotten first out.
+    #[serde(default)]
+    forgotten: BTreeMap<String, (u64, Token)>,
+    #[serde(default)]
+    forgotten_order: BTreeMap<u64, String>,
+    #[serde(default)]
+    last_forgotten: u64,
 }
 
 impl Default for LockTable {
@@ -108,6 +117,9 @@ impl LockTable {
             session_deadlines: BTreeSet::new(),
             wait_deadlines: BTreeSet::new(),
             delay_deadlines: BTreeSet::new(),
+            forgotten: BTreeMap::new(),
+            forgotten_order: BTreeMap::new(),
+            last_forgotten: 0,
         }
     }
 
@@ -404,12 +416,19 @@ impl LockTable {
                 locks_max: limits.locks_max,
             });
         }
-        let l = self.locks.entry(lock.to_string()).or_insert_with(|| Lock {
-            holder: None,
-            waiters: VecDeque::new(),
-            last_token: 0,
-            available_at_ms: None,
-        });
+        if !self.locks.contains_key(lock) {
+            let remembered = self.unforget(lock);
+            self.locks.insert(
+                lock.to_string(),
+                Lock {
+                    holder: None,
+                    waiters: VecDeque::new(),
+                    last_token: remembered.unwrap_or(0),
+                    available_at_ms: None,
+                },
+            );
+        }
+        let l = self.locks.get_mut(lock).expect("inserted above");
         // Re-acquiring a held lock returns the same grant; re-queueing keeps the place in line.
         if let Some(grant) = l.holder.as_ref().filter(|g| g.session == id) {
             return Ok(Reply::Granted {
@@ -673,8 +692,40 @@ impl LockTable {
 
     /// A free lock with no waiters is forgotten; the shared token counter keeps its tokens safe.
     fn forget_if_idle(&mut self, lock: &str) {
-        if self.locks.get(lock).is_some_and(Lock::is_idle) {
-            self.locks.remove(lock);
+        if !self.locks.get(lock).is_some_and(Lock::is_idle) {
+            return;
+        }
+        let forgotten = self.locks.remove(lock).expect("checked above");
+        if forgotten.last_token == 0 {
+            return;
+        }
+        self.unforget(lock);
+        self.last_forgotten += 1;
+        self.forgotten.insert(
+            lock.to_string(),
+            (self.last_forgotten, forgotten.last_token),
+        );
+        self.forgotten_order
+            .insert(self.last_forgotten, lock.to_string());
+        if self.forgotten.len() > limits::FORGOTTEN_LOCKS_REMEMBERED_MAX {
+            let (_, oldest) = self.forgotten_order.pop_first().expect("not empty");
+            self.forgotten.remove(&oldest);
+        }
+    }
+
+    /// Drops `lock` from the memory of forgotten locks, returning its last token.
+    fn unforget(&mut self, lock: &str) -> Option<Token> {
+        let (order, token) = self.forgotten.remove(lock)?;
+        self.forgotten_order.remove(&order);
+        Some(token)
+    }
+
+    /// The last token granted for `lock`: from the lock if it exists, else from the memory of
+    /// recently forgotten locks; `None` if neither knows (never granted, or forgotten long ago).
+    pub fn last_token_of(&self, lock: &str) -> Option<Token> {
+        match self.locks.get(lock) {
+            Some(l) => Some(l.last_token).filter(|t| *t > 0),
+            None => self.forgotten.get(lock).map(|(_, token)| *token),
         }
     }
 
@@ -791,6 +842,18 @@ impl LockTable {
                 assert!(self.locks[name].waiters.iter().any(|w| w.session == *id));
             }
         }
+        assert_eq!(
+            self.forgotten.len(),
+            self.forgotten_order.len(),
+            "forgotten index out of step"
+        );
+        assert!(
+            self.forgotten
+                .iter()
+                .all(|(name, (_, token))| !self.locks.contains_key(name)
+                    && *token <= self.last_token),
+            "a forgotten lock is live, or remembers a token above the counter"
+        );
         assert_eq!(
             self.session_deadlines.len(),
             self.sessions.len(),

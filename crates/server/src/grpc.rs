@@ -308,11 +308,15 @@ impl Locks for LockService {
             .linearizable_read()
             .await
             .map_err(propose_status)?;
-        let status = self.node.shared().read(|t| t.lock_status(&lock));
+        let (status, last_token) = self
+            .node
+            .shared()
+            .read(|t| (t.lock_status(&lock), t.last_token_of(&lock)));
         let info = match status {
             Some(status) => self.lock_info(status),
             None => LockInfo {
                 lock,
+                last_token: last_token.unwrap_or(0),
                 ..LockInfo::default()
             },
         };
