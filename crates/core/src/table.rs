@@ -127,18 +127,6 @@ impl LockTable {
         &self.limits
     }
 
-    /// Replaces the limits, e.g. when a server restarts with new settings. Existing sessions,
-    /// locks and waiters stay even if they exceed the new limits; only new ones are refused.
-    ///
-    /// # Panics
-    /// If `limits` exceed the ceilings of [`crate::limits`].
-    pub fn set_limits(&mut self, limits: Limits) {
-        if let Err(message) = limits.validate() {
-            panic!("invalid lock table limits: {message}");
-        }
-        self.limits = limits;
-    }
-
     /// The table's clock: the latest time of any input applied.
     pub fn now_ms(&self) -> TimeMs {
         self.now_ms
@@ -190,6 +178,13 @@ impl LockTable {
                 request_id,
             } => self.release(session, lock, request_id, &mut events),
             Command::Tick => Ok(Reply::Ticked),
+            Command::SetLimits { limits } => match limits.validate() {
+                Ok(()) => {
+                    self.limits = limits;
+                    Ok(Reply::LimitsSet)
+                }
+                Err(message) => Err(CoreError::InvalidLimits { message }),
+            },
             Command::LeaderStart => Ok(self.leader_start()),
         };
         #[cfg(debug_assertions)]
@@ -382,6 +377,9 @@ impl LockTable {
             .sessions
             .get(&id)
             .ok_or(CoreError::SessionNotFound { session: id })?;
+        // Checked before anything is remembered: an invalid name costs no dedup slot.
+        limits::validate_lock_name(&lock, self.limits.lock_name_bytes_max)
+            .map_err(CoreError::InvalidLockName)?;
         if let Some(earlier) = remembered(session, request_id, RequestKind::Acquire, &lock)? {
             return earlier;
         }
@@ -398,8 +396,6 @@ impl LockTable {
         wait: Wait,
         events: &mut Vec<Event>,
     ) -> Result<Reply, CoreError> {
-        limits::validate_lock_name(lock, self.limits.lock_name_bytes_max)
-            .map_err(CoreError::InvalidLockName)?;
         let deadline_ms = match wait {
             Wait::ForMs(ms) if ms > limits::WAIT_MS_MAX => {
                 return Err(CoreError::WaitOutOfRange {
@@ -503,6 +499,8 @@ impl LockTable {
             .sessions
             .get(&id)
             .ok_or(CoreError::SessionNotFound { session: id })?;
+        limits::validate_lock_name(&lock, self.limits.lock_name_bytes_max)
+            .map_err(CoreError::InvalidLockName)?;
         if let Some(earlier) = remembered(session, request_id, RequestKind::Release, &lock)? {
             return earlier;
         }

@@ -68,6 +68,10 @@ pub enum Command {
     },
     /// Let time pass: expire leases, end waits past their deadline, end lock-delays.
     Tick,
+    /// Replace the limits the table enforces from this point of the log on. Limits decide
+    /// outcomes, so they change only through the log: a replay then applies every command
+    /// under the limits it was first applied with (invariant 1 depends on it).
+    SetLimits { limits: crate::Limits },
     /// A leader took over: every session's lease restarts its full TTL from now (invariant 6:
     /// leases are extended by a change of leader or a restart, never shortened).
     LeaderStart,
@@ -107,6 +111,7 @@ pub enum Reply {
         token: Option<Token>,
     },
     Ticked,
+    LimitsSet,
     LeaderStarted {
         sessions_extended: usize,
     },
@@ -154,6 +159,8 @@ pub enum CoreError {
         "the wait for lock {lock:?} ended before it was granted (deadline passed or withdrawn)"
     )]
     WaitEnded { lock: String },
+    #[error("invalid limits: {message}")]
+    InvalidLimits { message: String },
     #[error("request id {request_id} was already used for a different command in this session")]
     RequestIdConflict { request_id: RequestId },
 }

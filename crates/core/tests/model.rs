@@ -62,6 +62,23 @@ struct Model {
     locks: Vec<MLock>,
 }
 
+/// Lock names: 1..=`bytes_max` bytes, no control characters.
+fn validate_name(name: &str, bytes_max: usize) -> Result<(), CoreError> {
+    if name.is_empty() {
+        return Err(CoreError::InvalidLockName(LockNameError::Empty));
+    }
+    if name.len() > bytes_max {
+        return Err(CoreError::InvalidLockName(LockNameError::TooLong {
+            bytes: name.len(),
+            bytes_max,
+        }));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(CoreError::InvalidLockName(LockNameError::ControlCharacter));
+    }
+    Ok(())
+}
+
 impl Model {
     fn new(limits: Limits) -> Self {
         Model {
@@ -143,6 +160,10 @@ impl Model {
                 m.release(session, l, ev)
             }),
             Command::Tick => Ok(Reply::Ticked),
+            Command::SetLimits { limits } => {
+                self.limits = limits;
+                Ok(Reply::LimitsSet)
+            }
             Command::LeaderStart => {
                 let now = self.now_ms;
                 let mut extended = 0;
@@ -261,6 +282,7 @@ impl Model {
         let Some(s) = self.session(session) else {
             return Err(CoreError::SessionNotFound { session });
         };
+        validate_name(&lock, self.limits.lock_name_bytes_max)?;
         if let Some((_, kind, l, outcome)) = s.recent.iter().find(|r| r.0 == request_id) {
             if *kind == is_acquire && *l == lock {
                 return outcome.clone();
@@ -286,19 +308,6 @@ impl Model {
         wait: Wait,
         events: &mut Vec<Event>,
     ) -> Result<Reply, CoreError> {
-        let bytes_max = self.limits.lock_name_bytes_max;
-        if name.is_empty() {
-            return Err(CoreError::InvalidLockName(LockNameError::Empty));
-        }
-        if name.len() > bytes_max {
-            return Err(CoreError::InvalidLockName(LockNameError::TooLong {
-                bytes: name.len(),
-                bytes_max,
-            }));
-        }
-        if name.chars().any(char::is_control) {
-            return Err(CoreError::InvalidLockName(LockNameError::ControlCharacter));
-        }
         let deadline_ms = match wait {
             Wait::ForMs(ms) if ms > WAIT_MS_MAX => {
                 return Err(CoreError::WaitOutOfRange {

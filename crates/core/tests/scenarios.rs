@@ -483,8 +483,16 @@ fn a_freed_lock_still_reports_its_last_token_and_its_next_grant_is_higher() {
     // Phase 1: a grant and a clean release; the lock is free and forgotten by the table.
     let first = story.take(10, session, "jobs/a");
     story.release_with(20, session, "jobs/a", 500);
-    assert_eq!(story.table.lock_status("jobs/a"), None, "a free lock is not kept");
-    assert_eq!(story.table.last_token_of("jobs/a"), Some(first), "but its last token is");
+    assert_eq!(
+        story.table.lock_status("jobs/a"),
+        None,
+        "a free lock is not kept"
+    );
+    assert_eq!(
+        story.table.last_token_of("jobs/a"),
+        Some(first),
+        "but its last token is"
+    );
     assert_eq!(story.table.last_token_of("never/used"), None);
 
     // Phase 2: the memory survives a restart and gives way to the next grant's token.

@@ -91,7 +91,7 @@ impl Node {
         let signing_key = crate::keys::load_or_create(data_dir)?;
         let public_key = signing_key.public_key();
         let log = LogStore::open(&data_dir.join(LOG_FILE))?;
-        let state_machine = StateMachine::open(data_dir, limits, log.durable_index())?;
+        let state_machine = StateMachine::open(data_dir, log.durable_index())?;
         let shared = state_machine.shared();
         let raft = PalisadeRaft::new(
             NODE_ID,
@@ -129,6 +129,14 @@ impl Node {
         });
         let started = node.propose(Command::LeaderStart).await?;
         tracing::info!(result = ?started.result, "took over as leader");
+        // New limits (e.g. another --lock-delay) take effect at this point of the log, never
+        // retroactively for entries replayed above.
+        if node.shared.read(|t| *t.limits()) != limits {
+            let set = node.propose(Command::SetLimits { limits }).await?;
+            set.result
+                .map_err(|e| anyhow::anyhow!("the new limits were refused: {e}"))?;
+            tracing::info!(?limits, "limits changed");
+        }
         tokio::spawn(node.clone().drive_leases());
         Ok(node)
     }

@@ -140,17 +140,17 @@ pub struct StateMachine {
 }
 
 impl StateMachine {
-    /// Loads the snapshot in `dir`, if any, or starts an empty table with `limits`.
-    pub fn open(dir: &Path, limits: Limits, durable: DurableIndex) -> io::Result<StateMachine> {
+    /// Loads the snapshot in `dir`, if any, or starts an empty table with the default limits.
+    ///
+    /// **Architecture Invariant:** the limits are never set here. They decide outcomes, so they
+    /// come only from the snapshot and from `SetLimits` entries of the log; a replay after a
+    /// restart with other flags then gives exactly the outcomes (and tokens) it gave before.
+    pub fn open(dir: &Path, durable: DurableIndex) -> io::Result<StateMachine> {
         let applied = match std::fs::read(dir.join(SNAPSHOT_FILE)) {
-            Ok(bytes) => {
-                let mut applied: Applied = serde_json::from_slice(&bytes)
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-                applied.table.set_limits(limits);
-                applied
-            }
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => Applied {
-                table: LockTable::new(limits),
+                table: LockTable::new(Limits::default()),
                 last_applied: None,
                 membership: StoredMembership::default(),
             },
@@ -318,8 +318,6 @@ impl RaftStateMachine<C> for StateMachine {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         installed.last_applied = meta.last_log_id;
         installed.membership = meta.last_membership.clone();
-        let limits = *self.shared.applied().table.limits();
-        installed.table.set_limits(limits);
         let bytes = serde_json::to_vec(&installed).map_err(io::Error::other)?;
         let dir = self.shared.dir.clone();
         tokio::task::spawn_blocking(move || write_file_atomically(&dir, SNAPSHOT_FILE, &bytes))

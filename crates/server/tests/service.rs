@@ -17,11 +17,15 @@ struct Running {
 
 impl Running {
     async fn start(dir: &Path) -> Running {
+        Running::start_with_lock_delay(dir, 0).await
+    }
+
+    async fn start_with_lock_delay(dir: &Path, lock_delay_ms: u64) -> Running {
         let args = ServeArgs {
             data_dir: dir.to_path_buf(),
             listen: "127.0.0.1:0".parse().unwrap(),
             metrics_listen: None,
-            lock_delay_ms: 0,
+            lock_delay_ms,
         };
         let server = Server::start(&args).await.expect("server starts");
         let endpoint = format!("http://{}", server.local_addr());
@@ -176,4 +180,62 @@ async fn tokens_grow_across_release_queue_handoff_and_restart() {
         tokens.windows(2).all(|w| w[0] < w[1]),
         "tokens must strictly increase: {tokens:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_with_another_lock_delay_replays_the_log_under_the_limits_it_was_written_with() {
+    let dir = tempfile::tempdir().unwrap();
+
+    // Phase 1, no lock-delay: a holder expires, the first waiter is granted at once, releases,
+    // and the second waiter is granted.
+    let running = Running::start(dir.path()).await;
+    let mut client = running.client.clone();
+    let silent = open(&mut client, 1, 1_000).await;
+    let second = open(&mut client, 2, 60_000).await;
+    let third = open(&mut client, 3, 60_000).await;
+    client.acquire(acquire(silent, "l", 1, 0)).await.unwrap();
+    let forever = |session| AcquireRequest {
+        session,
+        lock: "l".into(),
+        request_id: 2,
+        wait_ms: 0,
+        wait_forever: true,
+    };
+    let mut waiter = client.clone();
+    let second_granted = tokio::spawn(async move { waiter.acquire(forever(second)).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut waiter = client.clone();
+    let third_granted = tokio::spawn(async move { waiter.acquire(forever(third)).await });
+    second_granted.await.unwrap().unwrap();
+    client
+        .release(ReleaseRequest {
+            session: second,
+            lock: "l".into(),
+            request_id: 3,
+        })
+        .await
+        .unwrap();
+    let token = third_granted.await.unwrap().unwrap().into_inner().token;
+    running.stop().await;
+
+    // Phase 2: restarted with a lock-delay, the replayed history is the same history.
+    let running = Running::start_with_lock_delay(dir.path(), 5_000).await;
+    let mut client = running.client.clone();
+    let status = client
+        .status(StatusRequest { lock: "l".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        status.holder.map(|h| (h.session, h.token)),
+        Some((third, token)),
+        "the log replayed under other limits gave another outcome"
+    );
+    let next = client
+        .acquire(acquire(second, "other", 4, 0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(next.token > token);
+    running.stop().await;
 }
