@@ -188,9 +188,7 @@ fn write_loop(
         // Records nobody waits for (the committed index, purges) may reach the disk with the next
         // fsync: losing them in a crash only means re-applying or re-purging after the restart.
         let sync = batch.iter().any(|w| !matches!(w.done, Done::Nothing));
-        let result = batch
-            .iter()
-            .try_for_each(|w| wal::encode_record(&w.record, &mut encoded))
+        let result = wal::encode_frame(batch.iter().map(|w| &w.record), &mut encoded)
             .and_then(|()| wal.append(&encoded, sync));
         if sync {
             metrics::histogram!(crate::metrics::FSYNC_SECONDS)
