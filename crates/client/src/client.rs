@@ -248,9 +248,8 @@ impl Client {
         lock: &str,
         options: AcquireOptions,
     ) -> Result<Grant, AcquireError> {
-        validate_lock_name(lock, LOCK_NAME_BYTES_MAX).map_err(|e| {
-            AcquireError::InvalidArgument(format!("invalid lock name {lock:?}: {e}"))
-        })?;
+        validate_lock_name(lock, LOCK_NAME_BYTES_MAX)
+            .map_err(|e| AcquireError::InvalidArgument(invalid_name(lock, &e)))?;
         let request_id = request_id();
         let started = Instant::now();
         let wait_deadline = match options.wait {
@@ -309,9 +308,8 @@ impl Client {
         session: SessionId,
         lock: &str,
     ) -> Result<Option<Token>, ReleaseError> {
-        validate_lock_name(lock, LOCK_NAME_BYTES_MAX).map_err(|e| {
-            ReleaseError::InvalidArgument(format!("invalid lock name {lock:?}: {e}"))
-        })?;
+        validate_lock_name(lock, LOCK_NAME_BYTES_MAX)
+            .map_err(|e| ReleaseError::InvalidArgument(invalid_name(lock, &e)))?;
         let request = pb::ReleaseRequest {
             session,
             lock: lock.to_string(),
@@ -335,7 +333,7 @@ impl Client {
     /// The state of one lock.
     pub async fn status(&self, lock: &str) -> Result<LockStatus, QueryError> {
         validate_lock_name(lock, LOCK_NAME_BYTES_MAX)
-            .map_err(|e| QueryError::InvalidArgument(format!("invalid lock name {lock:?}: {e}")))?;
+            .map_err(|e| QueryError::InvalidArgument(invalid_name(lock, &e)))?;
         let request = pb::StatusRequest {
             lock: lock.to_string(),
         };
@@ -401,7 +399,7 @@ impl Client {
     /// Streams the holder changes of `lock`, starting with its current state.
     pub async fn watch(&self, lock: &str) -> Result<LockEvents, QueryError> {
         validate_lock_name(lock, LOCK_NAME_BYTES_MAX)
-            .map_err(|e| QueryError::InvalidArgument(format!("invalid lock name {lock:?}: {e}")))?;
+            .map_err(|e| QueryError::InvalidArgument(invalid_name(lock, &e)))?;
         let request = pb::WatchRequest {
             lock: lock.to_string(),
         };
@@ -562,6 +560,16 @@ pub(crate) fn lock_status(info: pb::LockInfo) -> Result<LockStatus, QueryError> 
         waiters: info.waiters,
         lock_delay_remaining: info.lock_delay_remaining_ms.map(Duration::from_millis),
     })
+}
+
+/// The message for a refused lock name, quoting at most its first 64 characters: an oversized
+/// name must not turn the error into a wall of text.
+fn invalid_name(lock: &str, error: &palisade_core::limits::LockNameError) -> String {
+    const QUOTED_CHARS_MAX: usize = 64;
+    match lock.char_indices().nth(QUOTED_CHARS_MAX) {
+        Some((cut, _)) => format!("invalid lock name {:?}…: {error}", &lock[..cut]),
+        None => format!("invalid lock name {lock:?}: {error}"),
+    }
 }
 
 #[cfg(test)]

@@ -124,14 +124,14 @@ impl FenceError {
 
 impl From<SequencerError> for FenceError {
     fn from(error: SequencerError) -> FenceError {
-        if error.is_bad_signature() {
-            FenceError::Forged {
-                message: error.to_string(),
-            }
-        } else {
-            FenceError::Malformed {
-                message: error.to_string(),
-            }
+        // The message is the detail only; the variant's Display adds what kind of failure it is.
+        match error {
+            SequencerError::Malformed(parse) => FenceError::Malformed {
+                message: parse.to_string(),
+            },
+            other => FenceError::Forged {
+                message: other.to_string(),
+            },
         }
     }
 }

@@ -52,10 +52,16 @@ pub enum StoreError {
     Missing,
     /// The text presented is not a sequencer.
     #[error("malformed sequencer: {message}")]
-    Malformed { message: String },
+    Malformed {
+        #[serde(rename = "detail")]
+        message: String,
+    },
     /// The sequencer's signature does not verify with the store's public key.
     #[error("forged sequencer: {message}")]
-    Forged { message: String },
+    Forged {
+        #[serde(rename = "detail")]
+        message: String,
+    },
     /// An input exceeds one of the limits in [`crate::limits`]; `limit` names it.
     #[error("{what} is too large: {}{limit} is {size_max}", size_text(*size))]
     TooLarge {
@@ -67,10 +73,16 @@ pub enum StoreError {
     },
     /// The key is empty or contains a control character.
     #[error("invalid key: {message}")]
-    InvalidKey { message: String },
+    InvalidKey {
+        #[serde(rename = "detail")]
+        message: String,
+    },
     /// The request is not well-formed (bad JSON, a bad request id, an empty batch).
     #[error("invalid request: {message}")]
-    InvalidRequest { message: String },
+    InvalidRequest {
+        #[serde(rename = "detail")]
+        message: String,
+    },
     /// The request id was already used with this sequencer for a different request.
     #[error(
         "request id {request_id:?} was already used with this sequencer for a different request: use a fresh request id for a new request"
@@ -87,22 +99,38 @@ pub enum StoreError {
     MethodNotAllowed { method: String, path: String },
     /// The stored data violates an invariant: the store is damaged.
     #[error("store data is corrupt: {message}")]
-    Corrupt { message: String },
+    Corrupt {
+        #[serde(rename = "detail")]
+        message: String,
+    },
     /// The store's storage failed; the write was not applied unless the message says its outcome
     /// is unknown.
     #[error("store storage error: {message}")]
-    Storage { message: String },
+    Storage {
+        #[serde(rename = "detail")]
+        message: String,
+    },
     /// The store could not be reached; nothing was applied.
     #[error("store unavailable: {message}")]
-    Unavailable { message: String },
+    Unavailable {
+        #[serde(rename = "detail")]
+        message: String,
+    },
     /// The request was sent but no answer arrived: it may or may not have been applied.
     #[error(
         "outcome unknown: {message}; retry with the same request id to learn whether it was applied"
     )]
-    OutcomeUnknown { message: String },
+    OutcomeUnknown {
+        #[serde(rename = "detail")]
+        message: String,
+    },
     /// The server answered with something this client does not understand.
     #[error("unexpected response from the store (HTTP {status}): {message}")]
-    UnexpectedResponse { status: u16, message: String },
+    UnexpectedResponse {
+        status: u16,
+        #[serde(rename = "detail")]
+        message: String,
+    },
 }
 
 fn holder_text(holder_session: Option<u64>) -> String {
