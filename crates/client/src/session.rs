@@ -243,7 +243,7 @@ impl Session {
             .keepalive_interval
             .unwrap_or(ttl / 3)
             .clamp(Duration::from_millis(10), ttl);
-        let lease_deadline = first_sent_at + ttl;
+        let lease_deadline = first_sent_at + proven_lease(ttl);
         let state = Arc::new(watch::Sender::new(State::Alive { lease_deadline }));
         let keepalive = tokio::spawn(keepalive(
             client.clone(),
@@ -528,7 +528,8 @@ async fn keep_pinging(
                             tracing::warn!(session, "keepalive answer without a ping; ignored");
                             continue;
                         };
-                        let proven = sent + Duration::from_millis(ack.ttl_remaining_ms).min(ttl);
+                        let remaining = Duration::from_millis(ack.ttl_remaining_ms).min(ttl);
+                        let proven = sent + proven_lease(remaining);
                         if proven > lease_deadline {
                             lease_deadline = proven;
                             state.send_replace(State::Alive { lease_deadline });
@@ -578,4 +579,16 @@ fn session_gone(status: &tonic::Status) -> bool {
         Failure::Core(palisade_core::CoreError::SessionNotFound { .. })
             | Failure::SessionNotFound(_)
     )
+}
+
+/// How much of a lease the server reported this client counts on. The server's lease is
+/// measured from when it applied the renewal, which is after this client sent it, so counting
+/// from the send time is already conservative; the margin also covers a late timer here and the
+/// two machines' monotonic clocks running at slightly different rates (up to 0.2 %), so that
+/// `lost()` fires no later than the server could grant the lock to someone else.
+fn proven_lease(remaining: Duration) -> Duration {
+    const TIMER_LATENESS_MAX: Duration = Duration::from_millis(20);
+    const CLOCK_RATE_DIFFERENCE_PER_MILLE: u32 = 2;
+    let margin = TIMER_LATENESS_MAX + remaining * CLOCK_RATE_DIFFERENCE_PER_MILLE / 1000;
+    remaining.saturating_sub(margin)
 }
