@@ -242,7 +242,12 @@ impl Locks for LockService {
             request_id: r.request_id,
             wait,
         };
-        match self.apply(command).await? {
+        let (index, output) = self
+            .node
+            .propose_indexed(command)
+            .await
+            .map_err(propose_status)?;
+        match output.result.map_err(|e| core_status(&e))? {
             Reply::Granted {
                 lock,
                 session,
@@ -253,7 +258,7 @@ impl Locks for LockService {
                     registration.ok_or_else(|| Status::internal("queued a try-only acquire"))?;
                 metrics::gauge!(crate::metrics::WAITERS).increment(1.0);
                 let outcome = tokio::select! {
-                    outcome = &mut registration.outcome => Some(outcome),
+                    outcome = registration.outcome_after(index) => Some(outcome.ok_or(())),
                     () = self.node.stopping() => None,
                 };
                 metrics::gauge!(crate::metrics::WAITERS).decrement(1.0);

@@ -160,12 +160,17 @@ impl Node {
 
     /// Stamps `command` with the leader's time, commits it durably and applies it.
     pub async fn propose(&self, command: Command) -> Result<Output, ProposeError> {
+        Ok(self.propose_indexed(command).await?.1)
+    }
+
+    /// [`Node::propose`], also returning the log index at which the command was applied.
+    pub async fn propose_indexed(&self, command: Command) -> Result<(u64, Output), ProposeError> {
         let input = Input {
             now_ms: self.clock.now_ms(),
             command,
         };
         match self.raft.client_write(input).await {
-            Ok(response) => Ok(response.data),
+            Ok(response) => Ok((response.log_id.index, response.data)),
             Err(RaftError::APIError(openraft::errors::ClientWriteError::ForwardToLeader(_))) => {
                 Err(ProposeError::NotLeader)
             }

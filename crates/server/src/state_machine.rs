@@ -20,7 +20,7 @@ use palisade_core::{
     Event, Limits, LockTable, Output, ReleaseCause, SessionId, Token, WaitEndCause,
 };
 use serde::{Deserialize, Serialize};
-use tokio::sync::{Notify, broadcast, oneshot};
+use tokio::sync::{Notify, broadcast, mpsc};
 
 use crate::log_store::DurableIndex;
 use crate::raft_types::{C, SnapshotData};
@@ -36,7 +36,9 @@ pub enum WaitOutcome {
     Ended(WaitEndCause),
 }
 
-type WaiterList = Vec<(u64, oneshot::Sender<WaitOutcome>)>;
+/// A wait's outcome, with the index of the log entry that produced it.
+pub type IndexedOutcome = (u64, WaitOutcome);
+type WaiterList = Vec<(u64, mpsc::UnboundedSender<IndexedOutcome>)>;
 
 /// Acquires waiting in a lock's queue, by (session, lock), to be completed when applied.
 #[derive(Debug, Default)]
@@ -45,13 +47,17 @@ pub struct Waiters {
     last_id: std::sync::atomic::AtomicU64,
 }
 
-/// One registered interest in a wait's outcome; unregisters itself when dropped.
+/// One registered interest in the waits of a session for a lock; unregisters when dropped.
+///
+/// It hears every wait outcome for that (session, lock) applied after it registered, each with
+/// its log index: the caller keeps only outcomes applied after its own acquire, because an
+/// earlier wait of the same session (ended in the same entry, before the acquire) is not its.
 #[derive(Debug)]
 pub struct WaitRegistration<'a> {
     waiters: &'a Waiters,
     key: (SessionId, String),
     id: u64,
-    pub outcome: oneshot::Receiver<WaitOutcome>,
+    pub outcomes: mpsc::UnboundedReceiver<IndexedOutcome>,
 }
 
 impl Drop for WaitRegistration<'_> {
@@ -66,12 +72,25 @@ impl Drop for WaitRegistration<'_> {
     }
 }
 
+impl WaitRegistration<'_> {
+    /// The first outcome produced by an entry after `index` (the caller's own acquire); `None`
+    /// if the state machine went away.
+    pub async fn outcome_after(&mut self, index: u64) -> Option<WaitOutcome> {
+        loop {
+            let (at, outcome) = self.outcomes.recv().await?;
+            if at > index {
+                return Some(outcome);
+            }
+        }
+    }
+}
+
 impl Waiters {
-    /// Registers interest in the outcome of `session`'s wait for `lock`. Register before
+    /// Registers interest in the outcomes of `session`'s waits for `lock`. Register before
     /// proposing the acquire, so the grant cannot be applied in between unseen. A retried
-    /// acquire registers again; every registration hears the outcome.
+    /// acquire registers again; every registration hears every outcome.
     pub fn register(&self, session: SessionId, lock: &str) -> WaitRegistration<'_> {
-        let (tx, outcome) = oneshot::channel();
+        let (tx, outcomes) = mpsc::unbounded_channel();
         let id = self
             .last_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -81,7 +100,7 @@ impl Waiters {
             waiters: self,
             key,
             id,
-            outcome,
+            outcomes,
         }
     }
 
@@ -90,10 +109,10 @@ impl Waiters {
         self.lock().values().map(Vec::len).sum()
     }
 
-    fn complete(&self, session: SessionId, lock: &str, outcome: WaitOutcome) {
-        if let Some(list) = self.lock().remove(&(session, lock.to_string())) {
+    fn complete(&self, session: SessionId, lock: &str, index: u64, outcome: WaitOutcome) {
+        if let Some(list) = self.lock().get(&(session, lock.to_string())) {
             for (_, tx) in list {
-                let _ = tx.send(outcome);
+                let _ = tx.send((index, outcome));
             }
         }
     }
@@ -173,7 +192,7 @@ impl StateMachine {
         self.shared.clone()
     }
 
-    fn publish(&self, output: &Output) {
+    fn publish(&self, output: &Output, index: u64) {
         for event in &output.events {
             match event {
                 Event::Granted {
@@ -183,9 +202,12 @@ impl StateMachine {
                     ..
                 } => {
                     metrics::counter!(crate::metrics::GRANTS).increment(1);
-                    self.shared
-                        .waiters
-                        .complete(*session, lock, WaitOutcome::Granted(*token));
+                    self.shared.waiters.complete(
+                        *session,
+                        lock,
+                        index,
+                        WaitOutcome::Granted(*token),
+                    );
                 }
                 Event::Released { cause, .. } => {
                     let cause = match cause {
@@ -203,7 +225,7 @@ impl StateMachine {
                 } => {
                     self.shared
                         .waiters
-                        .complete(*session, lock, WaitOutcome::Ended(*cause));
+                        .complete(*session, lock, index, WaitOutcome::Ended(*cause));
                 }
                 Event::SessionEnded { expired: true, .. } => {
                     metrics::counter!(crate::metrics::SESSION_EXPIRIES).increment(1);
@@ -286,7 +308,7 @@ impl RaftStateMachine<C> for StateMachine {
                 }
             };
             if let Some(output) = &output {
-                self.publish(output);
+                self.publish(output, entry.log_id.index);
             }
             if let Some(responder) = responder {
                 responder.send(output.unwrap_or(Output {
@@ -345,5 +367,28 @@ impl RaftStateMachine<C> for StateMachine {
             meta,
             snapshot: Cursor::new(bytes),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_wait_that_ended_before_the_acquire_is_not_its_outcome() {
+        let waiters = Waiters::default();
+        let mut registration = waiters.register(7, "l");
+        // An earlier wait of session 7 timed out in entry 10, the same entry that applied the
+        // new acquire (its deadline passed just before the command); the new wait is granted
+        // in entry 12.
+        waiters.complete(7, "l", 10, WaitOutcome::Ended(WaitEndCause::TimedOut));
+        waiters.complete(7, "other", 11, WaitOutcome::Granted(3));
+        waiters.complete(7, "l", 12, WaitOutcome::Granted(4));
+        assert_eq!(
+            registration.outcome_after(10).await,
+            Some(WaitOutcome::Granted(4))
+        );
+        drop(registration);
+        assert_eq!(waiters.count(), 0, "a dropped registration is gone");
     }
 }
