@@ -13,7 +13,7 @@ use futures::Stream;
 use palisade_core::{Command, CoreError, Event, LockStatus, Reply, SessionId, Wait, WaitEndCause};
 use palisade_proto::v1::locks_server::Locks;
 use palisade_proto::v1::*;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Request, Response, Status, Streaming};
 
@@ -30,11 +30,29 @@ const KEEPALIVE_BUFFER: usize = 16;
 #[derive(Debug, Clone)]
 pub struct LockService {
     node: Arc<Node>,
+    /// Permits for calls that stay open: keepalive streams, watches, queued acquires.
+    long_lived: Arc<Semaphore>,
 }
+
+/// Keepalive streams, watches and queued acquires open at once, over all connections. Each
+/// holds a task and buffers; a server under this many is still far from its memory limit.
+pub const LONG_LIVED_CALLS_MAX: usize = 20_000;
 
 impl LockService {
     pub fn new(node: Arc<Node>) -> Self {
-        LockService { node }
+        LockService {
+            node,
+            long_lived: Arc::new(Semaphore::new(LONG_LIVED_CALLS_MAX)),
+        }
+    }
+
+    fn long_lived_permit(&self) -> Result<OwnedSemaphorePermit, Status> {
+        self.long_lived.clone().try_acquire_owned().map_err(|_| {
+            Status::resource_exhausted(format!(
+                "{LONG_LIVED_CALLS_MAX} keepalive streams, watches and waiting acquires are open, \
+                 the limit of this server; close unused ones or retry later"
+            ))
+        })
     }
 
     async fn apply(&self, command: Command) -> Result<Reply, Status> {
@@ -166,10 +184,12 @@ impl Locks for LockService {
         &self,
         request: Request<Streaming<KeepAliveRequest>>,
     ) -> Result<Response<Self::KeepAliveStream>, Status> {
+        let permit = self.long_lived_permit()?;
         let mut pings = request.into_inner();
         let (tx, rx) = mpsc::channel(KEEPALIVE_BUFFER);
         let service = self.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             loop {
                 let next = tokio::select! {
                     next = pings.message() => next,
@@ -233,6 +253,10 @@ impl Locks for LockService {
             (false, 0) => Wait::Try,
             (false, ms) => Wait::ForMs(ms),
         };
+        // Taken before proposing, so a refused wait is never left queued in the table.
+        let _permit = (wait != Wait::Try)
+            .then(|| self.long_lived_permit())
+            .transpose()?;
         // Register before proposing: a grant from the queue may be applied at any moment after.
         let registration =
             (wait != Wait::Try).then(|| self.node.shared().waiters.register(r.session, &r.lock));
@@ -371,6 +395,7 @@ impl Locks for LockService {
             palisade_core::limits::LOCK_NAME_BYTES_MAX,
         )
         .map_err(|e| Status::invalid_argument(format!("invalid lock name: {e}")))?;
+        let permit = self.long_lived_permit()?;
         // Subscribe before reading the current state, so no change falls in between.
         let mut events = self.node.shared().events.subscribe();
         self.node
@@ -394,6 +419,7 @@ impl Locks for LockService {
         };
         let shared_node = self.node.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             if tx.send(Ok(first)).await.is_err() {
                 return;
             }
