@@ -93,19 +93,30 @@ if state[1] then
     return {'stale', accepted, state[3]}
   end
 end
-redis.call('HSET', KEYS[1], 'lock', lock, 'token', token, 'session', session)
+-- Redis does not roll a script back when a command in it fails, so everything that could
+-- fail is checked before the first write: then the ops and the advance happen all or not at all.
+for i = 1, #KEYS - 1 do
+  local key, kind = KEYS[1 + i], ARGV[2 + 2 * i]
+  if kind == 'rpush' then
+    local existing = redis.call('TYPE', key)['ok']
+    if existing ~= 'none' and existing ~= 'list' then
+      return {'wrong_type', key, existing}
+    end
+  elseif kind ~= 'set' and kind ~= 'del' then
+    return {'unknown_op', tostring(kind)}
+  end
+end
 for i = 1, #KEYS - 1 do
   local key, kind, value = KEYS[1 + i], ARGV[2 + 2 * i], ARGV[3 + 2 * i]
   if kind == 'set' then
     redis.call('SET', key, value)
   elseif kind == 'del' then
     redis.call('DEL', key)
-  elseif kind == 'rpush' then
-    redis.call('RPUSH', key, value)
   else
-    return redis.error_reply('palisade fence: unknown op ' .. tostring(kind))
+    redis.call('RPUSH', key, value)
   end
 end
+redis.call('HSET', KEYS[1], 'lock', lock, 'token', token, 'session', session)
 return {'ok'}
 "#;
 
@@ -215,6 +226,11 @@ impl RedisFence {
             ["wrong_lock", expected] => Err(FenceError::WrongLock {
                 expected: expected.to_owned(),
                 presented: sequencer.lock().to_owned(),
+            }),
+            ["wrong_type", key, existing] => Err(FenceError::Storage {
+                message: format!(
+                    "cannot RPUSH to {key:?}: it holds a {existing}, not a list; nothing was written"
+                ),
             }),
             ["corrupt", message] => Err(FenceError::Corrupt {
                 scope: scope.to_owned(),

@@ -257,3 +257,56 @@ async fn racing_writers_apply_in_token_order_and_the_highest_token_wins() {
     assert_eq!(get(&mut conn, &value_key).await, Some(TOKENS.to_string()));
     cleanup(&mut conn, &[fence.fence_key("race"), value_key, log_key]).await;
 }
+
+#[tokio::test]
+async fn a_write_that_cannot_apply_every_op_applies_none_and_does_not_advance() {
+    let Some(url) = redis_url() else { return };
+    let mut conn = connect(&url).await;
+    let (fence, prefix) = fixture();
+    let (plain, list) = (format!("{prefix}:plain"), format!("{prefix}:list"));
+    let _: () = redis::cmd("SET")
+        .arg(&list)
+        .arg("not a list")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    // Phase 1: the SET would succeed, the RPUSH cannot: neither happens, the token stays put.
+    let refused = fence
+        .write(
+            &mut conn,
+            "s",
+            &grant("report", 5, 1),
+            &[RedisOp::set(&plain, "by 5"), RedisOp::rpush(&list, "entry")],
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, FenceError::Storage { .. }), "{refused:?}");
+    assert!(
+        refused.to_string().contains("nothing was written"),
+        "{refused}"
+    );
+    assert_eq!(
+        get(&mut conn, &plain).await,
+        None,
+        "no op of the refused write applied"
+    );
+    assert_eq!(
+        fence.fence_state(&mut conn, "s").await.unwrap(),
+        None,
+        "the token did not advance"
+    );
+
+    // Phase 2: an older token is still accepted, since nothing was accepted yet.
+    fence
+        .write(
+            &mut conn,
+            "s",
+            &grant("report", 3, 1),
+            &[RedisOp::set(&plain, "by 3")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(get(&mut conn, &plain).await.as_deref(), Some("by 3"));
+    cleanup(&mut conn, &[plain, list, fence.fence_key("s")]).await;
+}
