@@ -25,17 +25,16 @@ use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use palisade_client::{
-    AcquireError, AcquireOptions, Client, LockGuard, ReleaseError, Session, SessionLost,
-    SessionOptions, Wait,
+    AcquireOptions, Client, LockGuard, ReleaseError, Session, SessionLost, SessionOptions, Wait,
 };
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{Signal as SignalStream, SignalKind, signal};
 use tokio::time::Instant;
 
 use crate::Global;
-use crate::args::{describe_wait, parse_duration, parse_wait};
+use crate::args::{parse_duration, parse_wait};
 use crate::exit::{self, Exit};
-use crate::oneshot::holder_suffix;
+use crate::oneshot;
 use crate::output::human_duration;
 
 /// How often to check whether a stopped command's process group is gone.
@@ -183,7 +182,11 @@ pub async fn run(args: LockArgs, global: &Global) -> anyhow::Result<ExitCode> {
     };
     let guard = match acquired {
         Ok(guard) => guard,
-        Err(error) => return Err(not_acquired(&client, session, &args, error).await),
+        Err(error) => {
+            let session_id = session.id();
+            let closed = session.close().await;
+            return Err(oneshot::not_acquired(&client, session_id, args.wait, error, closed).await);
+        }
     };
     let target = match spawn(&args, &client, &guard) {
         Ok(spawned) => spawned,
@@ -349,40 +352,6 @@ fn lost_at_exit(args: &LockArgs, reason: &str, code: u8) -> Exit {
 
 /// Explains a failed acquire, naming the holder where known; closes the session first, which
 /// settles an unknown outcome: a closed session holds nothing.
-async fn not_acquired(
-    client: &Client,
-    session: Session,
-    args: &LockArgs,
-    error: AcquireError,
-) -> anyhow::Error {
-    let session_id = session.id();
-    let closed = session.close().await;
-    match error {
-        AcquireError::WaitEnded { lock } => Exit::new(
-            exit::NOT_ACQUIRED,
-            format!(
-                "lock {lock:?} was not acquired within {}{}",
-                describe_wait(args.wait),
-                holder_suffix(client, &lock).await
-            ),
-        )
-        .into(),
-        error if error.outcome_unknown() => match closed {
-            Ok(()) | Err(palisade_client::CloseError::SessionNotFound { .. }) => Exit::new(
-                exit::UNAVAILABLE,
-                format!("{error}; session {session_id} was then closed, so the lock is not held"),
-            )
-            .into(),
-            Err(close_error) => Exit::new(
-                exit::OUTCOME_UNKNOWN,
-                format!("{error}; closing the session failed too: {close_error}"),
-            )
-            .into(),
-        },
-        error => error.into(),
-    }
-}
-
 async fn release_quietly(guard: LockGuard) {
     if let Err(error) = guard.release().await {
         tracing::debug!(%error, "releasing the lock failed");

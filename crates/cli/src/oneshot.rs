@@ -76,7 +76,10 @@ pub async fn acquire(args: AcquireArgs, global: &Global) -> anyhow::Result<ExitC
     };
     let grant = match result {
         Ok(grant) => grant,
-        Err(error) => return Err(not_acquired(&client, session, &args, error).await),
+        Err(error) => {
+            let closed = client.close_session(session).await;
+            return Err(not_acquired(&client, session, args.wait, error, closed).await);
+        }
     };
     if args.json {
         let object = json!({
@@ -119,19 +122,21 @@ fn unreachable_renewal() -> Result<palisade_client::Grant, AcquireError> {
 }
 
 /// Explains a failed acquire and closes the session, which also settles an unknown outcome.
-async fn not_acquired(
+/// Explains why an acquire did not end in a grant, once the caller has closed the session
+/// (`closed` is that outcome): a wait that ended, or an outcome the session's closing settled.
+pub async fn not_acquired(
     client: &Client,
     session: SessionId,
-    args: &AcquireArgs,
+    wait: Wait,
     error: AcquireError,
+    closed: Result<(), palisade_client::CloseError>,
 ) -> anyhow::Error {
-    let closed = client.close_session(session).await;
     match error {
         AcquireError::WaitEnded { lock } => Exit::new(
             exit::NOT_ACQUIRED,
             format!(
                 "lock {lock:?} was not acquired within {}{}",
-                describe_wait(args.wait),
+                describe_wait(wait),
                 holder_suffix(client, &lock).await
             ),
         )

@@ -26,7 +26,8 @@ pub const WAIT_MS_MAX: u64 = 86_400_000;
 
 /// Ceiling on concurrently open sessions.
 pub const SESSIONS_MAX: usize = 50_000;
-/// Ceiling on locks that exist at once (held, waited on, or remembered for their token counter).
+/// Ceiling on locks that exist at once (held, waited on, or in lock-delay; free locks are
+/// forgotten, the shared token counter keeps their tokens safe).
 pub const LOCKS_MAX: usize = 1_000_000;
 /// Ceiling on waiters queued behind one lock.
 pub const WAITERS_PER_LOCK_MAX: usize = 10_000;
@@ -36,8 +37,6 @@ pub const FORGOTTEN_LOCKS_REMEMBERED_MAX: usize = 100_000;
 pub const LOCK_DELAY_MS_MAX: u64 = 60_000;
 /// How many completed request ids each session remembers for retries.
 pub const REQUEST_IDS_PER_SESSION_MAX: usize = 16;
-/// Longest client-chosen request id, in bytes.
-pub const REQUEST_ID_BYTES_MAX: usize = 64;
 
 const _: () = assert!(SESSION_TTL_MS_MIN < SESSION_TTL_MS_MAX);
 const _: () = assert!(LOCK_DELAY_MS_MAX <= SESSION_TTL_MS_MAX);

@@ -135,11 +135,17 @@ impl Wal {
                 format!("{} is in use by another palisade process", path.display()),
             )
         })?;
+        let created = !path.exists();
         let mut file = OpenOptions::new()
             .create(true)
             .read(true)
             .append(true)
             .open(path)?;
+        if created {
+            // The new file's directory entry must be durable before anything in it is
+            // acknowledged.
+            File::open(directory_of(path))?.sync_all()?;
+        }
         let mut contents = Vec::new();
         file.read_to_end(&mut contents)?;
         let mut state = LogState::default();
@@ -210,9 +216,7 @@ impl Wal {
             file.sync_all()?;
         }
         std::fs::rename(&temporary, &self.path)?;
-        if let Some(dir) = self.path.parent() {
-            File::open(dir)?.sync_all()?;
-        }
+        File::open(directory_of(&self.path))?.sync_all()?;
         self.file = OpenOptions::new().append(true).open(&self.path)?;
         tracing::info!(
             from_bytes = self.bytes,
@@ -222,6 +226,13 @@ impl Wal {
         self.bytes = encoded.len() as u64;
         Ok(())
     }
+}
+
+/// The directory holding `path` (`.` for a bare file name).
+fn directory_of(path: &Path) -> &Path {
+    path.parent()
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
 }
 
 /// Where a damaged frame at `offset` ends, if its length field can be trusted that far.
