@@ -148,3 +148,29 @@ pub fn verify_presented(
         Some(text) => Ok(VerifiedSequencer::from_str_verified(text, key)?),
     }
 }
+
+/// Why a database refused `sequencer` for `scope`, given the state it refused it with.
+///
+/// The SQL backends advance with one conditional statement and, when it refuses, read the
+/// (still locked) row to explain the refusal with the same [`check`] every backend uses. If that
+/// check would have accepted, the database and this library disagree: that is reported as
+/// corruption, never as success.
+pub fn explain_refusal(
+    scope: &str,
+    accepted: &FenceState,
+    sequencer: &VerifiedSequencer,
+) -> FenceError {
+    match check(Some(accepted), LockBinding::BindOnFirstWrite, sequencer) {
+        Err(rejection) => rejection,
+        Ok(next) => {
+            assert_advance(Some(accepted), &next);
+            FenceError::Corrupt {
+                scope: scope.to_owned(),
+                message: format!(
+                    "the database refused token {} but the stored state {accepted:?} accepts it",
+                    sequencer.token()
+                ),
+            }
+        }
+    }
+}

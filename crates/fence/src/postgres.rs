@@ -35,7 +35,7 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row, Transaction};
 
 use crate::FenceError;
-use crate::fence::{FenceState, LockBinding, assert_advance, check, validate_scope};
+use crate::fence::{FenceState, LockBinding, check, explain_refusal, validate_scope};
 
 /// The DDL of the fence table.
 pub fn create_table_sql() -> &'static str {
@@ -129,19 +129,7 @@ pub async fn check_and_advance_expecting(
         .await
         .map_err(storage)?;
     let accepted = decode(scope, &row)?;
-    match check(Some(&accepted), LockBinding::BindOnFirstWrite, sequencer) {
-        Err(rejection) => Err(rejection),
-        Ok(next) => {
-            assert_advance(Some(&accepted), &next);
-            Err(FenceError::Corrupt {
-                scope: scope.to_owned(),
-                message: format!(
-                    "the database refused token {} but the stored state {accepted:?} accepts it",
-                    sequencer.token()
-                ),
-            })
-        }
-    }
+    Err(explain_refusal(scope, &accepted, sequencer))
 }
 
 /// The committed state of `scope` (as visible to `client`'s snapshot), if any write was accepted.

@@ -20,7 +20,7 @@ use palisade_sequencer::VerifiedSequencer;
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior};
 
 use crate::FenceError;
-use crate::fence::{FenceState, LockBinding, assert_advance, check, validate_scope};
+use crate::fence::{FenceState, LockBinding, check, explain_refusal, validate_scope};
 
 /// The DDL of the fence table.
 pub fn create_table_sql() -> &'static str {
@@ -100,19 +100,7 @@ pub fn check_and_advance_expecting(
         scope: scope.to_owned(),
         message: "the fence row refused the token but cannot be read".into(),
     })?;
-    match check(Some(&accepted), LockBinding::BindOnFirstWrite, sequencer) {
-        Err(rejection) => Err(rejection),
-        Ok(next) => {
-            assert_advance(Some(&accepted), &next);
-            Err(FenceError::Corrupt {
-                scope: scope.to_owned(),
-                message: format!(
-                    "the database refused token {} but the stored state {accepted:?} accepts it",
-                    sequencer.token()
-                ),
-            })
-        }
-    }
+    Err(explain_refusal(scope, &accepted, sequencer))
 }
 
 /// The state of `scope` as visible to `conn`, if any write was accepted.
