@@ -8,6 +8,7 @@
 //! - [`metrics`]: Prometheus metric names and exporter.
 
 pub mod grpc;
+mod incoming;
 mod keys;
 pub mod log_store;
 pub mod metrics;
@@ -16,6 +17,8 @@ pub mod node;
 pub mod raft_types;
 pub mod state_machine;
 pub mod wal;
+
+pub use incoming::CONNECTIONS_MAX;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -142,18 +145,14 @@ impl Server {
         .max_encoding_message_size(palisade_proto::MESSAGE_BYTES_MAX);
         let (stopped, stop) = tokio::sync::oneshot::channel::<()>();
         let serving = tonic::transport::Server::builder()
-            .tcp_nodelay(true)
             .concurrency_limit_per_connection(CONCURRENT_REQUESTS_PER_CONNECTION_MAX)
             .add_service(service)
-            .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(self.listener),
-                async move {
-                    shutdown.await;
-                    tracing::info!("shutting down");
-                    node.begin_shutdown();
-                    let _ = stopped.send(());
-                },
-            );
+            .serve_with_incoming_shutdown(incoming::limited(self.listener), async move {
+                shutdown.await;
+                tracing::info!("shutting down");
+                node.begin_shutdown();
+                let _ = stopped.send(());
+            });
         tokio::pin!(serving);
         let served = tokio::select! {
             served = &mut serving => served,
