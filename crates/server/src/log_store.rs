@@ -47,6 +47,10 @@ impl DurableIndex {
         DurableIndex(Arc::new(AtomicU64::new(u64::MAX)))
     }
 
+    fn retreat_to(&self, end: u64) {
+        self.0.fetch_min(end, Ordering::AcqRel);
+    }
+
     fn advance_to(&self, last_index: u64) {
         self.0.fetch_max(last_index + 1, Ordering::AcqRel);
     }
@@ -306,6 +310,9 @@ impl RaftLogStorage<C> for LogStore {
 
     async fn truncate_after(&mut self, last_log_id: Option<LogIdOf<C>>) -> Result<(), io::Error> {
         let from = last_log_id.map_or(0, |id| id.index + 1);
+        // Entries from `from` on are gone; one appended there again is durable only once its own
+        // batch is, so the state machine's check must not count the removed ones.
+        self.durable.retreat_to(from);
         self.state().apply(Record::TruncateFrom(from));
         self.submit_durably(Record::TruncateFrom(from)).await
     }

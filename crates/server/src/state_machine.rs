@@ -240,7 +240,10 @@ impl StateMachine {
 
 /// Writes `bytes` to `dir/name` so that a crash leaves either the old file or the new one.
 pub fn write_file_atomically(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
-    let temporary = dir.join(format!("{name}.tmp"));
+    // A name of its own per call: a snapshot being built and one being installed may overlap.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let write = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let temporary = dir.join(format!("{name}.{write}.tmp"));
     {
         let mut file = std::fs::File::create(&temporary)?;
         file.write_all(bytes)?;
