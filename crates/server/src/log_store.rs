@@ -159,8 +159,12 @@ impl LogStore {
     }
 
     fn state(&self) -> MutexGuard<'_, wal::LogState> {
-        self.state.lock().expect("log state lock poisoned")
+        lock_state(&self.state)
     }
+}
+
+fn lock_state(state: &Mutex<wal::LogState>) -> MutexGuard<'_, wal::LogState> {
+    state.lock().expect("log state lock poisoned")
 }
 
 /// The writer thread: drains the queue, appends it with one fdatasync, reports, compacts.
@@ -172,6 +176,7 @@ fn write_loop(
 ) {
     let mut encoded = Vec::new();
     let mut stopping = false;
+    let mut written_committed = lock_state(&state).committed;
     while !stopping {
         let Ok(first) = queue.recv() else { return };
         let mut batch = Vec::new();
@@ -189,11 +194,18 @@ fn write_loop(
         }
         encoded.clear();
         let started = Instant::now();
-        // Records nobody waits for (the committed index, purges) may reach the disk with the next
+        // Records nobody waits for (purges, the committed id) may reach the disk with the next
         // fsync: losing them in a crash only means re-applying or re-purging after the restart.
         let sync = batch.iter().any(|w| !matches!(w.done, Done::Nothing));
-        let result = wal::encode_frame(batch.iter().map(|w| &w.record), &mut encoded)
-            .and_then(|()| wal.append(&encoded, sync));
+        let committed = lock_state(&state).committed;
+        let committed_record =
+            (committed != written_committed).then_some(Record::Committed(committed));
+        let records = batch.iter().map(|w| &w.record).chain(&committed_record);
+        let result =
+            wal::encode_frame(records, &mut encoded).and_then(|()| wal.append(&encoded, sync));
+        if result.is_ok() {
+            written_committed = committed;
+        }
         if sync {
             metrics::histogram!(crate::metrics::FSYNC_SECONDS)
                 .record(started.elapsed().as_secs_f64());
@@ -226,7 +238,7 @@ fn write_loop(
         if purged {
             // The in-memory log may be ahead of the file by writes still queued; each of them
             // is an assignment that re-applies cleanly on top of the compacted state.
-            let state = state.lock().expect("log state lock poisoned");
+            let state = lock_state(&state);
             let live_bytes = state.entries.len() as u64 * 256;
             if let Err(e) = wal.maybe_compact(&state, live_bytes) {
                 tracing::warn!(error = %e, "compacting the raft log failed; it keeps growing");
@@ -280,9 +292,11 @@ impl RaftLogStorage<C> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogIdOf<C>>) -> Result<(), io::Error> {
-        // Not waited for: losing it only means re-applying from the snapshot on restart.
+        // Not queued: the writer adds the latest committed id to the next frame it writes.
+        // Losing it in a crash only means re-applying from the snapshot on restart, and it
+        // saves the writer a wake-up and a `write` per commit.
         self.state().apply(Record::Committed(committed));
-        self.submit(Record::Committed(committed), Done::Nothing)
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogIdOf<C>>, io::Error> {
