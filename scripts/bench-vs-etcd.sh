@@ -107,19 +107,11 @@ args=(bench all --target "palisade://127.0.0.1:$lock_port" --target "etcd://127.
   --metrics "http://127.0.0.1:$metrics_port/metrics" --server-pid "$palisade_pid")
 if [ -n "$json_out" ]; then args+=(--json-file "$json_out"); fi
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(free -g | awk '/Mem:/ {print $2}') GiB RAM; $(etcd --version | head -1)"
-python3 - "$work" <<'PY'
-import os, sys, time
-path = os.path.join(sys.argv[1], "fsync-probe")
-fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-n, started = 500, time.perf_counter()
-for _ in range(n):
-    os.write(fd, b"x" * 128)
-    os.fdatasync(fd)
-print(f"disk: one append + fdatasync in the data directory's file system takes {(time.perf_counter() - started) / n * 1e6:.0f} µs on average (500 in a row)")
-os.close(fd)
-os.unlink(path)
-PY
 echo "load average before the run: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+echo "What this machine allows, measured on its primitives (\`palisade bench floor\`):"
+echo
+"$palisade" bench floor --store-dir "$work"
 echo
 "$palisade" "${args[@]}" --markdown
 

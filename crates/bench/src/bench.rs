@@ -50,6 +50,9 @@ pub enum Workload {
     FencedWrite,
     /// Every workload in turn.
     All,
+    /// No service: this machine's fsync, loopback round trip, thread wake-up and signing
+    /// times, and the bounds they put on the workloads above.
+    Floor,
 }
 
 impl Workload {
@@ -67,6 +70,7 @@ impl Workload {
             Workload::Latency => "latency",
             Workload::FencedWrite => "fenced-write",
             Workload::All => "all",
+            Workload::Floor => "floor",
         }
     }
 
@@ -74,6 +78,7 @@ impl Workload {
     fn clients_default(self) -> usize {
         match self {
             Workload::Uncontended | Workload::FencedWrite | Workload::All => 32,
+            Workload::Floor => 0,
             Workload::Contended => 16,
             Workload::Latency => 1,
         }
@@ -94,8 +99,8 @@ pub struct BenchArgs {
     /// `fenced-write` then also measures fenced writes over HTTP.
     #[arg(long)]
     pub store: Option<String>,
-    /// Where `fenced-write` puts its in-process store (a fresh directory inside; default: the
-    /// system's temporary directory).
+    /// Where `fenced-write` puts its in-process store, and `floor` its fsync probe (a fresh
+    /// directory inside; default: the system's temporary directory).
     #[arg(long)]
     pub store_dir: Option<std::path::PathBuf>,
     /// Concurrent clients (default: 32 uncontended and fenced-write, 16 contended; `latency`
@@ -190,6 +195,16 @@ impl BenchReport {
 
 /// Runs `palisade bench` and prints its report.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if args.workload == Workload::Floor {
+        let dir = args.store_dir.clone().unwrap_or_else(std::env::temp_dir);
+        let floor = tokio::task::spawn_blocking(move || crate::floor::measure(&dir)).await??;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&floor)?);
+        } else {
+            print!("{}", crate::floor::markdown(&floor));
+        }
+        return Ok(());
+    }
     let report = measure(&args).await?;
     if let Some(path) = &args.json_file {
         std::fs::write(path, serde_json::to_string_pretty(&report)?)
@@ -233,6 +248,7 @@ pub async fn measure(args: &BenchArgs) -> anyhow::Result<BenchReport> {
     }
     let workloads: Vec<Workload> = match args.workload {
         Workload::All => Workload::EACH.to_vec(),
+        Workload::Floor => bail!("`floor` loads no service; run it with `palisade bench floor`"),
         one => vec![one],
     };
     let mut report = BenchReport {

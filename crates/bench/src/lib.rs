@@ -8,13 +8,16 @@
 //! - [`target`]: what a benchmark client drives — the Palisade client library, or a minimal etcd
 //!   v3 client generated from `proto/` (leases and the lock service only);
 //! - [`local`]: the in-process lock service and store the demo and tests use;
-//! - [`server_view`]: the lock service's own account of a workload (its `/metrics` and CPU).
+//! - [`server_view`]: the lock service's own account of a workload (its `/metrics` and CPU);
+//! - [`floor`]: this machine's primitives (fsync, loopback round trip, wake-up, signing) and
+//!   the bounds they set on every workload, for any implementation.
 //!
 //! **Architecture Invariant:** nothing here asserts speed. Benchmarks report numbers; tests check
 //! that work was done and reported, never how fast.
 
 pub mod bench;
 pub mod demo;
+pub mod floor;
 pub mod local;
 pub mod server_view;
 pub mod stats;

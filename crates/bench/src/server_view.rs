@@ -9,7 +9,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 /// Linux reports process CPU time in clock ticks of 1/100 s (`USER_HZ`).
-const TICKS_PER_S: f64 = 100.0;
+pub(crate) const TICKS_PER_S: f64 = 100.0;
 
 /// Where to look: the `/metrics` URL and, optionally, the server's process id.
 #[derive(Debug, Clone)]
@@ -116,7 +116,7 @@ fn parse_exposition(text: &str) -> HashMap<String, f64> {
 }
 
 /// User plus system CPU time of a process, in ticks, from its `/proc/…/stat`.
-fn cpu_ticks(path: &str) -> Option<u64> {
+pub(crate) fn cpu_ticks(path: &str) -> Option<u64> {
     let stat = std::fs::read_to_string(path).ok()?;
     // The command name (field 2) may contain spaces; fields after its closing parenthesis are
     // plain. utime and stime are fields 14 and 15, i.e. 12th and 13th after the name.

@@ -1,0 +1,283 @@
+//! `palisade bench floor`: what this machine allows, measured on its primitives, and the bounds
+//! they put on the lock workloads whatever the software above them does.
+//!
+//! A durable lock operation needs at least one `fdatasync`, one loopback round trip, and inside
+//! the server a hand-off to the thread that syncs and one back; a grant also needs one Ed25519
+//! signature. Each is measured here on its own, in this process, with nothing else of ours
+//! running, so the bounds below are what a perfect implementation would reach on this machine.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use crate::server_view::{TICKS_PER_S, cpu_ticks};
+
+/// Synced writes per fsync measurement.
+const SYNCS: usize = 1000;
+/// Bytes per synced write: about one frame of a small batch of the Raft log.
+const RECORD_BYTES: usize = 200;
+/// Round trips per loopback and hand-off measurement.
+const ROUND_TRIPS: usize = 20_000;
+/// Signatures for the signing measurement.
+const SIGNATURES: usize = 2_000;
+
+/// The measured primitives, in microseconds.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Floor {
+    pub fsync_append_p50_us: f64,
+    pub fsync_overwrite_p50_us: f64,
+    pub loopback_round_trip_us: f64,
+    /// CPU time (both ends, user and system) one loopback round trip costs.
+    pub loopback_round_trip_cpu_us: f64,
+    pub thread_handoff_us: f64,
+    pub sign_us: f64,
+    pub cpus: usize,
+}
+
+impl Floor {
+    /// One durable operation seen by one client: the fsync, the round trip, and the server's
+    /// two hand-offs (to the syncing thread and back).
+    fn one_operation_us(&self) -> f64 {
+        self.fsync_overwrite_p50_us + self.loopback_round_trip_us + 2.0 * self.thread_handoff_us
+    }
+
+    /// The lowest acquire+release latency: two operations in series and one signature.
+    pub fn latency_floor_us(&self) -> f64 {
+        2.0 * self.one_operation_us() + self.sign_us
+    }
+
+    /// The most handoffs per second one contended lock allows: each handoff is one durable
+    /// operation in series (the release that grants the next waiter) plus its signature.
+    pub fn contended_ceiling_per_s(&self) -> f64 {
+        1e6 / (self.one_operation_us() + self.sign_us)
+    }
+
+    /// Acquire+release cycles per second if every core did nothing but move the two requests
+    /// and two replies of each cycle over loopback and sign its sequencer. Not a hard bound:
+    /// with many clients a reader often finds several messages per wake-up.
+    pub fn cycles_ceiling_per_s(&self) -> f64 {
+        self.cpus as f64 * 1e6 / (2.0 * self.loopback_round_trip_cpu_us + self.sign_us)
+    }
+}
+
+/// Measures every primitive, with the fsync probes in a fresh directory under `dir`.
+pub fn measure(dir: &Path) -> anyhow::Result<Floor> {
+    let probe_dir = tempfile::Builder::new()
+        .prefix("palisade-floor.")
+        .tempdir_in(dir)
+        .with_context(|| format!("cannot create a directory in {}", dir.display()))?;
+    let (fsync_append_p50_us, fsync_overwrite_p50_us) = fsyncs(&probe_dir.path().join("probe"))?;
+    let (loopback_round_trip_us, loopback_round_trip_cpu_us) = loopback_round_trip()?;
+    Ok(Floor {
+        fsync_append_p50_us,
+        fsync_overwrite_p50_us,
+        loopback_round_trip_us,
+        loopback_round_trip_cpu_us,
+        thread_handoff_us: thread_handoff(),
+        sign_us: signing(),
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+    })
+}
+
+fn p50_us(mut samples: Vec<Duration>) -> f64 {
+    samples.sort();
+    samples[samples.len() / 2].as_secs_f64() * 1e6
+}
+
+/// p50 of `write + fdatasync` appending to a file, and overwriting zeros already on disk.
+fn fsyncs(path: &Path) -> anyhow::Result<(f64, f64)> {
+    let record = [0x5a_u8; RECORD_BYTES];
+    let file = std::fs::OpenOptions::new()
+        .create_new(true)
+        .read(true)
+        .write(true)
+        .open(path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    let mut append = Vec::with_capacity(SYNCS);
+    for i in 0..SYNCS {
+        let started = Instant::now();
+        file.write_all_at(&record, (i * RECORD_BYTES) as u64)?;
+        file.sync_data()?;
+        append.push(started.elapsed());
+    }
+    file.set_len(0)?;
+    file.write_all_at(&vec![0; SYNCS * RECORD_BYTES], 0)?;
+    file.sync_all()?;
+    let mut overwrite = Vec::with_capacity(SYNCS);
+    for i in 0..SYNCS {
+        let started = Instant::now();
+        file.write_all_at(&record, (i * RECORD_BYTES) as u64)?;
+        file.sync_data()?;
+        overwrite.push(started.elapsed());
+    }
+    Ok((p50_us(append), p50_us(overwrite)))
+}
+
+/// Mean round trip of a small message over loopback TCP between two threads that each sleep in
+/// `read` until the other's message arrives, as a client and a server do; and the CPU time of
+/// both ends per round trip.
+fn loopback_round_trip() -> anyhow::Result<(f64, f64)> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let address = listener.local_addr()?;
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        let (mut stream, _) = listener.accept()?;
+        stream.set_nodelay(true)?;
+        let mut buffer = [0u8; 64];
+        loop {
+            match stream.read(&mut buffer)? {
+                0 => return Ok(()),
+                n => stream.write_all(&buffer[..n])?,
+            }
+        }
+    });
+    let mut stream = TcpStream::connect(address)?;
+    stream.set_nodelay(true)?;
+    let message = [1u8; 64];
+    let mut reply = [0u8; 64];
+    let cpu_before = cpu_ticks("/proc/self/stat").context("no CPU time in /proc/self/stat")?;
+    let started = Instant::now();
+    for _ in 0..ROUND_TRIPS {
+        stream.write_all(&message)?;
+        stream.read_exact(&mut reply)?;
+    }
+    let elapsed = started.elapsed();
+    let cpu_ticks = cpu_ticks("/proc/self/stat").context("no CPU time in /proc/self/stat")?
+        - cpu_before;
+    drop(stream);
+    echo.join()
+        .map_err(|_| anyhow::anyhow!("the echo thread panicked"))??;
+    let per_round_trip = |seconds: f64| seconds * 1e6 / ROUND_TRIPS as f64;
+    Ok((
+        per_round_trip(elapsed.as_secs_f64()),
+        per_round_trip(cpu_ticks as f64 / TICKS_PER_S),
+    ))
+}
+
+/// Mean time for one thread to wake another that sleeps on a channel: half a ping-pong.
+fn thread_handoff() -> f64 {
+    let (to_peer, peer_inbox) = std::sync::mpsc::channel::<usize>();
+    let (to_main, main_inbox) = std::sync::mpsc::channel::<usize>();
+    let peer = std::thread::spawn(move || {
+        while let Ok(n) = peer_inbox.recv() {
+            if to_main.send(n).is_err() {
+                return;
+            }
+        }
+    });
+    let started = Instant::now();
+    for n in 0..ROUND_TRIPS {
+        to_peer.send(n).expect("the peer thread is alive");
+        main_inbox.recv().expect("the peer thread answers");
+    }
+    let elapsed = started.elapsed();
+    drop(to_peer);
+    let _ = peer.join();
+    elapsed.as_secs_f64() * 1e6 / (2 * ROUND_TRIPS) as f64
+}
+
+/// Mean time to sign one sequencer, as the server does for every grant.
+fn signing() -> f64 {
+    let key = palisade_sequencer::SigningKey::generate();
+    let started = Instant::now();
+    for token in 0..SIGNATURES as u64 {
+        let signed = key.sign("jobs/nightly", token + 1, 42);
+        std::hint::black_box(signed.ok());
+    }
+    started.elapsed().as_secs_f64() * 1e6 / SIGNATURES as f64
+}
+
+/// The primitives and the bounds they imply, as a markdown table next to DESIGN.md's targets.
+pub fn markdown(floor: &Floor) -> String {
+    let ms = |us: f64| format!("{:.3} ms", us / 1e3);
+    let mut out = String::new();
+    out.push_str("| primitive (this machine) | measured |\n|---|---:|\n");
+    for (what, us) in [
+        ("append + fdatasync, p50", floor.fsync_append_p50_us),
+        (
+            "overwrite of allocated zeros + fdatasync, p50",
+            floor.fsync_overwrite_p50_us,
+        ),
+        (
+            "loopback TCP round trip, both ends sleeping in read",
+            floor.loopback_round_trip_us,
+        ),
+        (
+            "CPU time of that round trip, both ends",
+            floor.loopback_round_trip_cpu_us,
+        ),
+        (
+            "hand-off to a sleeping thread (wake-up)",
+            floor.thread_handoff_us,
+        ),
+        ("Ed25519 signature of one sequencer", floor.sign_us),
+    ] {
+        out.push_str(&format!("| {what} | {us:.1} µs |\n"));
+    }
+    out.push_str(
+        "\n| what that leaves for a perfect server on this machine | value | DESIGN §6 target |\n|---|---:|---|\n",
+    );
+    out.push_str(&format!(
+        "| one-client acquire+release ≥ 2 × (fsync + round trip + 2 hand-offs) + signature | {} | ≤ 0.45 ms |\n",
+        ms(floor.latency_floor_us())
+    ));
+    out.push_str(&format!(
+        "| contended handoffs/s ≤ 1 / (fsync + round trip + 2 hand-offs + signature) | {:.0} | ≥ 20 × etcd |\n",
+        floor.contended_ceiling_per_s()
+    ));
+    out.push_str(&format!(
+        "| acquire+release cycles/s on {} CPUs doing nothing but 2 round trips (each message waking its reader) and 1 signature per cycle | {:.0} | uncontended ≥ 10 × etcd |\n",
+        floor.cpus,
+        floor.cycles_ceiling_per_s()
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bounds_follow_from_the_primitives() {
+        let floor = Floor {
+            fsync_append_p50_us: 150.0,
+            fsync_overwrite_p50_us: 100.0,
+            loopback_round_trip_us: 80.0,
+            loopback_round_trip_cpu_us: 40.0,
+            thread_handoff_us: 25.0,
+            sign_us: 20.0,
+            cpus: 2,
+        };
+        // One operation: 100 + 80 + 2 × 25 = 230 µs.
+        assert_eq!(floor.latency_floor_us(), 480.0);
+        assert_eq!(floor.contended_ceiling_per_s(), 1e6 / 250.0);
+        assert_eq!(floor.cycles_ceiling_per_s(), 2e6 / 100.0);
+        let table = markdown(&floor);
+        assert!(table.contains("| 0.480 ms | ≤ 0.45 ms |"), "{table}");
+        assert!(table.contains("| 4000 |"), "{table}");
+    }
+
+    #[test]
+    fn every_primitive_is_measured_as_a_positive_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let floor = measure(dir.path()).unwrap();
+        for (name, us) in [
+            ("append", floor.fsync_append_p50_us),
+            ("overwrite", floor.fsync_overwrite_p50_us),
+            ("round trip", floor.loopback_round_trip_us),
+            ("round trip CPU", floor.loopback_round_trip_cpu_us),
+            ("hand-off", floor.thread_handoff_us),
+            ("sign", floor.sign_us),
+        ] {
+            assert!(us > 0.0 && us.is_finite(), "{name}: {us}");
+        }
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "the probe files are removed"
+        );
+    }
+}
