@@ -145,8 +145,8 @@ fn loopback_round_trip() -> anyhow::Result<(f64, f64)> {
         stream.read_exact(&mut reply)?;
     }
     let elapsed = started.elapsed();
-    let cpu_ticks = cpu_ticks("/proc/self/stat").context("no CPU time in /proc/self/stat")?
-        - cpu_before;
+    let cpu_ticks =
+        cpu_ticks("/proc/self/stat").context("no CPU time in /proc/self/stat")? - cpu_before;
     drop(stream);
     echo.join()
         .map_err(|_| anyhow::anyhow!("the echo thread panicked"))??;

@@ -15,6 +15,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
 use openraft::errors::{InitializeError, RaftError};
@@ -196,6 +197,17 @@ impl Node {
             }
             let notified = self.shared.applied_notify.notified();
             let next = self.shared.read(|t| t.next_deadline_ms());
+            // Announce the alarm, then look again: a batch applied between the two reads either
+            // shows here or, reading the alarm after it was set, signals (see `Shared`).
+            let alarm = next.unwrap_or(u64::MAX);
+            self.shared.lease_alarm_ms.store(alarm, SeqCst);
+            if self
+                .shared
+                .read(|t| t.next_deadline_ms())
+                .is_some_and(|deadline| deadline < alarm)
+            {
+                continue;
+            }
             let now = self.now_ms();
             match next {
                 Some(deadline) if deadline <= now => match self.propose(Command::Tick).await {

@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::io::{self, Cursor, Write as _};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::{Stream, TryStreamExt};
@@ -135,8 +136,12 @@ pub struct Shared {
     applied: Mutex<Applied>,
     pub waiters: Waiters,
     pub events: broadcast::Sender<Event>,
-    /// Signalled after every applied batch, so the lease driver can look at deadlines again.
+    /// Signalled after an applied batch moved the table's next deadline before
+    /// [`Shared::lease_alarm_ms`], so the lease driver looks at deadlines again.
     pub applied_notify: Notify,
+    /// The table time at which the lease driver will look at the table by itself (`u64::MAX`:
+    /// it waits for a signal). Batches that leave the next deadline after it signal nothing.
+    pub lease_alarm_ms: std::sync::atomic::AtomicU64,
     durable: DurableIndex,
     dir: PathBuf,
 }
@@ -182,6 +187,7 @@ impl StateMachine {
                 waiters: Waiters::default(),
                 events,
                 applied_notify: Notify::new(),
+                lease_alarm_ms: std::sync::atomic::AtomicU64::new(u64::MAX),
                 durable,
                 dir: dir.to_path_buf(),
             }),
@@ -320,12 +326,16 @@ impl RaftStateMachine<C> for StateMachine {
                 }));
             }
         }
-        {
+        let next_deadline = {
             let applied = self.shared.applied();
             metrics::gauge!(crate::metrics::SESSIONS).set(applied.table.session_count() as f64);
             metrics::gauge!(crate::metrics::LOCKS).set(applied.table.lock_count() as f64);
+            applied.table.next_deadline_ms()
+        };
+        let alarm = self.shared.lease_alarm_ms.load(Ordering::SeqCst);
+        if next_deadline.is_some_and(|deadline| deadline < alarm) {
+            self.shared.applied_notify.notify_one();
         }
-        self.shared.applied_notify.notify_one();
         Ok(())
     }
 
