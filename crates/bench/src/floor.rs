@@ -26,7 +26,7 @@ const ROUND_TRIPS: usize = 20_000;
 const SIGNATURES: usize = 2_000;
 
 /// The measured primitives, in microseconds.
-#[derive(Debug, Clone, Copy, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct Floor {
     pub fsync_append_p50_us: f64,
     pub fsync_overwrite_p50_us: f64,
@@ -36,6 +36,8 @@ pub struct Floor {
     pub thread_handoff_us: f64,
     pub sign_us: f64,
     pub cpus: usize,
+    /// Where the fsync probe ran: its file system is what the numbers describe.
+    pub fsync_dir: std::path::PathBuf,
 }
 
 impl Floor {
@@ -80,6 +82,7 @@ pub fn measure(dir: &Path) -> anyhow::Result<Floor> {
         thread_handoff_us: thread_handoff(),
         sign_us: signing(),
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        fsync_dir: dir.to_path_buf(),
     })
 }
 
@@ -193,7 +196,10 @@ fn signing() -> f64 {
 /// The primitives and the bounds they imply, as a markdown table next to DESIGN.md's targets.
 pub fn markdown(floor: &Floor) -> String {
     let ms = |us: f64| format!("{:.3} ms", us / 1e3);
-    let mut out = String::new();
+    let mut out = format!(
+        "fsync measured in {} (pass --store-dir to measure the data directory's file system)\n\n",
+        floor.fsync_dir.display()
+    );
     out.push_str("| primitive (this machine) | measured |\n|---|---:|\n");
     for (what, us) in [
         ("append + fdatasync, p50", floor.fsync_append_p50_us),
@@ -202,18 +208,18 @@ pub fn markdown(floor: &Floor) -> String {
             floor.fsync_overwrite_p50_us,
         ),
         (
-            "loopback TCP round trip, both ends sleeping in read",
+            "loopback TCP round trip, both ends sleeping in read, mean",
             floor.loopback_round_trip_us,
         ),
         (
-            "CPU time of that round trip, both ends",
+            "CPU time of that round trip, both ends, mean",
             floor.loopback_round_trip_cpu_us,
         ),
         (
-            "hand-off to a sleeping thread (wake-up)",
+            "hand-off to a sleeping thread (wake-up), mean",
             floor.thread_handoff_us,
         ),
-        ("Ed25519 signature of one sequencer", floor.sign_us),
+        ("Ed25519 signature of one sequencer, mean", floor.sign_us),
     ] {
         out.push_str(&format!("| {what} | {us:.1} µs |\n"));
     }
@@ -229,7 +235,7 @@ pub fn markdown(floor: &Floor) -> String {
         floor.contended_ceiling_per_s()
     ));
     out.push_str(&format!(
-        "| acquire+release cycles/s on {} CPUs doing nothing but 2 round trips (each message waking its reader) and 1 signature per cycle | {:.0} | uncontended ≥ 10 × etcd |\n",
+        "| estimate, not a bound: acquire+release cycles/s on {} CPUs doing nothing but 2 round trips (each message waking its reader) and 1 signature per cycle | {:.0} | uncontended ≥ 10 × etcd |\n",
         floor.cpus,
         floor.cycles_ceiling_per_s()
     ));
@@ -250,6 +256,7 @@ mod tests {
             thread_handoff_us: 25.0,
             sign_us: 20.0,
             cpus: 2,
+            fsync_dir: "/data".into(),
         };
         // One operation: 100 + 80 + 2 × 25 = 230 µs.
         assert_eq!(floor.latency_floor_us(), 480.0);

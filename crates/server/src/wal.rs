@@ -8,11 +8,12 @@
 //! **Why it is crash-safe.** One frame holds one batch: the records the writer appends with one
 //! `write` and then makes durable with one `fdatasync`, before it acknowledges any of them. The
 //! next frame is written only after that fsync returned, so a crash can damage only the *last*
-//! frame: its length may run past the end of the file, its checksum may not match, or pages of
-//! it may be missing (zeros). Replay stops at the first damaged frame; if nothing but zeros
-//! follows its end, it was the torn last batch, unacknowledged, and the file is cut there. A
-//! damaged frame followed by data is not a torn write but corruption of acknowledged data, and
-//! the server refuses to start rather than silently forget grants. Records are replayed in
+//! frame: its length may run past the end of the file, its checksum may not match, or any of
+//! its pages may be missing (zeros), its header's included, while later ones landed. Replay stops
+//! at the first damaged frame; if no intact frame follows it anywhere, it was the torn last
+//! batch, unacknowledged, and the file is cut there. A damaged frame followed by an intact one
+//! is not a torn write but corruption of acknowledged data, and the server refuses to start
+//! rather than silently forget grants. Records are replayed in
 //! order, and each one (append, truncate, purge, vote, committed) is a plain assignment to the
 //! in-memory log, so replaying a prefix gives exactly the state when that prefix was written.
 //!
@@ -168,13 +169,13 @@ impl Wal {
             records.into_iter().for_each(|record| state.apply(record));
             offset = next;
         }
-        if let Some(after) = data_after_damaged_frame(&contents, offset) {
+        if let Some(intact) = intact_frame_after(&contents, offset) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!(
-                    "{} is corrupt: the frame at byte {offset} is damaged but {after} bytes of data \
-                     follow it, so acknowledged writes would be lost; restore the data directory \
-                     from a backup or a replica",
+                    "{} is corrupt: the frame at byte {offset} is damaged but an intact frame \
+                     follows at byte {intact}, so acknowledged writes would be lost; restore the \
+                     data directory from a backup or a replica",
                     path.display()
                 ),
             ));
@@ -275,31 +276,32 @@ fn directory_of(path: &Path) -> &Path {
         .unwrap_or(Path::new("."))
 }
 
-/// Where a damaged frame at `offset` ends, if its length field can be trusted that far.
-fn frame_end(contents: &[u8], offset: usize) -> Option<usize> {
-    let header = contents.get(offset..offset + HEADER_BYTES)?;
-    let length = u32::from_le_bytes(header[0..4].try_into().ok()?) as usize;
-    (length <= RECORD_BYTES_MAX).then_some(offset + HEADER_BYTES + length)
-}
-
-/// After replay stopped at `offset`: how many non-zero bytes follow the damaged frame there
-/// (`None` if none do, i.e. the damage is a torn last write).
-fn data_after_damaged_frame(contents: &[u8], offset: usize) -> Option<usize> {
-    let end = frame_end(contents, offset)?.min(contents.len());
-    let after = &contents[end..];
-    after.iter().any(|b| *b != 0).then_some(after.len())
+/// After replay stopped at the damaged frame at `offset`: where the first intact frame after it
+/// starts, if any. Every later byte is tried as a frame start, except inside runs of zeros (a
+/// header's length is not 0); a header of JSON text is rejected by its length before any
+/// checksum is computed, so this costs about one pass over the file.
+fn intact_frame_after(contents: &[u8], offset: usize) -> Option<usize> {
+    let mut start = offset + 1;
+    while start < contents.len() {
+        let nonzero = start + contents[start..].iter().position(|b| *b != 0)?;
+        let first_candidate = nonzero.saturating_sub(HEADER_BYTES - 1).max(start);
+        if let Some(found) =
+            (first_candidate..=nonzero).find(|&candidate| decode_at(contents, candidate).is_some())
+        {
+            return Some(found);
+        }
+        start = nonzero + 1;
+    }
+    None
 }
 
 /// Decodes the frame at `offset`, or `None` at the end (the file's, or the zeros preallocated
-/// after the last frame) or at a torn or corrupt frame.
+/// after the last frame: a length of 0) or at a torn or corrupt frame.
 fn decode_at(contents: &[u8], offset: usize) -> Option<(Vec<Record>, usize)> {
     let header = contents.get(offset..offset + HEADER_BYTES)?;
-    if header.iter().all(|b| *b == 0) {
-        return None;
-    }
     let length = u32::from_le_bytes(header[0..4].try_into().ok()?) as usize;
     let crc = u32::from_le_bytes(header[4..8].try_into().ok()?);
-    if length > RECORD_BYTES_MAX {
+    if length == 0 || length > RECORD_BYTES_MAX {
         return None;
     }
     let payload = contents.get(offset + HEADER_BYTES..offset + HEADER_BYTES + length)?;
@@ -375,6 +377,35 @@ mod tests {
     }
 
     #[test]
+    fn a_torn_frame_whose_first_page_is_missing_is_cut_not_taken_for_corruption() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("raft.wal");
+        {
+            let (mut wal, _) = Wal::open(&path).unwrap();
+            write(&mut wal, vec![Record::Entries(vec![entry(1)])]);
+        }
+        let (intact_end, _) = data_end_and_contents(&path);
+        // The next frame's later pages reached the disk, its header's page did not: the
+        // unsynced frame shows as zeros followed by the rest of its payload.
+        let mut torn = Vec::new();
+        encode_frame(&[Record::Entries((2..40).map(entry).collect())], &mut torn).unwrap();
+        torn[..HEADER_BYTES + 16].fill(0);
+        let file = OpenOptions::new().write(true).open(&path).unwrap();
+        file.write_all_at(&torn, intact_end as u64).unwrap();
+        drop(file);
+
+        let (_wal, state) = Wal::open(&path).unwrap();
+        assert_eq!(state.entries.keys().copied().collect::<Vec<_>>(), vec![1]);
+        drop(_wal);
+        let (end, contents) = data_end_and_contents(&path);
+        assert_eq!(end, intact_end);
+        assert!(
+            contents[end..].iter().all(|b| *b == 0),
+            "the torn frame is cut"
+        );
+    }
+
+    #[test]
     fn appends_after_a_reopen_go_where_the_data_ends_not_after_the_preallocated_zeros() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("raft.wal");
@@ -409,7 +440,7 @@ mod tests {
             write(&mut wal, vec![Record::Entries(vec![entry(2)])]);
         }
         let (data_end, intact) = data_end_and_contents(&path);
-        let first_frame_bytes = frame_end(&intact, 0).unwrap();
+        let first_frame_bytes = decode_at(&intact, 0).unwrap().1;
 
         // The last frame damaged (a torn write, whose pages reached the disk out of order):
         // it was never acknowledged, so it is cut and the rest survives.
