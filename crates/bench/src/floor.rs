@@ -100,23 +100,22 @@ fn fsyncs(path: &Path) -> anyhow::Result<(f64, f64)> {
         .write(true)
         .open(path)
         .with_context(|| format!("cannot create {}", path.display()))?;
-    let mut append = Vec::with_capacity(SYNCS);
-    for i in 0..SYNCS {
-        let started = Instant::now();
-        file.write_all_at(&record, (i * RECORD_BYTES) as u64)?;
-        file.sync_data()?;
-        append.push(started.elapsed());
-    }
+    // SYNCS records one after the other from the start of the file, each written and synced.
+    let synced_writes = || -> std::io::Result<Vec<Duration>> {
+        (0..SYNCS)
+            .map(|i| {
+                let started = Instant::now();
+                file.write_all_at(&record, (i * RECORD_BYTES) as u64)?;
+                file.sync_data()?;
+                Ok(started.elapsed())
+            })
+            .collect()
+    };
+    let append = synced_writes()?;
     file.set_len(0)?;
     file.write_all_at(&vec![0; SYNCS * RECORD_BYTES], 0)?;
     file.sync_all()?;
-    let mut overwrite = Vec::with_capacity(SYNCS);
-    for i in 0..SYNCS {
-        let started = Instant::now();
-        file.write_all_at(&record, (i * RECORD_BYTES) as u64)?;
-        file.sync_data()?;
-        overwrite.push(started.elapsed());
-    }
+    let overwrite = synced_writes()?;
     Ok((p50_us(append), p50_us(overwrite)))
 }
 
