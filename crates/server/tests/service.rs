@@ -239,3 +239,41 @@ async fn a_restart_with_another_lock_delay_replays_the_log_under_the_limits_it_w
     assert!(next.token > token);
     running.stop().await;
 }
+
+/// The lease driver sleeps until the earliest deadline it knows. A session with a shorter lease
+/// opened while it sleeps must still expire on time, not when the driver's earlier alarm rings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shorter_lease_opened_while_the_driver_sleeps_expires_on_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut running = Running::start(dir.path()).await;
+    let client = &mut running.client;
+    let _long = open(client, 1, 600_000).await;
+    // Let the driver arm its alarm for the long lease.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let short = open(client, 2, 1_000).await;
+    client
+        .acquire(acquire(short, "held-briefly", 3, 0))
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    loop {
+        let info = client
+            .status(StatusRequest {
+                lock: "held-briefly".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        if info.holder.is_none() {
+            break;
+        }
+        // Far beyond the 1 s lease, far short of the long session's 600 s.
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the 1 s session still holds the lock after {:?}",
+            started.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    running.stop().await;
+}
