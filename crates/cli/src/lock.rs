@@ -350,8 +350,7 @@ fn lost_at_exit(args: &LockArgs, reason: &str, code: u8) -> Exit {
     )
 }
 
-/// Explains a failed acquire, naming the holder where known; closes the session first, which
-/// settles an unknown outcome: a closed session holds nothing.
+/// Releases the lock, logging (not reporting) a failure: the caller is already exiting.
 async fn release_quietly(guard: LockGuard) {
     if let Err(error) = guard.release().await {
         tracing::debug!(%error, "releasing the lock failed");

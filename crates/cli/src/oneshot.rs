@@ -121,7 +121,6 @@ fn unreachable_renewal() -> Result<palisade_client::Grant, AcquireError> {
     ))
 }
 
-/// Explains a failed acquire and closes the session, which also settles an unknown outcome.
 /// Explains why an acquire did not end in a grant, once the caller has closed the session
 /// (`closed` is that outcome): a wait that ended, or an outcome the session's closing settled.
 pub async fn not_acquired(
