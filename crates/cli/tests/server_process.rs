@@ -17,7 +17,11 @@ use tonic::transport::Channel;
 
 async fn open(client: &mut LocksClient<Channel>, request_id: u64, ttl_ms: u64) -> u64 {
     client
-        .open_session(OpenSessionRequest { request_id, ttl_ms })
+        .open_session(OpenSessionRequest {
+            request_id,
+            ttl_ms,
+            open_key: Vec::new(),
+        })
         .await
         .unwrap()
         .into_inner()
@@ -260,6 +264,7 @@ async fn hostile_input_gets_clear_errors_and_loses_nothing() {
             .open_session(OpenSessionRequest {
                 request_id: 50 + ttl_ms % 7,
                 ttl_ms,
+                open_key: Vec::new(),
             })
             .await;
         let status = status.unwrap_err();

@@ -19,7 +19,7 @@ use crate::error::{
     AcquireError, CloseError, ConnectError, Failure, QueryError, ReleaseError, RenewError,
     SessionError, error_chain,
 };
-use crate::retry::{Backoff, request_id};
+use crate::retry::{Backoff, open_key, request_id};
 use crate::session::{AcquireOptions, Session, SessionOptions, Wait};
 use crate::watch::LockEvents;
 
@@ -191,13 +191,20 @@ impl Client {
         ttl: Duration,
     ) -> Result<(SessionLease, Instant), SessionError> {
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        // One key for every attempt: a retry after an unknown outcome gets the session the
+        // first attempt may have opened, not a second one.
+        let key = open_key().map_err(|reason| SessionError::NoRandomness { reason })?;
         let request = pb::OpenSessionRequest {
-            request_id: request_id(),
+            request_id: 0,
             ttl_ms,
+            open_key: key.as_bytes().to_vec(),
         };
         let first_sent_at = Instant::now();
         let response = self
-            .call_with_retries(|mut raw| async move { raw.open_session(request).await })
+            .call_with_retries(|mut raw| {
+                let request = request.clone();
+                async move { raw.open_session(request).await }
+            })
             .await
             .map_err(SessionError::from_failure)?;
         if response.session == 0 || response.ttl_ms == 0 {

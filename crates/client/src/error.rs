@@ -172,6 +172,12 @@ pub enum SessionError {
     Refused(CoreError),
     #[error("the lock service answered with an invalid response: {0}")]
     Protocol(String),
+    /// No request was sent: without secure randomness the open key could equal another
+    /// client's, and the server would hand this client that client's session.
+    #[error(
+        "no secure randomness for the session's open key ({reason}); no session was opened, check the OS random source"
+    )]
+    NoRandomness { reason: String },
     #[error("the lock service refused to open a session ({code:?}): {message}")]
     Rejected { code: Code, message: String },
 }

@@ -1,13 +1,16 @@
-//! Request ids and retry pacing.
+//! Request ids, open keys and retry pacing.
 //!
 //! A command that changes state carries a random request id chosen once; every retry of it
 //! sends the same id, so the server returns the first outcome instead of acting twice
-//! (invariant 8). Retries are bounded by time, not only by count, so a server restart of a few
-//! seconds is ridden out while a dead server is reported promptly.
+//! (invariant 8). Opening a session does the same with an open key, which unlike a request id
+//! is compared with every client's keys. Retries are bounded by time, not only by count, so a
+//! server restart of a few seconds is ridden out while a dead server is reported promptly.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use palisade_core::OpenKey;
+use palisade_core::limits::OPEN_KEY_BYTES_MIN;
 use tokio::time::Instant;
 
 /// First pause between attempts.
@@ -15,11 +18,14 @@ pub(crate) const BACKOFF_INITIAL: Duration = Duration::from_millis(50);
 /// Longest pause between attempts.
 pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
-/// A fresh random request id.
+/// A fresh random request id, for an acquire or a release.
 ///
-/// Falls back to a clock-and-counter mix if the OS has no randomness to give, which only makes
-/// a collision with another of this session's recent ids (the server remembers a few) less
-/// unlikely than astronomically so, never a correctness problem for this process.
+/// The server compares such an id only with the last few ids of the same session
+/// (`REQUEST_IDS_PER_SESSION_MAX`), and a session's commands come from the process that opened
+/// it. So if the OS has no randomness to give, a clock-and-counter mix is enough: the counter
+/// keeps this process's ids apart, and no other client's ids are ever compared with them. That
+/// reasoning holds only for ids scoped to one session; anything compared across clients, like
+/// the key of an open, must come from [`open_key`], which has no fallback.
 pub(crate) fn request_id() -> u64 {
     match getrandom::u64() {
         Ok(id) => id,
@@ -34,6 +40,17 @@ pub(crate) fn request_id() -> u64 {
             nanos ^ count.rotate_left(48) ^ u64::from(std::process::id()).rotate_left(32)
         }
     }
+}
+
+/// A fresh open key for one session open, from the OS's secure random source.
+///
+/// The server hands the session this key opened to whoever presents the key while the session
+/// lives, and compares it with the keys of every client. A key from a clock or a counter could
+/// equal another client's, so without OS randomness this fails instead of falling back.
+pub(crate) fn open_key() -> Result<OpenKey, String> {
+    let mut bytes = [0u8; OPEN_KEY_BYTES_MIN];
+    getrandom::fill(&mut bytes).map_err(|e| e.to_string())?;
+    OpenKey::new(&bytes).map_err(|e| format!("the OS random source gave {e}"))
 }
 
 /// Exponential backoff with jitter, bounded by a total time budget.
@@ -94,6 +111,15 @@ mod tests {
     fn request_ids_differ() {
         let ids: std::collections::HashSet<u64> = (0..64).map(|_| request_id()).collect();
         assert_eq!(ids.len(), 64);
+    }
+
+    #[test]
+    fn open_keys_are_random_and_the_server_would_accept_them() {
+        let keys: std::collections::HashSet<Vec<u8>> = (0..64)
+            .map(|_| open_key().unwrap().as_bytes().to_vec())
+            .collect();
+        assert_eq!(keys.len(), 64);
+        assert!(keys.iter().all(|k| k.len() == OPEN_KEY_BYTES_MIN));
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,7 +1,8 @@
 //! The deterministic lock table of Palisade.
 //!
-//! Sessions with leases, exclusive locks with FIFO waiters, fencing tokens and request-id
-//! deduplication, as a pure state machine: [`Input`]s (a [`Command`] and the time it takes
+//! Sessions with leases, exclusive locks with FIFO waiters, fencing tokens and deduplication of
+//! retries (request ids within one session; random open keys, compared across every client, for
+//! opening a session), as a pure state machine: [`Input`]s (a [`Command`] and the time it takes
 //! effect) go in, [`Output`]s (a reply and [`Event`]s) come out.
 //!
 //! **Architecture Invariant:** this crate does no I/O, reads no clock, spawns nothing and uses

@@ -37,11 +37,17 @@ pub const FORGOTTEN_LOCKS_REMEMBERED_MAX: usize = 100_000;
 pub const LOCK_DELAY_MS_MAX: u64 = 60_000;
 /// How many completed request ids each session remembers for retries.
 pub const REQUEST_IDS_PER_SESSION_MAX: usize = 16;
+/// Shortest open key, in bytes. 128 random bits: two clients never draw the same key by
+/// accident, and nobody can guess a live one to be handed its session.
+pub const OPEN_KEY_BYTES_MIN: usize = 16;
+/// Longest open key, in bytes (room for a 256-bit random value or hash).
+pub const OPEN_KEY_BYTES_MAX: usize = 32;
 
 const _: () = assert!(SESSION_TTL_MS_MIN < SESSION_TTL_MS_MAX);
 const _: () = assert!(LOCK_DELAY_MS_MAX <= SESSION_TTL_MS_MAX);
 const _: () = assert!(WAITERS_PER_LOCK_MAX <= SESSIONS_MAX);
 const _: () = assert!(TOKEN_MAX <= i64::MAX as u64);
+const _: () = assert!(OPEN_KEY_BYTES_MIN >= 16 && OPEN_KEY_BYTES_MIN <= OPEN_KEY_BYTES_MAX);
 
 /// The limits one lock table enforces. Every field must be at most its ceiling above.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -140,4 +146,44 @@ pub enum LockNameError {
     TooLong { bytes: usize, bytes_max: usize },
     #[error("lock name contains a control character")]
     ControlCharacter,
+}
+
+/// Checks an open key: `OPEN_KEY_BYTES_MIN..=OPEN_KEY_BYTES_MAX` bytes, not all of them equal.
+///
+/// A key whose bytes are all the same (all zero above all) is what an uninitialised buffer or a
+/// placeholder gives, never a random draw (a chance of 2⁻¹²⁰ at 16 bytes); two clients sending
+/// it would share a session, so it is refused rather than trusted.
+pub fn validate_open_key(bytes: &[u8]) -> Result<(), OpenKeyError> {
+    if !(OPEN_KEY_BYTES_MIN..=OPEN_KEY_BYTES_MAX).contains(&bytes.len()) {
+        return Err(OpenKeyError::Length {
+            bytes: bytes.len(),
+            bytes_min: OPEN_KEY_BYTES_MIN,
+            bytes_max: OPEN_KEY_BYTES_MAX,
+        });
+    }
+    if bytes.iter().all(|b| *b == bytes[0]) {
+        return Err(OpenKeyError::NotRandom);
+    }
+    Ok(())
+}
+
+/// Why an open key was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum OpenKeyError {
+    #[error(
+        "open key is {bytes} bytes, it must be {bytes_min}..={bytes_max} random bytes; send none to always open a new session"
+    )]
+    Length {
+        bytes: usize,
+        bytes_min: usize,
+        bytes_max: usize,
+    },
+    #[error(
+        "open key has every byte equal, so it is not random; draw it from a secure random source"
+    )]
+    NotRandom,
+    /// Only where a key is read back from the log or a snapshot, which spell it in hex.
+    #[error("open key is not lowercase hex with two digits per byte")]
+    NotHex,
 }

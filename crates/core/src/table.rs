@@ -21,11 +21,23 @@ use crate::types::*;
 struct Session {
     ttl_ms: u64,
     expires_at_ms: TimeMs,
-    open_request_id: RequestId,
+    /// The request id of a [`Command::OpenSessionByRequestId`] that opened it, if one did.
+    open_request_id: Option<RequestId>,
+    /// The key of the [`Command::OpenSession`] that opened it, if it carried one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    open_key: Option<OpenKey>,
     held: BTreeSet<String>,
     waiting: BTreeSet<String>,
     /// Outcomes of recent acquires and releases, oldest first, for retried requests.
     recent: VecDeque<Remembered>,
+}
+
+/// What a new session was opened by, so that a retry of the same open finds it.
+enum Opener {
+    /// An open without a key: nothing can retry it.
+    Nobody,
+    RequestId(RequestId),
+    Key(OpenKey),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,8 +86,13 @@ pub struct LockTable {
     last_session: SessionId,
     sessions: BTreeMap<SessionId, Session>,
     locks: BTreeMap<String, Lock>,
-    /// Open-session request ids of live sessions, so a retried open returns the same session.
+    /// Request ids of live sessions opened by [`Command::OpenSessionByRequestId`] (logs of older
+    /// versions), so that their replay deduplicates exactly as it did when first applied.
     open_requests: BTreeMap<RequestId, SessionId>,
+    /// Open keys of live sessions, so a retried open returns the same session. Forgotten when
+    /// the session ends: the key then opens a new session.
+    #[serde(default)]
+    open_keys: BTreeMap<OpenKey, SessionId>,
     /// Deadlines, ordered: session expiries, waiter deadlines and lock-delay ends.
     session_deadlines: BTreeSet<(TimeMs, SessionId)>,
     wait_deadlines: BTreeSet<(TimeMs, SessionId, String)>,
@@ -114,6 +131,7 @@ impl LockTable {
             sessions: BTreeMap::new(),
             locks: BTreeMap::new(),
             open_requests: BTreeMap::new(),
+            open_keys: BTreeMap::new(),
             session_deadlines: BTreeSet::new(),
             wait_deadlines: BTreeSet::new(),
             delay_deadlines: BTreeSet::new(),
@@ -163,7 +181,16 @@ impl LockTable {
         self.now_ms = self.now_ms.max(input.now_ms);
         self.pass_time(&mut events);
         let result = match input.command {
-            Command::OpenSession { request_id, ttl_ms } => self.open_session(request_id, ttl_ms),
+            Command::OpenSession { open_key, ttl_ms } => match open_key {
+                Some(key) => self.open_session_with_key(key, ttl_ms),
+                None => self.open_session(Opener::Nobody, ttl_ms),
+            },
+            Command::OpenSessionByRequestId { request_id, ttl_ms } => {
+                match self.open_requests.get(&request_id) {
+                    Some(&id) => Ok(self.opened(id)),
+                    None => self.open_session(Opener::RequestId(request_id), ttl_ms),
+                }
+            }
             Command::KeepAlive { session } => self.keep_alive(session),
             Command::CloseSession { session } => self.close_session(session, &mut events),
             Command::Acquire {
@@ -240,15 +267,25 @@ impl LockTable {
 
     // ----- sessions -----
 
-    fn open_session(&mut self, request_id: RequestId, ttl_ms: u64) -> Result<Reply, CoreError> {
-        if let Some(&id) = self.open_requests.get(&request_id) {
-            let s = &self.sessions[&id];
-            return Ok(Reply::SessionOpened {
-                session: id,
-                ttl_ms: s.ttl_ms,
-                expires_at_ms: s.expires_at_ms,
-            });
+    fn open_session_with_key(&mut self, key: OpenKey, ttl_ms: u64) -> Result<Reply, CoreError> {
+        match self.open_keys.get(&key) {
+            Some(&id) => Ok(self.opened(id)),
+            None => self.open_session(Opener::Key(key), ttl_ms),
         }
+    }
+
+    /// The reply to a retried open: the live session it opened first, unchanged.
+    fn opened(&self, id: SessionId) -> Reply {
+        let s = &self.sessions[&id];
+        Reply::SessionOpened {
+            session: id,
+            ttl_ms: s.ttl_ms,
+            expires_at_ms: s.expires_at_ms,
+        }
+    }
+
+    /// Opens a new session; the caller has checked that `opener` is not a retry.
+    fn open_session(&mut self, opener: Opener, ttl_ms: u64) -> Result<Reply, CoreError> {
         let (ttl_ms_min, ttl_ms_max) = (
             self.limits.session_ttl_ms_min,
             self.limits.session_ttl_ms_max,
@@ -268,19 +305,35 @@ impl LockTable {
         self.last_session += 1;
         let id = self.last_session;
         let expires_at_ms = self.now_ms.saturating_add(ttl_ms);
+        let (open_request_id, open_key) = match opener {
+            Opener::Nobody => (None, None),
+            Opener::RequestId(request_id) => {
+                let earlier = self.open_requests.insert(request_id, id);
+                assert!(
+                    earlier.is_none(),
+                    "open request id of a live session reused"
+                );
+                (Some(request_id), None)
+            }
+            Opener::Key(key) => {
+                let earlier = self.open_keys.insert(key.clone(), id);
+                assert!(earlier.is_none(), "open key of a live session reused");
+                (None, Some(key))
+            }
+        };
         self.sessions.insert(
             id,
             Session {
                 ttl_ms,
                 expires_at_ms,
-                open_request_id: request_id,
+                open_request_id,
+                open_key,
                 held: BTreeSet::new(),
                 waiting: BTreeSet::new(),
                 recent: VecDeque::new(),
             },
         );
         self.session_deadlines.insert((expires_at_ms, id));
-        self.open_requests.insert(request_id, id);
         Ok(Reply::SessionOpened {
             session: id,
             ttl_ms,
@@ -327,7 +380,12 @@ impl LockTable {
             return;
         };
         self.session_deadlines.remove(&(session.expires_at_ms, id));
-        self.open_requests.remove(&session.open_request_id);
+        if let Some(request_id) = session.open_request_id {
+            self.open_requests.remove(&request_id);
+        }
+        if let Some(key) = &session.open_key {
+            self.open_keys.remove(key);
+        }
         for lock in &session.waiting {
             let l = self.locks.get_mut(lock).expect("a waited-for lock exists");
             let index = l
@@ -857,10 +915,29 @@ impl LockTable {
             self.sessions.len(),
             "stale session deadlines"
         );
+        for (request_id, id) in &self.open_requests {
+            assert_eq!(
+                self.sessions.get(id).and_then(|s| s.open_request_id),
+                Some(*request_id),
+                "stale open request id"
+            );
+        }
+        for (key, id) in &self.open_keys {
+            assert_eq!(
+                self.sessions.get(id).and_then(|s| s.open_key.as_ref()),
+                Some(key),
+                "stale open key"
+            );
+        }
+        let opened_by_request_id = self
+            .sessions
+            .values()
+            .filter(|s| s.open_request_id.is_some());
+        let opened_by_key = self.sessions.values().filter(|s| s.open_key.is_some());
         assert_eq!(
-            self.open_requests.len(),
-            self.sessions.len(),
-            "stale open request ids"
+            (opened_by_request_id.count(), opened_by_key.count()),
+            (self.open_requests.len(), self.open_keys.len()),
+            "a session's open request id or key is not indexed"
         );
     }
 }

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::limits::LockNameError;
+use crate::limits::{LockNameError, OpenKeyError};
 
 /// A session's id. Assigned by the table from a counter; never reused.
 pub type SessionId = u64;
@@ -16,6 +16,62 @@ pub type Token = u64;
 pub type RequestId = u64;
 /// Time on the table's clock, in milliseconds. Supplied by the caller; never read from a clock.
 pub type TimeMs = u64;
+
+/// A client's random key for opening one session: a retried open with the same key, while the
+/// session it opened lives, returns that session instead of opening another.
+///
+/// Unlike a [`RequestId`], which only has to differ from the other ids of one session, an open
+/// key is compared with the keys of every client, so it must be impossible to pick twice by
+/// accident and infeasible to guess. The type holds only keys that pass
+/// [`crate::limits::validate_open_key`], including those read back from the log or a snapshot.
+/// `Debug` shows the length only: while its session lives, the key is what a retry presents.
+///
+/// Serialised as lowercase hex (a string, so it can key a JSON map in a snapshot).
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct OpenKey(Vec<u8>);
+
+impl OpenKey {
+    /// A key from a client's bytes, refused unless it could be random.
+    pub fn new(bytes: &[u8]) -> Result<OpenKey, OpenKeyError> {
+        crate::limits::validate_open_key(bytes)?;
+        Ok(OpenKey(bytes.to_vec()))
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for OpenKey {
+    type Error = OpenKeyError;
+
+    fn try_from(hex: String) -> Result<OpenKey, OpenKeyError> {
+        let digit = |c: u8| (c as char).to_digit(16).filter(|_| !c.is_ascii_uppercase());
+        if !hex.len().is_multiple_of(2) {
+            return Err(OpenKeyError::NotHex);
+        }
+        let bytes = hex
+            .as_bytes()
+            .chunks(2)
+            .map(|pair| Some((digit(pair[0])? * 16 + digit(pair[1])?) as u8))
+            .collect::<Option<Vec<u8>>>()
+            .ok_or(OpenKeyError::NotHex)?;
+        OpenKey::new(&bytes)
+    }
+}
+
+impl From<OpenKey> for String {
+    fn from(key: OpenKey) -> String {
+        key.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+impl std::fmt::Debug for OpenKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "OpenKey({} bytes)", self.0.len())
+    }
+}
 
 /// One command together with the time at which it takes effect.
 ///
@@ -48,7 +104,27 @@ pub enum Wait {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
     /// Open a session whose lease lasts `ttl_ms` after each keepalive.
-    OpenSession { request_id: RequestId, ttl_ms: u64 },
+    ///
+    /// With an `open_key`, an open retried with the same key while the session it opened lives
+    /// returns that session (whatever its `ttl_ms`); once that session has ended the key opens a
+    /// new one, never the old. Without a key every open opens a new session.
+    ///
+    /// Serialised under a name of its own, so that a log entry of an older version (which
+    /// deduplicated opens by request id across every client) is never read as this command,
+    /// and an older version refuses an entry of this one instead of misreading it.
+    #[serde(rename = "OpenSessionWithKey")]
+    OpenSession {
+        open_key: Option<OpenKey>,
+        ttl_ms: u64,
+    },
+    /// The open of versions before open keys, as their log entries spell it: deduplicated by
+    /// `request_id` across every client, so two clients sending the same id shared a session.
+    ///
+    /// Nothing proposes it any more. It exists so that a log written by such a version replays
+    /// into exactly the sessions it produced then (same ids, same sharing); the server never
+    /// builds it from a request.
+    #[serde(rename = "OpenSession")]
+    OpenSessionByRequestId { request_id: RequestId, ttl_ms: u64 },
     /// Renew a session's lease for another full TTL.
     KeepAlive { session: SessionId },
     /// End a session: release its locks and withdraw its waits.
@@ -133,6 +209,8 @@ pub enum CoreError {
     WaitOutOfRange { wait_ms: u64, wait_ms_max: u64 },
     #[error("invalid lock name: {0}")]
     InvalidLockName(LockNameError),
+    #[error("invalid open key: {0}")]
+    InvalidOpenKey(OpenKeyError),
     #[error("too many sessions: the limit is {sessions_max}; close unused sessions")]
     TooManySessions { sessions_max: usize },
     #[error("too many locks: the limit is {locks_max}")]

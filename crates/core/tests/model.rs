@@ -16,8 +16,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use palisade_core::limits::{LockNameError, REQUEST_IDS_PER_SESSION_MAX, TOKEN_MAX, WAIT_MS_MAX};
 use palisade_core::{
-    Command, CoreError, Event, Input, Limits, LockTable, Output, ReleaseCause, Reply, RequestId,
-    SessionId, TimeMs, Token, Wait, WaitEndCause,
+    Command, CoreError, Event, Input, Limits, LockTable, OpenKey, Output, ReleaseCause, Reply,
+    RequestId, SessionId, TimeMs, Token, Wait, WaitEndCause,
 };
 use proptest::prelude::*;
 
@@ -30,9 +30,17 @@ struct MSession {
     id: SessionId,
     ttl_ms: u64,
     expires_at_ms: TimeMs,
-    open_request_id: RequestId,
+    /// What opened it, if a retry of that open may find it: an open key, or the request id of
+    /// an older version's open (deduplicated across every client).
+    opened_by: Option<Opener>,
     /// (request id, is_acquire, lock, outcome), oldest first.
     recent: Vec<(RequestId, bool, String, Result<Reply, CoreError>)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Opener {
+    Key(OpenKey),
+    RequestId(RequestId),
 }
 
 #[derive(Debug, Clone)]
@@ -124,7 +132,12 @@ impl Model {
         self.now_ms = self.now_ms.max(input.now_ms);
         self.pass_time(&mut events);
         let result = match input.command {
-            Command::OpenSession { request_id, ttl_ms } => self.open(request_id, ttl_ms),
+            Command::OpenSession { open_key, ttl_ms } => {
+                self.open(open_key.map(Opener::Key), ttl_ms)
+            }
+            Command::OpenSessionByRequestId { request_id, ttl_ms } => {
+                self.open(Some(Opener::RequestId(request_id)), ttl_ms)
+            }
             Command::KeepAlive { session } => match self.session(session) {
                 None => Err(CoreError::SessionNotFound { session }),
                 Some(_) => {
@@ -224,11 +237,13 @@ impl Model {
         }
     }
 
-    fn open(&mut self, request_id: RequestId, ttl_ms: u64) -> Result<Reply, CoreError> {
+    /// A live session opened by the same key (or older version's request id) is returned as it
+    /// is; otherwise, and always without a key, a new session opens.
+    fn open(&mut self, opened_by: Option<Opener>, ttl_ms: u64) -> Result<Reply, CoreError> {
         if let Some(s) = self
             .sessions
             .iter()
-            .find(|s| s.open_request_id == request_id)
+            .find(|s| opened_by.is_some() && s.opened_by == opened_by)
         {
             return Ok(Reply::SessionOpened {
                 session: s.id,
@@ -257,7 +272,7 @@ impl Model {
             id: self.last_session,
             ttl_ms,
             expires_at_ms: self.now_ms + ttl_ms,
-            open_request_id: request_id,
+            opened_by,
             recent: Vec::new(),
         };
         let reply = Reply::SessionOpened {
@@ -589,6 +604,8 @@ struct Checker {
     expiry: BTreeMap<SessionId, TimeMs>,
     /// A lock whose holder expired may not be granted before this time.
     delay_until: BTreeMap<String, TimeMs>,
+    /// Every session ever opened by [`Command::OpenSession`], with the key that opened it.
+    opened_with: BTreeMap<SessionId, Option<OpenKey>>,
 }
 
 impl Checker {
@@ -684,6 +701,19 @@ impl Checker {
             }) => {
                 assert!(!self.ended.contains(session));
                 self.expiry.entry(*session).or_insert(*expires_at_ms);
+                // An open without a key never returns an existing session; one with a key
+                // returns only the live session that same key opened.
+                if let Command::OpenSession { open_key, .. } = command {
+                    match self.opened_with.get(session) {
+                        None => {
+                            self.opened_with.insert(*session, open_key.clone());
+                        }
+                        Some(first) => assert!(
+                            open_key.is_some() && first == open_key,
+                            "open with key {open_key:?} returned session {session}, opened by {first:?}"
+                        ),
+                    }
+                }
             }
             Err(CoreError::TokensExhausted { .. }) => {
                 assert_eq!(table.last_token(), limits.token_max);
@@ -750,9 +780,24 @@ enum ReqId {
     Reuse(usize),
 }
 
+#[derive(Debug, Clone, Copy)]
+enum KeyChoice {
+    /// An open without a key.
+    None,
+    /// A key never used before.
+    Fresh,
+    /// The n-th most recent key used (a retry, or a key whose session may have ended).
+    Reuse(usize),
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Open {
+        key: KeyChoice,
+        ttl: u8,
+    },
+    /// An open as an older version logged it, deduplicated by request id across every client.
+    OpenByRequestId {
         request_id: ReqId,
         ttl: u8,
     },
@@ -795,6 +840,14 @@ fn req_id() -> impl Strategy<Value = ReqId> {
     prop_oneof![3 => Just(ReqId::Fresh), 1 => (0usize..4).prop_map(ReqId::Reuse)]
 }
 
+fn key_choice() -> impl Strategy<Value = KeyChoice> {
+    prop_oneof![
+        2 => Just(KeyChoice::None),
+        2 => Just(KeyChoice::Fresh),
+        1 => (0usize..4).prop_map(KeyChoice::Reuse),
+    ]
+}
+
 fn wait() -> impl Strategy<Value = Wait> {
     prop_oneof![
         2 => Just(Wait::Try),
@@ -811,7 +864,9 @@ fn lock() -> impl Strategy<Value = u8> {
 fn op() -> impl Strategy<Value = Op> {
     let session = 0usize..10;
     prop_oneof![
-        4 => (req_id(), 0u8..10).prop_map(|(request_id, ttl)| Op::Open { request_id, ttl }),
+        4 => (key_choice(), 0u8..10).prop_map(|(key, ttl)| Op::Open { key, ttl }),
+        1 => (req_id(), 0u8..10)
+            .prop_map(|(request_id, ttl)| Op::OpenByRequestId { request_id, ttl }),
         6 => session.clone().prop_map(|session| Op::KeepAlive { session }),
         1 => session.clone().prop_map(|session| Op::Close { session }),
         8 => (session.clone(), lock(), req_id(), wait()).prop_map(
@@ -877,6 +932,8 @@ struct Driver {
     /// Sessions that are open, as the model knows.
     live: Vec<SessionId>,
     open_request_ids: Vec<RequestId>,
+    open_keys: Vec<OpenKey>,
+    next_open_key: u64,
     request_ids_of: BTreeMap<SessionId, Vec<RequestId>>,
     sent: Vec<Command>,
     next_request_id: RequestId,
@@ -904,6 +961,23 @@ impl Driver {
         }
     }
 
+    fn open_key(&mut self, choice: KeyChoice) -> Option<OpenKey> {
+        match choice {
+            KeyChoice::None => None,
+            KeyChoice::Reuse(n) if !self.open_keys.is_empty() => {
+                Some(self.open_keys[self.open_keys.len() - 1 - n % self.open_keys.len()].clone())
+            }
+            _ => {
+                self.next_open_key += 1;
+                let mut bytes = [0xA5; 16];
+                bytes[..8].copy_from_slice(&self.next_open_key.to_be_bytes());
+                let key = OpenKey::new(&bytes).expect("a valid open key");
+                self.open_keys.push(key.clone());
+                Some(key)
+            }
+        }
+    }
+
     fn session_request_id(&mut self, session: SessionId, choice: ReqId) -> RequestId {
         let used = self
             .request_ids_of
@@ -925,20 +999,27 @@ impl Driver {
             5 => "x".repeat(limits.lock_name_bytes_max + 1),
             _ => "bell\u{7}".to_string(),
         };
+        let ttl_ms = |ttl: u8| match ttl {
+            0 => limits.session_ttl_ms_min - 1,
+            1 => limits.session_ttl_ms_min,
+            2..=4 => 1_500,
+            5..=7 => 2_500,
+            8 => limits.session_ttl_ms_max,
+            _ => limits.session_ttl_ms_max + 1,
+        };
         let command = match *op {
-            Op::Open { request_id, ttl } => {
+            Op::Open { key, ttl } => Command::OpenSession {
+                open_key: self.open_key(key),
+                ttl_ms: ttl_ms(ttl),
+            },
+            Op::OpenByRequestId { request_id, ttl } => {
                 let used = self.open_request_ids.clone();
                 let request_id = self.request_id(&used, request_id);
                 self.open_request_ids.push(request_id);
-                let ttl_ms = match ttl {
-                    0 => limits.session_ttl_ms_min - 1,
-                    1 => limits.session_ttl_ms_min,
-                    2..=4 => 1_500,
-                    5..=7 => 2_500,
-                    8 => limits.session_ttl_ms_max,
-                    _ => limits.session_ttl_ms_max + 1,
-                };
-                Command::OpenSession { request_id, ttl_ms }
+                Command::OpenSessionByRequestId {
+                    request_id,
+                    ttl_ms: ttl_ms(ttl),
+                }
             }
             Op::KeepAlive { session } => Command::KeepAlive {
                 session: self.session(session),

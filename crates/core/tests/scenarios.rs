@@ -36,11 +36,11 @@ impl Story {
     }
 
     fn open(&mut self, now_ms: u64, ttl_ms: u64) -> SessionId {
-        let request_id = self.request_id();
-        match self
-            .apply(now_ms, Command::OpenSession { request_id, ttl_ms })
-            .result
-        {
+        let command = Command::OpenSession {
+            open_key: None,
+            ttl_ms,
+        };
+        match self.apply(now_ms, command).result {
             Ok(Reply::SessionOpened { session, .. }) => session,
             other => panic!("open failed: {other:?}"),
         }

@@ -31,7 +31,7 @@ async fn main() -> anyhow::Result<()> {
         let node = server.node().clone();
         let opened = node
             .propose(palisade_core::Command::OpenSession {
-                request_id: 1,
+                open_key: None,
                 ttl_ms: 30_000,
             })
             .await?;
@@ -75,6 +75,7 @@ async fn main() -> anyhow::Result<()> {
                 .open_session(OpenSessionRequest {
                     request_id: c + 1,
                     ttl_ms: 30_000,
+                    open_key: Vec::new(),
                 })
                 .await
                 .unwrap()

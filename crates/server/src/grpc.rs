@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::Stream;
-use palisade_core::{Command, CoreError, Event, LockStatus, Reply, SessionId, Wait, WaitEndCause};
+use palisade_core::{
+    Command, CoreError, Event, LockStatus, OpenKey, Reply, SessionId, Wait, WaitEndCause,
+};
 use palisade_proto::v1::locks_server::Locks;
 use palisade_proto::v1::*;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc};
@@ -136,6 +138,7 @@ pub fn core_status(e: &CoreError) -> Status {
         CoreError::TtlOutOfRange { .. }
         | CoreError::WaitOutOfRange { .. }
         | CoreError::InvalidLockName(_)
+        | CoreError::InvalidOpenKey(_)
         | CoreError::RequestIdConflict { .. } => Code::InvalidArgument,
         CoreError::TooManySessions { .. }
         | CoreError::TooManyLocks { .. }
@@ -164,9 +167,17 @@ impl Locks for LockService {
     ) -> Result<Response<OpenSessionResponse>, Status> {
         let _timer = Timer::start("open_session");
         let r = request.into_inner();
+        // `request_id` is ignored: it was compared across every client, so it could not tell
+        // one client's retry from another client's open. An empty key opens a new session.
+        let open_key = match r.open_key.as_slice() {
+            [] => None,
+            bytes => {
+                Some(OpenKey::new(bytes).map_err(|e| core_status(&CoreError::InvalidOpenKey(e)))?)
+            }
+        };
         match self
             .apply(Command::OpenSession {
-                request_id: r.request_id,
+                open_key,
                 ttl_ms: r.ttl_ms,
             })
             .await?

@@ -51,7 +51,11 @@ impl Running {
 
 async fn open(client: &mut LocksClient<Channel>, request_id: u64, ttl_ms: u64) -> u64 {
     client
-        .open_session(OpenSessionRequest { request_id, ttl_ms })
+        .open_session(OpenSessionRequest {
+            request_id,
+            ttl_ms,
+            open_key: Vec::new(),
+        })
         .await
         .unwrap()
         .into_inner()
