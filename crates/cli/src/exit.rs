@@ -33,6 +33,16 @@ pub const CANNOT_EXECUTE: u8 = 126;
 /// `palisade lock`: the command was not found.
 pub const COMMAND_NOT_FOUND: u8 = 127;
 
+// `palisade store` shares this scheme; its constants live beside its commands.
+const _: () = assert!(palisade_store::cli::EXIT_REFUSED == REFUSED);
+const _: () = assert!(palisade_store::cli::EXIT_UNAVAILABLE == UNAVAILABLE);
+const _: () = assert!(palisade_store::cli::EXIT_INTERNAL == INTERNAL);
+const _: () = assert!(palisade_store::cli::EXIT_OUTCOME_UNKNOWN == OUTCOME_UNKNOWN);
+// The store's own codes (3 stale, 5 not found, 8 compare failed) are free here.
+const _: () = assert!(palisade_store::cli::EXIT_STALE == 3);
+const _: () = assert!(palisade_store::cli::EXIT_NOT_FOUND == 5);
+const _: () = assert!(palisade_store::cli::EXIT_COMPARE_FAILED == 8);
+
 /// The exit statuses, as `--help` shows them.
 pub const HELP: &str = "\
 Exit status:
@@ -40,7 +50,10 @@ Exit status:
        a command killed by signal N gives 128+N)
   1    refused: not the holder, no such session, invalid input
   2    usage error
-  69   the lock service is unreachable or unavailable; nothing was done
+  3    store: the sequencer is stale (a newer holder read or wrote there)
+  5    store get: the key has no value
+  8    store: a compare (--if-revision, --create-only, txn --if-…) did not hold
+  69   the lock service (or store) is unreachable or unavailable; nothing was done
   70   internal error, or the lock service answered nonsense
   75   the lock was not acquired (busy, or not granted within --wait)
   76   palisade lock: the lock was lost while the command ran; it was stopped

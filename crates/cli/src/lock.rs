@@ -59,6 +59,10 @@ pub struct LockArgs {
     /// lock only the command itself, not its children, is signalled.
     #[arg(long)]
     pub foreground: bool,
+    /// Claim the grant at this fenced store (`palisade store serve`'s URL) before the command
+    /// starts, so no older holder can read or write there once it runs. Repeatable.
+    #[arg(long, value_name = "STORE_URL")]
+    pub claim: Vec<String>,
     /// The command to run while holding the lock, and its arguments.
     #[arg(
         value_name = "CMD",
@@ -188,6 +192,11 @@ pub async fn run(args: LockArgs, global: &Global) -> anyhow::Result<ExitCode> {
             return Err(oneshot::not_acquired(&client, session_id, args.wait, error, closed).await);
         }
     };
+    if let Err(error) = claim_stores(&args, &guard).await {
+        release_quietly(guard).await;
+        close_quietly(session).await;
+        return Err(error);
+    }
     let target = match spawn(&args, &client, &guard) {
         Ok(spawned) => spawned,
         Err(error) => {
@@ -239,6 +248,30 @@ pub async fn run(args: LockArgs, global: &Global) -> anyhow::Result<ExitCode> {
             .into())
         }
     }
+}
+
+/// Announces the grant at every `--claim` store, in order; the first refusal stops the run
+/// with that store's exit status (stale: 3, unreachable: 69, …).
+async fn claim_stores(args: &LockArgs, guard: &LockGuard) -> anyhow::Result<()> {
+    for url in &args.claim {
+        let claimed = match palisade_store::StoreClient::new(url) {
+            Ok(store) => store.claim(Some(&args.name), Some(guard.sequencer())).await,
+            Err(error) => Err(error),
+        };
+        if let Err(error) = claimed {
+            let (code, prefix) = palisade_store::cli::exit_status(&error);
+            return Err(Exit::new(
+                code,
+                format!(
+                    "cannot claim lock {:?} at {url}: {prefix}{error}; the command was not started",
+                    args.name
+                ),
+            )
+            .into());
+        }
+        tracing::info!(store = %url, token = guard.token(), "claimed the grant");
+    }
+    Ok(())
 }
 
 enum Outcome {

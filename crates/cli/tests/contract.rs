@@ -982,11 +982,11 @@ fn store_put_get_delete_take_the_sequencer_from_the_flag_or_the_environment() {
         "hello again"
     );
 
-    // No sequencer at all: refused as a sequencer problem (4), nothing written.
+    // No sequencer at all: refused (1, the binary's one "refused"), nothing written.
     let out = p.run(&["store", "put", "greeting", "unfenced"]);
-    out.expect_code(4);
+    out.expect_code(1);
     assert!(out.stderr.starts_with("palisade: "), "{out:?}");
-    p.run(&["store", "delete", "greeting"]).expect_code(4);
+    p.run(&["store", "delete", "greeting"]).expect_code(1);
     assert_eq!(
         p.run(&["store", "get", "greeting"]).stdout.trim_end(),
         "hello again"
@@ -1015,10 +1015,10 @@ fn forged_and_malformed_sequencers_are_refused_distinctly_from_stale_ones() {
     let p = Palisade::start_with_store();
     let g = p.acquire("kv/forge", "20s");
 
-    // A huge token with the honest signature: forged, exit 4 (not 3, not 0).
+    // A huge token with the honest signature: forged, exit 1 (not 3, not 0).
     let huge = with_forged_token(&g.sequencer, g.token + 1_000_000);
     let out = p.run(&["store", "put", "k", "evil", "--sequencer", &huge]);
-    out.expect_code(4);
+    out.expect_code(1);
     assert!(!out.stderr.contains("stale"), "{out:?}");
 
     // One character of the signature changed.
@@ -1027,13 +1027,13 @@ fn forged_and_malformed_sequencers_are_refused_distinctly_from_stale_ones() {
     let mut put = p.cmd(&["store", "put", "k", "evil"]);
     put.env("PALISADE_SEQUENCER", &flipped);
     let out = run(put);
-    out.expect_code(4);
+    out.expect_code(1);
     assert!(!out.stderr.contains("stale"), "{out:?}");
 
     // Truncated.
     let truncated = &g.sequencer[..g.sequencer.len() / 2];
     p.run(&["store", "put", "k", "evil", "--sequencer", truncated])
-        .expect_code(4);
+        .expect_code(1);
 
     // None of that moved the fence: the honest holder still writes.
     p.run(&["store", "get", "k"]).expect_code(5);
@@ -1074,7 +1074,7 @@ fn store_refuses_another_locks_sequencer_for_a_bound_key() {
         "--sequencer",
         &theirs.sequencer,
     ]);
-    out.expect_code(4);
+    out.expect_code(1);
     // Deleting keeps the binding.
     p.run(&["store", "delete", "bound", "--sequencer", &mine.sequencer])
         .expect_success();
@@ -1086,7 +1086,7 @@ fn store_refuses_another_locks_sequencer_for_a_bound_key() {
         "--sequencer",
         &theirs.sequencer,
     ])
-    .expect_code(4);
+    .expect_code(1);
     p.run(&["store", "get", "bound"]).expect_code(5);
 }
 
@@ -1420,11 +1420,11 @@ fn bad_input_gets_a_clear_error_and_the_services_keep_serving() {
     p.run(&["acquire", "x", "--ttl", "banana"]).expect_code(2);
     p.run(&["no-such-command"]).expect_code(2);
 
-    // The store: an oversized key or value is an invalid request (6).
+    // The store: an oversized key or value is an invalid request, refused (1).
     let g = p.acquire("bad/store", "20s");
     let long_key = "k".repeat(1025);
     p.run(&["store", "put", &long_key, "v", "--sequencer", &g.sequencer])
-        .expect_code(6);
+        .expect_code(1);
     p.run(&[
         "store",
         "put",
@@ -1433,7 +1433,7 @@ fn bad_input_gets_a_clear_error_and_the_services_keep_serving() {
         "--sequencer",
         &g.sequencer,
     ])
-    .expect_code(6);
+    .expect_code(1);
 
     // Both services still serve.
     let ok = p.acquire("bad/after", "5s");

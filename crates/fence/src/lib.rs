@@ -52,6 +52,6 @@ mod verifier;
 pub use error::FenceError;
 pub use fence::{FenceState, LockBinding, SCOPE_BYTES_MAX, check, verify_presented};
 pub use memory::MemoryResource;
-pub use redb::{FencedTxn, RedbFence};
+pub use redb::{Advance, FencedTxn, RedbFence};
 pub use redis::{RedisFence, RedisOp};
 pub use verifier::{VERIFIED_SEQUENCERS_CACHED_MAX, Verifier};

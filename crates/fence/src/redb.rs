@@ -72,36 +72,47 @@ impl RedbFence {
         sequencer: &VerifiedSequencer,
         scope: &str,
     ) -> Result<FencedTxn, FenceError> {
-        validate_scope(scope)?;
         let mut txn = self.db.begin_write().map_err(FenceError::storage)?;
         txn.set_durability(Durability::Immediate)
             .map_err(FenceError::storage)?;
-        let (previous, next) = {
-            let mut table = txn.open_table(FENCE_TABLE).map_err(FenceError::storage)?;
-            let previous = match table.get(scope).map_err(FenceError::storage)? {
-                Some(stored) => Some(decode(scope, stored.value())?),
-                None => None,
-            };
-            let binding = match &self.expected_lock {
-                Some(lock) => LockBinding::Expect(lock),
-                None => LockBinding::BindOnFirstWrite,
-            };
-            let next = check(previous.as_ref(), binding, sequencer)?;
-            assert_advance(previous.as_ref(), &next);
-            if previous.as_ref() != Some(&next) {
-                table
-                    .insert(
-                        scope,
-                        (next.token_max, next.holder_session, next.lock.as_str()),
-                    )
-                    .map_err(FenceError::storage)?;
-            }
-            (previous, next)
-        };
+        let advance = self.check_in(&txn, sequencer, scope)?;
+        advance.write(&txn)?;
         Ok(FencedTxn {
             txn,
+            previous: advance.previous,
+            state: advance.next,
+        })
+    }
+
+    /// Checks `sequencer` against `scope` inside the caller's own write transaction, and
+    /// writes nothing: the caller validates the rest of its request, then applies the
+    /// returned [`Advance`] with [`Advance::write`] in the same transaction, before or after
+    /// its own writes, and commits them together. A refusal leaves `txn` untouched.
+    ///
+    /// This is how several fenced requests share one commit (group commit): each is checked
+    /// against the state the earlier ones left in the transaction.
+    pub fn check_in(
+        &self,
+        txn: &WriteTransaction,
+        sequencer: &VerifiedSequencer,
+        scope: &str,
+    ) -> Result<Advance, FenceError> {
+        validate_scope(scope)?;
+        let table = txn.open_table(FENCE_TABLE).map_err(FenceError::storage)?;
+        let previous = match table.get(scope).map_err(FenceError::storage)? {
+            Some(stored) => Some(decode(scope, stored.value())?),
+            None => None,
+        };
+        let binding = match &self.expected_lock {
+            Some(lock) => LockBinding::Expect(lock),
+            None => LockBinding::BindOnFirstWrite,
+        };
+        let next = check(previous.as_ref(), binding, sequencer)?;
+        assert_advance(previous.as_ref(), &next);
+        Ok(Advance {
+            scope: scope.to_owned(),
             previous,
-            state: next,
+            next,
         })
     }
 
@@ -136,6 +147,55 @@ fn decode(
         token_max,
         holder_session,
     })
+}
+
+/// An accepted sequencer's effect on its scope, not yet written: see [`RedbFence::check_in`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "an accepted sequencer advances the scope only once the advance is written"]
+pub struct Advance {
+    scope: String,
+    previous: Option<FenceState>,
+    next: FenceState,
+}
+
+impl Advance {
+    /// The scope's state before, if any sequencer was accepted before.
+    pub fn previous(&self) -> Option<&FenceState> {
+        self.previous.as_ref()
+    }
+
+    /// The scope's state once the advance is written.
+    pub fn state(&self) -> &FenceState {
+        &self.next
+    }
+
+    /// Whether writing it changes the stored state (false when the token was already the
+    /// accepted maximum, of the same session).
+    pub fn changes(&self) -> bool {
+        self.previous.as_ref() != Some(&self.next)
+    }
+
+    /// Writes the advanced state into `txn`, the transaction it was checked in. Returns
+    /// whether anything was written.
+    pub fn write(&self, txn: &WriteTransaction) -> Result<bool, FenceError> {
+        if !self.changes() {
+            return Ok(false);
+        }
+        let mut table = txn.open_table(FENCE_TABLE).map_err(FenceError::storage)?;
+        // Pair of the check's assertion, where the state is persisted: never backwards.
+        assert_advance(self.previous.as_ref(), &self.next);
+        table
+            .insert(
+                self.scope.as_str(),
+                (
+                    self.next.token_max,
+                    self.next.holder_session,
+                    self.next.lock.as_str(),
+                ),
+            )
+            .map_err(FenceError::storage)?;
+        Ok(true)
+    }
 }
 
 /// A write transaction in which the sequencer was accepted and the scope's token advanced.

@@ -1,17 +1,19 @@
-//! The `palisade store` subcommands: `serve`, `put`, `get`, `delete`, `fence`.
+//! The `palisade store` subcommands: `serve`, `put`, `get`, `delete`, `claim`, `txn`, `fence`.
 //!
-//! Exit statuses (stable, for scripts):
+//! Exit statuses are those of the `palisade` binary as a whole (its README lists them), so a
+//! script tells "unreachable" or "unknown" apart the same way for `acquire` and `store put`:
 //!
 //! | status | meaning |
 //! |---|---|
 //! | 0 | done |
-//! | 1 | the store is unreachable or failed (nothing was applied), or `serve` failed |
+//! | [`EXIT_REFUSED`] = 1 | refused: the sequencer is missing, malformed, forged or of another lock, or the request is invalid |
 //! | 2 | bad command line (clap) |
-//! | [`EXIT_STALE`] = 3 | the sequencer is stale: a newer holder of the lock has written |
-//! | [`EXIT_REFUSED`] = 4 | the sequencer was refused: missing, malformed, forged, or for another lock |
+//! | [`EXIT_STALE`] = 3 | the sequencer is stale: a newer holder of the lock has read or written here |
 //! | [`EXIT_NOT_FOUND`] = 5 | `get`: the key has no value |
-//! | [`EXIT_INVALID`] = 6 | the request is invalid: key or value too large, bad key, reused request id |
-//! | [`EXIT_OUTCOME_UNKNOWN`] = 7 | a write was sent but no answer came, even after retries |
+//! | [`EXIT_COMPARE_FAILED`] = 8 | a compare (`--if-revision`, `--create-only`, `txn --if-…`) did not hold; nothing was applied |
+//! | [`EXIT_UNAVAILABLE`] = 69 | the store is unreachable or failed; nothing was applied (also `serve` failing) |
+//! | [`EXIT_INTERNAL`] = 70 | the store answered nonsense, or its data is corrupt |
+//! | [`EXIT_OUTCOME_UNKNOWN`] = 77 | the request was sent but no answer came, even after retries |
 
 use std::io::{self, Write};
 use std::net::SocketAddr;
@@ -23,7 +25,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use palisade_sequencer::PublicKey;
 
-use crate::types::{OpKind, WriteAck};
+use crate::types::{BatchOp, BatchRequest, ClaimAck, Compare, OpKind, WriteAck};
 use crate::{Store, StoreClient, StoreError, StoreServer};
 
 /// The store URL clients use when neither `--store` nor `PALISADE_STORE` is given.
@@ -31,18 +33,22 @@ pub const DEFAULT_STORE_URL: &str = "http://127.0.0.1:7458";
 /// The address `serve` listens on by default.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7458";
 
-/// The store is unreachable or failed; nothing was applied.
-pub const EXIT_FAILURE: u8 = 1;
-/// The sequencer is stale: a newer holder of the lock has written.
+/// Refused: the sequencer is missing, malformed, forged or of another lock, or the request is
+/// invalid (too large, bad key, reused request id). The `palisade` binary's "refused".
+pub const EXIT_REFUSED: u8 = 1;
+/// The sequencer is stale: a newer holder of the lock has read or written here.
 pub const EXIT_STALE: u8 = 3;
-/// The sequencer was refused: missing, malformed, forged, or of another lock.
-pub const EXIT_REFUSED: u8 = 4;
 /// `get`: the key has no value.
 pub const EXIT_NOT_FOUND: u8 = 5;
-/// The request is invalid (too large, bad key, reused request id).
-pub const EXIT_INVALID: u8 = 6;
-/// A write was sent but its outcome is unknown.
-pub const EXIT_OUTCOME_UNKNOWN: u8 = 7;
+/// A compare did not hold; nothing was applied.
+pub const EXIT_COMPARE_FAILED: u8 = 8;
+/// The store is unreachable or failed; nothing was applied. The `palisade` binary's
+/// "unavailable".
+pub const EXIT_UNAVAILABLE: u8 = 69;
+/// The store answered something this client does not understand, or its data is corrupt.
+pub const EXIT_INTERNAL: u8 = 70;
+/// The request was sent but its outcome is unknown. The `palisade` binary's "unknown".
+pub const EXIT_OUTCOME_UNKNOWN: u8 = 77;
 
 /// Attempts of one write when the store is unreachable or does not answer; every attempt
 /// carries the same request id, so a write is applied at most once.
@@ -58,10 +64,16 @@ pub enum StoreCommand {
     Serve(ServeArgs),
     /// Set KEY to VALUE, fenced by the lock holder's sequencer
     Put(PutArgs),
-    /// Print the value of KEY (reads need no sequencer)
+    /// Print the value of KEY; under a lock ($PALISADE_SEQUENCER set) the read is fenced
     Get(GetArgs),
     /// Delete KEY, fenced by the lock holder's sequencer
     Delete(DeleteArgs),
+    /// Announce the lock holder's grant to the store before reading anything: older grants of
+    /// LOCK are refused from now on
+    Claim(ClaimArgs),
+    /// Compares and operations applied all or nothing under one sequencer check:
+    /// `txn --if-revision counter=7 put counter 8 get other`
+    Txn(TxnArgs),
     /// Show the highest token of LOCK the store has accepted
     Fence(FenceArgs),
 }
@@ -109,6 +121,13 @@ pub struct PutArgs {
     pub key: String,
     #[arg(allow_hyphen_values = true)]
     pub value: String,
+    /// Write only if KEY is at this revision, as `get --json` shows it (0: only if it has no
+    /// value)
+    #[arg(long, value_name = "REVISION", conflicts_with = "create_only")]
+    pub if_revision: Option<u64>,
+    /// Write only if KEY has no value
+    #[arg(long)]
+    pub create_only: bool,
     #[command(flatten)]
     pub write: WriteArgs,
     #[command(flatten)]
@@ -119,7 +138,14 @@ pub struct PutArgs {
 #[derive(Debug, clap::Args)]
 pub struct GetArgs {
     pub key: String,
-    /// Print the value with its lock, token and session as JSON
+    /// The lock holder's sequencer: the read is fenced, refused if stale, and advances the
+    /// lock's accepted token so no older grant can write after it (set by `palisade lock`)
+    #[arg(long, env = "PALISADE_SEQUENCER", hide_env_values = true)]
+    pub sequencer: Option<String>,
+    /// Only look: present no sequencer even if $PALISADE_SEQUENCER is set
+    #[arg(long)]
+    pub unfenced: bool,
+    /// Print the value with its lock, token, session and revision as JSON
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -130,10 +156,113 @@ pub struct GetArgs {
 #[derive(Debug, clap::Args)]
 pub struct DeleteArgs {
     pub key: String,
+    /// Delete only if KEY is at this revision
+    #[arg(long, value_name = "REVISION")]
+    pub if_revision: Option<u64>,
     #[command(flatten)]
     pub write: WriteArgs,
     #[command(flatten)]
     pub address: StoreAddress,
+}
+
+/// `palisade store claim`
+#[derive(Debug, clap::Args)]
+pub struct ClaimArgs {
+    /// The lock whose grant is announced; the sequencer must be of this lock
+    pub lock: String,
+    /// The lock holder's sequencer (set by `palisade lock NAME -- …`)
+    #[arg(long, env = "PALISADE_SEQUENCER", hide_env_values = true)]
+    pub sequencer: Option<String>,
+    /// Print the store's answer as JSON
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub address: StoreAddress,
+}
+
+/// `palisade store txn`
+#[derive(Debug, clap::Args)]
+pub struct TxnArgs {
+    /// Operations, applied in order: `put KEY VALUE`, `delete KEY`, `get KEY`
+    #[arg(value_name = "OP", allow_hyphen_values = true)]
+    pub ops: Vec<String>,
+    /// Compare: KEY is at REVISION (0: KEY has no value)
+    #[arg(long, value_name = "KEY=REVISION")]
+    pub if_revision: Vec<String>,
+    /// Compare: KEY has exactly VALUE
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub if_value: Vec<String>,
+    /// Compare: KEY has no value
+    #[arg(long, value_name = "KEY")]
+    pub if_absent: Vec<String>,
+    /// Compare: KEY has a value
+    #[arg(long, value_name = "KEY")]
+    pub if_exists: Vec<String>,
+    #[command(flatten)]
+    pub write: WriteArgs,
+    #[command(flatten)]
+    pub address: StoreAddress,
+}
+
+impl TxnArgs {
+    /// The transaction the arguments describe.
+    pub fn request(&self) -> Result<BatchRequest, StoreError> {
+        let invalid = |message: String| StoreError::InvalidRequest { message };
+        let split = |text: &str, what: &str| {
+            text.split_once('=')
+                .map(|(key, value)| (key.to_owned(), value.to_owned()))
+                .ok_or_else(|| invalid(format!("{what} {text:?} is not KEY=…")))
+        };
+        let mut compare = Vec::new();
+        for text in &self.if_revision {
+            let (key, revision) = split(text, "--if-revision")?;
+            let revision = revision.parse().map_err(|_| {
+                invalid(format!(
+                    "--if-revision {text:?}: {revision:?} is not a revision"
+                ))
+            })?;
+            compare.push(Compare::Revision { key, revision });
+        }
+        for text in &self.if_value {
+            let (key, value) = split(text, "--if-value")?;
+            compare.push(Compare::Value {
+                key,
+                value: value.into_bytes(),
+            });
+        }
+        for (keys, exists) in [(&self.if_absent, false), (&self.if_exists, true)] {
+            for key in keys {
+                compare.push(Compare::Exists {
+                    key: key.clone(),
+                    exists,
+                });
+            }
+        }
+        let mut ops = Vec::new();
+        let mut words = self.ops.iter();
+        while let Some(verb) = words.next() {
+            let mut next = |what: &str| {
+                words
+                    .next()
+                    .cloned()
+                    .ok_or_else(|| invalid(format!("`{verb}` needs {what}")))
+            };
+            ops.push(match verb.as_str() {
+                "put" => BatchOp::Put {
+                    key: next("KEY VALUE")?,
+                    value: next("a VALUE after its KEY")?.into_bytes(),
+                },
+                "delete" => BatchOp::Delete { key: next("KEY")? },
+                "get" => BatchOp::Get { key: next("KEY")? },
+                other => {
+                    return Err(invalid(format!(
+                        "unknown operation {other:?}: use put KEY VALUE, delete KEY or get KEY"
+                    )));
+                }
+            });
+        }
+        Ok(BatchRequest { compare, ops })
+    }
 }
 
 /// `palisade store fence`
@@ -226,41 +355,92 @@ pub async fn execute(
     let (json, outcome) = match command {
         StoreCommand::Serve(_) => {
             let _ = writeln!(stderr, "palisade: `store serve` runs through cli::run");
-            return EXIT_FAILURE;
+            return EXIT_UNAVAILABLE;
         }
         StoreCommand::Put(args) => {
-            let value = args.value.into_bytes();
-            let outcome =
-                write_with_retries(&args.address, &args.write, |client, sequencer, id| {
-                    let (key, value) = (args.key.clone(), value.clone());
-                    async move { client.put(&key, &value, Some(&sequencer), Some(&id)).await }
-                })
-                .await
-                .map(|ack| write_output(&ack, args.write.json));
-            (args.write.json, outcome)
+            let condition = match (args.if_revision, args.create_only) {
+                (Some(revision), _) => Some(Compare::Revision {
+                    key: args.key.clone(),
+                    revision,
+                }),
+                (None, true) => Some(Compare::Exists {
+                    key: args.key.clone(),
+                    exists: false,
+                }),
+                (None, false) => None,
+            };
+            let request = BatchRequest {
+                compare: condition.into_iter().collect(),
+                ops: vec![BatchOp::Put {
+                    key: args.key.clone(),
+                    value: args.value.into_bytes(),
+                }],
+            };
+            (
+                args.write.json,
+                txn_command(&args.address, &args.write, request).await,
+            )
         }
         StoreCommand::Delete(args) => {
-            let outcome =
-                write_with_retries(&args.address, &args.write, |client, sequencer, id| {
-                    let key = args.key.clone();
-                    async move { client.delete(&key, Some(&sequencer), Some(&id)).await }
-                })
-                .await
-                .map(|ack| write_output(&ack, args.write.json));
+            let request = BatchRequest {
+                compare: args
+                    .if_revision
+                    .map(|revision| Compare::Revision {
+                        key: args.key.clone(),
+                        revision,
+                    })
+                    .into_iter()
+                    .collect(),
+                ops: vec![BatchOp::Delete {
+                    key: args.key.clone(),
+                }],
+            };
+            (
+                args.write.json,
+                txn_command(&args.address, &args.write, request).await,
+            )
+        }
+        StoreCommand::Txn(args) => {
+            let outcome = match args.request() {
+                Ok(request) => txn_command(&args.address, &args.write, request).await,
+                Err(error) => Err(error),
+            };
             (args.write.json, outcome)
         }
         StoreCommand::Get(args) => {
-            let outcome = match StoreClient::new(&args.address.store) {
-                Ok(client) => match client.get(&args.key).await {
-                    Ok(Some(entry)) if args.json => Ok(json_line(&entry)),
-                    Ok(Some(entry)) => {
-                        let mut output = entry.value;
-                        output.push(b'\n');
-                        Ok(output)
-                    }
-                    Ok(None) => Err(StoreError::NotFound { key: args.key }),
-                    Err(error) => Err(error),
-                },
+            let sequencer = match args.sequencer.as_deref().map(str::trim) {
+                _ if args.unfenced => None,
+                None | Some("") => None,
+                Some(sequencer) => Some(sequencer.to_owned()),
+            };
+            let outcome = with_retries(&args.address, |client| {
+                let (key, sequencer) = (args.key.clone(), sequencer.clone());
+                // A fenced read may be repeated: advancing to the same token again is a no-op.
+                async move { client.read(&key, sequencer.as_deref()).await }
+            })
+            .await
+            .and_then(|entry| match entry {
+                Some(entry) if args.json => Ok(json_line(&entry)),
+                Some(entry) => {
+                    let mut output = entry.value;
+                    output.push(b'\n');
+                    Ok(output)
+                }
+                None => Err(StoreError::NotFound {
+                    key: args.key.clone(),
+                }),
+            });
+            (args.json, outcome)
+        }
+        StoreCommand::Claim(args) => {
+            let outcome = match presented(args.sequencer.as_deref()) {
+                Ok(sequencer) => with_retries(&args.address, |client| {
+                    let (lock, sequencer) = (args.lock.clone(), sequencer.clone());
+                    // Claiming again with the same token changes nothing.
+                    async move { client.claim(Some(&lock), Some(&sequencer)).await }
+                })
+                .await
+                .map(|ack| claim_output(&ack, args.json)),
                 Err(error) => Err(error),
             };
             (args.json, outcome)
@@ -303,43 +483,71 @@ pub async fn execute(
     }
 }
 
-/// The exit status of a failed command, and how its message starts.
+/// The exit status of a failed command, and how its message starts. Every error is named:
+/// a new variant does not compile here until it has a status.
 pub fn exit_status(error: &StoreError) -> (u8, &'static str) {
     match error {
         StoreError::Stale { .. } => (EXIT_STALE, "refused: "),
-        error if error.is_rejection() => (EXIT_REFUSED, "refused: "),
-        StoreError::NotFound { .. } => (EXIT_NOT_FOUND, ""),
+        StoreError::WrongLock { .. }
+        | StoreError::Missing
+        | StoreError::Malformed { .. }
+        | StoreError::Forged { .. } => (EXIT_REFUSED, "refused: "),
         StoreError::TooLarge { .. }
         | StoreError::InvalidKey { .. }
         | StoreError::InvalidRequest { .. }
-        | StoreError::RequestIdReused { .. } => (EXIT_INVALID, ""),
+        | StoreError::RequestIdReused { .. }
+        | StoreError::NoSuchRoute { .. }
+        | StoreError::MethodNotAllowed { .. } => (EXIT_REFUSED, ""),
+        StoreError::NotFound { .. } => (EXIT_NOT_FOUND, ""),
+        StoreError::CompareFailed { .. } => (EXIT_COMPARE_FAILED, ""),
+        StoreError::Storage { .. } | StoreError::Unavailable { .. } => (EXIT_UNAVAILABLE, ""),
+        StoreError::Corrupt { .. } | StoreError::UnexpectedResponse { .. } => (EXIT_INTERNAL, ""),
         StoreError::OutcomeUnknown { .. } => (EXIT_OUTCOME_UNKNOWN, ""),
-        _ => (EXIT_FAILURE, ""),
     }
 }
 
-/// Runs one write, retrying (with the same request id) while the store is unreachable, fails
-/// retryably, or does not answer.
-async fn write_with_retries<F, Fut>(
+/// The presented sequencer, refused locally when there is none: no point asking the store to
+/// say the same.
+fn presented(sequencer: Option<&str>) -> Result<String, StoreError> {
+    match sequencer.map(str::trim) {
+        None | Some("") => Err(StoreError::Missing),
+        Some(sequencer) => Ok(sequencer.to_owned()),
+    }
+}
+
+/// `put`, `delete` and `txn`: one transaction, retried with one request id.
+async fn txn_command(
     address: &StoreAddress,
     args: &WriteArgs,
-    mut attempt: F,
-) -> Result<WriteAck, StoreError>
-where
-    F: FnMut(StoreClient, String, String) -> Fut,
-    Fut: Future<Output = Result<WriteAck, StoreError>>,
-{
-    // Refuse locally: no point asking the store to say the same.
-    let sequencer = match args.sequencer.as_deref().map(str::trim) {
-        None | Some("") => return Err(StoreError::Missing),
-        Some(sequencer) => sequencer.to_owned(),
-    };
-    let client = StoreClient::new(&address.store)?;
+    request: BatchRequest,
+) -> Result<Vec<u8>, StoreError> {
+    let sequencer = presented(args.sequencer.as_deref())?;
     let request_id = args.request_id.clone().unwrap_or_else(fresh_request_id);
+    with_retries(address, |client| {
+        let (request, sequencer, request_id) = (&request, sequencer.clone(), request_id.clone());
+        async move {
+            client
+                .txn(request, Some(&sequencer), Some(&request_id))
+                .await
+        }
+    })
+    .await
+    .map(|ack| write_output(&ack, args.json))
+}
+
+/// Runs one request, retrying while the store is unreachable, fails retryably, or does not
+/// answer. Every attempt must be safe to repeat: a write carries one request id throughout,
+/// and fenced reads and claims change nothing the second time.
+async fn with_retries<T, F, Fut>(address: &StoreAddress, mut attempt: F) -> Result<T, StoreError>
+where
+    F: FnMut(StoreClient) -> Fut,
+    Fut: Future<Output = Result<T, StoreError>>,
+{
+    let client = StoreClient::new(&address.store)?;
     let mut backoff = Duration::from_millis(WRITE_RETRY_BACKOFF_MS);
     let mut unknown = false;
     for attempt_number in 1..=WRITE_ATTEMPTS_MAX {
-        match attempt(client.clone(), sequencer.clone(), request_id.clone()).await {
+        match attempt(client.clone()).await {
             Err(error)
                 if (error.is_retryable() || error.is_outcome_unknown())
                     && attempt_number < WRITE_ATTEMPTS_MAX =>
@@ -377,12 +585,25 @@ fn write_output(ack: &WriteAck, json: bool) -> Vec<u8> {
             (OpKind::Put, _) => "stored",
             (OpKind::Delete, true) => "deleted",
             (OpKind::Delete, false) => "nothing to delete at",
+            (OpKind::Get, _) => {
+                match &op.entry {
+                    Some(entry) => text.push_str(&format!(
+                        "{:?} = {} (revision {})\n",
+                        op.key,
+                        String::from_utf8_lossy(&entry.value),
+                        entry.revision
+                    )),
+                    None => text.push_str(&format!("{:?} has no value\n", op.key)),
+                }
+                continue;
+            }
         };
         text.push_str(&format!(
-            "{verb} {:?} (lock {:?}, token {}){}\n",
+            "{verb} {:?} (lock {:?}, token {}, revision {}){}\n",
             op.key,
             ack.lock,
             ack.token,
+            ack.revision,
             if ack.replayed {
                 ", already applied by an earlier attempt"
             } else {
@@ -391,6 +612,26 @@ fn write_output(ack: &WriteAck, json: bool) -> Vec<u8> {
         ));
     }
     text.into_bytes()
+}
+
+fn claim_output(ack: &ClaimAck, json: bool) -> Vec<u8> {
+    if json {
+        return json_line(ack);
+    }
+    let before = match ack.previous_token_max {
+        Some(token) => format!("was {token}"),
+        None => "no grant seen before".to_owned(),
+    };
+    let what = if ack.advanced {
+        "claimed"
+    } else {
+        "already claimed"
+    };
+    format!(
+        "{what} lock {:?} with token {} ({before}): older grants are refused from now on\n",
+        ack.lock, ack.token
+    )
+    .into_bytes()
 }
 
 fn json_line(value: &impl serde::Serialize) -> Vec<u8> {

@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 
 use crate::StoreError;
 use crate::server::{REQUEST_ID_HEADER, SEQUENCER_HEADER};
-use crate::types::{BatchOp, BatchRequest, Entry, FenceView, WriteAck};
+use crate::types::{BatchOp, BatchRequest, ClaimAck, Entry, FenceView, WriteAck};
 
 /// How long to wait for a TCP connection to the store.
 pub const CONNECT_TIMEOUT_MS: u64 = 5_000;
@@ -87,21 +87,80 @@ impl StoreClient {
         sequencer: Option<&str>,
         request_id: Option<&str>,
     ) -> Result<WriteAck, StoreError> {
-        let body = BatchRequest { ops: ops.to_vec() };
+        let body = BatchRequest {
+            compare: Vec::new(),
+            ops: ops.to_vec(),
+        };
+        self.txn(&body, sequencer, request_id).await
+    }
+
+    /// A transaction under `sequencer`: every compare must hold, then the operations are
+    /// applied in order, all or nothing ([`StoreError::CompareFailed`] if a compare fails).
+    pub async fn txn(
+        &self,
+        request: &BatchRequest,
+        sequencer: Option<&str>,
+        request_id: Option<&str>,
+    ) -> Result<WriteAck, StoreError> {
         let request = self
-            .write_request(Method::POST, "/v1/batch", sequencer, request_id)
-            .json(&body);
+            .write_request(Method::POST, "/v1/txn", sequencer, request_id)
+            .json(request);
         self.send(request, true).await
     }
 
-    /// The value of `key` and the grant that wrote it; `None` if it has none.
+    /// Sets `key` to `value` only if the key is at `revision` (0: only if it has no value),
+    /// sent as `If-Match` / `If-None-Match: *`.
+    pub async fn put_if_revision(
+        &self,
+        key: &str,
+        value: &[u8],
+        revision: u64,
+        sequencer: Option<&str>,
+        request_id: Option<&str>,
+    ) -> Result<WriteAck, StoreError> {
+        let request = self.write_request(Method::PUT, &kv_path(key), sequencer, request_id);
+        let request = match revision {
+            0 => request.header(reqwest::header::IF_NONE_MATCH, "*"),
+            revision => request.header(reqwest::header::IF_MATCH, format!("\"{revision}\"")),
+        };
+        self.send(request.body(value.to_vec()), true).await
+    }
+
+    /// The value of `key` and the grant that wrote it; `None` if it has none. Unfenced: it only
+    /// looks (see [`StoreClient::read`]).
     pub async fn get(&self, key: &str) -> Result<Option<Entry>, StoreError> {
-        let request = self.http.get(self.url(&kv_path(key)));
-        match self.send(request, false).await {
+        self.read(key, None).await
+    }
+
+    /// A read of `key`; with a sequencer it is fenced: refused if stale, and otherwise the
+    /// lock's accepted token advances to the sequencer's, durably, before the value comes back.
+    pub async fn read(
+        &self,
+        key: &str,
+        sequencer: Option<&str>,
+    ) -> Result<Option<Entry>, StoreError> {
+        let request = self.write_request(Method::GET, &kv_path(key), sequencer, None);
+        // A fenced read is a write of the accepted token: no answer means an unknown outcome.
+        match self.send(request, sequencer.is_some()).await {
             Ok(entry) => Ok(Some(entry)),
             Err(StoreError::NotFound { .. }) => Ok(None),
             Err(error) => Err(error),
         }
+    }
+
+    /// Announces `sequencer`'s grant to the store: the accepted token of its lock advances to
+    /// it and nothing else changes. `lock`, if given, must be the sequencer's lock.
+    pub async fn claim(
+        &self,
+        lock: Option<&str>,
+        sequencer: Option<&str>,
+    ) -> Result<ClaimAck, StoreError> {
+        let path = match lock {
+            Some(lock) => format!("/v1/claim/{}", percent_encode(lock)),
+            None => "/v1/claim".to_owned(),
+        };
+        let request = self.write_request(Method::POST, &path, sequencer, None);
+        self.send(request, true).await
     }
 
     /// What the store has accepted for `lock`.

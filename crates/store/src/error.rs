@@ -91,6 +91,18 @@ pub enum StoreError {
     /// The key has no value (never written, or deleted).
     #[error("key {key:?} not found")]
     NotFound { key: String },
+    /// A compare of a transaction or a conditional write did not hold: nothing was applied.
+    #[error(
+        "compare {compare} failed: key {key:?} is {}: nothing was applied; re-read the key and decide again",
+        current_text(*revision)
+    )]
+    CompareFailed {
+        /// The index of the first compare that did not hold, in request order.
+        compare: u64,
+        key: String,
+        /// The key's current revision (0: it has no value).
+        revision: u64,
+    },
     /// No such HTTP route.
     #[error("no route for {method} {path}: see docs/store-http.md for the API")]
     NoSuchRoute { method: String, path: String },
@@ -140,6 +152,13 @@ fn holder_text(holder_session: Option<u64>) -> String {
     }
 }
 
+fn current_text(revision: u64) -> String {
+    match revision {
+        0 => "absent".to_owned(),
+        revision => format!("at revision {revision}"),
+    }
+}
+
 fn key_text(key: Option<&str>) -> String {
     match key {
         Some(key) => format!("key {key:?} "),
@@ -168,6 +187,7 @@ impl StoreError {
             StoreError::InvalidRequest { .. } => "invalid_request",
             StoreError::RequestIdReused { .. } => "request_id_reused",
             StoreError::NotFound { .. } => "not_found",
+            StoreError::CompareFailed { .. } => "compare_failed",
             StoreError::NoSuchRoute { .. } => "no_such_route",
             StoreError::MethodNotAllowed { .. } => "method_not_allowed",
             StoreError::Corrupt { .. } => "corrupt",
@@ -181,8 +201,8 @@ impl StoreError {
     /// The HTTP status the server answers with.
     ///
     /// 400 malformed input, 401 missing sequencer, 403 forged or another lock's sequencer,
-    /// 404 not found, 409 stale, 413 too large, 422 request id reused, 500 corrupt,
-    /// 503 storage failure.
+    /// 404 not found, 409 stale, 412 compare failed, 413 too large, 422 request id reused,
+    /// 500 corrupt, 503 storage failure or a full write queue, 504 outcome unknown.
     pub fn http_status(&self) -> u16 {
         match self {
             StoreError::Malformed { .. }
@@ -193,6 +213,7 @@ impl StoreError {
             StoreError::NotFound { .. } | StoreError::NoSuchRoute { .. } => 404,
             StoreError::MethodNotAllowed { .. } => 405,
             StoreError::Stale { .. } => 409,
+            StoreError::CompareFailed { .. } => 412,
             StoreError::TooLarge { .. } => 413,
             StoreError::RequestIdReused { .. } => 422,
             StoreError::Corrupt { .. } => 500,

@@ -55,9 +55,12 @@ pub mod limits;
 pub mod server;
 pub mod store;
 mod types;
+mod writer;
 
 pub use client::StoreClient;
 pub use error::StoreError;
 pub use server::StoreServer;
 pub use store::Store;
-pub use types::{BatchOp, BatchRequest, Entry, FenceView, OpAck, OpKind, WriteAck};
+pub use types::{
+    BatchOp, BatchRequest, ClaimAck, Compare, Entry, FenceView, OpAck, OpKind, WriteAck,
+};

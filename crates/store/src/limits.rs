@@ -20,6 +20,22 @@ pub const BATCH_OPS_MAX: usize = 1000;
 /// Largest batch request body (JSON), in bytes.
 pub const BATCH_BODY_BYTES_MAX: usize = 8 * 1024 * 1024;
 
+/// Most compares in one transaction.
+pub const COMPARES_MAX: usize = 1000;
+
+/// Most requests waiting for the writer thread; an async request beyond it is refused at once
+/// as unavailable (nothing applied), a blocking caller waits.
+pub const WRITE_QUEUE_JOBS_MAX: usize = 4096;
+
+/// Most bytes of keys and values waiting for the writer thread, over all queued requests.
+pub const WRITE_QUEUE_BYTES_MAX: usize = 256 * 1024 * 1024;
+
+/// Most requests that share one commit (group commit).
+pub const GROUP_JOBS_MAX: usize = 1024;
+
+/// A group stops taking requests once it holds this many bytes of keys and values.
+pub const GROUP_BYTES_MAX: usize = 64 * 1024 * 1024;
+
 /// Longest client-chosen request id, in bytes of printable ASCII.
 pub const REQUEST_ID_BYTES_MAX: usize = 128;
 
@@ -55,3 +71,7 @@ const _: () = assert!(LOCK_NAME_BYTES_MAX <= SCOPE_BYTES_MAX);
 // A request-id record is keyed by sequencer text, one space, and the request id.
 const _: () = assert!(SEQUENCER_BYTES_MAX + 1 + REQUEST_ID_BYTES_MAX <= 1024);
 const _: () = assert!(REQUEST_IDS_RETAINED_MAX >= 1);
+// Any one request fits in a group and in the queue.
+const _: () = assert!(BATCH_BODY_BYTES_MAX <= GROUP_BYTES_MAX);
+const _: () = assert!(GROUP_BYTES_MAX <= WRITE_QUEUE_BYTES_MAX);
+const _: () = assert!(GROUP_JOBS_MAX <= WRITE_QUEUE_JOBS_MAX);

@@ -22,7 +22,7 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 
 use crate::limits::{BATCH_BODY_BYTES_MAX, PUT_BODY_BYTES_MAX};
-use crate::types::BatchRequest;
+use crate::types::{BatchOp, BatchRequest, Compare};
 use crate::{Store, StoreError};
 
 /// The header carrying the sequencer of a write.
@@ -33,6 +33,8 @@ pub const REQUEST_ID_HEADER: &str = "palisade-request-id";
 pub const TOKEN_HEADER: &str = "palisade-token";
 pub const SESSION_HEADER: &str = "palisade-session";
 pub const LOCK_HEADER: &str = "palisade-lock";
+/// Raw reads carry the key's revision in this header (and as the `ETag`).
+pub const REVISION_HEADER: &str = "palisade-revision";
 
 /// The HTTP routes of the store.
 pub fn router(store: Arc<Store>) -> Router {
@@ -44,11 +46,14 @@ pub fn router(store: Arc<Store>) -> Router {
         .route("/v1/kv/", get(empty_key).put(empty_key).delete(empty_key))
         .layer(DefaultBodyLimit::max(PUT_BODY_BYTES_MAX));
     let batch = Router::new()
-        .route("/v1/batch", post(batch))
+        .route("/v1/txn", post(txn))
+        .route("/v1/batch", post(txn))
         .layer(DefaultBodyLimit::max(BATCH_BODY_BYTES_MAX));
     Router::new()
         .merge(kv)
         .merge(batch)
+        .route("/v1/claim", post(claim))
+        .route("/v1/claim/{*lock}", post(claim))
         .route("/v1/fence/{*lock}", get(fence))
         .route("/healthz", get(health))
         .fallback(no_route)
@@ -92,7 +97,8 @@ impl StoreServer {
     }
 }
 
-/// Runs a blocking store call off the async threads.
+/// Runs a blocking store read off the async threads. (Writes go to the store's writer thread
+/// and are awaited without a thread of their own.)
 async fn blocking<T: Send + 'static>(
     call: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
 ) -> Result<T, StoreError> {
@@ -103,7 +109,7 @@ async fn blocking<T: Send + 'static>(
             std::process::abort();
         }
         Err(error) => Err(StoreError::Storage {
-            message: format!("the write was cancelled, its outcome is unknown: {error}"),
+            message: format!("the read was cancelled: {error}"),
         }),
     }
 }
@@ -167,13 +173,60 @@ struct WriteHeaders {
 
 fn write_headers(headers: &HeaderMap) -> Result<WriteHeaders, StoreError> {
     Ok(WriteHeaders {
-        sequencer: header_text(headers, SEQUENCER_HEADER, |message| StoreError::Malformed {
-            message,
-        })?,
+        sequencer: sequencer_header(headers)?,
         request_id: header_text(headers, REQUEST_ID_HEADER, |message| {
             StoreError::InvalidRequest { message }
         })?,
     })
+}
+
+fn sequencer_header(headers: &HeaderMap) -> Result<Option<String>, StoreError> {
+    header_text(headers, SEQUENCER_HEADER, |message| StoreError::Malformed {
+        message,
+    })
+}
+
+/// The compare a conditional write asks for: `If-Match: "<revision>"` (the key is at that
+/// revision; `"0"`: it has no value) or `If-None-Match: *` (create only).
+fn condition(headers: &HeaderMap, key: &str) -> Result<Option<Compare>, StoreError> {
+    let invalid = |message: String| StoreError::InvalidRequest { message };
+    let if_match = header_text(headers, header::IF_MATCH.as_str(), invalid)?;
+    let if_none_match = header_text(headers, header::IF_NONE_MATCH.as_str(), invalid)?;
+    match (if_match, if_none_match) {
+        (None, None) => Ok(None),
+        (Some(_), Some(_)) => Err(invalid(
+            "give If-Match or If-None-Match, not both".to_owned(),
+        )),
+        (None, Some(star)) if star.trim() == "*" => Ok(Some(Compare::Exists {
+            key: key.to_owned(),
+            exists: false,
+        })),
+        (None, Some(other)) => Err(invalid(format!(
+            "If-None-Match {other:?} is not supported: use If-None-Match: * to create only"
+        ))),
+        (Some(tag), None) => {
+            let text = tag.trim();
+            let text = text.strip_prefix("W/").unwrap_or(text);
+            let text = text.trim_matches('"');
+            match text.parse::<u64>() {
+                Ok(revision) => Ok(Some(Compare::Revision {
+                    key: key.to_owned(),
+                    revision,
+                })),
+                Err(_) => Err(invalid(format!(
+                    "If-Match {tag:?} is not a revision: send If-Match: \"<revision>\" as a read returned it"
+                ))),
+            }
+        }
+    }
+}
+
+/// A one-key transaction: the operation, under the request's condition if it has one.
+fn one_op(op: BatchOp, condition: Option<Compare>) -> BatchRequest {
+    BatchRequest {
+        compare: condition.into_iter().collect(),
+        ops: vec![op],
+    }
 }
 
 fn body_of(
@@ -207,6 +260,7 @@ async fn put_key(
     let prepared = (|| {
         let key = key_of(path)?;
         let write = write_headers(&headers)?;
+        let condition = condition(&headers, &key)?;
         let value = body_of(
             body,
             &headers,
@@ -214,22 +268,27 @@ async fn put_key(
             "value_bytes_max",
             PUT_BODY_BYTES_MAX,
         )?;
-        Ok((key, write, value))
+        let request = one_op(
+            BatchOp::Put {
+                key,
+                value: value.to_vec(),
+            },
+            condition,
+        );
+        Ok((write, request))
     })();
-    let (key, write, value) = match prepared {
+    let (write, request) = match prepared {
         Ok(prepared) => prepared,
         Err(error) => return StoreError::into_response(error),
     };
     reply(
-        blocking(move || {
-            store.put(
+        store
+            .txn_async(
                 write.sequencer.as_deref(),
-                &key,
-                &value,
+                &request,
                 write.request_id.as_deref(),
             )
-        })
-        .await,
+            .await,
     )
 }
 
@@ -238,23 +297,27 @@ async fn delete_key(
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Response {
-    let (key, write) = match key_of(path).and_then(|key| Ok((key, write_headers(&headers)?))) {
+    let prepared = key_of(path).and_then(|key| {
+        let write = write_headers(&headers)?;
+        let condition = condition(&headers, &key)?;
+        Ok((write, one_op(BatchOp::Delete { key }, condition)))
+    });
+    let (write, request) = match prepared {
         Ok(prepared) => prepared,
         Err(error) => return error.into_response(),
     };
     reply(
-        blocking(move || {
-            store.delete(
+        store
+            .txn_async(
                 write.sequencer.as_deref(),
-                &key,
+                &request,
                 write.request_id.as_deref(),
             )
-        })
-        .await,
+            .await,
     )
 }
 
-async fn batch(
+async fn txn(
     State(store): State<Arc<Store>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -271,7 +334,7 @@ async fn batch(
         let request: BatchRequest =
             serde_json::from_slice(&body).map_err(|error| StoreError::InvalidRequest {
                 message: format!(
-                    "batch body is not {{\"ops\": [{{\"op\": \"put\"|\"delete\", \"key\": …, \"value\": …}}]}}: {error}"
+                    "transaction body is not {{\"compare\": [{{\"key\": …, \"revision\"|\"value\"|\"exists\": …}}], \"ops\": [{{\"op\": \"put\"|\"delete\"|\"get\", \"key\": …, \"value\": …}}]}}: {error}"
                 ),
             })?;
         Ok((write, request))
@@ -281,20 +344,37 @@ async fn batch(
         Err(error) => return StoreError::into_response(error),
     };
     reply(
-        blocking(move || {
-            store.batch(
+        store
+            .txn_async(
                 write.sequencer.as_deref(),
-                &request.ops,
+                &request,
                 write.request_id.as_deref(),
             )
-        })
-        .await,
+            .await,
+    )
+}
+
+async fn claim(
+    State(store): State<Arc<Store>>,
+    path: Option<Path<String>>,
+    headers: HeaderMap,
+) -> Response {
+    let sequencer = match sequencer_header(&headers) {
+        Ok(sequencer) => sequencer,
+        Err(error) => return error.into_response(),
+    };
+    let lock = path.map(|Path(lock)| lock);
+    reply(
+        store
+            .claim_async(sequencer.as_deref(), lock.as_deref())
+            .await,
     )
 }
 
 async fn get_key(
     State(store): State<Arc<Store>>,
     path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
     let raw = match query.as_deref() {
@@ -307,15 +387,23 @@ async fn get_key(
             .into_response();
         }
     };
-    let key = match key_of(path) {
-        Ok(key) => key,
+    let (key, sequencer) = match key_of(path).and_then(|key| Ok((key, sequencer_header(&headers)?)))
+    {
+        Ok(prepared) => prepared,
         Err(error) => return error.into_response(),
     };
-    let result = blocking({
-        let key = key.clone();
-        move || store.get(&key)
-    })
-    .await
+    // With a sequencer the read is fenced: checked like a write, and the lock's accepted token
+    // advanced before the value is returned. Without one it only looks.
+    let result = match sequencer {
+        Some(sequencer) => store.read_async(Some(&sequencer), &key).await,
+        None => {
+            blocking({
+                let key = key.clone();
+                move || store.get(&key)
+            })
+            .await
+        }
+    }
     .and_then(|entry| entry.ok_or(StoreError::NotFound { key }));
     match result {
         Ok(entry) if raw => {
@@ -326,6 +414,10 @@ async fn get_key(
                 HeaderValue::from_static("application/octet-stream"),
             );
             headers.insert(TOKEN_HEADER, HeaderValue::from(entry.token));
+            headers.insert(REVISION_HEADER, HeaderValue::from(entry.revision));
+            if let Ok(tag) = HeaderValue::from_str(&format!("\"{}\"", entry.revision)) {
+                headers.insert(header::ETAG, tag);
+            }
             headers.insert(SESSION_HEADER, HeaderValue::from(entry.session));
             // Lock names are UTF-8; only ASCII ones fit in a header. JSON reads always name it.
             if let Ok(lock) = HeaderValue::from_str(&entry.lock) {

@@ -21,12 +21,34 @@
 //! maximum lives in the fence table, untouched by deletes: deleting and re-writing a key never
 //! lets an old token (or another lock) back in.
 //!
-//! # One write = one transaction
+//! # Reads are fenced too
 //!
-//! A put, a delete and a whole batch are each one redb write transaction: the fence check and
-//! advance ([`RedbFence::begin`]), the key-binding checks, the writes and the request-id record
-//! commit together with [`redb::Durability::Immediate`] (fsync) before the caller hears "ok",
-//! or not at all (invariant 3).
+//! A write fence alone orders writes, not the holder's critical section: a holder paused
+//! between its read and its write can still land the write after the next holder has *read*
+//! the old value, and one of two increments is lost. So a read that presents a sequencer
+//! ([`Store::read`]) is checked like a write and **advances** the lock's accepted token,
+//! durably, before the value is returned: from the moment the new holder has looked, nothing of
+//! an older grant lands. [`Store::claim`] does the same with no data at all, for a holder that
+//! wants to announce itself before it starts. A read without a sequencer ([`Store::get`]) only
+//! looks. A fenced read costs a durable write when it advances the token, and nothing more
+//! than a read when the holder's token is already the accepted one (its later reads).
+//!
+//! # Revisions, compares and transactions
+//!
+//! The store keeps one revision counter. Every request that puts or deletes bumps it once, and
+//! each key it wrote carries that revision ([`Entry::revision`]); a key with no value has
+//! revision 0. A transaction ([`Store::txn`]) checks [`Compare`]s on revisions, values or
+//! existence, then applies puts, deletes and gets in order, all or nothing, under one sequencer
+//! check, like etcd's Txn. A put that names a revision (HTTP `If-Match`) is a one-key
+//! transaction, so read-modify-write needs no lock-level claim to be safe either.
+//!
+//! # One commit for many requests
+//!
+//! Every request that changes the database goes through one writer thread ([`crate::writer`]),
+//! which runs whatever is queued in one redb write transaction: the fence check and advance,
+//! the key-binding checks, the writes and the request-id records of all of them commit
+//! together with [`redb::Durability::Immediate`] (one fsync) before any caller hears "ok", or
+//! not at all (invariant 3). A refused request writes nothing and does not disturb the others.
 //!
 //! # Retries
 //!
@@ -36,46 +58,66 @@
 //! written since (invariant 8). The newest [`REQUEST_IDS_RETAINED_MAX`] ids are kept.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use palisade_fence::{FencedTxn, RedbFence, Verifier};
+use palisade_fence::{RedbFence, Verifier};
 use palisade_sequencer::{PublicKey, VerifiedSequencer};
 use redb::{
     Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
-    WriteTransaction,
 };
 
 use crate::StoreError;
 use crate::limits::{
-    BATCH_OPS_MAX, KEY_BYTES_MAX, REQUEST_ID_BYTES_MAX, REQUEST_IDS_RETAINED_MAX, VALUE_BYTES_MAX,
+    BATCH_OPS_MAX, COMPARES_MAX, KEY_BYTES_MAX, REQUEST_ID_BYTES_MAX, VALUE_BYTES_MAX,
 };
-use crate::types::{BatchOp, Entry, FenceView, OpAck, OpKind, WriteAck};
+use crate::types::{BatchOp, BatchRequest, ClaimAck, Compare, Entry, FenceView, WriteAck};
+use crate::writer::{Done, Row, Work, Writer};
 
 /// The name of the database file inside the data directory.
 pub const DATABASE_FILE_NAME: &str = "store.redb";
 
-/// key → (lock, token, session, live, value). A row with `live == false` is a tombstone.
-const KV_TABLE: TableDefinition<'static, &str, (&str, u64, u64, bool, &[u8])> =
+/// key → (lock, token, session, live, revision, value). A row with `live == false` is a
+/// tombstone.
+pub(crate) const KV_TABLE: TableDefinition<'static, &str, (&str, u64, u64, bool, u64, &[u8])> =
+    TableDefinition::new("palisade_store_kv_v2");
+
+/// The key table of stores written before revisions existed: key → (lock, token, session,
+/// live, value). [`Store::open`] moves its rows into [`KV_TABLE`] and deletes it.
+const KV_TABLE_V1: TableDefinition<'static, &str, (&str, u64, u64, bool, &[u8])> =
     TableDefinition::new("palisade_store_kv");
 
+/// name → value: the store's own counters ([`REVISION_KEY`]).
+pub(crate) const META_TABLE: TableDefinition<'static, &str, u64> =
+    TableDefinition::new("palisade_store_meta");
+
+/// The [`META_TABLE`] entry holding the store's revision: that of its latest write.
+pub(crate) const REVISION_KEY: &str = "revision";
+
 /// "<sequencer> <request id>" → (serial, request fingerprint, acknowledgement JSON).
-const REQUESTS_TABLE: TableDefinition<'static, &str, (u64, u64, &[u8])> =
+pub(crate) const REQUESTS_TABLE: TableDefinition<'static, &str, (u64, u64, &[u8])> =
     TableDefinition::new("palisade_store_requests");
 
 /// serial → "<sequencer> <request id>", oldest first, to forget the oldest request id.
-const REQUEST_ORDER_TABLE: TableDefinition<'static, u64, &str> =
+pub(crate) const REQUEST_ORDER_TABLE: TableDefinition<'static, u64, &str> =
     TableDefinition::new("palisade_store_request_order");
 
 /// Benchmark-only: same row shape as [`KV_TABLE`], written by [`Store::put_unfenced`].
-const UNFENCED_BENCH_TABLE: TableDefinition<'static, &str, (&str, u64, u64, bool, &[u8])> =
-    TableDefinition::new("palisade_store_unfenced_bench");
+pub(crate) const UNFENCED_BENCH_TABLE: TableDefinition<
+    'static,
+    &str,
+    (&str, u64, u64, bool, u64, &[u8]),
+> = TableDefinition::new("palisade_store_unfenced_bench_v2");
 
 /// The fenced store: a redb database in a data directory, and the lock service's public key.
 ///
-/// All methods block (on fsync, and while another write transaction runs); call them from a
-/// blocking thread in async code.
+/// The plain methods block (on the group's fsync); call them from a blocking thread in async
+/// code, or use the `_async` forms, which wait without holding a thread.
 #[derive(Debug)]
 pub struct Store {
-    fence: RedbFence,
+    // Declared first so it is dropped first: it joins the writer thread, which holds the
+    // database, before the rest goes.
+    writer: Writer,
+    fence: Arc<RedbFence>,
     path: PathBuf,
     /// Checks sequencers once each; a holder's many writes pay for one signature check.
     verifier: Verifier,
@@ -98,12 +140,16 @@ impl Store {
         let mut txn = db.begin_write()?;
         txn.set_durability(Durability::Immediate)?;
         txn.open_table(KV_TABLE)?;
+        txn.open_table(META_TABLE)?;
         txn.open_table(REQUESTS_TABLE)?;
         txn.open_table(REQUEST_ORDER_TABLE)?;
         txn.open_table(palisade_fence::redb::FENCE_TABLE)?;
+        migrate_v1(&txn)?;
         txn.commit()?;
+        let fence = Arc::new(RedbFence::new(db));
         Ok(Store {
-            fence: RedbFence::new(db),
+            writer: Writer::start(fence.clone())?,
+            fence,
             verifier: Verifier::new(public_key),
             path,
         })
@@ -129,9 +175,17 @@ impl Store {
         value: &[u8],
         request_id: Option<&str>,
     ) -> Result<WriteAck, StoreError> {
-        validate_key(key)?;
-        validate_value(value)?;
-        self.write(sequencer, &[OpRef::Put { key, value }], request_id)
+        self.txn(
+            sequencer,
+            &BatchRequest {
+                compare: Vec::new(),
+                ops: vec![BatchOp::Put {
+                    key: key.to_owned(),
+                    value: value.to_vec(),
+                }],
+            },
+            request_id,
+        )
     }
 
     /// Deletes `key` (leaving a tombstone bound to its lock) if `sequencer` is the current
@@ -143,8 +197,16 @@ impl Store {
         key: &str,
         request_id: Option<&str>,
     ) -> Result<WriteAck, StoreError> {
-        validate_key(key)?;
-        self.write(sequencer, &[OpRef::Delete { key }], request_id)
+        self.txn(
+            sequencer,
+            &BatchRequest {
+                compare: Vec::new(),
+                ops: vec![BatchOp::Delete {
+                    key: key.to_owned(),
+                }],
+            },
+            request_id,
+        )
     }
 
     /// Applies `ops` in order as one fenced unit: one check of the sequencer, and either every
@@ -155,53 +217,99 @@ impl Store {
         ops: &[BatchOp],
         request_id: Option<&str>,
     ) -> Result<WriteAck, StoreError> {
-        if ops.is_empty() {
-            return Err(StoreError::InvalidRequest {
-                message: "a batch needs at least one operation".into(),
-            });
-        }
-        if ops.len() > BATCH_OPS_MAX {
-            return Err(StoreError::too_large(
-                "batch",
-                "batch_ops_max",
-                Some(ops.len()),
-                BATCH_OPS_MAX,
-            ));
-        }
-        let mut refs = Vec::with_capacity(ops.len());
-        for op in ops {
-            validate_key(op.key())?;
-            refs.push(match op {
-                BatchOp::Put { key, value } => {
-                    validate_value(value)?;
-                    OpRef::Put { key, value }
-                }
-                BatchOp::Delete { key } => OpRef::Delete { key },
-            });
-        }
-        self.write(sequencer, &refs, request_id)
+        self.txn(
+            sequencer,
+            &BatchRequest {
+                compare: Vec::new(),
+                ops: ops.to_vec(),
+            },
+            request_id,
+        )
+    }
+
+    /// A transaction: if `sequencer` is the current grant and every compare of `request`
+    /// holds, applies its operations in order, all or nothing, durably. A compare that does
+    /// not hold is [`StoreError::CompareFailed`], and nothing — not even the token — changed.
+    pub fn txn(
+        &self,
+        sequencer: Option<&str>,
+        request: &BatchRequest,
+        request_id: Option<&str>,
+    ) -> Result<WriteAck, StoreError> {
+        let work = self.txn_work(sequencer, request, request_id)?;
+        expect_write(self.writer.submit_blocking(work)?)
+    }
+
+    /// [`Store::txn`] for async callers.
+    pub async fn txn_async(
+        &self,
+        sequencer: Option<&str>,
+        request: &BatchRequest,
+        request_id: Option<&str>,
+    ) -> Result<WriteAck, StoreError> {
+        let work = self.txn_work(sequencer, request, request_id)?;
+        expect_write(self.writer.submit(work).await?)
     }
 
     /// The current value of `key` and the grant that wrote it; `None` if the key was never
-    /// written or is deleted. Reads need no sequencer.
+    /// written or is deleted. This read is not fenced: it only looks (see [`Store::read`]).
     pub fn get(&self, key: &str) -> Result<Option<Entry>, StoreError> {
         validate_key(key)?;
         let txn = self.fence.database().begin_read()?;
         let table = txn.open_table(KV_TABLE)?;
-        let Some(row) = table.get(key)? else {
-            return Ok(None);
-        };
-        let (lock, token, session, live, value) = row.value();
-        if !live {
-            return Ok(None);
+        let row = table.get(key)?.map(|row| Row::from_value(row.value()));
+        Ok(row.and_then(|row| row.into_entry(key)))
+    }
+
+    /// A read of `key` by the holder of `sequencer`'s grant: refused like a write if the
+    /// sequencer is stale, and otherwise the lock's accepted token is advanced to it, durably,
+    /// before the value is returned — no older grant can write here after this. `None` as the
+    /// sequencer only looks, like [`Store::get`].
+    pub fn read(&self, sequencer: Option<&str>, key: &str) -> Result<Option<Entry>, StoreError> {
+        match self.read_work(sequencer, key)? {
+            Some(work) => expect_read(self.writer.submit_blocking(work)?),
+            None => self.get(key),
         }
-        Ok(Some(Entry {
-            key: key.to_owned(),
-            value: value.to_vec(),
-            lock: lock.to_owned(),
-            token,
-            session,
-        }))
+    }
+
+    /// [`Store::read`] for async callers. An unfenced read still runs on the calling thread.
+    pub async fn read_async(
+        &self,
+        sequencer: Option<&str>,
+        key: &str,
+    ) -> Result<Option<Entry>, StoreError> {
+        match self.read_work(sequencer, key)? {
+            Some(work) => expect_read(self.writer.submit(work).await?),
+            None => self.get(key),
+        }
+    }
+
+    /// Announces `sequencer`'s grant: the lock's accepted token advances to it, durably, and
+    /// nothing else changes. `lock`, if given, must be the sequencer's lock. Claiming again with
+    /// the accepted token changes nothing (`advanced: false`).
+    pub fn claim(
+        &self,
+        sequencer: Option<&str>,
+        lock: Option<&str>,
+    ) -> Result<ClaimAck, StoreError> {
+        let work = self.claim_work(sequencer, lock)?;
+        match self.writer.submit_blocking(work)? {
+            Done::Claim(ack) => Ok(ack),
+            other => unreachable!("a claim answered {other:?}"),
+        }
+    }
+
+    /// [`Store::claim`] for async callers.
+    pub async fn claim_async(
+        &self,
+        sequencer: Option<&str>,
+        lock: Option<&str>,
+    ) -> Result<ClaimAck, StoreError> {
+        let work = self.claim_work(sequencer, lock)?;
+        match self.writer.submit(work).await? {
+            Done::Claim(ack) => Ok(ack),
+            other => unreachable!("a claim answered {other:?}"),
+        }
     }
 
     /// What the store has accepted for `lock`.
@@ -214,6 +322,13 @@ impl Store {
         })
     }
 
+    /// The store's revision: that of its latest write (0 for a store never written).
+    pub fn revision(&self) -> Result<u64, StoreError> {
+        let txn = self.fence.database().begin_read()?;
+        let meta = txn.open_table(META_TABLE)?;
+        Ok(meta.get(REVISION_KEY)?.map_or(0, |value| value.value()))
+    }
+
     /// Checks that the database can be read.
     pub fn health(&self) -> Result<(), StoreError> {
         let txn = self.fence.database().begin_read()?;
@@ -223,20 +338,30 @@ impl Store {
 
     /// **Benchmark only — never use it to store data.** The write path of [`Store::put`]
     /// without the fence: no sequencer, no check, no advance, no key binding; the same row
-    /// shape, durability and transaction, into a separate table that [`Store::get`] never
-    /// reads. It exists to measure what the fence costs ("fenced write vs the same write
-    /// unfenced", DESIGN.md §6).
+    /// shape, durability and group commit, into a separate table that [`Store::get`] never
+    /// reads. It exists to measure what the fence costs a write.
     #[doc(hidden)]
     pub fn put_unfenced(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
         validate_key(key)?;
         validate_value(value)?;
-        let mut txn = self.fence.database().begin_write()?;
-        txn.set_durability(Durability::Immediate)?;
-        {
-            let mut table = txn.open_table(UNFENCED_BENCH_TABLE)?;
-            table.insert(key, ("", 0, 0, true, value))?;
-        }
-        txn.commit()?;
+        self.writer.submit_blocking(Work::UnfencedPut {
+            key: key.to_owned(),
+            value: value.to_vec(),
+        })?;
+        Ok(())
+    }
+
+    /// [`Store::put_unfenced`] for async callers. **Benchmark only.**
+    #[doc(hidden)]
+    pub async fn put_unfenced_async(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        validate_key(key)?;
+        validate_value(value)?;
+        self.writer
+            .submit(Work::UnfencedPut {
+                key: key.to_owned(),
+                value: value.to_vec(),
+            })
+            .await?;
         Ok(())
     }
 
@@ -244,225 +369,142 @@ impl Store {
         Ok(self.verifier.verify(sequencer)?)
     }
 
-    fn write(
+    fn txn_work(
         &self,
         sequencer: Option<&str>,
-        ops: &[OpRef<'_>],
+        request: &BatchRequest,
         request_id: Option<&str>,
-    ) -> Result<WriteAck, StoreError> {
+    ) -> Result<Work, StoreError> {
+        validate_txn(request)?;
         if let Some(request_id) = request_id {
             validate_request_id(request_id)?;
         }
-        let sequencer = self.verify(sequencer)?;
-        let fingerprint = fingerprint(ops);
-        let request = request_id.map(|request_id| RequestKey {
-            key: format!("{} {request_id}", sequencer.as_str()),
-            request_id,
-            fingerprint,
-        });
-
-        // A retry of a committed write: answer with its outcome, even if the fence would now
-        // refuse the sequencer.
-        if let Some(request) = &request
-            && let Some(ack) = self.committed_ack(request)?
-        {
-            return Ok(ack);
-        }
-        let fenced = match self.fence.begin(&sequencer, sequencer.lock()) {
-            Ok(fenced) => fenced,
-            Err(error) => {
-                // The original of this retry may have committed after the lookup above.
-                if let Some(request) = &request
-                    && let Some(ack) = self.committed_ack(request)?
-                {
-                    return Ok(ack);
-                }
-                return Err(error.into());
-            }
-        };
-        // Inside the write transaction nothing else commits: this lookup is authoritative.
-        if let Some(request) = &request {
-            let replay = stored_ack(&fenced.txn().open_table(REQUESTS_TABLE)?, request)?;
-            if let Some(ack) = replay {
-                fenced.abort()?;
-                return Ok(ack);
-            }
-        }
-        assert_eq!(fenced.state().lock, sequencer.lock());
-        assert_eq!(fenced.state().token_max, sequencer.token());
-
-        let ack = WriteAck {
-            lock: sequencer.lock().to_owned(),
-            token: sequencer.token(),
-            session: sequencer.session(),
-            ops: apply(&fenced, &sequencer, ops)?,
+        Ok(Work::Txn {
+            sequencer: self.verify(sequencer)?,
+            compare: request.compare.clone(),
+            ops: request.ops.clone(),
             request_id: request_id.map(str::to_owned),
-            replayed: false,
+        })
+    }
+
+    fn read_work(&self, sequencer: Option<&str>, key: &str) -> Result<Option<Work>, StoreError> {
+        validate_key(key)?;
+        let Some(sequencer) = sequencer else {
+            return Ok(None);
         };
-        if let Some(request) = &request {
-            record_request(fenced.txn(), request, &ack)?;
-        }
-        // Dropping `fenced` on an error above aborted everything, the token advance included.
-        fenced.commit()?;
-        Ok(ack)
-    }
-
-    fn committed_ack(&self, request: &RequestKey<'_>) -> Result<Option<WriteAck>, StoreError> {
-        let txn = self.fence.database().begin_read()?;
-        stored_ack(&txn.open_table(REQUESTS_TABLE)?, request)
-    }
-}
-
-/// One operation, borrowed from the caller.
-enum OpRef<'a> {
-    Put { key: &'a str, value: &'a [u8] },
-    Delete { key: &'a str },
-}
-
-impl OpRef<'_> {
-    fn key(&self) -> &str {
-        match self {
-            OpRef::Put { key, .. } | OpRef::Delete { key } => key,
-        }
-    }
-}
-
-struct RequestKey<'a> {
-    key: String,
-    request_id: &'a str,
-    fingerprint: u64,
-}
-
-/// Applies `ops` inside the fenced transaction, refusing the whole write if any key is bound
-/// to another lock.
-fn apply(
-    fenced: &FencedTxn,
-    sequencer: &VerifiedSequencer,
-    ops: &[OpRef<'_>],
-) -> Result<Vec<OpAck>, StoreError> {
-    let mut table = fenced.txn().open_table(KV_TABLE)?;
-    let mut acks = Vec::with_capacity(ops.len());
-    for op in ops {
-        let key = op.key();
-        let existing = table.get(key)?.map(|row| {
-            let (lock, token, _, live, _) = row.value();
-            (lock.to_owned(), token, live)
-        });
-        if let Some((lock, token, _)) = &existing {
-            if lock != sequencer.lock() {
-                return Err(StoreError::WrongLock {
-                    key: Some(key.to_owned()),
-                    expected: lock.clone(),
-                    presented: sequencer.lock().to_owned(),
-                });
-            }
-            // Pair of the fence's own assertion: a key's token never exceeds its lock's
-            // accepted maximum, which the sequencer's token has just reached.
-            assert!(
-                *token <= sequencer.token(),
-                "store invariant broken: key {key:?} holds token {token}, above the accepted token {} of lock {lock:?}",
-                sequencer.token()
-            );
-        }
-        let existed = existing.as_ref().is_some_and(|(_, _, live)| *live);
-        let row = (sequencer.lock(), sequencer.token(), sequencer.session());
-        match op {
-            OpRef::Put { value, .. } => {
-                table.insert(key, (row.0, row.1, row.2, true, *value))?;
-            }
-            // A tombstone keeps the binding; a key that never existed needs none.
-            OpRef::Delete { .. } if existing.is_some() => {
-                table.insert(key, (row.0, row.1, row.2, false, &[][..]))?;
-            }
-            OpRef::Delete { .. } => {}
-        }
-        acks.push(OpAck {
-            op: match op {
-                OpRef::Put { .. } => OpKind::Put,
-                OpRef::Delete { .. } => OpKind::Delete,
-            },
+        Ok(Some(Work::Read {
+            sequencer: self.verify(Some(sequencer))?,
             key: key.to_owned(),
-            existed,
-        });
+        }))
     }
-    Ok(acks)
+
+    fn claim_work(&self, sequencer: Option<&str>, lock: Option<&str>) -> Result<Work, StoreError> {
+        Ok(Work::Claim {
+            sequencer: self.verify(sequencer)?,
+            lock: lock.map(str::to_owned),
+        })
+    }
 }
 
-fn stored_ack(
-    table: &impl ReadableTable<&'static str, (u64, u64, &'static [u8])>,
-    request: &RequestKey<'_>,
-) -> Result<Option<WriteAck>, StoreError> {
-    let Some(row) = table.get(request.key.as_str())? else {
-        return Ok(None);
-    };
-    let (_, fingerprint, ack) = row.value();
-    if fingerprint != request.fingerprint {
-        return Err(StoreError::RequestIdReused {
-            request_id: request.request_id.to_owned(),
-        });
+fn expect_write(done: Done) -> Result<WriteAck, StoreError> {
+    match done {
+        Done::Write(ack) => Ok(ack),
+        other => unreachable!("a write answered {other:?}"),
     }
-    let mut ack: WriteAck = serde_json::from_slice(ack).map_err(|error| StoreError::Corrupt {
-        message: format!(
-            "stored outcome of request {:?}: {error}",
-            request.request_id
-        ),
-    })?;
-    ack.replayed = true;
-    Ok(Some(ack))
 }
 
-fn record_request(
-    txn: &WriteTransaction,
-    request: &RequestKey<'_>,
-    ack: &WriteAck,
-) -> Result<(), StoreError> {
-    let ack_json = serde_json::to_vec(ack).map_err(StoreError::storage)?;
-    let mut order = txn.open_table(REQUEST_ORDER_TABLE)?;
-    let serial = match order.last()? {
-        Some((serial, _)) => serial.value() + 1,
-        None => 0,
-    };
-    order.insert(serial, request.key.as_str())?;
-    let mut requests = txn.open_table(REQUESTS_TABLE)?;
-    requests.insert(
-        request.key.as_str(),
-        (serial, request.fingerprint, ack_json.as_slice()),
-    )?;
-    while requests.len()? > REQUEST_IDS_RETAINED_MAX {
-        let oldest = order
-            .pop_first()?
-            .map(|(_, key)| key.value().to_owned())
-            .ok_or_else(|| StoreError::Corrupt {
-                message: "request-id table is larger than its order table".into(),
-            })?;
-        requests.remove(oldest.as_str())?;
+fn expect_read(done: Done) -> Result<Option<Entry>, StoreError> {
+    match done {
+        Done::Read(entry) => Ok(entry),
+        other => unreachable!("a read answered {other:?}"),
     }
+}
+
+/// Moves the rows of a store written before revisions existed into [`KV_TABLE`], in key order,
+/// each with a revision of its own, inside the caller's transaction (so the move is atomic).
+fn migrate_v1(txn: &redb::WriteTransaction) -> Result<(), StoreError> {
+    let rows = {
+        let old = match txn.open_table(KV_TABLE_V1) {
+            Ok(old) => old,
+            Err(error) => return Err(error.into()),
+        };
+        if old.is_empty()? {
+            Vec::new()
+        } else {
+            let mut rows = Vec::new();
+            for row in old.iter()? {
+                let (key, value) = row?;
+                let (lock, token, session, live, data) = value.value();
+                rows.push((
+                    key.value().to_owned(),
+                    (lock.to_owned(), token, session, live, data.to_vec()),
+                ));
+            }
+            rows
+        }
+    };
+    if rows.is_empty() {
+        txn.delete_table(KV_TABLE_V1)?;
+        return Ok(());
+    }
+    let mut meta = txn.open_table(META_TABLE)?;
+    let mut revision = meta.get(REVISION_KEY)?.map_or(0, |value| value.value());
+    let mut table = txn.open_table(KV_TABLE)?;
+    for (key, (lock, token, session, live, data)) in &rows {
+        revision += 1;
+        table.insert(
+            key.as_str(),
+            (
+                lock.as_str(),
+                *token,
+                *session,
+                *live,
+                revision,
+                data.as_slice(),
+            ),
+        )?;
+    }
+    meta.insert(REVISION_KEY, revision)?;
+    drop((table, meta));
+    txn.delete_table(KV_TABLE_V1)?;
     Ok(())
 }
 
-/// FNV-1a over the operations: tells a retry from a different request reusing its request id.
-fn fingerprint(ops: &[OpRef<'_>]) -> u64 {
-    fn feed(hash: &mut u64, bytes: &[u8]) {
-        for byte in (bytes.len() as u64).to_le_bytes().iter().chain(bytes) {
-            *hash ^= u64::from(*byte);
-            *hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+fn validate_txn(request: &BatchRequest) -> Result<(), StoreError> {
+    if request.ops.is_empty() && request.compare.is_empty() {
+        return Err(StoreError::InvalidRequest {
+            message: "a transaction needs at least one operation".into(),
+        });
+    }
+    if request.ops.len() > BATCH_OPS_MAX {
+        return Err(StoreError::too_large(
+            "batch",
+            "batch_ops_max",
+            Some(request.ops.len()),
+            BATCH_OPS_MAX,
+        ));
+    }
+    if request.compare.len() > COMPARES_MAX {
+        return Err(StoreError::too_large(
+            "compare list",
+            "compares_max",
+            Some(request.compare.len()),
+            COMPARES_MAX,
+        ));
+    }
+    for condition in &request.compare {
+        validate_key(condition.key())?;
+        if let Compare::Value { value, .. } = condition {
+            validate_value(value)?;
         }
     }
-    let mut hash = 0xcbf2_9ce4_8422_2325;
-    for op in ops {
-        match op {
-            OpRef::Put { key, value } => {
-                feed(&mut hash, b"put");
-                feed(&mut hash, key.as_bytes());
-                feed(&mut hash, value);
-            }
-            OpRef::Delete { key } => {
-                feed(&mut hash, b"delete");
-                feed(&mut hash, key.as_bytes());
-            }
+    for op in &request.ops {
+        validate_key(op.key())?;
+        if let BatchOp::Put { value, .. } = op {
+            validate_value(value)?;
         }
     }
-    hash
+    Ok(())
 }
 
 /// A key is 1..=[`KEY_BYTES_MAX`] bytes of UTF-8 without control characters.

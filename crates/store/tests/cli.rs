@@ -6,7 +6,7 @@ mod common;
 use clap::{CommandFactory as _, Parser};
 use common::{RunningServer, Service, impostor_grant};
 use palisade_store::cli::{
-    EXIT_FAILURE, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_STALE, StoreCommand, execute,
+    EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_STALE, EXIT_UNAVAILABLE, StoreCommand, execute,
 };
 
 /// The `palisade store` part of the command line, as the `palisade` binary nests it.
@@ -58,7 +58,7 @@ async fn a_script_writes_under_its_lock_and_a_superseded_one_exits_3_naming_the_
     assert_eq!((put.status, put.stderr.as_str()), (0, ""));
     assert_eq!(
         put.stdout,
-        "stored \"report\" (lock \"jobs/nightly\", token 9)\n"
+        "stored \"report\" (lock \"jobs/nightly\", token 9, revision 1)\n"
     );
 
     // Phase: the superseded holder's write is refused with status 3.
@@ -177,7 +177,7 @@ async fn missing_forged_and_foreign_sequencers_exit_4_with_distinct_messages() {
 }
 
 #[tokio::test]
-async fn get_of_an_absent_key_exits_5_and_an_oversized_key_exits_6() {
+async fn get_of_an_absent_key_exits_5_and_an_oversized_key_is_refused_with_1() {
     let service = Service::new();
     let server = RunningServer::start(&service).await;
     let url = server.url.as_str();
@@ -190,7 +190,7 @@ async fn get_of_an_absent_key_exits_5_and_an_oversized_key_exits_6() {
     let key = "k".repeat(2000);
     let oversized =
         palisade_store(&["put", &key, "v", "--sequencer", &holder, "--store", url]).await;
-    assert_eq!(oversized.status, EXIT_INVALID);
+    assert_eq!(oversized.status, EXIT_REFUSED);
     assert!(
         oversized.stderr.contains("key_bytes_max is 1024"),
         "{}",
@@ -209,7 +209,7 @@ async fn get_of_an_absent_key_exits_5_and_an_oversized_key_exits_6() {
     let deleted = palisade_store(&["delete", "k", "--sequencer", &holder, "--store", url]).await;
     assert_eq!(
         deleted.stdout,
-        "deleted \"k\" (lock \"jobs/nightly\", token 1)\n"
+        "deleted \"k\" (lock \"jobs/nightly\", token 1, revision 2)\n"
     );
     assert_eq!(
         palisade_store(&["get", "k", "--store", url]).await.status,
@@ -226,7 +226,7 @@ async fn an_unreachable_store_exits_1_after_retrying() {
 
     let holder = service.grant("jobs/nightly", 1, 1);
     let put = palisade_store(&["put", "k", "v", "--sequencer", &holder, "--store", &url]).await;
-    assert_eq!(put.status, EXIT_FAILURE);
+    assert_eq!(put.status, EXIT_UNAVAILABLE);
     assert!(
         put.stderr.starts_with("palisade: store unavailable:"),
         "{}",
@@ -234,7 +234,7 @@ async fn an_unreachable_store_exits_1_after_retrying() {
     );
     assert_eq!(
         palisade_store(&["get", "k", "--store", &url]).await.status,
-        EXIT_FAILURE
+        EXIT_UNAVAILABLE
     );
 }
 

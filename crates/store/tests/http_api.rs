@@ -38,7 +38,7 @@ async fn a_curl_user_puts_and_gets_a_value_with_the_grant_that_wrote_it() {
     assert_eq!(status, 200, "{ack}");
     assert_eq!(
         ack,
-        json!({"lock": "jobs/nightly", "token": 9, "session": 4, "replayed": false,
+        json!({"lock": "jobs/nightly", "token": 9, "session": 4, "replayed": false, "revision": 1,
                "ops": [{"op": "put", "key": "reports/today", "existed": false}]})
     );
 
@@ -55,7 +55,7 @@ async fn a_curl_user_puts_and_gets_a_value_with_the_grant_that_wrote_it() {
         assert_eq!(
             entry,
             json!({"key": "reports/today", "value": "Tue Dec  2 03:00:00 UTC",
-                   "lock": "jobs/nightly", "token": 9, "session": 4})
+                   "lock": "jobs/nightly", "token": 9, "session": 4, "revision": 1})
         );
     }
 
@@ -67,6 +67,8 @@ async fn a_curl_user_puts_and_gets_a_value_with_the_grant_that_wrote_it() {
         .unwrap();
     assert_eq!(raw.headers()["palisade-token"], "9");
     assert_eq!(raw.headers()["palisade-lock"], "jobs/nightly");
+    assert_eq!(raw.headers()["palisade-revision"], "1");
+    assert_eq!(raw.headers()["etag"], "\"1\"");
     assert_eq!(raw.text().await.unwrap(), "Tue Dec  2 03:00:00 UTC");
 
     // Binary values come back base64-encoded in JSON.

@@ -280,27 +280,32 @@ fn a_batch_is_applied_whole_or_not_at_all() {
             OpAck {
                 op: OpKind::Put,
                 key: "a".into(),
-                existed: true
+                existed: true,
+                entry: None,
             },
             OpAck {
                 op: OpKind::Put,
                 key: "b".into(),
-                existed: false
+                existed: false,
+                entry: None,
             },
             OpAck {
                 op: OpKind::Put,
                 key: "b".into(),
-                existed: true
+                existed: true,
+                entry: None,
             },
             OpAck {
                 op: OpKind::Delete,
                 key: "a".into(),
-                existed: true
+                existed: true,
+                entry: None,
             },
             OpAck {
                 op: OpKind::Delete,
                 key: "never".into(),
-                existed: false
+                existed: false,
+                entry: None,
             },
         ]
     );

@@ -1,0 +1,727 @@
+//! The store's one writer thread: group commit.
+//!
+//! Every request that changes the database — a fenced write or transaction, a fenced read, a
+//! claim — becomes a [`Job`] on a bounded queue. The writer takes the first job, drains
+//! whatever else is queued (at most [`GROUP_JOBS_MAX`] jobs, [`GROUP_BYTES_MAX`] bytes), and
+//! runs them all, in queue order, inside **one** redb write transaction with one commit and
+//! one fsync. Thirty-two writers then pay for about one fsync between them instead of one
+//! each, the way the lock service's log batches its appends.
+//!
+//! # Why a job never half-applies
+//!
+//! A transaction cannot roll back one job and keep the others, so each job runs in two
+//! phases: first everything that can refuse it is checked without writing (the sequencer
+//! against the fence, the request id, the compares, each key's lock binding); only then does
+//! it write. A refused job has written nothing, and the jobs after it see exactly the state
+//! the accepted ones left. The write phase can fail only if redb itself fails; then the whole
+//! group is aborted and every job in it is told nothing was applied.
+//!
+//! # Durability
+//!
+//! Nobody hears "ok" before the group's commit returned (fsync,
+//! [`redb::Durability::Immediate`]). If the commit fails, every accepted job of the group is
+//! answered [`StoreError::OutcomeUnknown`]. A group that changed nothing — fenced reads by the
+//! current holder, repeated claims — is not committed at all: what made it acceptable was
+//! already durable, since every earlier group committed before this one began.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError};
+
+use palisade_fence::{FenceError, RedbFence};
+use palisade_sequencer::VerifiedSequencer;
+use redb::{Durability, ReadableTable, ReadableTableMetadata, WriteTransaction};
+
+use crate::StoreError;
+use crate::limits::{
+    GROUP_BYTES_MAX, GROUP_JOBS_MAX, REQUEST_IDS_RETAINED_MAX, WRITE_QUEUE_BYTES_MAX,
+    WRITE_QUEUE_JOBS_MAX,
+};
+use crate::store::{
+    KV_TABLE, META_TABLE, REQUEST_ORDER_TABLE, REQUESTS_TABLE, REVISION_KEY, UNFENCED_BENCH_TABLE,
+};
+use crate::types::{BatchOp, ClaimAck, Compare, Entry, OpAck, WriteAck};
+
+/// What a job asks the writer to do. Inputs are validated before they are queued.
+#[derive(Debug)]
+pub(crate) enum Work {
+    /// Compares, then operations, all or nothing, under one sequencer check.
+    Txn {
+        sequencer: VerifiedSequencer,
+        compare: Vec<Compare>,
+        ops: Vec<BatchOp>,
+        request_id: Option<String>,
+    },
+    /// A fenced read of one key: the lock's accepted token advances before the value is read.
+    Read {
+        sequencer: VerifiedSequencer,
+        key: String,
+    },
+    /// Advance the lock's accepted token to the sequencer's, and nothing else. `lock`, when
+    /// given, must be the sequencer's lock.
+    Claim {
+        sequencer: VerifiedSequencer,
+        lock: Option<String>,
+    },
+    /// Benchmark only: the write path of a put without the fence, into a table no read uses.
+    UnfencedPut { key: String, value: Vec<u8> },
+}
+
+impl Work {
+    /// Roughly how much memory the job holds while it is queued.
+    fn bytes(&self) -> usize {
+        const OVERHEAD_BYTES: usize = 256;
+        OVERHEAD_BYTES
+            + match self {
+                Work::Txn { compare, ops, .. } => {
+                    let compares: usize = compare
+                        .iter()
+                        .map(|c| {
+                            c.key().len()
+                                + match c {
+                                    Compare::Value { value, .. } => value.len(),
+                                    _ => 8,
+                                }
+                        })
+                        .sum();
+                    let ops: usize = ops
+                        .iter()
+                        .map(|op| {
+                            op.key().len()
+                                + match op {
+                                    BatchOp::Put { value, .. } => value.len(),
+                                    _ => 0,
+                                }
+                        })
+                        .sum();
+                    compares + ops
+                }
+                Work::Read { key, .. } => key.len(),
+                Work::Claim { lock, .. } => lock.as_ref().map_or(0, String::len),
+                Work::UnfencedPut { key, value } => key.len() + value.len(),
+            }
+    }
+}
+
+/// What an accepted job produced.
+#[derive(Debug)]
+pub(crate) enum Done {
+    Write(WriteAck),
+    Read(Option<Entry>),
+    Claim(ClaimAck),
+    Unfenced,
+}
+
+type Outcome = Result<Done, StoreError>;
+
+/// Where the answer goes: a blocked thread, or an awaiting task.
+#[derive(Debug)]
+enum ReplyTo {
+    Blocking(SyncSender<Outcome>),
+    Async(tokio::sync::oneshot::Sender<Outcome>),
+}
+
+impl ReplyTo {
+    fn send(self, outcome: Outcome) {
+        // A caller that went away (a dropped HTTP request) no longer wants the answer; the
+        // job's effect, if any, is durable either way.
+        let _ = match self {
+            ReplyTo::Blocking(sender) => sender.send(outcome).map_err(drop),
+            ReplyTo::Async(sender) => sender.send(outcome).map_err(drop),
+        };
+    }
+}
+
+#[derive(Debug)]
+struct Job {
+    work: Work,
+    bytes: usize,
+    reply: ReplyTo,
+}
+
+/// The sending side of the writer's queue, and the thread, which it stops and joins on drop.
+#[derive(Debug)]
+pub(crate) struct Writer {
+    jobs: Option<SyncSender<Job>>,
+    queued_bytes: Arc<AtomicUsize>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Writer {
+    /// Starts the writer thread of `fence`'s database.
+    pub(crate) fn start(fence: Arc<RedbFence>) -> Result<Writer, StoreError> {
+        let (jobs, queue) = std::sync::mpsc::sync_channel(WRITE_QUEUE_JOBS_MAX);
+        let queued_bytes = Arc::new(AtomicUsize::new(0));
+        let thread = std::thread::Builder::new()
+            .name("palisade-store-writer".into())
+            .spawn({
+                let queued_bytes = queued_bytes.clone();
+                move || run(&fence, &queue, &queued_bytes)
+            })
+            .map_err(|error| StoreError::Storage {
+                message: format!("cannot start the store's writer thread: {error}"),
+            })?;
+        Ok(Writer {
+            jobs: Some(jobs),
+            queued_bytes,
+            thread: Some(thread),
+        })
+    }
+
+    /// Runs `work` and blocks until its group has committed.
+    pub(crate) fn submit_blocking(&self, work: Work) -> Outcome {
+        let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+        self.enqueue(work, ReplyTo::Blocking(sender), true)?;
+        receiver.recv().unwrap_or_else(|_| Err(writer_stopped()))
+    }
+
+    /// Runs `work`; the future completes when its group has committed. A full queue is
+    /// refused at once ([`StoreError::Unavailable`]: nothing was applied) rather than
+    /// blocking an async thread.
+    pub(crate) async fn submit(&self, work: Work) -> Outcome {
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        self.enqueue(work, ReplyTo::Async(sender), false)?;
+        receiver.await.unwrap_or_else(|_| Err(writer_stopped()))
+    }
+
+    fn enqueue(&self, work: Work, reply: ReplyTo, block: bool) -> Result<(), StoreError> {
+        let bytes = work.bytes();
+        let before = self.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
+        if before + bytes > WRITE_QUEUE_BYTES_MAX {
+            self.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+            return Err(queue_full("write_queue_bytes_max", WRITE_QUEUE_BYTES_MAX));
+        }
+        let jobs = self
+            .jobs
+            .as_ref()
+            .expect("the queue lives as long as the writer");
+        let job = Job { work, bytes, reply };
+        let sent = if block {
+            jobs.send(job).map_err(|_| writer_stopped())
+        } else {
+            jobs.try_send(job).map_err(|error| match error {
+                TrySendError::Full(_) => queue_full("write_queue_jobs_max", WRITE_QUEUE_JOBS_MAX),
+                TrySendError::Disconnected(_) => writer_stopped(),
+            })
+        };
+        if sent.is_err() {
+            self.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        }
+        sent
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        // Closing the queue ends the thread once it has answered every queued job; joining it
+        // releases the database before the store is reported closed.
+        drop(self.jobs.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn writer_stopped() -> StoreError {
+    StoreError::OutcomeUnknown {
+        message: "the store's writer stopped before answering".into(),
+    }
+}
+
+fn queue_full(limit: &str, limit_max: usize) -> StoreError {
+    StoreError::Unavailable {
+        message: format!(
+            "the store's write queue is full ({limit} is {limit_max}); nothing was applied, retry shortly"
+        ),
+    }
+}
+
+/// Aborts the process if the writer thread panics: a broken invariant stops the store rather
+/// than leave it serving from state it no longer trusts.
+struct AbortOnPanic;
+
+impl Drop for AbortOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            tracing::error!("store invariant broken in the writer thread, stopping");
+            std::process::abort();
+        }
+    }
+}
+
+fn run(fence: &RedbFence, queue: &Receiver<Job>, queued_bytes: &AtomicUsize) {
+    let _abort = AbortOnPanic;
+    while let Ok(first) = queue.recv() {
+        let mut bytes = first.bytes;
+        let mut group = vec![first];
+        while group.len() < GROUP_JOBS_MAX && bytes < GROUP_BYTES_MAX {
+            match queue.try_recv() {
+                Ok(job) => {
+                    bytes += job.bytes;
+                    group.push(job);
+                }
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+            }
+        }
+        queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        let outcomes = run_group(fence, &group);
+        debug_assert_eq!(outcomes.len(), group.len());
+        for (job, outcome) in group.into_iter().zip(outcomes) {
+            job.reply.send(outcome);
+        }
+    }
+}
+
+/// Why a job was not applied.
+enum Failure {
+    /// The job was refused; it wrote nothing, and the group goes on.
+    Refused(StoreError),
+    /// redb failed while the job was writing: the whole group must be aborted.
+    Storage(StoreError),
+}
+
+impl<E: Into<StoreError>> From<E> for Failure {
+    fn from(error: E) -> Failure {
+        Failure::Storage(error.into())
+    }
+}
+
+fn refused(error: impl Into<StoreError>) -> Failure {
+    Failure::Refused(error.into())
+}
+
+/// A fence error is a refusal unless it is redb failing underneath.
+fn fence_failure(error: FenceError) -> Failure {
+    let error = StoreError::from(error);
+    match error {
+        StoreError::Storage { .. } | StoreError::OutcomeUnknown { .. } => Failure::Storage(error),
+        error => Failure::Refused(error),
+    }
+}
+
+/// Runs every job of `group` in one transaction; one outcome per job, in order.
+fn run_group(fence: &RedbFence, group: &[Job]) -> Vec<Outcome> {
+    let all_failed = |error: &StoreError| group.iter().map(|_| Err(error.clone())).collect();
+    let mut txn = match fence.database().begin_write() {
+        Ok(txn) => txn,
+        Err(error) => return all_failed(&StoreError::storage(error)),
+    };
+    if let Err(error) = txn.set_durability(Durability::Immediate) {
+        return all_failed(&StoreError::storage(error));
+    }
+    let mut group_state = match GroupState::load(&txn) {
+        Ok(state) => state,
+        Err(error) => return all_failed(&error),
+    };
+    let mut outcomes = Vec::with_capacity(group.len());
+    for job in group {
+        match run_job(fence, &txn, &mut group_state, &job.work) {
+            Ok(done) => outcomes.push(Ok(done)),
+            Err(Failure::Refused(error)) => outcomes.push(Err(error)),
+            Err(Failure::Storage(error)) => {
+                // Aborting drops every job's writes; none of them happened.
+                let _ = txn.abort();
+                return all_failed(&error);
+            }
+        }
+    }
+    if !group_state.dirty {
+        let _ = txn.abort();
+        return outcomes;
+    }
+    if let Err(error) = group_state.store_revision(&txn) {
+        let _ = txn.abort();
+        return all_failed(&error);
+    }
+    if let Err(error) = txn.commit() {
+        let unknown = StoreError::OutcomeUnknown {
+            message: format!(
+                "the store's commit failed, the write may or may not be durable: {error}"
+            ),
+        };
+        return outcomes
+            .into_iter()
+            .map(|outcome| outcome.and(Err(unknown.clone())))
+            .collect();
+    }
+    outcomes
+}
+
+/// What the jobs of one group share: the store revision and whether anything was written.
+struct GroupState {
+    revision: u64,
+    revision_at_start: u64,
+    dirty: bool,
+}
+
+impl GroupState {
+    fn load(txn: &WriteTransaction) -> Result<GroupState, StoreError> {
+        let meta = txn.open_table(META_TABLE)?;
+        let revision = meta.get(REVISION_KEY)?.map_or(0, |value| value.value());
+        Ok(GroupState {
+            revision,
+            revision_at_start: revision,
+            dirty: false,
+        })
+    }
+
+    fn store_revision(&self, txn: &WriteTransaction) -> Result<(), StoreError> {
+        if self.revision != self.revision_at_start {
+            assert!(
+                self.revision > self.revision_at_start,
+                "store revision went back"
+            );
+            txn.open_table(META_TABLE)?
+                .insert(REVISION_KEY, self.revision)?;
+        }
+        Ok(())
+    }
+}
+
+fn run_job(
+    fence: &RedbFence,
+    txn: &WriteTransaction,
+    state: &mut GroupState,
+    work: &Work,
+) -> Result<Done, Failure> {
+    match work {
+        Work::Txn {
+            sequencer,
+            compare,
+            ops,
+            request_id,
+        } => run_txn(
+            fence,
+            txn,
+            state,
+            sequencer,
+            compare,
+            ops,
+            request_id.as_deref(),
+        )
+        .map(Done::Write),
+        Work::Read { sequencer, key } => {
+            let advance = fence
+                .check_in(txn, sequencer, sequencer.lock())
+                .map_err(fence_failure)?;
+            let entry = {
+                let table = txn.open_table(KV_TABLE)?;
+                let row = table
+                    .get(key.as_str())?
+                    .map(|row| Row::from_value(row.value()));
+                if let Some(row) = &row {
+                    check_binding(key, row, sequencer).map_err(refused)?;
+                }
+                row.and_then(|row| row.into_entry(key))
+            };
+            state.dirty |= advance.write(txn).map_err(fence_failure)?;
+            Ok(Done::Read(entry))
+        }
+        Work::Claim { sequencer, lock } => {
+            if let Some(lock) = lock
+                && lock != sequencer.lock()
+            {
+                return Err(refused(StoreError::WrongLock {
+                    key: None,
+                    expected: lock.clone(),
+                    presented: sequencer.lock().to_owned(),
+                }));
+            }
+            let advance = fence
+                .check_in(txn, sequencer, sequencer.lock())
+                .map_err(fence_failure)?;
+            let advanced = advance.write(txn).map_err(fence_failure)?;
+            state.dirty |= advanced;
+            Ok(Done::Claim(ClaimAck {
+                lock: sequencer.lock().to_owned(),
+                token: sequencer.token(),
+                session: sequencer.session(),
+                previous_token_max: advance.previous().map(|previous| previous.token_max),
+                advanced,
+            }))
+        }
+        Work::UnfencedPut { key, value } => {
+            txn.open_table(UNFENCED_BENCH_TABLE)?
+                .insert(key.as_str(), ("", 0, 0, true, 0, value.as_slice()))?;
+            state.dirty = true;
+            Ok(Done::Unfenced)
+        }
+    }
+}
+
+/// A key's stored row.
+pub(crate) struct Row {
+    pub(crate) lock: String,
+    pub(crate) token: u64,
+    pub(crate) session: u64,
+    pub(crate) live: bool,
+    pub(crate) revision: u64,
+    pub(crate) value: Vec<u8>,
+}
+
+impl Row {
+    pub(crate) fn from_value(
+        (lock, token, session, live, revision, value): (&str, u64, u64, bool, u64, &[u8]),
+    ) -> Row {
+        Row {
+            lock: lock.to_owned(),
+            token,
+            session,
+            live,
+            revision,
+            value: value.to_vec(),
+        }
+    }
+
+    /// The entry a read shows: none for a tombstone.
+    pub(crate) fn into_entry(self, key: &str) -> Option<Entry> {
+        self.live.then(|| Entry {
+            key: key.to_owned(),
+            value: self.value,
+            lock: self.lock,
+            token: self.token,
+            session: self.session,
+            revision: self.revision,
+        })
+    }
+}
+
+/// A key bound to another lock refuses the sequencer (invariant 4).
+fn check_binding(key: &str, row: &Row, sequencer: &VerifiedSequencer) -> Result<(), StoreError> {
+    if row.lock != sequencer.lock() {
+        return Err(StoreError::WrongLock {
+            key: Some(key.to_owned()),
+            expected: row.lock.clone(),
+            presented: sequencer.lock().to_owned(),
+        });
+    }
+    // Pair of the fence's own assertion: a key's token never exceeds its lock's accepted
+    // maximum, which the sequencer's token has just reached.
+    assert!(
+        row.token <= sequencer.token(),
+        "store invariant broken: key {key:?} holds token {}, above the accepted token {} of lock {:?}",
+        row.token,
+        sequencer.token(),
+        row.lock
+    );
+    Ok(())
+}
+
+fn run_txn(
+    fence: &RedbFence,
+    txn: &WriteTransaction,
+    state: &mut GroupState,
+    sequencer: &VerifiedSequencer,
+    compare: &[Compare],
+    ops: &[BatchOp],
+    request_id: Option<&str>,
+) -> Result<WriteAck, Failure> {
+    let request = request_id.map(|request_id| RequestKey {
+        key: format!("{} {request_id}", sequencer.as_str()),
+        request_id,
+        fingerprint: fingerprint(compare, ops),
+    });
+    // A retry of a committed (or, in this group, accepted) request: its first outcome, even if
+    // the fence would now refuse the sequencer.
+    if let Some(request) = &request
+        && let Some(ack) =
+            stored_ack(&txn.open_table(REQUESTS_TABLE)?, request).map_err(|error| match error {
+                StoreError::RequestIdReused { .. } => Failure::Refused(error),
+                error => Failure::Storage(error),
+            })?
+    {
+        return Ok(ack);
+    }
+
+    // Phase 1: everything that can refuse the request, writing nothing.
+    let advance = fence
+        .check_in(txn, sequencer, sequencer.lock())
+        .map_err(fence_failure)?;
+    {
+        let table = txn.open_table(KV_TABLE)?;
+        for (index, condition) in compare.iter().enumerate() {
+            let row = table
+                .get(condition.key())?
+                .map(|row| Row::from_value(row.value()));
+            let current = row.as_ref().filter(|row| row.live);
+            if let Some(row) = &row {
+                check_binding(condition.key(), row, sequencer).map_err(refused)?;
+            }
+            if !condition.holds(current.map(|row| (row.value.as_slice(), row.revision))) {
+                return Err(refused(StoreError::CompareFailed {
+                    compare: index as u64,
+                    key: condition.key().to_owned(),
+                    revision: current.map_or(0, |row| row.revision),
+                }));
+            }
+        }
+        for op in ops {
+            if let Some(stored) = table.get(op.key())? {
+                check_binding(op.key(), &Row::from_value(stored.value()), sequencer)
+                    .map_err(refused)?;
+            }
+        }
+    }
+
+    // Phase 2: write. Only redb itself can fail from here on.
+    state.dirty |= advance.write(txn)?;
+    let writes = ops.iter().any(|op| !matches!(op, BatchOp::Get { .. }));
+    if writes {
+        state.revision += 1;
+        state.dirty = true;
+    }
+    let revision = state.revision;
+    let mut acks = Vec::with_capacity(ops.len());
+    {
+        let mut table = txn.open_table(KV_TABLE)?;
+        let (lock, token, session) = (sequencer.lock(), sequencer.token(), sequencer.session());
+        for op in ops {
+            let key = op.key();
+            let existing = table.get(key)?.map(|row| Row::from_value(row.value()));
+            let existed = existing.as_ref().is_some_and(|row| row.live);
+            let mut entry = None;
+            match op {
+                BatchOp::Put { value, .. } => {
+                    table.insert(
+                        key,
+                        (lock, token, session, true, revision, value.as_slice()),
+                    )?;
+                }
+                // A tombstone keeps the binding; a key that never existed needs none.
+                BatchOp::Delete { .. } if existing.is_some() => {
+                    table.insert(key, (lock, token, session, false, revision, &[][..]))?;
+                }
+                BatchOp::Delete { .. } => {}
+                BatchOp::Get { .. } => entry = existing.and_then(|row| row.into_entry(key)),
+            }
+            acks.push(OpAck {
+                op: op.kind(),
+                key: key.to_owned(),
+                existed,
+                entry,
+            });
+        }
+    }
+    let ack = WriteAck {
+        lock: sequencer.lock().to_owned(),
+        token: sequencer.token(),
+        session: sequencer.session(),
+        revision,
+        ops: acks,
+        request_id: request_id.map(str::to_owned),
+        replayed: false,
+    };
+    if let Some(request) = &request {
+        record_request(txn, request, &ack)?;
+        state.dirty = true;
+    }
+    Ok(ack)
+}
+
+struct RequestKey<'a> {
+    key: String,
+    request_id: &'a str,
+    fingerprint: u64,
+}
+
+fn stored_ack(
+    table: &impl ReadableTable<&'static str, (u64, u64, &'static [u8])>,
+    request: &RequestKey<'_>,
+) -> Result<Option<WriteAck>, StoreError> {
+    let Some(row) = table.get(request.key.as_str())? else {
+        return Ok(None);
+    };
+    let (_, fingerprint, ack) = row.value();
+    if fingerprint != request.fingerprint {
+        return Err(StoreError::RequestIdReused {
+            request_id: request.request_id.to_owned(),
+        });
+    }
+    let mut ack: WriteAck = serde_json::from_slice(ack).map_err(|error| StoreError::Corrupt {
+        message: format!(
+            "stored outcome of request {:?}: {error}",
+            request.request_id
+        ),
+    })?;
+    ack.replayed = true;
+    Ok(Some(ack))
+}
+
+fn record_request(
+    txn: &WriteTransaction,
+    request: &RequestKey<'_>,
+    ack: &WriteAck,
+) -> Result<(), StoreError> {
+    let ack_json = serde_json::to_vec(ack).map_err(StoreError::storage)?;
+    let mut order = txn.open_table(REQUEST_ORDER_TABLE)?;
+    let serial = match order.last()? {
+        Some((serial, _)) => serial.value() + 1,
+        None => 0,
+    };
+    order.insert(serial, request.key.as_str())?;
+    let mut requests = txn.open_table(REQUESTS_TABLE)?;
+    requests.insert(
+        request.key.as_str(),
+        (serial, request.fingerprint, ack_json.as_slice()),
+    )?;
+    while requests.len()? > REQUEST_IDS_RETAINED_MAX {
+        let oldest = order
+            .pop_first()?
+            .map(|(_, key)| key.value().to_owned())
+            .ok_or_else(|| StoreError::Corrupt {
+                message: "request-id table is larger than its order table".into(),
+            })?;
+        requests.remove(oldest.as_str())?;
+    }
+    Ok(())
+}
+
+/// FNV-1a over the compares and operations: tells a retry from a different request reusing
+/// its request id. A request without compares hashes as it did before compares existed, so
+/// request ids stored by an older store still match their retries.
+fn fingerprint(compare: &[Compare], ops: &[BatchOp]) -> u64 {
+    fn feed(hash: &mut u64, bytes: &[u8]) {
+        for byte in (bytes.len() as u64).to_le_bytes().iter().chain(bytes) {
+            *hash ^= u64::from(*byte);
+            *hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    let mut hash = 0xcbf2_9ce4_8422_2325;
+    for op in ops {
+        match op {
+            BatchOp::Put { key, value } => {
+                feed(&mut hash, b"put");
+                feed(&mut hash, key.as_bytes());
+                feed(&mut hash, value);
+            }
+            BatchOp::Delete { key } => {
+                feed(&mut hash, b"delete");
+                feed(&mut hash, key.as_bytes());
+            }
+            BatchOp::Get { key } => {
+                feed(&mut hash, b"get");
+                feed(&mut hash, key.as_bytes());
+            }
+        }
+    }
+    for condition in compare {
+        match condition {
+            Compare::Revision { key, revision } => {
+                feed(&mut hash, b"if-revision");
+                feed(&mut hash, key.as_bytes());
+                feed(&mut hash, &revision.to_le_bytes());
+            }
+            Compare::Value { key, value } => {
+                feed(&mut hash, b"if-value");
+                feed(&mut hash, key.as_bytes());
+                feed(&mut hash, value);
+            }
+            Compare::Exists { key, exists } => {
+                feed(&mut hash, b"if-exists");
+                feed(&mut hash, key.as_bytes());
+                feed(&mut hash, &[u8::from(*exists)]);
+            }
+        }
+    }
+    hash
+}
