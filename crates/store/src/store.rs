@@ -78,7 +78,10 @@ pub const DATABASE_FILE_NAME: &str = "store.redb";
 
 /// key → (lock, token, session, live, revision, value). A row with `live == false` is a
 /// tombstone.
-pub(crate) const KV_TABLE: TableDefinition<'static, &str, (&str, u64, u64, bool, u64, &[u8])> =
+pub(crate) type KvRow = (&'static str, u64, u64, bool, u64, &'static [u8]);
+
+/// key → (lock, token, session, live, revision, value), as [`KvRow`].
+pub(crate) const KV_TABLE: TableDefinition<'static, &str, KvRow> =
     TableDefinition::new("palisade_store_kv_v2");
 
 /// The key table of stores written before revisions existed: key → (lock, token, session,
@@ -102,11 +105,8 @@ pub(crate) const REQUEST_ORDER_TABLE: TableDefinition<'static, u64, &str> =
     TableDefinition::new("palisade_store_request_order");
 
 /// Benchmark-only: same row shape as [`KV_TABLE`], written by [`Store::put_unfenced`].
-pub(crate) const UNFENCED_BENCH_TABLE: TableDefinition<
-    'static,
-    &str,
-    (&str, u64, u64, bool, u64, &[u8]),
-> = TableDefinition::new("palisade_store_unfenced_bench_v2");
+pub(crate) const UNFENCED_BENCH_TABLE: TableDefinition<'static, &str, KvRow> =
+    TableDefinition::new("palisade_store_unfenced_bench_v2");
 
 /// The fenced store: a redb database in a data directory, and the lock service's public key.
 ///
@@ -424,10 +424,7 @@ fn expect_read(done: Done) -> Result<Option<Entry>, StoreError> {
 /// each with a revision of its own, inside the caller's transaction (so the move is atomic).
 fn migrate_v1(txn: &redb::WriteTransaction) -> Result<(), StoreError> {
     let rows = {
-        let old = match txn.open_table(KV_TABLE_V1) {
-            Ok(old) => old,
-            Err(error) => return Err(error.into()),
-        };
+        let old = txn.open_table(KV_TABLE_V1)?;
         if old.is_empty()? {
             Vec::new()
         } else {
