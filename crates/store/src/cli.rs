@@ -453,7 +453,7 @@ pub async fn execute(
                     } else {
                         match (view.token_max, view.holder_session) {
                             (Some(token), Some(session)) => format!(
-                                "lock {:?}: accepted token {token} (written by session {session})\n",
+                                "lock {:?}: accepted token {token} (presented by session {session})\n",
                                 view.lock
                             ),
                             _ => format!("lock {:?}: no write accepted yet\n", view.lock),

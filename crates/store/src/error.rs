@@ -21,9 +21,9 @@ use serde::{Deserialize, Serialize};
 #[serde(tag = "kind", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum StoreError {
-    /// A newer grant of the lock has written here: the presenter was superseded.
+    /// A newer grant of the lock has read, claimed or written here: the presenter was superseded.
     #[error(
-        "token {presented} for lock {lock:?} is stale; the store has accepted token {accepted}{}: a newer holder has written, re-acquire the lock and re-read before writing",
+        "token {presented} for lock {lock:?} is stale; the store has accepted token {accepted}{}: a newer holder has read or written here; re-acquire the lock and re-read before writing",
         holder_text(*holder_session)
     )]
     Stale {
@@ -147,7 +147,7 @@ pub enum StoreError {
 
 fn holder_text(holder_session: Option<u64>) -> String {
     match holder_session {
-        Some(session) => format!(" (written by session {session})"),
+        Some(session) => format!(" (presented by session {session})"),
         None => String::new(),
     }
 }

@@ -206,7 +206,13 @@ fn condition(headers: &HeaderMap, key: &str) -> Result<Option<Compare>, StoreErr
         ))),
         (Some(tag), None) => {
             let text = tag.trim();
-            let text = text.strip_prefix("W/").unwrap_or(text);
+            // If-Match compares strongly (RFC 9110 §13.1.1): a weak tag can never match, and
+            // revisions are strong validators, so a weak one is a client's mistake.
+            if text.starts_with("W/") {
+                return Err(invalid(format!(
+                    "If-Match {tag:?} is a weak tag, which never matches: send If-Match: \"<revision>\""
+                )));
+            }
             let text = text.trim_matches('"');
             match text.parse::<u64>() {
                 Ok(revision) => Ok(Some(Compare::Revision {

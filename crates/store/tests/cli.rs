@@ -75,7 +75,7 @@ async fn a_script_writes_under_its_lock_and_a_superseded_one_exits_3_naming_the_
     assert_eq!(stale.status, EXIT_STALE);
     assert!(
         stale.stderr.starts_with(
-            "palisade: refused: token 7 for lock \"jobs/nightly\" is stale; the store has accepted token 9 (written by session 4)"
+            "palisade: refused: token 7 for lock \"jobs/nightly\" is stale; the store has accepted token 9 (presented by session 4)"
         ),
         "{}",
         stale.stderr
@@ -92,7 +92,7 @@ async fn a_script_writes_under_its_lock_and_a_superseded_one_exits_3_naming_the_
     let fence = palisade_store(&["fence", "jobs/nightly", "--store", url]).await;
     assert_eq!(
         fence.stdout,
-        "lock \"jobs/nightly\": accepted token 9 (written by session 4)\n"
+        "lock \"jobs/nightly\": accepted token 9 (presented by session 4)\n"
     );
 }
 

@@ -196,7 +196,7 @@ fn lib_a_stale_fenced_read_is_refused_with_the_explanation_of_a_stale_write_and_
     assert_eq!(read.to_string(), write.to_string());
     assert!(
         read.to_string().starts_with(
-            "token 7 for lock \"jobs/nightly\" is stale; the store has accepted token 9 (written by session 4)"
+            "token 7 for lock \"jobs/nightly\" is stale; the store has accepted token 9 (presented by session 4)"
         ),
         "{read}"
     );
@@ -1317,6 +1317,8 @@ async fn http_bad_if_match_headers_are_a_clear_400_and_nothing_is_applied() {
         "\"99999999999999999999999999\"",
         "\"\"",
         "\"1\", \"2\"",
+        // If-Match compares strongly (RFC 9110 §13.1.1): a weak tag never matches.
+        "W/\"1\"",
     ] {
         let (status, body) = http.put("a", "2", &newer, Some(("If-Match", bad))).await;
         assert_eq!(status, 400, "If-Match: {bad}: {body}");
@@ -1786,7 +1788,7 @@ async fn cli_get_under_a_lock_is_fenced_and_get_unfenced_only_looks() {
     assert_eq!(stale_get.stdout, "", "a refused read prints no value");
     assert!(
         stale_get.stderr.starts_with(
-            "palisade: refused: token 5 for lock \"jobs/nightly\" is stale; the store has accepted token 7 (written by session 2)"
+            "palisade: refused: token 5 for lock \"jobs/nightly\" is stale; the store has accepted token 7 (presented by session 2)"
         ),
         "{}",
         stale_get.stderr
