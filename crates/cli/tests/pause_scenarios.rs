@@ -119,7 +119,7 @@ impl Resource {
                     .unwrap();
                 tokio::spawn(connection);
                 let txn = client.transaction().await.unwrap();
-                let checked = postgres::check_and_advance(&txn, table, &verified).await;
+                let checked = postgres::claim(&txn, table, &verified).await;
                 if checked.is_ok() {
                     let sql = format!("UPDATE {table} SET body = $1 WHERE name = '{KEY}'");
                     txn.execute(&sql, &[&value]).await.unwrap();
@@ -134,7 +134,7 @@ impl Resource {
                 };
                 let mut connection = rusqlite::Connection::open(path).unwrap();
                 let txn = sqlite::begin(&mut connection).unwrap();
-                let checked = sqlite::check_and_advance(&txn, LOCK, &verified);
+                let checked = sqlite::claim(&txn, LOCK, &verified);
                 if checked.is_ok() {
                     txn.execute("UPDATE reports SET body = ?1 WHERE name = ?2", (value, KEY))
                         .unwrap();

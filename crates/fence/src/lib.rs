@@ -33,7 +33,7 @@
 //!
 //! let txn = client.transaction().await?;
 //! // Locks the scope's fence row and advances its token, or refuses a stale sequencer.
-//! postgres::check_and_advance(&txn, "reports", &sequencer).await?;
+//! postgres::claim(&txn, "reports", &sequencer).await?;
 //! txn.execute("UPDATE reports SET body = $1 WHERE id = 1", &[&"nightly"]).await?;
 //! txn.commit().await?; // the write and the token advance commit together
 //! # Ok(())

@@ -61,7 +61,7 @@ async fn fenced_write(
     session: u64,
 ) -> Result<(), FenceError> {
     let txn = client.transaction().await.unwrap();
-    postgres::check_and_advance(&txn, scope, &grant(lock, token, session)).await?;
+    postgres::claim(&txn, scope, &grant(lock, token, session)).await?;
     let token = token as i64;
     txn.execute(
         &format!("INSERT INTO {table}_log (token) VALUES ($1)"),
@@ -140,7 +140,7 @@ async fn a_rolled_back_transaction_takes_the_token_advance_with_it() {
         .unwrap();
 
     let txn = client.transaction().await.unwrap();
-    postgres::check_and_advance(&txn, &scope, &grant("report", 50, 2))
+    postgres::claim(&txn, &scope, &grant("report", 50, 2))
         .await
         .unwrap();
     txn.rollback().await.unwrap();
@@ -181,10 +181,9 @@ async fn foreign_locks_and_forgeries_are_refused_and_honest_writers_continue() {
 
     let txn = client.transaction().await.unwrap();
     let expecting = LockBinding::Expect("jobs");
-    let err =
-        postgres::check_and_advance_expecting(&txn, &unique("fresh"), &grant("x", 1, 1), expecting)
-            .await
-            .unwrap_err();
+    let err = postgres::claim_expecting(&txn, &unique("fresh"), &grant("x", 1, 1), expecting)
+        .await
+        .unwrap_err();
     assert!(err.is_wrong_lock());
     drop(txn);
 

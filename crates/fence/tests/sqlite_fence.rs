@@ -38,7 +38,7 @@ fn fenced_write(
     session: u64,
 ) -> Result<(), FenceError> {
     let txn = sqlite::begin(conn)?;
-    sqlite::check_and_advance(&txn, SCOPE, &grant(lock, token, session))?;
+    sqlite::claim(&txn, SCOPE, &grant(lock, token, session))?;
     txn.execute("INSERT INTO applied (token) VALUES (?1)", [token as i64])
         .unwrap();
     txn.execute(
@@ -89,7 +89,7 @@ fn a_rolled_back_transaction_takes_the_token_advance_with_it() {
     fenced_write(&mut conn, "report", 2, 1).unwrap();
 
     let txn = sqlite::begin(&mut conn).unwrap();
-    sqlite::check_and_advance(&txn, SCOPE, &grant("report", 40, 2)).unwrap();
+    sqlite::claim(&txn, SCOPE, &grant("report", 40, 2)).unwrap();
     drop(txn);
 
     assert_eq!(
@@ -119,13 +119,8 @@ fn foreign_locks_and_forgeries_are_refused_and_honest_writers_continue() {
     let forged = verify_presented(Some(&forged_text("report", 1 << 62)), &public_key());
     assert_eq!(forged.unwrap_err().kind(), "forged");
     let txn = sqlite::begin(&mut conn).unwrap();
-    let err = sqlite::check_and_advance_expecting(
-        &txn,
-        "fresh",
-        &grant("x", 1, 1),
-        LockBinding::Expect("y"),
-    )
-    .unwrap_err();
+    let err = sqlite::claim_expecting(&txn, "fresh", &grant("x", 1, 1), LockBinding::Expect("y"))
+        .unwrap_err();
     assert!(err.is_wrong_lock());
     drop(txn);
 
