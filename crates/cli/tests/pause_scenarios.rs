@@ -151,7 +151,8 @@ impl Resource {
                 let mut connection = client.get_multiplexed_async_connection().await.unwrap();
                 let fence = RedisFence::new().with_key_prefix(prefix.clone());
                 let op = RedisOp::set(format!("{prefix}{KEY}"), value.as_bytes().to_vec());
-                from_fence(fence.write(&mut connection, LOCK, &verified, &[op]).await)
+                let written = fence.write(&mut connection, LOCK, &verified, &[op]).await;
+                from_fence(written.map(|_replies| ()))
             }
         }
     }
