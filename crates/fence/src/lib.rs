@@ -43,6 +43,7 @@
 mod error;
 pub mod fence;
 mod memory;
+pub mod mysql;
 pub mod postgres;
 pub mod redb;
 pub mod redis;
