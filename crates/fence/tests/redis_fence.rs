@@ -388,7 +388,12 @@ async fn no_op_may_touch_a_fence_key_so_another_scopes_fence_cannot_be_reset() {
         RedisOp::get(fence.fence_key("a")),
     ] {
         let refused = fence
-            .write(&mut conn, "a", &grant("jobs/a", 1, 1), &[op.clone()])
+            .write(
+                &mut conn,
+                "a",
+                &grant("jobs/a", 1, 1),
+                std::slice::from_ref(&op),
+            )
             .await
             .unwrap_err();
         assert!(
