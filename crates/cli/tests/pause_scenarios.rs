@@ -119,7 +119,7 @@ impl Resource {
                     .unwrap();
                 tokio::spawn(connection);
                 let txn = client.transaction().await.unwrap();
-                let checked = postgres::check_and_advance(&txn, table, &verified).await;
+                let checked = postgres::claim(&txn, table, &verified).await;
                 if checked.is_ok() {
                     let sql = format!("UPDATE {table} SET body = $1 WHERE name = '{KEY}'");
                     txn.execute(&sql, &[&value]).await.unwrap();
@@ -134,7 +134,7 @@ impl Resource {
                 };
                 let mut connection = rusqlite::Connection::open(path).unwrap();
                 let txn = sqlite::begin(&mut connection).unwrap();
-                let checked = sqlite::check_and_advance(&txn, LOCK, &verified);
+                let checked = sqlite::claim(&txn, LOCK, &verified);
                 if checked.is_ok() {
                     txn.execute("UPDATE reports SET body = ?1 WHERE name = ?2", (value, KEY))
                         .unwrap();
@@ -151,7 +151,8 @@ impl Resource {
                 let mut connection = client.get_multiplexed_async_connection().await.unwrap();
                 let fence = RedisFence::new().with_key_prefix(prefix.clone());
                 let op = RedisOp::set(format!("{prefix}{KEY}"), value.as_bytes().to_vec());
-                from_fence(fence.write(&mut connection, LOCK, &verified, &[op]).await)
+                let written = fence.write(&mut connection, LOCK, &verified, &[op]).await;
+                from_fence(written.map(|_replies| ()))
             }
         }
     }

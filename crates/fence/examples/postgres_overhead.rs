@@ -3,7 +3,7 @@
 //! Both paths run the same transaction, `UPDATE reports SET body = $1 WHERE id = 1` and a
 //! commit, on one connection; the fenced path adds the signature check (a [`Verifier`], which
 //! remembers the sequencer after its first check, as a resource serving one holder would) and
-//! [`postgres::check_and_advance`] inside the same transaction, pipelined with the write (the
+//! [`postgres::claim`] inside the same transaction, pipelined with the write (the
 //! pattern the guide recommends: one round trip instead of two). Runs alternate in rounds so
 //! drift affects both alike. Reports numbers; asserts nothing.
 //!
@@ -60,7 +60,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let txn = client.transaction().await?;
             // Pipelined: the check and the write travel together; the check runs first and
             // takes the fence row's lock, and a refusal rolls the write back with the txn.
-            let check = postgres::check_and_advance(&txn, "bench/postgres-overhead", &verified);
+            let check = postgres::claim(&txn, "bench/postgres-overhead", &verified);
             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&body];
             let (checked, written) = tokio::join!(check, txn.execute(&update, &params));
             checked?;

@@ -8,7 +8,7 @@
 //! ```
 //!
 //! `palisade lock` puts the grant's sequencer in `$PALISADE_SEQUENCER`. The program verifies it
-//! with the lock service's public key, checks and advances the fence inside its own
+//! with the lock service's public key, claims the fence inside its own
 //! transaction, and writes. If a newer holder has written since, the transaction is refused
 //! and nothing is written. Exit status: 0 written, 3 refused as stale, 4 bad sequencer, 1 other.
 
@@ -82,7 +82,7 @@ async fn run() -> Result<(), Failure> {
     let txn = client.transaction().await?;
     // The check and the write travel in one round trip; the check runs first and locks the
     // fence row until commit, so writers of this scope apply in token order.
-    let check = postgres::check_and_advance(&txn, "reports/nightly", &sequencer);
+    let check = postgres::claim(&txn, "reports/nightly", &sequencer);
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&body];
     let write = txn.execute(
         "INSERT INTO reports (name, body) VALUES ('nightly', $1)

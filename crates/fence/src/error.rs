@@ -4,11 +4,18 @@
 use palisade_sequencer::SequencerError;
 use serde::{Deserialize, Serialize};
 
-/// Why a fenced write did not happen.
+/// Why a fenced write or claim did not happen, or why its outcome is unknown.
 ///
-/// The rejections ([`FenceError::is_rejection`]) are final for the sequencer presented: retrying
-/// the same write with it cannot succeed. [`FenceError::Storage`] is about the backend, not the
-/// sequencer, and may be retried.
+/// Every variant is exactly one of three outcomes:
+///
+/// - **did not happen, final** ([`FenceError::is_final`]): retrying the same request cannot
+///   succeed. The rejections of the sequencer ([`FenceError::is_rejection`]: stale, wrong lock,
+///   missing, malformed, forged) and requests that can never be applied (`InvalidScope`,
+///   `InvalidRequest`), and `Corrupt` stored state, which needs an operator;
+/// - **did not happen, retryable** ([`FenceError::is_retryable`]): only [`FenceError::Storage`],
+///   the backend failed before anything was applied;
+/// - **may or may not have happened** ([`FenceError::is_outcome_unknown`]): only
+///   [`FenceError::OutcomeUnknown`]. Read the resource (with a claim) before deciding again.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 #[non_exhaustive]
@@ -46,10 +53,21 @@ pub enum FenceError {
     /// to the fence table behind the fence's back, or the store is damaged.
     #[error("fence state of scope {scope:?} is corrupt: {message}")]
     Corrupt { scope: String, message: String },
-    /// The backend failed; the write did not happen unless the message says its outcome is
-    /// unknown (a failed commit).
+    /// The request can never be applied as sent (too many operations, an operation the data
+    /// does not allow, a key reserved for the fence): nothing was written; change the request.
+    #[error("invalid fenced request: {message}")]
+    InvalidRequest { message: String },
+    /// The backend failed before anything was applied: nothing was written, and the same request
+    /// may succeed when retried.
     #[error("fence storage error: {message}")]
     Storage { message: String },
+    /// The request was sent, but the backend failed before confirming it (a dropped connection
+    /// after a script was sent, a failed commit): it may or may not have been applied. Read the
+    /// resource under a claim before deciding what to do.
+    #[error(
+        "outcome unknown: {message}; the write may or may not have been applied, read it back under a claim before retrying"
+    )]
+    OutcomeUnknown { message: String },
 }
 
 fn holder_text(holder_session: Option<u64>) -> String {
@@ -70,7 +88,9 @@ impl FenceError {
             FenceError::Forged { .. } => "forged",
             FenceError::InvalidScope { .. } => "invalid_scope",
             FenceError::Corrupt { .. } => "corrupt",
+            FenceError::InvalidRequest { .. } => "invalid_request",
             FenceError::Storage { .. } => "storage",
+            FenceError::OutcomeUnknown { .. } => "outcome_unknown",
         }
     }
 
@@ -87,37 +107,85 @@ impl FenceError {
     /// The sequencer was refused (stale, wrong lock, missing, malformed, forged): retrying with
     /// the same sequencer cannot succeed.
     pub fn is_rejection(&self) -> bool {
-        matches!(
-            self,
+        // Every variant is listed, so a new one does not compile until it is classified.
+        match self {
             FenceError::Stale { .. }
-                | FenceError::WrongLock { .. }
-                | FenceError::Missing
-                | FenceError::Malformed { .. }
-                | FenceError::Forged { .. }
-        )
+            | FenceError::WrongLock { .. }
+            | FenceError::Missing
+            | FenceError::Malformed { .. }
+            | FenceError::Forged { .. } => true,
+            FenceError::InvalidScope { .. }
+            | FenceError::Corrupt { .. }
+            | FenceError::InvalidRequest { .. }
+            | FenceError::Storage { .. }
+            | FenceError::OutcomeUnknown { .. } => false,
+        }
     }
 
-    /// A backend failure that may succeed when retried.
+    /// Nothing was applied and the same request may succeed when retried.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, FenceError::Storage { .. })
+        match self {
+            FenceError::Storage { .. } => true,
+            FenceError::Stale { .. }
+            | FenceError::WrongLock { .. }
+            | FenceError::Missing
+            | FenceError::Malformed { .. }
+            | FenceError::Forged { .. }
+            | FenceError::InvalidScope { .. }
+            | FenceError::Corrupt { .. }
+            | FenceError::InvalidRequest { .. }
+            | FenceError::OutcomeUnknown { .. } => false,
+        }
     }
 
-    /// A suggested HTTP status: 400 malformed input, 403 forged or foreign, 409 stale,
-    /// 428 missing sequencer, 500 corrupt state, 503 storage failure.
+    /// The request may or may not have been applied.
+    pub fn is_outcome_unknown(&self) -> bool {
+        match self {
+            FenceError::OutcomeUnknown { .. } => true,
+            FenceError::Stale { .. }
+            | FenceError::WrongLock { .. }
+            | FenceError::Missing
+            | FenceError::Malformed { .. }
+            | FenceError::Forged { .. }
+            | FenceError::InvalidScope { .. }
+            | FenceError::Corrupt { .. }
+            | FenceError::InvalidRequest { .. }
+            | FenceError::Storage { .. } => false,
+        }
+    }
+
+    /// Nothing was applied and retrying the same request cannot succeed: every variant that is
+    /// neither retryable nor of unknown outcome.
+    pub fn is_final(&self) -> bool {
+        !self.is_retryable() && !self.is_outcome_unknown()
+    }
+
+    /// A suggested HTTP status: 400 malformed or invalid request, 403 forged or foreign,
+    /// 409 stale, 428 missing sequencer, 500 corrupt state, 503 storage failure (retry),
+    /// 504 outcome unknown.
     pub fn http_status(&self) -> u16 {
         match self {
-            FenceError::Malformed { .. } | FenceError::InvalidScope { .. } => 400,
+            FenceError::Malformed { .. }
+            | FenceError::InvalidScope { .. }
+            | FenceError::InvalidRequest { .. } => 400,
             FenceError::Forged { .. } | FenceError::WrongLock { .. } => 403,
             FenceError::Stale { .. } => 409,
             FenceError::Missing => 428,
             FenceError::Corrupt { .. } => 500,
             FenceError::Storage { .. } => 503,
+            FenceError::OutcomeUnknown { .. } => 504,
         }
     }
 
     pub(crate) fn storage(error: impl std::fmt::Display) -> FenceError {
         FenceError::Storage {
             message: error.to_string(),
+        }
+    }
+
+    pub(crate) fn invalid_request(message: impl Into<String>) -> FenceError {
+        FenceError::InvalidRequest {
+            message: message.into(),
         }
     }
 }

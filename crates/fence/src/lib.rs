@@ -1,4 +1,4 @@
-//! The resource side of Palisade: accept a write only from the current grant of a lock.
+//! The resource side of Palisade: accept reads and writes only from the current grant of a lock.
 //!
 //! A lock alone is advisory: a holder paused past its lease still writes. A resource protected
 //! by a fence remembers, per *scope*, the highest fencing token it has accepted and refuses older
@@ -8,14 +8,39 @@
 //! own lock's sequencers (invariant 4). Rejections say which lock, which token was presented and
 //! which was accepted (invariant 9).
 //!
+//! # Claim, then read, then write
+//!
+//! Fencing the write alone does not protect a read-modify-write. Holder A (token 10) reads a
+//! counter, 5, and pauses past its lease; B (token 11) reads 5; A wakes and writes 6 — accepted,
+//! since nothing of token 11 has landed — and B writes 6. One increment is lost. So the holder
+//! **claims** the scope (advances its accepted token) *before it reads*: once the claim returns,
+//! no older grant can write to the scope, and A's write back is refused as
+//! [`FenceError::Stale`]. Every backend offers that step:
+//!
+//! - SQL databases: `claim` is the first statement of the caller's transaction, before its
+//!   reads; the reads, the writes and the advance then commit together. A holder that reads in
+//!   one transaction and writes in a later one claims in both.
+//! - Redis: [`RedisFence::read`] claims and reads in one script; [`RedisFence::write`] and
+//!   [`RedisFence::write_if`] apply increments, reads and compare-and-set conditions in the same
+//!   script as the check, so a read-modify-write needs no second round trip.
+//! - redb: [`RedbFence::begin`] claims and hands over the one write transaction, reads included.
+//!
+//! # Backends
+//!
 //! - [`fence`]: the pure decision ([`check`]) every backend runs;
 //! - [`Verifier`]: signature checks with a memory of the sequencers that verified;
 //! - [`MemoryResource`]: a value behind a mutex;
 //! - [`RedbFence`]: an embedded, durable redb database;
 //! - [`postgres`]: inside a caller's PostgreSQL transaction;
+//! - [`mysql`]: inside a caller's MySQL or MariaDB (InnoDB) transaction;
 //! - [`sqlite`]: inside a caller's SQLite transaction;
-//! - [`RedisFence`]: a Lua script that checks and writes atomically (read the [`redis`] module's
+//! - [`RedisFence`]: a Lua script that checks and applies atomically (read the [`redis`] module's
 //!   durability caveats before using it).
+//!
+//! Every failure is one [`FenceError`], which says whether the request did not happen and may be
+//! retried ([`FenceError::is_retryable`]), did not happen and never will as sent
+//! ([`FenceError::is_final`]), or may or may not have happened
+//! ([`FenceError::is_outcome_unknown`]).
 //!
 //! # Protect your own resource (PostgreSQL)
 //!
@@ -32,10 +57,14 @@
 //! let sequencer = verify_presented(presented, public_key)?;
 //!
 //! let txn = client.transaction().await?;
-//! // Locks the scope's fence row and advances its token, or refuses a stale sequencer.
-//! postgres::check_and_advance(&txn, "reports", &sequencer).await?;
-//! txn.execute("UPDATE reports SET body = $1 WHERE id = 1", &[&"nightly"]).await?;
-//! txn.commit().await?; // the write and the token advance commit together
+//! // First, before reading: locks the scope's fence row and advances its token, or refuses a
+//! // stale sequencer. No older grant can commit to "counters" after this.
+//! postgres::claim(&txn, "counters", &sequencer).await?;
+//! let row = txn.query_one("SELECT n FROM counters WHERE id = 1", &[]).await?;
+//! let n: i64 = row.get(0);
+//! txn.execute("UPDATE counters SET n = $1 WHERE id = 1", &[&(n + 1)]).await?;
+//! // The write and the token advance commit together; a lost answer is OutcomeUnknown.
+//! postgres::commit(txn).await?;
 //! # Ok(())
 //! # }
 //! ```
@@ -43,6 +72,7 @@
 mod error;
 pub mod fence;
 mod memory;
+pub mod mysql;
 pub mod postgres;
 pub mod redb;
 pub mod redis;
@@ -53,5 +83,5 @@ pub use error::FenceError;
 pub use fence::{FenceState, LockBinding, SCOPE_BYTES_MAX, check, verify_presented};
 pub use memory::MemoryResource;
 pub use redb::{Advance, FencedTxn, RedbFence};
-pub use redis::{RedisFence, RedisOp};
+pub use redis::{RedisCondition, RedisFence, RedisOp, RedisOutcome, RedisReply};
 pub use verifier::{VERIFIED_SEQUENCERS_CACHED_MAX, Verifier};

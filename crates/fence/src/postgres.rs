@@ -1,7 +1,24 @@
 //! A fence inside the caller's PostgreSQL transaction.
 //!
+//! **Claim first, then read, then write.** [`claim`] is the first statement of the caller's
+//! transaction, before its reads, not just before its writes:
+//!
+//! ```text
+//! BEGIN; claim(scope, sequencer); SELECT ...; UPDATE ...; COMMIT  -- claim::commit, below
+//! ```
+//!
+//! Once [`claim`] returns, no older grant can commit to the scope, and this transaction holds
+//! the scope's fence row until it ends, so every read that follows sees the last write of every
+//! older grant and nothing an older grant writes later. A read made *before* the claim is not
+//! ordered: under READ COMMITTED it can return a value that an older holder, still inside its
+//! own transaction, is about to overwrite, and the write computed from it then loses that
+//! update even though the claim succeeds. A holder that reads in one transaction and writes in a
+//! later one claims in both: the later claim is refused as [`FenceError::Stale`] if a newer grant
+//! claimed in between, so a decision made on data the newer holder may have changed is never
+//! written.
+//!
 //! The accepted maximum of each scope is a row of `palisade_fence` ([`create_table_sql`]).
-//! [`check_and_advance`] runs one statement in the caller's transaction:
+//! [`claim`] runs one statement in the caller's transaction:
 //!
 //! ```sql
 //! INSERT INTO palisade_fence AS fence (scope, lock_name, token_max, holder_session)
@@ -12,19 +29,21 @@
 //! ```
 //!
 //! Atomicity: `ON CONFLICT DO UPDATE` locks the scope's row whether or not its `WHERE` holds, and
-//! the lock is held until the caller's transaction ends. A concurrent writer of the same scope
+//! the lock is held until the caller's transaction ends. A concurrent claimer of the same scope
 //! blocks on that row until then, and under READ COMMITTED it re-evaluates the `WHERE` against the
-//! committed row — so it sees our advanced token and is refused if older. Two first writers of a
-//! new scope race on the primary key: the second waits for the first's commit and takes the
-//! conflict path (no duplicate-key error under READ COMMITTED). The caller's own writes follow
-//! in the same transaction, so they and the advance commit or roll back together (invariant 3),
-//! and since every fenced writer of the scope holds the row lock from the check to its commit,
-//! writes are applied in token order. Under REPEATABLE READ or SERIALIZABLE a concurrent update
-//! of the row makes PostgreSQL abort with a serialization failure instead, which surfaces as a
-//! retryable [`FenceError::Storage`].
+//! committed row — so it sees our advanced token and is refused if older. Two first claimers of
+//! a new scope race on the primary key: the second waits for the first's commit and takes the
+//! conflict path (no duplicate-key error under READ COMMITTED). The caller's reads and writes
+//! follow in the same transaction, so its writes and the advance commit or roll back together
+//! (invariant 3), and since every fenced transaction of the scope holds the row lock from its
+//! claim to its commit, transactions of one scope run one after another, in token order.
+//! Under REPEATABLE READ or SERIALIZABLE the snapshot is taken at the transaction's first
+//! statement, the claim; a concurrent update of the fence row makes PostgreSQL abort with a
+//! serialization failure instead, which surfaces as a retryable [`FenceError::Storage`].
 //!
 //! Durability is whatever the caller's transaction has (`synchronous_commit`); the accepted
-//! maximum is exactly as durable as the data it protects.
+//! maximum is exactly as durable as the data it protects. Commit with [`commit`] to learn
+//! whether a failed commit left the outcome unknown.
 //!
 //! `holder_session` is a `u64` stored bit-for-bit in a `bigint`.
 
@@ -77,20 +96,23 @@ const ADVANCE_SQL: &str =
 const SELECT_SQL: &str =
     "SELECT lock_name, token_max, holder_session FROM palisade_fence WHERE scope = $1";
 
-/// Checks `sequencer` against `scope` and advances the scope's accepted token, inside `txn`.
+/// Claims `scope` for `sequencer` inside `txn`: checks the sequencer and advances the scope's
+/// accepted token to it, or refuses it ([`FenceError::Stale`], [`FenceError::WrongLock`]).
 ///
-/// Call it before the transaction's own writes; on `Err`, roll the transaction back (drop it).
-/// The scope's row stays locked until `txn` ends.
-pub async fn check_and_advance(
+/// Call it first in the transaction, before its reads (see the module docs): once it returns,
+/// no older grant can commit to the scope, and the scope's row stays locked until `txn` ends.
+/// On `Err`, roll the transaction back (drop it). Claiming again with the same sequencer is
+/// accepted, so a claim-only transaction (claim, read, commit) orders a read on its own.
+pub async fn claim(
     txn: &Transaction<'_>,
     scope: &str,
     sequencer: &VerifiedSequencer,
 ) -> Result<(), FenceError> {
-    check_and_advance_expecting(txn, scope, sequencer, LockBinding::BindOnFirstWrite).await
+    claim_expecting(txn, scope, sequencer, LockBinding::BindOnFirstWrite).await
 }
 
-/// [`check_and_advance`], refusing sequencers of any lock but the one `binding` names.
-pub async fn check_and_advance_expecting(
+/// [`claim`], refusing sequencers of any lock but the one `binding` names.
+pub async fn claim_expecting(
     txn: &Transaction<'_>,
     scope: &str,
     sequencer: &VerifiedSequencer,
@@ -146,6 +168,22 @@ pub async fn fence_state(
         Some(row) => Ok(Some(decode(scope, &row)?)),
         None => Ok(None),
     }
+}
+
+/// Commits `txn`, the claim and the caller's writes together.
+///
+/// A refusal by the server (a serialization failure, a deferred constraint) means the
+/// transaction rolled back: [`FenceError::Storage`]. A commit whose answer never came (the
+/// connection failed) is [`FenceError::OutcomeUnknown`]: it may or may not have committed.
+pub async fn commit(txn: Transaction<'_>) -> Result<(), FenceError> {
+    txn.commit()
+        .await
+        .map_err(|error| match error.as_db_error() {
+            Some(_) => storage(error),
+            None => FenceError::OutcomeUnknown {
+                message: format!("postgresql commit failed: {error}"),
+            },
+        })
 }
 
 fn decode(scope: &str, row: &Row) -> Result<FenceState, FenceError> {

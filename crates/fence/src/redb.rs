@@ -235,12 +235,14 @@ impl FencedTxn {
 
     /// Commits the caller's writes and the advanced token, durably.
     ///
-    /// An error here leaves the outcome unknown only if the failure happened during the
-    /// final fsync; the message says so.
+    /// A failed commit is [`FenceError::OutcomeUnknown`]: redb may have failed in its final
+    /// fsync, after which the write may or may not be durable.
     pub fn commit(self) -> Result<(), FenceError> {
-        self.txn.commit().map_err(|error| FenceError::Storage {
-            message: format!("commit failed, the write may or may not be durable: {error}"),
-        })
+        self.txn
+            .commit()
+            .map_err(|error| FenceError::OutcomeUnknown {
+                message: format!("redb commit failed: {error}"),
+            })
     }
 
     /// Discards the caller's writes and the advance.

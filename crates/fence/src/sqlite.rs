@@ -1,15 +1,24 @@
 //! A fence inside the caller's SQLite transaction.
 //!
-//! The accepted maximum of each scope is a row of `palisade_fence` ([`create_table_sql`]) in the
-//! same database file as the caller's data. [`check_and_advance`] runs one `INSERT ... ON
-//! CONFLICT DO UPDATE ... WHERE ... RETURNING` statement inside the caller's transaction.
+//! **Claim first, then read, then write.** Start the transaction with [`begin`] and call
+//! [`claim`] before its reads, not just before its writes. Once [`claim`] returns, no older
+//! grant can commit to the scope. A holder that reads in one transaction and writes in a later
+//! one claims in both: the later claim is refused as [`FenceError::Stale`] if a newer grant
+//! claimed in between, so a decision made on data the newer holder may have changed is never
+//! written.
 //!
-//! Atomicity: SQLite admits one writer per database at a time. From the statement that advances
-//! the token until the caller's commit or rollback, the transaction holds the write lock, so no
-//! other connection or process can change the fence row or the caller's data in between; the
-//! caller's writes and the advance commit together (invariant 3). Start fenced transactions with
-//! `BEGIN IMMEDIATE` ([`begin`]): a deferred transaction that read first may fail to upgrade to
-//! a writer with `SQLITE_BUSY` (safe, but a spurious error).
+//! The accepted maximum of each scope is a row of `palisade_fence` ([`create_table_sql`]) in the
+//! same database file as the caller's data. [`claim`] runs one `INSERT ... ON CONFLICT DO UPDATE
+//! ... WHERE ... RETURNING` statement inside the caller's transaction.
+//!
+//! Atomicity: SQLite admits one writer per database at a time. A transaction begun with
+//! `BEGIN IMMEDIATE` ([`begin`]) holds the write lock from its first statement to its commit or
+//! rollback, so no other connection or process can change the fence row or the caller's data
+//! in between, and its reads see every committed write; the caller's writes and the advance
+//! commit together (invariant 3). A deferred transaction that read before claiming may find,
+//! when the claim tries to become the writer, that another connection has written since its
+//! read: SQLite then refuses the claim with `SQLITE_BUSY` (a retryable [`FenceError::Storage`])
+//! rather than let it write from a stale read. That is safe but spurious; use [`begin`].
 //!
 //! Durability is the connection's (`journal_mode`, `synchronous`): the accepted maximum is
 //! exactly as durable as the data it protects. `holder_session` is a `u64` stored bit-for-bit in
@@ -57,19 +66,22 @@ const ADVANCE_SQL: &str = "INSERT INTO palisade_fence (scope, lock_name, token_m
 const SELECT_SQL: &str =
     "SELECT lock_name, token_max, holder_session FROM palisade_fence WHERE scope = ?1";
 
-/// Checks `sequencer` against `scope` and advances the scope's accepted token, inside `txn`.
+/// Claims `scope` for `sequencer` inside `txn`: checks the sequencer and advances the scope's
+/// accepted token to it, or refuses it ([`FenceError::Stale`], [`FenceError::WrongLock`]).
 ///
-/// Call it before the transaction's own writes; on `Err`, roll the transaction back (drop it).
-pub fn check_and_advance(
+/// Call it first in a transaction begun with [`begin`], before its reads (see the module docs).
+/// On `Err`, roll the transaction back (drop it). Claiming again with the same sequencer is
+/// accepted, so a claim-only transaction (claim, read, commit) orders a read on its own.
+pub fn claim(
     txn: &Transaction<'_>,
     scope: &str,
     sequencer: &VerifiedSequencer,
 ) -> Result<(), FenceError> {
-    check_and_advance_expecting(txn, scope, sequencer, LockBinding::BindOnFirstWrite)
+    claim_expecting(txn, scope, sequencer, LockBinding::BindOnFirstWrite)
 }
 
-/// [`check_and_advance`], refusing sequencers of any lock but the one `binding` names.
-pub fn check_and_advance_expecting(
+/// [`claim`], refusing sequencers of any lock but the one `binding` names.
+pub fn claim_expecting(
     txn: &Transaction<'_>,
     scope: &str,
     sequencer: &VerifiedSequencer,

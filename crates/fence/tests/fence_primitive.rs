@@ -127,3 +127,84 @@ fn presented_text_maps_to_missing_malformed_or_forged() {
         honest
     );
 }
+
+#[test]
+fn every_error_is_exactly_one_of_final_retryable_or_outcome_unknown() {
+    let all = [
+        FenceError::Stale {
+            lock: "jobs".into(),
+            presented: 5,
+            accepted: 9,
+            holder_session: None,
+        },
+        FenceError::WrongLock {
+            expected: "jobs".into(),
+            presented: "other".into(),
+        },
+        FenceError::Missing,
+        FenceError::Malformed {
+            message: "m".into(),
+        },
+        FenceError::Forged {
+            message: "f".into(),
+        },
+        FenceError::InvalidScope {
+            message: "s".into(),
+        },
+        FenceError::Corrupt {
+            scope: "s".into(),
+            message: "c".into(),
+        },
+        FenceError::InvalidRequest {
+            message: "too many ops".into(),
+        },
+        FenceError::Storage {
+            message: "connection refused".into(),
+        },
+        FenceError::OutcomeUnknown {
+            message: "connection dropped after the script was sent".into(),
+        },
+    ];
+    let mut kinds = std::collections::BTreeSet::new();
+    for err in &all {
+        let classes = [err.is_final(), err.is_retryable(), err.is_outcome_unknown()];
+        assert_eq!(
+            classes.iter().filter(|class| **class).count(),
+            1,
+            "{err:?} is {classes:?}"
+        );
+        assert!(!err.is_rejection() || err.is_final(), "{err:?}");
+        // The JSON kind round-trips and is unique per variant.
+        let json = serde_json::to_value(err).unwrap();
+        assert_eq!(json["kind"], err.kind());
+        assert_eq!(&serde_json::from_value::<FenceError>(json).unwrap(), err);
+        assert!(kinds.insert(err.kind()), "kind {} used twice", err.kind());
+    }
+
+    let invalid = &all[7];
+    assert_eq!(
+        (invalid.kind(), invalid.http_status(), invalid.is_final()),
+        ("invalid_request", 400, true)
+    );
+    let storage = &all[8];
+    assert_eq!(
+        (
+            storage.kind(),
+            storage.http_status(),
+            storage.is_retryable()
+        ),
+        ("storage", 503, true)
+    );
+    let unknown = &all[9];
+    assert_eq!(
+        (unknown.kind(), unknown.http_status()),
+        ("outcome_unknown", 504)
+    );
+    assert!(!unknown.is_retryable() && !unknown.is_final());
+    assert!(
+        unknown
+            .to_string()
+            .contains("may or may not have been applied"),
+        "{unknown}"
+    );
+}

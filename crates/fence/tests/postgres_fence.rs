@@ -61,7 +61,7 @@ async fn fenced_write(
     session: u64,
 ) -> Result<(), FenceError> {
     let txn = client.transaction().await.unwrap();
-    postgres::check_and_advance(&txn, scope, &grant(lock, token, session)).await?;
+    postgres::claim(&txn, scope, &grant(lock, token, session)).await?;
     let token = token as i64;
     txn.execute(
         &format!("INSERT INTO {table}_log (token) VALUES ($1)"),
@@ -140,7 +140,7 @@ async fn a_rolled_back_transaction_takes_the_token_advance_with_it() {
         .unwrap();
 
     let txn = client.transaction().await.unwrap();
-    postgres::check_and_advance(&txn, &scope, &grant("report", 50, 2))
+    postgres::claim(&txn, &scope, &grant("report", 50, 2))
         .await
         .unwrap();
     txn.rollback().await.unwrap();
@@ -181,10 +181,9 @@ async fn foreign_locks_and_forgeries_are_refused_and_honest_writers_continue() {
 
     let txn = client.transaction().await.unwrap();
     let expecting = LockBinding::Expect("jobs");
-    let err =
-        postgres::check_and_advance_expecting(&txn, &unique("fresh"), &grant("x", 1, 1), expecting)
-            .await
-            .unwrap_err();
+    let err = postgres::claim_expecting(&txn, &unique("fresh"), &grant("x", 1, 1), expecting)
+        .await
+        .unwrap_err();
     assert!(err.is_wrong_lock());
     drop(txn);
 
@@ -250,4 +249,286 @@ async fn racing_writers_commit_in_token_order_and_the_highest_token_wins() {
     assert_eq!(applied.last(), Some(&TOKENS));
     assert_eq!(value(&client, &table).await, Some(TOKENS as i64));
     drop_user_tables(&client, &table, &scope).await;
+}
+
+/// A counter for the read-modify-write scenarios, starting at 5.
+async fn create_counter(client: &Client, table: &str) {
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE {table} (k text PRIMARY KEY, n bigint NOT NULL);
+             INSERT INTO {table} VALUES ('c', 5);"
+        ))
+        .await
+        .unwrap();
+}
+
+async fn drop_counter(client: &Client, table: &str, scope: &str) {
+    client
+        .batch_execute(&format!("DROP TABLE {table}"))
+        .await
+        .unwrap();
+    client
+        .execute("DELETE FROM palisade_fence WHERE scope = $1", &[&scope])
+        .await
+        .unwrap();
+}
+
+async fn read_counter(client: &impl tokio_postgres::GenericClient, table: &str) -> i64 {
+    let sql = format!("SELECT n FROM {table} WHERE k = 'c'");
+    client.query_one(&sql, &[]).await.unwrap().get(0)
+}
+
+/// Reads the counter in a transaction of its own, claiming first when `claim` is set.
+async fn read_step(
+    client: &mut Client,
+    table: &str,
+    scope: &str,
+    holder: &palisade_sequencer::VerifiedSequencer,
+    claim: bool,
+) -> i64 {
+    let txn = client.transaction().await.unwrap();
+    if claim {
+        postgres::claim(&txn, scope, holder).await.unwrap();
+    }
+    let seen = read_counter(&txn, table).await;
+    postgres::commit(txn).await.unwrap();
+    seen
+}
+
+/// Writes `value` to the counter under a claim, in a transaction of its own.
+async fn write_step(
+    client: &mut Client,
+    table: &str,
+    scope: &str,
+    holder: &palisade_sequencer::VerifiedSequencer,
+    value: i64,
+) -> Result<(), FenceError> {
+    let txn = client.transaction().await.unwrap();
+    postgres::claim(&txn, scope, holder).await?;
+    let sql = format!("UPDATE {table} SET n = $1 WHERE k = 'c'");
+    txn.execute(&sql, &[&value]).await.unwrap();
+    postgres::commit(txn).await
+}
+
+/// Holder A (token 10) reads the counter, B (token 11) reads it, A writes back its increment,
+/// B writes back its own, each step its own transaction. Returns the counter at the end and
+/// what A's write came to.
+async fn two_increments(claim_reads: bool) -> Option<(i64, Result<(), FenceError>)> {
+    let url = database_url()?;
+    let mut client = connect(&url).await;
+    let (table, scope) = (unique("pal_incr"), unique("scope"));
+    create_counter(&client, &table).await;
+    let (a, b) = (grant("counter", 10, 1), grant("counter", 11, 2));
+
+    let seen_by_a = read_step(&mut client, &table, &scope, &a, claim_reads).await;
+    // A pauses past its lease here; B is granted the lock.
+    let seen_by_b = read_step(&mut client, &table, &scope, &b, claim_reads).await;
+    let written_by_a = write_step(&mut client, &table, &scope, &a, seen_by_a + 1).await;
+    write_step(&mut client, &table, &scope, &b, seen_by_b + 1)
+        .await
+        .unwrap();
+
+    let value = read_counter(&client, &table).await;
+    drop_counter(&client, &table, &scope).await;
+    Some((value, written_by_a))
+}
+
+#[tokio::test]
+async fn a_claim_before_reading_refuses_the_superseded_holders_write_back() {
+    let Some((value, written_by_a)) = two_increments(true).await else {
+        return;
+    };
+    assert_eq!(
+        written_by_a.unwrap_err(),
+        FenceError::Stale {
+            lock: "counter".into(),
+            presented: 10,
+            accepted: 11,
+            holder_session: Some(2)
+        },
+        "B claimed before reading, so A's write back is refused"
+    );
+    assert_eq!(value, 6, "only B's increment, made from what B read");
+}
+
+#[tokio::test]
+async fn reads_without_a_claim_let_a_superseded_holder_lose_an_update() {
+    // Why claims come before reads: the same two holders, claiming only to write.
+    let Some((value, written_by_a)) = two_increments(false).await else {
+        return;
+    };
+    assert!(
+        written_by_a.is_ok(),
+        "no newer grant had claimed, so A's write is accepted"
+    );
+    assert_eq!(value, 6, "two increments of 5, and one was lost");
+}
+
+/// Waits until the backend `pid` is blocked on a lock (bounded: 10 s).
+async fn wait_until_blocked(client: &Client, pid: i32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let row = client
+            .query_one(
+                "SELECT coalesce(wait_event_type, '') FROM pg_stat_activity WHERE pid = $1",
+                &[&pid],
+            )
+            .await
+            .unwrap();
+        if row.get::<_, String>(0) == "Lock" {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "backend {pid} never blocked on the fence row"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// In one READ COMMITTED transaction each: A (token 10) claims and reads; B (token 11) starts
+/// while A is still open, reading and claiming in the order `b_claims_first` says; A writes its
+/// increment and commits while B waits for the fence row; B writes its own. Returns the counter.
+async fn overlapping_increments(b_claims_first: bool) -> Option<i64> {
+    let url = database_url()?;
+    let mut client = connect(&url).await;
+    let (table, scope) = (unique("pal_overlap"), unique("scope"));
+    create_counter(&client, &table).await;
+
+    let txn_a = client.transaction().await.unwrap();
+    postgres::claim(&txn_a, &scope, &grant("counter", 10, 1))
+        .await
+        .unwrap();
+    let seen_by_a = read_counter(&txn_a, &table).await;
+
+    let mut client_b = connect(&url).await;
+    let pid_b: i32 = client_b
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let b = tokio::spawn({
+        let (table, scope) = (table.clone(), scope.clone());
+        async move {
+            let holder = grant("counter", 11, 2);
+            let txn = client_b.transaction().await.unwrap();
+            let seen = if b_claims_first {
+                postgres::claim(&txn, &scope, &holder).await.unwrap();
+                read_counter(&txn, &table).await
+            } else {
+                let seen = read_counter(&txn, &table).await;
+                postgres::claim(&txn, &scope, &holder).await.unwrap();
+                seen
+            };
+            let sql = format!("UPDATE {table} SET n = $1 WHERE k = 'c'");
+            txn.execute(&sql, &[&(seen + 1)]).await.unwrap();
+            postgres::commit(txn).await.unwrap();
+        }
+    });
+    let observer = connect(&url).await;
+    wait_until_blocked(&observer, pid_b).await;
+
+    let sql = format!("UPDATE {table} SET n = $1 WHERE k = 'c'");
+    txn_a.execute(&sql, &[&(seen_by_a + 1)]).await.unwrap();
+    postgres::commit(txn_a).await.unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(10), b)
+        .await
+        .expect("B finishes once A committed")
+        .unwrap();
+
+    let value = read_counter(&client, &table).await;
+    drop_counter(&client, &table, &scope).await;
+    Some(value)
+}
+
+#[tokio::test]
+async fn a_claim_first_in_the_transaction_waits_for_the_older_holders_commit_and_reads_it() {
+    let Some(value) = overlapping_increments(true).await else {
+        return;
+    };
+    assert_eq!(value, 7, "both increments survive");
+}
+
+#[tokio::test]
+async fn a_read_before_the_claim_in_the_same_transaction_can_lose_an_update() {
+    // Why the claim is the transaction's first statement: B's read, made before its claim,
+    // returned what A was about to overwrite.
+    let Some(value) = overlapping_increments(false).await else {
+        return;
+    };
+    assert_eq!(value, 6, "two increments of 5, and one was lost");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_claimers_read_modify_write_and_lose_no_increment() {
+    const CLAIMERS: usize = 5;
+    const TOKENS: u64 = 100;
+    let Some(url) = database_url() else { return };
+    let client = connect(&url).await;
+    let (table, scope) = (unique("pal_claimers"), unique("scope"));
+    create_counter(&client, &table).await;
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE {table}_log (id bigserial PRIMARY KEY, token bigint NOT NULL)"
+        ))
+        .await
+        .unwrap();
+    let tokens = shuffled((1..=TOKENS).collect(), 7);
+
+    let mut tasks = Vec::new();
+    for claimer in 0..CLAIMERS {
+        let mine: Vec<u64> = tokens
+            .iter()
+            .copied()
+            .skip(claimer)
+            .step_by(CLAIMERS)
+            .collect();
+        let (url, table, scope) = (url.clone(), table.clone(), scope.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut client = connect(&url).await;
+            let mut committed = 0u64;
+            for token in mine {
+                let txn = client.transaction().await.unwrap();
+                match postgres::claim(&txn, &scope, &grant("c", token, claimer as u64)).await {
+                    Ok(()) => {}
+                    Err(FenceError::Stale { accepted, .. }) => {
+                        assert!(accepted > token);
+                        continue;
+                    }
+                    Err(other) => panic!("unexpected error {other}"),
+                }
+                let seen = read_counter(&txn, &table).await;
+                let sql = format!("UPDATE {table} SET n = $1 WHERE k = 'c'");
+                txn.execute(&sql, &[&(seen + 1)]).await.unwrap();
+                let sql = format!("INSERT INTO {table}_log (token) VALUES ($1)");
+                txn.execute(&sql, &[&(token as i64)]).await.unwrap();
+                postgres::commit(txn).await.unwrap();
+                committed += 1;
+            }
+            committed
+        }));
+    }
+    let mut committed = 0;
+    for task in tasks {
+        committed += task.await.unwrap();
+    }
+
+    assert_eq!(
+        read_counter(&client, &table).await,
+        5 + committed as i64,
+        "every committed increment counted"
+    );
+    let rows = client
+        .query(&format!("SELECT token FROM {table}_log ORDER BY id"), &[])
+        .await
+        .unwrap();
+    let applied: Vec<u64> = rows.iter().map(|row| row.get::<_, i64>(0) as u64).collect();
+    assert_eq!(applied.len() as u64, committed);
+    assert_nondecreasing(&applied);
+    assert_eq!(applied.last(), Some(&TOKENS));
+    client
+        .batch_execute(&format!("DROP TABLE {table}_log"))
+        .await
+        .unwrap();
+    drop_counter(&client, &table, &scope).await;
 }

@@ -3,7 +3,9 @@
 mod common;
 
 use common::{assert_nondecreasing, forged_text, grant, public_key, shuffled, unique};
-use palisade_fence::redis::{RedisFence, RedisOp};
+use palisade_fence::redis::{
+    REDIS_OPS_MAX, RedisCondition, RedisFence, RedisOp, RedisOutcome, RedisReply,
+};
 use palisade_fence::{FenceError, verify_presented};
 use redis::aio::MultiplexedConnection;
 
@@ -227,7 +229,7 @@ async fn racing_writers_apply_in_token_order_and_the_highest_token_wins() {
                     )
                     .await
                 {
-                    Ok(()) => {}
+                    Ok(_) => {}
                     Err(FenceError::Stale {
                         presented,
                         accepted,
@@ -281,7 +283,10 @@ async fn a_write_that_cannot_apply_every_op_applies_none_and_does_not_advance() 
         )
         .await
         .unwrap_err();
-    assert!(matches!(refused, FenceError::Storage { .. }), "{refused:?}");
+    assert!(
+        matches!(refused, FenceError::InvalidRequest { .. }) && refused.is_final(),
+        "{refused:?}"
+    );
     assert!(
         refused.to_string().contains("nothing was written"),
         "{refused}"
@@ -309,4 +314,601 @@ async fn a_write_that_cannot_apply_every_op_applies_none_and_does_not_advance() 
         .unwrap();
     assert_eq!(get(&mut conn, &plain).await.as_deref(), Some("by 3"));
     cleanup(&mut conn, &[plain, list, fence.fence_key("s")]).await;
+}
+
+async fn set(conn: &mut MultiplexedConnection, key: &str, value: &str) {
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .query_async(conn)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_batch_that_sets_a_key_and_then_pushes_to_it_is_refused_before_its_first_write() {
+    let Some(url) = redis_url() else { return };
+    let mut conn = connect(&url).await;
+    let (fence, prefix) = fixture();
+    let key = format!("{prefix}:k");
+
+    // The key does not exist, so RPUSH alone would apply; after the SET it holds a string.
+    let refused = fence
+        .write(
+            &mut conn,
+            "s",
+            &grant("report", 5, 1),
+            &[RedisOp::set(&key, "v"), RedisOp::rpush(&key, "entry")],
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, FenceError::InvalidRequest { .. }),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("op 1"), "{refused}");
+    assert_eq!(get(&mut conn, &key).await, None, "the SET was not applied");
+    assert_eq!(fence.fence_state(&mut conn, "s").await.unwrap(), None);
+
+    // The types follow the ops both ways: a DEL makes a string key free for RPUSH.
+    set(&mut conn, &key, "a string").await;
+    let replies = fence
+        .write(
+            &mut conn,
+            "s",
+            &grant("report", 5, 1),
+            &[RedisOp::del(&key), RedisOp::rpush(&key, "entry")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        replies,
+        vec![RedisReply::Integer(1), RedisReply::Integer(1)]
+    );
+    cleanup(&mut conn, &[key, fence.fence_key("s")]).await;
+}
+
+#[tokio::test]
+async fn no_op_may_touch_a_fence_key_so_another_scopes_fence_cannot_be_reset() {
+    let Some(url) = redis_url() else { return };
+    let mut conn = connect(&url).await;
+    let (fence, _) = fixture();
+    fence
+        .write(&mut conn, "b", &grant("jobs/b", 9, 2), &[])
+        .await
+        .unwrap();
+
+    // The holder of scope "a" tries to reset scope "b"'s fence, in every way an op allows.
+    let other_fence = fence.fence_key("b");
+    for op in [
+        RedisOp::del(&other_fence),
+        RedisOp::set(&other_fence, "x"),
+        RedisOp::rpush(&other_fence, "x"),
+        RedisOp::incr_by(&other_fence, 1),
+        RedisOp::get(fence.fence_key("a")),
+    ] {
+        let refused = fence
+            .write(
+                &mut conn,
+                "a",
+                &grant("jobs/a", 1, 1),
+                std::slice::from_ref(&op),
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(refused, FenceError::InvalidRequest { .. }),
+            "{op:?}: {refused:?}"
+        );
+    }
+    let refused = fence
+        .write_if(
+            &mut conn,
+            "a",
+            &grant("jobs/a", 1, 1),
+            &[RedisCondition::absent(&other_fence)],
+            &[],
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, FenceError::InvalidRequest { .. }));
+
+    // Scope "b" still refuses its superseded holder; scope "a" was never claimed.
+    let stale = fence
+        .write(&mut conn, "b", &grant("jobs/b", 3, 1), &[])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(stale, FenceError::Stale { accepted: 9, .. }),
+        "{stale:?}"
+    );
+    assert_eq!(fence.fence_state(&mut conn, "a").await.unwrap(), None);
+    cleanup(&mut conn, &[fence.fence_key("a"), other_fence]).await;
+}
+
+#[tokio::test]
+async fn a_fence_hash_that_is_not_canonical_is_reported_corrupt_without_panicking() {
+    let Some(url) = redis_url() else { return };
+    let mut conn = connect(&url).await;
+    let (fence, prefix) = fixture();
+    let key = format!("{prefix}:value");
+    let hset = |scope: &str, fields: &[(&str, &str)]| {
+        let mut command = redis::cmd("HSET");
+        command.arg(fence.fence_key(scope));
+        for (field, value) in fields {
+            command.arg(*field).arg(*value);
+        }
+        command
+    };
+
+    // "007" sorts as a longer, so larger, number than "10": it must not be parsed as 7.
+    let _: () = hset(
+        "padded",
+        &[("lock", "report"), ("token", "007"), ("session", "1")],
+    )
+    .query_async(&mut conn)
+    .await
+    .unwrap();
+    let err = fence
+        .write(
+            &mut conn,
+            "padded",
+            &grant("report", 10, 2),
+            &[RedisOp::set(&key, "by 10")],
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, FenceError::Corrupt { scope, .. } if scope == "padded"),
+        "{err:?}"
+    );
+    assert!(matches!(
+        fence.fence_state(&mut conn, "padded").await,
+        Err(FenceError::Corrupt { .. })
+    ));
+
+    // A hash with a token but no lock is not an unbound scope.
+    let _: () = hset("lockless", &[("token", "50"), ("session", "1")])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let err = fence
+        .write(
+            &mut conn,
+            "lockless",
+            &grant("report", 10, 2),
+            &[RedisOp::set(&key, "by 10")],
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, FenceError::Corrupt { .. }), "{err:?}");
+    assert!(matches!(
+        fence.fence_state(&mut conn, "lockless").await,
+        Err(FenceError::Corrupt { .. })
+    ));
+    assert_eq!(get(&mut conn, &key).await, None, "nothing was written");
+    cleanup(
+        &mut conn,
+        &[fence.fence_key("padded"), fence.fence_key("lockless")],
+    )
+    .await;
+}
+
+/// Holder A (token 10) reads the counter, B (token 11) reads it, A writes back its increment,
+/// B writes back its own. Returns the counter at the end and what A's write came to.
+async fn two_increments(
+    conn: &mut MultiplexedConnection,
+    fence: &RedisFence,
+    counter: &str,
+    fenced_reads: bool,
+) -> (String, Result<Vec<RedisReply>, FenceError>) {
+    set(conn, counter, "5").await;
+    let (a, b) = (grant("counter", 10, 1), grant("counter", 11, 2));
+    let read = async |conn: &mut MultiplexedConnection, holder| -> u64 {
+        let text = if fenced_reads {
+            let values = fence.read(conn, "c", holder, &[counter]).await.unwrap();
+            String::from_utf8(values[0].clone().unwrap()).unwrap()
+        } else {
+            get(conn, counter).await.unwrap()
+        };
+        text.parse().unwrap()
+    };
+    let seen_by_a = read(conn, &a).await;
+    // A pauses past its lease here; B is granted the lock.
+    let seen_by_b = read(conn, &b).await;
+    let written_by_a = fence
+        .write(
+            conn,
+            "c",
+            &a,
+            &[RedisOp::set(counter, (seen_by_a + 1).to_string())],
+        )
+        .await;
+    fence
+        .write(
+            conn,
+            "c",
+            &b,
+            &[RedisOp::set(counter, (seen_by_b + 1).to_string())],
+        )
+        .await
+        .unwrap();
+    (get(conn, counter).await.unwrap(), written_by_a)
+}
+
+#[tokio::test]
+async fn reads_through_the_fence_refuse_the_superseded_holders_write_back() {
+    let Some(url) = redis_url() else { return };
+    let mut conn = connect(&url).await;
+    let (fence, prefix) = fixture();
+    let counter = format!("{prefix}:counter");
+
+    let (value, written_by_a) = two_increments(&mut conn, &fence, &counter, true).await;
+    assert_eq!(
+        written_by_a.unwrap_err(),
+        FenceError::Stale {
+            lock: "counter".into(),
+            presented: 10,
+            accepted: 11,
+            holder_session: Some(2)
+        },
+        "B's read claimed the scope, so A's write back is refused"
+    );
+    assert_eq!(value, "6", "only B's increment, made from what B read");
+
+    // A superseded reader is refused like a superseded writer.
+    let refused = fence
+        .read(&mut conn, "c", &grant("counter", 10, 1), &[&counter])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, FenceError::Stale { accepted: 11, .. }),
+        "{refused:?}"
+    );
+    cleanup(&mut conn, &[counter, fence.fence_key("c")]).await;
+}
+
+#[tokio::test]
+async fn plain_reads_let_a_superseded_holder_lose_an_update() {
+    // Why the fenced read exists: the same two holders, reading with a plain GET.
+    let Some(url) = redis_url() else { return };
+    let mut conn = connect(&url).await;
+    let (fence, prefix) = fixture();
+    let counter = format!("{prefix}:counter");
+
+    let (value, written_by_a) = two_increments(&mut conn, &fence, &counter, false).await;
+    assert!(
+        written_by_a.is_ok(),
+        "no newer write had landed, so A's write is accepted"
+    );
+    assert_eq!(value, "6", "two increments of 5, and one was lost");
+    cleanup(&mut conn, &[counter, fence.fence_key("c")]).await;
+}
+
+#[tokio::test]
+async fn a_read_modify_write_in_one_request_returns_every_ops_reply() {
+    let Some(url) = redis_url() else { return };
+    let mut conn = connect(&url).await;
+    let (fence, prefix) = fixture();
+    let (counter, log, missing) = (
+        format!("{prefix}:counter"),
+        format!("{prefix}:log"),
+        format!("{prefix}:missing"),
+    );
+    let holder = grant("report", 3, 1);
+
+    let replies = fence
+        .write(
+            &mut conn,
+            "s",
+            &holder,
+            &[
+                RedisOp::incr_by(&counter, 41),
+                RedisOp::incr_by(&counter, 1),
+                RedisOp::get(&counter),
+                RedisOp::get(&missing),
+                RedisOp::rpush(&log, "a"),
+                RedisOp::rpush(&log, "b"),
+                RedisOp::del(&missing),
+                RedisOp::set(&counter, "-9223372036854775800"),
+                RedisOp::incr_by(&counter, -8),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        replies,
+        vec![
+            RedisReply::Integer(41),
+            RedisReply::Integer(42),
+            RedisReply::Value(Some(b"42".to_vec())),
+            RedisReply::Value(None),
+            RedisReply::Integer(1),
+            RedisReply::Integer(2),
+            RedisReply::Integer(0),
+            RedisReply::Done,
+            // Exact at the end of the range, where a Lua double would round.
+            RedisReply::Integer(i64::MIN),
+        ]
+    );
+    assert_eq!(replies[1].integer(), Some(42));
+    assert_eq!(replies[3].value(), Some(None));
+    assert_eq!(
+        get(&mut conn, &counter).await.as_deref(),
+        Some("-9223372036854775808")
+    );
+
+    // Beyond the range, or on a value that is not an integer: refused before any write.
+    for (start, delta) in [("-9223372036854775808", -1), ("007", 1), ("1.5", 1)] {
+        set(&mut conn, &counter, start).await;
+        let refused = fence
+            .write(
+                &mut conn,
+                "s",
+                &holder,
+                &[RedisOp::rpush(&log, "c"), RedisOp::incr_by(&counter, delta)],
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(refused, FenceError::InvalidRequest { .. }),
+            "{start} + {delta}: {refused:?}"
+        );
+        assert_eq!(get(&mut conn, &counter).await.as_deref(), Some(start));
+    }
+    let length: u64 = redis::cmd("LLEN")
+        .arg(&log)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(length, 2, "no refused request pushed");
+
+    let too_many = vec![RedisOp::get(&counter); REDIS_OPS_MAX + 1];
+    let refused = fence
+        .write(&mut conn, "s", &holder, &too_many)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, FenceError::InvalidRequest { .. }) && refused.is_final(),
+        "{refused:?}"
+    );
+    cleanup(&mut conn, &[counter, log, fence.fence_key("s")]).await;
+}
+
+#[tokio::test]
+async fn a_compare_and_set_applies_all_or_nothing_under_the_fence() {
+    let Some(url) = redis_url() else { return };
+    let mut conn = connect(&url).await;
+    let (fence, prefix) = fixture();
+    let (config, log) = (format!("{prefix}:config"), format!("{prefix}:log"));
+
+    // Create if absent.
+    let created = fence
+        .write_if(
+            &mut conn,
+            "s",
+            &grant("cfg", 11, 1),
+            &[RedisCondition::absent(&config)],
+            &[RedisOp::set(&config, "v1"), RedisOp::rpush(&log, "v1")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        created,
+        RedisOutcome::Applied(vec![RedisReply::Done, RedisReply::Integer(1)])
+    );
+
+    // A compare that fails writes nothing, reports the current value and does not advance.
+    let failed = fence
+        .write_if(
+            &mut conn,
+            "s",
+            &grant("cfg", 12, 2),
+            &[
+                RedisCondition::absent(format!("{prefix}:nothing")),
+                RedisCondition::equals(&config, "v0"),
+            ],
+            &[RedisOp::set(&config, "v2"), RedisOp::rpush(&log, "v2")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        failed,
+        RedisOutcome::CompareFailed {
+            condition: 1,
+            current: Some(b"v1".to_vec())
+        }
+    );
+    assert_eq!(get(&mut conn, &config).await.as_deref(), Some("v1"));
+    let state = fence.fence_state(&mut conn, "s").await.unwrap().unwrap();
+    assert_eq!(state.token_max, 11);
+
+    // Retried with the value it was told: applied.
+    let swapped = fence
+        .write_if(
+            &mut conn,
+            "s",
+            &grant("cfg", 12, 2),
+            &[RedisCondition::equals(&config, "v1")],
+            &[RedisOp::set(&config, "v2"), RedisOp::rpush(&log, "v2")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        swapped,
+        RedisOutcome::Applied(vec![RedisReply::Done, RedisReply::Integer(2)])
+    );
+
+    // A superseded holder is refused as stale even when its condition holds.
+    let stale = fence
+        .write_if(
+            &mut conn,
+            "s",
+            &grant("cfg", 11, 1),
+            &[RedisCondition::equals(&config, "v2")],
+            &[RedisOp::set(&config, "v3")],
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(stale, FenceError::Stale { accepted: 12, .. }),
+        "{stale:?}"
+    );
+    assert_eq!(get(&mut conn, &config).await.as_deref(), Some("v2"));
+    cleanup(&mut conn, &[config, log, fence.fence_key("s")]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_incrementers_lose_no_increment_and_each_learns_its_value() {
+    const WRITERS: usize = 6;
+    const TOKENS: u64 = 240;
+    let Some(url) = redis_url() else { return };
+    let (fence, prefix) = fixture();
+    let fence = std::sync::Arc::new(fence);
+    let counter = format!("{prefix}:counter");
+    let tokens = shuffled((1..=TOKENS).collect(), 23);
+
+    let mut tasks = Vec::new();
+    for writer in 0..WRITERS {
+        let mine: Vec<u64> = tokens
+            .iter()
+            .copied()
+            .skip(writer)
+            .step_by(WRITERS)
+            .collect();
+        let (url, fence, counter) = (url.clone(), fence.clone(), counter.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut conn = connect(&url).await;
+            let mut values = Vec::new();
+            for token in mine {
+                let ops = [RedisOp::incr_by(&counter, 1)];
+                match fence
+                    .write(&mut conn, "c", &grant("c", token, writer as u64), &ops)
+                    .await
+                {
+                    Ok(replies) => values.push(replies[0].integer().unwrap()),
+                    Err(FenceError::Stale { accepted, .. }) => assert!(accepted > token),
+                    Err(other) => panic!("unexpected error {other}"),
+                }
+            }
+            values
+        }));
+    }
+    let mut values = Vec::new();
+    for task in tasks {
+        values.extend(task.await.unwrap());
+    }
+
+    // Every accepted increment returned a distinct value, and the counter counts them all.
+    values.sort_unstable();
+    let expected: Vec<i64> = (1..=values.len() as i64).collect();
+    assert_eq!(values, expected);
+    let mut conn = connect(&url).await;
+    assert_eq!(
+        get(&mut conn, &counter).await,
+        Some(values.len().to_string())
+    );
+    let state = fence.fence_state(&mut conn, "c").await.unwrap().unwrap();
+    assert_eq!(state.token_max, TOKENS);
+    cleanup(&mut conn, &[counter, fence.fence_key("c")]).await;
+}
+
+/// A TCP proxy to `upstream` that forwards everything until a client sends `EVALSHA`, then
+/// forwards that request, withholds the answer and closes the connection: the network failing
+/// after the request left.
+async fn proxy_cutting_after_evalsha(upstream: String) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let server = tokio::net::TcpStream::connect(&upstream).await.unwrap();
+            let (mut client_read, mut client_write) = client.into_split();
+            let (mut server_read, mut server_write) = server.into_split();
+            let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let cut_up = cut.clone();
+            let up = tokio::spawn(async move {
+                let mut buffer = vec![0u8; 64 * 1024];
+                loop {
+                    let read = match client_read.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(read) => read,
+                    };
+                    let chunk = &buffer[..read];
+                    let evalsha = chunk.windows(7).any(|window| window == b"EVALSHA");
+                    if evalsha {
+                        cut_up.store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    if server_write.write_all(chunk).await.is_err() {
+                        return;
+                    }
+                    if evalsha {
+                        // Let Redis run the script, then drop the connection unanswered.
+                        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                        return;
+                    }
+                }
+            });
+            tokio::spawn(async move {
+                let mut buffer = vec![0u8; 64 * 1024];
+                loop {
+                    let read = match server_read.read(&mut buffer).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(read) => read,
+                    };
+                    if cut.load(std::sync::atomic::Ordering::SeqCst) {
+                        break;
+                    }
+                    if client_write.write_all(&buffer[..read]).await.is_err() {
+                        break;
+                    }
+                }
+                let _ = up.await;
+                let _ = client_write.shutdown().await;
+            });
+        }
+    });
+    address
+}
+
+#[tokio::test]
+async fn a_connection_lost_after_the_script_was_sent_is_an_unknown_outcome_not_a_failure() {
+    let Some(url) = redis_url() else { return };
+    let mut direct = connect(&url).await;
+    let (fence, prefix) = fixture();
+    let key = format!("{prefix}:value");
+    // The script is cached on the server, so the next call is a single EVALSHA.
+    fence
+        .write(&mut direct, "s", &grant("report", 1, 1), &[])
+        .await
+        .unwrap();
+
+    let upstream = url
+        .trim_start_matches("redis://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let proxy = proxy_cutting_after_evalsha(upstream).await;
+    let mut cut = connect(&format!("redis://{proxy}/")).await;
+    let lost = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        fence.write(
+            &mut cut,
+            "s",
+            &grant("report", 2, 2),
+            &[RedisOp::set(&key, "by 2")],
+        ),
+    )
+    .await
+    .expect("the cut connection fails the call within 10 s")
+    .unwrap_err();
+    assert!(lost.is_outcome_unknown(), "{lost:?}");
+    assert!(!lost.is_retryable() && !lost.is_final());
+
+    // It was in fact applied: which is why it must not be reported as failed.
+    assert_eq!(get(&mut direct, &key).await.as_deref(), Some("by 2"));
+    let state = fence.fence_state(&mut direct, "s").await.unwrap().unwrap();
+    assert_eq!(state.token_max, 2);
+    cleanup(&mut direct, &[key, fence.fence_key("s")]).await;
 }

@@ -314,7 +314,11 @@ impl From<FenceError> for StoreError {
             FenceError::Corrupt { scope, message } => StoreError::Corrupt {
                 message: format!("fence state of lock {scope:?}: {message}"),
             },
+            FenceError::InvalidRequest { message } => StoreError::InvalidRequest { message },
             FenceError::Storage { message } => StoreError::Storage { message },
+            FenceError::OutcomeUnknown { message } => StoreError::OutcomeUnknown { message },
+            // `FenceError` is `#[non_exhaustive]`: a variant added later is a storage failure
+            // here until the store classifies it.
             other => StoreError::Storage {
                 message: other.to_string(),
             },
