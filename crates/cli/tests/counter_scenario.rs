@@ -24,9 +24,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use mysql_async::prelude::Queryable as _;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
-use palisade_fence::{FenceError, RedisFence, RedisOp, Verifier, postgres, sqlite};
+use palisade_fence::{FenceError, RedisFence, RedisOp, Verifier, mysql, postgres, sqlite};
 use palisade_store::StoreClient;
 use process::Service;
 
@@ -60,6 +61,8 @@ enum Backend {
     /// A PostgreSQL connection string and the (test-unique) table, which is also the fence's
     /// scope: the fence table is shared by every test run against this server.
     Postgres { url: String, table: String },
+    /// A MySQL/MariaDB URL and the (test-unique) table, which is also the fence's scope.
+    Mysql { url: String, table: String },
     /// An SQLite database file.
     Sqlite(PathBuf),
     /// A Redis URL and the (test-unique) key prefix.
@@ -70,6 +73,7 @@ impl Backend {
     fn encode(&self) -> String {
         match self {
             Backend::Postgres { url, table } => format!("postgres|{url}|{table}"),
+            Backend::Mysql { url, table } => format!("mysql|{url}|{table}"),
             Backend::Sqlite(path) => format!("sqlite|{}", path.display()),
             Backend::Redis { url, prefix } => format!("redis|{url}|{prefix}"),
         }
@@ -79,6 +83,10 @@ impl Backend {
         let parts: Vec<&str> = text.split('|').collect();
         match parts[..] {
             ["postgres", url, table] => Backend::Postgres {
+                url: url.into(),
+                table: table.into(),
+            },
+            ["mysql", url, table] => Backend::Mysql {
                 url: url.into(),
                 table: table.into(),
             },
@@ -104,6 +112,19 @@ impl Backend {
                     ))
                     .await
                     .unwrap();
+            }
+            Backend::Mysql { url, table } => {
+                let mut conn = mysql_async::Conn::from_url(url.as_str()).await.unwrap();
+                mysql::ensure_schema(&mut conn).await.unwrap();
+                conn.query_drop(format!(
+                    "CREATE TABLE {table} (name VARCHAR(64) PRIMARY KEY, v BIGINT NOT NULL) ENGINE=InnoDB"
+                ))
+                .await
+                .unwrap();
+                conn.query_drop(format!("INSERT INTO {table} VALUES ('{KEY}', 0)"))
+                    .await
+                    .unwrap();
+                conn.disconnect().await.unwrap();
             }
             Backend::Sqlite(path) => {
                 let connection = rusqlite::Connection::open(path).unwrap();
@@ -136,6 +157,13 @@ impl Backend {
                 .await
                 .unwrap()
                 .get(0),
+            Backend::Mysql { url, table } => {
+                let mut conn = mysql_async::Conn::from_url(url.as_str()).await.unwrap();
+                let sql = format!("SELECT v FROM {table} WHERE name = '{KEY}'");
+                let value: i64 = conn.query_first(sql).await.unwrap().unwrap();
+                conn.disconnect().await.unwrap();
+                value
+            }
             Backend::Sqlite(path) => rusqlite::Connection::open(path)
                 .unwrap()
                 .query_row("SELECT v FROM counters WHERE name = ?1", [KEY], |row| {
@@ -155,12 +183,20 @@ impl Backend {
     }
 
     async fn drop_data(&self) {
-        if let Backend::Postgres { url, table } = self {
-            pg_connect(url)
+        match self {
+            Backend::Postgres { url, table } => pg_connect(url)
                 .await
                 .batch_execute(&format!("DROP TABLE {table}"))
                 .await
-                .unwrap();
+                .unwrap(),
+            Backend::Mysql { url, table } => {
+                let mut conn = mysql_async::Conn::from_url(url.as_str()).await.unwrap();
+                conn.query_drop(format!("DROP TABLE {table}"))
+                    .await
+                    .unwrap();
+                conn.disconnect().await.unwrap();
+            }
+            Backend::Sqlite(_) | Backend::Redis { .. } => {}
         }
     }
 
@@ -175,21 +211,42 @@ impl Backend {
                 let mut client = pg_connect(url).await;
                 let txn = client.transaction().await.map_err(|_| 1)?;
                 if !unfenced {
-                    postgres::check_and_advance(&txn, table, &verified)
+                    postgres::claim(&txn, table, &verified)
                         .await
                         .map_err(|error| status_of(&error))?;
                 }
                 let sql = format!("SELECT v FROM {table} WHERE name = '{KEY}'");
                 let value: i64 = txn.query_one(&sql, &[]).await.map_err(|_| 1)?.get(0);
-                txn.commit().await.map_err(|_| UNKNOWN)?;
+                postgres::commit(txn)
+                    .await
+                    .map_err(|error| status_of(&error))?;
                 Ok(value)
+            }
+            Backend::Mysql { url, table } => {
+                let mut conn = mysql_async::Conn::from_url(url.as_str())
+                    .await
+                    .map_err(|_| 1)?;
+                let mut txn = conn
+                    .start_transaction(mysql_async::TxOpts::default())
+                    .await
+                    .map_err(|_| 1)?;
+                if !unfenced {
+                    mysql::claim(&mut txn, table, &verified)
+                        .await
+                        .map_err(|error| status_of(&error))?;
+                }
+                let sql = format!("SELECT v FROM {table} WHERE name = '{KEY}'");
+                let value: Option<i64> = txn.query_first(sql).await.map_err(|_| 1)?;
+                mysql::commit(txn)
+                    .await
+                    .map_err(|error| status_of(&error))?;
+                Ok(value.expect("the counter exists"))
             }
             Backend::Sqlite(path) => {
                 let mut connection = rusqlite::Connection::open(path).map_err(|_| 1)?;
                 let txn = sqlite::begin(&mut connection).map_err(|_| 1)?;
                 if !unfenced {
-                    sqlite::check_and_advance(&txn, LOCK, &verified)
-                        .map_err(|error| status_of(&error))?;
+                    sqlite::claim(&txn, LOCK, &verified).map_err(|error| status_of(&error))?;
                 }
                 let value = txn
                     .query_row("SELECT v FROM counters WHERE name = ?1", [KEY], |row| {
@@ -201,18 +258,21 @@ impl Backend {
             }
             Backend::Redis { url, prefix } => {
                 let mut connection = redis_connect(url).await;
-                if !unfenced {
-                    redis_fence(prefix)
-                        .write(&mut connection, LOCK, &verified, &[])
+                let key = format!("{prefix}{KEY}");
+                let value: Vec<u8> = if unfenced {
+                    redis::cmd("GET")
+                        .arg(&key)
+                        .query_async(&mut connection)
+                        .await
+                        .map_err(|_| 1)?
+                } else {
+                    let mut values = redis_fence(prefix)
+                        .read(&mut connection, LOCK, &verified, &[key])
                         .await
                         .map_err(|error| status_of(&error))?;
-                }
-                let value: String = redis::cmd("GET")
-                    .arg(format!("{prefix}{KEY}"))
-                    .query_async(&mut connection)
-                    .await
-                    .map_err(|_| 1)?;
-                Ok(value.parse().unwrap())
+                    values.remove(0).expect("the counter exists")
+                };
+                Ok(String::from_utf8(value).unwrap().parse().unwrap())
             }
         }
     }
@@ -229,16 +289,36 @@ impl Backend {
                 let Ok(txn) = client.transaction().await else {
                     return 1;
                 };
-                if let Err(error) = postgres::check_and_advance(&txn, table, &verified).await {
+                if let Err(error) = postgres::claim(&txn, table, &verified).await {
                     return status_of(&error);
                 }
                 let sql = format!("UPDATE {table} SET v = $1 WHERE name = '{KEY}'");
                 if txn.execute(&sql, &[&value]).await.is_err() {
                     return 1;
                 }
-                match txn.commit().await {
+                match postgres::commit(txn).await {
                     Ok(()) => ACKNOWLEDGED,
-                    Err(_) => UNKNOWN,
+                    Err(error) => status_of(&error),
+                }
+            }
+            Backend::Mysql { url, table } => {
+                let Ok(mut conn) = mysql_async::Conn::from_url(url.as_str()).await else {
+                    return 1;
+                };
+                let Ok(mut txn) = conn.start_transaction(mysql_async::TxOpts::default()).await
+                else {
+                    return 1;
+                };
+                if let Err(error) = mysql::claim(&mut txn, table, &verified).await {
+                    return status_of(&error);
+                }
+                let sql = format!("UPDATE {table} SET v = {value} WHERE name = '{KEY}'");
+                if txn.query_drop(sql).await.is_err() {
+                    return 1;
+                }
+                match mysql::commit(txn).await {
+                    Ok(()) => ACKNOWLEDGED,
+                    Err(error) => status_of(&error),
                 }
             }
             Backend::Sqlite(path) => {
@@ -248,7 +328,7 @@ impl Backend {
                 let Ok(txn) = sqlite::begin(&mut connection) else {
                     return 1;
                 };
-                if let Err(error) = sqlite::check_and_advance(&txn, LOCK, &verified) {
+                if let Err(error) = sqlite::claim(&txn, LOCK, &verified) {
                     return status_of(&error);
                 }
                 if txn
@@ -269,7 +349,7 @@ impl Backend {
                     .write(&mut connection, LOCK, &verified, &[op])
                     .await
                 {
-                    Ok(()) => ACKNOWLEDGED,
+                    Ok(_replies) => ACKNOWLEDGED,
                     Err(error) => status_of(&error),
                 }
             }
@@ -283,7 +363,13 @@ fn redis_fence(prefix: &str) -> RedisFence {
 }
 
 fn status_of(error: &FenceError) -> i32 {
-    if error.is_stale() { STALE } else { 1 }
+    if error.is_stale() {
+        STALE
+    } else if error.is_outcome_unknown() {
+        UNKNOWN
+    } else {
+        1
+    }
 }
 
 async fn pg_connect(url: &str) -> tokio_postgres::Client {
@@ -883,6 +969,13 @@ async fn reset_adapter_counter(backend: &Backend) {
                 .await
                 .unwrap();
         }
+        Backend::Mysql { url, table } => {
+            let mut conn = mysql_async::Conn::from_url(url.as_str()).await.unwrap();
+            conn.query_drop(format!("UPDATE {table} SET v = 0"))
+                .await
+                .unwrap();
+            conn.disconnect().await.unwrap();
+        }
         Backend::Sqlite(path) => {
             rusqlite::Connection::open(path)
                 .unwrap()
@@ -933,4 +1026,14 @@ async fn redis_orders_a_holders_read() {
     };
     let prefix = format!("{}:", unique("counter"));
     adapter_scenarios(Backend::Redis { url, prefix }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_orders_a_holders_read() {
+    let Ok(url) = std::env::var("PALISADE_TEST_MYSQL") else {
+        eprintln!("SKIP: PALISADE_TEST_MYSQL not set; the MySQL/MariaDB counter did not run");
+        return;
+    };
+    let table = unique("counter");
+    adapter_scenarios(Backend::Mysql { url, table }).await;
 }
