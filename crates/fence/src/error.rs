@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 pub enum FenceError {
     /// A newer grant of the lock has already written here: the presenter was superseded.
     #[error(
-        "stale sequencer for lock {lock:?}: token {presented} is older than the accepted token {accepted}{}; a newer holder has written, so re-acquire the lock and re-read before writing",
+        "stale sequencer for lock {lock:?}: token {presented} is older than the accepted token {accepted}{}; a newer holder has claimed, read or written here, so re-acquire the lock and re-read before writing",
         holder_text(*holder_session)
     )]
     Stale {

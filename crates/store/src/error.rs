@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 pub enum StoreError {
     /// A newer grant of the lock has read, claimed or written here: the presenter was superseded.
     #[error(
-        "token {presented} for lock {lock:?} is stale; the store has accepted token {accepted}{}: a newer holder has read or written here; re-acquire the lock and re-read before writing",
+        "token {presented} for lock {lock:?} is stale; the store has accepted token {accepted}{}: a newer holder has claimed, read or written here; re-acquire the lock and re-read before writing",
         holder_text(*holder_session)
     )]
     Stale {

@@ -49,7 +49,7 @@ fn a_superseded_holder_is_refused_with_the_presented_and_accepted_tokens() {
     );
     assert_eq!(
         refusal.to_string(),
-        "token 7 for lock \"jobs/nightly\" is stale; the store has accepted token 9 (presented by session 4): a newer holder has read or written here; re-acquire the lock and re-read before writing"
+        "token 7 for lock \"jobs/nightly\" is stale; the store has accepted token 9 (presented by session 4): a newer holder has claimed, read or written here; re-acquire the lock and re-read before writing"
     );
     assert_eq!(value_of(&store, "report"), Some(("by 9".into(), 9)));
 }
