@@ -99,7 +99,7 @@ impl Backend {
         }
     }
 
-    /// Creates the counter, at zero.
+    /// Creates the counter (and the fence table), at zero.
     async fn create(&self) {
         match self {
             Backend::Postgres { url, table } => {
@@ -134,6 +134,35 @@ impl Backend {
                         "CREATE TABLE counters (name TEXT PRIMARY KEY, v INTEGER NOT NULL);
                          INSERT INTO counters VALUES ('counter', 0);",
                     )
+                    .unwrap();
+            }
+            Backend::Redis { .. } => {}
+        }
+        self.reset().await;
+    }
+
+    /// Sets the counter to zero without a sequencer: the fence state stays as it is, which is what
+    /// a later holder's (higher) token expects.
+    async fn reset(&self) {
+        match self {
+            Backend::Postgres { url, table } => {
+                pg_connect(url)
+                    .await
+                    .execute(&format!("UPDATE {table} SET v = 0"), &[])
+                    .await
+                    .unwrap();
+            }
+            Backend::Mysql { url, table } => {
+                let mut conn = mysql_async::Conn::from_url(url.as_str()).await.unwrap();
+                conn.query_drop(format!("UPDATE {table} SET v = 0"))
+                    .await
+                    .unwrap();
+                conn.disconnect().await.unwrap();
+            }
+            Backend::Sqlite(path) => {
+                rusqlite::Connection::open(path)
+                    .unwrap()
+                    .execute("UPDATE counters SET v = 0", [])
                     .unwrap();
             }
             Backend::Redis { url, prefix } => {
@@ -923,7 +952,7 @@ async fn adapter_scenarios(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let (mut locks, public_key) = lock_service(dir.path()).await;
     backend.create().await;
-    let reset = async || reset_adapter_counter(&backend).await;
+    let reset = async || backend.reset().await;
     the_read_is_ordered(
         dir.path(),
         &locks.endpoint(),
@@ -934,7 +963,7 @@ async fn adapter_scenarios(backend: Backend) {
     )
     .await;
 
-    reset_adapter_counter(&backend).await;
+    backend.reset().await;
     let harness = Harness {
         endpoint: locks.endpoint(),
         public_key,
@@ -956,42 +985,6 @@ async fn adapter_scenarios(backend: Backend) {
     .await;
     assert_no_lost_update(&tally, backend.observe().await);
     backend.drop_data().await;
-}
-
-/// Sets the counter to zero without a sequencer: the fence state stays as it is, which is what
-/// a later holder's (higher) token expects.
-async fn reset_adapter_counter(backend: &Backend) {
-    match backend {
-        Backend::Postgres { url, table } => {
-            pg_connect(url)
-                .await
-                .execute(&format!("UPDATE {table} SET v = 0"), &[])
-                .await
-                .unwrap();
-        }
-        Backend::Mysql { url, table } => {
-            let mut conn = mysql_async::Conn::from_url(url.as_str()).await.unwrap();
-            conn.query_drop(format!("UPDATE {table} SET v = 0"))
-                .await
-                .unwrap();
-            conn.disconnect().await.unwrap();
-        }
-        Backend::Sqlite(path) => {
-            rusqlite::Connection::open(path)
-                .unwrap()
-                .execute("UPDATE counters SET v = 0", [])
-                .unwrap();
-        }
-        Backend::Redis { url, prefix } => {
-            let mut connection = redis_connect(url).await;
-            let _: () = redis::cmd("SET")
-                .arg(format!("{prefix}{KEY}"))
-                .arg(0)
-                .query_async(&mut connection)
-                .await
-                .unwrap();
-        }
-    }
 }
 
 fn unique(name: &str) -> String {
