@@ -8,7 +8,14 @@
 //! - `contended`: N clients, one lock, grants per second (each grant is one FIFO handoff);
 //! - `latency`: one client, one lock, acquire+release latency percentiles;
 //! - `fenced-write`: N clients write to the fenced store with a sequencer, then the same writes
-//!   through the store's unchecked path; the ratio is what fencing costs.
+//!   through the store's unchecked path; the ratio is what fencing costs;
+//! - `fenced-read`: N clients read from the fenced store with a sequencer — the holder's grant
+//!   already accepted, and grants the store has not seen (the accepted token advances) — against
+//!   fenced writes of the same run;
+//! - `txn`: N clients run a transaction (revision compare + put) under one sequencer check,
+//!   against fenced puts of the same run.
+//!
+//! The store workloads are in `store_workloads.rs`.
 //!
 //! Benchmarks report numbers; nothing here decides whether a number is good enough except the
 //! comparison table, which prints the targets of DESIGN §6 next to the measurements.
@@ -26,9 +33,9 @@ use crate::target::{LockConn, Target};
 
 /// Session (or lease) length of benchmark clients; long enough that no lease ends mid-run
 /// however busy the machine, while keepalives stay rare.
-const SESSION_TTL: Duration = Duration::from_secs(60);
+pub(crate) const SESSION_TTL: Duration = Duration::from_secs(60);
 /// How long workers may take to finish their last operation after the window closes.
-const DRAIN_MAX: Duration = Duration::from_secs(30);
+pub(crate) const DRAIN_MAX: Duration = Duration::from_secs(30);
 /// Longest `--duration` or `--warmup`.
 const DURATION_MAX: Duration = Duration::from_secs(3_600);
 /// Most clients one run may start.
@@ -48,7 +55,14 @@ pub enum Workload {
     Latency,
     /// Store writes with a sequencer against the same writes without the check.
     FencedWrite,
-    /// Every workload in turn.
+    /// Store reads with a sequencer (the holder's, and grants that advance the accepted token)
+    /// against fenced writes.
+    FencedRead,
+    /// Store transactions (a revision compare and a put, one sequencer check) against fenced
+    /// writes.
+    Txn,
+    /// uncontended, contended, latency and fenced-write in turn (what is compared with etcd;
+    /// fenced-read and txn run by name).
     All,
     /// No service: this machine's fsync, loopback round trip, thread wake-up and signing
     /// times, and the bounds they put on the workloads above.
@@ -63,21 +77,35 @@ impl Workload {
         Workload::FencedWrite,
     ];
 
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Workload::Uncontended => "uncontended",
             Workload::Contended => "contended",
             Workload::Latency => "latency",
             Workload::FencedWrite => "fenced-write",
+            Workload::FencedRead => "fenced-read",
+            Workload::Txn => "txn",
             Workload::All => "all",
             Workload::Floor => "floor",
         }
     }
 
+    /// A workload of the fenced store (sequencers from the lock service, no etcd counterpart).
+    fn is_store(self) -> bool {
+        matches!(
+            self,
+            Workload::FencedWrite | Workload::FencedRead | Workload::Txn
+        )
+    }
+
     /// Clients when `--clients` is not given: the shapes of DESIGN §6.
     fn clients_default(self) -> usize {
         match self {
-            Workload::Uncontended | Workload::FencedWrite | Workload::All => 32,
+            Workload::Uncontended
+            | Workload::FencedWrite
+            | Workload::FencedRead
+            | Workload::Txn
+            | Workload::All => 32,
             Workload::Floor => 0,
             Workload::Contended => 16,
             Workload::Latency => 1,
@@ -96,15 +124,15 @@ pub struct BenchArgs {
     #[arg(long = "target", default_value = "palisade://127.0.0.1:7457")]
     pub targets: Vec<Target>,
     /// A running fenced store (HOST:PORT, started with the palisade target's public key):
-    /// `fenced-write` then also measures fenced writes over HTTP.
+    /// `fenced-write`, `fenced-read` and `txn` then also measure their operations over HTTP.
     #[arg(long)]
     pub store: Option<String>,
-    /// Where `fenced-write` puts its in-process store, and `floor` its fsync probe (a fresh
+    /// Where the store workloads put their in-process store, and `floor` its fsync probe (a fresh
     /// directory inside; default: the system's temporary directory).
     #[arg(long)]
     pub store_dir: Option<std::path::PathBuf>,
-    /// Concurrent clients (default: 32 uncontended and fenced-write, 16 contended; `latency`
-    /// always uses one).
+    /// Concurrent clients (default: 32 uncontended and the store workloads, 16 contended;
+    /// `latency` always uses one).
     #[arg(long)]
     pub clients: Option<usize>,
     /// Measured time of each workload, e.g. 5s.
@@ -139,10 +167,12 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 #[derive(Debug, Clone, Serialize)]
 pub struct Measurement {
     pub workload: Workload,
-    /// `fenced` or `unfenced` for fenced-write.
+    /// The store workloads' paths: `unfenced`, `fenced`, `fenced-http` (fenced-write);
+    /// `fenced-write`, `fenced-read`, `advancing-read`, `advancing-write` (fenced-read);
+    /// `fenced-write`, `txn` (txn); with `-http` when over HTTP.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub variant: Option<&'static str>,
-    /// `palisade://…` or `etcd://…`; for fenced-write, the store.
+    /// `palisade://…` or `etcd://…`; for the store workloads, the store.
     pub target: String,
     pub target_kind: &'static str,
     pub clients: usize,
@@ -263,7 +293,8 @@ pub async fn measure(args: &BenchArgs) -> anyhow::Result<BenchReport> {
             Workload::Latency => 1,
             _ => args.clients.unwrap_or(workload.clients_default()),
         };
-        if workload == Workload::FencedWrite {
+        if workload.is_store() {
+            let name = workload.name();
             let Some(lock_service) = args
                 .targets
                 .iter()
@@ -271,7 +302,7 @@ pub async fn measure(args: &BenchArgs) -> anyhow::Result<BenchReport> {
             else {
                 report
                     .skipped
-                    .push("fenced-write needs a palisade:// target for sequencers".into());
+                    .push(format!("{name} needs a palisade:// target for sequencers"));
                 continue;
             };
             if args
@@ -279,14 +310,19 @@ pub async fn measure(args: &BenchArgs) -> anyhow::Result<BenchReport> {
                 .iter()
                 .any(|t| matches!(t, Target::Etcd { .. }))
             {
-                report.skipped.push(
-                    "fenced-write has no etcd counterpart: etcd resources are not fenced".into(),
-                );
+                report.skipped.push(format!(
+                    "{name} has no etcd counterpart: etcd resources are not fenced"
+                ));
             }
-            let measured =
-                crate::write::fenced_write(lock_service, args.store.as_deref(), clients, args)
-                    .await
-                    .context("fenced-write")?;
+            let measured = crate::store_workloads::store_workload(
+                workload,
+                lock_service,
+                args.store.as_deref(),
+                clients,
+                args,
+            )
+            .await
+            .context(name)?;
             for m in measured {
                 progress(args, &m);
                 report.measurements.push(m);
@@ -770,6 +806,71 @@ pub fn markdown_table(report: &BenchReport, targets: &[Target]) -> String {
             "| {label} | fencing cost (unfenced ÷ fenced throughput) | {cost:.3}× |{}{tail}",
             etcd_cells(others)
         );
+    }
+    for workload in [Workload::FencedRead, Workload::Txn] {
+        out.push_str(&store_rows(report, workload, kinds.len(), compare));
+    }
+    out
+}
+
+/// The rows of `fenced-read` or `txn`: each path's rate and median, and what one operation costs
+/// against a fenced write of the same run on the same store (fenced writes/s ÷ its
+/// operations/s: 1× costs the same, below 1× is cheaper).
+fn store_rows(report: &BenchReport, workload: Workload, kinds: usize, compare: bool) -> String {
+    let measured: Vec<&Measurement> = report
+        .measurements
+        .iter()
+        .filter(|m| m.workload == workload)
+        .collect();
+    let Some(first) = measured.first() else {
+        return String::new();
+    };
+    let label = format!("{} ({})", workload.name(), shape(first));
+    let others = " n/a |".repeat(kinds.saturating_sub(1));
+    let tail = if compare { " — | |" } else { "" };
+    let mut out = String::new();
+    for m in &measured {
+        let _ = writeln!(
+            out,
+            "| {label} | {}: {}s/s (p50) | {} ({}) |{others}{tail}",
+            m.variant.unwrap_or(""),
+            m.operation,
+            Unit::PerSecond.show(Some(m.operations_per_s)),
+            format_us(m.latency.p50_us)
+        );
+    }
+    let rate = |variant: &str| {
+        measured
+            .iter()
+            .find(|m| m.variant == Some(variant))
+            .map(|m| m.operations_per_s)
+    };
+    for m in &measured {
+        let variant = m.variant.unwrap_or("");
+        if variant.starts_with("fenced-write") {
+            continue;
+        }
+        let http = if variant.ends_with("-http") {
+            "-http"
+        } else {
+            ""
+        };
+        // A holder's fenced write, and for the first read of a new grant also the first write
+        // of one (both verify a sequencer not seen before and advance the token).
+        let mut yardsticks = vec![format!("fenced-write{http}")];
+        if variant.starts_with("advancing-read") {
+            yardsticks.push(format!("advancing-write{http}"));
+        }
+        for yardstick in yardsticks {
+            let cost = match rate(&yardstick) {
+                Some(write) if m.operations_per_s > 0.0 => write / m.operations_per_s,
+                _ => f64::NAN,
+            };
+            let _ = writeln!(
+                out,
+                "| {label} | cost of one {variant} ({yardstick} ÷ {variant} throughput) | {cost:.3}× |{others}{tail}",
+            );
+        }
     }
     out
 }

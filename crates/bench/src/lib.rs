@@ -21,8 +21,8 @@ pub mod floor;
 pub mod local;
 pub mod server_view;
 pub mod stats;
+mod store_workloads;
 pub mod target;
-mod write;
 
 pub use bench::{BenchArgs, BenchReport, Measurement, Workload};
 pub use demo::{DemoArgs, DemoReport};

@@ -137,6 +137,11 @@ impl LocalStore {
         format!("http://{}", self.address)
     }
 
+    /// `127.0.0.1:PORT`, as `palisade bench --store` takes it.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
     /// Stops serving and removes the directory.
     pub async fn stop(mut self) -> anyhow::Result<()> {
         if let Some(shutdown) = self.shutdown.take() {

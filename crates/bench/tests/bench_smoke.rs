@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use palisade_bench::bench::{BenchArgs, Workload, measure};
-use palisade_bench::local::LocalLockService;
+use palisade_bench::local::{LocalLockService, LocalStore};
 
 fn args(service: &LocalLockService, workload: Workload) -> BenchArgs {
     BenchArgs {
@@ -83,5 +83,76 @@ async fn every_workload_completes_operations_and_reports_percentiles() {
         table.contains("grants/s") && table.contains("fencing cost"),
         "{table}"
     );
+    service.stop().await.expect("lock service stops");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_reads_and_transactions_run_in_process_and_over_http() {
+    let service = LocalLockService::start()
+        .await
+        .expect("lock service starts");
+    let store = LocalStore::start(service.public_key())
+        .await
+        .expect("store starts");
+    let store_url = store.url();
+
+    for (workload, variants) in [
+        (
+            Workload::FencedRead,
+            &[
+                "fenced-write",
+                "fenced-read",
+                "fenced-write-http",
+                "fenced-read-http",
+                "advancing-read",
+                "advancing-write",
+                "advancing-read-http",
+                "advancing-write-http",
+            ][..],
+        ),
+        (
+            Workload::Txn,
+            &["fenced-write", "txn", "fenced-write-http", "txn-http"][..],
+        ),
+    ] {
+        let mut args = args(&service, workload);
+        args.store = Some(store.address().to_string());
+        args.server_pid = None;
+        let report = measure(&args).await.expect("the benchmark runs");
+        let measured: Vec<_> = report
+            .measurements
+            .iter()
+            .map(|m| m.variant.expect("store workloads name their path"))
+            .collect();
+        assert_eq!(measured, variants, "{report:#?}");
+        for m in &report.measurements {
+            assert_eq!(m.workload, workload);
+            assert_eq!(m.errors, 0, "{m:#?}");
+            assert!(m.operations > 0, "{m:#?}");
+            assert_eq!(m.latency.samples, m.operations, "{m:#?}");
+            assert!(m.latency.p50_us > 0.0, "{m:#?}");
+            assert_eq!(m.clients, 2);
+            assert!(
+                m.duration_s > 0.0 && m.duration_s <= args.duration.as_secs_f64(),
+                "{m:#?}"
+            );
+            let over_http = m.variant.is_some_and(|v| v.ends_with("-http"));
+            assert_eq!(m.target == store_url, over_http, "{m:#?}");
+        }
+        let table = palisade_bench::bench::markdown_table(&report, &[service.target()]);
+        let last = variants.last().expect("variants are listed");
+        assert!(
+            table.contains(&format!("cost of one {last} (fenced-write-http")),
+            "{table}"
+        );
+        if workload == Workload::FencedRead {
+            assert!(
+                table.contains("cost of one advancing-read (advancing-write ÷"),
+                "{table}"
+            );
+        }
+    }
+
+    store.stop().await.expect("store stops");
     service.stop().await.expect("lock service stops");
 }
