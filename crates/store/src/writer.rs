@@ -410,7 +410,7 @@ fn run_job(
                     .get(key.as_str())?
                     .map(|row| Row::from_value(row.value()));
                 if let Some(row) = &row {
-                    check_binding(key, row, sequencer).map_err(refused)?;
+                    check_binding(key, (&row.lock, row.token), sequencer).map_err(refused)?;
                 }
                 row.and_then(|row| row.into_entry(key))
             };
@@ -487,22 +487,25 @@ impl Row {
 }
 
 /// A key bound to another lock refuses the sequencer (invariant 4).
-fn check_binding(key: &str, row: &Row, sequencer: &VerifiedSequencer) -> Result<(), StoreError> {
-    if row.lock != sequencer.lock() {
+/// `lock` and `token` are the key's stored binding, read in place (no copy of the row).
+fn check_binding(
+    key: &str,
+    (lock, token): (&str, u64),
+    sequencer: &VerifiedSequencer,
+) -> Result<(), StoreError> {
+    if lock != sequencer.lock() {
         return Err(StoreError::WrongLock {
             key: Some(key.to_owned()),
-            expected: row.lock.clone(),
+            expected: lock.to_owned(),
             presented: sequencer.lock().to_owned(),
         });
     }
     // Pair of the fence's own assertion: a key's token never exceeds its lock's accepted
     // maximum, which the sequencer's token has just reached.
     assert!(
-        row.token <= sequencer.token(),
-        "store invariant broken: key {key:?} holds token {}, above the accepted token {} of lock {:?}",
-        row.token,
+        token <= sequencer.token(),
+        "store invariant broken: key {key:?} holds token {token}, above the accepted token {} of lock {lock:?}",
         sequencer.token(),
-        row.lock
     );
     Ok(())
 }
@@ -545,7 +548,8 @@ fn run_txn(
                 .map(|row| Row::from_value(row.value()));
             let current = row.as_ref().filter(|row| row.live);
             if let Some(row) = &row {
-                check_binding(condition.key(), row, sequencer).map_err(refused)?;
+                check_binding(condition.key(), (&row.lock, row.token), sequencer)
+                    .map_err(refused)?;
             }
             if !condition.holds(current.map(|row| (row.value.as_slice(), row.revision))) {
                 return Err(refused(StoreError::CompareFailed {
@@ -557,8 +561,8 @@ fn run_txn(
         }
         for op in ops {
             if let Some(stored) = table.get(op.key())? {
-                check_binding(op.key(), &Row::from_value(stored.value()), sequencer)
-                    .map_err(refused)?;
+                let (lock, token, ..) = stored.value();
+                check_binding(op.key(), (lock, token), sequencer).map_err(refused)?;
             }
         }
     }
@@ -577,23 +581,30 @@ fn run_txn(
         let (lock, token, session) = (sequencer.lock(), sequencer.token(), sequencer.session());
         for op in ops {
             let key = op.key();
-            let existing = table.get(key)?.map(|row| Row::from_value(row.value()));
-            let existed = existing.as_ref().is_some_and(|row| row.live);
-            let mut entry = None;
-            match op {
+            // Whether the key has a value (`Some(false)`: a tombstone), read in place; only a
+            // `get` copies the row out.
+            let (existed, entry) = match op {
                 BatchOp::Put { value, .. } => {
-                    table.insert(
+                    let old = table.insert(
                         key,
                         (lock, token, session, true, revision, value.as_slice()),
                     )?;
+                    (old.is_some_and(|old| old.value().3), None)
                 }
-                // A tombstone keeps the binding; a key that never existed needs none.
-                BatchOp::Delete { .. } if existing.is_some() => {
-                    table.insert(key, (lock, token, session, false, revision, &[][..]))?;
+                BatchOp::Delete { .. } => {
+                    let live = table.get(key)?.map(|row| row.value().3);
+                    // A tombstone keeps the binding; a key that never existed needs none.
+                    if live.is_some() {
+                        table.insert(key, (lock, token, session, false, revision, &[][..]))?;
+                    }
+                    (live == Some(true), None)
                 }
-                BatchOp::Delete { .. } => {}
-                BatchOp::Get { .. } => entry = existing.and_then(|row| row.into_entry(key)),
-            }
+                BatchOp::Get { .. } => {
+                    let row = table.get(key)?.map(|row| Row::from_value(row.value()));
+                    let existed = row.as_ref().is_some_and(|row| row.live);
+                    (existed, row.and_then(|row| row.into_entry(key)))
+                }
+            };
             acks.push(OpAck {
                 op: op.kind(),
                 key: key.to_owned(),
