@@ -8,9 +8,9 @@
 use std::fmt;
 
 use palisade_client::{
-    AcquireError, CloseError, ConnectError, QueryError, ReleaseError, RenewError, SessionError,
+    AcquireError, CloseError, ConnectError, ErrorClass, QueryError, ReleaseError, RenewError,
+    SessionError,
 };
-use tonic::Code;
 
 /// The service refused the request, or the input is invalid (not the holder, no such session,
 /// bad lock name, …).
@@ -87,82 +87,45 @@ impl fmt::Display for Exit {
 impl std::error::Error for Exit {}
 
 /// The exit status for an error that ends a command.
+///
+/// Each error type of the client library classifies itself (`class()`, an exhaustive match in
+/// that crate); this only finds the type and maps the class, so a new variant or class cannot
+/// end in a status nobody chose.
 pub fn code_for(error: &anyhow::Error) -> u8 {
     if let Some(exit) = error.downcast_ref::<Exit>() {
         return exit.code;
     }
-    if let Some(e) = error.downcast_ref::<ConnectError>() {
-        return match e {
-            ConnectError::InvalidEndpoint { .. } => USAGE,
-            _ => UNAVAILABLE,
-        };
-    }
-    if let Some(e) = error.downcast_ref::<SessionError>() {
-        return match e {
-            SessionError::Unavailable(_) | SessionError::TooManySessions { .. } => UNAVAILABLE,
-            SessionError::Unknown(_) => OUTCOME_UNKNOWN,
-            SessionError::Protocol(_) => INTERNAL,
-            SessionError::Rejected { code, .. } => rejected(*code),
-            _ => REFUSED,
-        };
-    }
-    if let Some(e) = error.downcast_ref::<AcquireError>() {
-        return match e {
-            AcquireError::Busy { .. }
-            | AcquireError::WaitEnded { .. }
-            | AcquireError::TooManyWaiters { .. }
-            | AcquireError::TooManyLocks { .. } => NOT_ACQUIRED,
-            AcquireError::Unavailable(_) | AcquireError::SessionLost { .. } => UNAVAILABLE,
-            AcquireError::Unknown { .. } => OUTCOME_UNKNOWN,
-            AcquireError::Protocol(_) => INTERNAL,
-            AcquireError::Rejected { code, .. } => rejected(*code),
-            _ => REFUSED,
-        };
-    }
-    if let Some(e) = error.downcast_ref::<ReleaseError>() {
-        return match e {
-            ReleaseError::Unavailable(_) => UNAVAILABLE,
-            ReleaseError::Unknown { .. } => OUTCOME_UNKNOWN,
-            ReleaseError::Protocol(_) => INTERNAL,
-            ReleaseError::Rejected { code, .. } => rejected(*code),
-            _ => REFUSED,
-        };
-    }
-    if let Some(e) = error.downcast_ref::<RenewError>() {
-        return match e {
-            RenewError::Unavailable(_) => UNAVAILABLE,
-            RenewError::Unknown { .. } => OUTCOME_UNKNOWN,
-            RenewError::Protocol(_) => INTERNAL,
-            RenewError::Rejected { code, .. } => rejected(*code),
-            _ => REFUSED,
-        };
-    }
-    if let Some(e) = error.downcast_ref::<CloseError>() {
-        return match e {
-            CloseError::Unavailable(_) => UNAVAILABLE,
-            CloseError::Unknown { .. } => OUTCOME_UNKNOWN,
-            CloseError::Protocol(_) => INTERNAL,
-            CloseError::Rejected { code, .. } => rejected(*code),
-            _ => REFUSED,
-        };
-    }
-    if let Some(e) = error.downcast_ref::<QueryError>() {
-        return match e {
-            QueryError::Unavailable(_) => UNAVAILABLE,
-            QueryError::Protocol(_) => INTERNAL,
-            QueryError::Rejected { code, .. } => rejected(*code),
-            _ => REFUSED,
-        };
-    }
-    REFUSED
+    let class = if let Some(e) = error.downcast_ref::<ConnectError>() {
+        e.class()
+    } else if let Some(e) = error.downcast_ref::<SessionError>() {
+        e.class()
+    } else if let Some(e) = error.downcast_ref::<AcquireError>() {
+        e.class()
+    } else if let Some(e) = error.downcast_ref::<ReleaseError>() {
+        e.class()
+    } else if let Some(e) = error.downcast_ref::<RenewError>() {
+        e.class()
+    } else if let Some(e) = error.downcast_ref::<CloseError>() {
+        e.class()
+    } else if let Some(e) = error.downcast_ref::<QueryError>() {
+        e.class()
+    } else {
+        // Not an error of the lock service: the command failed on its own input (a file, an
+        // argument clap could not check).
+        return REFUSED;
+    };
+    code_for_class(class)
 }
 
-/// A status code the client library did not name.
-fn rejected(code: Code) -> u8 {
-    match code {
-        Code::Internal | Code::DataLoss | Code::Unimplemented => INTERNAL,
-        Code::Unavailable | Code::ResourceExhausted => UNAVAILABLE,
-        _ => REFUSED,
+/// The exit status of each class of client error.
+fn code_for_class(class: ErrorClass) -> u8 {
+    match class {
+        ErrorClass::Refused => REFUSED,
+        ErrorClass::NotAcquired => NOT_ACQUIRED,
+        ErrorClass::Unavailable => UNAVAILABLE,
+        ErrorClass::OutcomeUnknown => OUTCOME_UNKNOWN,
+        ErrorClass::Internal => INTERNAL,
+        ErrorClass::Misconfigured => USAGE,
     }
 }
 
@@ -223,6 +186,41 @@ mod tests {
         assert_eq!(code(unreachable), UNAVAILABLE);
         assert_eq!(code(QueryError::Unavailable("down".into())), UNAVAILABLE);
         assert_eq!(code(QueryError::Protocol("nonsense".into())), INTERNAL);
+    }
+
+    #[test]
+    fn statuses_the_client_does_not_name_keep_their_exit_codes() {
+        use tonic::Code;
+        let rejected = |code| QueryError::Rejected {
+            code,
+            message: "x".into(),
+        };
+        assert_eq!(code(rejected(Code::Internal)), INTERNAL);
+        assert_eq!(code(rejected(Code::DataLoss)), INTERNAL);
+        assert_eq!(code(rejected(Code::Unimplemented)), INTERNAL);
+        assert_eq!(code(rejected(Code::Unavailable)), UNAVAILABLE);
+        assert_eq!(code(rejected(Code::ResourceExhausted)), UNAVAILABLE);
+        assert_eq!(code(rejected(Code::PermissionDenied)), REFUSED);
+        assert_eq!(code(rejected(Code::FailedPrecondition)), REFUSED);
+        assert_eq!(
+            code(ConnectError::InvalidEndpoint {
+                endpoint: "x".into(),
+                reason: "y".into()
+            }),
+            USAGE
+        );
+        assert_eq!(
+            code(SessionError::TooManySessions { sessions_max: 1 }),
+            UNAVAILABLE
+        );
+        assert_eq!(
+            code(AcquireError::TokensExhausted { lock: "a".into() }),
+            REFUSED
+        );
+        assert_eq!(
+            code(AcquireError::TooManyLocks { locks_max: 1 }),
+            NOT_ACQUIRED
+        );
     }
 
     #[test]

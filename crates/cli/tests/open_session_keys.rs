@@ -194,7 +194,10 @@ async fn an_open_retried_with_its_key_gets_its_session_and_keys_that_cannot_be_r
             status.message()
         );
         assert!(
-            String::from_utf8_lossy(status.details()).contains("InvalidOpenKey"),
+            matches!(
+                palisade_proto::error::core_from_status(&status),
+                Some(palisade_core::CoreError::InvalidOpenKey(_))
+            ),
             "details {:?}",
             status.details()
         );

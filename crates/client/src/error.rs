@@ -1,9 +1,9 @@
 //! One error enum per operation, decoded from gRPC statuses.
 //!
-//! The server sends a refusal as a status code plus, in the status details, the JSON of the
-//! [`CoreError`] that explains it. [`Failure::from_status`] turns any status (from the server or
-//! from the local transport) into one of four situations, which every operation then names in
-//! its own enum:
+//! The server sends a refusal as a status code plus, in the status details, the `ErrorDetail`
+//! of the [`CoreError`] that explains it (decoded by `palisade_proto::error`, which owns the wire
+//! form). [`Failure::from_status`] turns any status (from the server or from the local
+//! transport) into one of four situations, which every operation then names in its own enum:
 //!
 //! - the server **refused** the command, with a [`CoreError`]: nothing changed;
 //! - the request was **not applied** and may be retried (`UNAVAILABLE`, or the connection could
@@ -12,13 +12,63 @@
 //!   `UNKNOWN`): the command may have taken effect (invariant 8: never reported as failed);
 //! - anything else the server answered, kept with its code and message.
 //!
+//! Each operation's error also has a [`class`](AcquireError::class), an [`ErrorClass`] that
+//! says how a caller reacts; every mapping here is an exhaustive match (on the client's own
+//! enums, or on [`palisade_core::ErrorCategory`] for the lock table's `#[non_exhaustive]`
+//! errors), so a new variant does not compile until it is classified.
+//!
 //! Messages are lowercase, without a trailing period, and say what to do.
 
 use std::error::Error as StdError;
 use std::time::Duration;
 
-use palisade_core::{CoreError, SessionId, Token};
+use palisade_core::{CoreError, ErrorCategory, SessionId, Token};
 use tonic::{Code, Status};
+
+/// How a caller reacts to a failed call, one class per reaction: what the `palisade` binary
+/// turns into an exit status.
+///
+/// Deliberately not `#[non_exhaustive]`: a new class does not compile until every caller that
+/// matches on it handles it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorClass {
+    /// The service refused the request as made (not the holder, no such session, invalid
+    /// input): sending it again unchanged fails again.
+    Refused,
+    /// The lock was not acquired (busy, the wait ended, a limit on waiters or locks); trying
+    /// again later may succeed.
+    NotAcquired,
+    /// Nothing was done: the service cannot be reached or cannot serve now; retry.
+    Unavailable,
+    /// The request may or may not have taken effect.
+    OutcomeUnknown,
+    /// The service broke the protocol or failed internally.
+    Internal,
+    /// The client is configured wrongly (e.g. an invalid endpoint).
+    Misconfigured,
+}
+
+impl ErrorClass {
+    /// The class of a status code the client library does not name otherwise.
+    fn of_code(code: Code) -> ErrorClass {
+        match code {
+            Code::Internal | Code::DataLoss | Code::Unimplemented => ErrorClass::Internal,
+            Code::Unavailable | Code::ResourceExhausted => ErrorClass::Unavailable,
+            // `Failure::from_status` already reads these as unknown outcomes.
+            Code::Unknown | Code::DeadlineExceeded | Code::Cancelled | Code::Aborted => {
+                ErrorClass::OutcomeUnknown
+            }
+            Code::Ok
+            | Code::InvalidArgument
+            | Code::NotFound
+            | Code::AlreadyExists
+            | Code::PermissionDenied
+            | Code::FailedPrecondition
+            | Code::OutOfRange
+            | Code::Unauthenticated => ErrorClass::Refused,
+        }
+    }
+}
 
 /// What a failed call means, before it is named for one operation.
 #[derive(Debug)]
@@ -40,9 +90,7 @@ pub(crate) enum Failure {
 impl Failure {
     /// Classifies a status from a call.
     pub(crate) fn from_status(status: &Status) -> Failure {
-        if !status.details().is_empty()
-            && let Ok(core) = serde_json::from_slice::<CoreError>(status.details())
-        {
+        if let Some(core) = palisade_proto::error::core_from_status(status) {
             return Failure::Core(core);
         }
         let message = describe_status(status);
@@ -61,7 +109,15 @@ impl Failure {
             }
             Code::NotFound => Failure::SessionNotFound(message),
             Code::InvalidArgument => Failure::InvalidArgument(message),
-            code => Failure::Rejected { code, message },
+            code @ (Code::Ok
+            | Code::AlreadyExists
+            | Code::PermissionDenied
+            | Code::FailedPrecondition
+            | Code::OutOfRange
+            | Code::Unimplemented
+            | Code::Internal
+            | Code::DataLoss
+            | Code::Unauthenticated) => Failure::Rejected { code, message },
         }
     }
 
@@ -144,6 +200,14 @@ impl ConnectError {
     pub fn is_retryable(&self) -> bool {
         matches!(self, ConnectError::Unreachable { .. })
     }
+
+    /// How a caller reacts.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            ConnectError::InvalidEndpoint { .. } => ErrorClass::Misconfigured,
+            ConnectError::Unreachable { .. } => ErrorClass::Unavailable,
+        }
+    }
 }
 
 /// Why a session could not be opened.
@@ -190,7 +254,27 @@ impl SessionError {
             | SessionError::Unavailable(_)
             | SessionError::Unknown(_) => true,
             SessionError::Refused(core) => core.is_retryable(),
-            _ => false,
+            SessionError::TtlOutOfRange { .. }
+            | SessionError::InvalidArgument(_)
+            | SessionError::Protocol(_)
+            | SessionError::NoRandomness { .. }
+            | SessionError::Rejected { .. } => false,
+        }
+    }
+
+    /// How a caller reacts.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            SessionError::Unavailable(_) | SessionError::TooManySessions { .. } => {
+                ErrorClass::Unavailable
+            }
+            SessionError::Unknown(_) => ErrorClass::OutcomeUnknown,
+            SessionError::Protocol(_) => ErrorClass::Internal,
+            SessionError::Rejected { code, .. } => ErrorClass::of_code(*code),
+            SessionError::TtlOutOfRange { .. }
+            | SessionError::InvalidArgument(_)
+            | SessionError::Refused(_)
+            | SessionError::NoRandomness { .. } => ErrorClass::Refused,
         }
     }
 
@@ -213,7 +297,16 @@ impl SessionError {
                     "request id {request_id} was already used for a different command"
                 ))
             }
-            Failure::Core(core) => SessionError::Refused(core),
+            Failure::Core(core) => match core.category() {
+                ErrorCategory::InvalidInput => SessionError::InvalidArgument(core.to_string()),
+                ErrorCategory::SessionNotFound
+                | ErrorCategory::LimitReached
+                | ErrorCategory::Busy
+                | ErrorCategory::NotHolder
+                | ErrorCategory::WaitEnded
+                | ErrorCategory::Exhausted
+                | ErrorCategory::Internal => SessionError::Refused(core),
+            },
             Failure::InvalidArgument(message) => SessionError::InvalidArgument(message),
             Failure::NotApplied(message) => SessionError::Unavailable(message),
             Failure::Unknown(message) => SessionError::Unknown(message),
@@ -303,7 +396,32 @@ impl AcquireError {
             | AcquireError::Unknown { .. }
             | AcquireError::Unavailable(_) => true,
             AcquireError::Refused(core) => core.is_retryable(),
-            _ => false,
+            AcquireError::SessionNotFound { .. }
+            | AcquireError::SessionLost { .. }
+            | AcquireError::TokensExhausted { .. }
+            | AcquireError::InvalidArgument(_)
+            | AcquireError::Protocol(_)
+            | AcquireError::Rejected { .. } => false,
+        }
+    }
+
+    /// How a caller reacts.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            AcquireError::Busy { .. }
+            | AcquireError::WaitEnded { .. }
+            | AcquireError::TooManyWaiters { .. }
+            | AcquireError::TooManyLocks { .. } => ErrorClass::NotAcquired,
+            AcquireError::Unavailable(_) | AcquireError::SessionLost { .. } => {
+                ErrorClass::Unavailable
+            }
+            AcquireError::Unknown { .. } => ErrorClass::OutcomeUnknown,
+            AcquireError::Protocol(_) => ErrorClass::Internal,
+            AcquireError::Rejected { code, .. } => ErrorClass::of_code(*code),
+            AcquireError::SessionNotFound { .. }
+            | AcquireError::TokensExhausted { .. }
+            | AcquireError::InvalidArgument(_)
+            | AcquireError::Refused(_) => ErrorClass::Refused,
         }
     }
 
@@ -350,12 +468,17 @@ impl AcquireError {
             }
             CoreError::TooManyLocks { locks_max } => AcquireError::TooManyLocks { locks_max },
             CoreError::TokensExhausted { lock } => AcquireError::TokensExhausted { lock },
-            core @ (CoreError::InvalidLockName(_)
-            | CoreError::WaitOutOfRange { .. }
-            | CoreError::RequestIdConflict { .. }) => {
-                AcquireError::InvalidArgument(core.to_string())
-            }
-            core => AcquireError::Refused(core),
+            // The rest carry nothing an acquire names on its own: classified by category.
+            core => match core.category() {
+                ErrorCategory::InvalidInput => AcquireError::InvalidArgument(core.to_string()),
+                ErrorCategory::SessionNotFound
+                | ErrorCategory::LimitReached
+                | ErrorCategory::Busy
+                | ErrorCategory::NotHolder
+                | ErrorCategory::WaitEnded
+                | ErrorCategory::Exhausted
+                | ErrorCategory::Internal => AcquireError::Refused(core),
+            },
         }
     }
 }
@@ -407,6 +530,20 @@ impl ReleaseError {
         )
     }
 
+    /// How a caller reacts.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            ReleaseError::Unavailable(_) => ErrorClass::Unavailable,
+            ReleaseError::Unknown { .. } => ErrorClass::OutcomeUnknown,
+            ReleaseError::Protocol(_) => ErrorClass::Internal,
+            ReleaseError::Rejected { code, .. } => ErrorClass::of_code(*code),
+            ReleaseError::NotHolder { .. }
+            | ReleaseError::SessionNotFound { .. }
+            | ReleaseError::InvalidArgument(_)
+            | ReleaseError::Refused(_) => ErrorClass::Refused,
+        }
+    }
+
     pub(crate) fn from_failure(failure: Failure, session: SessionId, lock: &str) -> ReleaseError {
         match failure {
             Failure::Core(CoreError::NotHolder {
@@ -421,10 +558,16 @@ impl ReleaseError {
             Failure::Core(CoreError::SessionNotFound { session }) => {
                 ReleaseError::SessionNotFound { session }
             }
-            Failure::Core(
-                core @ (CoreError::InvalidLockName(_) | CoreError::RequestIdConflict { .. }),
-            ) => ReleaseError::InvalidArgument(core.to_string()),
-            Failure::Core(core) => ReleaseError::Refused(core),
+            Failure::Core(core) => match core.category() {
+                ErrorCategory::InvalidInput => ReleaseError::InvalidArgument(core.to_string()),
+                ErrorCategory::SessionNotFound
+                | ErrorCategory::LimitReached
+                | ErrorCategory::Busy
+                | ErrorCategory::NotHolder
+                | ErrorCategory::WaitEnded
+                | ErrorCategory::Exhausted
+                | ErrorCategory::Internal => ReleaseError::Refused(core),
+            },
             Failure::SessionNotFound(_) => ReleaseError::SessionNotFound { session },
             Failure::InvalidArgument(message) => ReleaseError::InvalidArgument(message),
             Failure::NotApplied(message) => ReleaseError::Unavailable(message),
@@ -470,12 +613,34 @@ impl RenewError {
         )
     }
 
+    /// How a caller reacts.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            RenewError::Unavailable(_) => ErrorClass::Unavailable,
+            RenewError::Unknown { .. } => ErrorClass::OutcomeUnknown,
+            RenewError::Protocol(_) => ErrorClass::Internal,
+            RenewError::Rejected { code, .. } => ErrorClass::of_code(*code),
+            RenewError::SessionNotFound { .. }
+            | RenewError::InvalidArgument(_)
+            | RenewError::Refused(_) => ErrorClass::Refused,
+        }
+    }
+
     pub(crate) fn from_failure(failure: Failure, session: SessionId) -> RenewError {
         match failure {
             Failure::Core(CoreError::SessionNotFound { .. }) | Failure::SessionNotFound(_) => {
                 RenewError::SessionNotFound { session }
             }
-            Failure::Core(core) => RenewError::Refused(core),
+            Failure::Core(core) => match core.category() {
+                ErrorCategory::InvalidInput => RenewError::InvalidArgument(core.to_string()),
+                ErrorCategory::SessionNotFound
+                | ErrorCategory::LimitReached
+                | ErrorCategory::Busy
+                | ErrorCategory::NotHolder
+                | ErrorCategory::WaitEnded
+                | ErrorCategory::Exhausted
+                | ErrorCategory::Internal => RenewError::Refused(core),
+            },
             Failure::InvalidArgument(message) => RenewError::InvalidArgument(message),
             Failure::NotApplied(message) => RenewError::Unavailable(message),
             Failure::Unknown(reason) => RenewError::Unknown { session, reason },
@@ -512,6 +677,17 @@ impl CloseError {
             self,
             CloseError::Unknown { .. } | CloseError::Unavailable(_)
         )
+    }
+
+    /// How a caller reacts.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            CloseError::Unavailable(_) => ErrorClass::Unavailable,
+            CloseError::Unknown { .. } => ErrorClass::OutcomeUnknown,
+            CloseError::Protocol(_) => ErrorClass::Internal,
+            CloseError::Rejected { code, .. } => ErrorClass::of_code(*code),
+            CloseError::SessionNotFound { .. } | CloseError::Refused(_) => ErrorClass::Refused,
+        }
     }
 
     pub(crate) fn from_failure(failure: Failure, session: SessionId) -> CloseError {
@@ -556,12 +732,28 @@ impl QueryError {
         matches!(self, QueryError::Unavailable(_))
     }
 
+    /// How a caller reacts.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            QueryError::Unavailable(_) => ErrorClass::Unavailable,
+            QueryError::Protocol(_) => ErrorClass::Internal,
+            QueryError::Rejected { code, .. } => ErrorClass::of_code(*code),
+            QueryError::InvalidArgument(_) | QueryError::Refused(_) => ErrorClass::Refused,
+        }
+    }
+
     pub(crate) fn from_failure(failure: Failure) -> QueryError {
         match failure {
-            Failure::Core(
-                core @ (CoreError::InvalidLockName(_) | CoreError::WaitOutOfRange { .. }),
-            ) => QueryError::InvalidArgument(core.to_string()),
-            Failure::Core(core) => QueryError::Refused(core),
+            Failure::Core(core) => match core.category() {
+                ErrorCategory::InvalidInput => QueryError::InvalidArgument(core.to_string()),
+                ErrorCategory::SessionNotFound
+                | ErrorCategory::LimitReached
+                | ErrorCategory::Busy
+                | ErrorCategory::NotHolder
+                | ErrorCategory::WaitEnded
+                | ErrorCategory::Exhausted
+                | ErrorCategory::Internal => QueryError::Refused(core),
+            },
             Failure::InvalidArgument(message) => QueryError::InvalidArgument(message),
             Failure::NotApplied(message) | Failure::Unknown(message) => {
                 QueryError::Unavailable(message)
@@ -579,9 +771,11 @@ impl QueryError {
 mod tests {
     use super::*;
 
+    /// The status the server sends for `core`; `code` is checked against the wire's choice.
     fn status_with_core(code: Code, core: &CoreError) -> Status {
-        let details = serde_json::to_vec(core).unwrap();
-        Status::with_details(code, core.to_string(), details.into())
+        let status = palisade_proto::error::status_from_core(core);
+        assert_eq!(status.code(), code, "{core:?}");
+        status
     }
 
     #[test]
@@ -658,6 +852,42 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn every_refusal_of_the_lock_table_reaches_each_operation_as_a_class() {
+        for core in CoreError::examples() {
+            let status = palisade_proto::error::status_from_core(&core);
+            let failure = || Failure::from_status(&status);
+            assert!(
+                matches!(failure(), Failure::Core(ref c) if *c == core),
+                "{core:?}"
+            );
+            let acquire = AcquireError::from_failure(failure(), 1, "a");
+            let expected = match core.category() {
+                ErrorCategory::Busy | ErrorCategory::LimitReached | ErrorCategory::WaitEnded
+                    if !matches!(core, CoreError::TooManySessions { .. }) =>
+                {
+                    ErrorClass::NotAcquired
+                }
+                _ => ErrorClass::Refused,
+            };
+            assert_eq!(acquire.class(), expected, "{core:?} -> {acquire:?}");
+            let session = SessionError::from_failure(failure()).class();
+            if matches!(core, CoreError::TooManySessions { .. }) {
+                assert_eq!(session, ErrorClass::Unavailable);
+            } else {
+                assert_eq!(session, ErrorClass::Refused, "{core:?}");
+            }
+            for class in [
+                ReleaseError::from_failure(failure(), 1, "a").class(),
+                RenewError::from_failure(failure(), 1).class(),
+                CloseError::from_failure(failure(), 1).class(),
+                QueryError::from_failure(failure()).class(),
+            ] {
+                assert_eq!(class, ErrorClass::Refused, "{core:?}");
+            }
+        }
     }
 
     #[test]

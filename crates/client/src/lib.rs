@@ -51,7 +51,8 @@ mod watch;
 
 pub use client::{Client, ClientOptions, ENDPOINT_ENV, Grant, Holder, LockStatus, SessionLease};
 pub use error::{
-    AcquireError, CloseError, ConnectError, QueryError, ReleaseError, RenewError, SessionError,
+    AcquireError, CloseError, ConnectError, ErrorClass, QueryError, ReleaseError, RenewError,
+    SessionError,
 };
 pub use palisade_core::{SessionId, Token};
 pub use session::{AcquireOptions, LockGuard, Session, SessionLost, SessionOptions, Wait};

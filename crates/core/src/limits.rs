@@ -148,6 +148,17 @@ pub enum LockNameError {
     ControlCharacter,
 }
 
+impl LockNameError {
+    /// The reason's stable name, in `snake_case` (the wire's `ErrorDetail.reason`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            LockNameError::Empty => "empty",
+            LockNameError::TooLong { .. } => "too_long",
+            LockNameError::ControlCharacter => "control_character",
+        }
+    }
+}
+
 /// Checks an open key: `OPEN_KEY_BYTES_MIN..=OPEN_KEY_BYTES_MAX` bytes, not all of them equal.
 ///
 /// A key whose bytes are all the same (all zero above all) is what an uninitialised buffer or a
@@ -186,4 +197,15 @@ pub enum OpenKeyError {
     /// Only where a key is read back from the log or a snapshot, which spell it in hex.
     #[error("open key is not lowercase hex with two digits per byte")]
     NotHex,
+}
+
+impl OpenKeyError {
+    /// The reason's stable name, in `snake_case` (the wire's `ErrorDetail.reason`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            OpenKeyError::Length { .. } => "length",
+            OpenKeyError::NotRandom => "not_random",
+            OpenKeyError::NotHex => "not_hex",
+        }
+    }
 }

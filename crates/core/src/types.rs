@@ -263,15 +263,175 @@ fn describe_holder(session: Option<SessionId>) -> String {
 }
 
 impl CoreError {
+    /// The error's stable, machine-readable name, in `snake_case`: what clients in any language
+    /// branch on (it is the `kind` of the wire's `ErrorDetail`). A name never changes meaning
+    /// and is never reused; a new variant gets a new name.
+    pub fn code(&self) -> &'static str {
+        // Every variant is listed, so a new one does not compile until it is named.
+        match self {
+            CoreError::SessionNotFound { .. } => "session_not_found",
+            CoreError::TtlOutOfRange { .. } => "ttl_out_of_range",
+            CoreError::WaitOutOfRange { .. } => "wait_out_of_range",
+            CoreError::InvalidLockName(_) => "invalid_lock_name",
+            CoreError::InvalidOpenKey(_) => "invalid_open_key",
+            CoreError::TooManySessions { .. } => "too_many_sessions",
+            CoreError::TooManyLocks { .. } => "too_many_locks",
+            CoreError::TooManyWaiters { .. } => "too_many_waiters",
+            CoreError::Busy { .. } => "busy",
+            CoreError::NotHolder { .. } => "not_holder",
+            CoreError::TokensExhausted { .. } => "tokens_exhausted",
+            CoreError::WaitEnded { .. } => "wait_ended",
+            CoreError::InvalidLimits { .. } => "invalid_limits",
+            CoreError::RequestIdConflict { .. } => "request_id_conflict",
+        }
+    }
+
+    /// How a caller should react to the error. Crates that map errors to status codes, client
+    /// error classes or exit statuses match on this exhaustively instead of on the
+    /// `#[non_exhaustive]` variants, so a new variant is classified here, once, or does not
+    /// compile.
+    pub fn category(&self) -> ErrorCategory {
+        match self {
+            CoreError::SessionNotFound { .. } => ErrorCategory::SessionNotFound,
+            CoreError::TtlOutOfRange { .. }
+            | CoreError::WaitOutOfRange { .. }
+            | CoreError::InvalidLockName(_)
+            | CoreError::InvalidOpenKey(_)
+            | CoreError::RequestIdConflict { .. } => ErrorCategory::InvalidInput,
+            CoreError::TooManySessions { .. }
+            | CoreError::TooManyLocks { .. }
+            | CoreError::TooManyWaiters { .. } => ErrorCategory::LimitReached,
+            CoreError::Busy { .. } => ErrorCategory::Busy,
+            CoreError::NotHolder { .. } => ErrorCategory::NotHolder,
+            CoreError::WaitEnded { .. } => ErrorCategory::WaitEnded,
+            CoreError::TokensExhausted { .. } => ErrorCategory::Exhausted,
+            CoreError::InvalidLimits { .. } => ErrorCategory::Internal,
+        }
+    }
+
     /// True when the same command may succeed later without the caller changing anything.
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            CoreError::Busy { .. }
-                | CoreError::TooManySessions { .. }
-                | CoreError::TooManyLocks { .. }
-                | CoreError::TooManyWaiters { .. }
-        )
+        self.category().is_retryable()
+    }
+
+    /// One value of every variant, and of every reason inside one, with every optional field
+    /// set and unset: for tests of the mappings in other crates (the wire round-trip above
+    /// all). A unit test here fails to compile until a new variant is added to it.
+    pub fn examples() -> Vec<CoreError> {
+        use crate::limits::{LockNameError, OpenKeyError};
+        vec![
+            CoreError::SessionNotFound { session: 7 },
+            CoreError::TtlOutOfRange {
+                ttl_ms: 10,
+                ttl_ms_min: 1_000,
+                ttl_ms_max: 600_000,
+            },
+            CoreError::WaitOutOfRange {
+                wait_ms: 99_000_000,
+                wait_ms_max: 3_600_000,
+            },
+            CoreError::InvalidLockName(LockNameError::Empty),
+            CoreError::InvalidLockName(LockNameError::TooLong {
+                bytes: 300,
+                bytes_max: 256,
+            }),
+            CoreError::InvalidLockName(LockNameError::ControlCharacter),
+            CoreError::InvalidOpenKey(OpenKeyError::Length {
+                bytes: 3,
+                bytes_min: 16,
+                bytes_max: 32,
+            }),
+            CoreError::InvalidOpenKey(OpenKeyError::NotRandom),
+            CoreError::InvalidOpenKey(OpenKeyError::NotHex),
+            CoreError::TooManySessions { sessions_max: 100 },
+            CoreError::TooManyLocks { locks_max: 200 },
+            CoreError::TooManyWaiters {
+                lock: "jobs/nightly".into(),
+                waiters_max: 300,
+            },
+            CoreError::Busy {
+                lock: "jobs/nightly".into(),
+                holder_session: Some(3),
+                holder_token: Some(42),
+                available_at_ms: None,
+            },
+            CoreError::Busy {
+                lock: "jobs/nightly".into(),
+                holder_session: None,
+                holder_token: None,
+                available_at_ms: Some(5_000),
+            },
+            CoreError::NotHolder {
+                lock: "a".into(),
+                session: 3,
+                holder_session: Some(9),
+            },
+            CoreError::NotHolder {
+                lock: "a".into(),
+                session: 3,
+                holder_session: None,
+            },
+            CoreError::TokensExhausted { lock: "a".into() },
+            CoreError::WaitEnded { lock: "a".into() },
+            CoreError::InvalidLimits {
+                message: "sessions_max is 0".into(),
+            },
+            CoreError::RequestIdConflict { request_id: 11 },
+        ]
+    }
+}
+
+/// The classes of [`CoreError`], one per way a caller reacts.
+///
+/// Deliberately not `#[non_exhaustive]`: a match on it in another crate needs no wildcard, so a
+/// new category does not compile until every mapping (gRPC code, client error, exit status)
+/// handles it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCategory {
+    /// The session does not exist (it expired or was closed): open a new session.
+    SessionNotFound,
+    /// The request is invalid; sent again unchanged it is refused again.
+    InvalidInput,
+    /// A limit on sessions, locks or waiters was reached; retrying later may succeed.
+    LimitReached,
+    /// The lock is held by another session, or sits out its lock-delay; wait or retry.
+    Busy,
+    /// The session does not hold the lock it tried to release.
+    NotHolder,
+    /// A wait for a lock ended (its deadline passed, or it was withdrawn) before the grant.
+    WaitEnded,
+    /// The lock can never be granted again: its fencing tokens are used up.
+    Exhausted,
+    /// The lock table's own configuration is wrong; no request of a client causes this.
+    Internal,
+}
+
+impl ErrorCategory {
+    /// True when the same command may succeed later without the caller changing anything.
+    pub fn is_retryable(self) -> bool {
+        match self {
+            ErrorCategory::LimitReached | ErrorCategory::Busy => true,
+            ErrorCategory::SessionNotFound
+            | ErrorCategory::InvalidInput
+            | ErrorCategory::NotHolder
+            | ErrorCategory::WaitEnded
+            | ErrorCategory::Exhausted
+            | ErrorCategory::Internal => false,
+        }
+    }
+
+    /// The category's stable name, in `snake_case`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorCategory::SessionNotFound => "session_not_found",
+            ErrorCategory::InvalidInput => "invalid_input",
+            ErrorCategory::LimitReached => "limit_reached",
+            ErrorCategory::Busy => "busy",
+            ErrorCategory::NotHolder => "not_holder",
+            ErrorCategory::WaitEnded => "wait_ended",
+            ErrorCategory::Exhausted => "exhausted",
+            ErrorCategory::Internal => "internal",
+        }
     }
 }
 
@@ -369,4 +529,68 @@ pub struct SessionStatus {
     pub expires_at_ms: TimeMs,
     pub held: Vec<String>,
     pub waiting: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limits::{LockNameError, OpenKeyError};
+    use std::collections::HashSet;
+
+    /// Adding a variant breaks this match, which sends its author to [`CoreError::examples`].
+    fn example_slot(error: &CoreError) -> usize {
+        match error {
+            CoreError::SessionNotFound { .. } => 0,
+            CoreError::TtlOutOfRange { .. } => 1,
+            CoreError::WaitOutOfRange { .. } => 2,
+            CoreError::InvalidLockName(LockNameError::Empty) => 3,
+            CoreError::InvalidLockName(LockNameError::TooLong { .. }) => 4,
+            CoreError::InvalidLockName(LockNameError::ControlCharacter) => 5,
+            CoreError::InvalidOpenKey(OpenKeyError::Length { .. }) => 6,
+            CoreError::InvalidOpenKey(OpenKeyError::NotRandom) => 7,
+            CoreError::InvalidOpenKey(OpenKeyError::NotHex) => 8,
+            CoreError::TooManySessions { .. } => 9,
+            CoreError::TooManyLocks { .. } => 10,
+            CoreError::TooManyWaiters { .. } => 11,
+            CoreError::Busy { .. } => 12,
+            CoreError::NotHolder { .. } => 13,
+            CoreError::TokensExhausted { .. } => 14,
+            CoreError::WaitEnded { .. } => 15,
+            CoreError::InvalidLimits { .. } => 16,
+            CoreError::RequestIdConflict { .. } => 17,
+        }
+    }
+
+    #[test]
+    fn the_examples_cover_every_variant_and_reason() {
+        let slots: HashSet<usize> = CoreError::examples().iter().map(example_slot).collect();
+        assert_eq!(slots, (0..18).collect::<HashSet<usize>>());
+    }
+
+    #[test]
+    fn every_variant_has_its_own_stable_code() {
+        let examples = CoreError::examples();
+        let codes: HashSet<&str> = examples.iter().map(CoreError::code).collect();
+        assert_eq!(codes.len(), 14, "one code per variant: {codes:?}");
+        for code in codes {
+            assert!(
+                code.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                "{code} is not snake_case"
+            );
+        }
+    }
+
+    #[test]
+    fn only_busy_locks_and_reached_limits_are_worth_retrying() {
+        for error in CoreError::examples() {
+            let expected = matches!(
+                error.category(),
+                ErrorCategory::Busy | ErrorCategory::LimitReached
+            );
+            assert_eq!(error.is_retryable(), expected, "{error:?}");
+        }
+        let busy = &CoreError::examples()[12];
+        assert_eq!(busy.category(), ErrorCategory::Busy);
+        assert_eq!(busy.category().name(), "busy");
+    }
 }

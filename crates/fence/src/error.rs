@@ -77,6 +77,25 @@ fn holder_text(holder_session: Option<u64>) -> String {
     }
 }
 
+/// The classes of [`FenceError`], one per way a caller reacts.
+///
+/// Deliberately not `#[non_exhaustive]`: other crates match on it without a wildcard, so a new
+/// class does not compile until each of them handles it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FenceErrorClass {
+    /// The sequencer was refused (`is_rejection`): nothing was applied, and retrying with it
+    /// cannot succeed.
+    Rejected,
+    /// The request itself is invalid: nothing was applied; fix it.
+    Invalid,
+    /// The stored fence state is damaged: nothing was applied; an operator must look.
+    Corrupt,
+    /// Nothing was applied; the same request may succeed later (`is_retryable`).
+    Retryable,
+    /// The request may or may not have been applied (`is_outcome_unknown`).
+    OutcomeUnknown,
+}
+
 impl FenceError {
     /// The machine-readable kind, as in the JSON `kind` field.
     pub fn kind(&self) -> &'static str {
@@ -91,6 +110,24 @@ impl FenceError {
             FenceError::InvalidRequest { .. } => "invalid_request",
             FenceError::Storage { .. } => "storage",
             FenceError::OutcomeUnknown { .. } => "outcome_unknown",
+        }
+    }
+
+    /// How a caller reacts. A crate that maps fence errors onto its own (the store) falls back
+    /// on this for variants it does not name, so a new variant is classified here, once.
+    pub fn class(&self) -> FenceErrorClass {
+        match self {
+            FenceError::Stale { .. }
+            | FenceError::WrongLock { .. }
+            | FenceError::Missing
+            | FenceError::Malformed { .. }
+            | FenceError::Forged { .. } => FenceErrorClass::Rejected,
+            FenceError::InvalidScope { .. } | FenceError::InvalidRequest { .. } => {
+                FenceErrorClass::Invalid
+            }
+            FenceError::Corrupt { .. } => FenceErrorClass::Corrupt,
+            FenceError::Storage { .. } => FenceErrorClass::Retryable,
+            FenceError::OutcomeUnknown { .. } => FenceErrorClass::OutcomeUnknown,
         }
     }
 

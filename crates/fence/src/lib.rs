@@ -79,7 +79,7 @@ pub mod redis;
 pub mod sqlite;
 mod verifier;
 
-pub use error::FenceError;
+pub use error::{FenceError, FenceErrorClass};
 pub use fence::{FenceState, LockBinding, SCOPE_BYTES_MAX, check, verify_presented};
 pub use memory::MemoryResource;
 pub use redb::{Advance, FencedTxn, RedbFence};

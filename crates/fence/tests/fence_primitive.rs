@@ -174,6 +174,23 @@ fn every_error_is_exactly_one_of_final_retryable_or_outcome_unknown() {
             "{err:?} is {classes:?}"
         );
         assert!(!err.is_rejection() || err.is_final(), "{err:?}");
+        // The class agrees with the predicates.
+        let class = err.class();
+        assert_eq!(
+            class == palisade_fence::FenceErrorClass::Rejected,
+            err.is_rejection(),
+            "{err:?}"
+        );
+        assert_eq!(
+            class == palisade_fence::FenceErrorClass::Retryable,
+            err.is_retryable(),
+            "{err:?}"
+        );
+        assert_eq!(
+            class == palisade_fence::FenceErrorClass::OutcomeUnknown,
+            err.is_outcome_unknown(),
+            "{err:?}"
+        );
         // The JSON kind round-trips and is unique per variant.
         let json = serde_json::to_value(err).unwrap();
         assert_eq!(json["kind"], err.kind());

@@ -1,11 +1,13 @@
 //! gRPC definitions of the Palisade lock service, generated from `proto/palisade.proto`.
 //!
 //! The `.proto` file is the contract for clients in other languages; this crate is the Rust
-//! rendering of it, shared by the server and the Rust client.
+//! rendering of it, shared by the server and the Rust client. [`error`] owns the wire form of
+//! the lock table's errors.
 
-#![allow(missing_debug_implementations, clippy::all)]
+pub mod error;
 
 /// Version 1 of the API: `palisade.v1`.
+#[allow(missing_debug_implementations, clippy::all)]
 pub mod v1 {
     tonic::include_proto!("palisade.v1");
 }

@@ -1,9 +1,9 @@
 //! The gRPC API (`palisade.v1.Locks`): translates requests into lock-table commands and the
 //! table's replies and errors into responses and precise status codes.
 //!
-//! **API Boundary:** every error carries, in its status details, the JSON form of the
-//! [`CoreError`] it came from, so clients can act on the holder, the token or the limit without
-//! parsing messages.
+//! **API Boundary:** every refusal of the lock table carries, in its status details, the
+//! `ErrorDetail` of the [`CoreError`] it came from (`palisade_proto::error`), so clients in any
+//! language can act on the holder, the token or the limit without parsing messages.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use palisade_proto::v1::locks_server::Locks;
 use palisade_proto::v1::*;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Code, Request, Response, Status, Streaming};
+use tonic::{Request, Response, Status, Streaming};
 
 use crate::node::{Node, ProposeError};
 use crate::state_machine::WaitOutcome;
@@ -131,26 +131,10 @@ fn propose_status(e: ProposeError) -> Status {
     }
 }
 
-/// Maps a lock-table error to a status code, with the error itself as JSON details.
+/// Maps a lock-table error to its status: the code of its category and its `ErrorDetail`,
+/// both decided by `palisade_proto::error`, which owns the wire form.
 pub fn core_status(e: &CoreError) -> Status {
-    let code = match e {
-        CoreError::SessionNotFound { .. } => Code::NotFound,
-        CoreError::TtlOutOfRange { .. }
-        | CoreError::WaitOutOfRange { .. }
-        | CoreError::InvalidLockName(_)
-        | CoreError::InvalidOpenKey(_)
-        | CoreError::RequestIdConflict { .. } => Code::InvalidArgument,
-        CoreError::TooManySessions { .. }
-        | CoreError::TooManyLocks { .. }
-        | CoreError::TooManyWaiters { .. } => Code::ResourceExhausted,
-        CoreError::Busy { .. } => Code::FailedPrecondition,
-        CoreError::NotHolder { .. } => Code::PermissionDenied,
-        CoreError::WaitEnded { .. } => Code::DeadlineExceeded,
-        CoreError::TokensExhausted { .. } => Code::OutOfRange,
-        _ => Code::Internal,
-    };
-    let details = serde_json::to_vec(e).unwrap_or_default();
-    Status::with_details(code, e.to_string(), details.into())
+    palisade_proto::error::status_from_core(e)
 }
 
 fn unexpected(reply: Reply) -> Status {

@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use palisade_core::CoreError;
 use palisade_proto::v1::locks_client::LocksClient;
 use palisade_proto::v1::*;
 use palisade_server::{ServeArgs, Server};
@@ -100,10 +101,15 @@ async fn tokens_grow_across_release_queue_handoff_and_restart() {
         .await
         .unwrap_err();
     assert_eq!(busy.code(), tonic::Code::FailedPrecondition, "{busy:?}");
-    let details = String::from_utf8_lossy(busy.details()).to_string();
-    assert!(
-        details.contains("Busy") && details.contains(&first.token.to_string()),
-        "details {details}"
+    assert_eq!(
+        palisade_proto::error::core_from_status(&busy),
+        Some(CoreError::Busy {
+            lock: "jobs/nightly".into(),
+            holder_session: Some(session_a),
+            holder_token: Some(first.token),
+            available_at_ms: None,
+        }),
+        "the details name the holder and its token: {busy:?}"
     );
 
     let waiting = tokio::spawn({

@@ -5,7 +5,7 @@
 //! Rust caller matches on `StoreError::Stale { accepted, .. }` whether it called the store
 //! in-process or over HTTP (invariant 9: explainable rejections).
 
-use palisade_fence::FenceError;
+use palisade_fence::{FenceError, FenceErrorClass};
 use serde::{Deserialize, Serialize};
 
 /// Why a store operation did not happen (or, for [`StoreError::OutcomeUnknown`], may not have).
@@ -317,11 +317,19 @@ impl From<FenceError> for StoreError {
             FenceError::InvalidRequest { message } => StoreError::InvalidRequest { message },
             FenceError::Storage { message } => StoreError::Storage { message },
             FenceError::OutcomeUnknown { message } => StoreError::OutcomeUnknown { message },
-            // `FenceError` is `#[non_exhaustive]`: a variant added later is a storage failure
-            // here until the store classifies it.
-            other => StoreError::Storage {
-                message: other.to_string(),
-            },
+            // `FenceError` is `#[non_exhaustive]`: a variant added later is mapped by the class
+            // the fence gives it (an exhaustive match there) until the store names it.
+            other => {
+                let message = other.to_string();
+                match other.class() {
+                    FenceErrorClass::Rejected | FenceErrorClass::Invalid => {
+                        StoreError::InvalidRequest { message }
+                    }
+                    FenceErrorClass::Corrupt => StoreError::Corrupt { message },
+                    FenceErrorClass::Retryable => StoreError::Storage { message },
+                    FenceErrorClass::OutcomeUnknown => StoreError::OutcomeUnknown { message },
+                }
+            }
         }
     }
 }
