@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use palisade_core::CoreError;
 use palisade_proto::v1::locks_client::LocksClient;
 use palisade_proto::v1::*;
 use palisade_server::{ServeArgs, Server};
@@ -100,10 +101,49 @@ async fn tokens_grow_across_release_queue_handoff_and_restart() {
         .await
         .unwrap_err();
     assert_eq!(busy.code(), tonic::Code::FailedPrecondition, "{busy:?}");
-    let details = String::from_utf8_lossy(busy.details()).to_string();
-    assert!(
-        details.contains("Busy") && details.contains(&first.token.to_string()),
-        "details {details}"
+    let details: CoreError = serde_json::from_slice(busy.details()).expect("details are JSON");
+    assert_eq!(
+        details,
+        CoreError::Busy {
+            lock: "jobs/nightly".into(),
+            holder_session: Some(session_a),
+            holder_token: Some(first.token),
+            available_at_ms: None,
+        }
+    );
+
+    // A live session that does not hold the lock cannot release it; a session that does not
+    // exist is told so, not that it is not the holder.
+    let bystander = open(&mut b, 3, 30_000).await;
+    let release = |session| ReleaseRequest {
+        session,
+        lock: "jobs/nightly".into(),
+        request_id: 5,
+    };
+    let not_holder = b.release(release(bystander)).await.unwrap_err();
+    assert_eq!(
+        not_holder.code(),
+        tonic::Code::PermissionDenied,
+        "{not_holder:?}"
+    );
+    let details: CoreError = serde_json::from_slice(not_holder.details()).unwrap();
+    assert_eq!(
+        details,
+        CoreError::NotHolder {
+            lock: "jobs/nightly".into(),
+            session: bystander,
+            holder_session: Some(session_a),
+        }
+    );
+    let no_session = session_a.max(session_b).max(bystander) + 100;
+    let not_found = b.release(release(no_session)).await.unwrap_err();
+    assert_eq!(not_found.code(), tonic::Code::NotFound, "{not_found:?}");
+    let details: CoreError = serde_json::from_slice(not_found.details()).unwrap();
+    assert_eq!(
+        details,
+        CoreError::SessionNotFound {
+            session: no_session
+        }
     );
 
     let waiting = tokio::spawn({
@@ -113,16 +153,9 @@ async fn tokens_grow_across_release_queue_handoff_and_restart() {
                 .await
         }
     });
+    // Lets the waiter queue before the release below. A sleep, because the server's clock is
+    // the real one; ordering this without one needs a clock the test controls.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let wrong_owner = b
-        .release(ReleaseRequest {
-            session: session_b + 100,
-            lock: "jobs/nightly".into(),
-            request_id: 5,
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(wrong_owner.code(), tonic::Code::NotFound);
     a.release(ReleaseRequest {
         session: session_a,
         lock: "jobs/nightly".into(),
