@@ -77,7 +77,7 @@ fn raft_config() -> anyhow::Result<Config> {
         election_timeout_max: 600,
         max_payload_entries: 1024,
         max_append_entries: Some(4096),
-        snapshot_policy: SnapshotPolicy::LogsSinceLast(20_000),
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(crate::limits::SNAPSHOT_INTERVAL_ENTRIES),
         max_in_snapshot_log_to_keep: 1_000,
         ..Default::default()
     };
@@ -276,7 +276,9 @@ mod tests {
         let lock = std::fs::File::create(dir.path().join(LOG_FILE).with_extension("lock")).unwrap();
         lock.try_lock().unwrap();
 
-        let refused = Node::start(dir.path(), Limits::default()).await.unwrap_err();
+        let refused = Node::start(dir.path(), Limits::default())
+            .await
+            .unwrap_err();
         assert!(refused.to_string().contains("in use"), "{refused}");
         assert!(
             !dir.path().join("signing.key").exists(),

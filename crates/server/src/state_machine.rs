@@ -27,8 +27,7 @@ use crate::log_store::DurableIndex;
 use crate::raft_types::{C, SnapshotData};
 
 const SNAPSHOT_FILE: &str = "snapshot.json";
-/// Events buffered per watcher before a slow watcher is cut off.
-pub const WATCH_BUFFER_EVENTS: usize = 4096;
+pub use crate::limits::WATCH_BUFFER_EVENTS;
 
 /// How a queued acquire ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -441,10 +440,7 @@ mod tests {
                 wait: palisade_core::Wait::Try,
             },
         ] {
-            table
-                .apply(Input { now_ms: 1, command })
-                .result
-                .unwrap();
+            table.apply(Input { now_ms: 1, command }).result.unwrap();
         }
         serde_json::to_value(Applied {
             table,

@@ -43,10 +43,9 @@ use openraft::entry::RaftEntry;
 use openraft::type_config::alias::{LogIdOf, VoteOf};
 use serde::{Deserialize, Serialize};
 
+use crate::limits::RECORD_BYTES_MAX;
 use crate::raft_types::{C, Entry};
 
-/// Largest record accepted on replay; a longer length field means a corrupt (torn) record.
-pub const RECORD_BYTES_MAX: usize = 256 * 1024 * 1024;
 /// Entries per frame when compaction rewrites the log, keeping frames far below the limit.
 const COMPACT_ENTRIES_PER_FRAME: usize = 4096;
 /// Compaction is considered once the file has grown past this size.
@@ -513,10 +512,7 @@ mod tests {
         let mut out = vec![1, 2, 3];
         let refused = encode_frame_within(&records, &mut out, payload_bytes - 1).unwrap_err();
         assert_eq!(refused.kind(), io::ErrorKind::InvalidInput, "{refused}");
-        assert!(
-            refused.to_string().contains("above the limit"),
-            "{refused}"
-        );
+        assert!(refused.to_string().contains("above the limit"), "{refused}");
         assert_eq!(out, vec![1, 2, 3], "a refused frame leaves nothing behind");
     }
 
@@ -536,7 +532,10 @@ mod tests {
         ] {
             let indices: Vec<u64> = bad.iter().map(|e| e.index()).collect();
             let refused = std::panic::catch_unwind(|| state.assert_appendable(&bad));
-            assert!(refused.is_err(), "appending {indices:?} after 2 was accepted");
+            assert!(
+                refused.is_err(),
+                "appending {indices:?} after 2 was accepted"
+            );
         }
     }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 use palisade_core::CoreError;
 use palisade_proto::v1::locks_client::LocksClient;
 use palisade_proto::v1::*;
+use palisade_server::limits::{LIST_PAGE_LOCKS_MAX, LOCK_NAME_BYTES_MAX};
 use palisade_server::{ServeArgs, Server};
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
@@ -312,5 +313,51 @@ async fn a_shorter_lease_opened_while_the_driver_sleeps_expires_on_time() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    running.stop().await;
+}
+
+/// A full page of locks whose names are as long as allowed must fit in one response, and the
+/// listing must carry on to the next page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_page_of_the_longest_lock_names_is_listed_and_paginates() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut running = Running::start(dir.path()).await;
+    let client = &mut running.client;
+    let session = open(client, 1, 60_000).await;
+    let names: Vec<String> = (0..=LIST_PAGE_LOCKS_MAX)
+        .map(|i| format!("{i:06}{}", "n".repeat(LOCK_NAME_BYTES_MAX - 6)))
+        .collect();
+    for (i, name) in names.iter().enumerate() {
+        client
+            .acquire(acquire(session, name, i as u64 + 10, 0))
+            .await
+            .unwrap();
+    }
+
+    let list = |start_after: String| ListLocksRequest {
+        prefix: String::new(),
+        start_after,
+        limit: 0,
+    };
+    let first = client
+        .list_locks(list(String::new()))
+        .await
+        .expect("a full page of the longest names fits in one message")
+        .into_inner();
+    assert_eq!(first.locks.len(), LIST_PAGE_LOCKS_MAX);
+    assert_eq!(first.next_start_after, names[LIST_PAGE_LOCKS_MAX - 1]);
+    let rest = client
+        .list_locks(list(first.next_start_after))
+        .await
+        .unwrap()
+        .into_inner();
+    let listed: Vec<String> = first
+        .locks
+        .into_iter()
+        .chain(rest.locks)
+        .map(|info| info.lock)
+        .collect();
+    assert_eq!(listed, names);
+    assert!(rest.next_start_after.is_empty());
     running.stop().await;
 }
