@@ -48,12 +48,18 @@ async fn every_workload_completes_operations_and_reports_percentiles() {
         assert!(m.latency.p99_us <= m.latency.p999_us && m.latency.p999_us <= m.latency.max_us);
         let acquire = m.acquire.expect("lock workloads time the acquire");
         assert_eq!(acquire.samples, m.operations);
-        // The server runs in this process here, so its CPU time is this process's.
+        // The server runs in this process here, so its CPU time is this process's: it was
+        // busy for a second of work, on no more cores than the machine has, and the two
+        // readings of the same process agree within a clock tick or two.
         let server = m.server.expect("the server was probed by pid");
+        let server_cores = server.server_cpu_cores.expect("CPU time was read");
+        let bench_cores = server.bench_cpu_cores.expect("CPU time was read");
+        let cores_max = std::thread::available_parallelism().unwrap().get() as f64;
         assert!(
-            server.server_cpu_cores.is_some_and(|c| c >= 0.0),
+            server_cores > 0.0 && server_cores <= cores_max,
             "{server:?}"
         );
+        assert!((server_cores - bench_cores).abs() < 0.1, "{server:?}");
     }
     assert_eq!(
         report

@@ -2,8 +2,9 @@
 //! session, keepalive across a connection outage, cancellation, the one-shot calls and watches.
 //!
 //! Network trouble is made with a TCP proxy between client and server that can cut every
-//! connection and refuse new ones. Servers are not stopped at the end of a test: a graceful
-//! stop waits for open keepalive streams, and the end of the test's runtime stops everything.
+//! connection and refuse new ones. A server stops when its test ends: dropping `Running` drops
+//! the stop sender, which begins the server's shutdown (long-lived calls such as keepalive
+//! streams are ended at once), and the end of the test's runtime stops whatever is left.
 
 use std::net::SocketAddr;
 use std::path::Path;

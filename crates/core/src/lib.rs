@@ -14,5 +14,5 @@ mod table;
 mod types;
 
 pub use limits::Limits;
-pub use table::LockTable;
+pub use table::{InvalidTable, LockTable};
 pub use types::*;

@@ -856,77 +856,106 @@ impl LockTable {
     /// Checks every cross-reference of the table. Called after each input in debug builds and
     /// by the property tests; panics on the first inconsistency.
     pub fn check_consistency(&self) {
+        if let Err(e) = self.validate() {
+            panic!("{e}");
+        }
+    }
+
+    /// Checks a table that came from outside this process (a snapshot file, a snapshot sent by
+    /// a leader): its limits are within their ceilings and every cross-reference holds.
+    /// Deserialising bypasses [`LockTable::new`], so a loaded table is trusted only after this.
+    pub fn validate(&self) -> Result<(), InvalidTable> {
+        self.limits.validate().map_err(InvalidTable::Limits)?;
+        let inconsistent = |what: &str| Err(InvalidTable::Inconsistent(what.to_owned()));
+        macro_rules! ensure {
+            ($condition:expr, $($what:tt)+) => {
+                if !$condition {
+                    return inconsistent(&format!($($what)+));
+                }
+            };
+        }
         for (name, l) in &self.locks {
-            assert!(!l.is_idle(), "idle lock {name:?} was not forgotten");
-            assert!(
+            ensure!(!l.is_idle(), "idle lock {name:?} was not forgotten");
+            ensure!(
                 l.last_token <= self.last_token,
-                "lock token above the counter"
+                "lock {name:?} has token {} above the counter {}",
+                l.last_token,
+                self.last_token
             );
             if let Some(g) = &l.holder {
-                assert_eq!(
-                    g.token, l.last_token,
-                    "holder token is not the lock's last token"
+                ensure!(
+                    g.token == l.last_token,
+                    "holder token of {name:?} is not the lock's last token"
                 );
-                assert!(
-                    self.sessions[&g.session].held.contains(name),
-                    "holder does not know it holds"
+                ensure!(
+                    self.sessions
+                        .get(&g.session)
+                        .is_some_and(|s| s.held.contains(name)),
+                    "holder of {name:?} does not know it holds"
                 );
             }
             for w in &l.waiters {
-                assert!(
-                    self.sessions[&w.session].waiting.contains(name),
-                    "waiter does not know it waits"
+                ensure!(
+                    self.sessions
+                        .get(&w.session)
+                        .is_some_and(|s| s.waiting.contains(name)),
+                    "waiter of {name:?} does not know it waits"
                 );
-                assert!(
+                ensure!(
                     l.holder.as_ref().is_none_or(|g| g.session != w.session),
-                    "holder also waits"
+                    "holder of {name:?} also waits"
                 );
             }
         }
         for (id, s) in &self.sessions {
-            assert!(
+            ensure!(
                 self.session_deadlines.contains(&(s.expires_at_ms, *id)),
-                "session deadline missing"
+                "session {id} has no deadline"
             );
             for name in &s.held {
-                assert_eq!(
-                    self.locks[name].holder.as_ref().map(|g| g.session),
-                    Some(*id)
+                ensure!(
+                    self.locks
+                        .get(name)
+                        .and_then(|l| l.holder.as_ref())
+                        .map(|g| g.session)
+                        == Some(*id),
+                    "session {id} believes it holds {name:?}"
                 );
             }
             for name in &s.waiting {
-                assert!(self.locks[name].waiters.iter().any(|w| w.session == *id));
+                ensure!(
+                    self.locks
+                        .get(name)
+                        .is_some_and(|l| l.waiters.iter().any(|w| w.session == *id)),
+                    "session {id} believes it waits for {name:?}"
+                );
             }
         }
-        assert_eq!(
-            self.forgotten.len(),
-            self.forgotten_order.len(),
+        ensure!(
+            self.forgotten.len() == self.forgotten_order.len(),
             "forgotten index out of step"
         );
-        assert!(
+        ensure!(
             self.forgotten
                 .iter()
                 .all(|(name, (_, token))| !self.locks.contains_key(name)
                     && *token <= self.last_token),
             "a forgotten lock is live, or remembers a token above the counter"
         );
-        assert_eq!(
-            self.session_deadlines.len(),
-            self.sessions.len(),
+        ensure!(
+            self.session_deadlines.len() == self.sessions.len(),
             "stale session deadlines"
         );
         for (request_id, id) in &self.open_requests {
-            assert_eq!(
-                self.sessions.get(id).and_then(|s| s.open_request_id),
-                Some(*request_id),
-                "stale open request id"
+            ensure!(
+                self.sessions.get(id).and_then(|s| s.open_request_id) == Some(*request_id),
+                "stale open request id {request_id}"
             );
         }
         for (key, id) in &self.open_keys {
-            assert_eq!(
-                self.sessions.get(id).and_then(|s| s.open_key.as_ref()),
-                Some(key),
-                "stale open key"
+            ensure!(
+                self.sessions.get(id).and_then(|s| s.open_key.as_ref()) == Some(key),
+                "stale open key of session {id}"
             );
         }
         let opened_by_request_id = self
@@ -934,12 +963,23 @@ impl LockTable {
             .values()
             .filter(|s| s.open_request_id.is_some());
         let opened_by_key = self.sessions.values().filter(|s| s.open_key.is_some());
-        assert_eq!(
-            (opened_by_request_id.count(), opened_by_key.count()),
-            (self.open_requests.len(), self.open_keys.len()),
+        ensure!(
+            (opened_by_request_id.count(), opened_by_key.count())
+                == (self.open_requests.len(), self.open_keys.len()),
             "a session's open request id or key is not indexed"
         );
+        Ok(())
     }
+}
+
+/// Why a table from a snapshot was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidTable {
+    #[error("its limits are invalid: {0}")]
+    Limits(String),
+    #[error("it is inconsistent: {0}")]
+    Inconsistent(String),
 }
 
 /// The remembered outcome of `request_id`, or an error if the id was used for something else.

@@ -92,6 +92,25 @@ pub fn check(
     Ok(advanced)
 }
 
+/// Confirms that a database's advance stored the presented token, as its `RETURNING` reported.
+///
+/// Anything else means the database disagrees with the fence (a trigger, a manual edit, a
+/// schema someone changed): [`FenceError::Corrupt`], which needs an operator. Never a panic:
+/// the fence runs in the user's process, and what a database returns is not the fence's own
+/// invariant. Every SQL backend answers a disagreement this way, in either direction.
+pub(crate) fn confirm_advanced(scope: &str, stored: i64, presented: i64) -> Result<(), FenceError> {
+    if stored == presented {
+        return Ok(());
+    }
+    Err(FenceError::Corrupt {
+        scope: scope.to_owned(),
+        message: format!(
+            "the fence row holds token {stored} after advancing to {presented}; \
+             something other than the fence changed it"
+        ),
+    })
+}
+
 /// Asserts that storing `next` over `previous` keeps the fence monotonic and bound to one lock.
 ///
 /// Backends call this where they persist, pairing the assertion in [`check`].
@@ -171,6 +190,24 @@ pub fn explain_refusal(
                     sequencer.token()
                 ),
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_database_that_stored_another_token_than_presented_is_corrupt_not_a_panic() {
+        assert_eq!(confirm_advanced("orders", 7, 7), Ok(()));
+        for stored in [6, 8] {
+            let refused = confirm_advanced("orders", stored, 7).unwrap_err();
+            assert!(
+                matches!(&refused, FenceError::Corrupt { scope, .. } if scope == "orders"),
+                "{refused:?}"
+            );
+            assert!(refused.is_final(), "{refused:?}");
         }
     }
 }

@@ -54,7 +54,9 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row, Transaction};
 
 use crate::FenceError;
-use crate::fence::{FenceState, LockBinding, check, explain_refusal, validate_scope};
+use crate::fence::{
+    FenceState, LockBinding, check, confirm_advanced, explain_refusal, validate_scope,
+};
 
 /// The DDL of the fence table.
 pub fn create_table_sql() -> &'static str {
@@ -139,11 +141,7 @@ pub async fn claim_expecting(
         .map_err(storage)?;
     if let Some(row) = advanced {
         let stored: i64 = row.try_get(0).map_err(storage)?;
-        assert_eq!(
-            stored, token,
-            "the fence row must hold the presented token after advancing"
-        );
-        return Ok(());
+        return confirm_advanced(scope, stored, token);
     }
     // Refused. The row is locked by the upsert above, so this read sees what refused us.
     let row = txn

@@ -29,7 +29,9 @@ use palisade_sequencer::VerifiedSequencer;
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior};
 
 use crate::FenceError;
-use crate::fence::{FenceState, LockBinding, check, explain_refusal, validate_scope};
+use crate::fence::{
+    FenceState, LockBinding, check, confirm_advanced, explain_refusal, validate_scope,
+};
 
 /// The DDL of the fence table.
 pub fn create_table_sql() -> &'static str {
@@ -101,11 +103,7 @@ pub fn claim_expecting(
         .optional()
         .map_err(storage)?;
     if let Some(stored) = advanced {
-        assert_eq!(
-            stored, token,
-            "the fence row must hold the presented token after advancing"
-        );
-        return Ok(());
+        return confirm_advanced(scope, stored, token);
     }
     // Refused; we hold the write lock, so this read sees what refused us.
     let accepted = read_state(txn, scope)?.ok_or_else(|| FenceError::Corrupt {

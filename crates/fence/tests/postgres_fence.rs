@@ -156,6 +156,34 @@ async fn a_rolled_back_transaction_takes_the_token_advance_with_it() {
     drop_user_tables(&client, &table, &scope).await;
 }
 
+/// A database that stores another token than the one the fence advanced to (here a trigger
+/// someone added) is reported as corrupt, never a panic in the caller's process.
+#[tokio::test]
+async fn a_database_that_changes_the_advanced_token_is_corrupt_not_a_panic() {
+    let Some(url) = database_url() else { return };
+    let mut client = connect(&url).await;
+    let (trigger, scope) = (unique("pal_meddler"), unique("scope"));
+    // Created inside the transaction and rolled back with it, so no other test ever sees it.
+    let txn = client.transaction().await.unwrap();
+    txn.batch_execute(&format!(
+        "CREATE FUNCTION {trigger}() RETURNS trigger LANGUAGE plpgsql AS
+             $$ BEGIN NEW.token_max := NEW.token_max + 1; RETURN NEW; END $$;
+         CREATE TRIGGER {trigger} BEFORE INSERT OR UPDATE ON palisade_fence FOR EACH ROW
+             WHEN (NEW.scope = '{scope}') EXECUTE FUNCTION {trigger}();"
+    ))
+    .await
+    .unwrap();
+    let refused = postgres::claim(&txn, &scope, &grant("report", 5, 1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, FenceError::Corrupt { scope: s, message }
+            if *s == scope && message.contains("token 6 after advancing to 5")),
+        "{refused:?}"
+    );
+    txn.rollback().await.unwrap();
+}
+
 #[tokio::test]
 async fn foreign_locks_and_forgeries_are_refused_and_honest_writers_continue() {
     let Some(url) = database_url() else { return };

@@ -19,11 +19,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::limits::{LIST_PAGE_LOCKS_MAX, LONG_LIVED_CALLS_MAX};
 use crate::node::{Node, ProposeError};
 use crate::state_machine::WaitOutcome;
 
-/// Most locks one `ListLocks` page returns.
-pub const LIST_PAGE_LOCKS_MAX: usize = 1_000;
 const SHUTTING_DOWN: &str = "the lock service is shutting down; retry";
 /// Keepalive responses buffered per stream.
 const KEEPALIVE_BUFFER: usize = 16;
@@ -35,10 +34,6 @@ pub struct LockService {
     /// Permits for calls that stay open: keepalive streams, watches, queued acquires.
     long_lived: Arc<Semaphore>,
 }
-
-/// Keepalive streams, watches and queued acquires open at once, over all connections. Each
-/// holds a task and buffers; a server under this many is still far from its memory limit.
-pub const LONG_LIVED_CALLS_MAX: usize = 20_000;
 
 impl LockService {
     pub fn new(node: Arc<Node>) -> Self {

@@ -15,8 +15,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
-/// Client connections served at once.
-pub const CONNECTIONS_MAX: usize = 4_096;
+use crate::limits::CONNECTIONS_MAX;
 
 /// An accepted connection and its permit.
 #[derive(Debug)]

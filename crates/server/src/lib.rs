@@ -10,6 +10,7 @@
 pub mod grpc;
 mod incoming;
 mod keys;
+pub mod limits;
 pub mod log_store;
 pub mod metrics;
 mod network;
@@ -18,7 +19,7 @@ pub mod raft_types;
 pub mod state_machine;
 pub mod wal;
 
-pub use incoming::CONNECTIONS_MAX;
+pub use limits::CONNECTIONS_MAX;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -315,6 +315,7 @@ impl RaftLogStorage<C> for LogStore {
         }
         {
             let mut state = self.state();
+            state.assert_appendable(&entries);
             for entry in &entries {
                 state.entries.insert(entry.index(), entry.clone());
             }

@@ -77,7 +77,7 @@ fn raft_config() -> anyhow::Result<Config> {
         election_timeout_max: 600,
         max_payload_entries: 1024,
         max_append_entries: Some(4096),
-        snapshot_policy: SnapshotPolicy::LogsSinceLast(20_000),
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(crate::limits::SNAPSHOT_INTERVAL_ENTRIES),
         max_in_snapshot_log_to_keep: 1_000,
         ..Default::default()
     };
@@ -89,9 +89,11 @@ impl Node {
     /// group and extends every lease. Returns when the node is ready to serve.
     pub async fn start(data_dir: &Path, limits: Limits) -> anyhow::Result<Arc<Node>> {
         std::fs::create_dir_all(data_dir)?;
+        // The log takes the data directory's lock: nothing in it, the key included, is created
+        // before this process knows it is the only one using the directory.
+        let log = LogStore::open(&data_dir.join(LOG_FILE))?;
         let signing_key = crate::keys::load_or_create(data_dir)?;
         let public_key = signing_key.public_key();
-        let log = LogStore::open(&data_dir.join(LOG_FILE))?;
         let state_machine = StateMachine::open(data_dir, log.durable_index())?;
         let shared = state_machine.shared();
         let raft = PalisadeRaft::new(
@@ -259,5 +261,28 @@ impl Node {
         }
         let log = self.log.clone();
         let _ = tokio::task::spawn_blocking(move || log.close()).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_data_directory_in_use_gets_no_signing_key_from_a_second_server() {
+        let dir = tempfile::tempdir().unwrap();
+        // Another process holds the directory's lock (the log's lock file) and has not yet
+        // created its key.
+        let lock = std::fs::File::create(dir.path().join(LOG_FILE).with_extension("lock")).unwrap();
+        lock.try_lock().unwrap();
+
+        let refused = Node::start(dir.path(), Limits::default())
+            .await
+            .unwrap_err();
+        assert!(refused.to_string().contains("in use"), "{refused}");
+        assert!(
+            !dir.path().join("signing.key").exists(),
+            "a refused server created a signing key in a directory it does not own"
+        );
     }
 }

@@ -27,8 +27,7 @@ use crate::log_store::DurableIndex;
 use crate::raft_types::{C, SnapshotData};
 
 const SNAPSHOT_FILE: &str = "snapshot.json";
-/// Events buffered per watcher before a slow watcher is cut off.
-pub const WATCH_BUFFER_EVENTS: usize = 4096;
+pub use crate::limits::WATCH_BUFFER_EVENTS;
 
 /// How a queued acquire ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,8 +170,7 @@ impl StateMachine {
     /// restart with other flags then gives exactly the outcomes (and tokens) it gave before.
     pub fn open(dir: &Path, durable: DurableIndex) -> io::Result<StateMachine> {
         let applied = match std::fs::read(dir.join(SNAPSHOT_FILE)) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?,
+            Ok(bytes) => decode_snapshot(&bytes, &dir.join(SNAPSHOT_FILE).display().to_string())?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => Applied {
                 table: LockTable::new(Limits::default()),
                 last_applied: None,
@@ -242,6 +240,28 @@ impl StateMachine {
             let _ = self.shared.events.send(event.clone());
         }
     }
+}
+
+/// Decodes a snapshot from outside this process (`source` names it in errors) and refuses it
+/// unless its lock table is valid: deserialising bypasses the table's constructor, and a table
+/// that breaks its own invariants would hand out wrong grants instead of stopping.
+fn decode_snapshot(bytes: &[u8], source: &str) -> io::Result<Applied> {
+    let refused = |why: String| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{source} is refused: {why}; restore the data directory from a backup or a \
+                 replica"
+            ),
+        )
+    };
+    let applied: Applied = serde_json::from_slice(bytes)
+        .map_err(|e| refused(format!("it is not a lock-table snapshot ({e})")))?;
+    applied
+        .table
+        .validate()
+        .map_err(|e| refused(format!("its lock table is invalid: {e}")))?;
+    Ok(applied)
 }
 
 /// Writes `bytes` to `dir/name` so that a crash leaves either the old file or the new one.
@@ -349,8 +369,7 @@ impl RaftStateMachine<C> for StateMachine {
         snapshot: SnapshotData,
     ) -> Result<(), io::Error> {
         let bytes = snapshot.into_inner();
-        let mut installed: Applied = serde_json::from_slice(&bytes)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let mut installed = decode_snapshot(&bytes, "the snapshot sent by the leader")?;
         installed.last_applied = meta.last_log_id;
         installed.membership = meta.last_membership.clone();
         let bytes = serde_json::to_vec(&installed).map_err(io::Error::other)?;
@@ -403,5 +422,59 @@ mod tests {
         );
         drop(registration);
         assert_eq!(waiters.count(), 0, "a dropped registration is gone");
+    }
+
+    /// A snapshot of one session holding one lock, as JSON to tamper with.
+    fn snapshot_holding_a_lock() -> serde_json::Value {
+        use palisade_core::{Command, Input};
+        let mut table = LockTable::new(Limits::default());
+        for command in [
+            Command::OpenSession {
+                open_key: None,
+                ttl_ms: 10_000,
+            },
+            Command::Acquire {
+                session: 1,
+                lock: "l".into(),
+                request_id: 1,
+                wait: palisade_core::Wait::Try,
+            },
+        ] {
+            table.apply(Input { now_ms: 1, command }).result.unwrap();
+        }
+        serde_json::to_value(Applied {
+            table,
+            last_applied: None,
+            membership: StoredMembership::default(),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_snapshot_whose_table_breaks_its_invariants_is_refused_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |snapshot: &serde_json::Value| {
+            std::fs::write(dir.path().join(SNAPSHOT_FILE), snapshot.to_string()).unwrap()
+        };
+        let good = snapshot_holding_a_lock();
+        write(&good);
+        StateMachine::open(dir.path(), DurableIndex::default()).expect("a valid snapshot loads");
+
+        // The token counter behind the holder's token: the next grant would repeat a token.
+        let mut behind = good.clone();
+        behind["table"]["last_token"] = 0.into();
+        // Limits above their ceilings.
+        let mut loose = good.clone();
+        loose["table"]["limits"]["sessions_max"] = (palisade_core::limits::SESSIONS_MAX + 1).into();
+        for (bad, why) in [(behind, "above the counter"), (loose, "sessions_max")] {
+            write(&bad);
+            let refused = StateMachine::open(dir.path(), DurableIndex::default()).unwrap_err();
+            assert_eq!(refused.kind(), io::ErrorKind::InvalidData);
+            let message = refused.to_string();
+            assert!(
+                message.contains("snapshot.json is refused") && message.contains(why),
+                "{message}"
+            );
+        }
     }
 }

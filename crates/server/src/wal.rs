@@ -43,10 +43,9 @@ use openraft::entry::RaftEntry;
 use openraft::type_config::alias::{LogIdOf, VoteOf};
 use serde::{Deserialize, Serialize};
 
+use crate::limits::RECORD_BYTES_MAX;
 use crate::raft_types::{C, Entry};
 
-/// Largest record accepted on replay; a longer length field means a corrupt (torn) record.
-pub const RECORD_BYTES_MAX: usize = 256 * 1024 * 1024;
 /// Entries per frame when compaction rewrites the log, keeping frames far below the limit.
 const COMPACT_ENTRIES_PER_FRAME: usize = 4096;
 /// Compaction is considered once the file has grown past this size.
@@ -77,6 +76,29 @@ pub struct LogState {
 }
 
 impl LogState {
+    /// Asserts that `entries` extend the log without a gap or an overlap: their indices are
+    /// consecutive and the first follows the last entry kept (or the last purged one). Raft
+    /// truncates before it appends over existing entries, so anything else is a broken
+    /// invariant, and the server stops rather than persist a log with a hole in it.
+    pub fn assert_appendable(&self, entries: &[Entry]) {
+        let mut expected = self
+            .entries
+            .last_key_value()
+            .map(|(index, _)| index + 1)
+            .or(self.last_purged.map(|purged| purged.index + 1));
+        for entry in entries {
+            if let Some(expected) = expected {
+                assert_eq!(
+                    entry.index(),
+                    expected,
+                    "raft log append out of order: entry {} where {expected} was due",
+                    entry.index()
+                );
+            }
+            expected = Some(entry.index() + 1);
+        }
+    }
+
     /// Applies one record; the same function serves replay and the running log.
     pub fn apply(&mut self, record: Record) {
         match record {
@@ -116,17 +138,27 @@ pub fn encode_frame<'a>(
     records: impl IntoIterator<Item = &'a Record>,
     out: &mut Vec<u8>,
 ) -> io::Result<()> {
+    encode_frame_within(records, out, RECORD_BYTES_MAX)
+}
+
+/// [`encode_frame`] with the payload limit as a parameter, so a test can reach it; leaves `out`
+/// as it was when the payload is above `payload_bytes_max`.
+fn encode_frame_within<'a>(
+    records: impl IntoIterator<Item = &'a Record>,
+    out: &mut Vec<u8>,
+    payload_bytes_max: usize,
+) -> io::Result<()> {
     let start = out.len();
     out.extend_from_slice(&[0; HEADER_BYTES]);
     let records: Vec<&Record> = records.into_iter().collect();
     serde_json::to_writer(&mut *out, &records).map_err(io::Error::other)?;
     let payload_bytes = out.len() - start - HEADER_BYTES;
-    if payload_bytes > RECORD_BYTES_MAX {
+    if payload_bytes > payload_bytes_max {
         out.truncate(start);
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!(
-                "a log frame of {payload_bytes} bytes is above the limit of {RECORD_BYTES_MAX}"
+                "a log frame of {payload_bytes} bytes is above the limit of {payload_bytes_max}"
             ),
         ));
     }
@@ -466,13 +498,45 @@ mod tests {
     }
 
     #[test]
-    fn an_oversized_frame_is_an_error_not_a_panic() {
+    fn an_oversized_frame_is_an_error_not_a_panic_and_leaves_the_buffer_as_it_was() {
+        let records = [Record::Entries((1..=3).map(entry).collect())];
+        let mut fits = Vec::new();
+        encode_frame(&records, &mut fits).unwrap();
+        let payload_bytes = fits.len() - HEADER_BYTES;
+
+        // At exactly its size the frame encodes; one byte less and it is refused.
         let mut out = vec![1, 2, 3];
-        let huge = Record::Entries((0..1).map(entry).collect());
-        // Shrinking the limit is not possible, so check the error path by construction:
-        // a frame within the limit encodes, and the buffer is untouched on success.
-        encode_frame(&[huge], &mut out).unwrap();
-        assert_eq!(&out[..3], &[1, 2, 3]);
+        encode_frame_within(&records, &mut out, payload_bytes).unwrap();
+        assert_eq!(&out[3..], &fits[..]);
+
+        let mut out = vec![1, 2, 3];
+        let refused = encode_frame_within(&records, &mut out, payload_bytes - 1).unwrap_err();
+        assert_eq!(refused.kind(), io::ErrorKind::InvalidInput, "{refused}");
+        assert!(refused.to_string().contains("above the limit"), "{refused}");
+        assert_eq!(out, vec![1, 2, 3], "a refused frame leaves nothing behind");
+    }
+
+    #[test]
+    fn appends_must_continue_the_log_without_a_gap() {
+        let mut state = LogState::default();
+        state.assert_appendable(&[entry(1), entry(2)]);
+        state.apply(Record::Entries(vec![entry(1), entry(2)]));
+        state.assert_appendable(&[entry(3), entry(4)]);
+        state.apply(Record::Purge(entry(2).log_id));
+        state.assert_appendable(&[entry(3)]);
+        for bad in [
+            vec![entry(4)],
+            vec![entry(2)],
+            vec![entry(3), entry(5)],
+            vec![entry(3), entry(3)],
+        ] {
+            let indices: Vec<u64> = bad.iter().map(|e| e.index()).collect();
+            let refused = std::panic::catch_unwind(|| state.assert_appendable(&bad));
+            assert!(
+                refused.is_err(),
+                "appending {indices:?} after 2 was accepted"
+            );
+        }
     }
 
     #[test]

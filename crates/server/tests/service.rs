@@ -6,6 +6,7 @@ use std::time::Duration;
 use palisade_core::CoreError;
 use palisade_proto::v1::locks_client::LocksClient;
 use palisade_proto::v1::*;
+use palisade_server::limits::{LIST_PAGE_LOCKS_MAX, LOCK_NAME_BYTES_MAX};
 use palisade_server::{ServeArgs, Server};
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
@@ -112,6 +113,38 @@ async fn tokens_grow_across_release_queue_handoff_and_restart() {
         "the details name the holder and its token: {busy:?}"
     );
 
+    // A live session that does not hold the lock cannot release it; a session that does not
+    // exist is told so, not that it is not the holder.
+    let bystander = open(&mut b, 3, 30_000).await;
+    let release = |session| ReleaseRequest {
+        session,
+        lock: "jobs/nightly".into(),
+        request_id: 5,
+    };
+    let not_holder = b.release(release(bystander)).await.unwrap_err();
+    assert_eq!(
+        not_holder.code(),
+        tonic::Code::PermissionDenied,
+        "{not_holder:?}"
+    );
+    assert_eq!(
+        palisade_proto::error::core_from_status(&not_holder),
+        Some(CoreError::NotHolder {
+            lock: "jobs/nightly".into(),
+            session: bystander,
+            holder_session: Some(session_a),
+        })
+    );
+    let no_session = session_a.max(session_b).max(bystander) + 100;
+    let not_found = b.release(release(no_session)).await.unwrap_err();
+    assert_eq!(not_found.code(), tonic::Code::NotFound, "{not_found:?}");
+    assert_eq!(
+        palisade_proto::error::core_from_status(&not_found),
+        Some(CoreError::SessionNotFound {
+            session: no_session
+        })
+    );
+
     let waiting = tokio::spawn({
         let mut b = b.clone();
         async move {
@@ -119,16 +152,9 @@ async fn tokens_grow_across_release_queue_handoff_and_restart() {
                 .await
         }
     });
+    // Lets the waiter queue before the release below. A sleep, because the server's clock is
+    // the real one; ordering this without one needs a clock the test controls.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let wrong_owner = b
-        .release(ReleaseRequest {
-            session: session_b + 100,
-            lock: "jobs/nightly".into(),
-            request_id: 5,
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(wrong_owner.code(), tonic::Code::NotFound);
     a.release(ReleaseRequest {
         session: session_a,
         lock: "jobs/nightly".into(),
@@ -285,5 +311,51 @@ async fn a_shorter_lease_opened_while_the_driver_sleeps_expires_on_time() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    running.stop().await;
+}
+
+/// A full page of locks whose names are as long as allowed must fit in one response, and the
+/// listing must carry on to the next page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_page_of_the_longest_lock_names_is_listed_and_paginates() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut running = Running::start(dir.path()).await;
+    let client = &mut running.client;
+    let session = open(client, 1, 60_000).await;
+    let names: Vec<String> = (0..=LIST_PAGE_LOCKS_MAX)
+        .map(|i| format!("{i:06}{}", "n".repeat(LOCK_NAME_BYTES_MAX - 6)))
+        .collect();
+    for (i, name) in names.iter().enumerate() {
+        client
+            .acquire(acquire(session, name, i as u64 + 10, 0))
+            .await
+            .unwrap();
+    }
+
+    let list = |start_after: String| ListLocksRequest {
+        prefix: String::new(),
+        start_after,
+        limit: 0,
+    };
+    let first = client
+        .list_locks(list(String::new()))
+        .await
+        .expect("a full page of the longest names fits in one message")
+        .into_inner();
+    assert_eq!(first.locks.len(), LIST_PAGE_LOCKS_MAX);
+    assert_eq!(first.next_start_after, names[LIST_PAGE_LOCKS_MAX - 1]);
+    let rest = client
+        .list_locks(list(first.next_start_after))
+        .await
+        .unwrap()
+        .into_inner();
+    let listed: Vec<String> = first
+        .locks
+        .into_iter()
+        .chain(rest.locks)
+        .map(|info| info.lock)
+        .collect();
+    assert_eq!(listed, names);
+    assert!(rest.next_start_after.is_empty());
     running.stop().await;
 }

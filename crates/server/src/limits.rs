@@ -1,0 +1,56 @@
+//! Every limit of the lock service that the lock table does not own, in one place, with
+//! compile-time checks of how they relate to each other and to the table's limits
+//! ([`palisade_core::limits`]) and the gRPC message size ([`palisade_proto::MESSAGE_BYTES_MAX`]).
+//!
+//! Names end in their unit or `_max`. A new limit goes here, with the relation that makes it
+//! safe written as a `const` assertion, so a change that breaks the relation does not build.
+
+pub use palisade_core::limits::{LOCK_NAME_BYTES_MAX, WAITERS_PER_LOCK_MAX};
+pub use palisade_proto::MESSAGE_BYTES_MAX;
+
+/// Client connections served at once.
+pub const CONNECTIONS_MAX: usize = 4_096;
+
+/// Keepalive streams, watches and queued acquires open at once, over all connections. Each
+/// holds a task and buffers; a server under this many is still far from its memory limit.
+pub const LONG_LIVED_CALLS_MAX: usize = 20_000;
+
+/// Most locks one `ListLocks` page returns. Small enough that a page of locks with names of
+/// the longest length fits in one message (see [`LOCK_INFO_BYTES_MAX`]).
+pub const LIST_PAGE_LOCKS_MAX: usize = 128;
+
+/// Upper bound on one encoded `LockInfo` without waiters: the name (at most
+/// [`LOCK_NAME_BYTES_MAX`], with a 1-byte tag and a 2-byte length) and at most 96 bytes for
+/// the rest (a holder of three `u64`s, the last token and the lock-delay, each a tag and at
+/// most 10 bytes of varint, plus the holder's own tag and length, and the entry's framing).
+/// Not covered: the waiters' session ids (up to [`WAITERS_PER_LOCK_MAX`] of them), so a page
+/// of locks with long queues can still be too large; only paginating by bytes would cover it.
+pub const LOCK_INFO_BYTES_MAX: usize = LOCK_NAME_BYTES_MAX + 3 + 96;
+
+/// Events buffered per watcher before a slow watcher is cut off.
+pub const WATCH_BUFFER_EVENTS: usize = 4096;
+
+/// Largest write-ahead log frame payload accepted; a longer length field on replay means a
+/// corrupt (torn) frame.
+pub const RECORD_BYTES_MAX: usize = 256 * 1024 * 1024;
+
+/// Log entries applied between two snapshots.
+pub const SNAPSHOT_INTERVAL_ENTRIES: u64 = 20_000;
+
+// A full `ListLocks` page of the longest names, with `next_start_after` (one more name) and
+// the response's framing, fits in one message. Broken before the page was cut from 1,000.
+const _: () = assert!(
+    LIST_PAGE_LOCKS_MAX * LOCK_INFO_BYTES_MAX + (LOCK_NAME_BYTES_MAX + 3) + 16 <= MESSAGE_BYTES_MAX
+);
+// A page holds at least one lock, or a listing could never advance.
+const _: () = assert!(LIST_PAGE_LOCKS_MAX >= 1);
+// One lock's full queue can wait over gRPC at once: otherwise the table's waiter limit is
+// unreachable and the service's limit answers first with a less precise error.
+const _: () = assert!(LONG_LIVED_CALLS_MAX >= WAITERS_PER_LOCK_MAX);
+// Every connection can hold at least one long-lived call.
+const _: () = assert!(LONG_LIVED_CALLS_MAX >= CONNECTIONS_MAX);
+// One proposal (a request of at most one message, each byte escaped as `\u00XX` in the log's
+// JSON at worst) always fits in one frame, so no accepted request can make the log unwritable.
+const _: () = assert!(6 * MESSAGE_BYTES_MAX + 1024 <= RECORD_BYTES_MAX);
+// A frame length must fit the frame header's `u32`.
+const _: () = assert!(RECORD_BYTES_MAX <= u32::MAX as usize);
