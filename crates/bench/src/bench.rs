@@ -132,7 +132,7 @@ pub struct BenchArgs {
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    palisade_server::parse_duration_ms(text).map(Duration::from_millis)
+    palisade_core::duration::parse_duration_ms(text).map(Duration::from_millis)
 }
 
 /// One workload run against one target.

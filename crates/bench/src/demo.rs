@@ -61,7 +61,7 @@ impl Default for DemoArgs {
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    palisade_server::parse_duration_ms(text).map(Duration::from_millis)
+    palisade_core::duration::parse_duration_ms(text).map(Duration::from_millis)
 }
 
 /// Everything the demo showed.

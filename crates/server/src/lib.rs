@@ -37,36 +37,8 @@ pub struct ServeArgs {
     #[arg(long, env = "PALISADE_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
     /// After a holder's session expires, its locks are not granted again for this long.
-    #[arg(long, env = "PALISADE_LOCK_DELAY", default_value = "0s", value_parser = parse_duration_ms)]
+    #[arg(long, env = "PALISADE_LOCK_DELAY", default_value = "0s", value_parser = palisade_core::duration::parse_duration_ms)]
     pub lock_delay_ms: u64,
-}
-
-/// Parses `1500ms`, `10s`, `2m`, `1h` or a bare number of seconds into milliseconds.
-pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("invalid duration {text:?}: expected e.g. 500ms, 10s, 2m"))?;
-    let scale = match unit {
-        "ms" => 1.0,
-        "" | "s" => 1_000.0,
-        "m" => 60_000.0,
-        "h" => 3_600_000.0,
-        _ => {
-            return Err(format!(
-                "invalid duration unit {unit:?} in {text:?}: use ms, s, m or h"
-            ));
-        }
-    };
-    let ms = number * scale;
-    if !ms.is_finite() || ms < 0.0 || ms > u64::MAX as f64 / 2.0 {
-        return Err(format!("duration {text:?} is out of range"));
-    }
-    Ok(ms.round() as u64)
 }
 
 /// Runs the lock service until SIGTERM or SIGINT.
