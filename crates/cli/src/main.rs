@@ -10,6 +10,7 @@ mod inspect;
 mod lock;
 mod oneshot;
 mod output;
+mod serve;
 
 use std::io::IsTerminal as _;
 use std::process::ExitCode;
@@ -33,7 +34,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the lock service.
-    Serve(palisade_server::ServeArgs),
+    Serve(serve::ServeArgs),
     /// The fenced store: a key/value store over HTTP that refuses stale sequencers.
     #[command(subcommand)]
     Store(palisade_store::cli::StoreCommand),
@@ -93,9 +94,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         endpoint: cli.endpoint,
     };
     match cli.command {
-        Command::Serve(args) => palisade_server::serve(args)
-            .await
-            .map(|()| ExitCode::SUCCESS),
+        Command::Serve(args) => serve::run(args).await.map(|()| ExitCode::SUCCESS),
         Command::Store(command) => palisade_store::cli::run(command).await,
         Command::Lock(args) => lock::run(args, &global).await,
         Command::Acquire(args) => oneshot::acquire(args, &global).await,

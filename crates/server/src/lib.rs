@@ -24,25 +24,51 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// Flags of `palisade serve`; each can also be set by the environment variable named.
-#[derive(Debug, Clone, clap::Args)]
-pub struct ServeArgs {
+/// How to run the lock service. The `palisade serve` flags convert into this; tests and
+/// embedders build it directly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
     /// Directory holding the Raft log, snapshots and the signing key.
-    #[arg(long, env = "PALISADE_DATA_DIR", default_value = "./palisade-data")]
     pub data_dir: PathBuf,
-    /// Address the gRPC API listens on.
-    #[arg(long, env = "PALISADE_LISTEN", default_value = palisade_proto::DEFAULT_LISTEN)]
+    /// Address the gRPC API listens on (port 0 picks a free one).
     pub listen: SocketAddr,
-    /// Address of the Prometheus `/metrics` endpoint (off when not set).
-    #[arg(long, env = "PALISADE_METRICS_LISTEN")]
+    /// Address of the Prometheus `/metrics` endpoint (off when `None`).
     pub metrics_listen: Option<SocketAddr>,
     /// After a holder's session expires, its locks are not granted again for this long.
-    #[arg(long, env = "PALISADE_LOCK_DELAY", default_value = "0s", value_parser = palisade_core::duration::parse_duration_ms)]
     pub lock_delay_ms: u64,
 }
 
+/// Why the lock service could not start or stopped serving. Every case is final for this
+/// process: the operator must fix the directory, the address or the flags and start again.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The configured lock delay is outside the lock table's limits.
+    #[error("invalid --lock-delay: {0}")]
+    InvalidLockDelay(String),
+    /// The gRPC address cannot be bound (in use, not local, no permission).
+    #[error("cannot listen on {listen}")]
+    Listen {
+        listen: SocketAddr,
+        source: std::io::Error,
+    },
+    /// The node could not recover or take leadership in its data directory.
+    #[error("cannot start the lock service in {}", data_dir.display())]
+    Start {
+        data_dir: PathBuf,
+        #[source]
+        source: node::StartError,
+    },
+    /// The Prometheus exporter could not be installed.
+    #[error(transparent)]
+    Metrics(#[from] metrics_exporter_prometheus::BuildError),
+    /// The gRPC transport failed while serving.
+    #[error(transparent)]
+    Transport(#[from] tonic::transport::Error),
+}
+
 /// Runs the lock service until SIGTERM or SIGINT.
-pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+pub async fn serve(args: ServerConfig) -> Result<(), ServeError> {
     if let Some(listen) = args.metrics_listen {
         metrics::install(listen)?;
         tracing::info!(%listen, "serving /metrics");
@@ -69,24 +95,23 @@ pub struct Server {
 
 impl Server {
     /// Recovers the node from `args.data_dir` and binds `args.listen` (port 0 picks a free one).
-    pub async fn start(args: &ServeArgs) -> anyhow::Result<Server> {
+    pub async fn start(args: &ServerConfig) -> Result<Server, ServeError> {
         let limits = palisade_core::Limits {
             lock_delay_ms: args.lock_delay_ms,
             ..Default::default()
         };
-        limits
-            .validate()
-            .map_err(|e| anyhow::anyhow!("invalid --lock-delay: {e}"))?;
+        limits.validate().map_err(ServeError::InvalidLockDelay)?;
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
-            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
+            .map_err(|source| ServeError::Listen {
+                listen: args.listen,
+                source,
+            })?;
         let node = node::Node::start(&args.data_dir, limits)
             .await
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot start the lock service in {}: {e}",
-                    args.data_dir.display()
-                )
+            .map_err(|source| ServeError::Start {
+                data_dir: args.data_dir.clone(),
+                source,
             })?;
         Ok(Server { node, listener })
     }
@@ -108,7 +133,7 @@ impl Server {
     pub async fn run_until(
         self,
         shutdown: impl std::future::Future<Output = ()>,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), ServeError> {
         let node = self.node.clone();
         let service = palisade_proto::v1::locks_server::LocksServer::new(grpc::LockService::new(
             self.node.clone(),
