@@ -37,7 +37,7 @@ enum Command {
     Serve(serve::ServeArgs),
     /// The fenced store: a key/value store over HTTP that refuses stale sequencers.
     #[command(subcommand)]
-    Store(palisade_store::cli::StoreCommand),
+    Store(palisade_cli::store::StoreCommand),
     /// Wait for a lock, run a command while holding it, release it when the command exits.
     Lock(lock::LockArgs),
     /// Take a lock once, for scripts: prints the grant; the session is not kept alive.
@@ -78,7 +78,7 @@ impl Command {
     /// warn.
     fn default_log_filter(&self) -> &'static str {
         match self {
-            Command::Serve(_) | Command::Store(palisade_store::cli::StoreCommand::Serve(_)) => {
+            Command::Serve(_) | Command::Store(palisade_cli::store::StoreCommand::Serve(_)) => {
                 "info"
             }
             // The demo runs a lock service in-process; its timeline is the output, so the
@@ -95,7 +95,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     };
     match cli.command {
         Command::Serve(args) => serve::run(args).await.map(|()| ExitCode::SUCCESS),
-        Command::Store(command) => palisade_store::cli::run(command).await,
+        Command::Store(command) => palisade_cli::store::run(command).await,
         Command::Lock(args) => lock::run(args, &global).await,
         Command::Acquire(args) => oneshot::acquire(args, &global).await,
         Command::Renew(args) => oneshot::renew(args, &global).await,

@@ -10,12 +10,12 @@
 //!   stale sequencer wins over a failing compare;
 //! - limits and bad input: a clear error, nothing lost.
 //!
-//! Three faces: the library (`Store`), a real HTTP server on a loopback port, and
-//! `palisade store …` (in-process `execute` as in tests/cli.rs, and real child processes where
-//! the environment or a SIGKILL matters: this test executable re-runs itself as the child, see
-//! [`child_process_entry`], so no binary of another crate is needed).
+//! This file holds the face `palisade store …`: in-process `execute` as in `store_cli.rs`, and
+//! real child processes where the environment or a SIGKILL matters (this test executable re-runs
+//! itself as the child, see [`child_process_entry`]). The library and HTTP faces are in
+//! `crates/store/tests/read_side.rs`.
 
-mod common;
+mod store_common;
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::path::{Path, PathBuf};
@@ -24,19 +24,14 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use common::{RunningServer, Service, impostor_grant};
-use palisade_sequencer::PublicKey;
-use palisade_store::cli::{
+use palisade_cli::store::{
     EXIT_COMPARE_FAILED, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_STALE, ServeArgs, StoreCommand, execute,
 };
-use palisade_store::limits::{
-    BATCH_BODY_BYTES_MAX, BATCH_OPS_MAX, COMPARES_MAX, KEY_BYTES_MAX, VALUE_BYTES_MAX,
-};
-use palisade_store::{
-    BatchOp, BatchRequest, ClaimAck, Compare, Entry, FenceView, OpKind, Store, StoreClient,
-    StoreError,
-};
+use palisade_sequencer::PublicKey;
+use palisade_store::limits::KEY_BYTES_MAX;
+use palisade_store::{FenceView, StoreClient, StoreError};
 use serde_json::{Value, json};
+use store_common::{RunningServer, Service};
 
 const LOCK: &str = "jobs/nightly";
 const OTHER_LOCK: &str = "jobs/hourly";
@@ -46,35 +41,6 @@ const SEQUENCER: &str = "Palisade-Sequencer";
 // Library helpers
 // ---------------------------------------------------------------------------------------------
 
-fn put_op(key: &str, value: &str) -> BatchOp {
-    BatchOp::Put {
-        key: key.into(),
-        value: value.as_bytes().to_vec(),
-    }
-}
-
-fn get_op(key: &str) -> BatchOp {
-    BatchOp::Get { key: key.into() }
-}
-
-fn delete_op(key: &str) -> BatchOp {
-    BatchOp::Delete { key: key.into() }
-}
-
-/// The refusal of a superseded grant of [`LOCK`].
-fn stale(presented: u64, accepted: u64, holder_session: u64) -> StoreError {
-    StoreError::Stale {
-        lock: LOCK.into(),
-        presented,
-        accepted,
-        holder_session: Some(holder_session),
-    }
-}
-
-fn fence(store: &Store, lock: &str) -> FenceView {
-    store.fence_state(lock).unwrap()
-}
-
 fn fence_of(lock: &str, token_max: u64, holder_session: u64) -> FenceView {
     FenceView {
         lock: lock.into(),
@@ -83,32 +49,92 @@ fn fence_of(lock: &str, token_max: u64, holder_session: u64) -> FenceView {
     }
 }
 
-/// (value, revision) of `key` as an observer sees it.
-fn look(store: &Store, key: &str) -> Option<(String, u64)> {
-    store
-        .get(key)
-        .unwrap()
-        .map(|entry| (String::from_utf8(entry.value).unwrap(), entry.revision))
-}
-
-fn txn(compare: Vec<Compare>, ops: Vec<BatchOp>) -> BatchRequest {
-    BatchRequest { compare, ops }
-}
-
-fn revision_is(key: &str, revision: u64) -> Compare {
-    Compare::Revision {
-        key: key.into(),
-        revision,
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Library: fenced reads
 // ---------------------------------------------------------------------------------------------
 
+// ---------------------------------------------------------------------------------------------
+// HTTP
+// ---------------------------------------------------------------------------------------------
+
+/// Status and JSON body; panics if the body is not JSON ("Every error is JSON").
+async fn answer(response: reqwest::Response) -> (u16, Value) {
+    let status = response.status().as_u16();
+    let body = response.bytes().await.unwrap();
+    let body = serde_json::from_slice(&body)
+        .unwrap_or_else(|_| panic!("HTTP {status}: body is not JSON: {body:?}"));
+    (status, body)
+}
+
+struct Http {
+    http: reqwest::Client,
+    url: String,
+}
+
+impl Http {
+    fn new(url: &str) -> Http {
+        Http {
+            http: reqwest::Client::new(),
+            url: url.to_owned(),
+        }
+    }
+
+    async fn get(&self, path: &str, sequencer: Option<&str>) -> (u16, Value) {
+        let mut request = self.http.get(format!("{}{path}", self.url));
+        if let Some(sequencer) = sequencer {
+            request = request.header(SEQUENCER, sequencer);
+        }
+        answer(request.send().await.unwrap()).await
+    }
+
+    async fn put(
+        &self,
+        key: &str,
+        value: &str,
+        sequencer: &str,
+        condition: Option<(&str, &str)>,
+    ) -> (u16, Value) {
+        let mut request = self
+            .http
+            .put(format!("{}/v1/kv/{key}", self.url))
+            .header(SEQUENCER, sequencer)
+            .body(value.to_owned());
+        if let Some((name, value)) = condition {
+            request = request.header(name, value);
+        }
+        answer(request.send().await.unwrap()).await
+    }
+
+    async fn post(&self, path: &str, sequencer: Option<&str>, body: Vec<u8>) -> (u16, Value) {
+        let mut request = self
+            .http
+            .post(format!("{}{path}", self.url))
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(sequencer) = sequencer {
+            request = request.header(SEQUENCER, sequencer);
+        }
+        answer(request.send().await.unwrap()).await
+    }
+
+    async fn fence(&self, lock: &str) -> Value {
+        let (status, body) = self.get(&format!("/v1/fence/{lock}"), None).await;
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    async fn value(&self, key: &str) -> Option<(Value, Value)> {
+        let (status, body) = self.get(&format!("/v1/kv/{key}"), None).await;
+        match status {
+            200 => Some((body["value"].clone(), body["revision"].clone())),
+            404 => None,
+            _ => panic!("GET {key}: {status} {body}"),
+        }
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
-// `palisade store …`, in process (as tests/cli.rs)
+// `palisade store …`, in process (as store_cli.rs)
 // ---------------------------------------------------------------------------------------------
 
 /// The `palisade store` part of the command line, as the `palisade` binary nests it.
@@ -558,7 +584,7 @@ fn run_serve_child() {
         .enable_all()
         .build()
         .unwrap()
-        .block_on(palisade_store::cli::run(command))
+        .block_on(palisade_cli::store::run(command))
         .unwrap();
 }
 
