@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every `palisade bench` workload against Palisade and against etcd 3.4 on this machine and
-# prints a markdown table with both columns and their ratio (DESIGN.md §6).
+# prints a markdown table with both columns and their ratio (the targets are in
+# docs/benchmarks.md, "Targets").
 #
 #   scripts/bench-vs-etcd.sh [--duration 5s] [--warmup 1s] [--json FILE]
 #

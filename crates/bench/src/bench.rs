@@ -1,4 +1,5 @@
-//! `palisade bench`: a load generator for the workloads of DESIGN §6, against Palisade or etcd.
+//! `palisade bench`: a load generator for the workloads of `docs/benchmarks.md`, against
+//! Palisade or etcd.
 //!
 //! Every workload runs N clients, each with its own connection and session (or etcd lease),
 //! opened before the clock starts. Operations that start during the warm-up or end after the
@@ -18,7 +19,7 @@
 //! The store workloads are in `store_workloads.rs`.
 //!
 //! Benchmarks report numbers; nothing here decides whether a number is good enough except the
-//! comparison table, which prints the targets of DESIGN §6 next to the measurements.
+//! comparison table, which prints our targets (`docs/benchmarks.md`, "Targets") next to the measurements.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -43,7 +44,7 @@ const CLIENTS_MAX: usize = 1_024;
 /// Bytes of each value the fenced-write workload writes.
 pub const WRITE_VALUE_BYTES: usize = 128;
 
-/// A workload of DESIGN §6.
+/// A workload of `docs/benchmarks.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Workload {
@@ -98,7 +99,8 @@ impl Workload {
         )
     }
 
-    /// Clients when `--clients` is not given: the shapes of DESIGN §6.
+    /// Clients when `--clients` is not given: the shapes of the targets in
+    /// `docs/benchmarks.md`.
     fn clients_default(self) -> usize {
         match self {
             Workload::Uncontended
@@ -160,7 +162,7 @@ pub struct BenchArgs {
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    palisade_server::parse_duration_ms(text).map(Duration::from_millis)
+    palisade_core::duration::parse_duration_ms(text).map(Duration::from_millis)
 }
 
 /// One workload run against one target.
@@ -627,7 +629,7 @@ pub fn server_table(report: &BenchReport) -> String {
 }
 
 /// The comparison table: one column per target, and for two targets the first one's advantage
-/// (above 1× means the first is better) and the DESIGN §6 target where there is one.
+/// (above 1× means the first is better) and our target where there is one.
 pub fn markdown_table(report: &BenchReport, targets: &[Target]) -> String {
     let kinds: Vec<&str> = {
         let mut kinds: Vec<&str> = targets.iter().map(Target::kind).collect();

@@ -1,4 +1,5 @@
-//! `palisade demo`: the pause scenario of DESIGN §1, end to end on real components.
+//! `palisade demo`: the pause scenario (a holder paused past its lease writes after the next
+//! holder), end to end on real components.
 //!
 //! A lock service (and, for the fenced run, a fenced store) start in this process on temporary
 //! directories and free loopback ports. Then, twice:
@@ -61,7 +62,7 @@ impl Default for DemoArgs {
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    palisade_server::parse_duration_ms(text).map(Duration::from_millis)
+    palisade_core::duration::parse_duration_ms(text).map(Duration::from_millis)
 }
 
 /// Everything the demo showed.

@@ -192,7 +192,8 @@ fn signing() -> f64 {
     started.elapsed().as_secs_f64() * 1e6 / SIGNATURES as f64
 }
 
-/// The primitives and the bounds they imply, as a markdown table next to DESIGN.md's targets.
+/// The primitives and the bounds they imply, as a markdown table next to our targets
+/// (`docs/benchmarks.md`, "Targets").
 pub fn markdown(floor: &Floor) -> String {
     let ms = |us: f64| format!("{:.3} ms", us / 1e3);
     let mut out = format!(
@@ -223,7 +224,7 @@ pub fn markdown(floor: &Floor) -> String {
         out.push_str(&format!("| {what} | {us:.1} µs |\n"));
     }
     out.push_str(
-        "\n| what that leaves for a perfect server on this machine | value | DESIGN §6 target |\n|---|---:|---|\n",
+        "\n| what that leaves for a perfect server on this machine | value | target |\n|---|---:|---|\n",
     );
     out.push_str(&format!(
         "| one-client acquire+release ≥ 2 × (fsync + round trip + 2 hand-offs) + signature | {} | ≤ 0.45 ms |\n",

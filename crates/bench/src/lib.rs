@@ -3,7 +3,7 @@
 //! - [`demo`]: the pause scenario end to end on real components — a lock service and a fenced
 //!   store started in this process on temporary directories — once through an unfenced write
 //!   path (the paused holder's stale write wins: a lost update) and once fenced (it is refused);
-//! - [`bench`]: the load generator of DESIGN §6 against Palisade or etcd, with hdrhistogram
+//! - [`bench`]: the load generator of the workloads in `docs/benchmarks.md` against Palisade or etcd, with hdrhistogram
 //!   percentiles and a markdown comparison table;
 //! - [`target`]: what a benchmark client drives — the Palisade client library, or a minimal etcd
 //!   v3 client generated from `proto/` (leases and the lock service only);

@@ -18,7 +18,7 @@ pub struct LocalLockService {
     address: SocketAddr,
     public_key: String,
     shutdown: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<anyhow::Result<()>>>,
+    task: Option<JoinHandle<Result<(), palisade_server::ServeError>>>,
     // Declared last: removed after the server stopped writing to it.
     _dir: tempfile::TempDir,
 }
@@ -30,7 +30,7 @@ impl LocalLockService {
             .prefix("palisade-lock-service-")
             .tempdir()
             .context("cannot create a temporary directory for the lock service")?;
-        let args = palisade_server::ServeArgs {
+        let args = palisade_server::ServerConfig {
             data_dir: dir.path().to_path_buf(),
             listen: "127.0.0.1:0".parse().expect("a literal address parses"),
             metrics_listen: None,
@@ -79,7 +79,7 @@ impl LocalLockService {
             let _ = shutdown.send(());
         }
         match self.task.take() {
-            Some(task) => task.await.context("the lock service task failed")?,
+            Some(task) => Ok(task.await.context("the lock service task failed")??),
             None => Ok(()),
         }
     }

@@ -34,14 +34,14 @@ pub const CANNOT_EXECUTE: u8 = 126;
 pub const COMMAND_NOT_FOUND: u8 = 127;
 
 // `palisade store` shares this scheme; its constants live beside its commands.
-const _: () = assert!(palisade_store::cli::EXIT_REFUSED == REFUSED);
-const _: () = assert!(palisade_store::cli::EXIT_UNAVAILABLE == UNAVAILABLE);
-const _: () = assert!(palisade_store::cli::EXIT_INTERNAL == INTERNAL);
-const _: () = assert!(palisade_store::cli::EXIT_OUTCOME_UNKNOWN == OUTCOME_UNKNOWN);
+const _: () = assert!(palisade_cli::store::EXIT_REFUSED == REFUSED);
+const _: () = assert!(palisade_cli::store::EXIT_UNAVAILABLE == UNAVAILABLE);
+const _: () = assert!(palisade_cli::store::EXIT_INTERNAL == INTERNAL);
+const _: () = assert!(palisade_cli::store::EXIT_OUTCOME_UNKNOWN == OUTCOME_UNKNOWN);
 // The store's own codes (3 stale, 5 not found, 8 compare failed) are free here.
-const _: () = assert!(palisade_store::cli::EXIT_STALE == 3);
-const _: () = assert!(palisade_store::cli::EXIT_NOT_FOUND == 5);
-const _: () = assert!(palisade_store::cli::EXIT_COMPARE_FAILED == 8);
+const _: () = assert!(palisade_cli::store::EXIT_STALE == 3);
+const _: () = assert!(palisade_cli::store::EXIT_NOT_FOUND == 5);
+const _: () = assert!(palisade_cli::store::EXIT_COMPARE_FAILED == 8);
 
 /// The exit statuses, as `--help` shows them.
 pub const HELP: &str = "\

@@ -259,7 +259,7 @@ async fn claim_stores(args: &LockArgs, guard: &LockGuard) -> anyhow::Result<()> 
             Err(error) => Err(error),
         };
         if let Err(error) = claimed {
-            let (code, prefix) = palisade_store::cli::exit_status(&error);
+            let (code, prefix) = palisade_cli::store::exit_status(&error);
             return Err(Exit::new(
                 code,
                 format!(

@@ -10,6 +10,7 @@ mod inspect;
 mod lock;
 mod oneshot;
 mod output;
+mod serve;
 
 use std::io::IsTerminal as _;
 use std::process::ExitCode;
@@ -33,10 +34,10 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the lock service.
-    Serve(palisade_server::ServeArgs),
+    Serve(serve::ServeArgs),
     /// The fenced store: a key/value store over HTTP that refuses stale sequencers.
     #[command(subcommand)]
-    Store(palisade_store::cli::StoreCommand),
+    Store(palisade_cli::store::StoreCommand),
     /// Wait for a lock, run a command while holding it, release it when the command exits.
     Lock(lock::LockArgs),
     /// Take a lock once, for scripts: prints the grant; the session is not kept alive.
@@ -77,7 +78,7 @@ impl Command {
     /// warn.
     fn default_log_filter(&self) -> &'static str {
         match self {
-            Command::Serve(_) | Command::Store(palisade_store::cli::StoreCommand::Serve(_)) => {
+            Command::Serve(_) | Command::Store(palisade_cli::store::StoreCommand::Serve(_)) => {
                 "info"
             }
             // The demo runs a lock service in-process; its timeline is the output, so the
@@ -93,10 +94,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         endpoint: cli.endpoint,
     };
     match cli.command {
-        Command::Serve(args) => palisade_server::serve(args)
-            .await
-            .map(|()| ExitCode::SUCCESS),
-        Command::Store(command) => palisade_store::cli::run(command).await,
+        Command::Serve(args) => serve::run(args).await.map(|()| ExitCode::SUCCESS),
+        Command::Store(command) => palisade_cli::store::run(command).await,
         Command::Lock(args) => lock::run(args, &global).await,
         Command::Acquire(args) => oneshot::acquire(args, &global).await,
         Command::Renew(args) => oneshot::renew(args, &global).await,

@@ -1,6 +1,6 @@
 //! The public contract of the `palisade` command, tested from the outside.
 //!
-//! Written from the design brief (§2 invariants, §4 CLI contract), the README, the CLI README
+//! Written from the invariants of ARCHITECTURE.md, the README, the CLI README
 //! (exit statuses) and `crates/store/docs/store-http.md` alone, without reading the
 //! implementation. Every test starts a real `palisade serve` (and, where needed, a real
 //! `palisade store serve`) on a temporary directory and a free loopback port, drives them with

@@ -10,21 +10,14 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use clap::Parser;
 use palisade_client::{
     AcquireError, AcquireOptions, Client, LockEventKind, ReleaseError, SessionLost, SessionOptions,
     Wait,
 };
-use palisade_server::{ServeArgs, Server};
+use palisade_server::{Server, ServerConfig};
 use tokio::io::copy_bidirectional;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, watch};
-
-#[derive(Parser)]
-struct Flags {
-    #[command(flatten)]
-    serve: ServeArgs,
-}
 
 /// A lock service running in this process.
 struct Running {
@@ -34,9 +27,13 @@ struct Running {
 
 impl Running {
     async fn start(dir: &Path, listen: &str) -> Running {
-        let data_dir = dir.to_str().unwrap();
-        let flags = Flags::parse_from(["serve", "--data-dir", data_dir, "--listen", listen]);
-        let server = Server::start(&flags.serve).await.expect("server starts");
+        let config = ServerConfig {
+            data_dir: dir.to_path_buf(),
+            listen: listen.parse().expect("a loopback address"),
+            metrics_listen: None,
+            lock_delay_ms: 0,
+        };
+        let server = Server::start(&config).await.expect("server starts");
         let addr = server.local_addr();
         let (stop, stopped) = oneshot::channel::<()>();
         tokio::spawn(server.run_until(async {

@@ -1,7 +1,8 @@
 //! The lock table against a deliberately simple reference model, under random command sequences.
 //!
-//! [`Model`] is written from the semantics of the lock table (DESIGN.md §2, invariants 1, 6, 7,
-//! 8 and 10), not from its code: plain `Vec`s, linear searches, no deadline indexes, no
+//! [`Model`] is written from the semantics of the lock table (the invariants of ARCHITECTURE.md:
+//! 1 monotonic tokens, 6 leases are minimums, 7 FIFO waiters, 8 ownership and retries, 10 bad
+//! input), not from its code: plain `Vec`s, linear searches, no deadline indexes, no
 //! cross-referenced sets. Every step compares the table's reply and events with the model's and
 //! the visible state of every lock and session. Independently of the model, a [`Checker`]
 //! watches the observable history for the invariants themselves: tokens strictly increase per

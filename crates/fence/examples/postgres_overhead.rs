@@ -1,4 +1,5 @@
-//! Benchmark program: what the fence costs a PostgreSQL write (DESIGN.md §6, target ≤ 1.10×).
+//! Benchmark program: what the fence costs a PostgreSQL write (target ≤ 1.10×, see
+//! `docs/benchmarks.md`, "Targets").
 //!
 //! Both paths run the same transaction, `UPDATE reports SET body = $1 WHERE id = 1` and a
 //! commit, on one connection; the fenced path adds the signature check (a [`Verifier`], which

@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 
 use palisade_proto::v1::locks_client::LocksClient;
 use palisade_proto::v1::*;
-use palisade_server::{ServeArgs, Server};
+use palisade_server::{Server, ServerConfig};
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let clients: u64 = std::env::args()
         .nth(1)
         .and_then(|a| a.parse().ok())
@@ -19,7 +19,7 @@ async fn main() -> anyhow::Result<()> {
         .and_then(|a| a.parse().ok())
         .unwrap_or(5);
     let dir = tempfile::tempdir()?;
-    let args = ServeArgs {
+    let args = ServerConfig {
         data_dir: dir.path().to_path_buf(),
         listen: "127.0.0.1:0".parse()?,
         metrics_listen: None,
@@ -36,7 +36,7 @@ async fn main() -> anyhow::Result<()> {
             })
             .await?;
         let Ok(palisade_core::Reply::SessionOpened { session, .. }) = opened.result else {
-            anyhow::bail!("open")
+            return Err("the probe's session was not opened".into());
         };
         let started = Instant::now();
         let mut cycles = 0u64;

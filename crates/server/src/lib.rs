@@ -25,53 +25,51 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// Flags of `palisade serve`; each can also be set by the environment variable named.
-#[derive(Debug, Clone, clap::Args)]
-pub struct ServeArgs {
+/// How to run the lock service. The `palisade serve` flags convert into this; tests and
+/// embedders build it directly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
     /// Directory holding the Raft log, snapshots and the signing key.
-    #[arg(long, env = "PALISADE_DATA_DIR", default_value = "./palisade-data")]
     pub data_dir: PathBuf,
-    /// Address the gRPC API listens on.
-    #[arg(long, env = "PALISADE_LISTEN", default_value = palisade_proto::DEFAULT_LISTEN)]
+    /// Address the gRPC API listens on (port 0 picks a free one).
     pub listen: SocketAddr,
-    /// Address of the Prometheus `/metrics` endpoint (off when not set).
-    #[arg(long, env = "PALISADE_METRICS_LISTEN")]
+    /// Address of the Prometheus `/metrics` endpoint (off when `None`).
     pub metrics_listen: Option<SocketAddr>,
     /// After a holder's session expires, its locks are not granted again for this long.
-    #[arg(long, env = "PALISADE_LOCK_DELAY", default_value = "0s", value_parser = parse_duration_ms)]
     pub lock_delay_ms: u64,
 }
 
-/// Parses `1500ms`, `10s`, `2m`, `1h` or a bare number of seconds into milliseconds.
-pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("invalid duration {text:?}: expected e.g. 500ms, 10s, 2m"))?;
-    let scale = match unit {
-        "ms" => 1.0,
-        "" | "s" => 1_000.0,
-        "m" => 60_000.0,
-        "h" => 3_600_000.0,
-        _ => {
-            return Err(format!(
-                "invalid duration unit {unit:?} in {text:?}: use ms, s, m or h"
-            ));
-        }
-    };
-    let ms = number * scale;
-    if !ms.is_finite() || ms < 0.0 || ms > u64::MAX as f64 / 2.0 {
-        return Err(format!("duration {text:?} is out of range"));
-    }
-    Ok(ms.round() as u64)
+/// Why the lock service could not start or stopped serving. Every case is final for this
+/// process: the operator must fix the directory, the address or the flags and start again.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The configured lock delay is outside the lock table's limits.
+    #[error("invalid --lock-delay: {0}")]
+    InvalidLockDelay(String),
+    /// The gRPC address cannot be bound (in use, not local, no permission).
+    #[error("cannot listen on {listen}")]
+    Listen {
+        listen: SocketAddr,
+        source: std::io::Error,
+    },
+    /// The node could not recover or take leadership in its data directory.
+    #[error("cannot start the lock service in {}", data_dir.display())]
+    Start {
+        data_dir: PathBuf,
+        #[source]
+        source: node::StartError,
+    },
+    /// The Prometheus exporter could not be installed.
+    #[error(transparent)]
+    Metrics(#[from] metrics_exporter_prometheus::BuildError),
+    /// The gRPC transport failed while serving.
+    #[error(transparent)]
+    Transport(#[from] tonic::transport::Error),
 }
 
 /// Runs the lock service until SIGTERM or SIGINT.
-pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+pub async fn serve(args: ServerConfig) -> Result<(), ServeError> {
     if let Some(listen) = args.metrics_listen {
         metrics::install(listen)?;
         tracing::info!(%listen, "serving /metrics");
@@ -98,24 +96,23 @@ pub struct Server {
 
 impl Server {
     /// Recovers the node from `args.data_dir` and binds `args.listen` (port 0 picks a free one).
-    pub async fn start(args: &ServeArgs) -> anyhow::Result<Server> {
+    pub async fn start(args: &ServerConfig) -> Result<Server, ServeError> {
         let limits = palisade_core::Limits {
             lock_delay_ms: args.lock_delay_ms,
             ..Default::default()
         };
-        limits
-            .validate()
-            .map_err(|e| anyhow::anyhow!("invalid --lock-delay: {e}"))?;
+        limits.validate().map_err(ServeError::InvalidLockDelay)?;
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
-            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
+            .map_err(|source| ServeError::Listen {
+                listen: args.listen,
+                source,
+            })?;
         let node = node::Node::start(&args.data_dir, limits)
             .await
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot start the lock service in {}: {e}",
-                    args.data_dir.display()
-                )
+            .map_err(|source| ServeError::Start {
+                data_dir: args.data_dir.clone(),
+                source,
             })?;
         Ok(Server { node, listener })
     }
@@ -137,7 +134,7 @@ impl Server {
     pub async fn run_until(
         self,
         shutdown: impl std::future::Future<Output = ()>,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), ServeError> {
         let node = self.node.clone();
         let service = palisade_proto::v1::locks_server::LocksServer::new(grpc::LockService::new(
             self.node.clone(),

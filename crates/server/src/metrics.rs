@@ -23,7 +23,7 @@ const SECONDS_BUCKETS: &[f64] = &[
 const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 1024.0];
 
 /// Serves `/metrics` in the Prometheus text format on `listen`.
-pub fn install(listen: SocketAddr) -> anyhow::Result<()> {
+pub fn install(listen: SocketAddr) -> Result<(), metrics_exporter_prometheus::BuildError> {
     PrometheusBuilder::new()
         .with_http_listener(listen)
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)?

@@ -43,6 +43,32 @@ pub enum ProposeError {
     Stopped(String),
 }
 
+/// Why [`Node::start`] failed. Each is final for this start: nothing is served.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The data directory, the signing key, the log or the snapshot could not be read or
+    /// written (including a log whose acknowledged frames are corrupt).
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// openraft refused its configuration, failed to initialise, or this node did not become
+    /// the leader of its one-member group.
+    #[error("{0}")]
+    Raft(Box<dyn std::error::Error + Send + Sync + 'static>),
+    /// Proposing `LeaderStart` or the new limits failed.
+    #[error(transparent)]
+    Propose(#[from] ProposeError),
+    /// The lock table refused the configured limits.
+    #[error("the new limits were refused: {0}")]
+    LimitsRefused(palisade_core::CoreError),
+}
+
+impl StartError {
+    fn raft(error: impl std::error::Error + Send + Sync + 'static) -> StartError {
+        StartError::Raft(Box::new(error))
+    }
+}
+
 /// The leader's clock, mapped onto the lock table's timeline.
 #[derive(Debug, Clone, Copy)]
 struct LeaderClock {
@@ -69,7 +95,7 @@ pub struct Node {
     public_key: PublicKey,
 }
 
-fn raft_config() -> anyhow::Result<Config> {
+fn raft_config() -> Result<Config, StartError> {
     let config = Config {
         cluster_name: "palisade".to_string(),
         heartbeat_interval: 100,
@@ -81,13 +107,13 @@ fn raft_config() -> anyhow::Result<Config> {
         max_in_snapshot_log_to_keep: 1_000,
         ..Default::default()
     };
-    Ok(config.validate()?)
+    config.validate().map_err(StartError::raft)
 }
 
 impl Node {
     /// Opens the data directory, recovers the lock table, takes leadership of the one-member
     /// group and extends every lease. Returns when the node is ready to serve.
-    pub async fn start(data_dir: &Path, limits: Limits) -> anyhow::Result<Arc<Node>> {
+    pub async fn start(data_dir: &Path, limits: Limits) -> Result<Arc<Node>, StartError> {
         std::fs::create_dir_all(data_dir)?;
         // The log takes the data directory's lock: nothing in it, the key included, is created
         // before this process knows it is the only one using the directory.
@@ -103,19 +129,23 @@ impl Node {
             log.clone(),
             state_machine,
         )
-        .await?;
-        if !raft.is_initialized().await? {
+        .await
+        .map_err(StartError::raft)?;
+        if !raft.is_initialized().await.map_err(StartError::raft)? {
             let members = BTreeMap::from([(NODE_ID, BasicNode::new(""))]);
             match raft.initialize(members).await {
                 Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(StartError::raft(e)),
             }
         }
         raft.wait(Some(Duration::from_secs(30)))
             .state(ServerState::Leader, "become leader")
-            .await?;
+            .await
+            .map_err(StartError::raft)?;
         // Everything committed before the restart is applied once a linearizable read passes.
-        raft.ensure_linearizable(ReadPolicy::ReadIndex).await?;
+        raft.ensure_linearizable(ReadPolicy::ReadIndex)
+            .await
+            .map_err(StartError::raft)?;
         let clock = LeaderClock {
             base_ms: shared.read(|t| t.now_ms()),
             base: Instant::now(),
@@ -136,8 +166,7 @@ impl Node {
         // retroactively for entries replayed above.
         if node.shared.read(|t| *t.limits()) != limits {
             let set = node.propose(Command::SetLimits { limits }).await?;
-            set.result
-                .map_err(|e| anyhow::anyhow!("the new limits were refused: {e}"))?;
+            set.result.map_err(StartError::LimitsRefused)?;
             tracing::info!(?limits, "limits changed");
         }
         tokio::spawn(node.clone().drive_leases());

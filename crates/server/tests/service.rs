@@ -7,14 +7,14 @@ use palisade_core::CoreError;
 use palisade_proto::v1::locks_client::LocksClient;
 use palisade_proto::v1::*;
 use palisade_server::limits::{LIST_PAGE_LOCKS_MAX, LOCK_NAME_BYTES_MAX};
-use palisade_server::{ServeArgs, Server};
+use palisade_server::{Server, ServerConfig};
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
 
 struct Running {
     client: LocksClient<Channel>,
     stop: Option<oneshot::Sender<()>>,
-    done: tokio::task::JoinHandle<anyhow::Result<()>>,
+    done: tokio::task::JoinHandle<Result<(), palisade_server::ServeError>>,
 }
 
 impl Running {
@@ -23,7 +23,7 @@ impl Running {
     }
 
     async fn start_with_lock_delay(dir: &Path, lock_delay_ms: u64) -> Running {
-        let args = ServeArgs {
+        let args = ServerConfig {
             data_dir: dir.to_path_buf(),
             listen: "127.0.0.1:0".parse().unwrap(),
             metrics_listen: None,

@@ -1,5 +1,5 @@
-//! Benchmark program: what the fence costs a store write (DESIGN.md §6, "fenced write vs the
-//! same write unfenced", target ≤ 1.10×).
+//! Benchmark program: what the fence costs a store write ("fenced write vs the same write
+//! unfenced", target ≤ 1.10×, see `docs/benchmarks.md`, "Targets").
 //!
 //! Both paths are one redb write transaction committed with `Durability::Immediate` (fsync) on
 //! the same database. The fenced one adds the sequencer check (signature cached after the first

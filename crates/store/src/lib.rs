@@ -41,14 +41,15 @@
 //! - [`limits`]: every limit, with compile-time relations;
 //! - [`Store`] ([`store`]): the fenced redb store, usable without HTTP;
 //! - [`server`]: the axum routes and error mapping; [`StoreServer`] binds and serves;
-//! - [`StoreClient`] ([`client`]): the reqwest client with typed errors;
-//! - [`cli`]: `palisade store serve|put|get|delete|fence` and the exit statuses.
+//! - [`StoreClient`] ([`client`]): the reqwest client with typed errors.
+//!
+//! The `palisade store` subcommands, their output and exit statuses belong to the `palisade`
+//! binary (`crates/cli/src/store.rs`); this crate parses no command line.
 //!
 //! **Architecture Invariant:** no write reaches the key/value table except through
 //! [`RedbFence::begin`](palisade_fence::RedbFence::begin) in the same transaction, apart from
 //! the benchmark-only [`Store::put_unfenced`], which writes a separate table no read consults.
 
-pub mod cli;
 pub mod client;
 mod error;
 pub mod limits;

@@ -4,8 +4,9 @@
 //! back — replaying an older grant is refused after every restart.
 //!
 //! This file has its own `main` (`harness = false`): run with `PALISADE_STORE_CHILD=<data dir>`,
-//! the executable *is* the store server (`palisade store serve` via `cli::run`), so the test
-//! needs no binary from another crate. The kill delays come from a seed printed at the start;
+//! the executable *is* the store server (what `palisade store serve` runs: [`Store::open`] and
+//! [`StoreServer`], announcing its address on standard output), so the test needs no binary
+//! from another crate. The kill delays come from a seed printed at the start;
 //! set `PALISADE_CRASH_SEED` to replay one.
 
 mod common;
@@ -20,8 +21,7 @@ use std::time::{Duration, Instant};
 
 use common::Service;
 use palisade_sequencer::PublicKey;
-use palisade_store::cli::{ServeArgs, StoreCommand};
-use palisade_store::{StoreClient, StoreError};
+use palisade_store::{Store, StoreClient, StoreError, StoreServer};
 
 const CHILD_ENV: &str = "PALISADE_STORE_CHILD";
 const CHILD_KEY_ENV: &str = "PALISADE_STORE_CHILD_PUBLIC_KEY";
@@ -61,21 +61,27 @@ fn main() {
     println!("test {TEST_NAME} ... ok ({:.1?})", started.elapsed());
 }
 
-/// The child: `palisade store serve --listen 127.0.0.1:0` on the given data directory.
+/// The child: a store server on `127.0.0.1:0` over the given data directory, announcing
+/// `palisade store: listening on http://ADDR` as `palisade store serve` does.
 fn run_child(data_dir: &Path) {
     let public_key = PublicKey::parse(&std::env::var(CHILD_KEY_ENV).unwrap()).unwrap();
-    let command = StoreCommand::Serve(ServeArgs {
-        data_dir: data_dir.to_owned(),
-        listen: "127.0.0.1:0".parse().unwrap(),
-        public_key,
-    });
+    let store = Arc::new(Store::open(data_dir, public_key).unwrap());
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap()
-        .block_on(palisade_store::cli::run(command))
-        .unwrap();
+        .block_on(async move {
+            let server = StoreServer::bind(store, "127.0.0.1:0".parse().unwrap())
+                .await
+                .unwrap();
+            println!(
+                "palisade store: listening on http://{}",
+                server.local_addr().unwrap()
+            );
+            // Killed with SIGKILL by the parent: it never shuts down on its own.
+            server.run_until(std::future::pending()).await.unwrap();
+        });
 }
 
 struct ServerProcess {

@@ -1,5 +1,8 @@
 //! The `palisade store` subcommands: `serve`, `put`, `get`, `delete`, `claim`, `txn`, `fence`.
 //!
+//! The command line, printing, retries and exit statuses of the fenced store; the store itself
+//! (`palisade_store`) knows none of them.
+//!
 //! Exit statuses are those of the `palisade` binary as a whole (its README lists them), so a
 //! script tells "unreachable" or "unknown" apart the same way for `acquire` and `store put`:
 //!
@@ -8,7 +11,7 @@
 //! | 0 | done |
 //! | [`EXIT_REFUSED`] = 1 | refused: the sequencer is missing, malformed, forged or of another lock, or the request is invalid |
 //! | 2 | bad command line (clap) |
-//! | [`EXIT_STALE`] = 3 | the sequencer is stale: a newer holder of the lock has read or written here |
+//! | [`EXIT_STALE`] = 3 | the sequencer is stale: a newer holder of the lock has claimed, read or written here |
 //! | [`EXIT_NOT_FOUND`] = 5 | `get`: the key has no value |
 //! | [`EXIT_COMPARE_FAILED`] = 8 | a compare (`--if-revision`, `--create-only`, `txn --if-…`) did not hold; nothing was applied |
 //! | [`EXIT_UNAVAILABLE`] = 69 | the store is unreachable or failed; nothing was applied (also `serve` failing) |
@@ -25,8 +28,10 @@ use std::time::Duration;
 use anyhow::Context as _;
 use palisade_sequencer::PublicKey;
 
-use crate::types::{BatchOp, BatchRequest, ClaimAck, Compare, OpKind, WriteAck};
-use crate::{Store, StoreClient, StoreError, StoreServer};
+use palisade_store::{
+    BatchOp, BatchRequest, ClaimAck, Compare, OpKind, Store, StoreClient, StoreError, StoreServer,
+    WriteAck,
+};
 
 /// The store URL clients use when neither `--store` nor `PALISADE_STORE` is given.
 pub const DEFAULT_STORE_URL: &str = "http://127.0.0.1:7458";
@@ -36,7 +41,7 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7458";
 /// Refused: the sequencer is missing, malformed, forged or of another lock, or the request is
 /// invalid (too large, bad key, reused request id). The `palisade` binary's "refused".
 pub const EXIT_REFUSED: u8 = 1;
-/// The sequencer is stale: a newer holder of the lock has read or written here.
+/// The sequencer is stale: a newer holder of the lock has claimed, read or written here.
 pub const EXIT_STALE: u8 = 3;
 /// `get`: the key has no value.
 pub const EXIT_NOT_FOUND: u8 = 5;
@@ -354,7 +359,7 @@ pub async fn execute(
 ) -> u8 {
     let (json, outcome) = match command {
         StoreCommand::Serve(_) => {
-            let _ = writeln!(stderr, "palisade: `store serve` runs through cli::run");
+            let _ = writeln!(stderr, "palisade: `store serve` runs through store::run");
             return EXIT_UNAVAILABLE;
         }
         StoreCommand::Put(args) => {
@@ -483,8 +488,10 @@ pub async fn execute(
     }
 }
 
-/// The exit status of a failed command, and how its message starts. Every error is named:
-/// a new variant does not compile here until it has a status.
+/// The exit status of a failed command, and how its message starts. Every error of today is
+/// named; `StoreError` is `#[non_exhaustive]` and lives in another crate, so a variant added
+/// later falls back to the store's own classes (outcome unknown, retryable, or refused) until
+/// it is named here.
 pub fn exit_status(error: &StoreError) -> (u8, &'static str) {
     match error {
         StoreError::Stale { .. } => (EXIT_STALE, "refused: "),
@@ -503,6 +510,9 @@ pub fn exit_status(error: &StoreError) -> (u8, &'static str) {
         StoreError::Storage { .. } | StoreError::Unavailable { .. } => (EXIT_UNAVAILABLE, ""),
         StoreError::Corrupt { .. } | StoreError::UnexpectedResponse { .. } => (EXIT_INTERNAL, ""),
         StoreError::OutcomeUnknown { .. } => (EXIT_OUTCOME_UNKNOWN, ""),
+        other if other.is_outcome_unknown() => (EXIT_OUTCOME_UNKNOWN, ""),
+        other if other.is_retryable() => (EXIT_UNAVAILABLE, ""),
+        _ => (EXIT_REFUSED, ""),
     }
 }
 

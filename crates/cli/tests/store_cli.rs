@@ -1,13 +1,13 @@
 //! Scenarios for `palisade store put|get|delete|fence` as a shell script sees them: what is
 //! printed, and the exit status.
 
-mod common;
+mod store_common;
 
 use clap::{CommandFactory as _, Parser};
-use common::{RunningServer, Service, impostor_grant};
-use palisade_store::cli::{
+use palisade_cli::store::{
     EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_STALE, EXIT_UNAVAILABLE, StoreCommand, execute,
 };
+use store_common::{RunningServer, Service, impostor_grant};
 
 /// The `palisade store` part of the command line, as the `palisade` binary nests it.
 #[derive(Debug, Parser)]
