@@ -149,7 +149,7 @@ impl Resource {
                 };
                 let client = redis::Client::open(url.as_str()).unwrap();
                 let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-                let fence = RedisFence::new().with_key_prefix(prefix.clone());
+                let fence = RedisFence::new().with_key_prefix(format!("{prefix}fence:"));
                 let op = RedisOp::set(format!("{prefix}{KEY}"), value.as_bytes().to_vec());
                 let written = fence.write(&mut connection, LOCK, &verified, &[op]).await;
                 from_fence(written.map(|_replies| ()))
