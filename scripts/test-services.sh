@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The servers the adapter tests talk to, on loopback: PostgreSQL (5432), Redis (6379) and MariaDB
+# (3306). Installs whichever is missing from Debian's packages (postgresql, redis-server,
+# mariadb-server), sets a fresh install up for password-less loopback access as the tests connect
+# (a test machine's setting, never a production one), creates the `test` databases, starts what
+# is down, and fails if a server still cannot be reached. `.ci/run` calls it; it needs root.
+set -euo pipefail
+
+reachable() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_for_port() { # port name
+  for _ in $(seq 1 100); do
+    if reachable "$1"; then return 0; fi
+    sleep 0.2
+  done
+  echo "test services: $2 is not reachable on 127.0.0.1:$1; the adapter tests need it" >&2
+  return 1
+}
+
+missing=()
+ls /etc/postgresql/*/main >/dev/null 2>&1 || missing+=(postgresql)
+command -v redis-server >/dev/null || missing+=(redis-server)
+command -v mariadbd >/dev/null || command -v mysqld >/dev/null || missing+=(mariadb-server)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "test services: installing ${missing[*]} from Debian's packages"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+fresh() { [[ " ${missing[*]} " == *" $1 "* ]]; }
+
+# PostgreSQL: the tests connect as postgres over TCP without a password.
+pg_version="$(ls /etc/postgresql | sort -V | tail -n 1)"
+if fresh postgresql; then
+  hba="/etc/postgresql/$pg_version/main/pg_hba.conf"
+  printf 'local all postgres trust\nhost all all 127.0.0.1/32 trust\n' | cat - "$hba" > "$hba.new"
+  mv "$hba.new" "$hba"
+  # The package may have started the cluster with its own rules already.
+  if reachable 5432; then pg_ctlcluster --skip-systemctl-redirect "$pg_version" main reload; fi
+fi
+if ! reachable 5432; then
+  pg_ctlcluster --skip-systemctl-redirect "$pg_version" main start || true
+fi
+wait_for_port 5432 PostgreSQL
+if ! psql -h 127.0.0.1 -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'test'" | grep -q 1; then
+  createdb -h 127.0.0.1 -U postgres test
+fi
+
+# Redis: nothing kept on disk.
+if ! reachable 6379; then
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no || true
+fi
+wait_for_port 6379 Redis
+
+# MariaDB: the tests connect as root over TCP without a password. The SysV script starts
+# mysqld_safe, which needs no systemd; its own readiness check can wait 30 s and then report a
+# failure while the server is up, so the port is what decides.
+if ! reachable 3306; then
+  service mariadb start >/dev/null 2>&1 || true
+fi
+wait_for_port 3306 MariaDB
+if fresh mariadb-server; then
+  # Debian's root authenticates by its unix socket only; allow an empty password too.
+  mariadb --user=root --execute \
+    "ALTER USER root@localhost IDENTIFIED VIA unix_socket OR mysql_native_password USING PASSWORD('')"
+fi
+mariadb --user=root --host=127.0.0.1 --execute 'CREATE DATABASE IF NOT EXISTS test'
