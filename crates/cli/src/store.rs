@@ -285,7 +285,7 @@ pub struct FenceArgs {
 pub async fn run(command: StoreCommand) -> anyhow::Result<ExitCode> {
     match command {
         StoreCommand::Serve(args) => {
-            serve(args, shutdown_signal()).await?;
+            serve(args, palisade_server::shutdown_signal()).await?;
             Ok(ExitCode::SUCCESS)
         }
         command => {
@@ -324,29 +324,6 @@ pub async fn serve(
         .context("store server failed")?;
     tracing::info!("fenced store stopped");
     Ok(())
-}
-
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut terminate) => {
-                tokio::select! {
-                    _ = interrupt => {}
-                    _ = terminate.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = interrupt.await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = interrupt.await;
-    }
 }
 
 /// Runs a client subcommand (`put`, `get`, `delete`, `fence`), writing its output to `stdout`

@@ -1,9 +1,11 @@
 //! The service's Ed25519 signing key, created on first start and kept in the data directory.
 
-use std::io::{self, Write as _};
+use std::io;
 use std::path::Path;
 
 use palisade_sequencer::SigningKey;
+
+use crate::files::write_file_atomically;
 
 const KEY_FILE: &str = "signing.key";
 
@@ -22,18 +24,7 @@ pub fn load_or_create(dir: &Path) -> io::Result<SigningKey> {
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let key = SigningKey::generate();
-            let temporary = dir.join(format!("{KEY_FILE}.tmp"));
-            {
-                let mut options = std::fs::OpenOptions::new();
-                options.write(true).create(true).truncate(true);
-                #[cfg(unix)]
-                std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-                let mut file = options.open(&temporary)?;
-                file.write_all(&key.to_bytes())?;
-                file.sync_all()?;
-            }
-            std::fs::rename(&temporary, &path)?;
-            std::fs::File::open(dir)?.sync_all()?;
+            write_file_atomically(dir, KEY_FILE, &key.to_bytes(), Some(0o600))?;
             tracing::info!(path = %path.display(), "created the sequencer signing key");
             Ok(key)
         }

@@ -7,6 +7,7 @@
 //! - [`grpc`]: the `palisade.v1.Locks` service;
 //! - [`metrics`]: Prometheus metric names and exporter.
 
+mod files;
 pub mod grpc;
 mod incoming;
 mod keys;

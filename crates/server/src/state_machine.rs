@@ -8,7 +8,7 @@
 //! completed through [`Waiters`], and watchers receive [`Event`]s on a broadcast channel.
 
 use std::collections::HashMap;
-use std::io::{self, Cursor, Write as _};
+use std::io::{self, Cursor};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -23,6 +23,7 @@ use palisade_core::{
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, broadcast, mpsc};
 
+use crate::files::write_file_atomically;
 use crate::log_store::DurableIndex;
 use crate::raft_types::{C, SnapshotData};
 
@@ -264,21 +265,6 @@ fn decode_snapshot(bytes: &[u8], source: &str) -> io::Result<Applied> {
     Ok(applied)
 }
 
-/// Writes `bytes` to `dir/name` so that a crash leaves either the old file or the new one.
-pub fn write_file_atomically(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
-    // A name of its own per call: a snapshot being built and one being installed may overlap.
-    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let write = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let temporary = dir.join(format!("{name}.{write}.tmp"));
-    {
-        let mut file = std::fs::File::create(&temporary)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-    }
-    std::fs::rename(&temporary, dir.join(name))?;
-    std::fs::File::open(dir)?.sync_all()
-}
-
 impl RaftSnapshotBuilder<C> for StateMachine {
     type SnapshotData = SnapshotData;
 
@@ -291,9 +277,11 @@ impl RaftSnapshotBuilder<C> for StateMachine {
         };
         let dir = self.shared.dir.clone();
         let to_write = bytes.clone();
-        tokio::task::spawn_blocking(move || write_file_atomically(&dir, SNAPSHOT_FILE, &to_write))
-            .await
-            .map_err(io::Error::other)??;
+        tokio::task::spawn_blocking(move || {
+            write_file_atomically(&dir, SNAPSHOT_FILE, &to_write, None)
+        })
+        .await
+        .map_err(io::Error::other)??;
         Ok(SnapshotOf::<C, SnapshotData> {
             meta,
             snapshot: Cursor::new(bytes),
@@ -374,9 +362,11 @@ impl RaftStateMachine<C> for StateMachine {
         installed.membership = meta.last_membership.clone();
         let bytes = serde_json::to_vec(&installed).map_err(io::Error::other)?;
         let dir = self.shared.dir.clone();
-        tokio::task::spawn_blocking(move || write_file_atomically(&dir, SNAPSHOT_FILE, &bytes))
-            .await
-            .map_err(io::Error::other)??;
+        tokio::task::spawn_blocking(move || {
+            write_file_atomically(&dir, SNAPSHOT_FILE, &bytes, None)
+        })
+        .await
+        .map_err(io::Error::other)??;
         *self.shared.applied() = installed;
         Ok(())
     }

@@ -35,7 +35,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -43,6 +43,7 @@ use openraft::entry::RaftEntry;
 use openraft::type_config::alias::{LogIdOf, VoteOf};
 use serde::{Deserialize, Serialize};
 
+use crate::files::write_file_atomically;
 use crate::limits::RECORD_BYTES_MAX;
 use crate::raft_types::{C, Entry};
 
@@ -281,14 +282,12 @@ impl Wal {
         for chunk in entries.chunks(COMPACT_ENTRIES_PER_FRAME) {
             encode_frame(&[Record::Entries(chunk.to_vec())], &mut encoded)?;
         }
-        let temporary = self.path.with_extension("compact");
-        {
-            let mut file = File::create(&temporary)?;
-            file.write_all(&encoded)?;
-            file.sync_all()?;
-        }
-        std::fs::rename(&temporary, &self.path)?;
-        File::open(directory_of(&self.path))?.sync_all()?;
+        let name = self
+            .path
+            .file_name()
+            .and_then(|name| name.to_str())
+            .ok_or_else(|| io::Error::other(format!("{} has no file name", self.path.display())))?;
+        write_file_atomically(directory_of(&self.path), name, &encoded, None)?;
         self.file = OpenOptions::new().write(true).open(&self.path)?;
         tracing::info!(
             from_bytes = self.bytes,

@@ -1,0 +1,63 @@
+//! Replacing a file so that a crash leaves either the old contents or the new, never a mix: the
+//! snapshot, the signing key and the compacted log all go through [`write_file_atomically`].
+
+use std::io::{self, Write as _};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Writes `bytes` to `dir/name` through a temporary file in the same directory: written,
+/// fsynced, renamed over the old file, then the directory fsynced so the rename is durable.
+/// `mode` sets the permissions of the new file on Unix (the key's 0600).
+pub fn write_file_atomically(
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+    mode: Option<u32>,
+) -> io::Result<()> {
+    // A name of its own per call: a snapshot being built and one being installed may overlap.
+    static WRITES: AtomicU64 = AtomicU64::new(0);
+    let write = WRITES.fetch_add(1, Ordering::Relaxed);
+    let temporary = dir.join(format!("{name}.{write}.tmp"));
+    {
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        if let Some(mode) = mode {
+            std::os::unix::fs::OpenOptionsExt::mode(&mut options, mode);
+        }
+        #[cfg(not(unix))]
+        let _ = mode;
+        let mut file = options.open(&temporary)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+    }
+    std::fs::rename(&temporary, dir.join(name))?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replaced_file_holds_the_new_bytes_with_the_mode_asked_for_and_no_temporary_is_left() {
+        let dir = tempfile::tempdir().unwrap();
+        write_file_atomically(dir.path(), "key", b"old", None).unwrap();
+        write_file_atomically(dir.path(), "key", b"new", Some(0o600)).unwrap();
+        assert_eq!(std::fs::read(dir.path().join("key")).unwrap(), b"new");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(dir.path().join("key"))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["key"]);
+    }
+}
