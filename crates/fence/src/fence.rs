@@ -138,6 +138,29 @@ fn assert_state_valid(state: &FenceState) {
     );
 }
 
+/// The state a backend read back from its storage, checked as it is loaded: a token outside
+/// `1..=TOKEN_MAX` means someone wrote to the fence's storage behind its back, and is reported as
+/// [`FenceError::Corrupt`]. The token is taken wide (`i128`) so a negative SQL `bigint` is shown
+/// as it was stored.
+pub(crate) fn stored_state(
+    scope: &str,
+    lock: String,
+    token_max: i128,
+    holder_session: u64,
+) -> Result<FenceState, FenceError> {
+    match u64::try_from(token_max) {
+        Ok(token_max) if (1..=TOKEN_MAX).contains(&token_max) => Ok(FenceState {
+            lock,
+            token_max,
+            holder_session,
+        }),
+        _ => Err(FenceError::Corrupt {
+            scope: scope.to_owned(),
+            message: format!("stored token {token_max} is outside 1..={TOKEN_MAX}"),
+        }),
+    }
+}
+
 /// Checks a scope name: 1..=[`SCOPE_BYTES_MAX`] bytes.
 pub fn validate_scope(scope: &str) -> Result<(), FenceError> {
     if scope.is_empty() {
@@ -209,5 +232,28 @@ mod tests {
             );
             assert!(refused.is_final(), "{refused:?}");
         }
+    }
+
+    #[test]
+    fn a_stored_token_outside_the_range_is_corrupt_and_shown_as_stored() {
+        for bad in [-5_i128, 0, i128::from(TOKEN_MAX) + 1, i128::from(u64::MAX)] {
+            let refused = stored_state("orders", "jobs".into(), bad, 7).unwrap_err();
+            let FenceError::Corrupt { scope, message } = &refused else {
+                panic!("{refused:?}");
+            };
+            assert_eq!(scope, "orders");
+            assert!(
+                message.contains(&format!("stored token {bad} ")),
+                "{message}"
+            );
+        }
+        assert_eq!(
+            stored_state("orders", "jobs".into(), 9, 7).unwrap(),
+            FenceState {
+                lock: "jobs".into(),
+                token_max: 9,
+                holder_session: 7
+            }
+        );
     }
 }

@@ -71,12 +71,12 @@
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Row, Transaction};
-use palisade_core::limits::{LOCK_NAME_BYTES_MAX, TOKEN_MAX};
+use palisade_core::limits::LOCK_NAME_BYTES_MAX;
 use palisade_sequencer::VerifiedSequencer;
 
 use crate::FenceError;
 use crate::fence::{
-    FenceState, LockBinding, SCOPE_BYTES_MAX, assert_advance, check, validate_scope,
+    FenceState, LockBinding, SCOPE_BYTES_MAX, assert_advance, check, stored_state, validate_scope,
 };
 
 // The column widths of `create_table_sql` are these limits.
@@ -221,16 +221,7 @@ fn decode(scope: &str, mut row: Row) -> Result<FenceState, FenceError> {
     let holder_session: u64 = take(&mut row, 2).map_err(corrupt)?;
     let lock =
         String::from_utf8(lock).map_err(|_| corrupt("the stored lock name is not UTF-8".into()))?;
-    if !(1..=TOKEN_MAX).contains(&token_max) {
-        return Err(corrupt(format!(
-            "stored token {token_max} is outside 1..={TOKEN_MAX}"
-        )));
-    }
-    Ok(FenceState {
-        lock,
-        token_max,
-        holder_session,
-    })
+    stored_state(scope, lock, token_max.into(), holder_session)
 }
 
 fn take<T: mysql_async::prelude::FromValue>(row: &mut Row, index: usize) -> Result<T, String> {

@@ -47,7 +47,6 @@
 //!
 //! `holder_session` is a `u64` stored bit-for-bit in a `bigint`.
 
-use palisade_core::limits::TOKEN_MAX;
 use palisade_sequencer::VerifiedSequencer;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
@@ -55,7 +54,7 @@ use tokio_postgres::{GenericClient, Row, Transaction};
 
 use crate::FenceError;
 use crate::fence::{
-    FenceState, LockBinding, check, confirm_advanced, explain_refusal, validate_scope,
+    FenceState, LockBinding, check, confirm_advanced, explain_refusal, stored_state, validate_scope,
 };
 
 /// The DDL of the fence table.
@@ -188,17 +187,8 @@ fn decode(scope: &str, row: &Row) -> Result<FenceState, FenceError> {
     let lock: String = row.try_get(0).map_err(storage)?;
     let token_max: i64 = row.try_get(1).map_err(storage)?;
     let holder_session: i64 = row.try_get(2).map_err(storage)?;
-    if token_max < 1 {
-        return Err(FenceError::Corrupt {
-            scope: scope.to_owned(),
-            message: format!("stored token {token_max} is outside 1..={TOKEN_MAX}"),
-        });
-    }
-    Ok(FenceState {
-        lock,
-        token_max: token_max as u64,
-        holder_session: holder_session as u64,
-    })
+    // `holder_session` is stored bit-for-bit (see the module docs).
+    stored_state(scope, lock, token_max.into(), holder_session as u64)
 }
 
 fn storage(error: tokio_postgres::Error) -> FenceError {

@@ -15,14 +15,13 @@
 
 use std::path::Path;
 
-use palisade_core::limits::TOKEN_MAX;
 use palisade_sequencer::VerifiedSequencer;
 use redb::{
     Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
 };
 
 use crate::FenceError;
-use crate::fence::{FenceState, LockBinding, assert_advance, check, validate_scope};
+use crate::fence::{FenceState, LockBinding, assert_advance, check, stored_state, validate_scope};
 
 /// The table holding each scope's state: scope → (token_max, holder_session, lock).
 pub const FENCE_TABLE: TableDefinition<'static, &str, (u64, u64, &str)> =
@@ -136,17 +135,7 @@ fn decode(
     scope: &str,
     (token_max, holder_session, lock): (u64, u64, &str),
 ) -> Result<FenceState, FenceError> {
-    if !(1..=TOKEN_MAX).contains(&token_max) {
-        return Err(FenceError::Corrupt {
-            scope: scope.to_owned(),
-            message: format!("stored token {token_max} is outside 1..={TOKEN_MAX}"),
-        });
-    }
-    Ok(FenceState {
-        lock: lock.to_owned(),
-        token_max,
-        holder_session,
-    })
+    stored_state(scope, lock.to_owned(), token_max.into(), holder_session)
 }
 
 /// An accepted sequencer's effect on its scope, not yet written: see [`RedbFence::check_in`].

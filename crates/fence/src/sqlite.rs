@@ -24,13 +24,12 @@
 //! exactly as durable as the data it protects. `holder_session` is a `u64` stored bit-for-bit in
 //! an `INTEGER`.
 
-use palisade_core::limits::TOKEN_MAX;
 use palisade_sequencer::VerifiedSequencer;
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior};
 
 use crate::FenceError;
 use crate::fence::{
-    FenceState, LockBinding, check, confirm_advanced, explain_refusal, validate_scope,
+    FenceState, LockBinding, check, confirm_advanced, explain_refusal, stored_state, validate_scope,
 };
 
 /// The DDL of the fence table.
@@ -129,17 +128,8 @@ fn read_state(conn: &Connection, scope: &str) -> Result<Option<FenceState>, Fenc
     let Some((lock, token_max, holder_session)) = row else {
         return Ok(None);
     };
-    if token_max < 1 {
-        return Err(FenceError::Corrupt {
-            scope: scope.to_owned(),
-            message: format!("stored token {token_max} is outside 1..={TOKEN_MAX}"),
-        });
-    }
-    Ok(Some(FenceState {
-        lock,
-        token_max: token_max as u64,
-        holder_session: holder_session as u64,
-    }))
+    // `holder_session` is stored bit-for-bit (see the module docs).
+    stored_state(scope, lock, token_max.into(), holder_session as u64).map(Some)
 }
 
 fn storage(error: rusqlite::Error) -> FenceError {
