@@ -553,13 +553,10 @@ where
     unreachable!("the last attempt always returns")
 }
 
-/// A request id unique enough for one sequencer: this process and the current time.
+/// A fresh request id for one write: random, like the lock client's (the store compares it
+/// only with the ids of the same sequencer).
 fn fresh_request_id() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_nanos())
-        .unwrap_or_default();
-    format!("cli-{}-{nanos:x}", std::process::id())
+    format!("cli-{:016x}", palisade_client::request_id())
 }
 
 fn write_output(ack: &WriteAck, json: bool) -> Vec<u8> {

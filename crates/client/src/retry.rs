@@ -18,15 +18,17 @@ pub(crate) const BACKOFF_INITIAL: Duration = Duration::from_millis(50);
 /// Longest pause between attempts.
 pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
-/// A fresh random request id, for an acquire or a release.
+/// A fresh random request id, for an acquire, a release, or a write to the fenced store.
 ///
-/// The server compares such an id only with the last few ids of the same session
+/// The lock service compares such an id only with the last few ids of the same session
 /// (`REQUEST_IDS_PER_SESSION_MAX`), and a session's commands come from the process that opened
-/// it. So if the OS has no randomness to give, a clock-and-counter mix is enough: the counter
-/// keeps this process's ids apart, and no other client's ids are ever compared with them. That
+/// it; the store compares it only with the ids presented with the same sequencer. So if the OS
+/// has no randomness to give, a mix of the clock, a counter and the process id is enough: the
+/// counter keeps this process's ids apart, the process id those of the holder's other processes,
+/// and no other client's ids are ever compared with them. That
 /// reasoning holds only for ids scoped to one session; anything compared across clients, like
 /// the key of an open, must come from [`open_key`], which has no fallback.
-pub(crate) fn request_id() -> u64 {
+pub fn request_id() -> u64 {
     match getrandom::u64() {
         Ok(id) => id,
         Err(error) => {
