@@ -20,21 +20,28 @@ wait_for_port() { # port name
 missing=()
 ls /etc/postgresql/*/main >/dev/null 2>&1 || missing+=(postgresql)
 command -v redis-server >/dev/null || missing+=(redis-server)
-command -v mariadbd >/dev/null || command -v mysqld >/dev/null || missing+=(mariadb-server)
+[ -x /usr/sbin/mariadbd ] || [ -x /usr/sbin/mysqld ] || missing+=(mariadb-server)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test services: installing ${missing[*]} from Debian's packages"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-fresh() { [[ " ${missing[*]} " == *" $1 "* ]]; }
 
-# PostgreSQL: the tests connect as postgres over TCP without a password.
-pg_version="$(ls /etc/postgresql | sort -V | tail -n 1)"
-if fresh postgresql; then
-  hba="/etc/postgresql/$pg_version/main/pg_hba.conf"
-  printf 'local all postgres trust\nhost all all 127.0.0.1/32 trust\n' | cat - "$hba" > "$hba.new"
-  mv "$hba.new" "$hba"
+# PostgreSQL: the tests connect as postgres over TCP without a password. Each step checks its own
+# state, so a run that stopped half way is finished by the next one.
+pg_version="$(ls /etc/postgresql 2>/dev/null | sort -V | tail -n 1 || true)"
+if [ -z "$pg_version" ] || [ ! -d "/etc/postgresql/$pg_version/main" ]; then
+  echo "test services: PostgreSQL is installed but has no cluster in /etc/postgresql/*/main" >&2
+  exit 1
+fi
+hba="/etc/postgresql/$pg_version/main/pg_hba.conf"
+if ! grep -q '^host all all 127.0.0.1/32 trust' "$hba"; then
+  echo "test services: letting PostgreSQL trust loopback connections ($hba)"
+  # Rewritten in place, so the file keeps its owner and mode.
+  { printf 'local all postgres trust\nhost all all 127.0.0.1/32 trust\n'; cat "$hba"; } > "$hba.new"
+  cat "$hba.new" > "$hba"
+  rm -f "$hba.new"
   # The package may have started the cluster with its own rules already.
   if reachable 5432; then pg_ctlcluster --skip-systemctl-redirect "$pg_version" main reload; fi
 fi
@@ -59,8 +66,9 @@ if ! reachable 3306; then
   service mariadb start >/dev/null 2>&1 || true
 fi
 wait_for_port 3306 MariaDB
-if fresh mariadb-server; then
-  # Debian's root authenticates by its unix socket only; allow an empty password too.
+if ! mariadb --user=root --host=127.0.0.1 --execute 'SELECT 1' >/dev/null 2>&1; then
+  # Debian's root authenticates by its unix socket only; allow an empty password over TCP too.
+  echo "test services: letting MariaDB's root in over loopback without a password"
   mariadb --user=root --execute \
     "ALTER USER root@localhost IDENTIFIED VIA unix_socket OR mysql_native_password USING PASSWORD('')"
 fi

@@ -543,9 +543,12 @@ where
                 tokio::time::sleep(backoff).await;
                 backoff *= 2;
             }
-            // An earlier attempt may have been applied: a final "unavailable" cannot rule it out.
-            Err(StoreError::Unavailable { message }) if unknown => {
-                return Err(StoreError::OutcomeUnknown { message });
+            // An earlier attempt may have been applied: a last failure that is only "not
+            // applied this time" cannot rule that out.
+            Err(error) if unknown && error.is_retryable() => {
+                return Err(StoreError::OutcomeUnknown {
+                    message: format!("an earlier attempt's outcome is unknown, and then: {error}"),
+                });
             }
             result => return result,
         }

@@ -185,17 +185,23 @@ pub async fn claim_expecting(
 
 /// Commits `txn`, the claim and the caller's writes together.
 ///
-/// An error answered by the server means the transaction did not commit:
-/// [`FenceError::Storage`]. A commit whose answer never came (the connection failed) is
-/// [`FenceError::OutcomeUnknown`]: it may or may not have committed.
+/// Only server errors that mean the transaction rolled back are [`FenceError::Storage`]: a
+/// deadlock (1213), a lock wait timeout (1205), and a failed binary-log write that rolled it
+/// back (1180, 1181). Anything else — the connection failed, or the server killed the query
+/// during the commit — is [`FenceError::OutcomeUnknown`]: it may or may not have committed.
 pub async fn commit(txn: Transaction<'_>) -> Result<(), FenceError> {
     txn.commit().await.map_err(|error| match error {
-        mysql_async::Error::Server(_) => storage(error),
+        mysql_async::Error::Server(ref server) if ROLLED_BACK.contains(&server.code) => {
+            storage(error)
+        }
         other => FenceError::OutcomeUnknown {
-            message: format!("mysql commit failed: {other}"),
+            message: format!("mysql commit failed, it may or may not have committed: {other}"),
         },
     })
 }
+
+/// Server errors of a COMMIT after which the transaction is known to have rolled back.
+const ROLLED_BACK: [u16; 4] = [1213, 1205, 1180, 1181];
 
 /// The state of `scope` as a plain read of `conn` sees it (its snapshot, inside a
 /// transaction), if any sequencer was accepted.

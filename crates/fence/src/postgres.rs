@@ -169,18 +169,27 @@ pub async fn fence_state(
 
 /// Commits `txn`, the claim and the caller's writes together.
 ///
-/// A refusal by the server (a serialization failure, a deferred constraint) means the
-/// transaction rolled back: [`FenceError::Storage`]. A commit whose answer never came (the
-/// connection failed) is [`FenceError::OutcomeUnknown`]: it may or may not have committed.
+/// Only errors that mean the transaction rolled back are [`FenceError::Storage`]: a
+/// serialization failure or deadlock (class 40) and a deferred constraint (class 23). Anything
+/// else — the connection failed, or the server ended it during the commit (which, with
+/// synchronous replication, can happen after the commit was already durable locally) — is
+/// [`FenceError::OutcomeUnknown`]: it may or may not have committed.
 pub async fn commit(txn: Transaction<'_>) -> Result<(), FenceError> {
-    txn.commit()
-        .await
-        .map_err(|error| match error.as_db_error() {
-            Some(_) => storage(error),
-            None => FenceError::OutcomeUnknown {
-                message: format!("postgresql commit failed: {error}"),
-            },
-        })
+    txn.commit().await.map_err(|error| {
+        let rolled_back = error.as_db_error().is_some_and(|db| {
+            let code = db.code().code();
+            code.starts_with("40") || code.starts_with("23")
+        });
+        if rolled_back {
+            storage(error)
+        } else {
+            FenceError::OutcomeUnknown {
+                message: format!(
+                    "postgresql commit failed, it may or may not have committed: {error}"
+                ),
+            }
+        }
+    })
 }
 
 fn decode(scope: &str, row: &Row) -> Result<FenceState, FenceError> {

@@ -24,7 +24,10 @@ end
 
 local fence = redis.pcall('HMGET', KEYS[1], 'lock', 'token', 'session')
 if fence.err then
-  return {'corrupt', 'the fence key is not a hash: ' .. fence.err}
+  if string.find(fence.err, 'WRONGTYPE', 1, true) then
+    return {'corrupt', 'the fence key is not a hash: ' .. fence.err}
+  end
+  return fence -- any other error (a permission, say) is the server's, passed on as it is
 end
 if fence[1] or fence[2] or fence[3] then
   if not (fence[1] and fence[2] and fence[3]) then
@@ -175,6 +178,31 @@ for i = 1, ops do
     types[key], integers[key], sums[i] = 'string', sum, sum
   else
     return {'invalid', 'unknown op ' .. tostring(kind)}
+  end
+end
+
+-- Redis checks permissions (ACLs) command by command inside a script: a write refused half way
+-- would leave the writes before it applied and the token not advanced. Ask first, for every
+-- write and for the fence's own.
+if not redis.acl_check_cmd('HSET', KEYS[1], 'lock', lock, 'token', token, 'session', session) then
+  return {'invalid', 'this connection may not write the fence hash ' .. KEYS[1]}
+end
+for i = 1, ops do
+  local key, kind, value = KEYS[1 + conditions + i], ARGV[arg0 + 2 * i - 1], ARGV[arg0 + 2 * i]
+  local allowed
+  if kind == 'set' then
+    allowed = redis.acl_check_cmd('SET', key, value)
+  elseif kind == 'del' then
+    allowed = redis.acl_check_cmd('DEL', key)
+  elseif kind == 'get' then
+    allowed = redis.acl_check_cmd('GET', key)
+  elseif kind == 'rpush' then
+    allowed = redis.acl_check_cmd('RPUSH', key, value)
+  else
+    allowed = redis.acl_check_cmd('INCRBY', key, value)
+  end
+  if not allowed then
+    return {'invalid', 'this connection may not ' .. kind .. ' ' .. key .. ' (op ' .. (i - 1) .. ')'}
   end
 end
 

@@ -599,6 +599,8 @@ fn refused_before_running(error: &RedisError) -> bool {
             | ServerErrorKind::CrossSlot
             | ServerErrorKind::Moved
             | ServerErrorKind::Ask
+            // Redis checks the keys of EVAL against the user's ACL before the script runs, and
+            // the script checks every command it will call before its first write.
             | ServerErrorKind::NoPerm,
         )
         | ErrorKind::AuthenticationFailed

@@ -912,3 +912,61 @@ async fn a_connection_lost_after_the_script_was_sent_is_an_unknown_outcome_not_a
     assert_eq!(state.token_max, 2);
     cleanup(&mut direct, &[key, fence.fence_key("s")]).await;
 }
+
+#[tokio::test]
+async fn a_user_that_may_not_advance_the_fence_writes_nothing_at_all() {
+    let Some(url) = redis_url() else { return };
+    let mut admin = connect(&url).await;
+    let (fence, prefix) = fixture();
+    let counter = format!("{prefix}:counter");
+    // A user that may run INCRBY but not HSET. Redis checks a command's permission when a script
+    // calls it, so without a check up front the INCRBY would apply and the token advance (an
+    // HSET) after it would fail.
+    let user = unique("paltest_user");
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(&user)
+        .arg("on")
+        .arg(">paltest-password")
+        .arg("+@all")
+        .arg("-hset")
+        .arg(format!("~{prefix}:*"))
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let Some(server) = url.strip_prefix("redis://") else {
+        panic!("PALISADE_TEST_REDIS {url:?} is not a redis:// URL");
+    };
+    let mut limited = connect(&format!("redis://{user}:paltest-password@{server}")).await;
+    let whoami: String = redis::cmd("ACL")
+        .arg("WHOAMI")
+        .query_async(&mut limited)
+        .await
+        .unwrap();
+    assert_eq!(whoami, user, "the test runs as the limited user");
+
+    let refused = fence
+        .write(
+            &mut limited,
+            "s",
+            &grant("report", 4, 1),
+            &[RedisOp::incr_by(&counter, 1)],
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, FenceError::InvalidRequest { .. }),
+        "{refused:?}"
+    );
+    assert!(refused.is_final(), "{refused:?}");
+    assert_eq!(get(&mut admin, &counter).await, None, "nothing was applied");
+    assert_eq!(fence.fence_state(&mut admin, "s").await.unwrap(), None);
+
+    let _: () = redis::cmd("ACL")
+        .arg("DELUSER")
+        .arg(&user)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    cleanup(&mut admin, &[counter]).await;
+}

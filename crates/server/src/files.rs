@@ -18,9 +18,15 @@ pub fn write_file_atomically(
     static WRITES: AtomicU64 = AtomicU64::new(0);
     let write = WRITES.fetch_add(1, Ordering::Relaxed);
     let temporary = dir.join(format!("{name}.{write}.tmp"));
-    {
+    // A temporary left by a crashed earlier run is removed rather than reused: its permissions
+    // may be wider than `mode`.
+    match std::fs::remove_file(&temporary) {
+        Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+        _ => {}
+    }
+    let written = (|| {
         let mut options = std::fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
+        options.write(true).create_new(true);
         #[cfg(unix)]
         if let Some(mode) = mode {
             std::os::unix::fs::OpenOptionsExt::mode(&mut options, mode);
@@ -30,8 +36,12 @@ pub fn write_file_atomically(
         let mut file = options.open(&temporary)?;
         file.write_all(bytes)?;
         file.sync_all()?;
+        std::fs::rename(&temporary, dir.join(name))
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temporary);
     }
-    std::fs::rename(&temporary, dir.join(name))?;
+    written?;
     std::fs::File::open(dir)?.sync_all()
 }
 
