@@ -527,7 +527,7 @@ async fn ping_until(
                     return SessionLost::NotFound;
                 }
                 tracing::debug!(session, %status, "keepalive stream did not open");
-                if !pause(&mut backoff, lease_deadline).await {
+                if !pause(&mut backoff, lease_deadline, interval).await {
                     return SessionLost::LeaseUnproven;
                 }
                 continue;
@@ -584,15 +584,21 @@ async fn ping_until(
                 }
             }
         }
-        if !pause(&mut backoff, lease_deadline).await {
+        if !pause(&mut backoff, lease_deadline, interval).await {
             return SessionLost::LeaseUnproven;
         }
     }
 }
 
 /// Waits before reconnecting; false if the lease ran out meanwhile.
-async fn pause(backoff: &mut Backoff, lease_deadline: Option<Instant>) -> bool {
-    let delay = backoff.next_delay().unwrap_or(crate::retry::BACKOFF_MAX);
+///
+/// Without a deadline (a lost session renewed best effort) the wait is at most `interval`, so
+/// a server that comes back finds the session renewed before its fresh lease runs out.
+async fn pause(backoff: &mut Backoff, lease_deadline: Option<Instant>, interval: Duration) -> bool {
+    let mut delay = backoff.next_delay().unwrap_or(crate::retry::BACKOFF_MAX);
+    if lease_deadline.is_none() {
+        delay = delay.min(interval);
+    }
     let wake = Instant::now() + delay;
     tokio::time::sleep_until(lease_deadline.map_or(wake, |deadline| wake.min(deadline))).await;
     lease_deadline.is_none_or(|deadline| Instant::now() < deadline)
