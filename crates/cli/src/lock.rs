@@ -58,7 +58,8 @@ pub struct LockArgs {
     /// How long to wait for the lock: a duration (0 = only if free now) or `forever`.
     #[arg(long, default_value = "forever", value_parser = parse_wait)]
     pub wait: Wait,
-    /// If the lock is lost: time between SIGTERM and SIGKILL to the command.
+    /// Time between SIGTERM and SIGKILL to the command: when the lock is lost, and after a
+    /// SIGTERM or SIGINT passed on to it.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub kill_grace: Duration,
     /// Run the command in palisade's process group so it can use the terminal; on loss of the
