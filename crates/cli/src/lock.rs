@@ -13,6 +13,12 @@
 //! so a shell's children are stopped too (as `timeout(1)` does). `--foreground` keeps it in
 //! palisade's group instead, so it can read the terminal; then only the command itself is
 //! signalled.
+//!
+//! The lock is given up only once the command is gone: after a loss the session is closed when
+//! the command (and its group) has stopped, and the client library keeps renewing it meanwhile.
+//! The command gets SIGKILL if palisade itself dies (`PR_SET_PDEATHSIG`), so a `kill -9` or an
+//! OOM kill of palisade does not leave it running without a lease. A forwarded SIGTERM or SIGINT
+//! that the command ignores is followed by SIGKILL after `--kill-grace`.
 
 use std::ffi::OsString;
 use std::io::ErrorKind;
@@ -52,7 +58,8 @@ pub struct LockArgs {
     /// How long to wait for the lock: a duration (0 = only if free now) or `forever`.
     #[arg(long, default_value = "forever", value_parser = parse_wait)]
     pub wait: Wait,
-    /// If the lock is lost: time between SIGTERM and SIGKILL to the command.
+    /// Time between SIGTERM and SIGKILL to the command: when the lock is lost, and after a
+    /// SIGTERM or SIGINT passed on to it.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub kill_grace: Duration,
     /// Run the command in palisade's process group so it can use the terminal; on loss of the
@@ -208,17 +215,32 @@ pub async fn run(args: LockArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let (mut child, target) = target;
     let lost = guard.lost();
     tokio::pin!(lost);
+    // Set by a forwarded SIGTERM or SIGINT: when the command must be gone, or gets SIGKILL.
+    let mut escalate_at: Option<Instant> = None;
     let outcome = loop {
         tokio::select! {
             biased;
             reason = &mut lost => break Outcome::Lost(reason),
             status = child.wait() => break Outcome::Exited(status),
+            () = sleep_until(escalate_at) => {
+                escalate_at = None;
+                eprintln!(
+                    "palisade: the command did not stop within {} of the signal; sending SIGKILL",
+                    human_duration(args.kill_grace),
+                );
+                // The command is not reaped yet (`child.wait()` has not returned), so its pid,
+                // and so its process group's id, cannot have been reused.
+                target.send(Signal::SIGKILL);
+            }
             signal = signals.recv() => {
                 let forward = !args.foreground
                     || matches!(signal, Signal::SIGTERM | Signal::SIGHUP);
                 if forward {
                     tracing::info!(%signal, "forwarding a signal to the command");
                     target.send(signal);
+                    if matches!(signal, Signal::SIGTERM | Signal::SIGINT) && escalate_at.is_none() {
+                        escalate_at = Some(Instant::now() + args.kill_grace);
+                    }
                 }
             }
         }
@@ -235,6 +257,8 @@ pub async fn run(args: LockArgs, global: &Global) -> anyhow::Result<ExitCode> {
                 guard.token(),
                 human_duration(args.kill_grace),
             );
+            // The session is closed (and the lock given up) only once the command is gone;
+            // until then the client library keeps renewing it as well as it can.
             stop(&mut child, target, args.kill_grace).await;
             drop(guard);
             close_quietly(session).await;
@@ -296,6 +320,24 @@ fn spawn(args: &LockArgs, client: &Client, guard: &LockGuard) -> anyhow::Result<
     if !args.foreground {
         command.process_group(0);
     }
+    let parent = Pid::this();
+    // SAFETY: the closure runs in the forked child before exec, where only async-signal-safe
+    // calls are allowed. It makes two system calls, prctl(2) and getppid(2), and builds an
+    // `io::Error` from an errno (no allocation); it takes no lock and touches no shared state.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(move || {
+            // If palisade dies (SIGKILL, OOM), the command dies with it rather than run on
+            // without a lease. (The signal fires when the spawning thread ends: a runtime
+            // worker, which lives as long as palisade.)
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+            // palisade may have died before the prctl: then the child was reparented already.
+            if nix::unistd::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc_esrch()));
+            }
+            Ok(())
+        });
+    }
     let child = command.spawn().map_err(|error| {
         let shown = program.to_string_lossy();
         match error.kind() {
@@ -320,25 +362,54 @@ fn spawn(args: &LockArgs, client: &Client, guard: &LockGuard) -> anyhow::Result<
 }
 
 /// SIGTERM, then SIGKILL to what is left after `grace`.
+///
+/// Once the command is reaped its pid is free, and once its group is seen empty the group's id
+/// is free too: from then on nothing is signalled, so an unrelated process or group that got
+/// the number is never hit.
 async fn stop(child: &mut Child, target: Target, grace: Duration) {
     let deadline = Instant::now() + grace;
     target.send(Signal::SIGTERM);
     let exited = tokio::time::timeout_at(deadline, child.wait())
         .await
         .is_ok();
-    // The command may be gone while other processes of its group live on.
-    if exited {
-        while matches!(target, Target::Group(_)) && target.alive() && Instant::now() < deadline {
-            tokio::time::sleep(GROUP_POLL_INTERVAL).await;
-        }
-    }
-    if target.alive() {
+    if !exited {
+        // Not reaped: the pid, and so the group's id, is still ours.
         eprintln!("palisade: the command did not stop within the grace period; sending SIGKILL");
         target.send(Signal::SIGKILL);
+    } else if let Target::Group(_) = target {
+        // The command is gone; other processes of its group may live on, and keep its id
+        // taken while they do. Poll until the group is empty or the grace is over.
+        let mut gone = !target.alive();
+        while !gone && Instant::now() < deadline {
+            tokio::time::sleep(GROUP_POLL_INTERVAL).await;
+            gone = !target.alive();
+        }
+        if !gone {
+            eprintln!(
+                "palisade: the command's process group did not stop within the grace period; sending SIGKILL"
+            );
+            target.send(Signal::SIGKILL);
+            while target.alive() && Instant::now() < deadline + grace {
+                tokio::time::sleep(GROUP_POLL_INTERVAL).await;
+            }
+        }
     }
     if let Err(error) = child.wait().await {
         tracing::warn!(%error, "cannot wait for the stopped command");
     }
+}
+
+/// Sleeps until `deadline`; never wakes without one.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// ESRCH: the process (here, palisade as the command's parent) no longer exists.
+fn libc_esrch() -> i32 {
+    Errno::ESRCH as i32
 }
 
 /// After the command exited: release, close, and pass its status on — unless the lock turned

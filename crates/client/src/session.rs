@@ -8,6 +8,12 @@
 //! the server says the session is gone, the session is **lost**: a `watch` flips and every
 //! [`LockGuard::lost`] future resolves. A lost session never comes back.
 //!
+//! A session lost because its lease could not be proven is **not** closed by the library: the
+//! keepalive goes on renewing it, best effort, until the owner calls [`Session::close`] or
+//! drops the session and its guards. The server may still hold the session (it is slow, not
+//! gone); closing it at once would hand its locks to the next waiter while the owner is still
+//! stopping whatever it did under them. So: on `lost()`, stop acting, then close or drop.
+//!
 //! Holding a lock this way is still advisory (a paused process learns of the loss late);
 //! what makes it safe is that resources check the guard's [`LockGuard::sequencer`].
 
@@ -209,8 +215,12 @@ impl Shared {
 impl Drop for Shared {
     fn drop(&mut self) {
         self.keepalive.abort();
-        if self.end(SessionLost::Closed).is_none()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        // A session lost for want of a proven lease may still be alive at the server (its
+        // keepalive went on renewing it): close it too.
+        if matches!(
+            self.end(SessionLost::Closed),
+            None | Some(SessionLost::LeaseUnproven)
+        ) && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             let client = self.client.clone();
             let session = self.id;
@@ -331,7 +341,9 @@ impl Session {
     }
 
     /// Ends the session: stops the keepalive, releases every lock, withdraws every wait.
-    /// Guards of this session see [`SessionLost::Closed`].
+    /// Guards of this session see [`SessionLost::Closed`]. After a
+    /// [`SessionLost::LeaseUnproven`] this is what gives the locks up: call it once the work
+    /// done under them has stopped.
     pub async fn close(self) -> Result<(), CloseError> {
         self.shared.keepalive.abort();
         if let Some(SessionLost::NotFound) = self.shared.end(SessionLost::Closed) {
@@ -402,7 +414,13 @@ impl LockGuard {
     }
 
     /// Resolves when the session is lost or closed: from then on this process must assume
-    /// another holder may have the lock. Stop using the resource.
+    /// another holder may have the lock. Stop using the resource, then release the guard or
+    /// close (or drop) the session.
+    ///
+    /// On [`SessionLost::LeaseUnproven`] the library neither closes the session nor releases
+    /// the lock: the keepalive goes on trying to renew the lease, so a server that is only slow
+    /// does not hand the lock to the next waiter while this process is still stopping. The
+    /// lock is given up when the session is closed or dropped (or the server expires it).
     pub fn lost(&self) -> impl Future<Output = SessionLost> + Send + 'static {
         self.shared.lost()
     }
@@ -448,7 +466,14 @@ async fn keepalive(
     interval: Duration,
     state: Arc<watch::Sender<State>>,
 ) {
-    let reason = keep_pinging(&client, session, ttl, interval, &state).await;
+    let lease_deadline = match *state.borrow() {
+        State::Alive { lease_deadline } => Some(lease_deadline),
+        State::Ended(_) => None,
+    };
+    let reason = match lease_deadline {
+        Some(deadline) => ping_until(&client, session, ttl, interval, &state, Some(deadline)).await,
+        None => return,
+    };
     let mut ended_now = false;
     state.send_if_modified(|s| {
         ended_now = s.ended().is_none();
@@ -462,28 +487,26 @@ async fn keepalive(
         tracing::info!(session, %reason, "session lost");
     }
     if reason == SessionLost::LeaseUnproven {
-        // The server may still hold our locks until it notices; tell it, so others need not wait.
-        let close = client.call_once(Some(client.options.request_timeout), |mut raw| async move {
-            raw.close_session(pb::CloseSessionRequest { session }).await
-        });
-        if let Err(failure) = close.await {
-            tracing::debug!(session, ?failure, "closing a lost session failed");
-        }
+        // The server may still hold the session: keep renewing it, without a deadline, until
+        // the owner closes or drops it (which aborts this task). Closing it here would free its
+        // locks for the next holder while the owner is still stopping.
+        let reason = ping_until(&client, session, ttl, interval, &state, None).await;
+        tracing::debug!(session, %reason, "stopped renewing a lost session");
     }
 }
 
-/// Pings until the session is lost; reconnects the stream after transport errors.
-async fn keep_pinging(
+/// Pings, reconnecting the stream after transport errors, until the session is lost: until
+/// the proven lease runs out (`LeaseUnproven`) while `lease_deadline` is `Some`, or the server
+/// says the session is gone (`NotFound`). With `None` — the session is already lost — the
+/// renewals are best effort: they extend the server's lease but not the proven one.
+async fn ping_until(
     client: &Client,
     session: SessionId,
     ttl: Duration,
     interval: Duration,
     state: &watch::Sender<State>,
+    mut lease_deadline: Option<Instant>,
 ) -> SessionLost {
-    let mut lease_deadline = match *state.borrow() {
-        State::Alive { lease_deadline } => lease_deadline,
-        State::Ended(reason) => return reason,
-    };
     let mut backoff = Backoff::new(ttl);
     loop {
         let (pings, receiver) = mpsc::channel::<pb::KeepAliveRequest>(PINGS_OUTSTANDING_MAX);
@@ -494,7 +517,7 @@ async fn keep_pinging(
         let mut raw = client.raw.clone();
         let opened = tokio::select! {
             biased;
-            () = tokio::time::sleep_until(lease_deadline) => return SessionLost::LeaseUnproven,
+            () = sleep_until(lease_deadline) => return SessionLost::LeaseUnproven,
             opened = raw.keep_alive(ReceiverStream::new(receiver)) => opened,
         };
         let mut stream = match opened {
@@ -504,7 +527,7 @@ async fn keep_pinging(
                     return SessionLost::NotFound;
                 }
                 tracing::debug!(session, %status, "keepalive stream did not open");
-                if !pause(&mut backoff, lease_deadline).await {
+                if !pause(&mut backoff, lease_deadline, interval).await {
                     return SessionLost::LeaseUnproven;
                 }
                 continue;
@@ -515,7 +538,7 @@ async fn keep_pinging(
         loop {
             tokio::select! {
                 biased;
-                () = tokio::time::sleep_until(lease_deadline) => return SessionLost::LeaseUnproven,
+                () = sleep_until(lease_deadline) => return SessionLost::LeaseUnproven,
                 message = stream.message() => match message {
                     Ok(Some(ack)) => {
                         if ack.session != session {
@@ -530,9 +553,11 @@ async fn keep_pinging(
                         };
                         let remaining = Duration::from_millis(ack.ttl_remaining_ms).min(ttl);
                         let proven = sent + proven_lease(remaining);
-                        if proven > lease_deadline {
-                            lease_deadline = proven;
-                            state.send_replace(State::Alive { lease_deadline });
+                        if let Some(deadline) = lease_deadline.as_mut()
+                            && proven > *deadline
+                        {
+                            *deadline = proven;
+                            state.send_replace(State::Alive { lease_deadline: proven });
                         }
                         backoff.reset(ttl);
                     }
@@ -559,17 +584,32 @@ async fn keep_pinging(
                 }
             }
         }
-        if !pause(&mut backoff, lease_deadline).await {
+        if !pause(&mut backoff, lease_deadline, interval).await {
             return SessionLost::LeaseUnproven;
         }
     }
 }
 
 /// Waits before reconnecting; false if the lease ran out meanwhile.
-async fn pause(backoff: &mut Backoff, lease_deadline: Instant) -> bool {
-    let delay = backoff.next_delay().unwrap_or(crate::retry::BACKOFF_MAX);
-    tokio::time::sleep_until((Instant::now() + delay).min(lease_deadline)).await;
-    Instant::now() < lease_deadline
+///
+/// Without a deadline (a lost session renewed best effort) the wait is at most `interval`, so
+/// a server that comes back finds the session renewed before its fresh lease runs out.
+async fn pause(backoff: &mut Backoff, lease_deadline: Option<Instant>, interval: Duration) -> bool {
+    let mut delay = backoff.next_delay().unwrap_or(crate::retry::BACKOFF_MAX);
+    if lease_deadline.is_none() {
+        delay = delay.min(interval);
+    }
+    let wake = Instant::now() + delay;
+    tokio::time::sleep_until(lease_deadline.map_or(wake, |deadline| wake.min(deadline))).await;
+    lease_deadline.is_none_or(|deadline| Instant::now() < deadline)
+}
+
+/// Sleeps until `deadline`; never wakes without one.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// True when a keepalive status says the session does not exist any more.

@@ -172,6 +172,57 @@ impl Server {
     }
 }
 
+impl Server {
+    /// The server's process id.
+    pub fn pid(&self) -> nix::unistd::Pid {
+        nix::unistd::Pid::from_raw(self.child.id() as i32)
+    }
+
+    /// `kill -9`s the server (its data directory stays).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the server again on the same address and data directory, after [`Server::kill`],
+    /// and waits until it answers.
+    pub fn restart(&mut self) {
+        let listen = self.endpoint.trim_start_matches("http://").to_string();
+        let log_file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.log)
+            .expect("log file");
+        let mut command = Command::new(palisade_bin());
+        for variable in PALISADE_VARIABLES {
+            command.env_remove(variable);
+        }
+        self.child = command
+            .args(["serve", "--listen", &listen, "--data-dir"])
+            .arg(self._dir.path().join("data"))
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .expect("spawn palisade serve");
+        let started = Instant::now();
+        while started.elapsed() < SERVER_START_TIMEOUT {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                panic!("palisade serve did not restart; its log:\n{}", self.log());
+            }
+            if self
+                .palisade(&["status", "readiness-probe"])
+                .status
+                .success()
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("palisade serve did not restart; its log:\n{}", self.log());
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
