@@ -1,6 +1,7 @@
 //! Scenarios for `palisade store put|get|delete|fence` as a shell script sees them: what is
 //! printed, and the exit status.
 
+#[path = "../../store/tests/common/mod.rs"]
 mod store_common;
 
 use clap::{CommandFactory as _, Parser};

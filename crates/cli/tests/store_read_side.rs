@@ -15,6 +15,7 @@
 //! itself as the child, see [`child_process_entry`]). The library and HTTP faces are in
 //! `crates/store/tests/read_side.rs`.
 
+#[path = "../../store/tests/common/mod.rs"]
 mod store_common;
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};

@@ -297,15 +297,9 @@ impl SessionError {
                     "request id {request_id} was already used for a different command"
                 ))
             }
-            Failure::Core(core) => match core.category() {
-                ErrorCategory::InvalidInput => SessionError::InvalidArgument(core.to_string()),
-                ErrorCategory::SessionNotFound
-                | ErrorCategory::LimitReached
-                | ErrorCategory::Busy
-                | ErrorCategory::NotHolder
-                | ErrorCategory::WaitEnded
-                | ErrorCategory::Exhausted
-                | ErrorCategory::Internal => SessionError::Refused(core),
+            Failure::Core(core) => match unnamed(core) {
+                Unnamed::InvalidInput(message) => SessionError::InvalidArgument(message),
+                Unnamed::Refused(core) => SessionError::Refused(core),
             },
             Failure::InvalidArgument(message) => SessionError::InvalidArgument(message),
             Failure::NotApplied(message) => SessionError::Unavailable(message),
@@ -374,6 +368,27 @@ pub enum AcquireError {
     Protocol(String),
     #[error("the lock service refused the acquire ({code:?}): {message}")]
     Rejected { code: Code, message: String },
+}
+
+/// A lock-table refusal that an operation has no variant of its own for: invalid input (the
+/// caller's to fix, reported as its `InvalidArgument`) or refused as it is. One exhaustive match
+/// on the category, so a new category is classified here once for every operation.
+enum Unnamed {
+    InvalidInput(String),
+    Refused(CoreError),
+}
+
+fn unnamed(core: CoreError) -> Unnamed {
+    match core.category() {
+        ErrorCategory::InvalidInput => Unnamed::InvalidInput(core.to_string()),
+        ErrorCategory::SessionNotFound
+        | ErrorCategory::LimitReached
+        | ErrorCategory::Busy
+        | ErrorCategory::NotHolder
+        | ErrorCategory::WaitEnded
+        | ErrorCategory::Exhausted
+        | ErrorCategory::Internal => Unnamed::Refused(core),
+    }
 }
 
 fn describe_busy(session: Option<SessionId>, token: Option<Token>, in_lock_delay: bool) -> String {
@@ -469,15 +484,9 @@ impl AcquireError {
             CoreError::TooManyLocks { locks_max } => AcquireError::TooManyLocks { locks_max },
             CoreError::TokensExhausted { lock } => AcquireError::TokensExhausted { lock },
             // The rest carry nothing an acquire names on its own: classified by category.
-            core => match core.category() {
-                ErrorCategory::InvalidInput => AcquireError::InvalidArgument(core.to_string()),
-                ErrorCategory::SessionNotFound
-                | ErrorCategory::LimitReached
-                | ErrorCategory::Busy
-                | ErrorCategory::NotHolder
-                | ErrorCategory::WaitEnded
-                | ErrorCategory::Exhausted
-                | ErrorCategory::Internal => AcquireError::Refused(core),
+            core => match unnamed(core) {
+                Unnamed::InvalidInput(message) => AcquireError::InvalidArgument(message),
+                Unnamed::Refused(core) => AcquireError::Refused(core),
             },
         }
     }
@@ -558,15 +567,9 @@ impl ReleaseError {
             Failure::Core(CoreError::SessionNotFound { session }) => {
                 ReleaseError::SessionNotFound { session }
             }
-            Failure::Core(core) => match core.category() {
-                ErrorCategory::InvalidInput => ReleaseError::InvalidArgument(core.to_string()),
-                ErrorCategory::SessionNotFound
-                | ErrorCategory::LimitReached
-                | ErrorCategory::Busy
-                | ErrorCategory::NotHolder
-                | ErrorCategory::WaitEnded
-                | ErrorCategory::Exhausted
-                | ErrorCategory::Internal => ReleaseError::Refused(core),
+            Failure::Core(core) => match unnamed(core) {
+                Unnamed::InvalidInput(message) => ReleaseError::InvalidArgument(message),
+                Unnamed::Refused(core) => ReleaseError::Refused(core),
             },
             Failure::SessionNotFound(_) => ReleaseError::SessionNotFound { session },
             Failure::InvalidArgument(message) => ReleaseError::InvalidArgument(message),
@@ -631,15 +634,9 @@ impl RenewError {
             Failure::Core(CoreError::SessionNotFound { .. }) | Failure::SessionNotFound(_) => {
                 RenewError::SessionNotFound { session }
             }
-            Failure::Core(core) => match core.category() {
-                ErrorCategory::InvalidInput => RenewError::InvalidArgument(core.to_string()),
-                ErrorCategory::SessionNotFound
-                | ErrorCategory::LimitReached
-                | ErrorCategory::Busy
-                | ErrorCategory::NotHolder
-                | ErrorCategory::WaitEnded
-                | ErrorCategory::Exhausted
-                | ErrorCategory::Internal => RenewError::Refused(core),
+            Failure::Core(core) => match unnamed(core) {
+                Unnamed::InvalidInput(message) => RenewError::InvalidArgument(message),
+                Unnamed::Refused(core) => RenewError::Refused(core),
             },
             Failure::InvalidArgument(message) => RenewError::InvalidArgument(message),
             Failure::NotApplied(message) => RenewError::Unavailable(message),
@@ -744,15 +741,9 @@ impl QueryError {
 
     pub(crate) fn from_failure(failure: Failure) -> QueryError {
         match failure {
-            Failure::Core(core) => match core.category() {
-                ErrorCategory::InvalidInput => QueryError::InvalidArgument(core.to_string()),
-                ErrorCategory::SessionNotFound
-                | ErrorCategory::LimitReached
-                | ErrorCategory::Busy
-                | ErrorCategory::NotHolder
-                | ErrorCategory::WaitEnded
-                | ErrorCategory::Exhausted
-                | ErrorCategory::Internal => QueryError::Refused(core),
+            Failure::Core(core) => match unnamed(core) {
+                Unnamed::InvalidInput(message) => QueryError::InvalidArgument(message),
+                Unnamed::Refused(core) => QueryError::Refused(core),
             },
             Failure::InvalidArgument(message) => QueryError::InvalidArgument(message),
             Failure::NotApplied(message) | Failure::Unknown(message) => {
