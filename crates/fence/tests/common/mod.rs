@@ -39,11 +39,14 @@ pub fn shuffled(mut items: Vec<u64>, seed: u64) -> Vec<u64> {
 
 /// A name no other test run uses, for scopes and tables in shared servers.
 pub fn unique(prefix: &str) -> String {
+    // The clock alone is not enough: tests on two threads can read the same instant.
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let count = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos();
-    format!("{prefix}_{}_{nanos}", std::process::id())
+    format!("{prefix}_{}_{nanos}_{count}", std::process::id())
 }
 
 /// Asserts the tokens, in the order their writes were applied, never go down.
