@@ -4,7 +4,8 @@
 //! - [`node`]: the Raft instance, the leader's clock, the lease driver and the signing key;
 //! - [`log_store`]: the Raft log with group commit, on the write-ahead file of [`wal`];
 //! - [`state_machine`]: the lock table as openraft's state machine, with snapshots;
-//! - [`grpc`]: the `palisade.v1.Locks` service;
+//! - [`service`]: the lock service's operations, independent of any transport;
+//! - [`grpc`]: the `palisade.v1.Locks` gRPC service, a conversion layer over [`service`];
 //! - [`metrics`]: Prometheus metric names and exporter.
 
 mod files;
@@ -17,6 +18,7 @@ pub mod metrics;
 mod network;
 pub mod node;
 pub mod raft_types;
+pub mod service;
 pub mod state_machine;
 pub mod wal;
 
@@ -98,6 +100,15 @@ pub struct Server {
 impl Server {
     /// Recovers the node from `args.data_dir` and binds `args.listen` (port 0 picks a free one).
     pub async fn start(args: &ServerConfig) -> Result<Server, ServeError> {
+        Server::start_with_clock(args, palisade_clock::TokioClock::shared()).await
+    }
+
+    /// [`Server::start`], reading time from `clock`: tests drive a
+    /// [`ManualClock`](palisade_clock::ManualClock) to decide when leases end.
+    pub async fn start_with_clock(
+        args: &ServerConfig,
+        clock: palisade_clock::SharedClock,
+    ) -> Result<Server, ServeError> {
         let limits = palisade_core::Limits {
             lock_delay_ms: args.lock_delay_ms,
             ..Default::default()
@@ -109,7 +120,7 @@ impl Server {
                 listen: args.listen,
                 source,
             })?;
-        let node = node::Node::start(&args.data_dir, limits)
+        let node = node::Node::start(&args.data_dir, limits, clock)
             .await
             .map_err(|source| ServeError::Start {
                 data_dir: args.data_dir.clone(),
@@ -137,8 +148,8 @@ impl Server {
         shutdown: impl std::future::Future<Output = ()>,
     ) -> Result<(), ServeError> {
         let node = self.node.clone();
-        let service = palisade_proto::v1::locks_server::LocksServer::new(grpc::LockService::new(
-            self.node.clone(),
+        let service = palisade_proto::v1::locks_server::LocksServer::new(grpc::GrpcLocks::new(
+            service::LockService::new(self.node.clone()),
         ))
         .max_decoding_message_size(palisade_proto::MESSAGE_BYTES_MAX)
         .max_encoding_message_size(palisade_proto::MESSAGE_BYTES_MAX);

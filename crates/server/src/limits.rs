@@ -27,12 +27,18 @@ pub const LIST_PAGE_LOCKS_MAX: usize = 128;
 /// of locks with long queues can still be too large; only paginating by bytes would cover it.
 pub const LOCK_INFO_BYTES_MAX: usize = LOCK_NAME_BYTES_MAX + 3 + 96;
 
+/// Keepalive responses buffered per stream before the renewals wait for the client to read.
+pub const KEEPALIVE_BUFFER_RESPONSES: usize = 16;
+
 /// Events buffered per watcher before a slow watcher is cut off.
 pub const WATCH_BUFFER_EVENTS: usize = 4096;
 
 /// Largest write-ahead log frame payload accepted; a longer length field on replay means a
 /// corrupt (torn) frame.
 pub const RECORD_BYTES_MAX: usize = 256 * 1024 * 1024;
+
+/// How long the lease driver waits before proposing a `Tick` again after one failed.
+pub const LEASE_DRIVER_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Log entries applied between two snapshots.
 pub const SNAPSHOT_INTERVAL_ENTRIES: u64 = 20_000;

@@ -16,10 +16,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use openraft::errors::{InitializeError, RaftError};
 use openraft::{BasicNode, Config, ReadPolicy, ServerState, SnapshotPolicy};
+use palisade_clock::SharedClock;
 use palisade_core::{Command, Input, Limits, Output};
 use palisade_sequencer::{PublicKey, SigningKey};
 
@@ -69,17 +70,37 @@ impl StartError {
     }
 }
 
-/// The leader's clock, mapped onto the lock table's timeline.
-#[derive(Debug, Clone, Copy)]
+/// The leader's clock, mapped onto the lock table's timeline: the table's time when this node
+/// took over, plus the time elapsed on the node's [`Clock`](palisade_clock::Clock) since.
+#[derive(Debug, Clone)]
 struct LeaderClock {
+    clock: SharedClock,
     base_ms: u64,
-    base: Instant,
+    base: Duration,
 }
 
 impl LeaderClock {
+    fn new(clock: SharedClock, table_now_ms: u64) -> LeaderClock {
+        LeaderClock {
+            base: clock.now(),
+            clock,
+            base_ms: table_now_ms,
+        }
+    }
+
     fn now_ms(&self) -> u64 {
-        self.base_ms
-            .saturating_add(self.base.elapsed().as_millis() as u64)
+        let elapsed = self.clock.now().saturating_sub(self.base);
+        self.base_ms.saturating_add(elapsed.as_millis() as u64)
+    }
+
+    /// Resolves once the table's time `at_ms` has come on this clock.
+    fn sleep_until_ms(&self, at_ms: u64) -> palisade_clock::Sleep {
+        let after = Duration::from_millis(at_ms.saturating_sub(self.base_ms));
+        self.clock.sleep_until(self.base.saturating_add(after))
+    }
+
+    fn sleep(&self, duration: Duration) -> palisade_clock::Sleep {
+        self.clock.sleep(duration)
     }
 }
 
@@ -112,8 +133,13 @@ fn raft_config() -> Result<Config, StartError> {
 
 impl Node {
     /// Opens the data directory, recovers the lock table, takes leadership of the one-member
-    /// group and extends every lease. Returns when the node is ready to serve.
-    pub async fn start(data_dir: &Path, limits: Limits) -> Result<Arc<Node>, StartError> {
+    /// group and extends every lease. Returns when the node is ready to serve. Time is read
+    /// from `clock` ([`palisade_clock::TokioClock`] in production).
+    pub async fn start(
+        data_dir: &Path,
+        limits: Limits,
+        clock: SharedClock,
+    ) -> Result<Arc<Node>, StartError> {
         std::fs::create_dir_all(data_dir)?;
         // The log takes the data directory's lock: nothing in it, the key included, is created
         // before this process knows it is the only one using the directory.
@@ -146,10 +172,7 @@ impl Node {
         raft.ensure_linearizable(ReadPolicy::ReadIndex)
             .await
             .map_err(StartError::raft)?;
-        let clock = LeaderClock {
-            base_ms: shared.read(|t| t.now_ms()),
-            base: Instant::now(),
-        };
+        let clock = LeaderClock::new(clock, shared.read(|t| t.now_ms()));
         let (stopping, _) = tokio::sync::watch::channel(false);
         let node = Arc::new(Node {
             raft,
@@ -249,12 +272,12 @@ impl Node {
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "lease driver could not tick");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        self.clock.sleep(crate::limits::LEASE_DRIVER_RETRY).await;
                     }
                 },
                 Some(deadline) => {
                     tokio::select! {
-                        _ = tokio::time::sleep(Duration::from_millis(deadline - now)) => {}
+                        () = self.clock.sleep_until_ms(deadline) => {}
                         _ = notified => {}
                         _ = stopping.changed() => {}
                     }
@@ -305,9 +328,13 @@ mod tests {
         let lock = std::fs::File::create(dir.path().join(LOG_FILE).with_extension("lock")).unwrap();
         lock.try_lock().unwrap();
 
-        let refused = Node::start(dir.path(), Limits::default())
-            .await
-            .unwrap_err();
+        let refused = Node::start(
+            dir.path(),
+            Limits::default(),
+            palisade_clock::TokioClock::shared(),
+        )
+        .await
+        .unwrap_err();
         assert!(refused.to_string().contains("in use"), "{refused}");
         assert!(
             !dir.path().join("signing.key").exists(),

@@ -1,0 +1,516 @@
+//! The lock service's operations, independent of any transport: what a client may ask of a
+//! node, with typed answers and typed errors.
+//!
+//! **API Boundary:** this module owns everything a request does beyond decoding it: name
+//! validation, permits for calls that stay open, proposing commands, waiting on queued
+//! acquires, signing grants, linearizable reads and the watch stream's snapshot and
+//! translation. A transport ([`crate::grpc`] today) only converts its messages to these calls
+//! and [`ServiceError`] to its status codes, so a second transport, or the peer RPC service of a
+//! cluster, is a thin adapter.
+
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use palisade_core::limits::{LOCK_NAME_BYTES_MAX, validate_lock_name};
+use palisade_core::{
+    Command, CoreError, Event, LockStatus, OpenKey, ReleaseCause, Reply, SessionId, Token, Wait,
+    WaitEndCause,
+};
+use palisade_sequencer::Sequencer;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::limits::{KEEPALIVE_BUFFER_RESPONSES, LIST_PAGE_LOCKS_MAX, LONG_LIVED_CALLS_MAX};
+use crate::node::{Node, ProposeError};
+use crate::state_machine::{WATCH_BUFFER_EVENTS, WaitOutcome};
+
+/// Why an operation did not succeed. Each variant says whether the operation took effect, so a
+/// transport maps it to a status without guessing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServiceError {
+    /// The lock table refused the command: applied as a refusal, nothing changed.
+    #[error(transparent)]
+    Refused(#[from] CoreError),
+    /// This node is not the leader: nothing was applied; retry on the leader.
+    #[error("this node is not the leader; retry")]
+    NotLeader,
+    /// The command may or may not have been applied; a retry with the same request id is
+    /// answered from the table without applying it twice.
+    #[error("{0}; the outcome is unknown, retry with the same request id")]
+    OutcomeUnknown(String),
+    /// The node is shutting down; a call that stays open (keepalive, watch, queued acquire)
+    /// ends with this. A queued acquire stays queued in the table: a retry with the same
+    /// request id after the restart picks it up.
+    #[error("the lock service is shutting down; retry")]
+    ShuttingDown,
+    /// Every permit for calls that stay open is taken.
+    #[error(
+        "{LONG_LIVED_CALLS_MAX} keepalive streams, watches and waiting acquires are open, the \
+         limit of this server; close unused ones or retry later"
+    )]
+    TooManyOpenCalls,
+    /// A watcher fell behind the events and was cut off; it may watch again.
+    #[error("the watch fell {missed} events behind and was stopped; watch again to resume")]
+    WatchLagged { missed: u64 },
+    /// A bug: the table answered a command with a reply of another command, or signing failed.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<ProposeError> for ServiceError {
+    fn from(e: ProposeError) -> ServiceError {
+        match e {
+            ProposeError::NotLeader => ServiceError::NotLeader,
+            ProposeError::Stopped(_) => ServiceError::OutcomeUnknown(e.to_string()),
+        }
+    }
+}
+
+type Result<T, E = ServiceError> = std::result::Result<T, E>;
+
+/// A session just opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionOpened {
+    pub session: SessionId,
+    pub ttl_ms: u64,
+}
+
+/// A lock granted, with the sequencer that proves it to a resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignedGrant {
+    pub lock: String,
+    pub session: SessionId,
+    pub token: Token,
+    pub sequencer: Sequencer,
+}
+
+/// A lease renewed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Renewal {
+    pub session: SessionId,
+    /// How much of the lease is left, as this leader measures it now.
+    pub ttl_remaining_ms: u64,
+}
+
+/// Who holds a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HolderView {
+    pub session: SessionId,
+    pub token: Token,
+    pub lease_remaining_ms: u64,
+}
+
+/// One lock as a client sees it, with durations measured from now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockView {
+    pub lock: String,
+    pub holder: Option<HolderView>,
+    /// The last token granted for this lock (0 if never granted).
+    pub last_token: Token,
+    /// Waiting sessions, first in line first.
+    pub waiters: Vec<SessionId>,
+    /// Set while the lock sits out its lock-delay.
+    pub lock_delay_remaining_ms: Option<u64>,
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockPage {
+    pub locks: Vec<LockView>,
+    /// Where the next page starts (exclusive), or `None` if this was the last page.
+    pub next_start_after: Option<String>,
+}
+
+/// What a watcher hears.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    /// The lock's state when the watch began.
+    Snapshot,
+    Granted,
+    Released,
+    /// The holder's session expired.
+    Expired,
+}
+
+/// One change of a watched lock (or its state when the watch began).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockChange {
+    pub kind: ChangeKind,
+    pub lock: String,
+    /// The holder concerned (for a snapshot: the holder then, 0 if none).
+    pub session: SessionId,
+    pub token: Token,
+    /// Sessions waiting after the change.
+    pub waiters: u64,
+}
+
+/// The lock service over one node. Clones share the node and the permits.
+#[derive(Debug, Clone)]
+pub struct LockService {
+    node: Arc<Node>,
+    /// Permits for calls that stay open: keepalive streams, watches, queued acquires.
+    long_lived: Arc<Semaphore>,
+}
+
+impl LockService {
+    pub fn new(node: Arc<Node>) -> Self {
+        LockService {
+            node,
+            long_lived: Arc::new(Semaphore::new(LONG_LIVED_CALLS_MAX)),
+        }
+    }
+
+    pub fn node(&self) -> &Arc<Node> {
+        &self.node
+    }
+
+    /// Opens a session. `open_key` (if not empty) makes a retried open return the session the
+    /// first attempt opened instead of a second one.
+    pub async fn open_session(&self, open_key: &[u8], ttl_ms: u64) -> Result<SessionOpened> {
+        let open_key = match open_key {
+            [] => None,
+            bytes => Some(OpenKey::new(bytes).map_err(CoreError::InvalidOpenKey)?),
+        };
+        match self
+            .apply(Command::OpenSession { open_key, ttl_ms })
+            .await?
+        {
+            Reply::SessionOpened {
+                session, ttl_ms, ..
+            } => Ok(SessionOpened { session, ttl_ms }),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Renews a session's lease once.
+    pub async fn renew(&self, session: SessionId) -> Result<Renewal> {
+        match self.apply(Command::KeepAlive { session }).await? {
+            Reply::KeptAlive {
+                session,
+                expires_at_ms,
+            } => Ok(Renewal {
+                session,
+                ttl_remaining_ms: expires_at_ms.saturating_sub(self.node.now_ms()),
+            }),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Renews a session each time `pings` yields, answering each renewal in order. The stream
+    /// ends after the first failure, when `pings` ends, or with [`ServiceError::ShuttingDown`].
+    pub fn keep_alive<S>(
+        &self,
+        mut pings: S,
+    ) -> Result<impl Stream<Item = Result<Renewal>> + use<S>>
+    where
+        S: Stream<Item = SessionId> + Send + Unpin + 'static,
+    {
+        let permit = self.long_lived_permit()?;
+        let (tx, rx) = mpsc::channel(KEEPALIVE_BUFFER_RESPONSES);
+        let service = self.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            loop {
+                let session = tokio::select! {
+                    next = pings.next() => match next {
+                        Some(session) => session,
+                        None => return,
+                    },
+                    () = service.node.stopping() => {
+                        let _ = tx.send(Err(ServiceError::ShuttingDown)).await;
+                        return;
+                    }
+                };
+                let answer = service.renew(session).await;
+                let failed = answer.is_err();
+                if tx.send(answer).await.is_err() || failed {
+                    return;
+                }
+            }
+        });
+        Ok(ReceiverStream::new(rx))
+    }
+
+    /// Closes a session, releasing its locks and ending its waits.
+    pub async fn close_session(&self, session: SessionId) -> Result<()> {
+        match self.apply(Command::CloseSession { session }).await? {
+            Reply::SessionClosed { .. } => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Acquires `lock` for `session`, waiting in its queue as `wait` allows, and signs the
+    /// grant. A retry with the same `request_id` returns the same grant (or joins the same
+    /// wait) instead of acquiring again.
+    pub async fn acquire(
+        &self,
+        session: SessionId,
+        lock: String,
+        request_id: u64,
+        wait: Wait,
+    ) -> Result<SignedGrant> {
+        // Taken before proposing, so a refused wait is never left queued in the table.
+        let _permit = (wait != Wait::Try)
+            .then(|| self.long_lived_permit())
+            .transpose()?;
+        // Register before proposing: a grant from the queue may be applied at any moment after.
+        let waiters = &self.node.shared().waiters;
+        let registration = (wait != Wait::Try).then(|| waiters.register(session, &lock));
+        let command = Command::Acquire {
+            session,
+            lock,
+            request_id,
+            wait,
+        };
+        let (index, output) = self.node.propose_indexed(command).await?;
+        let (lock, token) = match output.result? {
+            Reply::Granted { lock, token, .. } => (lock, token),
+            Reply::Queued { lock, .. } => {
+                let mut registration = registration
+                    .ok_or_else(|| ServiceError::Internal("queued a try-only acquire".into()))?;
+                metrics::gauge!(crate::metrics::WAITERS).increment(1.0);
+                let outcome = tokio::select! {
+                    outcome = registration.outcome_after(index) => Some(outcome),
+                    () = self.node.stopping() => None,
+                };
+                metrics::gauge!(crate::metrics::WAITERS).decrement(1.0);
+                match outcome.ok_or(ServiceError::ShuttingDown)? {
+                    Some(WaitOutcome::Granted(token)) => (lock, token),
+                    Some(WaitOutcome::Ended(WaitEndCause::SessionEnded)) => {
+                        return Err(CoreError::SessionNotFound { session }.into());
+                    }
+                    Some(WaitOutcome::Ended(WaitEndCause::TimedOut | WaitEndCause::Withdrawn)) => {
+                        return Err(CoreError::WaitEnded { lock }.into());
+                    }
+                    None => {
+                        return Err(ServiceError::OutcomeUnknown(
+                            "the wait was interrupted".into(),
+                        ));
+                    }
+                }
+            }
+            other => return Err(unexpected(other)),
+        };
+        self.sign(lock, session, token)
+    }
+
+    /// Releases `lock` held by `session`, or withdraws its wait for it: returns the token
+    /// released, or `None` if the session was only waiting.
+    pub async fn release(
+        &self,
+        session: SessionId,
+        lock: String,
+        request_id: u64,
+    ) -> Result<Option<Token>> {
+        match self
+            .apply(Command::Release {
+                session,
+                lock,
+                request_id,
+            })
+            .await?
+        {
+            Reply::Released { token, .. } => Ok(token),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// One lock's state, reflecting every write committed before the call.
+    pub async fn status(&self, lock: String) -> Result<LockView> {
+        validate_lock_name(&lock, LOCK_NAME_BYTES_MAX).map_err(CoreError::InvalidLockName)?;
+        self.node.linearizable_read().await?;
+        let (status, last_token) = self
+            .node
+            .shared()
+            .read(|t| (t.lock_status(&lock), t.last_token_of(&lock)));
+        Ok(match status {
+            Some(status) => self.view(status),
+            None => LockView {
+                lock,
+                holder: None,
+                last_token: last_token.unwrap_or(0),
+                waiters: Vec::new(),
+                lock_delay_remaining_ms: None,
+            },
+        })
+    }
+
+    /// Locks whose names start with `prefix`, in name order, after `start_after`; at most
+    /// `limit` of them (0 or above the page limit: a full page).
+    pub async fn list(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: usize,
+    ) -> Result<LockPage> {
+        let limit = match limit {
+            0 => LIST_PAGE_LOCKS_MAX,
+            n => n.min(LIST_PAGE_LOCKS_MAX),
+        };
+        self.node.linearizable_read().await?;
+        let statuses = self
+            .node
+            .shared()
+            .read(|t| t.locks(prefix, start_after, limit));
+        let next_start_after = (statuses.len() == limit)
+            .then(|| statuses.last().map(|s| s.lock.clone()))
+            .flatten();
+        Ok(LockPage {
+            locks: statuses.into_iter().map(|s| self.view(s)).collect(),
+            next_start_after,
+        })
+    }
+
+    /// The lock's state now, then each grant, release and expiry of it, in log order. The
+    /// stream ends with [`ServiceError::WatchLagged`] if the watcher falls too far behind, or
+    /// [`ServiceError::ShuttingDown`].
+    pub async fn watch(
+        &self,
+        lock: String,
+    ) -> Result<impl Stream<Item = Result<LockChange>> + use<>> {
+        validate_lock_name(&lock, LOCK_NAME_BYTES_MAX).map_err(CoreError::InvalidLockName)?;
+        let permit = self.long_lived_permit()?;
+        // Subscribe before reading the current state, so no change falls in between.
+        let mut events = self.node.shared().events.subscribe();
+        self.node.linearizable_read().await?;
+        let first = self.snapshot_change(&lock);
+        let (tx, rx) = mpsc::channel(WATCH_BUFFER_EVENTS);
+        let node = self.node.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            if tx.send(Ok(first)).await.is_err() {
+                return;
+            }
+            loop {
+                let received = tokio::select! {
+                    received = events.recv() => received,
+                    () = node.stopping() => {
+                        let _ = tx.send(Err(ServiceError::ShuttingDown)).await;
+                        return;
+                    }
+                };
+                let change = match received {
+                    Ok(event) => match change_of(&event, &lock) {
+                        Some((kind, session, token)) => LockChange {
+                            kind,
+                            lock: lock.clone(),
+                            session,
+                            token,
+                            waiters: waiting_on(&node, &lock),
+                        },
+                        None => continue,
+                    },
+                    Err(broadcast::error::RecvError::Lagged(missed)) => {
+                        let _ = tx.send(Err(ServiceError::WatchLagged { missed })).await;
+                        return;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                };
+                if tx.send(Ok(change)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(ReceiverStream::new(rx))
+    }
+
+    /// The key resources verify this node's sequencers with.
+    pub fn public_key(&self) -> String {
+        self.node.public_key().to_string()
+    }
+
+    fn long_lived_permit(&self) -> Result<OwnedSemaphorePermit> {
+        self.long_lived
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| ServiceError::TooManyOpenCalls)
+    }
+
+    async fn apply(&self, command: Command) -> Result<Reply> {
+        Ok(self.node.propose(command).await?.result?)
+    }
+
+    fn sign(&self, lock: String, session: SessionId, token: Token) -> Result<SignedGrant> {
+        // The token leaves the server here: re-assert what the table promised.
+        if !(1..=palisade_core::limits::TOKEN_MAX).contains(&token) {
+            return Err(ServiceError::Internal(format!(
+                "the lock table granted token {token}, outside 1..={}",
+                palisade_core::limits::TOKEN_MAX
+            )));
+        }
+        let sequencer = self
+            .node
+            .signing_key()
+            .sign(&lock, token, session)
+            .map_err(|e| ServiceError::Internal(format!("signing the sequencer failed: {e}")))?;
+        Ok(SignedGrant {
+            lock,
+            session,
+            token,
+            sequencer,
+        })
+    }
+
+    fn view(&self, status: LockStatus) -> LockView {
+        let now = self.node.now_ms();
+        LockView {
+            holder: status.holder.map(|grant| HolderView {
+                session: grant.session,
+                token: grant.token,
+                lease_remaining_ms: status
+                    .holder_expires_at_ms
+                    .unwrap_or(now)
+                    .saturating_sub(now),
+            }),
+            last_token: status.last_token,
+            waiters: status.waiters,
+            lock_delay_remaining_ms: status.available_at_ms.map(|at| at.saturating_sub(now)),
+            lock: status.lock,
+        }
+    }
+
+    fn snapshot_change(&self, lock: &str) -> LockChange {
+        let current = self.node.shared().read(|t| t.lock_status(lock));
+        let holder = current.as_ref().and_then(|s| s.holder.as_ref());
+        LockChange {
+            kind: ChangeKind::Snapshot,
+            lock: lock.to_string(),
+            session: holder.map_or(0, |g| g.session),
+            token: holder.map_or(0, |g| g.token),
+            waiters: current.as_ref().map_or(0, |s| s.waiters.len() as u64),
+        }
+    }
+}
+
+/// What a watcher of `lock` hears of `event`, if anything.
+fn change_of(event: &Event, lock: &str) -> Option<(ChangeKind, SessionId, Token)> {
+    if event.lock() != Some(lock) {
+        return None;
+    }
+    match *event {
+        Event::Granted { session, token, .. } => Some((ChangeKind::Granted, session, token)),
+        Event::Released {
+            session,
+            token,
+            cause: ReleaseCause::SessionExpired,
+            ..
+        } => Some((ChangeKind::Expired, session, token)),
+        Event::Released {
+            session,
+            token,
+            cause: ReleaseCause::Released | ReleaseCause::SessionClosed,
+            ..
+        } => Some((ChangeKind::Released, session, token)),
+        Event::WaitEnded { .. } | Event::SessionEnded { .. } => None,
+    }
+}
+
+fn waiting_on(node: &Node, lock: &str) -> u64 {
+    node.shared()
+        .read(|t| t.lock_status(lock).map_or(0, |s| s.waiters.len() as u64))
+}
+
+fn unexpected(reply: Reply) -> ServiceError {
+    ServiceError::Internal(format!("unexpected reply from the lock table: {reply:?}"))
+}

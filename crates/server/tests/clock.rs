@@ -1,0 +1,189 @@
+//! The lock service on a clock the test drives: leases end exactly when the clock says, and
+//! never because the test machine was slow. Calls go through the transport-independent
+//! [`LockService`], the layer every transport adapts.
+
+use std::time::Duration;
+
+use palisade_clock::ManualClock;
+use palisade_core::{CoreError, Wait};
+use palisade_server::service::{ChangeKind, LockService, ServiceError};
+use palisade_server::{Server, ServerConfig};
+
+struct Running {
+    service: LockService,
+    clock: ManualClock,
+    _dir: tempfile::TempDir,
+}
+
+async fn start() -> Running {
+    let dir = tempfile::tempdir().unwrap();
+    let config = ServerConfig {
+        data_dir: dir.path().to_path_buf(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        metrics_listen: None,
+        lock_delay_ms: 0,
+    };
+    let clock = ManualClock::new();
+    let server = Server::start_with_clock(&config, clock.shared())
+        .await
+        .expect("server starts");
+    Running {
+        service: LockService::new(server.node().clone()),
+        clock,
+        _dir: dir,
+    }
+}
+
+/// Polls (in real time, boundedly) until `lock` has no holder; false if it still has one.
+async fn becomes_free(service: &LockService, lock: &str) -> bool {
+    for _ in 0..200 {
+        if service.status(lock.into()).await.unwrap().holder.is_none() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+/// Polls until `lock` has `n` waiters.
+async fn wait_for_waiters(service: &LockService, lock: &str, n: usize) {
+    for _ in 0..500 {
+        if service.status(lock.into()).await.unwrap().waiters.len() == n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{lock} never had {n} waiters");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_ends_when_the_clock_passes_its_ttl_and_not_a_millisecond_before() {
+    let Running { service, clock, .. } = start().await;
+    let session = service.open_session(b"", 1_000).await.unwrap().session;
+    let grant = service
+        .acquire(session, "l".into(), 1, Wait::Try)
+        .await
+        .unwrap();
+
+    clock.advance(Duration::from_millis(999));
+    // However long the machine takes now, no time passes for the lease.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let held = service.status("l".into()).await.unwrap();
+    assert_eq!(held.holder.map(|h| h.token), Some(grant.token));
+    assert_eq!(held.holder.map(|h| h.lease_remaining_ms), Some(1));
+
+    clock.advance(Duration::from_millis(1));
+    assert!(
+        becomes_free(&service, "l").await,
+        "the lease outlived its TTL"
+    );
+    assert_eq!(
+        service.renew(session).await,
+        Err(ServiceError::Refused(CoreError::SessionNotFound {
+            session
+        }))
+    );
+}
+
+/// The lease driver sleeps until the earliest deadline it knows. A session with a shorter lease
+/// opened while it sleeps must still expire on time, not when the driver's earlier alarm rings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shorter_lease_opened_while_the_driver_sleeps_expires_on_time() {
+    let Running { service, clock, .. } = start().await;
+    let long = service.open_session(b"", 600_000).await.unwrap().session;
+    service
+        .acquire(long, "held-long".into(), 1, Wait::Try)
+        .await
+        .unwrap();
+    // The driver now sleeps until the long lease's end.
+    clock.advance(Duration::from_millis(10));
+    let short = service.open_session(b"", 1_000).await.unwrap().session;
+    service
+        .acquire(short, "held-briefly".into(), 2, Wait::Try)
+        .await
+        .unwrap();
+    clock.advance(Duration::from_millis(1_000));
+    assert!(
+        becomes_free(&service, "held-briefly").await,
+        "the 1 s session outlived its lease while the driver slept for the 600 s one"
+    );
+    let long_holder = service.status("held-long".into()).await.unwrap().holder;
+    assert_eq!(long_holder.map(|h| h.session), Some(long));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_granted_in_the_order_they_queued_and_a_watch_sees_each_handover() {
+    let Running { service, .. } = start().await;
+    let first = service.open_session(b"", 60_000).await.unwrap().session;
+    let second = service.open_session(b"", 60_000).await.unwrap().session;
+    let third = service.open_session(b"", 60_000).await.unwrap().session;
+    let held = service
+        .acquire(first, "q".into(), 1, Wait::Try)
+        .await
+        .unwrap();
+    let mut changes = Box::pin(service.watch("q".into()).await.unwrap());
+
+    let queue = |session, request_id| {
+        let service = service.clone();
+        tokio::spawn(async move {
+            service
+                .acquire(session, "q".into(), request_id, Wait::Forever)
+                .await
+        })
+    };
+    let second_waits = queue(second, 2);
+    wait_for_waiters(&service, "q", 1).await;
+    let third_waits = queue(third, 3);
+    wait_for_waiters(&service, "q", 2).await;
+    assert_eq!(
+        service.status("q".into()).await.unwrap().waiters,
+        vec![second, third]
+    );
+
+    service.release(first, "q".into(), 4).await.unwrap();
+    let second_grant = second_waits.await.unwrap().unwrap();
+    assert_eq!(second_grant.session, second);
+    service.release(second, "q".into(), 5).await.unwrap();
+    let third_grant = third_waits.await.unwrap().unwrap();
+    assert_eq!(third_grant.session, third);
+    assert!(held.token < second_grant.token && second_grant.token < third_grant.token);
+    assert_eq!(third_grant.sequencer.token(), third_grant.token);
+
+    use futures::StreamExt;
+    let mut seen = Vec::new();
+    while seen.len() < 5 {
+        let change = tokio::time::timeout(Duration::from_secs(10), changes.next())
+            .await
+            .expect("the watch goes quiet")
+            .expect("the watch ends")
+            .unwrap();
+        seen.push((change.kind, change.session, change.token));
+    }
+    assert_eq!(
+        seen,
+        vec![
+            (ChangeKind::Snapshot, first, held.token),
+            (ChangeKind::Released, first, held.token),
+            (ChangeKind::Granted, second, second_grant.token),
+            (ChangeKind::Released, second, second_grant.token),
+            (ChangeKind::Granted, third, third_grant.token),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_name_the_table_would_refuse_is_refused_by_status_and_watch_alike() {
+    let Running { service, .. } = start().await;
+    for bad in ["", "tab\there", &"x".repeat(257)] {
+        let status = service.status(bad.into()).await.unwrap_err();
+        assert!(
+            matches!(status, ServiceError::Refused(CoreError::InvalidLockName(_))),
+            "status of {bad:?}: {status:?}"
+        );
+        let watch = service.watch(bad.into()).await.err().expect("refused");
+        assert!(
+            matches!(watch, ServiceError::Refused(CoreError::InvalidLockName(_))),
+            "watch of {bad:?}: {watch:?}"
+        );
+    }
+}
