@@ -35,6 +35,9 @@ impl LocalLockService {
             listen: "127.0.0.1:0".parse().expect("a literal address parses"),
             metrics_listen: None,
             lock_delay_ms: 0,
+            node_id: 1,
+            advertise: None,
+            initial_cluster: None,
         };
         let server = palisade_server::Server::start(&args).await?;
         let address = server.local_addr();

@@ -35,6 +35,9 @@ impl From<ServeArgs> for ServerConfig {
             listen,
             metrics_listen,
             lock_delay_ms,
+            node_id: 1,
+            advertise: None,
+            initial_cluster: None,
         } = args;
         ServerConfig {
             data_dir,

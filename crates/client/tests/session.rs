@@ -32,6 +32,9 @@ impl Running {
             listen: listen.parse().expect("a loopback address"),
             metrics_listen: None,
             lock_delay_ms: 0,
+            node_id: 1,
+            advertise: None,
+            initial_cluster: None,
         };
         let server = Server::start(&config).await.expect("server starts");
         let addr = server.local_addr();

@@ -18,3 +18,9 @@ pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:7457";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7457";
 /// Largest gRPC message the server or client accepts, in bytes.
 pub const MESSAGE_BYTES_MAX: usize = 64 * 1024;
+
+/// Response metadata naming the leader's node id, sent with `UNAVAILABLE` by a member that is
+/// not the leader (and knows who is).
+pub const LEADER_ID_HEADER: &str = "palisade-leader-id";
+/// Response metadata with the leader's address (`host:port`), beside [`LEADER_ID_HEADER`].
+pub const LEADER_ADDR_HEADER: &str = "palisade-leader-addr";

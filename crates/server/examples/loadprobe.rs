@@ -24,6 +24,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         listen: "127.0.0.1:0".parse()?,
         metrics_listen: None,
         lock_delay_ms: 0,
+        node_id: 1,
+        advertise: None,
+        initial_cluster: None,
     };
     let server = Server::start(&args).await?;
     if std::env::var_os("PROBE_DIRECT").is_some() {

@@ -15,6 +15,7 @@ use palisade_proto::v1::locks_server::Locks;
 use palisade_proto::v1::*;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::node::LeaderHint;
 use crate::service::{
     ChangeKind, LockChange, LockService, LockView, Renewal, ServiceError, SignedGrant,
 };
@@ -57,11 +58,27 @@ impl Drop for Timer {
 pub fn status(e: ServiceError) -> Status {
     match e {
         ServiceError::Refused(e) => core_status(&e),
-        ServiceError::NotLeader | ServiceError::ShuttingDown => Status::unavailable(e.to_string()),
+        ServiceError::NotLeader { ref leader, .. } => {
+            let mut status = Status::unavailable(e.to_string());
+            if let Some(leader) = leader {
+                leader_metadata(status.metadata_mut(), leader);
+            }
+            status
+        }
+        ServiceError::ShuttingDown => Status::unavailable(e.to_string()),
         ServiceError::OutcomeUnknown(_) => Status::unknown(e.to_string()),
         ServiceError::TooManyOpenCalls => Status::resource_exhausted(e.to_string()),
         ServiceError::WatchLagged { .. } => Status::data_loss(e.to_string()),
         ServiceError::Internal(_) => Status::internal(e.to_string()),
+    }
+}
+
+/// Names the leader in a response's metadata, so a client goes there next:
+/// [`palisade_proto::LEADER_ID_HEADER`] and [`palisade_proto::LEADER_ADDR_HEADER`].
+fn leader_metadata(metadata: &mut tonic::metadata::MetadataMap, leader: &LeaderHint) {
+    metadata.insert(palisade_proto::LEADER_ID_HEADER, leader.node_id.into());
+    if let Ok(addr) = leader.addr.parse() {
+        metadata.insert(palisade_proto::LEADER_ADDR_HEADER, addr);
     }
 }
 

@@ -10,6 +10,7 @@
 
 mod files;
 pub mod grpc;
+mod identity;
 mod incoming;
 mod keys;
 pub mod limits;
@@ -40,6 +41,31 @@ pub struct ServerConfig {
     pub metrics_listen: Option<SocketAddr>,
     /// After a holder's session expires, its locks are not granted again for this long.
     pub lock_delay_ms: u64,
+    /// This node's id in its cluster (1 for a single node). Never reused for another data
+    /// directory.
+    pub node_id: u64,
+    /// Where clients and peers reach this node (`host:port`); the bound listen address if
+    /// `None`.
+    pub advertise: Option<String>,
+    /// The members (id to address) a new cluster starts with; `None` starts a new data
+    /// directory as a one-member cluster that can grow. Ignored once the directory holds a log.
+    pub initial_cluster: Option<std::collections::BTreeMap<u64, String>>,
+}
+
+impl ServerConfig {
+    /// A single node (id 1) keeping its data in `data_dir`, listening on `listen`, without
+    /// metrics or lock-delay.
+    pub fn single_node(data_dir: PathBuf, listen: SocketAddr) -> ServerConfig {
+        ServerConfig {
+            data_dir,
+            listen,
+            metrics_listen: None,
+            lock_delay_ms: 0,
+            node_id: 1,
+            advertise: None,
+            initial_cluster: None,
+        }
+    }
 }
 
 /// Why the lock service could not start or stopped serving. Every case is final for this
@@ -120,12 +146,29 @@ impl Server {
                 listen: args.listen,
                 source,
             })?;
-        let node = node::Node::start(&args.data_dir, limits, clock)
-            .await
-            .map_err(|source| ServeError::Start {
-                data_dir: args.data_dir.clone(),
-                source,
-            })?;
+        let advertise = match &args.advertise {
+            Some(advertise) => advertise.clone(),
+            None => listener
+                .local_addr()
+                .map_err(|source| ServeError::Listen {
+                    listen: args.listen,
+                    source,
+                })?
+                .to_string(),
+        };
+        let node = node::Node::start(node::NodeConfig {
+            node_id: args.node_id,
+            data_dir: args.data_dir.clone(),
+            limits,
+            clock,
+            advertise,
+            initial_cluster: args.initial_cluster.clone(),
+        })
+        .await
+        .map_err(|source| ServeError::Start {
+            data_dir: args.data_dir.clone(),
+            source,
+        })?;
         Ok(Server { node, listener })
     }
 

@@ -37,6 +37,13 @@ pub const WATCH_BUFFER_EVENTS: usize = 4096;
 /// corrupt (torn) frame.
 pub const RECORD_BYTES_MAX: usize = 256 * 1024 * 1024;
 
+/// Raft's heartbeat: how often the leader tells followers it is alive.
+pub const HEARTBEAT_INTERVAL_MS: u64 = 100;
+/// A follower that hears no leader for a random time in this range campaigns. The longest is
+/// also openraft's leader lease: how long a leader keeps leading without a quorum's answer.
+pub const ELECTION_TIMEOUT_MIN_MS: u64 = 300;
+pub const ELECTION_TIMEOUT_MAX_MS: u64 = 600;
+
 /// How long the lease driver waits before proposing a `Tick` again after one failed.
 pub const LEASE_DRIVER_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
 
@@ -58,5 +65,12 @@ const _: () = assert!(LONG_LIVED_CALLS_MAX >= CONNECTIONS_MAX);
 // One proposal (a request of at most one message, each byte escaped as `\u00XX` in the log's
 // JSON at worst) always fits in one frame, so no accepted request can make the log unwritable.
 const _: () = assert!(6 * MESSAGE_BYTES_MAX + 1024 <= RECORD_BYTES_MAX);
+// Followers hear several heartbeats before they campaign.
+const _: () = assert!(HEARTBEAT_INTERVAL_MS * 2 < ELECTION_TIMEOUT_MIN_MS);
+const _: () = assert!(ELECTION_TIMEOUT_MIN_MS < ELECTION_TIMEOUT_MAX_MS);
+// The shortest session outlives an election: a failover does not expire healthy sessions.
+const _: () = assert!(
+    palisade_core::limits::SESSION_TTL_MS_MIN >= ELECTION_TIMEOUT_MAX_MS + HEARTBEAT_INTERVAL_MS
+);
 // A frame length must fit the frame header's `u32`.
 const _: () = assert!(RECORD_BYTES_MAX <= u32::MAX as usize);

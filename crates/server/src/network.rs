@@ -6,13 +6,13 @@
 
 use std::future::Future;
 
+use openraft::OptionalSend;
 use openraft::errors::{RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
 };
 use openraft::type_config::alias::{SnapshotOf, VoteOf};
-use openraft::{BasicNode, OptionalSend};
 
 use crate::raft_types::{C, SnapshotData};
 
@@ -29,7 +29,11 @@ fn unreachable() -> Unreachable<C> {
 impl RaftNetworkFactory<C> for SingleNodeNetwork {
     type Network = NoPeer;
 
-    async fn new_client(&mut self, _target: u64, _node: &BasicNode) -> Self::Network {
+    async fn new_client(
+        &mut self,
+        _target: u64,
+        _node: &crate::raft_types::Member,
+    ) -> Self::Network {
         NoPeer
     }
 }

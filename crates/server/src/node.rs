@@ -13,35 +13,63 @@
 //! entries like everything else.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
-use openraft::errors::{InitializeError, RaftError};
-use openraft::{BasicNode, Config, ReadPolicy, ServerState, SnapshotPolicy};
+use openraft::async_runtime::WatchReceiver;
+use openraft::errors::{ClientWriteError, ForwardToLeader, InitializeError, RaftError};
+use openraft::impls::ProgressResponder;
+use openraft::type_config::alias::CommittedLeaderIdOf;
+use openraft::vote::RaftLeaderId;
+use openraft::{Config, ReadPolicy, SnapshotPolicy};
 use palisade_clock::SharedClock;
 use palisade_core::{Command, Input, Limits, Output};
 use palisade_sequencer::{PublicKey, SigningKey};
 
+use crate::identity::Identity;
 use crate::log_store::LogStore;
 use crate::network::SingleNodeNetwork;
-use crate::raft_types::PalisadeRaft;
+use crate::raft_types::{C, Member, PalisadeRaft};
 use crate::state_machine::{Shared, StateMachine};
 
-const NODE_ID: u64 = 1;
 const LOG_FILE: &str = "raft.wal";
+
+/// The leader this node knows of, for a client to retry on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderHint {
+    pub node_id: u64,
+    /// Where clients reach it; empty if the membership does not record it.
+    pub addr: String,
+}
 
 /// Why a command could not be applied. The outcome is unknown to the caller unless stated.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProposeError {
-    /// This node is not the leader (or no longer is): nothing was applied here; retry.
-    #[error("this node is not the leader; retry")]
-    NotLeader,
+    /// This node is not the leader (or no longer is): nothing was applied here; retry on the
+    /// leader, if one is known.
+    #[error("{}", not_leader_message(.leader))]
+    NotLeader { leader: Option<LeaderHint> },
+    /// The command was appended, but leadership changed before it committed: it may still
+    /// commit through the new leader. Retry with the same request id.
+    #[error("leadership changed while the command was in flight")]
+    Discarded { leader: Option<LeaderHint> },
     /// The node has stopped (storage failure or shutdown); the command may or may not be applied.
     #[error("the lock service is stopping: {0}")]
     Stopped(String),
+}
+
+fn not_leader_message(leader: &Option<LeaderHint>) -> String {
+    match leader {
+        Some(hint) if !hint.addr.is_empty() => format!(
+            "this node is not the leader; node {} at {} is",
+            hint.node_id, hint.addr
+        ),
+        Some(hint) => format!("this node is not the leader; node {} is", hint.node_id),
+        None => "this node is not the leader and knows of none yet; retry".to_string(),
+    }
 }
 
 /// Why [`Node::start`] failed. Each is final for this start: nothing is served.
@@ -49,7 +77,8 @@ pub enum ProposeError {
 #[non_exhaustive]
 pub enum StartError {
     /// The data directory, the signing key, the log or the snapshot could not be read or
-    /// written (including a log whose acknowledged frames are corrupt).
+    /// written (including a log whose acknowledged frames are corrupt), or the directory
+    /// belongs to another node.
     #[error(transparent)]
     Io(#[from] std::io::Error),
     /// openraft refused its configuration, failed to initialise, or this node did not become
@@ -62,12 +91,32 @@ pub enum StartError {
     /// The lock table refused the configured limits.
     #[error("the new limits were refused: {0}")]
     LimitsRefused(palisade_core::CoreError),
+    /// The configuration contradicts itself.
+    #[error("{0}")]
+    Config(String),
 }
 
 impl StartError {
     fn raft(error: impl std::error::Error + Send + Sync + 'static) -> StartError {
         StartError::Raft(Box::new(error))
     }
+}
+
+/// How to start a node.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// This node's id: never reused for another data directory.
+    pub node_id: u64,
+    pub data_dir: PathBuf,
+    /// The lock table's limits; new ones are proposed once this node leads.
+    pub limits: Limits,
+    /// Where the node reads time: [`palisade_clock::TokioClock`] in production.
+    pub clock: SharedClock,
+    /// Where clients and peers reach this node.
+    pub advertise: String,
+    /// The members to bootstrap a new cluster with, by id; `None` makes a new directory a
+    /// one-member group. Ignored once the directory holds a log.
+    pub initial_cluster: Option<BTreeMap<u64, String>>,
 }
 
 /// The leader's clock, mapped onto the lock table's timeline: the table's time when this node
@@ -104,24 +153,53 @@ impl LeaderClock {
     }
 }
 
+/// One term of this node's leadership, from its `LeaderStart` on.
+#[derive(Debug)]
+struct Term {
+    /// Proposals are bound to it: once another leader is elected, they fail before they are
+    /// appended instead of stamping the log with this leader's clock.
+    leader_id: CommittedLeaderIdOf<C>,
+    clock: LeaderClock,
+}
+
 /// A running lock-service node.
 #[derive(Debug)]
 pub struct Node {
+    identity: Identity,
     raft: PalisadeRaft,
     log: LogStore,
     stopping: tokio::sync::watch::Sender<bool>,
+    /// The current term of leadership, once its `LeaderStart` is applied; `None` otherwise.
+    leading: tokio::sync::watch::Sender<Option<Arc<Term>>>,
     shared: Arc<Shared>,
-    clock: LeaderClock,
+    clock: SharedClock,
+    limits: Limits,
+    advertise: String,
     signing_key: SigningKey,
     public_key: PublicKey,
+    leader_watch: std::sync::Mutex<LeaderWatch>,
+}
+
+/// Keeps openraft's leader-change callbacks running while held.
+#[derive(Default)]
+struct LeaderWatch(Option<openraft::raft::WatchChangeHandle<C>>);
+
+impl std::fmt::Debug for LeaderWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "LeaderWatch(on)"
+        } else {
+            "LeaderWatch(off)"
+        })
+    }
 }
 
 fn raft_config() -> Result<Config, StartError> {
     let config = Config {
         cluster_name: "palisade".to_string(),
-        heartbeat_interval: 100,
-        election_timeout_min: 300,
-        election_timeout_max: 600,
+        heartbeat_interval: crate::limits::HEARTBEAT_INTERVAL_MS,
+        election_timeout_min: crate::limits::ELECTION_TIMEOUT_MIN_MS,
+        election_timeout_max: crate::limits::ELECTION_TIMEOUT_MAX_MS,
         max_payload_entries: 1024,
         max_append_entries: Some(4096),
         snapshot_policy: SnapshotPolicy::LogsSinceLast(crate::limits::SNAPSHOT_INTERVAL_ENTRIES),
@@ -132,24 +210,25 @@ fn raft_config() -> Result<Config, StartError> {
 }
 
 impl Node {
-    /// Opens the data directory, recovers the lock table, takes leadership of the one-member
-    /// group and extends every lease. Returns when the node is ready to serve. Time is read
-    /// from `clock` ([`palisade_clock::TokioClock`] in production).
-    pub async fn start(
-        data_dir: &Path,
-        limits: Limits,
-        clock: SharedClock,
-    ) -> Result<Arc<Node>, StartError> {
+    /// Opens the data directory and recovers the lock table. A new directory bootstraps a
+    /// one-member group, or the cluster of `config.initial_cluster` if this node has its lowest
+    /// id. A node that is the only voter of its group returns once it leads and every lease is
+    /// extended; a member of a larger group returns at once and follows (or leads, once
+    /// elected).
+    pub async fn start(config: NodeConfig) -> Result<Arc<Node>, StartError> {
+        let data_dir = &config.data_dir;
         std::fs::create_dir_all(data_dir)?;
+        let had_log = data_dir.join(LOG_FILE).exists();
         // The log takes the data directory's lock: nothing in it, the key included, is created
         // before this process knows it is the only one using the directory.
         let log = LogStore::open(&data_dir.join(LOG_FILE))?;
+        let identity = crate::identity::load_or_create(data_dir, config.node_id, had_log)?;
         let signing_key = crate::keys::load_or_create(data_dir)?;
         let public_key = signing_key.public_key();
         let state_machine = StateMachine::open(data_dir, log.durable_index())?;
         let shared = state_machine.shared();
         let raft = PalisadeRaft::new(
-            NODE_ID,
+            identity.node_id,
             Arc::new(raft_config()?),
             SingleNodeNetwork,
             log.clone(),
@@ -157,48 +236,213 @@ impl Node {
         )
         .await
         .map_err(StartError::raft)?;
-        if !raft.is_initialized().await.map_err(StartError::raft)? {
-            let members = BTreeMap::from([(NODE_ID, BasicNode::new(""))]);
-            match raft.initialize(members).await {
-                Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
-                Err(e) => return Err(StartError::raft(e)),
-            }
-        }
-        raft.wait(Some(Duration::from_secs(30)))
-            .state(ServerState::Leader, "become leader")
-            .await
-            .map_err(StartError::raft)?;
-        // Everything committed before the restart is applied once a linearizable read passes.
-        raft.ensure_linearizable(ReadPolicy::ReadIndex)
-            .await
-            .map_err(StartError::raft)?;
-        let clock = LeaderClock::new(clock, shared.read(|t| t.now_ms()));
         let (stopping, _) = tokio::sync::watch::channel(false);
+        let (leading, _) = tokio::sync::watch::channel(None);
         let node = Arc::new(Node {
+            identity,
             raft,
             log,
             stopping,
+            leading,
             shared,
-            clock,
+            clock: config.clock.clone(),
+            limits: config.limits,
+            advertise: config.advertise.clone(),
             signing_key,
             public_key,
+            leader_watch: std::sync::Mutex::new(LeaderWatch::default()),
         });
-        let started = node.propose(Command::LeaderStart).await?;
-        tracing::info!(result = ?started.result, "took over as leader");
-        // New limits (e.g. another --lock-delay) take effect at this point of the log, never
-        // retroactively for entries replayed above.
-        if node.shared.read(|t| *t.limits()) != limits {
-            let set = node.propose(Command::SetLimits { limits }).await?;
-            set.result.map_err(StartError::LimitsRefused)?;
-            tracing::info!(?limits, "limits changed");
+        node.watch_leadership();
+        node.bootstrap(&config).await?;
+        if node.raft.is_initialized().await.map_err(StartError::raft)? {
+            // The membership reaches the metrics a moment after initialisation or recovery.
+            node.raft
+                .wait(Some(Duration::from_secs(10)))
+                .metrics(
+                    |m| {
+                        m.membership_config
+                            .membership()
+                            .voter_ids()
+                            .next()
+                            .is_some()
+                    },
+                    "membership known",
+                )
+                .await
+                .map_err(StartError::raft)?;
         }
-        tokio::spawn(node.clone().drive_leases());
+        if node.is_sole_voter() {
+            node.until_leading(Duration::from_secs(30)).await?;
+        }
         Ok(node)
     }
 
-    /// The time on the lock table's timeline, as this leader sees it now.
+    /// Initialises a new directory's group: a one-member group, or the initial cluster if this
+    /// node has its lowest id (the others wait to be contacted).
+    async fn bootstrap(&self, config: &NodeConfig) -> Result<(), StartError> {
+        if self.raft.is_initialized().await.map_err(StartError::raft)? {
+            return Ok(());
+        }
+        let me = self.identity.node_id;
+        let members: BTreeMap<u64, Member> = match &config.initial_cluster {
+            None => BTreeMap::from([(me, self.member())]),
+            Some(cluster) => {
+                let Some(own) = cluster.get(&me) else {
+                    return Err(StartError::Config(format!(
+                        "--initial-cluster does not name this node ({me})"
+                    )));
+                };
+                if *own != self.advertise {
+                    return Err(StartError::Config(format!(
+                        "--initial-cluster gives node {me} the address {own}, but it advertises \
+                         {}",
+                        self.advertise
+                    )));
+                }
+                if cluster.keys().next() != Some(&me) {
+                    tracing::info!(
+                        "waiting for node {} to bootstrap the cluster",
+                        cluster.keys().next().copied().unwrap_or(me)
+                    );
+                    return Ok(());
+                }
+                cluster
+                    .iter()
+                    .map(|(id, addr)| {
+                        let member = Member {
+                            addr: addr.clone(),
+                            incarnation: if *id == me {
+                                self.identity.incarnation
+                            } else {
+                                0
+                            },
+                        };
+                        (*id, member)
+                    })
+                    .collect()
+            }
+        };
+        match self.raft.initialize(members).await {
+            Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
+            Err(e) => Err(StartError::raft(e)),
+        }
+    }
+
+    fn member(&self) -> Member {
+        Member {
+            addr: self.advertise.clone(),
+            incarnation: self.identity.incarnation,
+        }
+    }
+
+    fn is_sole_voter(&self) -> bool {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow_watched();
+        let voters: Vec<u64> = metrics.membership_config.membership().voter_ids().collect();
+        voters == [self.identity.node_id]
+    }
+
+    /// Waits until this node leads with its `LeaderStart` applied.
+    async fn until_leading(&self, timeout: Duration) -> Result<(), StartError> {
+        let mut leading = self.leading.subscribe();
+        tokio::time::timeout(timeout, leading.wait_for(|term| term.is_some()))
+            .await
+            .map_err(|_| {
+                StartError::Config(format!(
+                    "this node did not take over its one-member group within {timeout:?}"
+                ))
+            })?
+            .map_err(|_| StartError::Config("the node stopped while starting".into()))?;
+        Ok(())
+    }
+
+    /// Follows this node's leadership: on gaining it, take over; on losing it, stop proposing.
+    fn watch_leadership(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        let weak_stop = weak.clone();
+        let handle = self.raft.on_leader_change(
+            move |leader_id| {
+                let weak = weak.clone();
+                async move {
+                    if let Some(node) = weak.upgrade() {
+                        tokio::spawn(node.take_over(leader_id.to_committed()));
+                    }
+                }
+            },
+            move |_| {
+                let weak = weak_stop.clone();
+                async move {
+                    if let Some(node) = weak.upgrade() {
+                        if node.leading.send_replace(None).is_some() {
+                            tracing::info!("no longer the leader");
+                        }
+                    }
+                }
+            },
+        );
+        *self.leader_watch.lock().expect("leader watch lock") = LeaderWatch(Some(handle));
+    }
+
+    /// Takes over as leader of the term `leader_id`: catch up with every committed entry,
+    /// re-anchor the clock on the table's latest time, extend every lease (`LeaderStart`),
+    /// then serve and drive the leases until the term ends.
+    async fn take_over(self: Arc<Self>, leader_id: CommittedLeaderIdOf<C>) {
+        if let Err(e) = self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
+            tracing::info!(error = %e, "lost leadership while catching up");
+            return;
+        }
+        let term = Arc::new(Term {
+            leader_id,
+            clock: LeaderClock::new(self.clock.clone(), self.shared.read(|t| t.now_ms())),
+        });
+        match self.propose_in(&term, Command::LeaderStart).await {
+            Ok((_, started)) => tracing::info!(result = ?started.result, "took over as leader"),
+            Err(e) => {
+                tracing::info!(error = %e, "could not take over");
+                return;
+            }
+        }
+        // New limits (e.g. another --lock-delay) take effect at this point of the log, never
+        // retroactively for entries replayed above.
+        if self.shared.read(|t| *t.limits()) != self.limits {
+            let limits = self.limits;
+            match self.propose_in(&term, Command::SetLimits { limits }).await {
+                Ok((_, set)) => match set.result {
+                    Ok(_) => tracing::info!(?limits, "limits changed"),
+                    Err(e) => tracing::error!(error = %e, "the new limits were refused"),
+                },
+                Err(e) => tracing::warn!(error = %e, "could not propose the new limits"),
+            }
+        }
+        // Still this term? Another may have begun while the entries above were in flight.
+        if self
+            .raft
+            .as_leader()
+            .map(|l| l.to_committed_leader_id())
+            .ok()
+            != Some(term.leader_id.clone())
+        {
+            return;
+        }
+        self.leading.send_replace(Some(term.clone()));
+        tokio::spawn(self.clone().drive_leases(term));
+    }
+
+    /// The time on the lock table's timeline, as this node's leader clock sees it now (the
+    /// table's latest applied time when this node does not lead).
     pub fn now_ms(&self) -> u64 {
-        self.clock.now_ms()
+        match &*self.leading.borrow() {
+            Some(term) => term.clock.now_ms(),
+            None => self.shared.read(|t| t.now_ms()),
+        }
+    }
+
+    pub fn node_id(&self) -> u64 {
+        self.identity.node_id
+    }
+
+    pub fn raft(&self) -> &PalisadeRaft {
+        &self.raft
     }
 
     pub fn shared(&self) -> &Shared {
@@ -213,6 +457,28 @@ impl Node {
         &self.signing_key
     }
 
+    /// The leader as far as this node knows, for a client to go to.
+    pub fn leader_hint(&self) -> Option<LeaderHint> {
+        match self.raft.as_leader() {
+            Ok(_) => Some(LeaderHint {
+                node_id: self.identity.node_id,
+                addr: self.advertise.clone(),
+            }),
+            Err(forward) => hint_of(&forward),
+        }
+    }
+
+    /// Resolves when this node stops leading the term it leads now (at once if it leads none).
+    pub async fn leadership_lost(&self) {
+        let mut leading = self.leading.subscribe();
+        let Some(term) = leading.borrow_and_update().clone() else {
+            return;
+        };
+        let _ = leading
+            .wait_for(|now| !now.as_ref().is_some_and(|now| Arc::ptr_eq(now, &term)))
+            .await;
+    }
+
     /// Stamps `command` with the leader's time, commits it durably and applies it.
     pub async fn propose(&self, command: Command) -> Result<Output, ProposeError> {
         Ok(self.propose_indexed(command).await?.1)
@@ -220,16 +486,46 @@ impl Node {
 
     /// [`Node::propose`], also returning the log index at which the command was applied.
     pub async fn propose_indexed(&self, command: Command) -> Result<(u64, Output), ProposeError> {
+        let term = self.leading.borrow().clone();
+        let Some(term) = term else {
+            return Err(ProposeError::NotLeader {
+                leader: self
+                    .leader_hint()
+                    .filter(|h| h.node_id != self.identity.node_id),
+            });
+        };
+        self.propose_in(&term, command).await
+    }
+
+    /// Proposes `command` in `term`: it fails before it is appended if another term began.
+    async fn propose_in(
+        &self,
+        term: &Term,
+        command: Command,
+    ) -> Result<(u64, Output), ProposeError> {
         let input = Input {
-            now_ms: self.clock.now_ms(),
+            now_ms: term.clock.now_ms(),
             command,
         };
-        match self.raft.client_write(input).await {
-            Ok(response) => Ok((response.log_id.index, response.data)),
-            Err(RaftError::APIError(openraft::errors::ClientWriteError::ForwardToLeader(_))) => {
-                Err(ProposeError::NotLeader)
-            }
-            Err(e) => Err(ProposeError::Stopped(e.to_string())),
+        let (responder, answer) = ProgressResponder::complete_only();
+        self.raft
+            .write(input)
+            .with_leader(term.leader_id.clone())
+            .responder(responder)
+            .await
+            .map_err(|e| ProposeError::Stopped(e.to_string()))?;
+        match answer.await {
+            Ok(Ok(response)) => Ok((response.log_id.index, response.data)),
+            Ok(Err(ClientWriteError::ForwardToLeader(forward))) => Err(ProposeError::NotLeader {
+                leader: hint_of(&forward),
+            }),
+            Ok(Err(ClientWriteError::LogEntryDiscarded(forward))) => Err(ProposeError::Discarded {
+                leader: hint_of(&forward),
+            }),
+            Ok(Err(e)) => Err(ProposeError::Stopped(e.to_string())),
+            Err(_) => Err(ProposeError::Stopped(
+                "raft dropped the proposal without an answer".into(),
+            )),
         }
     }
 
@@ -237,16 +533,28 @@ impl Node {
     pub async fn linearizable_read(&self) -> Result<(), ProposeError> {
         match self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
             Ok(_) => Ok(()),
-            Err(RaftError::APIError(_)) => Err(ProposeError::NotLeader),
+            Err(RaftError::APIError(openraft::errors::LinearizableReadError::ForwardToLeader(
+                forward,
+            ))) => Err(ProposeError::NotLeader {
+                leader: hint_of(&forward),
+            }),
             Err(e) => Err(ProposeError::Stopped(e.to_string())),
         }
     }
 
-    /// Proposes a `Tick` whenever the table's next deadline has come.
-    async fn drive_leases(self: Arc<Self>) {
+    /// Proposes a `Tick` whenever the table's next deadline has come, for as long as `term`
+    /// lasts.
+    async fn drive_leases(self: Arc<Self>, term: Arc<Term>) {
         let mut stopping = self.stopping.subscribe();
+        let ended = |node: &Node| {
+            !node
+                .leading
+                .borrow()
+                .as_ref()
+                .is_some_and(|now| Arc::ptr_eq(now, &term))
+        };
         loop {
-            if *stopping.borrow_and_update() {
+            if *stopping.borrow_and_update() || ended(&self) {
                 return;
             }
             let notified = self.shared.applied_notify.notified();
@@ -262,30 +570,31 @@ impl Node {
             {
                 continue;
             }
-            let now = self.now_ms();
+            let now = term.clock.now_ms();
             match next {
-                Some(deadline) if deadline <= now => match self.propose(Command::Tick).await {
-                    Ok(_) => continue,
-                    Err(ProposeError::Stopped(reason)) => {
-                        tracing::info!(%reason, "lease driver stopping");
-                        return;
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "lease driver could not tick");
-                        self.clock.sleep(crate::limits::LEASE_DRIVER_RETRY).await;
-                    }
-                },
-                Some(deadline) => {
-                    tokio::select! {
-                        () = self.clock.sleep_until_ms(deadline) => {}
-                        _ = notified => {}
-                        _ = stopping.changed() => {}
+                Some(deadline) if deadline <= now => {
+                    match self.propose_in(&term, Command::Tick).await {
+                        Ok(_) => continue,
+                        Err(ProposeError::Stopped(reason)) => {
+                            tracing::info!(%reason, "lease driver stopping");
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "lease driver could not tick");
+                            term.clock.sleep(crate::limits::LEASE_DRIVER_RETRY).await;
+                        }
                     }
                 }
-                None => {
+                deadline => {
+                    let sleep = match deadline {
+                        Some(deadline) => term.clock.sleep_until_ms(deadline),
+                        None => Box::pin(std::future::pending()),
+                    };
                     tokio::select! {
+                        () = sleep => {}
                         _ = notified => {}
                         _ = stopping.changed() => {}
+                        () = self.leadership_lost() => {}
                     }
                 }
             }
@@ -308,12 +617,28 @@ impl Node {
     /// [`ProposeError::Stopped`].
     pub async fn shutdown(&self) {
         self.begin_shutdown();
+        self.leading.send_replace(None);
+        let watch = std::mem::take(&mut *self.leader_watch.lock().expect("leader watch lock"));
+        if let Some(mut watch) = watch.0 {
+            watch.close().await;
+        }
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown reported an error");
         }
         let log = self.log.clone();
         let _ = tokio::task::spawn_blocking(move || log.close()).await;
     }
+}
+
+fn hint_of(forward: &ForwardToLeader<C>) -> Option<LeaderHint> {
+    forward.leader_id.map(|node_id| LeaderHint {
+        node_id,
+        addr: forward
+            .leader_node
+            .as_ref()
+            .map(|m| m.addr.clone())
+            .unwrap_or_default(),
+    })
 }
 
 #[cfg(test)]
@@ -328,11 +653,14 @@ mod tests {
         let lock = std::fs::File::create(dir.path().join(LOG_FILE).with_extension("lock")).unwrap();
         lock.try_lock().unwrap();
 
-        let refused = Node::start(
-            dir.path(),
-            Limits::default(),
-            palisade_clock::TokioClock::shared(),
-        )
+        let refused = Node::start(NodeConfig {
+            node_id: 1,
+            data_dir: dir.path().to_path_buf(),
+            limits: Limits::default(),
+            clock: palisade_clock::TokioClock::shared(),
+            advertise: "127.0.0.1:1".into(),
+            initial_cluster: None,
+        })
         .await
         .unwrap_err();
         assert!(refused.to_string().contains("in use"), "{refused}");

@@ -11,8 +11,29 @@ openraft::declare_raft_types!(
         D = palisade_core::Input,
         R = palisade_core::Output,
         NodeId = u64,
-        Node = openraft::BasicNode,
+        Node = Member,
 );
+
+/// A member of the cluster as the membership records it.
+///
+/// Serialised exactly like openraft's `BasicNode` (`{"addr": ...}`) plus `incarnation`, so the
+/// logs and snapshots of single nodes from before clusters load unchanged (their one member has
+/// address "" and incarnation 0).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Member {
+    /// Where clients and peers reach the member (`host:port`).
+    pub addr: String,
+    /// The incarnation of the member's data directory when it was admitted; 0 if unknown
+    /// (recorded before incarnations existed). See [`crate::identity`].
+    #[serde(default)]
+    pub incarnation: u64,
+}
+
+impl std::fmt::Display for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.addr)
+    }
+}
 
 pub type C = TypeConfig;
 pub type Entry = <TypeConfig as openraft::RaftTypeConfig>::Entry;

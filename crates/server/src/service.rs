@@ -21,7 +21,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::limits::{KEEPALIVE_BUFFER_RESPONSES, LIST_PAGE_LOCKS_MAX, LONG_LIVED_CALLS_MAX};
-use crate::node::{Node, ProposeError};
+use crate::node::{LeaderHint, Node, ProposeError};
 use crate::state_machine::{WATCH_BUFFER_EVENTS, WaitOutcome};
 
 /// Why an operation did not succeed. Each variant says whether the operation took effect, so a
@@ -32,9 +32,13 @@ pub enum ServiceError {
     /// The lock table refused the command: applied as a refusal, nothing changed.
     #[error(transparent)]
     Refused(#[from] CoreError),
-    /// This node is not the leader: nothing was applied; retry on the leader.
-    #[error("this node is not the leader; retry")]
-    NotLeader,
+    /// This node is not the leader: nothing was applied; retry on the leader (`leader`, if
+    /// this node knows it).
+    #[error("{message}")]
+    NotLeader {
+        leader: Option<LeaderHint>,
+        message: String,
+    },
     /// The command may or may not have been applied; a retry with the same request id is
     /// answered from the table without applying it twice.
     #[error("{0}; the outcome is unknown, retry with the same request id")]
@@ -61,8 +65,13 @@ pub enum ServiceError {
 impl From<ProposeError> for ServiceError {
     fn from(e: ProposeError) -> ServiceError {
         match e {
-            ProposeError::NotLeader => ServiceError::NotLeader,
-            ProposeError::Stopped(_) => ServiceError::OutcomeUnknown(e.to_string()),
+            ProposeError::NotLeader { ref leader } => ServiceError::NotLeader {
+                leader: leader.clone(),
+                message: e.to_string(),
+            },
+            ProposeError::Discarded { .. } | ProposeError::Stopped(_) => {
+                ServiceError::OutcomeUnknown(e.to_string())
+            }
         }
     }
 }

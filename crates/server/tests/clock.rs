@@ -22,6 +22,9 @@ async fn start() -> Running {
         listen: "127.0.0.1:0".parse().unwrap(),
         metrics_listen: None,
         lock_delay_ms: 0,
+        node_id: 1,
+        advertise: None,
+        initial_cluster: None,
     };
     let clock = ManualClock::new();
     let server = Server::start_with_clock(&config, clock.shared())

@@ -28,6 +28,9 @@ impl Running {
             listen: "127.0.0.1:0".parse().unwrap(),
             metrics_listen: None,
             lock_delay_ms,
+            node_id: 1,
+            advertise: None,
+            initial_cluster: None,
         };
         let server = Server::start(&args).await.expect("server starts");
         let endpoint = format!("http://{}", server.local_addr());
