@@ -372,10 +372,10 @@ impl Node {
             move |_| {
                 let weak = weak_stop.clone();
                 async move {
-                    if let Some(node) = weak.upgrade() {
-                        if node.leading.send_replace(None).is_some() {
-                            tracing::info!("no longer the leader");
-                        }
+                    if let Some(node) = weak.upgrade()
+                        && node.leading.send_replace(None).is_some()
+                    {
+                        tracing::info!("no longer the leader");
                     }
                 }
             },
@@ -420,7 +420,7 @@ impl Node {
             .as_leader()
             .map(|l| l.to_committed_leader_id())
             .ok()
-            != Some(term.leader_id.clone())
+            != Some(term.leader_id)
         {
             return;
         }
@@ -510,7 +510,7 @@ impl Node {
         let (responder, answer) = ProgressResponder::complete_only();
         self.raft
             .write(input)
-            .with_leader(term.leader_id.clone())
+            .with_leader(term.leader_id)
             .responder(responder)
             .await
             .map_err(|e| ProposeError::Stopped(e.to_string()))?;
