@@ -22,7 +22,7 @@
 use std::error::Error as StdError;
 use std::time::Duration;
 
-use palisade_core::{CoreError, ErrorCategory, SessionId, Token};
+use palisade_core::{CoreError, ErrorCategory, HeldBy, SessionId, Token, holder_clause};
 use tonic::{Code, Status};
 
 /// How a caller reacts to a failed call, one class per reaction: what the `palisade` binary
@@ -392,11 +392,10 @@ fn unnamed(core: CoreError) -> Unnamed {
 }
 
 fn describe_busy(session: Option<SessionId>, token: Option<Token>, in_lock_delay: bool) -> String {
-    match (session, token) {
-        (Some(s), Some(t)) => format!(": held by session {s} with token {t}"),
-        (Some(s), None) => format!(": held by session {s}"),
-        _ if in_lock_delay => ": in lock-delay after its holder's session expired".to_string(),
-        _ => String::new(),
+    match session {
+        Some(session) => format!(": {}", HeldBy { session, token }),
+        None if in_lock_delay => ": in lock-delay after its holder's session expired".to_string(),
+        None => String::new(),
     }
 }
 
@@ -524,10 +523,7 @@ pub enum ReleaseError {
 }
 
 fn describe_holder(session: Option<SessionId>) -> String {
-    match session {
-        Some(s) => format!("; it is held by session {s}"),
-        None => "; it is free".to_string(),
-    }
+    holder_clause(session.map(HeldBy::session))
 }
 
 impl ReleaseError {

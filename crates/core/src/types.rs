@@ -249,15 +249,58 @@ fn describe_busy(
     until: Option<TimeMs>,
 ) -> String {
     match (session, token, until) {
-        (Some(s), Some(t), _) => format!(": held by session {s} with token {t}"),
+        (Some(s), Some(t), _) => format!(": {}", HeldBy::with_token(s, t)),
         (_, _, Some(u)) => format!(": in lock-delay until {u} ms after its holder expired"),
         _ => String::new(),
     }
 }
 
 fn describe_holder(session: Option<SessionId>) -> String {
-    match session {
-        Some(s) => format!("; it is held by session {s}"),
+    holder_clause(session.map(HeldBy::session))
+}
+
+/// The holder of a lock as every message names it: `held by session 7 with token 42`, or
+/// `held by session 7` where the token is not known.
+///
+/// The one place that text is written, so the lock table's refusals, the client library's
+/// errors and the `palisade` command say it alike (scripts and tests look for it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldBy {
+    pub session: SessionId,
+    pub token: Option<Token>,
+}
+
+impl HeldBy {
+    /// A holder whose token is not known.
+    pub fn session(session: SessionId) -> HeldBy {
+        HeldBy {
+            session,
+            token: None,
+        }
+    }
+
+    pub fn with_token(session: SessionId, token: Token) -> HeldBy {
+        HeldBy {
+            session,
+            token: Some(token),
+        }
+    }
+}
+
+impl std::fmt::Display for HeldBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "held by session {}", self.session)?;
+        match self.token {
+            Some(token) => write!(f, " with token {token}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// What a refused release adds about the lock: `; it is held by session …`, or `; it is free`.
+pub fn holder_clause(holder: Option<HeldBy>) -> String {
+    match holder {
+        Some(holder) => format!("; it is {holder}"),
         None => "; it is free".to_string(),
     }
 }
