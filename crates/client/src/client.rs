@@ -8,6 +8,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use palisade_core::error_chain::error_chain;
 use palisade_core::limits::{LOCK_NAME_BYTES_MAX, validate_lock_name};
 use palisade_core::{SessionId, Token};
 use palisade_proto::v1::locks_client::LocksClient;
@@ -17,7 +18,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{
     AcquireError, CloseError, ConnectError, Failure, QueryError, ReleaseError, RenewError,
-    SessionError, error_chain,
+    SessionError,
 };
 use crate::retry::{Backoff, open_key, request_id};
 use crate::session::{AcquireOptions, Session, SessionOptions, Wait};

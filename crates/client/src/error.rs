@@ -22,6 +22,7 @@
 use std::error::Error as StdError;
 use std::time::Duration;
 
+use palisade_core::error_chain::with_causes;
 use palisade_core::{CoreError, ErrorCategory, HeldBy, SessionId, Token, holder_clause};
 use tonic::{Code, Status};
 
@@ -134,21 +135,12 @@ impl Failure {
 
 /// The status message with the chain of local causes, e.g. `transport error: connection refused`.
 fn describe_status(status: &Status) -> String {
-    let mut text = if status.message().is_empty() {
+    let message = if status.message().is_empty() {
         format!("{:?}", status.code())
     } else {
         status.message().to_string()
     };
-    let mut source = status.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
+    with_causes(message, status.source())
 }
 
 /// True when the status comes from failing to connect, so the request was never sent.
@@ -166,21 +158,6 @@ fn chain_has_connect_error(status: &Status) -> bool {
         source = cause.source();
     }
     false
-}
-
-/// The full chain of an error's causes on one line.
-pub(crate) fn error_chain(error: &(dyn StdError + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// Why [`crate::Client::connect`] failed.
