@@ -126,11 +126,6 @@ impl Failure {
     pub(crate) fn timed_out(after: Duration) -> Failure {
         Failure::Unknown(format!("no answer within {} ms", after.as_millis()))
     }
-
-    /// True when retrying with the same request id may succeed.
-    pub(crate) fn is_transient(&self) -> bool {
-        matches!(self, Failure::NotApplied(_) | Failure::Unknown(_))
-    }
 }
 
 /// The status message with the chain of local causes, e.g. `transport error: connection refused`.
