@@ -195,7 +195,7 @@ pub enum SessionError {
         ttl_ms_max: u64,
     },
     #[error("the lock service has {sessions_max} sessions open, its limit; retry later")]
-    TooManySessions { sessions_max: usize },
+    TooManySessions { sessions_max: u32 },
     #[error("invalid session request: {0}")]
     InvalidArgument(String),
     #[error("the lock service is unavailable, no session was opened ({0}); retry later")]
@@ -312,9 +312,9 @@ pub enum AcquireError {
         reason: crate::SessionLost,
     },
     #[error("lock {lock:?} already has {waiters_max} waiters, the limit; retry later")]
-    TooManyWaiters { lock: String, waiters_max: usize },
+    TooManyWaiters { lock: String, waiters_max: u32 },
     #[error("the lock service holds {locks_max} locks, its limit; retry later")]
-    TooManyLocks { locks_max: usize },
+    TooManyLocks { locks_max: u32 },
     #[error("lock {lock:?} cannot be granted any more: its fencing tokens are exhausted")]
     TokensExhausted { lock: String },
     #[error("invalid acquire request: {0}")]

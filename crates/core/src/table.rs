@@ -297,7 +297,7 @@ impl LockTable {
                 ttl_ms_max,
             });
         }
-        if self.sessions.len() >= self.limits.sessions_max {
+        if self.sessions.len() >= self.limits.sessions_max as usize {
             return Err(CoreError::TooManySessions {
                 sessions_max: self.limits.sessions_max,
             });
@@ -436,7 +436,7 @@ impl LockTable {
             .get(&id)
             .ok_or(CoreError::SessionNotFound { session: id })?;
         // Checked before anything is remembered: an invalid name costs no dedup slot.
-        limits::validate_lock_name(&lock, self.limits.lock_name_bytes_max)
+        limits::validate_lock_name(&lock, self.limits.lock_name_bytes_max as usize)
             .map_err(CoreError::InvalidLockName)?;
         if let Some(earlier) = remembered(session, request_id, RequestKind::Acquire, &lock)? {
             return earlier;
@@ -494,7 +494,7 @@ impl LockTable {
         if self.locks.contains_key(lock) {
             return Ok(());
         }
-        if self.locks.len() >= self.limits.locks_max {
+        if self.locks.len() >= self.limits.locks_max as usize {
             return Err(CoreError::TooManyLocks {
                 locks_max: self.limits.locks_max,
             });
@@ -544,7 +544,7 @@ impl LockTable {
     ) -> Result<Reply, CoreError> {
         let waiters_max = self.limits.waiters_per_lock_max;
         let l = self.locks.get_mut(lock).expect("the lock exists");
-        if l.waiters.len() >= waiters_max {
+        if l.waiters.len() >= waiters_max as usize {
             return Err(CoreError::TooManyWaiters {
                 lock: lock.to_string(),
                 waiters_max,
@@ -555,7 +555,7 @@ impl LockTable {
             request_id,
             deadline_ms,
         });
-        let position = l.waiters.len() - 1;
+        let position = queue_position(l.waiters.len() - 1);
         if let Some(deadline) = deadline_ms {
             self.wait_deadlines.insert((deadline, id, lock.to_string()));
         }
@@ -579,7 +579,7 @@ impl LockTable {
             .sessions
             .get(&id)
             .ok_or(CoreError::SessionNotFound { session: id })?;
-        limits::validate_lock_name(&lock, self.limits.lock_name_bytes_max)
+        limits::validate_lock_name(&lock, self.limits.lock_name_bytes_max as usize)
             .map_err(CoreError::InvalidLockName)?;
         if let Some(earlier) = remembered(session, request_id, RequestKind::Release, &lock)? {
             return earlier;
@@ -1004,6 +1004,11 @@ pub enum InvalidTable {
     Inconsistent(String),
 }
 
+/// A place in a lock's queue, as a reply carries it.
+fn queue_position(index: usize) -> u32 {
+    u32::try_from(index).expect("a queue is never longer than waiters_per_lock_max, a u32")
+}
+
 /// The reply to an acquire by a session that already holds `lock` or waits for it: the same
 /// grant, or its place in line.
 fn already_there(l: &Lock, id: SessionId, lock: &str) -> Option<Reply> {
@@ -1014,7 +1019,7 @@ fn already_there(l: &Lock, id: SessionId, lock: &str) -> Option<Reply> {
             token: grant.token,
         });
     }
-    let position = l.waiters.iter().position(|w| w.session == id)?;
+    let position = queue_position(l.waiters.iter().position(|w| w.session == id)?);
     Some(Reply::Queued {
         lock: lock.to_string(),
         session: id,

@@ -178,7 +178,7 @@ pub enum Reply {
     Queued {
         lock: String,
         session: SessionId,
-        position: usize,
+        position: u32,
     },
     /// The session no longer holds the lock (`token`) or no longer waits for it (`token` None).
     Released {
@@ -189,7 +189,7 @@ pub enum Reply {
     Ticked,
     LimitsSet,
     LeaderStarted {
-        sessions_extended: usize,
+        sessions_extended: u32,
     },
 }
 
@@ -212,11 +212,11 @@ pub enum CoreError {
     #[error("invalid open key: {0}")]
     InvalidOpenKey(OpenKeyError),
     #[error("too many sessions: the limit is {sessions_max}; close unused sessions")]
-    TooManySessions { sessions_max: usize },
+    TooManySessions { sessions_max: u32 },
     #[error("too many locks: the limit is {locks_max}")]
-    TooManyLocks { locks_max: usize },
+    TooManyLocks { locks_max: u32 },
     #[error("lock {lock:?} already has {waiters_max} waiters, the limit")]
-    TooManyWaiters { lock: String, waiters_max: usize },
+    TooManyWaiters { lock: String, waiters_max: u32 },
     #[error("lock {lock:?} is busy{}", describe_busy(*holder_session, *holder_token, *available_at_ms))]
     Busy {
         lock: String,
