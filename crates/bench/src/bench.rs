@@ -827,31 +827,20 @@ fn fenced_write_rows(report: &BenchReport, kinds: usize, compare: bool) -> Strin
     let empty = if compare { " — | |" } else { "" };
     let etcd_cells = |n: usize| " n/a |".repeat(n);
     let others = kinds.saturating_sub(1);
-    let _ = writeln!(
-        out,
-        "| {label} | unfenced writes/s (p50) | {} ({}) |{}{}",
-        Unit::PerSecond.show(Some(u.operations_per_s)),
-        format_us(u.latency.p50_us),
-        etcd_cells(others),
-        empty
-    );
-    let _ = writeln!(
-        out,
-        "| {label} | fenced writes/s (p50) | {} ({}) |{}{}",
-        Unit::PerSecond.show(Some(f.operations_per_s)),
-        format_us(f.latency.p50_us),
-        etcd_cells(others),
-        empty
-    );
-    if let Some(h) = find("fenced-http") {
+    let mut rate_row = |metric: &str, m: &Measurement| {
         let _ = writeln!(
             out,
-            "| {label} | fenced writes over HTTP/s (p50) | {} ({}) |{}{}",
-            Unit::PerSecond.show(Some(h.operations_per_s)),
-            format_us(h.latency.p50_us),
+            "| {label} | {metric} | {} ({}) |{}{}",
+            Unit::PerSecond.show(Some(m.operations_per_s)),
+            format_us(m.latency.p50_us),
             etcd_cells(others),
             empty
         );
+    };
+    rate_row("unfenced writes/s (p50)", u);
+    rate_row("fenced writes/s (p50)", f);
+    if let Some(h) = find("fenced-http") {
+        rate_row("fenced writes over HTTP/s (p50)", h);
     }
     let cost = if f.operations_per_s > 0.0 {
         u.operations_per_s / f.operations_per_s
