@@ -637,9 +637,22 @@ pub fn markdown_table(report: &BenchReport, targets: &[Target]) -> String {
         kinds
     };
     let compare = kinds.len() == 2;
+    let mut out = table_header(&kinds, compare);
+    for row in lock_rows(report, &kinds) {
+        out.push_str(&row.show(compare));
+    }
+    out.push_str(&fenced_write_rows(report, kinds.len(), compare));
+    for workload in [Workload::FencedRead, Workload::Txn] {
+        out.push_str(&store_rows(report, workload, kinds.len(), compare));
+    }
+    out
+}
+
+/// The header of the comparison table and the line under it.
+fn table_header(kinds: &[&str], compare: bool) -> String {
     let mut out = String::new();
     let _ = write!(out, "| workload | metric |");
-    for kind in &kinds {
+    for kind in kinds {
         let _ = write!(out, " {kind} |");
     }
     if compare {
@@ -647,23 +660,130 @@ pub fn markdown_table(report: &BenchReport, targets: &[Target]) -> String {
     }
     out.push('\n');
     let _ = write!(out, "|---|---|");
-    for _ in &kinds {
+    for _ in kinds {
         let _ = write!(out, "---:|");
     }
     if compare {
         let _ = write!(out, "---:|---|");
     }
     out.push('\n');
+    out
+}
 
-    // (workload, metric, value per kind, higher is better, target)
-    type Row = (String, String, Vec<Option<f64>>, bool, &'static str, Unit);
-    let mut rows: Vec<Row> = Vec::new();
-    let per_kind = |workload: Workload, f: &dyn Fn(&Measurement) -> f64| -> Vec<Option<f64>> {
-        kinds
-            .iter()
-            .map(|k| report.find(workload, None, k).map(f))
-            .collect()
-    };
+/// One row of the comparison table for the lock workloads: a metric measured on every target.
+struct Row {
+    workload: String,
+    metric: &'static str,
+    /// One value per target kind, in the table's column order.
+    values: Vec<Option<f64>>,
+    higher_better: bool,
+    target: &'static str,
+    unit: Unit,
+}
+
+impl Row {
+    fn show(&self, compare: bool) -> String {
+        let mut out = String::new();
+        let _ = write!(out, "| {} | {} |", self.workload, self.metric);
+        for v in &self.values {
+            let _ = write!(out, " {} |", self.unit.show(*v));
+        }
+        if compare {
+            let advantage = match (self.values[0], self.values[1]) {
+                (Some(a), Some(b)) if a > 0.0 && b > 0.0 && a.is_finite() && b.is_finite() => {
+                    let ratio = if self.higher_better { a / b } else { b / a };
+                    format!("{ratio:.2}×")
+                }
+                _ => "—".into(),
+            };
+            let _ = write!(out, " {advantage} | {} |", self.target);
+        }
+        out.push('\n');
+        out
+    }
+}
+
+/// A metric of a lock workload, as the comparison table shows it.
+struct LockMetric {
+    workload: Workload,
+    metric: &'static str,
+    value: fn(&Measurement) -> f64,
+    higher_better: bool,
+    /// Our target against etcd, where there is one.
+    target: &'static str,
+    unit: Unit,
+}
+
+/// The rows of the lock workloads, in the table's order.
+const LOCK_METRICS: [LockMetric; 8] = [
+    LockMetric {
+        workload: Workload::Uncontended,
+        metric: "acquire+release cycles/s",
+        value: |m| m.operations_per_s,
+        higher_better: true,
+        target: "≥ 10×",
+        unit: Unit::PerSecond,
+    },
+    LockMetric {
+        workload: Workload::Uncontended,
+        metric: "cycle latency p50",
+        value: |m| m.latency.p50_us,
+        higher_better: false,
+        target: "",
+        unit: Unit::Micros,
+    },
+    LockMetric {
+        workload: Workload::Contended,
+        metric: "grants/s",
+        value: |m| m.operations_per_s,
+        higher_better: true,
+        target: "≥ 20×",
+        unit: Unit::PerSecond,
+    },
+    LockMetric {
+        workload: Workload::Contended,
+        metric: "wait for the grant p99",
+        value: |m| m.acquire.map_or(f64::NAN, |p| p.p99_us),
+        higher_better: false,
+        target: "",
+        unit: Unit::Micros,
+    },
+    LockMetric {
+        workload: Workload::Latency,
+        metric: "acquire+release p50",
+        value: |m| m.latency.p50_us,
+        higher_better: false,
+        target: "≤ 0.45 ms",
+        unit: Unit::Micros,
+    },
+    LockMetric {
+        workload: Workload::Latency,
+        metric: "acquire+release p99",
+        value: |m| m.latency.p99_us,
+        higher_better: false,
+        target: "",
+        unit: Unit::Micros,
+    },
+    LockMetric {
+        workload: Workload::Latency,
+        metric: "acquire+release p99.9",
+        value: |m| m.latency.p999_us,
+        higher_better: false,
+        target: "",
+        unit: Unit::Micros,
+    },
+    LockMetric {
+        workload: Workload::Latency,
+        metric: "acquire alone p50",
+        value: |m| m.acquire.map_or(f64::NAN, |p| p.p50_us),
+        higher_better: false,
+        target: "",
+        unit: Unit::Micros,
+    },
+];
+
+/// The rows of the lock workloads (`uncontended`, `contended`, `latency`) that were measured.
+fn lock_rows(report: &BenchReport, kinds: &[&str]) -> Vec<Row> {
     let label_of = |workload: Workload| {
         report
             .measurements
@@ -671,147 +791,68 @@ pub fn markdown_table(report: &BenchReport, targets: &[Target]) -> String {
             .find(|m| m.workload == workload)
             .map(|m| format!("{} ({})", workload.name(), shape(m)))
     };
-    if let Some(label) = label_of(Workload::Uncontended) {
-        rows.push((
-            label.clone(),
-            "acquire+release cycles/s".into(),
-            per_kind(Workload::Uncontended, &|m| m.operations_per_s),
-            true,
-            "≥ 10×",
-            Unit::PerSecond,
-        ));
-        rows.push((
-            label,
-            "cycle latency p50".into(),
-            per_kind(Workload::Uncontended, &|m| m.latency.p50_us),
-            false,
-            "",
-            Unit::Micros,
-        ));
-    }
-    if let Some(label) = label_of(Workload::Contended) {
-        rows.push((
-            label.clone(),
-            "grants/s".into(),
-            per_kind(Workload::Contended, &|m| m.operations_per_s),
-            true,
-            "≥ 20×",
-            Unit::PerSecond,
-        ));
-        rows.push((
-            label,
-            "wait for the grant p99".into(),
-            per_kind(Workload::Contended, &|m| {
-                m.acquire.map_or(f64::NAN, |p| p.p99_us)
-            }),
-            false,
-            "",
-            Unit::Micros,
-        ));
-    }
-    if let Some(label) = label_of(Workload::Latency) {
-        for (metric, target, f) in [
-            (
-                "acquire+release p50",
-                "≤ 0.45 ms",
-                (|m: &Measurement| m.latency.p50_us) as fn(&Measurement) -> f64,
-            ),
-            ("acquire+release p99", "", |m: &Measurement| {
-                m.latency.p99_us
-            }),
-            ("acquire+release p99.9", "", |m: &Measurement| {
-                m.latency.p999_us
-            }),
-            ("acquire alone p50", "", |m: &Measurement| {
-                m.acquire.map_or(f64::NAN, |p| p.p50_us)
-            }),
-        ] {
-            rows.push((
-                label.clone(),
-                metric.into(),
-                per_kind(Workload::Latency, &f),
-                false,
-                target,
-                Unit::Micros,
-            ));
-        }
-    }
-    for row in &rows {
-        let (workload, metric, values, higher_better, target, unit) = row;
-        let _ = write!(out, "| {workload} | {metric} |");
-        for v in values {
-            let _ = write!(out, " {} |", unit.show(*v));
-        }
-        if compare {
-            let advantage = match (values[0], values[1]) {
-                (Some(a), Some(b)) if a > 0.0 && b > 0.0 && a.is_finite() && b.is_finite() => {
-                    let ratio = if *higher_better { a / b } else { b / a };
-                    format!("{ratio:.2}×")
-                }
-                _ => "—".into(),
-            };
-            let _ = write!(out, " {advantage} | {target} |");
-        }
-        out.push('\n');
-    }
-    let fenced = report
-        .measurements
+    LOCK_METRICS
         .iter()
-        .find(|m| m.workload == Workload::FencedWrite && m.variant == Some("fenced"));
-    let unfenced = report
-        .measurements
-        .iter()
-        .find(|m| m.workload == Workload::FencedWrite && m.variant == Some("unfenced"));
-    if let (Some(f), Some(u)) = (fenced, unfenced) {
-        let label = format!("fenced-write ({})", shape(f));
-        let empty = if compare { " — | |" } else { "" };
-        let etcd_cells = |n: usize| " n/a |".repeat(n);
-        let others = kinds.len().saturating_sub(1);
-        let _ = writeln!(
-            out,
-            "| {label} | unfenced writes/s (p50) | {} ({}) |{}{}",
-            Unit::PerSecond.show(Some(u.operations_per_s)),
-            format_us(u.latency.p50_us),
-            etcd_cells(others),
-            empty
-        );
-        let _ = writeln!(
-            out,
-            "| {label} | fenced writes/s (p50) | {} ({}) |{}{}",
-            Unit::PerSecond.show(Some(f.operations_per_s)),
-            format_us(f.latency.p50_us),
-            etcd_cells(others),
-            empty
-        );
-        if let Some(h) = report
+        .filter_map(|metric| {
+            let workload = label_of(metric.workload)?;
+            Some(Row {
+                workload,
+                metric: metric.metric,
+                values: kinds
+                    .iter()
+                    .map(|k| report.find(metric.workload, None, k).map(metric.value))
+                    .collect(),
+                higher_better: metric.higher_better,
+                target: metric.target,
+                unit: metric.unit,
+            })
+        })
+        .collect()
+}
+
+/// The rows of `fenced-write`: unfenced, fenced (and over HTTP) writes per second, and what
+/// fencing costs. Measured on Palisade's store only, so every other target's cell is `n/a`.
+fn fenced_write_rows(report: &BenchReport, kinds: usize, compare: bool) -> String {
+    let find = |variant: &str| {
+        report
             .measurements
             .iter()
-            .find(|m| m.workload == Workload::FencedWrite && m.variant == Some("fenced-http"))
-        {
-            let _ = writeln!(
-                out,
-                "| {label} | fenced writes over HTTP/s (p50) | {} ({}) |{}{}",
-                Unit::PerSecond.show(Some(h.operations_per_s)),
-                format_us(h.latency.p50_us),
-                etcd_cells(others),
-                empty
-            );
-        }
-        let cost = if f.operations_per_s > 0.0 {
-            u.operations_per_s / f.operations_per_s
-        } else {
-            f64::NAN
-        };
-        let tail = if compare { " — | ≤ 1.10× |" } else { "" };
+            .find(|m| m.workload == Workload::FencedWrite && m.variant == Some(variant))
+    };
+    let (Some(f), Some(u)) = (find("fenced"), find("unfenced")) else {
+        return String::new();
+    };
+    let mut out = String::new();
+    let label = format!("fenced-write ({})", shape(f));
+    let empty = if compare { " — | |" } else { "" };
+    let etcd_cells = |n: usize| " n/a |".repeat(n);
+    let others = kinds.saturating_sub(1);
+    let mut rate_row = |metric: &str, m: &Measurement| {
         let _ = writeln!(
             out,
-            "| {label} | fencing cost (unfenced ÷ fenced throughput) | {cost:.3}× |{}{tail}",
-            etcd_cells(others)
+            "| {label} | {metric} | {} ({}) |{}{}",
+            Unit::PerSecond.show(Some(m.operations_per_s)),
+            format_us(m.latency.p50_us),
+            etcd_cells(others),
+            empty
         );
+    };
+    rate_row("unfenced writes/s (p50)", u);
+    rate_row("fenced writes/s (p50)", f);
+    if let Some(h) = find("fenced-http") {
+        rate_row("fenced writes over HTTP/s (p50)", h);
     }
-    for workload in [Workload::FencedRead, Workload::Txn] {
-        out.push_str(&store_rows(report, workload, kinds.len(), compare));
-    }
+    let cost = if f.operations_per_s > 0.0 {
+        u.operations_per_s / f.operations_per_s
+    } else {
+        f64::NAN
+    };
+    let tail = if compare { " — | ≤ 1.10× |" } else { "" };
+    let _ = writeln!(
+        out,
+        "| {label} | fencing cost (unfenced ÷ fenced throughput) | {cost:.3}× |{}{tail}",
+        etcd_cells(others)
+    );
     out
 }
 

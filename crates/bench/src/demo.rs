@@ -22,7 +22,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
-use palisade_client::{AcquireOptions, Client, LockEventKind, SessionOptions, Token, Wait};
+use palisade_client::{
+    AcquireOptions, Client, Grant, LockEventKind, LockGuard, Session, SessionOptions, Token, Wait,
+};
 use palisade_store::{StoreClient, StoreError};
 use serde::Serialize;
 use tokio::sync::Notify;
@@ -383,97 +385,21 @@ async fn scenario(
     let client_a = Client::connect(&service.endpoint()).await?;
     let client_b = Client::connect(&service.endpoint()).await?;
     let timeline = Arc::new(Timeline::new(live));
-    let ttl = args.ttl;
 
-    // The lock service's own view of the lock, from a watch: when A's lease runs out.
-    let mut events = client_b.watch(DEMO_LOCK).await?;
     let expiry_seen = Arc::new(Notify::new());
-    let watcher = {
-        let timeline = timeline.clone();
-        let expiry_seen = expiry_seen.clone();
-        tokio::spawn(async move {
-            while let Some(Ok(event)) = events.next().await {
-                if event.kind == LockEventKind::Expired {
-                    timeline.log(
-                        "lock service",
-                        format!(
-                            "A's lease ran out (no keepalive for {} ms): its grant, token {}, is over",
-                            millis(ttl),
-                            event.token.unwrap_or(0)
-                        ),
-                    );
-                    expiry_seen.notify_one();
-                }
-            }
-        })
-    };
-
-    // A: a session that nothing keeps alive once A stops running — like a paused process.
-    let lease_a = client_a.open_session_without_keepalive(args.ttl).await?;
-    let grant_a = client_a
-        .acquire(lease_a.session, DEMO_LOCK, AcquireOptions::wait(Wait::Try))
-        .await?;
-    timeline.log(
-        "A",
-        format!(
-            "is granted {DEMO_LOCK}: token {} (lease {} ms)",
-            grant_a.token,
-            lease_a.ttl.as_millis()
-        ),
-    );
-    let read_a = resource.read().await?;
-    timeline.log("A", format!("read the report: {}", show(&read_a)));
-    timeline.log(
-        "A",
-        format!(
-            "PAUSED (stop-the-world GC): no keepalives, no progress for {} ms",
-            args.pause.as_millis()
-        ),
-    );
+    let watcher = watch_expiry(&client_b, args.ttl, &timeline, &expiry_seen).await?;
+    let a = a_takes_the_lock_and_pauses(&client_a, args, &resource, &timeline).await?;
     let a_wakes_at = Instant::now() + args.pause;
 
     // B: an ordinary session with keepalive; waits in line for the lock.
     let b_wrote = Arc::new(Notify::new());
-    let b_task = {
-        let client_b = client_b.clone();
-        let resource = resource.clone();
-        let timeline = timeline.clone();
-        let b_wrote = b_wrote.clone();
-        let expiry_seen = expiry_seen.clone();
-        tokio::spawn(async move {
-            let session = client_b
-                .open_session(SessionOptions::with_ttl(Duration::from_secs(10)))
-                .await?;
-            timeline.log("B", format!("asks for {DEMO_LOCK} and waits in line"));
-            let guard = session
-                .acquire(DEMO_LOCK, AcquireOptions::wait(Wait::For(STEP_TIMEOUT)))
-                .await?;
-            // Let the service's account of the expiry (from the watch) come first in the
-            // timeline: it happened first.
-            let _ = tokio::time::timeout(Duration::from_millis(200), expiry_seen.notified()).await;
-            timeline.log(
-                "B",
-                format!(
-                    "is granted {DEMO_LOCK}: token {} (higher than A's)",
-                    guard.token()
-                ),
-            );
-            let mut lines = resource.read().await?;
-            timeline.log("B", format!("read the report: {}", show(&lines)));
-            lines.push(format!("B's update (token {})", guard.token()));
-            let outcome = resource.write(&lines, guard.sequencer()).await?;
-            timeline.log(
-                "B",
-                format!(
-                    "writes the report, presenting token {}: {}",
-                    guard.token(),
-                    show_outcome(&outcome)
-                ),
-            );
-            b_wrote.notify_one();
-            anyhow::Ok((session, guard, outcome))
-        })
-    };
+    let b_task = tokio::spawn(b_takes_over(
+        client_b.clone(),
+        resource.clone(),
+        timeline.clone(),
+        b_wrote.clone(),
+        expiry_seen.clone(),
+    ));
 
     // A wakes up after its pause (and, so the story is the same on a slow machine, not before
     // B wrote), and writes what it prepared before the pause, with its old sequencer.
@@ -482,36 +408,182 @@ async fn scenario(
         .await
         .map_err(|_| anyhow!("client B was not granted the lock and did not write in time"))?;
     let (session_b, guard_b, b_write) = b_task.await??;
-    timeline.log(
-        "A",
-        format!(
-            "wakes up, still believing it holds {DEMO_LOCK} with token {}",
-            grant_a.token
-        ),
-    );
-    let mut lines_a = read_a.clone();
-    lines_a.push(format!("A's update (token {})", grant_a.token));
-    let a_stale_write = resource.write(&lines_a, &grant_a.sequencer).await?;
-    timeline.log(
-        "A",
-        format!(
-            "writes the report it prepared before the pause, presenting token {}: {}",
-            grant_a.token,
-            show_outcome(&a_stale_write)
-        ),
-    );
+    let a_stale_write = a_wakes_and_writes(&a, &resource, &timeline).await?;
     let final_report = resource.read().await?;
     timeline.log(
         resource.actor(),
         format!("the report is now: {}", show(&final_report)),
     );
 
-    let token_a = grant_a.token;
+    let token_a = a.grant.token;
     let token_b = guard_b.token();
+    let (outcome, verdict) = judge(token_a, token_b, &b_write, &a_stale_write, &final_report);
+
+    let _ = guard_b.release().await;
+    let _ = session_b.close().await;
+    watcher.abort();
+    Ok(DemoRun {
+        fenced,
+        resource: resource_name,
+        token_a,
+        token_b,
+        b_write,
+        a_stale_write,
+        final_report,
+        outcome,
+        verdict,
+        timeline: timeline.events(),
+    })
+}
+
+/// The lock service's own view of the lock, from a watch: logs when A's lease runs out, and
+/// tells `expiry_seen`.
+async fn watch_expiry(
+    client: &Client,
+    ttl: Duration,
+    timeline: &Arc<Timeline>,
+    expiry_seen: &Arc<Notify>,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let mut events = client.watch(DEMO_LOCK).await?;
+    let timeline = timeline.clone();
+    let expiry_seen = expiry_seen.clone();
+    Ok(tokio::spawn(async move {
+        while let Some(Ok(event)) = events.next().await {
+            if event.kind == LockEventKind::Expired {
+                timeline.log(
+                    "lock service",
+                    format!(
+                        "A's lease ran out (no keepalive for {} ms): its grant, token {}, is over",
+                        millis(ttl),
+                        event.token.unwrap_or(0)
+                    ),
+                );
+                expiry_seen.notify_one();
+            }
+        }
+    }))
+}
+
+/// What A holds while it is paused: its grant, and the report as it read it before the pause.
+struct PausedHolder {
+    grant: Grant,
+    read: Vec<String>,
+}
+
+/// A: a session that nothing keeps alive once A stops running — like a paused process. A takes
+/// the lock, reads the report, and pauses.
+async fn a_takes_the_lock_and_pauses(
+    client: &Client,
+    args: &DemoArgs,
+    resource: &Resource,
+    timeline: &Timeline,
+) -> anyhow::Result<PausedHolder> {
+    let lease = client.open_session_without_keepalive(args.ttl).await?;
+    let grant = client
+        .acquire(lease.session, DEMO_LOCK, AcquireOptions::wait(Wait::Try))
+        .await?;
+    timeline.log(
+        "A",
+        format!(
+            "is granted {DEMO_LOCK}: token {} (lease {} ms)",
+            grant.token,
+            lease.ttl.as_millis()
+        ),
+    );
+    let read = resource.read().await?;
+    timeline.log("A", format!("read the report: {}", show(&read)));
+    timeline.log(
+        "A",
+        format!(
+            "PAUSED (stop-the-world GC): no keepalives, no progress for {} ms",
+            args.pause.as_millis()
+        ),
+    );
+    Ok(PausedHolder { grant, read })
+}
+
+/// B waits in line for the lock, is granted it once A's lease ran out, and adds its line to the
+/// report; tells `b_wrote` when its write is done.
+async fn b_takes_over(
+    client: Client,
+    resource: Arc<Resource>,
+    timeline: Arc<Timeline>,
+    b_wrote: Arc<Notify>,
+    expiry_seen: Arc<Notify>,
+) -> anyhow::Result<(Session, LockGuard, WriteOutcome)> {
+    let session = client
+        .open_session(SessionOptions::with_ttl(Duration::from_secs(10)))
+        .await?;
+    timeline.log("B", format!("asks for {DEMO_LOCK} and waits in line"));
+    let guard = session
+        .acquire(DEMO_LOCK, AcquireOptions::wait(Wait::For(STEP_TIMEOUT)))
+        .await?;
+    // Let the service's account of the expiry (from the watch) come first in the
+    // timeline: it happened first.
+    let _ = tokio::time::timeout(Duration::from_millis(200), expiry_seen.notified()).await;
+    timeline.log(
+        "B",
+        format!(
+            "is granted {DEMO_LOCK}: token {} (higher than A's)",
+            guard.token()
+        ),
+    );
+    let mut lines = resource.read().await?;
+    timeline.log("B", format!("read the report: {}", show(&lines)));
+    lines.push(format!("B's update (token {})", guard.token()));
+    let outcome = resource.write(&lines, guard.sequencer()).await?;
+    timeline.log(
+        "B",
+        format!(
+            "writes the report, presenting token {}: {}",
+            guard.token(),
+            show_outcome(&outcome)
+        ),
+    );
+    b_wrote.notify_one();
+    Ok((session, guard, outcome))
+}
+
+/// A, awake and still believing it holds the lock, writes the report it prepared before the
+/// pause with its old sequencer.
+async fn a_wakes_and_writes(
+    a: &PausedHolder,
+    resource: &Resource,
+    timeline: &Timeline,
+) -> anyhow::Result<WriteOutcome> {
+    timeline.log(
+        "A",
+        format!(
+            "wakes up, still believing it holds {DEMO_LOCK} with token {}",
+            a.grant.token
+        ),
+    );
+    let mut lines = a.read.clone();
+    lines.push(format!("A's update (token {})", a.grant.token));
+    let outcome = resource.write(&lines, &a.grant.sequencer).await?;
+    timeline.log(
+        "A",
+        format!(
+            "writes the report it prepared before the pause, presenting token {}: {}",
+            a.grant.token,
+            show_outcome(&outcome)
+        ),
+    );
+    Ok(outcome)
+}
+
+/// How the run ended, and the verdict line that says so.
+fn judge(
+    token_a: Token,
+    token_b: Token,
+    b_write: &WriteOutcome,
+    a_stale_write: &WriteOutcome,
+    final_report: &[String],
+) -> (Outcome, String) {
     let b_line = format!("B's update (token {token_b})");
     let b_survived = final_report.contains(&b_line);
-    let (outcome, verdict) = match (&a_stale_write, b_survived) {
-        (WriteOutcome::Accepted, false) if b_write == WriteOutcome::Accepted => (
+    match (a_stale_write, b_survived) {
+        (WriteOutcome::Accepted, false) if *b_write == WriteOutcome::Accepted => (
             Outcome::LostUpdate,
             format!(
                 "LOST UPDATE: A's stale write (token {token_a}) replaced B's (token {token_b}); \
@@ -535,25 +607,9 @@ async fn scenario(
             Outcome::Unexpected,
             format!(
                 "unexpected: A's write {}, B's update {}",
-                show_outcome(&a_stale_write),
+                show_outcome(a_stale_write),
                 if b_survived { "survived" } else { "is missing" }
             ),
         ),
-    };
-
-    let _ = guard_b.release().await;
-    let _ = session_b.close().await;
-    watcher.abort();
-    Ok(DemoRun {
-        fenced,
-        resource: resource_name,
-        token_a,
-        token_b,
-        b_write,
-        a_stale_write,
-        final_report,
-        outcome,
-        verdict,
-        timeline: timeline.events(),
-    })
+    }
 }

@@ -14,6 +14,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use palisade_client::{AcquireError, AcquireOptions, Client, ReleaseError, SessionId, Wait};
+use palisade_core::{HeldBy, holder_clause};
 use serde_json::json;
 
 use crate::Global;
@@ -160,10 +161,7 @@ pub async fn not_acquired(
 pub async fn holder_suffix(client: &Client, lock: &str) -> String {
     match client.status(lock).await {
         Ok(status) => match status.holder {
-            Some(h) => format!(
-                "; it is held by session {} with token {}",
-                h.session, h.token
-            ),
+            Some(h) => holder_clause(Some(HeldBy::with_token(h.session, h.token))),
             None => String::new(),
         },
         Err(_) => String::new(),
@@ -200,11 +198,11 @@ pub async fn release(args: ReleaseArgs, global: &Global) -> anyhow::Result<ExitC
         }) => {
             let holder = match holder_session {
                 Some(_) => holder_suffix(&client, &lock).await,
-                None => "; it is free".to_string(),
+                None => holder_clause(None),
             };
             // The holder may have changed between the refusal and the status read.
             let holder = if holder.is_empty() {
-                holder_session.map_or(String::new(), |s| format!("; it is held by session {s}"))
+                holder_clause(holder_session.map(HeldBy::session))
             } else {
                 holder
             };

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use palisade_client::{AttemptFailure, RetryPolicy, retry_until_known};
 use palisade_sequencer::PublicKey;
 
 use palisade_store::{
@@ -531,29 +532,52 @@ where
     Fut: Future<Output = Result<T, StoreError>>,
 {
     let client = StoreClient::new(&address.store)?;
-    let mut backoff = Duration::from_millis(WRITE_RETRY_BACKOFF_MS);
-    let mut unknown = false;
-    for attempt_number in 1..=WRITE_ATTEMPTS_MAX {
-        match attempt(client.clone()).await {
-            Err(error)
-                if (error.is_retryable() || error.is_outcome_unknown())
-                    && attempt_number < WRITE_ATTEMPTS_MAX =>
-            {
-                unknown |= error.is_outcome_unknown();
-                tokio::time::sleep(backoff).await;
-                backoff *= 2;
-            }
-            // An earlier attempt may have been applied: a last failure that is only "not
-            // applied this time" cannot rule that out.
-            Err(error) if unknown && error.is_retryable() => {
-                return Err(StoreError::OutcomeUnknown {
-                    message: format!("an earlier attempt's outcome is unknown, and then: {error}"),
-                });
-            }
-            result => return result,
+    retry_until_known(&mut StoreRetries::new(), || attempt(client.clone())).await
+}
+
+/// How a `palisade store` request is retried: [`WRITE_ATTEMPTS_MAX`] attempts, the pause
+/// doubling from [`WRITE_RETRY_BACKOFF_MS`].
+#[derive(Debug)]
+struct StoreRetries {
+    attempts_left: u32,
+    backoff: Duration,
+}
+
+impl StoreRetries {
+    fn new() -> StoreRetries {
+        StoreRetries {
+            attempts_left: WRITE_ATTEMPTS_MAX - 1,
+            backoff: Duration::from_millis(WRITE_RETRY_BACKOFF_MS),
         }
     }
-    unreachable!("the last attempt always returns")
+}
+
+impl RetryPolicy<StoreError> for StoreRetries {
+    fn classify(&self, error: &StoreError) -> AttemptFailure {
+        if error.is_outcome_unknown() {
+            AttemptFailure::OutcomeUnknown
+        } else if error.is_retryable() {
+            AttemptFailure::NotApplied
+        } else {
+            AttemptFailure::Final
+        }
+    }
+
+    async fn pause(&mut self) -> bool {
+        if self.attempts_left == 0 {
+            return false;
+        }
+        self.attempts_left -= 1;
+        tokio::time::sleep(self.backoff).await;
+        self.backoff *= 2;
+        true
+    }
+
+    fn unknown_after(&self, _earlier: StoreError, last: StoreError) -> StoreError {
+        StoreError::OutcomeUnknown {
+            message: format!("an earlier attempt's outcome is unknown, and then: {last}"),
+        }
+    }
 }
 
 /// A fresh request id for one write: random, like the lock client's (the store compares it

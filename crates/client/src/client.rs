@@ -8,6 +8,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use palisade_core::error_chain::error_chain;
 use palisade_core::limits::{LOCK_NAME_BYTES_MAX, validate_lock_name};
 use palisade_core::{SessionId, Token};
 use palisade_proto::v1::locks_client::LocksClient;
@@ -17,9 +18,9 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{
     AcquireError, CloseError, ConnectError, Failure, QueryError, ReleaseError, RenewError,
-    SessionError, error_chain,
+    SessionError,
 };
-use crate::retry::{Backoff, open_key, request_id};
+use crate::retry::{Backoff, open_key, request_id, retry_until_known};
 use crate::session::{AcquireOptions, Session, SessionOptions, Wait};
 use crate::watch::LockEvents;
 
@@ -264,8 +265,7 @@ impl Client {
             Wait::Try | Wait::Forever => None,
         };
         let mut backoff = Backoff::new(self.options.retry_budget);
-        let mut outcome_unknown: Option<String> = None;
-        loop {
+        let response = retry_until_known(&mut backoff, || {
             let remaining = wait_deadline.map(|d| d.saturating_duration_since(Instant::now()));
             let request = pb::AcquireRequest {
                 session,
@@ -281,31 +281,12 @@ impl Client {
                 Wait::Try => Some(self.options.request_timeout),
                 Wait::For(_) => Some(remaining.unwrap_or_default() + self.options.request_timeout),
             };
-            let failure = match self
-                .call_once(timeout, |mut raw| async move { raw.acquire(request).await })
-                .await
-            {
-                Ok(response) => return check_grant(response, session, lock),
-                Err(failure) => failure,
-            };
-            if let Failure::Unknown(reason) = &failure {
-                outcome_unknown = Some(reason.clone());
-            }
-            if failure.is_transient() && backoff.wait().await {
-                tracing::debug!(lock, session, ?failure, "retrying acquire");
-                continue;
-            }
-            let error = AcquireError::from_failure(failure, session, lock);
-            return match (error, outcome_unknown) {
-                // An earlier attempt may have been applied: the outcome is unknown, not failed.
-                (AcquireError::Unavailable(last), Some(reason)) => Err(AcquireError::Unknown {
-                    lock: lock.to_string(),
-                    session,
-                    reason: format!("{reason}; then {last}"),
-                }),
-                (error, _) => Err(error),
-            };
-        }
+            let mut raw = self.raw.clone();
+            bounded(timeout, async move { raw.acquire(request).await })
+        })
+        .await
+        .map_err(|failure| AcquireError::from_failure(failure, session, lock))?;
+        check_grant(response, session, lock)
     }
 
     /// Gives up `lock` held by `session` (or withdraws its wait). Returns the token of the grant
@@ -436,29 +417,6 @@ impl Client {
         Ok(key)
     }
 
-    /// One attempt of a call, bounded by `timeout` if given.
-    pub(crate) async fn call_once<T, F, Fut>(
-        &self,
-        timeout: Option<Duration>,
-        call: F,
-    ) -> Result<T, Failure>
-    where
-        F: FnOnce(LocksClient<Channel>) -> Fut,
-        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-    {
-        let future = call(self.raw.clone());
-        let result = match timeout {
-            Some(timeout) => match tokio::time::timeout(timeout, future).await {
-                Ok(result) => result,
-                Err(_) => return Err(Failure::timed_out(timeout)),
-            },
-            None => future.await,
-        };
-        result
-            .map(tonic::Response::into_inner)
-            .map_err(|status| Failure::from_status(&status))
-    }
-
     /// A call repeated after transient failures within the retry budget. The caller makes the
     /// call idempotent (a fixed request id, or an operation that is idempotent by nature).
     pub(crate) async fn call_with_retries<T, F, Fut>(&self, mut call: F) -> Result<T, Failure>
@@ -467,30 +425,11 @@ impl Client {
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let mut backoff = Backoff::new(self.options.retry_budget);
-        let mut outcome_unknown: Option<String> = None;
-        loop {
-            match self
-                .call_once(Some(self.options.request_timeout), &mut call)
-                .await
-            {
-                Ok(response) => return Ok(response),
-                Err(failure) => {
-                    if let Failure::Unknown(reason) = &failure {
-                        outcome_unknown = Some(reason.clone());
-                    }
-                    if failure.is_transient() && backoff.wait().await {
-                        tracing::debug!(?failure, "retrying");
-                        continue;
-                    }
-                    return Err(match (failure, outcome_unknown) {
-                        (Failure::NotApplied(last), Some(reason)) => {
-                            Failure::Unknown(format!("{reason}; then {last}"))
-                        }
-                        (failure, _) => failure,
-                    });
-                }
-            }
-        }
+        let timeout = self.options.request_timeout;
+        retry_until_known(&mut backoff, || {
+            bounded(Some(timeout), call(self.raw.clone()))
+        })
+        .await
     }
 
     async fn read_with_retries<T, F, Fut>(&self, call: F) -> Result<T, QueryError>
@@ -502,6 +441,23 @@ impl Client {
             .await
             .map_err(QueryError::from_failure)
     }
+}
+
+/// One attempt of a call, bounded by `timeout` if given.
+async fn bounded<T>(
+    timeout: Option<Duration>,
+    call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, Failure> {
+    let result = match timeout {
+        Some(timeout) => match tokio::time::timeout(timeout, call).await {
+            Ok(result) => result,
+            Err(_) => return Err(Failure::timed_out(timeout)),
+        },
+        None => call.await,
+    };
+    result
+        .map(tonic::Response::into_inner)
+        .map_err(|status| Failure::from_status(&status))
 }
 
 /// Checks an acquire response against the request and its own sequencer: the grant a caller

@@ -22,7 +22,8 @@
 use std::error::Error as StdError;
 use std::time::Duration;
 
-use palisade_core::{CoreError, ErrorCategory, SessionId, Token};
+use palisade_core::error_chain::with_causes;
+use palisade_core::{CoreError, ErrorCategory, HeldBy, SessionId, Token, holder_clause};
 use tonic::{Code, Status};
 
 /// How a caller reacts to a failed call, one class per reaction: what the `palisade` binary
@@ -125,30 +126,16 @@ impl Failure {
     pub(crate) fn timed_out(after: Duration) -> Failure {
         Failure::Unknown(format!("no answer within {} ms", after.as_millis()))
     }
-
-    /// True when retrying with the same request id may succeed.
-    pub(crate) fn is_transient(&self) -> bool {
-        matches!(self, Failure::NotApplied(_) | Failure::Unknown(_))
-    }
 }
 
 /// The status message with the chain of local causes, e.g. `transport error: connection refused`.
 fn describe_status(status: &Status) -> String {
-    let mut text = if status.message().is_empty() {
+    let message = if status.message().is_empty() {
         format!("{:?}", status.code())
     } else {
         status.message().to_string()
     };
-    let mut source = status.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
+    with_causes(message, status.source())
 }
 
 /// True when the status comes from failing to connect, so the request was never sent.
@@ -166,21 +153,6 @@ fn chain_has_connect_error(status: &Status) -> bool {
         source = cause.source();
     }
     false
-}
-
-/// The full chain of an error's causes on one line.
-pub(crate) fn error_chain(error: &(dyn StdError + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// Why [`crate::Client::connect`] failed.
@@ -223,7 +195,7 @@ pub enum SessionError {
         ttl_ms_max: u64,
     },
     #[error("the lock service has {sessions_max} sessions open, its limit; retry later")]
-    TooManySessions { sessions_max: usize },
+    TooManySessions { sessions_max: u32 },
     #[error("invalid session request: {0}")]
     InvalidArgument(String),
     #[error("the lock service is unavailable, no session was opened ({0}); retry later")]
@@ -340,9 +312,9 @@ pub enum AcquireError {
         reason: crate::SessionLost,
     },
     #[error("lock {lock:?} already has {waiters_max} waiters, the limit; retry later")]
-    TooManyWaiters { lock: String, waiters_max: usize },
+    TooManyWaiters { lock: String, waiters_max: u32 },
     #[error("the lock service holds {locks_max} locks, its limit; retry later")]
-    TooManyLocks { locks_max: usize },
+    TooManyLocks { locks_max: u32 },
     #[error("lock {lock:?} cannot be granted any more: its fencing tokens are exhausted")]
     TokensExhausted { lock: String },
     #[error("invalid acquire request: {0}")]
@@ -392,11 +364,10 @@ fn unnamed(core: CoreError) -> Unnamed {
 }
 
 fn describe_busy(session: Option<SessionId>, token: Option<Token>, in_lock_delay: bool) -> String {
-    match (session, token) {
-        (Some(s), Some(t)) => format!(": held by session {s} with token {t}"),
-        (Some(s), None) => format!(": held by session {s}"),
-        _ if in_lock_delay => ": in lock-delay after its holder's session expired".to_string(),
-        _ => String::new(),
+    match session {
+        Some(session) => format!(": {}", HeldBy { session, token }),
+        None if in_lock_delay => ": in lock-delay after its holder's session expired".to_string(),
+        None => String::new(),
     }
 }
 
@@ -524,10 +495,7 @@ pub enum ReleaseError {
 }
 
 fn describe_holder(session: Option<SessionId>) -> String {
-    match session {
-        Some(s) => format!("; it is held by session {s}"),
-        None => "; it is free".to_string(),
-    }
+    holder_clause(session.map(HeldBy::session))
 }
 
 impl ReleaseError {

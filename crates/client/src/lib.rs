@@ -55,6 +55,6 @@ pub use error::{
     SessionError,
 };
 pub use palisade_core::{SessionId, Token};
-pub use retry::request_id;
+pub use retry::{AttemptFailure, RetryPolicy, request_id, retry_until_known};
 pub use session::{AcquireOptions, LockGuard, Session, SessionLost, SessionOptions, Wait};
 pub use watch::{LockEvent, LockEventKind, LockEvents};

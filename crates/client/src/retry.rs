@@ -1,10 +1,14 @@
-//! Request ids, open keys and retry pacing.
+//! Request ids, open keys, retry pacing and the retry loop.
 //!
 //! A command that changes state carries a random request id chosen once; every retry of it
 //! sends the same id, so the server returns the first outcome instead of acting twice
 //! (invariant 8). Opening a session does the same with an open key, which unlike a request id
 //! is compared with every client's keys. Retries are bounded by time, not only by count, so a
 //! server restart of a few seconds is ridden out while a dead server is reported promptly.
+//!
+//! [`retry_until_known`] is the one loop that retries a request and reports an outcome that an
+//! earlier attempt left unknown as unknown, never as failed: the lock client's calls and the
+//! `palisade store` commands both run it, each with its own pacing and error type.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -12,6 +16,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use palisade_core::OpenKey;
 use palisade_core::limits::OPEN_KEY_BYTES_MIN;
 use tokio::time::Instant;
+
+use crate::error::Failure;
 
 /// First pause between attempts.
 pub(crate) const BACKOFF_INITIAL: Duration = Duration::from_millis(50);
@@ -98,6 +104,97 @@ impl Backoff {
     }
 }
 
+/// What a failed attempt says about the request it carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptFailure {
+    /// Retrying the same request cannot change the answer: stop.
+    Final,
+    /// The request was not applied; another attempt may succeed.
+    NotApplied,
+    /// The request may or may not have been applied; another attempt, with the same request
+    /// id, finds out without applying it twice.
+    OutcomeUnknown,
+}
+
+/// How one kind of request is retried: how its errors are read, and how long to pause between
+/// attempts.
+pub trait RetryPolicy<E> {
+    /// What `error`, the failure of one attempt, says about the request.
+    fn classify(&self, error: &E) -> AttemptFailure;
+
+    /// Pauses before the next attempt; false, at once, when no attempt is left.
+    fn pause(&mut self) -> impl Future<Output = bool> + Send;
+
+    /// The error to report when `last`, a failure that applied nothing, ends the retries after
+    /// `earlier`, an attempt whose outcome is unknown: that attempt may have been applied, so
+    /// the request's outcome is unknown too.
+    fn unknown_after(&self, earlier: E, last: E) -> E;
+}
+
+/// Runs `attempt` until it succeeds, fails for good, or `policy` allows no further attempt.
+///
+/// Every attempt must be safe to repeat (one request id throughout, or an operation that is
+/// idempotent by nature). If the last failure only says "not applied this time" but an earlier
+/// attempt's outcome was unknown, the error reported is an unknown outcome
+/// ([`RetryPolicy::unknown_after`]): that earlier attempt may have been applied.
+pub async fn retry_until_known<T, E, F, Fut>(
+    policy: &mut impl RetryPolicy<E>,
+    mut attempt: F,
+) -> Result<T, E>
+where
+    E: std::fmt::Debug,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let mut earlier_unknown: Option<E> = None;
+    loop {
+        let error = match attempt().await {
+            Ok(value) => return Ok(value),
+            Err(error) => error,
+        };
+        let failure = policy.classify(&error);
+        if failure != AttemptFailure::Final && policy.pause().await {
+            tracing::debug!(?error, "retrying");
+            if failure == AttemptFailure::OutcomeUnknown {
+                earlier_unknown = Some(error);
+            }
+            continue;
+        }
+        return Err(match (failure, earlier_unknown) {
+            (AttemptFailure::NotApplied, Some(earlier)) => policy.unknown_after(earlier, error),
+            (_, _) => error,
+        });
+    }
+}
+
+/// The lock client's calls: retried within a time budget ([`Backoff`]), and an unknown
+/// outcome followed by a refusal to apply is unknown, with both reasons.
+impl RetryPolicy<Failure> for Backoff {
+    fn classify(&self, failure: &Failure) -> AttemptFailure {
+        match failure {
+            Failure::NotApplied(_) => AttemptFailure::NotApplied,
+            Failure::Unknown(_) => AttemptFailure::OutcomeUnknown,
+            Failure::Core(_)
+            | Failure::SessionNotFound(_)
+            | Failure::InvalidArgument(_)
+            | Failure::Rejected { .. } => AttemptFailure::Final,
+        }
+    }
+
+    async fn pause(&mut self) -> bool {
+        self.wait().await
+    }
+
+    fn unknown_after(&self, earlier: Failure, last: Failure) -> Failure {
+        match (earlier, last) {
+            (Failure::Unknown(reason), Failure::NotApplied(last)) => {
+                Failure::Unknown(format!("{reason}; then {last}"))
+            }
+            (_, last) => last,
+        }
+    }
+}
+
 /// Between half and all of `delay`, so clients that failed together do not retry together.
 fn jitter(delay: Duration) -> Duration {
     let random = getrandom::u32().unwrap_or(u32::MAX / 2);
@@ -122,6 +219,76 @@ mod tests {
             .collect();
         assert_eq!(keys.len(), 64);
         assert!(keys.iter().all(|k| k.len() == OPEN_KEY_BYTES_MIN));
+    }
+
+    /// A policy of `attempts_max` attempts with no pause, over the lock client's failures.
+    struct Attempts {
+        attempts_left: u32,
+    }
+
+    impl RetryPolicy<Failure> for Attempts {
+        fn classify(&self, failure: &Failure) -> AttemptFailure {
+            Backoff::new(Duration::ZERO).classify(failure)
+        }
+
+        async fn pause(&mut self) -> bool {
+            let more = self.attempts_left > 1;
+            self.attempts_left = self.attempts_left.saturating_sub(1);
+            more
+        }
+
+        fn unknown_after(&self, earlier: Failure, last: Failure) -> Failure {
+            Backoff::new(Duration::ZERO).unknown_after(earlier, last)
+        }
+    }
+
+    /// Runs `outcomes` in turn as the attempts of one request, at most `attempts_max` of them.
+    async fn run(
+        attempts_max: u32,
+        outcomes: Vec<Result<u32, Failure>>,
+    ) -> (Result<u32, Failure>, usize) {
+        let mut outcomes = outcomes.into_iter();
+        let mut made = 0;
+        let mut policy = Attempts {
+            attempts_left: attempts_max,
+        };
+        let result = retry_until_known(&mut policy, || {
+            made += 1;
+            let outcome = outcomes.next().expect("an outcome for every attempt");
+            async move { outcome }
+        })
+        .await;
+        (result, made)
+    }
+
+    #[tokio::test]
+    async fn an_unknown_outcome_then_a_refusal_to_apply_is_reported_unknown() {
+        let unknown = || Failure::Unknown("no answer within 10 ms".into());
+        let not_applied = || Failure::NotApplied("connection refused".into());
+
+        let (result, made) = run(2, vec![Err(unknown()), Err(not_applied())]).await;
+        assert_eq!(made, 2);
+        assert!(
+            matches!(&result, Err(Failure::Unknown(reason)) if reason == "no answer within 10 ms; then connection refused"),
+            "{result:?}"
+        );
+
+        // Without an unknown outcome before it, not applied stays not applied.
+        let (result, _) = run(2, vec![Err(not_applied()), Err(not_applied())]).await;
+        assert!(matches!(result, Err(Failure::NotApplied(_))), "{result:?}");
+
+        // A refusal is final at once, whatever came before it.
+        let refused = Failure::InvalidArgument("bad lock name".into());
+        let (result, made) = run(5, vec![Err(unknown()), Err(refused), Ok(1)]).await;
+        assert_eq!(made, 2);
+        assert!(
+            matches!(result, Err(Failure::InvalidArgument(_))),
+            "{result:?}"
+        );
+
+        // A success after failures is a success.
+        let (result, made) = run(5, vec![Err(unknown()), Err(not_applied()), Ok(7)]).await;
+        assert_eq!((result.ok(), made), (Some(7), 3));
     }
 
     #[tokio::test(start_paused = true)]

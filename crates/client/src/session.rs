@@ -470,8 +470,15 @@ async fn keepalive(
         State::Alive { lease_deadline } => Some(lease_deadline),
         State::Ended(_) => None,
     };
+    let pinger = Pinger {
+        client: &client,
+        session,
+        ttl,
+        interval,
+        state: &state,
+    };
     let reason = match lease_deadline {
-        Some(deadline) => ping_until(&client, session, ttl, interval, &state, Some(deadline)).await,
+        Some(deadline) => pinger.until_lost(Some(deadline)).await,
         None => return,
     };
     let mut ended_now = false;
@@ -490,84 +497,89 @@ async fn keepalive(
         // The server may still hold the session: keep renewing it, without a deadline, until
         // the owner closes or drops it (which aborts this task). Closing it here would free its
         // locks for the next holder while the owner is still stopping.
-        let reason = ping_until(&client, session, ttl, interval, &state, None).await;
+        let reason = pinger.until_lost(None).await;
         tracing::debug!(session, %reason, "stopped renewing a lost session");
     }
 }
 
-/// Pings, reconnecting the stream after transport errors, until the session is lost: until
-/// the proven lease runs out (`LeaseUnproven`) while `lease_deadline` is `Some`, or the server
-/// says the session is gone (`NotFound`). With `None` — the session is already lost — the
-/// renewals are best effort: they extend the server's lease but not the proven one.
-async fn ping_until(
-    client: &Client,
+/// The keepalive pings of one session, over one stream after another.
+struct Pinger<'a> {
+    client: &'a Client,
     session: SessionId,
     ttl: Duration,
     interval: Duration,
-    state: &watch::Sender<State>,
-    mut lease_deadline: Option<Instant>,
-) -> SessionLost {
-    let mut backoff = Backoff::new(ttl);
-    loop {
+    state: &'a watch::Sender<State>,
+}
+
+/// How a keepalive stream ended.
+enum StreamEnd {
+    /// The session is lost: stop pinging.
+    Lost(SessionLost),
+    /// The stream failed, ended or got stuck, and the pause after it is over: open another.
+    Reopen,
+}
+
+impl Pinger<'_> {
+    /// Pings, reconnecting the stream after transport errors, until the session is lost:
+    /// until the proven lease runs out (`LeaseUnproven`) while `lease_deadline` is `Some`, or
+    /// the server says the session is gone (`NotFound`). With `None` — the session is already
+    /// lost — the renewals are best effort: they extend the server's lease but not the proven
+    /// one.
+    async fn until_lost(&self, mut lease_deadline: Option<Instant>) -> SessionLost {
+        let mut backoff = Backoff::new(self.ttl);
+        loop {
+            if let StreamEnd::Lost(reason) =
+                self.one_stream(&mut lease_deadline, &mut backoff).await
+            {
+                return reason;
+            }
+        }
+    }
+
+    /// Opens one keepalive stream and pings over it, every `interval`, until it fails, ends or
+    /// gets stuck; then pauses before the next one.
+    async fn one_stream(
+        &self,
+        lease_deadline: &mut Option<Instant>,
+        backoff: &mut Backoff,
+    ) -> StreamEnd {
+        let session = self.session;
         let (pings, receiver) = mpsc::channel::<pb::KeepAliveRequest>(PINGS_OUTSTANDING_MAX);
         let mut sent_at: VecDeque<Instant> = VecDeque::new();
         // The first ping goes out with the stream, so a fresh stream renews at once.
         sent_at.push_back(Instant::now());
         let _ = pings.try_send(pb::KeepAliveRequest { session });
-        let mut raw = client.raw.clone();
+        let mut raw = self.client.raw.clone();
         let opened = tokio::select! {
             biased;
-            () = sleep_until(lease_deadline) => return SessionLost::LeaseUnproven,
+            () = sleep_until(*lease_deadline) => return StreamEnd::Lost(SessionLost::LeaseUnproven),
             opened = raw.keep_alive(ReceiverStream::new(receiver)) => opened,
         };
         let mut stream = match opened {
             Ok(response) => response.into_inner(),
             Err(status) => {
                 if session_gone(&status) {
-                    return SessionLost::NotFound;
+                    return StreamEnd::Lost(SessionLost::NotFound);
                 }
                 tracing::debug!(session, %status, "keepalive stream did not open");
-                if !pause(&mut backoff, lease_deadline, interval).await {
-                    return SessionLost::LeaseUnproven;
-                }
-                continue;
+                return self.pause(backoff, *lease_deadline).await;
             }
         };
-        let mut ticks = tokio::time::interval_at(Instant::now() + interval, interval);
+        let mut ticks = tokio::time::interval_at(Instant::now() + self.interval, self.interval);
         ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 biased;
-                () = sleep_until(lease_deadline) => return SessionLost::LeaseUnproven,
+                () = sleep_until(*lease_deadline) => return StreamEnd::Lost(SessionLost::LeaseUnproven),
                 message = stream.message() => match message {
-                    Ok(Some(ack)) => {
-                        if ack.session != session {
-                            tracing::warn!(session, answered = ack.session, "keepalive answered for another session; ignored");
-                            continue;
-                        }
-                        // Acks answer pings in order; the oldest unanswered ping is the one
-                        // answered, or an earlier-sent one, which only shortens our view.
-                        let Some(sent) = sent_at.pop_front() else {
-                            tracing::warn!(session, "keepalive answer without a ping; ignored");
-                            continue;
-                        };
-                        let remaining = Duration::from_millis(ack.ttl_remaining_ms).min(ttl);
-                        let proven = sent + proven_lease(remaining);
-                        if let Some(deadline) = lease_deadline.as_mut()
-                            && proven > *deadline
-                        {
-                            *deadline = proven;
-                            state.send_replace(State::Alive { lease_deadline: proven });
-                        }
-                        backoff.reset(ttl);
-                    }
+                    Ok(Some(ack)) => self.acknowledged(&ack, &mut sent_at, lease_deadline, backoff),
                     Ok(None) => {
                         tracing::debug!(session, "keepalive stream ended; reopening");
                         break;
                     }
                     Err(status) => {
                         if session_gone(&status) {
-                            return SessionLost::NotFound;
+                            return StreamEnd::Lost(SessionLost::NotFound);
                         }
                         tracing::debug!(session, %status, "keepalive stream failed; reopening");
                         break;
@@ -584,8 +596,52 @@ async fn ping_until(
                 }
             }
         }
-        if !pause(&mut backoff, lease_deadline, interval).await {
-            return SessionLost::LeaseUnproven;
+        self.pause(backoff, *lease_deadline).await
+    }
+
+    /// Takes in a ping's acknowledgement: the lease is proven until the ping's send time plus
+    /// the remainder the server reported.
+    fn acknowledged(
+        &self,
+        ack: &pb::KeepAliveResponse,
+        sent_at: &mut VecDeque<Instant>,
+        lease_deadline: &mut Option<Instant>,
+        backoff: &mut Backoff,
+    ) {
+        let session = self.session;
+        if ack.session != session {
+            tracing::warn!(
+                session,
+                answered = ack.session,
+                "keepalive answered for another session; ignored"
+            );
+            return;
+        }
+        // Acks answer pings in order; the oldest unanswered ping is the one answered, or an
+        // earlier-sent one, which only shortens our view.
+        let Some(sent) = sent_at.pop_front() else {
+            tracing::warn!(session, "keepalive answer without a ping; ignored");
+            return;
+        };
+        let remaining = Duration::from_millis(ack.ttl_remaining_ms).min(self.ttl);
+        let proven = sent + proven_lease(remaining);
+        if let Some(deadline) = lease_deadline.as_mut()
+            && proven > *deadline
+        {
+            *deadline = proven;
+            self.state.send_replace(State::Alive {
+                lease_deadline: proven,
+            });
+        }
+        backoff.reset(self.ttl);
+    }
+
+    /// The pause before the next stream; the session is lost if its lease ran out meanwhile.
+    async fn pause(&self, backoff: &mut Backoff, lease_deadline: Option<Instant>) -> StreamEnd {
+        if pause(backoff, lease_deadline, self.interval).await {
+            StreamEnd::Reopen
+        } else {
+            StreamEnd::Lost(SessionLost::LeaseUnproven)
         }
     }
 }

@@ -10,6 +10,7 @@
 //! what lets the Raft log replicate its inputs and the property tests drive it exhaustively.
 
 pub mod duration;
+pub mod error_chain;
 pub mod limits;
 mod table;
 mod types;

@@ -44,20 +44,26 @@ pub const OPEN_KEY_BYTES_MIN: usize = 16;
 pub const OPEN_KEY_BYTES_MAX: usize = 32;
 
 const _: () = assert!(SESSION_TTL_MS_MIN < SESSION_TTL_MS_MAX);
+// `Limits` holds its counts as `u32` (a replicated value has an explicit width); the table
+// compares them with `usize` lengths, which hold any `u32` on every supported target.
+const _: () = assert!(usize::BITS >= u32::BITS);
 const _: () = assert!(LOCK_DELAY_MS_MAX <= SESSION_TTL_MS_MAX);
 const _: () = assert!(WAITERS_PER_LOCK_MAX <= SESSIONS_MAX);
 const _: () = assert!(TOKEN_MAX <= i64::MAX as u64);
 const _: () = assert!(OPEN_KEY_BYTES_MIN >= 16 && OPEN_KEY_BYTES_MIN <= OPEN_KEY_BYTES_MAX);
 
 /// The limits one lock table enforces. Every field must be at most its ceiling above.
+///
+/// Replicated (in the log's `SetLimits` and in every snapshot), so every field has an explicit
+/// width; the JSON form is the same as when the counts were `usize`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Limits {
-    pub lock_name_bytes_max: usize,
+    pub lock_name_bytes_max: u32,
     pub session_ttl_ms_min: u64,
     pub session_ttl_ms_max: u64,
-    pub sessions_max: usize,
-    pub locks_max: usize,
-    pub waiters_per_lock_max: usize,
+    pub sessions_max: u32,
+    pub locks_max: u32,
+    pub waiters_per_lock_max: u32,
     /// After a holder's session expires, its locks are not granted again for this long.
     pub lock_delay_ms: u64,
     /// The last token the table may grant for any lock; normally [`TOKEN_MAX`].
@@ -66,17 +72,32 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits {
-            lock_name_bytes_max: LOCK_NAME_BYTES_MAX,
-            session_ttl_ms_min: SESSION_TTL_MS_MIN,
-            session_ttl_ms_max: SESSION_TTL_MS_MAX,
-            sessions_max: SESSIONS_MAX,
-            locks_max: LOCKS_MAX,
-            waiters_per_lock_max: WAITERS_PER_LOCK_MAX,
-            lock_delay_ms: 0,
-            token_max: TOKEN_MAX,
-        }
+        Limits::CEILINGS
     }
+}
+
+impl Limits {
+    /// Every limit at its ceiling, with no lock-delay: the default.
+    const CEILINGS: Limits = Limits {
+        lock_name_bytes_max: ceiling(LOCK_NAME_BYTES_MAX),
+        session_ttl_ms_min: SESSION_TTL_MS_MIN,
+        session_ttl_ms_max: SESSION_TTL_MS_MAX,
+        sessions_max: ceiling(SESSIONS_MAX),
+        locks_max: ceiling(LOCKS_MAX),
+        waiters_per_lock_max: ceiling(WAITERS_PER_LOCK_MAX),
+        lock_delay_ms: 0,
+        token_max: TOKEN_MAX,
+    };
+}
+
+/// A ceiling as the `u32` a [`Limits`] field holds. Used only in constants, so a ceiling that
+/// did not fit would fail the build.
+const fn ceiling(value: usize) -> u32 {
+    assert!(
+        value <= u32::MAX as usize,
+        "a ceiling of Limits does not fit in u32"
+    );
+    value as u32
 }
 
 impl Limits {
@@ -84,7 +105,8 @@ impl Limits {
     pub fn validate(&self) -> Result<(), String> {
         let checks: [(bool, &str); 7] = [
             (
-                self.lock_name_bytes_max >= 1 && self.lock_name_bytes_max <= LOCK_NAME_BYTES_MAX,
+                self.lock_name_bytes_max >= 1
+                    && self.lock_name_bytes_max <= Limits::CEILINGS.lock_name_bytes_max,
                 "lock_name_bytes_max must be in 1..=256",
             ),
             (
@@ -96,15 +118,15 @@ impl Limits {
                 "session_ttl_ms_max is above one day",
             ),
             (
-                self.sessions_max <= SESSIONS_MAX,
+                self.sessions_max <= Limits::CEILINGS.sessions_max,
                 "sessions_max is above the ceiling",
             ),
             (
-                self.locks_max <= LOCKS_MAX,
+                self.locks_max <= Limits::CEILINGS.locks_max,
                 "locks_max is above the ceiling",
             ),
             (
-                self.waiters_per_lock_max <= WAITERS_PER_LOCK_MAX,
+                self.waiters_per_lock_max <= Limits::CEILINGS.waiters_per_lock_max,
                 "waiters_per_lock_max is above the ceiling",
             ),
             (
@@ -126,8 +148,8 @@ pub fn validate_lock_name(name: &str, bytes_max: usize) -> Result<(), LockNameEr
     }
     if name.len() > bytes_max {
         return Err(LockNameError::TooLong {
-            bytes: name.len(),
-            bytes_max,
+            bytes: name.len() as u64,
+            bytes_max: bytes_max as u64,
         });
     }
     if name.chars().any(char::is_control) {
@@ -143,7 +165,7 @@ pub enum LockNameError {
     #[error("lock name is empty")]
     Empty,
     #[error("lock name is {bytes} bytes, the limit is {bytes_max}")]
-    TooLong { bytes: usize, bytes_max: usize },
+    TooLong { bytes: u64, bytes_max: u64 },
     #[error("lock name contains a control character")]
     ControlCharacter,
 }
@@ -167,9 +189,9 @@ impl LockNameError {
 pub fn validate_open_key(bytes: &[u8]) -> Result<(), OpenKeyError> {
     if !(OPEN_KEY_BYTES_MIN..=OPEN_KEY_BYTES_MAX).contains(&bytes.len()) {
         return Err(OpenKeyError::Length {
-            bytes: bytes.len(),
-            bytes_min: OPEN_KEY_BYTES_MIN,
-            bytes_max: OPEN_KEY_BYTES_MAX,
+            bytes: bytes.len() as u64,
+            bytes_min: OPEN_KEY_BYTES_MIN as u64,
+            bytes_max: OPEN_KEY_BYTES_MAX as u64,
         });
     }
     if bytes.iter().all(|b| *b == bytes[0]) {
@@ -186,9 +208,9 @@ pub enum OpenKeyError {
         "open key is {bytes} bytes, it must be {bytes_min}..={bytes_max} random bytes; send none to always open a new session"
     )]
     Length {
-        bytes: usize,
-        bytes_min: usize,
-        bytes_max: usize,
+        bytes: u64,
+        bytes_min: u64,
+        bytes_max: u64,
     },
     #[error(
         "open key has every byte equal, so it is not random; draw it from a secure random source"

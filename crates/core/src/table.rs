@@ -297,7 +297,7 @@ impl LockTable {
                 ttl_ms_max,
             });
         }
-        if self.sessions.len() >= self.limits.sessions_max {
+        if self.sessions.len() >= self.limits.sessions_max as usize {
             return Err(CoreError::TooManySessions {
                 sessions_max: self.limits.sessions_max,
             });
@@ -436,7 +436,7 @@ impl LockTable {
             .get(&id)
             .ok_or(CoreError::SessionNotFound { session: id })?;
         // Checked before anything is remembered: an invalid name costs no dedup slot.
-        limits::validate_lock_name(&lock, self.limits.lock_name_bytes_max)
+        limits::validate_lock_name(&lock, self.limits.lock_name_bytes_max as usize)
             .map_err(CoreError::InvalidLockName)?;
         if let Some(earlier) = remembered(session, request_id, RequestKind::Acquire, &lock)? {
             return earlier;
@@ -454,64 +454,15 @@ impl LockTable {
         wait: Wait,
         events: &mut Vec<Event>,
     ) -> Result<Reply, CoreError> {
-        let deadline_ms = match wait {
-            Wait::ForMs(ms) if ms > limits::WAIT_MS_MAX => {
-                return Err(CoreError::WaitOutOfRange {
-                    wait_ms: ms,
-                    wait_ms_max: limits::WAIT_MS_MAX,
-                });
-            }
-            Wait::ForMs(ms) => Some(self.now_ms.saturating_add(ms)),
-            Wait::Try | Wait::Forever => None,
-        };
-        let limits = self.limits;
-        if !self.locks.contains_key(lock) && self.locks.len() >= limits.locks_max {
-            return Err(CoreError::TooManyLocks {
-                locks_max: limits.locks_max,
-            });
-        }
-        if !self.locks.contains_key(lock) {
-            let remembered = self.unforget(lock);
-            self.locks.insert(
-                lock.to_string(),
-                Lock {
-                    holder: None,
-                    waiters: VecDeque::new(),
-                    last_token: remembered.unwrap_or(0),
-                    available_at_ms: None,
-                },
-            );
-        }
-        let l = self.locks.get_mut(lock).expect("inserted above");
-        // Re-acquiring a held lock returns the same grant; re-queueing keeps the place in line.
-        if let Some(grant) = l.holder.as_ref().filter(|g| g.session == id) {
-            return Ok(Reply::Granted {
-                lock: lock.to_string(),
-                session: id,
-                token: grant.token,
-            });
-        }
-        if let Some(position) = l.waiters.iter().position(|w| w.session == id) {
-            return Ok(Reply::Queued {
-                lock: lock.to_string(),
-                session: id,
-                position,
-            });
+        let deadline_ms = self.wait_deadline(wait)?;
+        self.ensure_lock(lock)?;
+        let l = &self.locks[lock];
+        if let Some(reply) = already_there(l, id, lock) {
+            return Ok(reply);
         }
         let free = l.holder.is_none() && l.available_at_ms.is_none() && l.waiters.is_empty();
         if free {
-            if self.last_token >= limits.token_max {
-                self.forget_if_idle(lock);
-                return Err(CoreError::TokensExhausted {
-                    lock: lock.to_string(),
-                });
-            }
-            let token = self.grant(lock, id, request_id, events);
-            return Ok(Reply::Granted {
-                lock: lock.to_string(),
-                session: id,
-                token,
-            });
+            return self.grant_free(lock, id, request_id, events);
         }
         let busy = CoreError::Busy {
             lock: lock.to_string(),
@@ -522,10 +473,81 @@ impl LockTable {
         if wait == Wait::Try || deadline_ms.is_some_and(|d| d <= self.now_ms) {
             return Err(busy);
         }
-        if l.waiters.len() >= limits.waiters_per_lock_max {
+        self.enqueue(id, lock, request_id, deadline_ms)
+    }
+
+    /// When a wait of this length ends on the table's clock; `None` for no deadline.
+    fn wait_deadline(&self, wait: Wait) -> Result<Option<TimeMs>, CoreError> {
+        match wait {
+            Wait::ForMs(ms) if ms > limits::WAIT_MS_MAX => Err(CoreError::WaitOutOfRange {
+                wait_ms: ms,
+                wait_ms_max: limits::WAIT_MS_MAX,
+            }),
+            Wait::ForMs(ms) => Ok(Some(self.now_ms.saturating_add(ms))),
+            Wait::Try | Wait::Forever => Ok(None),
+        }
+    }
+
+    /// Makes sure `lock` exists, creating it (with the last token it had before it was
+    /// forgotten, if it is still remembered) within the limit on locks.
+    fn ensure_lock(&mut self, lock: &str) -> Result<(), CoreError> {
+        if self.locks.contains_key(lock) {
+            return Ok(());
+        }
+        if self.locks.len() >= self.limits.locks_max as usize {
+            return Err(CoreError::TooManyLocks {
+                locks_max: self.limits.locks_max,
+            });
+        }
+        let remembered = self.unforget(lock);
+        self.locks.insert(
+            lock.to_string(),
+            Lock {
+                holder: None,
+                waiters: VecDeque::new(),
+                last_token: remembered.unwrap_or(0),
+                available_at_ms: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// Grants a free lock, unless the tokens are used up.
+    fn grant_free(
+        &mut self,
+        lock: &str,
+        id: SessionId,
+        request_id: RequestId,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, CoreError> {
+        if self.last_token >= self.limits.token_max {
+            self.forget_if_idle(lock);
+            return Err(CoreError::TokensExhausted {
+                lock: lock.to_string(),
+            });
+        }
+        let token = self.grant(lock, id, request_id, events);
+        Ok(Reply::Granted {
+            lock: lock.to_string(),
+            session: id,
+            token,
+        })
+    }
+
+    /// Queues `id` behind the lock's holder, within the limit on waiters.
+    fn enqueue(
+        &mut self,
+        id: SessionId,
+        lock: &str,
+        request_id: RequestId,
+        deadline_ms: Option<TimeMs>,
+    ) -> Result<Reply, CoreError> {
+        let waiters_max = self.limits.waiters_per_lock_max;
+        let l = self.locks.get_mut(lock).expect("the lock exists");
+        if l.waiters.len() >= waiters_max as usize {
             return Err(CoreError::TooManyWaiters {
                 lock: lock.to_string(),
-                waiters_max: limits.waiters_per_lock_max,
+                waiters_max,
             });
         }
         l.waiters.push_back(Waiter {
@@ -533,7 +555,7 @@ impl LockTable {
             request_id,
             deadline_ms,
         });
-        let position = l.waiters.len() - 1;
+        let position = queue_position(l.waiters.len() - 1);
         if let Some(deadline) = deadline_ms {
             self.wait_deadlines.insert((deadline, id, lock.to_string()));
         }
@@ -557,7 +579,7 @@ impl LockTable {
             .sessions
             .get(&id)
             .ok_or(CoreError::SessionNotFound { session: id })?;
-        limits::validate_lock_name(&lock, self.limits.lock_name_bytes_max)
+        limits::validate_lock_name(&lock, self.limits.lock_name_bytes_max as usize)
             .map_err(CoreError::InvalidLockName)?;
         if let Some(earlier) = remembered(session, request_id, RequestKind::Release, &lock)? {
             return earlier;
@@ -980,6 +1002,29 @@ pub enum InvalidTable {
     Limits(String),
     #[error("it is inconsistent: {0}")]
     Inconsistent(String),
+}
+
+/// A place in a lock's queue, as a reply carries it.
+fn queue_position(index: usize) -> u32 {
+    u32::try_from(index).expect("a queue is never longer than waiters_per_lock_max, a u32")
+}
+
+/// The reply to an acquire by a session that already holds `lock` or waits for it: the same
+/// grant, or its place in line.
+fn already_there(l: &Lock, id: SessionId, lock: &str) -> Option<Reply> {
+    if let Some(grant) = l.holder.as_ref().filter(|g| g.session == id) {
+        return Some(Reply::Granted {
+            lock: lock.to_string(),
+            session: id,
+            token: grant.token,
+        });
+    }
+    let position = queue_position(l.waiters.iter().position(|w| w.session == id)?);
+    Some(Reply::Queued {
+        lock: lock.to_string(),
+        session: id,
+        position,
+    })
 }
 
 /// The remembered outcome of `request_id`, or an error if the id was used for something else.

@@ -178,7 +178,7 @@ pub enum Reply {
     Queued {
         lock: String,
         session: SessionId,
-        position: usize,
+        position: u32,
     },
     /// The session no longer holds the lock (`token`) or no longer waits for it (`token` None).
     Released {
@@ -189,7 +189,7 @@ pub enum Reply {
     Ticked,
     LimitsSet,
     LeaderStarted {
-        sessions_extended: usize,
+        sessions_extended: u32,
     },
 }
 
@@ -212,11 +212,11 @@ pub enum CoreError {
     #[error("invalid open key: {0}")]
     InvalidOpenKey(OpenKeyError),
     #[error("too many sessions: the limit is {sessions_max}; close unused sessions")]
-    TooManySessions { sessions_max: usize },
+    TooManySessions { sessions_max: u32 },
     #[error("too many locks: the limit is {locks_max}")]
-    TooManyLocks { locks_max: usize },
+    TooManyLocks { locks_max: u32 },
     #[error("lock {lock:?} already has {waiters_max} waiters, the limit")]
-    TooManyWaiters { lock: String, waiters_max: usize },
+    TooManyWaiters { lock: String, waiters_max: u32 },
     #[error("lock {lock:?} is busy{}", describe_busy(*holder_session, *holder_token, *available_at_ms))]
     Busy {
         lock: String,
@@ -249,15 +249,58 @@ fn describe_busy(
     until: Option<TimeMs>,
 ) -> String {
     match (session, token, until) {
-        (Some(s), Some(t), _) => format!(": held by session {s} with token {t}"),
+        (Some(s), Some(t), _) => format!(": {}", HeldBy::with_token(s, t)),
         (_, _, Some(u)) => format!(": in lock-delay until {u} ms after its holder expired"),
         _ => String::new(),
     }
 }
 
 fn describe_holder(session: Option<SessionId>) -> String {
-    match session {
-        Some(s) => format!("; it is held by session {s}"),
+    holder_clause(session.map(HeldBy::session))
+}
+
+/// The holder of a lock as every message names it: `held by session 7 with token 42`, or
+/// `held by session 7` where the token is not known.
+///
+/// The one place that text is written, so the lock table's refusals, the client library's
+/// errors and the `palisade` command say it alike (scripts and tests look for it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldBy {
+    pub session: SessionId,
+    pub token: Option<Token>,
+}
+
+impl HeldBy {
+    /// A holder whose token is not known.
+    pub fn session(session: SessionId) -> HeldBy {
+        HeldBy {
+            session,
+            token: None,
+        }
+    }
+
+    pub fn with_token(session: SessionId, token: Token) -> HeldBy {
+        HeldBy {
+            session,
+            token: Some(token),
+        }
+    }
+}
+
+impl std::fmt::Display for HeldBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "held by session {}", self.session)?;
+        match self.token {
+            Some(token) => write!(f, " with token {token}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// What a refused release adds about the lock: `; it is held by session …`, or `; it is free`.
+pub fn holder_clause(holder: Option<HeldBy>) -> String {
+    match holder {
+        Some(holder) => format!("; it is {holder}"),
         None => "; it is free".to_string(),
     }
 }

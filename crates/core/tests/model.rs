@@ -78,8 +78,8 @@ fn validate_name(name: &str, bytes_max: usize) -> Result<(), CoreError> {
     }
     if name.len() > bytes_max {
         return Err(CoreError::InvalidLockName(LockNameError::TooLong {
-            bytes: name.len(),
-            bytes_max,
+            bytes: name.len() as u64,
+            bytes_max: bytes_max as u64,
         }));
     }
     if name.chars().any(char::is_control) {
@@ -263,7 +263,7 @@ impl Model {
                 ttl_ms_max,
             });
         }
-        if self.sessions.len() >= self.limits.sessions_max {
+        if self.sessions.len() >= self.limits.sessions_max as usize {
             return Err(CoreError::TooManySessions {
                 sessions_max: self.limits.sessions_max,
             });
@@ -298,7 +298,7 @@ impl Model {
         let Some(s) = self.session(session) else {
             return Err(CoreError::SessionNotFound { session });
         };
-        validate_name(&lock, self.limits.lock_name_bytes_max)?;
+        validate_name(&lock, self.limits.lock_name_bytes_max as usize)?;
         if let Some((_, kind, l, outcome)) = s.recent.iter().find(|r| r.0 == request_id) {
             if *kind == is_acquire && *l == lock {
                 return outcome.clone();
@@ -343,7 +343,7 @@ impl Model {
         };
         let Some(l) = self.lock(name) else {
             // A lock nobody holds, waits for or delays: free.
-            if self.locks.len() >= self.limits.locks_max {
+            if self.locks.len() >= self.limits.locks_max as usize {
                 return Err(CoreError::TooManyLocks {
                     locks_max: self.limits.locks_max,
                 });
@@ -369,7 +369,7 @@ impl Model {
             return Ok(Reply::Queued {
                 lock: name.to_string(),
                 session,
-                position,
+                position: position as u32,
             });
         }
         assert!(
@@ -384,7 +384,7 @@ impl Model {
                 available_at_ms: l.available_at_ms,
             });
         }
-        if l.waiters.len() >= self.limits.waiters_per_lock_max {
+        if l.waiters.len() >= self.limits.waiters_per_lock_max as usize {
             return Err(CoreError::TooManyWaiters {
                 lock: name.to_string(),
                 waiters_max: self.limits.waiters_per_lock_max,
@@ -399,7 +399,7 @@ impl Model {
         Ok(Reply::Queued {
             lock: name.to_string(),
             session,
-            position: l.waiters.len() - 1,
+            position: (l.waiters.len() - 1) as u32,
         })
     }
 
@@ -692,7 +692,7 @@ impl Checker {
                 let queue = self.queues.entry(lock.clone()).or_default();
                 if !queue.contains(session) {
                     queue.push(*session);
-                    assert_eq!(*position, queue.len() - 1);
+                    assert_eq!(*position as usize, queue.len() - 1);
                 }
             }
             Ok(Reply::SessionOpened {
@@ -724,11 +724,11 @@ impl Checker {
 
         // The table's own cross-references, and the limits.
         table.check_consistency();
-        assert!(table.session_count() <= limits.sessions_max);
-        assert!(table.lock_count() <= limits.locks_max);
+        assert!(table.session_count() <= limits.sessions_max as usize);
+        assert!(table.lock_count() <= limits.locks_max as usize);
         assert!(table.last_token() <= limits.token_max);
         for status in table.locks("", None, usize::MAX) {
-            assert!(status.waiters.len() <= limits.waiters_per_lock_max);
+            assert!(status.waiters.len() <= limits.waiters_per_lock_max as usize);
             // FIFO: the table's queue is exactly the order in which sessions were told "queued".
             let queue = self.queues.get(&status.lock).cloned().unwrap_or_default();
             assert_eq!(status.waiters, queue, "queue of {:?}", status.lock);
@@ -997,7 +997,7 @@ impl Driver {
             2 => "c".to_string(),
             3 => "d/e".to_string(),
             4 => String::new(),
-            5 => "x".repeat(limits.lock_name_bytes_max + 1),
+            5 => "x".repeat(limits.lock_name_bytes_max as usize + 1),
             _ => "bell\u{7}".to_string(),
         };
         let ttl_ms = |ttl: u8| match ttl {

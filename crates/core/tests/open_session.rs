@@ -152,9 +152,9 @@ fn open_keys_that_cannot_be_random_are_refused() {
     let too_short = vec![7u8; OPEN_KEY_BYTES_MIN - 1];
     let too_long: Vec<u8> = (0..=OPEN_KEY_BYTES_MAX as u8).collect();
     let length = |bytes: usize| OpenKeyError::Length {
-        bytes,
-        bytes_min: OPEN_KEY_BYTES_MIN,
-        bytes_max: OPEN_KEY_BYTES_MAX,
+        bytes: bytes as u64,
+        bytes_min: OPEN_KEY_BYTES_MIN as u64,
+        bytes_max: OPEN_KEY_BYTES_MAX as u64,
     };
     assert_eq!(OpenKey::new(&[]), Err(length(0)));
     assert_eq!(OpenKey::new(&too_short), Err(length(too_short.len())));

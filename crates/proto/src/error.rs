@@ -124,8 +124,8 @@ pub fn detail_from_core(error: &CoreError) -> ErrorDetail {
             detail.reason = reason.code().to_string();
             match reason {
                 LockNameError::TooLong { bytes, bytes_max } => {
-                    detail.bytes = wide(*bytes);
-                    detail.bytes_max = wide(*bytes_max);
+                    detail.bytes = *bytes;
+                    detail.bytes_max = *bytes_max;
                 }
                 LockNameError::Empty | LockNameError::ControlCharacter => {}
                 // `LockNameError` is `#[non_exhaustive]`; its `code()` above is exhaustive, so
@@ -141,20 +141,22 @@ pub fn detail_from_core(error: &CoreError) -> ErrorDetail {
                     bytes_min,
                     bytes_max,
                 } => {
-                    detail.bytes = wide(*bytes);
-                    detail.bytes_min = wide(*bytes_min);
-                    detail.bytes_max = wide(*bytes_max);
+                    detail.bytes = *bytes;
+                    detail.bytes_min = *bytes_min;
+                    detail.bytes_max = *bytes_max;
                 }
                 OpenKeyError::NotRandom | OpenKeyError::NotHex => {}
                 // As for lock names: the reason is named by `code()`, its fields added here.
                 _ => {}
             }
         }
-        CoreError::TooManySessions { sessions_max } => detail.sessions_max = wide(*sessions_max),
-        CoreError::TooManyLocks { locks_max } => detail.locks_max = wide(*locks_max),
+        CoreError::TooManySessions { sessions_max } => {
+            detail.sessions_max = u64::from(*sessions_max)
+        }
+        CoreError::TooManyLocks { locks_max } => detail.locks_max = u64::from(*locks_max),
         CoreError::TooManyWaiters { lock, waiters_max } => {
             detail.lock = lock.clone();
-            detail.waiters_max = wide(*waiters_max);
+            detail.waiters_max = u64::from(*waiters_max);
         }
         CoreError::Busy {
             lock,
@@ -205,7 +207,7 @@ pub enum DetailError {
 /// Reads the wire form of an error back.
 pub fn core_from_detail(detail: &ErrorDetail) -> Result<CoreError, DetailError> {
     let narrow = |value: u64, field: &'static str| {
-        usize::try_from(value).map_err(|_| DetailError::OutOfRange {
+        u32::try_from(value).map_err(|_| DetailError::OutOfRange {
             kind: detail.kind.clone(),
             field,
         })
@@ -231,17 +233,17 @@ pub fn core_from_detail(detail: &ErrorDetail) -> Result<CoreError, DetailError> 
         "invalid_lock_name" => CoreError::InvalidLockName(match detail.reason.as_str() {
             "empty" => LockNameError::Empty,
             "too_long" => LockNameError::TooLong {
-                bytes: narrow(detail.bytes, "bytes")?,
-                bytes_max: narrow(detail.bytes_max, "bytes_max")?,
+                bytes: detail.bytes,
+                bytes_max: detail.bytes_max,
             },
             "control_character" => LockNameError::ControlCharacter,
             _ => return Err(unknown_reason()),
         }),
         "invalid_open_key" => CoreError::InvalidOpenKey(match detail.reason.as_str() {
             "length" => OpenKeyError::Length {
-                bytes: narrow(detail.bytes, "bytes")?,
-                bytes_min: narrow(detail.bytes_min, "bytes_min")?,
-                bytes_max: narrow(detail.bytes_max, "bytes_max")?,
+                bytes: detail.bytes,
+                bytes_min: detail.bytes_min,
+                bytes_max: detail.bytes_max,
             },
             "not_random" => OpenKeyError::NotRandom,
             "not_hex" => OpenKeyError::NotHex,
@@ -284,11 +286,6 @@ pub fn core_from_detail(detail: &ErrorDetail) -> Result<CoreError, DetailError> 
         }
     };
     Ok(error)
-}
-
-/// Widens a count for the wire; `usize` is at most 64 bits on every supported target.
-fn wide(value: usize) -> u64 {
-    u64::try_from(value).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use palisade_core::error_chain::error_chain;
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 
@@ -243,17 +244,6 @@ fn parse_error(status: StatusCode, body: &[u8]) -> StoreError {
             }
         }
     }
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 fn kv_path(key: &str) -> String {

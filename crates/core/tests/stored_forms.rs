@@ -1,0 +1,142 @@
+//! What the Raft log and the snapshots hold, as an earlier version wrote it: every stored form
+//! of the lock table's types still loads, to the same values, and is written again byte for
+//! byte the same. A change of a field's type (an integer's width, say) that changed the JSON
+//! would strand the data directories written before it.
+//!
+//! The forms below were written by the version whose counts and limits were `usize`.
+
+use palisade_core::limits::{LockNameError, OpenKeyError};
+use palisade_core::{Command, CoreError, Input, Limits, LockTable, Reply, Wait};
+
+/// A snapshot: limits of their own; session 1 holds `jobs/a` and session 2 waits for it; session
+/// 3 holds `jobs/b` and `jobs/c`, and remembers a refused wait (too many waiters) and a refused
+/// acquire (too many locks).
+const SNAPSHOT: &str = r#"{"limits":{"lock_name_bytes_max":32,"session_ttl_ms_min":1000,"session_ttl_ms_max":600000,"sessions_max":4,"locks_max":3,"waiters_per_lock_max":1,"lock_delay_ms":500,"token_max":1000},"now_ms":26,"last_token":3,"last_session":3,"sessions":{"1":{"ttl_ms":10000,"expires_at_ms":10026,"open_request_id":null,"held":["jobs/a"],"waiting":[],"recent":[{"request_id":11,"kind":"Acquire","lock":"jobs/a","result":{"Ok":{"Granted":{"lock":"jobs/a","session":1,"token":1}}}}]},"2":{"ttl_ms":10000,"expires_at_ms":10026,"open_request_id":null,"held":[],"waiting":["jobs/a"],"recent":[{"request_id":21,"kind":"Acquire","lock":"jobs/a","result":{"Ok":{"Queued":{"lock":"jobs/a","session":2,"position":0}}}}]},"3":{"ttl_ms":10000,"expires_at_ms":10026,"open_request_id":null,"held":["jobs/b","jobs/c"],"waiting":[],"recent":[{"request_id":31,"kind":"Acquire","lock":"jobs/a","result":{"Err":{"TooManyWaiters":{"lock":"jobs/a","waiters_max":1}}}},{"request_id":32,"kind":"Acquire","lock":"jobs/b","result":{"Ok":{"Granted":{"lock":"jobs/b","session":3,"token":2}}}},{"request_id":33,"kind":"Acquire","lock":"jobs/c","result":{"Ok":{"Granted":{"lock":"jobs/c","session":3,"token":3}}}},{"request_id":34,"kind":"Acquire","lock":"jobs/d","result":{"Err":{"TooManyLocks":{"locks_max":3}}}}]}},"locks":{"jobs/a":{"holder":{"session":1,"token":1,"granted_at_ms":20,"request_id":11},"waiters":[{"session":2,"request_id":21,"deadline_ms":null}],"last_token":1,"available_at_ms":null},"jobs/b":{"holder":{"session":3,"token":2,"granted_at_ms":23,"request_id":32},"waiters":[],"last_token":2,"available_at_ms":null},"jobs/c":{"holder":{"session":3,"token":3,"granted_at_ms":24,"request_id":33},"waiters":[],"last_token":3,"available_at_ms":null}},"open_requests":{},"open_keys":{},"session_deadlines":[[10026,1],[10026,2],[10026,3]],"wait_deadlines":[],"delay_deadlines":[],"forgotten":{},"forgotten_order":{},"last_forgotten":0}"#;
+
+/// A log entry that changes the limits.
+const SET_LIMITS_ENTRY: &str = r#"{"now_ms":5,"command":{"SetLimits":{"limits":{"lock_name_bytes_max":32,"session_ttl_ms_min":1000,"session_ttl_ms_max":600000,"sessions_max":4,"locks_max":3,"waiters_per_lock_max":1,"lock_delay_ms":500,"token_max":1000}}}}"#;
+
+fn limits() -> Limits {
+    Limits {
+        lock_name_bytes_max: 32,
+        session_ttl_ms_min: 1_000,
+        session_ttl_ms_max: 600_000,
+        sessions_max: 4,
+        locks_max: 3,
+        waiters_per_lock_max: 1,
+        lock_delay_ms: 500,
+        token_max: 1_000,
+    }
+}
+
+#[test]
+fn a_stored_snapshot_loads_answers_retries_as_before_and_is_written_the_same() {
+    let mut table: LockTable = serde_json::from_str(SNAPSHOT).expect("the snapshot loads");
+    table.check_consistency();
+    assert_eq!(*table.limits(), limits());
+    assert_eq!(serde_json::to_string(&table).unwrap(), SNAPSHOT);
+
+    // The remembered outcomes come back as they were first given.
+    let retry = |session, lock: &str, request_id, wait| Input {
+        now_ms: 30,
+        command: Command::Acquire {
+            session,
+            lock: lock.into(),
+            request_id,
+            wait,
+        },
+    };
+    let queued = table.apply(retry(2, "jobs/a", 21, Wait::Forever)).result;
+    assert_eq!(
+        queued,
+        Ok(Reply::Queued {
+            lock: "jobs/a".into(),
+            session: 2,
+            position: 0
+        })
+    );
+    let too_many_waiters = table
+        .apply(retry(3, "jobs/a", 31, Wait::ForMs(5_000)))
+        .result;
+    assert_eq!(
+        too_many_waiters,
+        Err(CoreError::TooManyWaiters {
+            lock: "jobs/a".into(),
+            waiters_max: 1
+        })
+    );
+    let too_many_locks = table.apply(retry(3, "jobs/d", 34, Wait::Try)).result;
+    assert_eq!(
+        too_many_locks,
+        Err(CoreError::TooManyLocks { locks_max: 3 })
+    );
+    table.check_consistency();
+}
+
+#[test]
+fn a_stored_log_entry_that_sets_limits_replays_and_is_written_the_same() {
+    let entry: Input = serde_json::from_str(SET_LIMITS_ENTRY).expect("the entry loads");
+    assert_eq!(
+        entry,
+        Input {
+            now_ms: 5,
+            command: Command::SetLimits { limits: limits() }
+        }
+    );
+    assert_eq!(serde_json::to_string(&entry).unwrap(), SET_LIMITS_ENTRY);
+}
+
+#[test]
+fn stored_replies_and_refusals_with_counts_load_and_are_written_the_same() {
+    let replies = [
+        (
+            r#"{"Ok":{"Queued":{"lock":"jobs/a","session":2,"position":0}}}"#,
+            Ok(Reply::Queued {
+                lock: "jobs/a".into(),
+                session: 2,
+                position: 0,
+            }),
+        ),
+        (
+            r#"{"Ok":{"LeaderStarted":{"sessions_extended":3}}}"#,
+            Ok(Reply::LeaderStarted {
+                sessions_extended: 3,
+            }),
+        ),
+        (
+            r#"{"Err":{"TooManySessions":{"sessions_max":4}}}"#,
+            Err(CoreError::TooManySessions { sessions_max: 4 }),
+        ),
+        (
+            r#"{"Err":{"TooManyWaiters":{"lock":"jobs/a","waiters_max":1}}}"#,
+            Err(CoreError::TooManyWaiters {
+                lock: "jobs/a".into(),
+                waiters_max: 1,
+            }),
+        ),
+        (
+            r#"{"Err":{"TooManyLocks":{"locks_max":3}}}"#,
+            Err(CoreError::TooManyLocks { locks_max: 3 }),
+        ),
+        (
+            r#"{"Err":{"InvalidLockName":{"TooLong":{"bytes":33,"bytes_max":32}}}}"#,
+            Err(CoreError::InvalidLockName(LockNameError::TooLong {
+                bytes: 33,
+                bytes_max: 32,
+            })),
+        ),
+        (
+            r#"{"Err":{"InvalidOpenKey":{"Length":{"bytes":3,"bytes_min":16,"bytes_max":32}}}}"#,
+            Err(CoreError::InvalidOpenKey(OpenKeyError::Length {
+                bytes: 3,
+                bytes_min: 16,
+                bytes_max: 32,
+            })),
+        ),
+    ];
+    for (stored, expected) in replies {
+        let loaded: Result<Reply, CoreError> = serde_json::from_str(stored).expect(stored);
+        assert_eq!(loaded, expected, "{stored}");
+        assert_eq!(serde_json::to_string(&loaded).unwrap(), stored);
+    }
+}
