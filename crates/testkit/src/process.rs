@@ -394,4 +394,69 @@ mod tests {
         );
         assert_eq!(Announce::Store.address(ready), None);
     }
+
+    /// A stand-in server: `sh -c SCRIPT` with the address to listen on in `$LISTEN`.
+    fn script_server(dir: &Path, script: String) -> ServerProcess {
+        ServerProcess::custom(
+            "a script",
+            dir.join("data"),
+            Announce::Store,
+            move |ports| {
+                let mut command = crate::command("sh");
+                command
+                    .args(["-c", &script])
+                    .env("LISTEN", ports.listen.to_string());
+                command
+            },
+        )
+    }
+
+    #[test]
+    fn a_start_that_finds_its_port_in_use_is_tried_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("refused-once");
+        let script = format!(
+            "if [ -e {m} ]; then echo 'palisade store: listening on http://127.0.0.1:40999'; \
+             exec sleep 30; fi; touch {m}; echo 'cannot listen: {ADDRESS_IN_USE}' >&2; exit 1",
+            m = marker.display()
+        );
+        let mut server = script_server(dir.path(), script);
+
+        server.start();
+
+        assert_eq!(server.addr(), "127.0.0.1:40999".parse().unwrap());
+        assert!(server.log().contains(ADDRESS_IN_USE), "{}", server.log());
+    }
+
+    #[test]
+    fn a_restart_asks_for_the_address_announced_at_the_first_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = "case \"$LISTEN\" in \
+                      *:0) echo 'palisade store: listening on http://127.0.0.1:40998' ;; \
+                      *) echo \"asked for $LISTEN\"; echo \"palisade store: listening on http://$LISTEN\" ;; \
+                      esac; exec sleep 30";
+        let mut server = script_server(dir.path(), script.to_owned());
+
+        server.start();
+        server.kill9();
+        server.start();
+
+        assert_eq!(server.endpoint(), "http://127.0.0.1:40998");
+        assert!(
+            server.log().contains("asked for 127.0.0.1:40998"),
+            "{}",
+            server.log()
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "exited before it was ready")]
+    fn a_server_that_exits_without_announcing_fails_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        script_server(
+            dir.path(),
+            "echo 'no such data directory' >&2; exit 1".to_owned(),
+        )
+        .start();
+    }
 }
