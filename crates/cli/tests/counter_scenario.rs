@@ -14,12 +14,9 @@
 //! - **chaos**: several workers loop over the critical section while a pauser freezes whichever
 //!   holder is thinking, and the lock service and the store are killed and restarted.
 
-#[path = "support/process.rs"]
-mod process;
-
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -29,8 +26,9 @@ use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use palisade_fence::{FenceError, RedisFence, RedisOp, Verifier, mysql, postgres, sqlite};
 use palisade_store::StoreClient;
-use process::Service;
+use palisade_testkit::{ServerProcess, locks_client};
 
+const BIN: &str = env!("CARGO_BIN_EXE_palisade");
 const LOCK: &str = "counter";
 const KEY: &str = "counter";
 /// The holders' lease: a freeze longer than this hands the lock to the next worker.
@@ -492,8 +490,7 @@ impl Harness {
     /// Starts `palisade lock counter -- <critical section>` writing its files to `dir`.
     fn spawn(&self, dir: &Path, ttl: &str, gated: bool) -> Child {
         std::fs::create_dir_all(dir).unwrap();
-        let palisade = env!("CARGO_BIN_EXE_palisade");
-        let mut command = Command::new(palisade);
+        let mut command = palisade_testkit::command(BIN);
         command
             .args(["--endpoint", &self.endpoint, "lock", LOCK, "--ttl", ttl])
             .args(["--wait", "60s", "--kill-grace", "1s", "--"]);
@@ -502,7 +499,7 @@ impl Harness {
                 command
                     .args(["sh", "-c", STORE_RMW])
                     .env("PALISADE_STORE", url)
-                    .env("PAL", palisade)
+                    .env("PAL", BIN)
                     .env("UNFENCED", if self.unfenced { "--unfenced" } else { "" });
             }
             Rmw::Adapter(backend) => {
@@ -522,9 +519,6 @@ impl Harness {
         command
             .env("D", dir)
             .env("RMW_DIR", dir)
-            .env_remove("PALISADE_SEQUENCER")
-            .env_remove("PALISADE_ENDPOINT")
-            .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("stderr")).unwrap())
             .process_group(0)
@@ -765,8 +759,8 @@ fn tally(base: &Path) -> Tally {
 
 /// What the chaos run restarts in the middle, besides freezing holders.
 struct Restarts<'a> {
-    locks: &'a mut Service,
-    store: Option<&'a mut Service>,
+    locks: &'a mut ServerProcess,
+    store: Option<&'a mut ServerProcess>,
 }
 
 /// Runs `workers` workers for at most `limit`: kills (`kill -9`) and restarts the store at a
@@ -814,13 +808,13 @@ async fn chaos(
             let store = store.as_deref_mut().unwrap();
             store.kill9();
             tokio::time::sleep(Duration::from_millis(300)).await;
-            store.start_store().await;
+            store.start();
             store_restarted = true;
         }
         if !locks_restarted && started.elapsed() > limit / 2 {
             locks.kill9();
             tokio::time::sleep(Duration::from_millis(300)).await;
-            locks.start().await;
+            locks.start();
             locks_restarted = true;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -863,9 +857,10 @@ fn assert_no_lost_update(tally: &Tally, counter: i64) {
 // ----- setups -----
 
 /// A lock service on a fixed port and data directory, its endpoint and public key.
-async fn lock_service(dir: &Path) -> (Service, String) {
-    let mut locks = Service::new(&dir.join("locks"));
-    let mut client = locks.start().await;
+async fn lock_service(dir: &Path) -> (ServerProcess, String) {
+    let mut locks = ServerProcess::lock_service(BIN, dir.join("locks"));
+    locks.start();
+    let mut client = locks_client(&locks.endpoint()).await;
     let public_key = client
         .public_key(palisade_proto::v1::PublicKeyRequest {})
         .await
@@ -887,11 +882,10 @@ async fn store_counter(url: &str) -> i64 {
 
 /// Sets the store's counter to zero under the lock, as a user would.
 fn reset_store_counter(endpoint: &str, url: &str) {
-    let status = Command::new(env!("CARGO_BIN_EXE_palisade"))
+    let status = palisade_testkit::command(BIN)
         .args(["--endpoint", endpoint, "lock", LOCK, "--"])
-        .args([env!("CARGO_BIN_EXE_palisade"), "store", "put", KEY, "0"])
+        .args([BIN, "store", "put", KEY, "0"])
         .env("PALISADE_STORE", url)
-        .env_remove("PALISADE_SEQUENCER")
         .stdout(Stdio::null())
         .status()
         .unwrap();
@@ -902,8 +896,8 @@ fn reset_store_counter(endpoint: &str, url: &str) {
 async fn the_store_orders_a_holders_read_through_the_cli() {
     let dir = tempfile::tempdir().unwrap();
     let (locks, public_key) = lock_service(dir.path()).await;
-    let mut store = Service::store(&dir.path().join("store"), &public_key);
-    store.start_store().await;
+    let mut store = ServerProcess::store(BIN, dir.path().join("store"), &public_key);
+    store.start();
     let url = store.endpoint();
     let endpoint = locks.endpoint();
     the_read_is_ordered(
@@ -921,8 +915,8 @@ async fn the_store_orders_a_holders_read_through_the_cli() {
 async fn the_store_loses_no_increment_under_pauses_and_kill_9() {
     let dir = tempfile::tempdir().unwrap();
     let (mut locks, public_key) = lock_service(dir.path()).await;
-    let mut store = Service::store(&dir.path().join("store"), &public_key);
-    store.start_store().await;
+    let mut store = ServerProcess::store(BIN, dir.path().join("store"), &public_key);
+    store.start();
     let url = store.endpoint();
     reset_store_counter(&locks.endpoint(), &url);
     let harness = Harness {

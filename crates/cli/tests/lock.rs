@@ -1,13 +1,13 @@
 //! `palisade lock`: running a command under a lock, against a real `palisade serve`.
 
-mod common;
-
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{Lines, Running, Server, stderr};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use palisade_testkit::{Lines, Palisade, Running, run, unused_port};
+
+const BIN: &str = env!("CARGO_BIN_EXE_palisade");
 
 /// Exit statuses documented in `palisade --help`.
 const NOT_ACQUIRED: i32 = 75;
@@ -22,9 +22,9 @@ fn token_of(stdout: &str) -> u64 {
 
 #[test]
 fn the_command_sees_its_lock_token_and_sequencer() {
-    let server = Server::start();
+    let server = Palisade::start(BIN);
 
-    let stdout = server.palisade_ok(&[
+    let stdout = server.run_ok(&[
         "lock",
         "jobs/env",
         "--",
@@ -43,11 +43,11 @@ fn the_command_sees_its_lock_token_and_sequencer() {
 
 #[test]
 fn sequential_runs_get_strictly_increasing_tokens() {
-    let server = Server::start();
+    let server = Palisade::start(BIN);
 
     let tokens: Vec<u64> = (0..3)
         .map(|_| {
-            token_of(&server.palisade_ok(&[
+            token_of(&server.run_ok(&[
                 "lock",
                 "jobs/sequential",
                 "--",
@@ -60,58 +60,58 @@ fn sequential_runs_get_strictly_increasing_tokens() {
 
     assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
     // Each run released the lock when its command exited.
-    let status = server.palisade_json(&["status", "jobs/sequential"]);
+    let status = server.run_json(&["status", "jobs/sequential"]);
     assert!(status["holder"].is_null(), "{status}");
 }
 
 #[test]
 fn the_commands_exit_status_is_passed_through() {
-    let server = Server::start();
+    let server = Palisade::start(BIN);
 
-    let output = server.palisade(&["lock", "jobs/status", "--", "sh", "-c", "exit 7"]);
-    assert_eq!(output.status.code(), Some(7), "{}", stderr(&output));
+    let output = server.run(&["lock", "jobs/status", "--", "sh", "-c", "exit 7"]);
+    assert_eq!(output.status.code(), Some(7), "{}", output.stderr);
 
-    let output = server.palisade(&["lock", "jobs/status", "--", "sh", "-c", "kill -9 $$"]);
-    assert_eq!(output.status.code(), Some(128 + 9), "{}", stderr(&output));
+    let output = server.run(&["lock", "jobs/status", "--", "sh", "-c", "kill -9 $$"]);
+    assert_eq!(output.status.code(), Some(128 + 9), "{}", output.stderr);
 
-    let output = server.palisade(&["lock", "jobs/status", "--", "no-such-command-palisade"]);
-    assert_eq!(output.status.code(), Some(127), "{}", stderr(&output));
-    assert!(stderr(&output).contains("not found"), "{}", stderr(&output));
+    let output = server.run(&["lock", "jobs/status", "--", "no-such-command-palisade"]);
+    assert_eq!(output.status.code(), Some(127), "{}", output.stderr);
+    assert!(output.stderr.contains("not found"), "{}", output.stderr);
 
-    let status = server.palisade_json(&["status", "jobs/status"]);
+    let status = server.run_json(&["status", "jobs/status"]);
     assert!(status["holder"].is_null(), "{status}");
 }
 
 #[test]
 fn a_held_lock_not_granted_within_the_wait_exits_with_not_acquired() {
-    let server = Server::start();
-    let holder = server.palisade_json(&["acquire", "jobs/busy", "--ttl", "30s"]);
+    let server = Palisade::start(BIN);
+    let holder = server.run_json(&["acquire", "jobs/busy", "--ttl", "30s"]);
 
     let started = std::time::Instant::now();
-    let output = server.palisade(&["lock", "jobs/busy", "--wait", "1s", "--", "true"]);
+    let output = server.run(&["lock", "jobs/busy", "--wait", "1s", "--", "true"]);
 
     assert_eq!(
         output.status.code(),
         Some(NOT_ACQUIRED),
         "{}",
-        stderr(&output)
+        output.stderr
     );
     assert!(started.elapsed() >= Duration::from_secs(1));
-    let message = stderr(&output);
+    let message = &output.stderr;
     assert!(message.starts_with("palisade: "), "{message}");
     assert!(
         message.contains(&format!("held by session {}", holder["session"])),
         "{message}"
     );
     // The lock still belongs to its holder.
-    let status = server.palisade_json(&["status", "jobs/busy"]);
+    let status = server.run_json(&["status", "jobs/busy"]);
     assert_eq!(status["holder"]["session"], holder["session"], "{status}");
 }
 
 #[test]
 fn a_waiting_lock_runs_its_command_once_the_holder_releases() {
-    let server = Server::start();
-    let holder = server.palisade_json(&["acquire", "jobs/handoff", "--ttl", "30s"]);
+    let server = Palisade::start(BIN);
+    let holder = server.run_json(&["acquire", "jobs/handoff", "--ttl", "30s"]);
     let mut command = server.command(&[
         "lock",
         "jobs/handoff",
@@ -129,7 +129,7 @@ fn a_waiting_lock_runs_its_command_once_the_holder_releases() {
     });
 
     let session = holder["session"].to_string();
-    server.palisade_ok(&["release", "jobs/handoff", "--session", &session]);
+    server.run_ok(&["release", "jobs/handoff", "--session", &session]);
 
     let status = waiter.wait(Duration::from_secs(20));
     let mut stdout = String::new();
@@ -140,7 +140,7 @@ fn a_waiting_lock_runs_its_command_once_the_holder_releases() {
 
 #[test]
 fn a_paused_holder_loses_the_lock_and_its_command_is_stopped() {
-    let server = Server::start();
+    let server = Palisade::start(BIN);
     // The command starts a grandchild and prints its pid: stopping must reach the whole group.
     let mut command = server.command(&[
         "lock",
@@ -168,7 +168,7 @@ fn a_paused_holder_loses_the_lock_and_its_command_is_stopped() {
     std::thread::sleep(Duration::from_secs(4));
 
     // Phase 2: another client takes the lock with a larger token.
-    let next = server.palisade_json(&["acquire", "jobs/paused", "--ttl", "30s", "--wait", "10s"]);
+    let next = server.run_json(&["acquire", "jobs/paused", "--ttl", "30s", "--wait", "10s"]);
     assert!(next["token"].as_u64().unwrap() > first_token, "{next}");
 
     // Phase 3: resumed, the old holder notices, stops its command and says the lock was lost.
@@ -183,13 +183,13 @@ fn a_paused_holder_loses_the_lock_and_its_command_is_stopped() {
         "the command's child survived"
     );
     // The new holder keeps the lock.
-    let status = server.palisade_json(&["status", "jobs/paused"]);
+    let status = server.run_json(&["status", "jobs/paused"]);
     assert_eq!(status["holder"]["session"], next["session"], "{status}");
 }
 
 #[test]
 fn a_terminated_lock_passes_the_signal_on_and_releases() {
-    let server = Server::start();
+    let server = Palisade::start(BIN);
     let mut command = server.command(&["lock", "jobs/term", "--", "sleep", "30"]);
     command.stderr(Stdio::piped());
     let mut holder = Running::spawn(command);
@@ -201,29 +201,25 @@ fn a_terminated_lock_passes_the_signal_on_and_releases() {
 
     let status = holder.wait(Duration::from_secs(10));
     assert_eq!(status.code(), Some(128 + 15), "{}", holder.stderr());
-    let status = server.palisade_json(&["status", "jobs/term"]);
+    let status = server.run_json(&["status", "jobs/term"]);
     assert!(status["holder"].is_null(), "{status}");
 }
 
 #[test]
 fn an_unreachable_service_is_reported_without_running_the_command() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let output = std::process::Command::new(common::palisade_bin())
+    let port = unused_port();
+    let mut command = palisade_testkit::command(BIN);
+    command
         .args(["lock", "jobs/none", "--endpoint"])
         .arg(format!("127.0.0.1:{port}"))
-        .args(["--", "sh", "-c", "echo ran"])
-        .output()
-        .unwrap();
+        .args(["--", "sh", "-c", "echo ran"]);
+    let output = run(command);
 
-    assert_eq!(output.status.code(), Some(69), "{}", stderr(&output));
+    assert_eq!(output.status.code(), Some(69), "{}", output.stderr);
     assert!(output.stdout.is_empty());
     assert!(
-        stderr(&output).contains("palisade serve"),
+        output.stderr.contains("palisade serve"),
         "{}",
-        stderr(&output)
+        output.stderr
     );
 }

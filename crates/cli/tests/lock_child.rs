@@ -1,14 +1,14 @@
 //! `palisade lock`: the command does not outlive palisade — a `kill -9` of palisade, and a
 //! forwarded signal the command ignores (issue #14).
 
-mod common;
-
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{Lines, Running, Server};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use palisade_testkit::{Lines, Palisade, Running};
+
+const BIN: &str = env!("CARGO_BIN_EXE_palisade");
 
 /// True once `pid` has exited (gone, or a zombie nobody reaped yet).
 fn exited(pid: Pid) -> bool {
@@ -23,7 +23,7 @@ fn exited(pid: Pid) -> bool {
 
 #[test]
 fn a_killed_palisade_takes_its_command_with_it() {
-    let server = Server::start();
+    let server = Palisade::start(BIN);
     let dir = tempfile::tempdir().unwrap();
     let heartbeat = dir.path().join("heartbeat");
     let script = format!(
@@ -52,7 +52,7 @@ fn a_killed_palisade_takes_its_command_with_it() {
 
 #[test]
 fn a_forwarded_sigterm_the_command_ignores_is_escalated_after_the_grace() {
-    let server = Server::start();
+    let server = Palisade::start(BIN);
     let mut command = server.command(&[
         "lock",
         "jobs/stubborn",
@@ -75,6 +75,6 @@ fn a_forwarded_sigterm_the_command_ignores_is_escalated_after_the_grace() {
     let message = holder.stderr();
     assert_eq!(status.code(), Some(128 + 9), "{message}");
     assert!(message.contains("SIGKILL"), "{message}");
-    let status = server.palisade_json(&["status", "jobs/stubborn"]);
+    let status = server.run_json(&["status", "jobs/stubborn"]);
     assert!(status["holder"].is_null(), "{status}");
 }

@@ -5,19 +5,16 @@
 //! session of its own; sharing one would give two clients the same grant and the same fencing
 //! token, and every resource would accept both.
 
-#[path = "support/process.rs"]
-mod process;
-
-use process::Service;
-
 use palisade_proto::v1::locks_client::LocksClient;
 use palisade_proto::v1::*;
+use palisade_testkit::{ServerProcess, locks_client};
 use tonic::Code;
 use tonic::transport::Channel;
 
+const BIN: &str = env!("CARGO_BIN_EXE_palisade");
 const TTL_MS: u64 = 60_000;
 
-async fn connect(service: &Service) -> LocksClient<Channel> {
+async fn connect(service: &ServerProcess) -> LocksClient<Channel> {
     LocksClient::connect(service.endpoint()).await.unwrap()
 }
 
@@ -48,8 +45,8 @@ fn try_acquire(session: u64, lock: &str) -> AcquireRequest {
 async fn two_clients_opening_with_default_fields_get_separate_sessions_and_only_one_holds_the_lock()
 {
     let dir = tempfile::tempdir().unwrap();
-    let mut service = Service::new(&dir.path().join("data"));
-    service.start().await;
+    let mut service = ServerProcess::lock_service(BIN, dir.path().join("data"));
+    service.start();
 
     // Phase 1: two independent clients, each on its own connection, open a session the naive
     // way. They must not be handed the same session.
@@ -120,8 +117,9 @@ async fn two_clients_opening_with_default_fields_get_separate_sessions_and_only_
 async fn an_open_retried_with_its_key_gets_its_session_and_keys_that_cannot_be_random_are_refused()
 {
     let dir = tempfile::tempdir().unwrap();
-    let mut service = Service::new(&dir.path().join("data"));
-    let mut client = service.start().await;
+    let mut service = ServerProcess::lock_service(BIN, dir.path().join("data"));
+    service.start();
+    let mut client = locks_client(&service.endpoint()).await;
     let open_with_key = |open_key: &[u8]| OpenSessionRequest {
         ttl_ms: TTL_MS,
         open_key: open_key.to_vec(),

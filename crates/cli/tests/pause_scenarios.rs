@@ -9,9 +9,6 @@
 //! writes as soon as it is told to, without checking whether it still holds the lock — exactly
 //! what a process resuming from a long GC pause does.
 
-#[path = "support/process.rs"]
-mod process;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,8 +16,9 @@ use std::time::{Duration, Instant};
 use palisade_client::{AcquireOptions, Client, SessionOptions, Wait};
 use palisade_fence::{FenceError, RedisFence, RedisOp, Verifier, postgres, sqlite};
 use palisade_store::{StoreClient, StoreError};
-use process::Service;
+use palisade_testkit::{ServerProcess, locks_client};
 
+const BIN: &str = env!("CARGO_BIN_EXE_palisade");
 const LOCK: &str = "reports/nightly";
 const KEY: &str = "report";
 const HOLDER_TTL: Duration = Duration::from_secs(1);
@@ -353,11 +351,11 @@ enum Between {
 async fn a_paused_holder_is_refused(
     dir: &Path,
     resource: Resource,
-    store: Option<&mut Service>,
+    store: Option<&mut ServerProcess>,
     between: Between,
 ) {
-    let mut locks = Service::new(&dir.join("locks"));
-    locks.start().await;
+    let mut locks = ServerProcess::lock_service(BIN, dir.join("locks"));
+    locks.start();
     let client = Client::connect(&locks.endpoint()).await.unwrap();
     let public_key = client.public_key().await.unwrap();
 
@@ -370,7 +368,7 @@ async fn a_paused_holder_is_refused(
     );
     let client = if between == Between::LockServiceRestart {
         locks.kill9();
-        locks.start().await;
+        locks.start();
         Client::connect(&locks.endpoint()).await.unwrap()
     } else {
         client
@@ -405,7 +403,7 @@ async fn a_paused_holder_is_refused(
     if between == Between::ResourceRestart {
         let store = store.expect("a restartable resource");
         store.kill9();
-        store.start_store().await;
+        store.start();
     }
 
     // Phase 3: A wakes and writes with its old sequencer: refused, B's token named.
@@ -442,8 +440,9 @@ async fn the_fenced_store_refuses_a_paused_holder_also_after_restarts() {
         let dir = tempfile::tempdir().unwrap();
         // The lock service's key is made by the lock service: start it once to create it.
         let locks_dir = dir.path().join("locks");
-        let mut locks = Service::new(&locks_dir);
-        let mut client = locks.start().await;
+        let mut locks = ServerProcess::lock_service(BIN, &locks_dir);
+        locks.start();
+        let mut client = locks_client(&locks.endpoint()).await;
         let public_key = client
             .public_key(palisade_proto::v1::PublicKeyRequest {})
             .await
@@ -451,8 +450,8 @@ async fn the_fenced_store_refuses_a_paused_holder_also_after_restarts() {
             .into_inner()
             .public_key;
         locks.terminate();
-        let mut store = Service::store(&dir.path().join("store"), &public_key);
-        store.start_store().await;
+        let mut store = ServerProcess::store(BIN, dir.path().join("store"), &public_key);
+        store.start();
         let resource = Resource::Store(store.endpoint());
         a_paused_holder_is_refused(dir.path(), resource, Some(&mut store), between).await;
     }

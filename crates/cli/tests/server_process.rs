@@ -1,19 +1,16 @@
 //! The lock service as a real process: `kill -9` in the middle of a stream of grants, lease
 //! expiry, FIFO waiters, ownership, and hostile input — observed through the gRPC API.
 
-#[path = "support/process.rs"]
-mod process;
-
 use std::io::Write as _;
-use std::net::TcpListener;
 use std::time::Duration;
-
-use process::Service;
 
 use palisade_proto::v1::locks_client::LocksClient;
 use palisade_proto::v1::*;
+use palisade_testkit::{ServerProcess, locks_client};
 use tonic::Code;
 use tonic::transport::Channel;
+
+const BIN: &str = env!("CARGO_BIN_EXE_palisade");
 
 async fn open(client: &mut LocksClient<Channel>, request_id: u64, ttl_ms: u64) -> u64 {
     client
@@ -50,12 +47,13 @@ fn release(session: u64, lock: &str, request_id: u64) -> ReleaseRequest {
 async fn tokens_strictly_increase_across_repeated_kill_9_in_the_middle_of_a_stream_of_grants() {
     const ROUNDS: u64 = 6;
     let dir = tempfile::tempdir().unwrap();
-    let mut service = Service::new(&dir.path().join("data"));
+    let mut service = ServerProcess::lock_service(BIN, dir.path().join("data"));
     let mut acknowledged: Vec<u64> = Vec::new();
     let mut kept: Vec<(u64, String, u64)> = Vec::new(); // (session, lock, token) never released
 
     for round in 0..ROUNDS {
-        let mut client = service.start().await;
+        service.start();
+        let mut client = locks_client(&service.endpoint()).await;
 
         // Phase 1: every grant acknowledged before a crash is still there after it.
         for (session, lock, token) in &kept {
@@ -127,7 +125,8 @@ async fn tokens_strictly_increase_across_repeated_kill_9_in_the_middle_of_a_stre
     }
 
     // Phase 3: one more start, one more grant; then judge the whole history.
-    let mut client = service.start().await;
+    service.start();
+    let mut client = locks_client(&service.endpoint()).await;
     let session = open(&mut client, 99, 60_000).await;
     acknowledged.push(
         client
@@ -155,8 +154,9 @@ async fn tokens_strictly_increase_across_repeated_kill_9_in_the_middle_of_a_stre
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_holder_loses_its_lock_and_a_waiter_whose_session_ended_is_never_granted() {
     let dir = tempfile::tempdir().unwrap();
-    let mut service = Service::new(&dir.path().join("data"));
-    let mut client = service.start().await;
+    let mut service = ServerProcess::lock_service(BIN, dir.path().join("data"));
+    service.start();
+    let mut client = locks_client(&service.endpoint()).await;
 
     // Phase 1: a waiter that falls silent (1 s lease), then a holder that falls silent (2 s
     // lease), then two live waiters in line behind them.
@@ -241,8 +241,9 @@ async fn a_silent_holder_loses_its_lock_and_a_waiter_whose_session_ended_is_neve
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_input_gets_clear_errors_and_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let mut service = Service::new(&dir.path().join("data"));
-    let mut client = service.start().await;
+    let mut service = ServerProcess::lock_service(BIN, dir.path().join("data"));
+    service.start();
+    let mut client = locks_client(&service.endpoint()).await;
     let session = open(&mut client, 1, 60_000).await;
     let held = client
         .acquire(try_acquire(session, "precious", 1))
@@ -301,7 +302,7 @@ async fn hostile_input_gets_clear_errors_and_loses_nothing() {
         &[0xff; 4096][..],
         b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00",
     ] {
-        let mut raw = std::net::TcpStream::connect(&service.listen).unwrap();
+        let mut raw = std::net::TcpStream::connect(service.addr()).unwrap();
         let _ = raw.write_all(garbage);
     }
 
@@ -341,32 +342,16 @@ async fn hostile_input_gets_clear_errors_and_loses_nothing() {
         .unwrap()
         .into_inner();
     assert!(next.token > held.token);
-    assert!(
-        service
-            .child
-            .as_mut()
-            .unwrap()
-            .try_wait()
-            .unwrap()
-            .is_none(),
-        "still running"
-    );
+    assert!(service.is_running(), "still running");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_are_served_and_sigterm_shuts_down_cleanly() {
     let dir = tempfile::tempdir().unwrap();
-    let mut service = Service::new(&dir.path().join("data"));
-    let metrics_port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    service.extra_args = vec![
-        "--metrics-listen".into(),
-        format!("127.0.0.1:{metrics_port}"),
-    ];
-    let mut client = service.start().await;
+    let mut service = ServerProcess::lock_service(BIN, dir.path().join("data")).with_metrics();
+    service.start();
+    let metrics_port = service.metrics_addr().port();
+    let mut client = locks_client(&service.endpoint()).await;
     let session = open(&mut client, 1, 60_000).await;
     let token = client
         .acquire(try_acquire(session, "m", 1))
@@ -457,7 +442,8 @@ async fn metrics_are_served_and_sigterm_shuts_down_cleanly() {
         service.log()
     );
     assert!(service.log().contains("shutting down"), "{}", service.log());
-    let mut client = service.start().await;
+    service.start();
+    let mut client = locks_client(&service.endpoint()).await;
     let status = client
         .status(StatusRequest { lock: "m".into() })
         .await

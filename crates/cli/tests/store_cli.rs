@@ -1,14 +1,11 @@
 //! Scenarios for `palisade store put|get|delete|fence` as a shell script sees them: what is
 //! printed, and the exit status.
 
-#[path = "../../store/tests/common/mod.rs"]
-mod store_common;
-
 use clap::{CommandFactory as _, Parser};
 use palisade_cli::store::{
     EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_STALE, EXIT_UNAVAILABLE, StoreCommand, execute,
 };
-use store_common::{RunningServer, Service, impostor_grant};
+use palisade_testkit::{ServiceKey, StoreServer, impostor_grant};
 
 /// The `palisade store` part of the command line, as the `palisade` binary nests it.
 #[derive(Debug, Parser)]
@@ -39,8 +36,8 @@ async fn palisade_store(args: &[&str]) -> Outcome {
 
 #[tokio::test]
 async fn a_script_writes_under_its_lock_and_a_superseded_one_exits_3_naming_the_accepted_token() {
-    let service = Service::new();
-    let server = RunningServer::start(&service).await;
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
     let url = server.url.as_str();
     let current = service.grant("jobs/nightly", 9, 4);
     let superseded = service.grant("jobs/nightly", 7, 3);
@@ -99,8 +96,8 @@ async fn a_script_writes_under_its_lock_and_a_superseded_one_exits_3_naming_the_
 
 #[tokio::test]
 async fn missing_forged_and_foreign_sequencers_exit_4_with_distinct_messages() {
-    let service = Service::new();
-    let server = RunningServer::start(&service).await;
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
     let url = server.url.as_str();
     let owner = service.grant("jobs/nightly", 1, 1);
     assert_eq!(
@@ -179,8 +176,8 @@ async fn missing_forged_and_foreign_sequencers_exit_4_with_distinct_messages() {
 
 #[tokio::test]
 async fn get_of_an_absent_key_exits_5_and_an_oversized_key_is_refused_with_1() {
-    let service = Service::new();
-    let server = RunningServer::start(&service).await;
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
     let url = server.url.as_str();
 
     let absent = palisade_store(&["get", "nothing", "--store", url]).await;
@@ -220,8 +217,8 @@ async fn get_of_an_absent_key_exits_5_and_an_oversized_key_is_refused_with_1() {
 
 #[tokio::test]
 async fn an_unreachable_store_exits_1_after_retrying() {
-    let service = Service::new();
-    let server = RunningServer::start(&service).await;
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
     let url = server.url.clone();
     server.stop().await;
 

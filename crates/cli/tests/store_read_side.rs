@@ -11,29 +11,24 @@
 //! - limits and bad input: a clear error, nothing lost.
 //!
 //! This file holds the face `palisade store …`: in-process `execute` as in `store_cli.rs`, and
-//! real child processes where the environment or a SIGKILL matters (this test executable re-runs
-//! itself as the child, see [`child_process_entry`]). The library and HTTP faces are in
-//! `crates/store/tests/read_side.rs`.
+//! real child processes where the environment or a SIGKILL matters: the server is `palisade store
+//! serve`, and each client command is this test executable re-run as the child (see
+//! [`child_process_entry`]). The library and HTTP faces are in `crates/store/tests/read_side.rs`.
 
-#[path = "../../store/tests/common/mod.rs"]
-mod store_common;
-
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::io::Write as _;
+use std::path::Path;
+use std::process::{Command, ExitStatus};
 
 use clap::Parser;
 use palisade_cli::store::{
-    EXIT_COMPARE_FAILED, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_STALE, ServeArgs, StoreCommand, execute,
+    EXIT_COMPARE_FAILED, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_STALE, StoreCommand, execute,
 };
-use palisade_sequencer::PublicKey;
 use palisade_store::limits::KEY_BYTES_MAX;
 use palisade_store::{FenceView, StoreClient, StoreError};
+use palisade_testkit::{ServerProcess, ServiceKey, StoreServer};
 use serde_json::{Value, json};
-use store_common::{RunningServer, Service};
 
+const BIN: &str = env!("CARGO_BIN_EXE_palisade");
 const LOCK: &str = "jobs/nightly";
 const OTHER_LOCK: &str = "jobs/hourly";
 const SEQUENCER: &str = "Palisade-Sequencer";
@@ -170,8 +165,8 @@ async fn palisade_store(args: &[&str]) -> Outcome {
 
 #[tokio::test]
 async fn cli_get_under_a_lock_is_fenced_and_get_unfenced_only_looks() {
-    let service = Service::new();
-    let server = RunningServer::start(&service).await;
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
     let url = server.url.as_str();
     let client = StoreClient::new(url).unwrap();
     let old = service.grant(LOCK, 5, 1);
@@ -280,8 +275,8 @@ async fn cli_get_under_a_lock_is_fenced_and_get_unfenced_only_looks() {
 
 #[tokio::test]
 async fn cli_claim_announces_the_grant_and_a_stale_or_missing_claim_is_refused() {
-    let service = Service::new();
-    let server = RunningServer::start(&service).await;
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
     let url = server.url.as_str();
     let client = StoreClient::new(url).unwrap();
     let old = service.grant(LOCK, 5, 1);
@@ -344,8 +339,8 @@ async fn cli_claim_announces_the_grant_and_a_stale_or_missing_claim_is_refused()
 
 #[tokio::test]
 async fn cli_conditional_writes_and_transactions_exit_8_when_a_compare_fails_and_3_when_stale() {
-    let service = Service::new();
-    let server = RunningServer::start(&service).await;
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
     let url = server.url.as_str();
     let client = StoreClient::new(url).unwrap();
     let old = service.grant(LOCK, 5, 1);
@@ -496,8 +491,8 @@ async fn cli_conditional_writes_and_transactions_exit_8_when_a_compare_fails_and
 
 #[tokio::test]
 async fn cli_bad_transactions_are_refused_and_apply_nothing() {
-    let service = Service::new();
-    let server = RunningServer::start(&service).await;
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
     let url = server.url.as_str();
     let client = StoreClient::new(url).unwrap();
     let holder = service.grant(LOCK, 5, 1);
@@ -553,40 +548,16 @@ async fn cli_bad_transactions_are_refused_and_apply_nothing() {
 
 const CHILD_ROLE_ENV: &str = "PALISADE_READ_SIDE_TEST_CHILD";
 const CHILD_ARGS_ENV: &str = "PALISADE_READ_SIDE_TEST_ARGS";
-const CHILD_DIR_ENV: &str = "PALISADE_READ_SIDE_TEST_DATA_DIR";
-const CHILD_KEY_ENV: &str = "PALISADE_READ_SIDE_TEST_PUBLIC_KEY";
 const OUTCOME_PREFIX: &str = "palisade-read-side-outcome ";
-const LISTENING_PREFIX: &str = "palisade store: listening on ";
-/// No child may take longer than this (a bound, not a timing assertion).
-const CHILD_DEADLINE: Duration = Duration::from_secs(60);
 
 /// The entry point of the child processes: this test executable, run again with
-/// `child_process_entry --exact --ignored`, is `palisade store serve` or one client command.
+/// `child_process_entry --exact --ignored`, is one client command.
 #[test]
 #[ignore = "entry point of the child processes the other tests start; does nothing alone"]
 fn child_process_entry() {
-    match std::env::var(CHILD_ROLE_ENV).as_deref() {
-        Ok("serve") => run_serve_child(),
-        Ok("cli") => run_cli_child(),
-        _ => {}
+    if std::env::var(CHILD_ROLE_ENV).as_deref() == Ok("cli") {
+        run_cli_child();
     }
-}
-
-fn run_serve_child() {
-    let data_dir = PathBuf::from(std::env::var(CHILD_DIR_ENV).unwrap());
-    let public_key = PublicKey::parse(&std::env::var(CHILD_KEY_ENV).unwrap()).unwrap();
-    let command = StoreCommand::Serve(ServeArgs {
-        data_dir,
-        listen: "127.0.0.1:0".parse().unwrap(),
-        public_key,
-    });
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(palisade_cli::store::run(command))
-        .unwrap();
 }
 
 fn run_cli_child() -> ! {
@@ -619,7 +590,7 @@ fn run_cli_child() -> ! {
 
 /// This executable as a child, with none of the user's palisade variables.
 fn child_command(role: &str) -> Command {
-    let mut command = Command::new(std::env::current_exe().unwrap());
+    let mut command = palisade_testkit::command(std::env::current_exe().unwrap());
     command
         .args([
             "child_process_entry",
@@ -628,123 +599,44 @@ fn child_command(role: &str) -> Command {
             "--nocapture",
             "--test-threads=1",
         ])
-        .env(CHILD_ROLE_ENV, role)
-        .env_remove("PALISADE_SEQUENCER")
-        .env_remove("PALISADE_STORE")
-        .env_remove("PALISADE_PUBLIC_KEY")
-        .env_remove("PALISADE_STORE_DATA_DIR")
-        .env_remove("PALISADE_STORE_LISTEN");
+        .env(CHILD_ROLE_ENV, role);
     command
 }
 
 /// `palisade store ARGS…` as a process, with `$PALISADE_SEQUENCER` set if given.
 fn store_process(args: &[&str], sequencer_env: Option<&str>) -> (Outcome, ExitStatus) {
     let mut command = child_command("cli");
-    command
-        .env(CHILD_ARGS_ENV, serde_json::to_string(args).unwrap())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    command.env(CHILD_ARGS_ENV, serde_json::to_string(args).unwrap());
     if let Some(sequencer) = sequencer_env {
         command.env("PALISADE_SEQUENCER", sequencer);
     }
-    let mut child = command.spawn().unwrap();
-    let mut stdout = child.stdout.take().unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let out = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stdout.read_to_string(&mut text);
-        text
-    });
-    let err = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text);
-        text
-    });
-    let deadline = Instant::now() + CHILD_DEADLINE;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("palisade store {args:?} did not finish within {CHILD_DEADLINE:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let (out, err) = (out.join().unwrap(), err.join().unwrap());
-    let line = out
+    let ran = palisade_testkit::run(command);
+    let line = ran
+        .stdout
         .lines()
         .find_map(|line| line.split_once(OUTCOME_PREFIX).map(|(_, outcome)| outcome))
-        .unwrap_or_else(|| panic!("{args:?}: no outcome from the child ({status}): {out}\n{err}"));
+        .unwrap_or_else(|| {
+            panic!(
+                "{args:?}: no outcome from the child ({}): {}\n{}",
+                ran.status, ran.stdout, ran.stderr
+            )
+        });
     let outcome: Value = serde_json::from_str(line).unwrap();
     let outcome = Outcome {
         status: u8::try_from(outcome["status"].as_u64().unwrap()).unwrap(),
         stdout: outcome["stdout"].as_str().unwrap().to_owned(),
         stderr: outcome["stderr"].as_str().unwrap().to_owned(),
     };
-    (outcome, status)
+    (outcome, ran.status)
 }
 
-/// `palisade store serve` as a process on a data directory of the caller's.
-struct ServerProcess {
-    child: Child,
-    url: String,
-}
-
-impl ServerProcess {
-    fn start(data_dir: &Path, service: &Service) -> ServerProcess {
-        let mut child = child_command("serve")
-            .env(CHILD_DIR_ENV, data_dir)
-            .env(CHILD_KEY_ENV, service.key.public_key().to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (lines, received) = mpsc::channel();
-        // Reads (and drains) the child's stdout until it ends.
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let _ = lines.send(line);
-            }
-        });
-        let deadline = Instant::now() + CHILD_DEADLINE;
-        let mut seen = Vec::new();
-        let url = loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match received.recv_timeout(left) {
-                Ok(line) => {
-                    // libtest may print "test child_process_entry ... " before it.
-                    if let Some((_, url)) = line.split_once(LISTENING_PREFIX) {
-                        break url.trim().to_owned();
-                    }
-                    seen.push(line);
-                }
-                Err(error) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    panic!("the store did not say where it listens ({error}): {seen:?}");
-                }
-            }
-        };
-        ServerProcess { child, url }
-    }
-
-    fn kill_9(mut self) {
-        self.child.kill().unwrap(); // SIGKILL on Unix
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `palisade store serve` on the data directory `store-data` in `dir`, started; the same `dir`
+/// again is the same store.
+fn store_serve(dir: &Path, service: &ServiceKey) -> ServerProcess {
+    let public_key = service.key.public_key().to_string();
+    let mut server = ServerProcess::store(BIN, dir.join("store-data"), &public_key);
+    server.start();
+    server
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -756,10 +648,10 @@ fn runtime() -> tokio::runtime::Runtime {
 
 #[test]
 fn process_palisade_store_get_presents_palisade_sequencer_from_the_environment() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerProcess::start(dir.path(), &service);
-    let url = server.url.clone();
+    let server = store_serve(dir.path(), &service);
+    let url = server.endpoint();
     let rt = runtime();
     let client = StoreClient::new(&url).unwrap();
     let old = service.grant(LOCK, 5, 1);
@@ -834,16 +726,16 @@ fn process_palisade_store_get_presents_palisade_sequencer_from_the_environment()
 
 #[test]
 fn process_claims_and_fenced_reads_survive_a_sigkill_of_the_store_server() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let dir = tempfile::tempdir().unwrap();
     let old = service.grant(LOCK, 5, 1);
     let reader = service.grant(LOCK, 7, 2);
     let claimer = service.grant(OTHER_LOCK, 11, 3);
     let rt = runtime();
 
-    let server = ServerProcess::start(dir.path(), &service);
+    let mut server = store_serve(dir.path(), &service);
     rt.block_on(async {
-        let http = Http::new(&server.url);
+        let http = Http::new(&server.endpoint());
         assert_eq!(http.put("a", "1", &old, None).await.0, 200);
         let (status, body) = http.get("/v1/kv/a", Some(&reader)).await;
         assert_eq!(status, 200, "{body}");
@@ -852,12 +744,12 @@ fn process_claims_and_fenced_reads_survive_a_sigkill_of_the_store_server() {
             .await;
         assert_eq!(status, 200, "{body}");
     });
-    server.kill_9();
+    server.kill9();
 
     for round in 0..2 {
-        let server = ServerProcess::start(dir.path(), &service);
+        let mut server = store_serve(dir.path(), &service);
         rt.block_on(async {
-            let http = Http::new(&server.url);
+            let http = Http::new(&server.endpoint());
             assert_eq!(
                 http.fence(LOCK).await,
                 json!({"lock": LOCK, "token_max": 7, "holder_session": 2}),
@@ -881,17 +773,20 @@ fn process_claims_and_fenced_reads_survive_a_sigkill_of_the_store_server() {
             assert_eq!((status, &body["accepted"]), (409, &json!(11)), "{body}");
             assert_eq!(http.value("a").await.unwrap().0, json!("1"));
         });
-        server.kill_9();
+        server.kill9();
     }
 
     // The CLI against a restarted process: a claim there, then SIGKILL, then still refused.
-    let server = ServerProcess::start(dir.path(), &service);
+    let mut server = store_serve(dir.path(), &service);
     let newer = service.grant(LOCK, 12, 5);
-    let (claim, _) = store_process(&["claim", LOCK, "--store", &server.url], Some(&newer));
+    let (claim, _) = store_process(
+        &["claim", LOCK, "--store", &server.endpoint()],
+        Some(&newer),
+    );
     assert_eq!(claim.status, 0, "{claim:?}");
-    server.kill_9();
-    let server = ServerProcess::start(dir.path(), &service);
-    let (stale_get, _) = store_process(&["get", "a", "--store", &server.url], Some(&reader));
+    server.kill9();
+    let server = store_serve(dir.path(), &service);
+    let (stale_get, _) = store_process(&["get", "a", "--store", &server.endpoint()], Some(&reader));
     assert_eq!(stale_get.status, EXIT_STALE, "{stale_get:?}");
     assert!(
         stale_get.stderr.contains("accepted token 12"),
@@ -902,14 +797,14 @@ fn process_claims_and_fenced_reads_survive_a_sigkill_of_the_store_server() {
 
 #[test]
 fn process_revisions_keep_growing_after_a_sigkill() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let dir = tempfile::tempdir().unwrap();
     let holder = service.grant(LOCK, 5, 1);
     let rt = runtime();
     let mut last = 0;
     for round in 0..3 {
-        let server = ServerProcess::start(dir.path(), &service);
-        let client = StoreClient::new(&server.url).unwrap();
+        let mut server = store_serve(dir.path(), &service);
+        let client = StoreClient::new(&server.endpoint()).unwrap();
         let revision = rt
             .block_on(client.put("a", format!("{round}").as_bytes(), Some(&holder), None))
             .unwrap()
@@ -929,28 +824,28 @@ fn process_revisions_keep_growing_after_a_sigkill() {
             );
         }
         last = revision;
-        server.kill_9();
+        server.kill9();
     }
 }
 
 #[test]
 fn process_get_unfenced_with_a_stale_palisade_sequencer_still_reads() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerProcess::start(dir.path(), &service);
+    let server = store_serve(dir.path(), &service);
     let rt = runtime();
-    let client = StoreClient::new(&server.url).unwrap();
+    let client = StoreClient::new(&server.endpoint()).unwrap();
     let old = service.grant(LOCK, 5, 1);
     let new = service.grant(LOCK, 7, 2);
     rt.block_on(client.put("a", b"1", Some(&new), None))
         .unwrap();
 
     let (look, _) = store_process(
-        &["get", "a", "--unfenced", "--store", &server.url],
+        &["get", "a", "--unfenced", "--store", &server.endpoint()],
         Some(&old),
     );
     assert_eq!((look.status, look.stdout.as_str()), (0, "1\n"), "{look:?}");
-    let (fenced, _) = store_process(&["get", "a", "--store", &server.url], Some(&old));
+    let (fenced, _) = store_process(&["get", "a", "--store", &server.endpoint()], Some(&old));
     assert_eq!(fenced.status, EXIT_STALE, "{fenced:?}");
     assert_eq!(
         rt.block_on(client.fence(LOCK)).unwrap(),

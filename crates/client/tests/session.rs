@@ -2,53 +2,22 @@
 //! session, keepalive across a connection outage, cancellation, the one-shot calls and watches.
 //!
 //! Network trouble is made with a TCP proxy between client and server that can cut every
-//! connection and refuse new ones. A server stops when its test ends: dropping `Running` drops
-//! the stop sender, which begins the server's shutdown (long-lived calls such as keepalive
-//! streams are ended at once), and the end of the test's runtime stops whatever is left.
+//! connection and refuse new ones. A server stops when its test ends: dropping the kit's
+//! `LockServer` drops its stop sender, which begins the server's shutdown (long-lived calls such
+//! as keepalive streams are ended at once), and the end of the test's runtime stops whatever is
+//! left.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::Duration;
 
 use palisade_client::{
     AcquireError, AcquireOptions, Client, LockEventKind, ReleaseError, SessionLost, SessionOptions,
     Wait,
 };
-use palisade_server::{Server, ServerConfig};
+use palisade_testkit::LockServer;
 use tokio::io::copy_bidirectional;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{oneshot, watch};
-
-/// A lock service running in this process.
-struct Running {
-    addr: SocketAddr,
-    _stop: oneshot::Sender<()>,
-}
-
-impl Running {
-    async fn start(dir: &Path, listen: &str) -> Running {
-        let config = ServerConfig {
-            data_dir: dir.to_path_buf(),
-            listen: listen.parse().expect("a loopback address"),
-            metrics_listen: None,
-            lock_delay_ms: 0,
-            node_id: 1,
-            advertise: None,
-            initial_cluster: None,
-        };
-        let server = Server::start(&config).await.expect("server starts");
-        let addr = server.local_addr();
-        let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(server.run_until(async {
-            let _ = stopped.await;
-        }));
-        Running { addr, _stop: stop }
-    }
-
-    fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-}
+use tokio::sync::watch;
 
 /// A TCP proxy to the server whose connections can be cut.
 struct Proxy {
@@ -101,7 +70,7 @@ fn ttl(secs: u64) -> SessionOptions {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guard_carries_the_grant_and_release_frees_the_lock() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Running::start(dir.path(), "127.0.0.1:0").await;
+    let server = LockServer::start(dir.path()).await;
     let client = Client::connect(&server.endpoint()).await.unwrap();
     let session = client.open_session(ttl(10)).await.unwrap();
 
@@ -127,7 +96,7 @@ async fn a_guard_carries_the_grant_and_release_frees_the_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_lock_names_its_holder_and_a_short_wait_ends() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Running::start(dir.path(), "127.0.0.1:0").await;
+    let server = LockServer::start(dir.path()).await;
     let client = Client::connect(&server.endpoint()).await.unwrap();
     let holder = client.open_session(ttl(10)).await.unwrap();
     let guard = holder
@@ -171,7 +140,7 @@ async fn a_busy_lock_names_its_holder_and_a_short_wait_ends() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_guard_is_released_before_the_next_acquire_of_its_lock() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Running::start(dir.path(), "127.0.0.1:0").await;
+    let server = LockServer::start(dir.path()).await;
     let client = Client::connect(&server.endpoint()).await.unwrap();
     let session = client.open_session(ttl(10)).await.unwrap();
     let first = session
@@ -196,7 +165,7 @@ async fn a_dropped_guard_is_released_before_the_next_acquire_of_its_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_closed_elsewhere_is_lost_and_its_guards_hear_of_it() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Running::start(dir.path(), "127.0.0.1:0").await;
+    let server = LockServer::start(dir.path()).await;
     let client = Client::connect(&server.endpoint()).await.unwrap();
     let session = client.open_session(ttl(3)).await.unwrap();
     let guard = session
@@ -222,7 +191,7 @@ async fn a_session_closed_elsewhere_is_lost_and_its_guards_hear_of_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_cut_for_longer_than_the_ttl_loses_the_session() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Running::start(dir.path(), "127.0.0.1:0").await;
+    let server = LockServer::start(dir.path()).await;
     let proxy = Proxy::start(server.addr).await;
     let client = Client::connect(&proxy.endpoint()).await.unwrap();
     let session = client.open_session(ttl(2)).await.unwrap();
@@ -246,7 +215,7 @@ async fn a_connection_cut_for_longer_than_the_ttl_loses_the_session() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keepalive_rides_out_a_connection_outage_shorter_than_the_ttl() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Running::start(dir.path(), "127.0.0.1:0").await;
+    let server = LockServer::start(dir.path()).await;
     let proxy = Proxy::start(server.addr).await;
     let client = Client::connect(&proxy.endpoint()).await.unwrap();
     let session = client.open_session(ttl(4)).await.unwrap();
@@ -271,7 +240,7 @@ async fn keepalive_rides_out_a_connection_outage_shorter_than_the_ttl() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_acquire_withdraws_its_wait() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Running::start(dir.path(), "127.0.0.1:0").await;
+    let server = LockServer::start(dir.path()).await;
     let client = Client::connect(&server.endpoint()).await.unwrap();
     let holder = client.open_session(ttl(10)).await.unwrap();
     let _guard = holder
@@ -301,7 +270,7 @@ async fn a_cancelled_acquire_withdraws_its_wait() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_one_shot_calls_work_without_a_keepalive() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Running::start(dir.path(), "127.0.0.1:0").await;
+    let server = LockServer::start(dir.path()).await;
     let client = Client::connect(&server.endpoint()).await.unwrap();
     let lease = client
         .open_session_without_keepalive(Duration::from_secs(5))
@@ -342,7 +311,7 @@ async fn the_one_shot_calls_work_without_a_keepalive() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_starts_with_a_snapshot_and_follows_grants_and_releases() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Running::start(dir.path(), "127.0.0.1:0").await;
+    let server = LockServer::start(dir.path()).await;
     let client = Client::connect(&server.endpoint()).await.unwrap();
     let mut events = client.watch("w/a").await.unwrap();
 

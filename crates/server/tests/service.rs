@@ -1,58 +1,14 @@
 //! The lock service over real gRPC on loopback, in-process: grants, queues, restarts.
 
-use std::path::Path;
 use std::time::Duration;
 
 use palisade_core::CoreError;
 use palisade_proto::v1::locks_client::LocksClient;
 use palisade_proto::v1::*;
+use palisade_server::ServerConfig;
 use palisade_server::limits::{LIST_PAGE_LOCKS_MAX, LOCK_NAME_BYTES_MAX};
-use palisade_server::{Server, ServerConfig};
-use tokio::sync::oneshot;
+use palisade_testkit::{LockServer, locks_client};
 use tonic::transport::Channel;
-
-struct Running {
-    client: LocksClient<Channel>,
-    stop: Option<oneshot::Sender<()>>,
-    done: tokio::task::JoinHandle<Result<(), palisade_server::ServeError>>,
-}
-
-impl Running {
-    async fn start(dir: &Path) -> Running {
-        Running::start_with_lock_delay(dir, 0).await
-    }
-
-    async fn start_with_lock_delay(dir: &Path, lock_delay_ms: u64) -> Running {
-        let args = ServerConfig {
-            data_dir: dir.to_path_buf(),
-            listen: "127.0.0.1:0".parse().unwrap(),
-            metrics_listen: None,
-            lock_delay_ms,
-            node_id: 1,
-            advertise: None,
-            initial_cluster: None,
-        };
-        let server = Server::start(&args).await.expect("server starts");
-        let endpoint = format!("http://{}", server.local_addr());
-        let (stop, stopped) = oneshot::channel::<()>();
-        let done = tokio::spawn(server.run_until(async {
-            let _ = stopped.await;
-        }));
-        let client = LocksClient::connect(endpoint)
-            .await
-            .expect("client connects");
-        Running {
-            client,
-            stop: Some(stop),
-            done,
-        }
-    }
-
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        self.done.await.unwrap().unwrap();
-    }
-}
 
 async fn open(client: &mut LocksClient<Channel>, request_id: u64, ttl_ms: u64) -> u64 {
     client
@@ -83,9 +39,10 @@ async fn tokens_grow_across_release_queue_handoff_and_restart() {
     let mut tokens = Vec::new();
 
     // Phase 1: a holder, a queued waiter, and a handoff on release.
-    let running = Running::start(dir.path()).await;
-    let mut a = running.client.clone();
-    let mut b = running.client.clone();
+    let running = LockServer::start(dir.path()).await;
+    let client = locks_client(&running.endpoint()).await;
+    let mut a = client.clone();
+    let mut b = client.clone();
     let session_a = open(&mut a, 1, 30_000).await;
     let session_b = open(&mut b, 2, 30_000).await;
     let first = a
@@ -183,8 +140,8 @@ async fn tokens_grow_across_release_queue_handoff_and_restart() {
     running.stop().await;
 
     // Phase 2: after a restart the holder is still there, and new grants keep growing.
-    let running = Running::start(dir.path()).await;
-    let mut c = running.client.clone();
+    let running = LockServer::start(dir.path()).await;
+    let mut c = locks_client(&running.endpoint()).await;
     let status = c
         .status(StatusRequest {
             lock: "jobs/nightly".into(),
@@ -227,8 +184,8 @@ async fn a_restart_with_another_lock_delay_replays_the_log_under_the_limits_it_w
 
     // Phase 1, no lock-delay: a holder expires, the first waiter is granted at once, releases,
     // and the second waiter is granted.
-    let running = Running::start(dir.path()).await;
-    let mut client = running.client.clone();
+    let running = LockServer::start(dir.path()).await;
+    let mut client = locks_client(&running.endpoint()).await;
     let silent = open(&mut client, 1, 1_000).await;
     let second = open(&mut client, 2, 60_000).await;
     let third = open(&mut client, 3, 60_000).await;
@@ -258,8 +215,12 @@ async fn a_restart_with_another_lock_delay_replays_the_log_under_the_limits_it_w
     running.stop().await;
 
     // Phase 2: restarted with a lock-delay, the replayed history is the same history.
-    let running = Running::start_with_lock_delay(dir.path(), 5_000).await;
-    let mut client = running.client.clone();
+    let running = LockServer::start_with(&ServerConfig {
+        lock_delay_ms: 5_000,
+        ..LockServer::config(dir.path())
+    })
+    .await;
+    let mut client = locks_client(&running.endpoint()).await;
     let status = client
         .status(StatusRequest { lock: "l".into() })
         .await
@@ -284,8 +245,8 @@ async fn a_restart_with_another_lock_delay_replays_the_log_under_the_limits_it_w
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shorter_lease_opened_while_the_driver_sleeps_expires_on_time() {
     let dir = tempfile::tempdir().unwrap();
-    let mut running = Running::start(dir.path()).await;
-    let client = &mut running.client;
+    let running = LockServer::start(dir.path()).await;
+    let client = &mut locks_client(&running.endpoint()).await;
     let _long = open(client, 1, 600_000).await;
     // Let the driver arm its alarm for the long lease.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -322,8 +283,8 @@ async fn a_shorter_lease_opened_while_the_driver_sleeps_expires_on_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_page_of_the_longest_lock_names_is_listed_and_paginates() {
     let dir = tempfile::tempdir().unwrap();
-    let mut running = Running::start(dir.path()).await;
-    let client = &mut running.client;
+    let running = LockServer::start(dir.path()).await;
+    let client = &mut locks_client(&running.endpoint()).await;
     let session = open(client, 1, 60_000).await;
     let names: Vec<String> = (0..=LIST_PAGE_LOCKS_MAX)
         .map(|i| format!("{i:06}{}", "n".repeat(LOCK_NAME_BYTES_MAX - 6)))

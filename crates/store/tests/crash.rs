@@ -9,22 +9,21 @@
 //! from another crate. The kill delays come from a seed printed at the start;
 //! set `PALISADE_CRASH_SEED` to replay one.
 
-mod common;
-
 use std::collections::HashMap;
-use std::io::{BufRead as _, BufReader};
+use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::Service;
 use palisade_sequencer::PublicKey;
 use palisade_store::{Store, StoreClient, StoreError, StoreServer};
+use palisade_testkit::ServiceKey;
+use palisade_testkit::process::{Announce, ServerProcess};
 
 const CHILD_ENV: &str = "PALISADE_STORE_CHILD";
 const CHILD_KEY_ENV: &str = "PALISADE_STORE_CHILD_PUBLIC_KEY";
+const CHILD_LISTEN_ENV: &str = "PALISADE_STORE_CHILD_LISTEN";
 const TEST_NAME: &str = "a_store_killed_mid_stream_keeps_every_acknowledged_write_and_its_tokens";
 
 const KILLS: u32 = 4;
@@ -61,10 +60,12 @@ fn main() {
     println!("test {TEST_NAME} ... ok ({:.1?})", started.elapsed());
 }
 
-/// The child: a store server on `127.0.0.1:0` over the given data directory, announcing
-/// `palisade store: listening on http://ADDR` as `palisade store serve` does.
+/// The child: a store server on the address in `PALISADE_STORE_CHILD_LISTEN` over the given
+/// data directory, announcing `palisade store: listening on http://ADDR` as `palisade store
+/// serve` does.
 fn run_child(data_dir: &Path) {
     let public_key = PublicKey::parse(&std::env::var(CHILD_KEY_ENV).unwrap()).unwrap();
+    let listen: SocketAddr = std::env::var(CHILD_LISTEN_ENV).unwrap().parse().unwrap();
     let store = Arc::new(Store::open(data_dir, public_key).unwrap());
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -72,9 +73,7 @@ fn run_child(data_dir: &Path) {
         .build()
         .unwrap()
         .block_on(async move {
-            let server = StoreServer::bind(store, "127.0.0.1:0".parse().unwrap())
-                .await
-                .unwrap();
+            let server = StoreServer::bind(store, listen).await.unwrap();
             println!(
                 "palisade store: listening on http://{}",
                 server.local_addr().unwrap()
@@ -84,43 +83,24 @@ fn run_child(data_dir: &Path) {
         });
 }
 
-struct ServerProcess {
-    child: Child,
-    url: String,
-}
-
-impl ServerProcess {
-    fn start(data_dir: &Path, public_key: &PublicKey) -> ServerProcess {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .env(CHILD_ENV, data_dir)
-            .env(CHILD_KEY_ENV, public_key.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .trim()
-            .strip_prefix("palisade store: listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line from the server: {line:?}"))
-            .to_owned();
-        ServerProcess { child, url }
-    }
-
-    fn kill_9(mut self) {
-        self.child.kill().unwrap(); // SIGKILL on Unix
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// This executable as the store server child on `data_dir`: port 0 at its first start, the same
+/// port at every restart.
+fn server_process(data_dir: &Path, public_key: &PublicKey) -> ServerProcess {
+    let exe = std::env::current_exe().unwrap();
+    let (dir, key) = (data_dir.to_path_buf(), public_key.to_string());
+    ServerProcess::custom(
+        "the store server child",
+        data_dir,
+        Announce::Store,
+        move |ports| {
+            let mut command = palisade_testkit::command(&exe);
+            command
+                .env(CHILD_ENV, &dir)
+                .env(CHILD_KEY_ENV, &key)
+                .env(CHILD_LISTEN_ENV, ports.listen.to_string());
+            command
+        },
+    )
 }
 
 /// What one writer knows about one key.
@@ -156,7 +136,12 @@ impl Writer {
     }
 
     /// Writes until the server stops answering; returns how many writes were acknowledged.
-    async fn stream(&mut self, service: &Service, client: &StoreClient, dead: &AtomicBool) -> u64 {
+    async fn stream(
+        &mut self,
+        service: &ServiceKey,
+        client: &StoreClient,
+        dead: &AtomicBool,
+    ) -> u64 {
         let mut acknowledged = 0;
         while !dead.load(Ordering::SeqCst) {
             let token = self.next_token;
@@ -190,7 +175,7 @@ impl Writer {
 
     /// After a restart: every acknowledged write is present (or overwritten only by the one
     /// write in flight at the kill), and older grants are refused.
-    async fn verify(&mut self, service: &Service, client: &StoreClient) {
+    async fn verify(&mut self, service: &ServiceKey, client: &StoreClient) {
         for (key, history) in &mut self.keys {
             let stored = client.get(key).await.unwrap();
             let stored = stored.map(|entry| (entry.token, String::from_utf8(entry.value).unwrap()));
@@ -269,14 +254,15 @@ async fn kill_9_scenario() {
         KILL_DELAY_MS_MIN + (random >> 33) % (KILL_DELAY_MS_MAX - KILL_DELAY_MS_MIN)
     };
 
-    let service = Arc::new(Service::new());
+    let service = Arc::new(ServiceKey::new());
     let public_key = service.key.public_key();
     let dir = tempfile::tempdir().unwrap();
+    let mut server = server_process(&dir.path().join("data"), &public_key);
     let mut writers: Vec<Writer> = LOCKS.into_iter().map(Writer::new).collect();
 
     for kill in 1..=KILLS {
-        let server = ServerProcess::start(dir.path(), &public_key);
-        let client = StoreClient::new(&server.url).unwrap();
+        server.start();
+        let client = StoreClient::new(&server.endpoint()).unwrap();
         for writer in &mut writers {
             writer.verify(&service, &client).await;
         }
@@ -295,7 +281,7 @@ async fn kill_9_scenario() {
             .collect();
         let delay_ms = next_delay_ms();
         tokio::time::sleep(Duration::from_millis(delay_ms)).await;
-        server.kill_9();
+        server.kill9();
         dead.store(true, Ordering::SeqCst);
         let mut acknowledged_total = 0;
         for handle in handles {
@@ -311,11 +297,11 @@ async fn kill_9_scenario() {
     }
 
     // Phase: a final restart; everything acknowledged is there.
-    let server = ServerProcess::start(dir.path(), &public_key);
-    let client = StoreClient::new(&server.url).unwrap();
+    server.start();
+    let client = StoreClient::new(&server.endpoint()).unwrap();
     for writer in &mut writers {
         writer.verify(&service, &client).await;
         assert!(writer.token_acknowledged_max().is_some());
     }
-    server.kill_9();
+    server.kill9();
 }

@@ -1,11 +1,9 @@
 //! Scenarios for the store's HTTP API with a real server on a loopback port: status codes and
 //! JSON bodies as a curl user sees them, and the typed errors of `StoreClient`.
 
-mod common;
-
-use common::{RunningServer, Service, impostor_grant};
 use palisade_store::limits::{BATCH_BODY_BYTES_MAX, BATCH_OPS_MAX, VALUE_BYTES_MAX};
 use palisade_store::{BatchOp, StoreClient, StoreError};
+use palisade_testkit::{ServiceKey, StoreServer, impostor_grant};
 use serde_json::{Value, json};
 
 const SEQUENCER: &str = "Palisade-Sequencer";
@@ -21,8 +19,8 @@ async fn answer(response: reqwest::Response) -> (u16, Value) {
 
 #[tokio::test]
 async fn a_curl_user_puts_and_gets_a_value_with_the_grant_that_wrote_it() {
-    let service = Service::new();
-    let server = RunningServer::start(&service).await;
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
     let http = reqwest::Client::new();
     let holder = service.grant("jobs/nightly", 9, 4);
 
@@ -104,8 +102,8 @@ async fn a_curl_user_puts_and_gets_a_value_with_the_grant_that_wrote_it() {
 
 #[tokio::test]
 async fn each_refusal_has_its_status_and_a_json_body_that_explains_it() {
-    let service = Service::new();
-    let server = RunningServer::start(&service).await;
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
     let http = reqwest::Client::new();
     let put = |sequencer: Option<String>, key: &str, value: &str| {
         let mut request = http
@@ -206,8 +204,8 @@ async fn each_refusal_has_its_status_and_a_json_body_that_explains_it() {
 
 #[tokio::test]
 async fn oversized_values_and_batches_get_413_naming_the_limit_and_the_server_keeps_serving() {
-    let service = Service::new();
-    let server = RunningServer::start(&service).await;
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
     let http = reqwest::Client::new();
     let holder = service.grant("jobs/nightly", 1, 1);
 
@@ -281,8 +279,8 @@ async fn oversized_values_and_batches_get_413_naming_the_limit_and_the_server_ke
 
 #[tokio::test]
 async fn a_batch_over_http_is_one_fenced_unit_and_bad_json_is_a_400() {
-    let service = Service::new();
-    let server = RunningServer::start(&service).await;
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
     let http = reqwest::Client::new();
     let nightly = service.grant("jobs/nightly", 3, 1);
     http.put(format!("{}/v1/kv/theirs", server.url))
@@ -351,8 +349,8 @@ async fn a_batch_over_http_is_one_fenced_unit_and_bad_json_is_a_400() {
 
 #[tokio::test]
 async fn a_retried_http_write_with_the_same_request_id_is_answered_but_not_applied_again() {
-    let service = Service::new();
-    let server = RunningServer::start(&service).await;
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
     let http = reqwest::Client::new();
     let holder = service.grant("jobs/nightly", 2, 1);
     let put = |value: &'static str, request_id: &'static str| {
@@ -387,8 +385,8 @@ async fn a_retried_http_write_with_the_same_request_id_is_answered_but_not_appli
 
 #[tokio::test]
 async fn fence_health_and_unknown_routes_answer_json() {
-    let service = Service::new();
-    let server = RunningServer::start(&service).await;
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
     let http = reqwest::Client::new();
     http.put(format!("{}/v1/kv/report", server.url))
         .header(SEQUENCER, service.grant("jobs/nightly", 12, 3))
@@ -455,8 +453,8 @@ async fn fence_health_and_unknown_routes_answer_json() {
 
 #[tokio::test]
 async fn the_client_returns_the_servers_refusals_as_typed_errors() {
-    let service = Service::new();
-    let server = RunningServer::start(&service).await;
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
     let client = StoreClient::new(&server.url).unwrap();
     let new = service.grant("jobs/nightly", 9, 4);
     let old = service.grant("jobs/nightly", 7, 3);

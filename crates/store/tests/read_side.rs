@@ -13,11 +13,8 @@
 //! Two faces here: the library (`Store`) and a real HTTP server on a loopback port. The third,
 //! `palisade store …` in-process and as child processes, is in `crates/cli/tests/store_read_side.rs`.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{RunningServer, Service, impostor_grant};
 use palisade_store::limits::{
     BATCH_BODY_BYTES_MAX, BATCH_OPS_MAX, COMPARES_MAX, KEY_BYTES_MAX, VALUE_BYTES_MAX,
 };
@@ -25,6 +22,7 @@ use palisade_store::{
     BatchOp, BatchRequest, ClaimAck, Compare, Entry, FenceView, OpKind, Store, StoreClient,
     StoreError,
 };
+use palisade_testkit::{ServiceKey, StoreServer, impostor_grant};
 use serde_json::{Value, json};
 
 const LOCK: &str = "jobs/nightly";
@@ -97,7 +95,7 @@ fn revision_is(key: &str, revision: u64) -> Compare {
 
 #[test]
 fn lib_a_newer_holders_fenced_read_shuts_out_the_older_holder_though_it_wrote_nothing() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let (store, _dir) = service.store();
     let old = service.grant(LOCK, 5, 1);
     let new = service.grant(LOCK, 7, 2);
@@ -169,7 +167,7 @@ fn lib_a_newer_holders_fenced_read_shuts_out_the_older_holder_though_it_wrote_no
 
 #[test]
 fn lib_a_stale_fenced_read_is_refused_with_the_explanation_of_a_stale_write_and_changes_nothing() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let (store, _dir) = service.store();
     let current = service.grant(LOCK, 9, 4);
     let superseded = service.grant(LOCK, 7, 3);
@@ -204,7 +202,7 @@ fn lib_a_stale_fenced_read_is_refused_with_the_explanation_of_a_stale_write_and_
 
 #[test]
 fn lib_a_fenced_read_of_a_key_with_no_value_answers_none_and_still_advances_the_token() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let (store, _dir) = service.store();
     let old = service.grant(LOCK, 5, 1);
     let new = service.grant(LOCK, 7, 2);
@@ -229,7 +227,7 @@ fn lib_a_fenced_read_of_a_key_with_no_value_answers_none_and_still_advances_the_
 #[test]
 fn lib_a_fenced_read_binds_no_key_only_the_first_fenced_write_does() {
     // store-http.md: "Each key is bound to the lock of its first fenced write."
-    let service = Service::new();
+    let service = ServiceKey::new();
     let (store, _dir) = service.store();
     let nightly = service.grant(LOCK, 3, 1);
     let hourly = service.grant(OTHER_LOCK, 4, 2);
@@ -246,7 +244,7 @@ fn lib_a_fenced_read_binds_no_key_only_the_first_fenced_write_does() {
 
 #[test]
 fn lib_a_read_without_a_sequencer_only_looks() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let (store, _dir) = service.store();
     let holder = service.grant(LOCK, 5, 1);
     store.put(Some(&holder), "a", b"1", None).unwrap();
@@ -266,7 +264,7 @@ fn lib_a_read_without_a_sequencer_only_looks() {
 #[test]
 fn lib_a_fenced_read_with_a_foreign_forged_or_malformed_sequencer_is_refused_and_advances_nothing()
 {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let (store, _dir) = service.store();
     let owner = service.grant(LOCK, 3, 1);
     store.put(Some(&owner), "k", b"v", None).unwrap();
@@ -302,7 +300,7 @@ fn lib_a_fenced_read_with_a_foreign_forged_or_malformed_sequencer_is_refused_and
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lib_the_async_read_and_claim_are_fenced_like_the_blocking_ones() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let (store, _dir) = service.store();
     let old = service.grant(LOCK, 5, 1);
     let new = service.grant(LOCK, 7, 2);
@@ -337,7 +335,7 @@ async fn lib_the_async_read_and_claim_are_fenced_like_the_blocking_ones() {
 
 #[test]
 fn lib_a_claim_advances_the_accepted_token_and_changes_nothing_else() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let (store, _dir) = service.store();
     let old = service.grant(LOCK, 5, 1);
     let new = service.grant(LOCK, 7, 2);
@@ -405,7 +403,7 @@ fn lib_a_claim_advances_the_accepted_token_and_changes_nothing_else() {
 
 #[test]
 fn lib_claims_and_fenced_reads_survive_closing_and_reopening_the_store() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let dir = tempfile::tempdir().unwrap();
     let old = service.grant(LOCK, 5, 1);
     let reader = service.grant(LOCK, 7, 2);
@@ -450,7 +448,7 @@ fn lib_claims_and_fenced_reads_survive_closing_and_reopening_the_store() {
 
 #[test]
 fn lib_every_write_gives_its_keys_a_new_revision_that_reads_return() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let (store, _dir) = service.store();
     let holder = service.grant(LOCK, 5, 1);
     let newer = service.grant(LOCK, 6, 2);
@@ -510,7 +508,7 @@ fn lib_every_write_gives_its_keys_a_new_revision_that_reads_return() {
 fn lib_a_failed_compare_applies_nothing_not_even_the_token_advance() {
     // Store::txn: "A compare that does not hold is CompareFailed, and nothing — not even the
     // token — changed."
-    let service = Service::new();
+    let service = ServiceKey::new();
     let (store, _dir) = service.store();
     let old = service.grant(LOCK, 5, 1);
     let new = service.grant(LOCK, 9, 2);
@@ -588,7 +586,7 @@ fn lib_a_failed_compare_applies_nothing_not_even_the_token_advance() {
 
 #[test]
 fn lib_a_transaction_compares_then_applies_puts_deletes_and_gets_in_order() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let (store, _dir) = service.store();
     let holder = service.grant(LOCK, 5, 1);
     let at_a = store.put(Some(&holder), "a", b"1", None).unwrap().revision;
@@ -657,7 +655,7 @@ fn lib_a_transaction_compares_then_applies_puts_deletes_and_gets_in_order() {
 
 #[test]
 fn lib_a_transaction_is_all_or_nothing_when_a_later_operation_is_refused() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let (store, _dir) = service.store();
     let nightly = service.grant(LOCK, 3, 1);
     let newer_nightly = service.grant(LOCK, 6, 2);
@@ -720,7 +718,7 @@ fn lib_a_transaction_is_all_or_nothing_when_a_later_operation_is_refused() {
 fn lib_a_stale_sequencer_is_refused_as_stale_even_when_a_compare_also_fails() {
     // store-http.md: "The sequencer is checked first (a stale one is 409 whatever the compares
     // say)".
-    let service = Service::new();
+    let service = ServiceKey::new();
     let (store, _dir) = service.store();
     let current = service.grant(LOCK, 9, 4);
     let superseded = service.grant(LOCK, 7, 3);
@@ -750,7 +748,7 @@ fn lib_a_stale_sequencer_is_refused_as_stale_even_when_a_compare_also_fails() {
 
 #[test]
 fn lib_a_transaction_of_gets_only_is_a_fenced_read() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let (store, _dir) = service.store();
     let old = service.grant(LOCK, 5, 1);
     let new = service.grant(LOCK, 7, 2);
@@ -775,7 +773,7 @@ fn lib_a_transaction_of_gets_only_is_a_fenced_read() {
 
 #[test]
 fn lib_transactions_over_their_limits_are_refused_with_the_limit_named_and_nothing_lost() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let (store, _dir) = service.store();
     let old = service.grant(LOCK, 5, 1);
     let new = service.grant(LOCK, 7, 2);
@@ -951,8 +949,8 @@ impl Http {
 
 #[tokio::test]
 async fn http_a_get_with_the_sequencer_header_is_fenced_and_one_without_only_looks() {
-    let service = Service::new();
-    let server = RunningServer::start(&service).await;
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
     let http = Http::new(&server.url);
     let old = service.grant(LOCK, 5, 1);
     let new = service.grant(LOCK, 7, 2);
@@ -1032,8 +1030,8 @@ async fn http_a_get_with_the_sequencer_header_is_fenced_and_one_without_only_loo
 #[tokio::test]
 async fn http_a_fenced_get_with_a_malformed_forged_or_foreign_sequencer_is_refused_and_advances_nothing()
  {
-    let service = Service::new();
-    let server = RunningServer::start(&service).await;
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
     let http = Http::new(&server.url);
     let owner = service.grant(LOCK, 3, 1);
     assert_eq!(http.put("k", "v", &owner, None).await.0, 200);
@@ -1082,8 +1080,8 @@ async fn http_a_fenced_get_with_a_malformed_forged_or_foreign_sequencer_is_refus
 
 #[tokio::test]
 async fn http_a_claim_advances_the_accepted_token_and_changes_nothing_else() {
-    let service = Service::new();
-    let server = RunningServer::start(&service).await;
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
     let http = Http::new(&server.url);
     let old = service.grant(LOCK, 5, 1);
     assert_eq!(http.put("a", "1", &old, None).await.0, 200);
@@ -1200,8 +1198,8 @@ async fn http_a_claim_advances_the_accepted_token_and_changes_nothing_else() {
 
 #[tokio::test]
 async fn http_if_match_and_if_none_match_write_only_when_the_condition_holds() {
-    let service = Service::new();
-    let server = RunningServer::start(&service).await;
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
     let http = Http::new(&server.url);
     let old = service.grant(LOCK, 5, 1);
     let new = service.grant(LOCK, 9, 2);
@@ -1291,8 +1289,8 @@ async fn http_if_match_and_if_none_match_write_only_when_the_condition_holds() {
 
 #[tokio::test]
 async fn http_bad_if_match_headers_are_a_clear_400_and_nothing_is_applied() {
-    let service = Service::new();
-    let server = RunningServer::start(&service).await;
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
     let http = Http::new(&server.url);
     let holder = service.grant(LOCK, 5, 1);
     let newer = service.grant(LOCK, 6, 2);
@@ -1325,8 +1323,8 @@ async fn http_bad_if_match_headers_are_a_clear_400_and_nothing_is_applied() {
 
 #[tokio::test]
 async fn http_a_transaction_compares_then_applies_all_or_nothing_and_a_stale_sequencer_wins() {
-    let service = Service::new();
-    let server = RunningServer::start(&service).await;
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
     let http = Http::new(&server.url);
     let old = service.grant(LOCK, 5, 1);
     let new = service.grant(LOCK, 9, 2);
@@ -1427,8 +1425,8 @@ async fn http_a_transaction_compares_then_applies_all_or_nothing_and_a_stale_seq
 
 #[tokio::test]
 async fn http_bad_transactions_get_a_clear_error_and_nothing_is_lost() {
-    let service = Service::new();
-    let server = RunningServer::start(&service).await;
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
     let http = Http::new(&server.url);
     let old = service.grant(LOCK, 5, 1);
     let new = service.grant(LOCK, 9, 2);
@@ -1610,8 +1608,8 @@ async fn http_bad_transactions_get_a_clear_error_and_nothing_is_lost() {
 
 #[tokio::test]
 async fn http_oversized_keys_and_values_on_the_read_side_are_413_naming_the_limit() {
-    let service = Service::new();
-    let server = RunningServer::start(&service).await;
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
     let http = Http::new(&server.url);
     let holder = service.grant(LOCK, 5, 1);
     let newer = service.grant(LOCK, 6, 2);
@@ -1654,8 +1652,8 @@ async fn http_oversized_keys_and_values_on_the_read_side_are_413_naming_the_limi
 
 #[tokio::test]
 async fn client_read_and_claim_are_fenced_and_get_only_looks() {
-    let service = Service::new();
-    let server = RunningServer::start(&service).await;
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
     let client = StoreClient::new(&server.url).unwrap();
     let old = service.grant(LOCK, 5, 1);
     let new = service.grant(LOCK, 7, 2);
@@ -1729,7 +1727,7 @@ const RACE_WRITES_PER_WRITER_MAX: u64 = 200;
 fn lib_no_write_of_the_older_grant_lands_after_a_newer_grants_fenced_read_returns() {
     // Invariant 11: once the newer holder's read has returned, nothing of an older grant lands.
     // The newer holder never writes, so the value it read must be the final value.
-    let service = std::sync::Arc::new(Service::new());
+    let service = std::sync::Arc::new(ServiceKey::new());
     let (store, _dir) = service.store();
     let store = std::sync::Arc::new(store);
     for round in 0..RACE_ROUNDS {
@@ -1782,7 +1780,7 @@ fn lib_no_write_of_the_older_grant_lands_after_a_newer_grants_fenced_read_return
 
 #[test]
 fn lib_revisions_are_never_reused_across_deletes_and_restarts_so_if_match_cannot_be_fooled() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let dir = tempfile::tempdir().unwrap();
     let holder = service.grant(LOCK, 5, 1);
     let (first, after_delete) = {
@@ -1818,7 +1816,7 @@ fn lib_revisions_are_never_reused_across_deletes_and_restarts_so_if_match_cannot
 
 #[test]
 fn lib_a_transactions_get_of_another_locks_key_is_refused_like_a_fenced_read() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let (store, _dir) = service.store();
     let nightly = service.grant(LOCK, 3, 1);
     let hourly = service.grant(OTHER_LOCK, 4, 2);
@@ -1846,7 +1844,7 @@ fn lib_a_transactions_get_of_another_locks_key_is_refused_like_a_fenced_read() {
 fn lib_a_request_id_replays_only_the_same_transaction_not_one_with_other_compares() {
     // store-http.md: a retry with the same sequencer and request id returns the original answer;
     // 422 request_id_reused if the id "was used with this sequencer for a different write".
-    let service = Service::new();
+    let service = ServiceKey::new();
     let (store, _dir) = service.store();
     let holder = service.grant(LOCK, 5, 1);
     let at = store.put(Some(&holder), "a", b"1", None).unwrap().revision;
@@ -1888,8 +1886,8 @@ async fn http_an_accepted_transaction_of_compares_only_is_fenced_like_any_other(
     // The doc does not say whether a transaction with compares and no operations is allowed
     // ("empty batch" is invalid). If it is accepted, WriteAck says the token it was accepted with
     // is "now at most the lock's accepted maximum": the token advanced.
-    let service = Service::new();
-    let server = RunningServer::start(&service).await;
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
     let http = Http::new(&server.url);
     let old = service.grant(LOCK, 5, 1);
     let new = service.grant(LOCK, 9, 2);

@@ -1,14 +1,12 @@
 //! Scenarios for the fenced store through its Rust API, without HTTP: who may write, what a
 //! refusal says, and what survives a restart.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::{Service, impostor_grant};
 use palisade_core::limits::TOKEN_MAX;
 use palisade_store::limits::{BATCH_OPS_MAX, KEY_BYTES_MAX, REQUEST_ID_BYTES_MAX, VALUE_BYTES_MAX};
 use palisade_store::{BatchOp, OpAck, OpKind, Store, StoreError};
+use palisade_testkit::{ServiceKey, impostor_grant};
 
 fn value_of(store: &Store, key: &str) -> Option<(String, u64)> {
     store
@@ -26,7 +24,7 @@ fn put(key: &str, value: &str) -> BatchOp {
 
 #[test]
 fn a_superseded_holder_is_refused_with_the_presented_and_accepted_tokens() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let (store, _dir) = service.store();
     let paused = service.grant("jobs/nightly", 7, 3);
     let next = service.grant("jobs/nightly", 9, 4);
@@ -56,7 +54,7 @@ fn a_superseded_holder_is_refused_with_the_presented_and_accepted_tokens() {
 
 #[test]
 fn the_current_holder_writes_many_times_with_the_same_token() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let (store, _dir) = service.store();
     let holder = service.grant("jobs/nightly", 5, 1);
 
@@ -79,7 +77,7 @@ fn the_current_holder_writes_many_times_with_the_same_token() {
 
 #[test]
 fn a_stale_holder_cannot_write_any_key_of_its_lock_not_even_one_the_new_holder_never_touched() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let (store, _dir) = service.store();
     let paused = service.grant("jobs/nightly", 7, 3);
     store
@@ -111,7 +109,7 @@ fn a_stale_holder_cannot_write_any_key_of_its_lock_not_even_one_the_new_holder_n
 
 #[test]
 fn a_key_bound_to_one_lock_refuses_the_sequencer_of_another_lock() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let (store, _dir) = service.store();
     store
         .put(
@@ -167,7 +165,7 @@ fn a_key_bound_to_one_lock_refuses_the_sequencer_of_another_lock() {
 
 #[test]
 fn forged_truncated_and_altered_sequencers_are_refused_and_do_not_lock_out_the_honest_writer() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let (store, _dir) = service.store();
     let honest = service.grant("jobs/nightly", 3, 1);
 
@@ -211,7 +209,7 @@ fn forged_truncated_and_altered_sequencers_are_refused_and_do_not_lock_out_the_h
 
 #[test]
 fn a_batch_is_applied_whole_or_not_at_all() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let (store, _dir) = service.store();
     store
         .put(
@@ -316,7 +314,7 @@ fn a_batch_is_applied_whole_or_not_at_all() {
 
 #[test]
 fn a_retried_write_is_acknowledged_with_its_original_outcome_and_not_applied_twice() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let (store, _dir) = service.store();
     let holder = service.grant("jobs/nightly", 5, 1);
 
@@ -381,7 +379,7 @@ fn a_retried_write_is_acknowledged_with_its_original_outcome_and_not_applied_twi
 
 #[test]
 fn keys_values_batches_and_request_ids_over_their_limits_are_refused_with_the_limit_named() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let (store, _dir) = service.store();
     let holder = service.grant("jobs/nightly", 1, 1);
 
@@ -471,7 +469,7 @@ fn keys_values_batches_and_request_ids_over_their_limits_are_refused_with_the_li
 
 #[test]
 fn after_a_restart_the_accepted_token_is_kept_and_replaying_an_old_token_is_refused() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let dir = tempfile::tempdir().unwrap();
     let old = service.grant("jobs/nightly", 4, 1);
     {
@@ -516,7 +514,7 @@ fn after_a_restart_the_accepted_token_is_kept_and_replaying_an_old_token_is_refu
 
 #[test]
 fn deleting_a_key_keeps_its_lock_and_token_so_neither_an_old_token_nor_another_lock_gets_back_in() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let (store, _dir) = service.store();
     store
         .put(
@@ -571,7 +569,7 @@ fn deleting_a_key_keeps_its_lock_and_token_so_neither_an_old_token_nor_another_l
 fn racing_holders_leave_the_newest_grants_value_and_no_older_write_lands_after_a_newer_one() {
     use std::sync::atomic::{AtomicU64, Ordering};
 
-    let service = Arc::new(Service::new());
+    let service = Arc::new(ServiceKey::new());
     let (store, _dir) = service.store();
     let store = Arc::new(store);
     let clock = Arc::new(AtomicU64::new(0));
@@ -613,7 +611,7 @@ fn racing_holders_leave_the_newest_grants_value_and_no_older_write_lands_after_a
 
 #[test]
 fn a_second_store_cannot_open_the_same_data_directory() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let (store, dir) = service.store();
     let second = Store::open(dir.path(), service.key.public_key()).unwrap_err();
     assert_eq!(second.kind(), "storage", "{second}");
@@ -623,7 +621,7 @@ fn a_second_store_cannot_open_the_same_data_directory() {
 
 #[test]
 fn the_benchmark_only_unfenced_write_is_never_visible_to_reads() {
-    let service = Service::new();
+    let service = ServiceKey::new();
     let (store, _dir) = service.store();
     store.put_unfenced("report", b"unfenced").unwrap();
     assert_eq!(store.get("report").unwrap(), None);

@@ -1,0 +1,66 @@
+//! The one test kit of Palisade's own tests: how a test runs the `palisade` command, starts a
+//! lock service or a fenced store (as a child process or in this process), and signs the
+//! sequencers a store is shown. A dev-dependency only; nothing here is shipped.
+//!
+//! - [`command`]: the `palisade` command (or any program) with the caller's `PALISADE_*` and
+//!   `RUST_LOG` variables removed, and [`run()`] to run one to completion under a deadline;
+//! - [`process`]: `palisade serve` and `palisade store serve` as child processes that a test can
+//!   `kill -9`, freeze, terminate and start again on the same data directory and port;
+//! - [`deployment`]: [`Palisade`], a lock service (and optionally a fenced store) on a temporary
+//!   directory with `palisade` commands aimed at it, for the CLI's tests;
+//! - [`in_process`]: the lock service and the store server in the test's own runtime;
+//! - [`keys`]: a lock service's signing key without a lock service, for store tests;
+//! - [`child`]: any child a test spawns, killed if the test ends first, and its output lines.
+//!
+//! # Ports
+//!
+//! No server started here is told a port picked in advance: a first start binds port 0 and the
+//! kit reads the address the server announces (`palisade serve` logs it when it is ready,
+//! `palisade store serve` prints it). A restart reuses that port. A port the kit must choose
+//! itself (the metrics listener) is retried on another port when the child reports it in use.
+//! [`unused_port`] is only for an address that must refuse connections.
+//!
+//! # Finding the binary
+//!
+//! Only the tests of `crates/cli` can name the `palisade` binary
+//! (`env!("CARGO_BIN_EXE_palisade")`), so every function that runs it takes its path from the
+//! caller. Tests of other crates use [`in_process`], or run their own test executable as the
+//! child ([`process::ServerProcess::custom`]).
+//!
+//! Multi-node clusters and a fault-injecting TCP proxy will live here too; they do not exist yet.
+
+pub mod child;
+pub mod command;
+pub mod deployment;
+pub mod in_process;
+pub mod keys;
+pub mod process;
+
+use std::time::{Duration, Instant};
+
+pub use child::{Lines, Running};
+pub use command::{Ran, command, run, scrub};
+pub use deployment::Palisade;
+pub use in_process::{LockServer, StoreServer, locks_client};
+pub use keys::{ServiceKey, impostor_grant};
+pub use process::ServerProcess;
+
+/// A loopback port that nothing listens on at the moment of the call, for a test of an
+/// unreachable service. Never give it to a server: between this call and the server's bind,
+/// someone else may take it. Servers bind port 0 (see [`process`]).
+pub fn unused_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+/// Polls `done` every 25 ms until it holds, or panics naming `what` after `timeout`.
+#[track_caller]
+pub fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
