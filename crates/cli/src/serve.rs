@@ -1,6 +1,7 @@
 //! `palisade serve`: the lock service's flags, converted into the server's plain
 //! [`ServerConfig`].
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -26,6 +27,77 @@ pub struct ServeArgs {
         value_parser = palisade_core::duration::parse_duration_ms
     )]
     pub lock_delay_ms: u64,
+    /// This node's id in its cluster, a positive number never given to another data directory.
+    #[arg(long, env = "PALISADE_NODE_ID", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub node_id: u64,
+    /// The address clients and the other nodes use to reach this one (`host:port`); by default
+    /// the bound `--listen` address.
+    #[arg(long, env = "PALISADE_ADVERTISE", value_parser = parse_address)]
+    pub advertise: Option<String>,
+    /// The members a new cluster starts with, `ID=HOST:PORT,...`, this node among them. Read
+    /// only when the data directory is new; without it a new directory starts as a one-member
+    /// cluster that can grow with `palisade cluster add`.
+    #[arg(long, env = "PALISADE_INITIAL_CLUSTER", value_parser = parse_initial_cluster)]
+    pub initial_cluster: Option<BTreeMap<u64, String>>,
+}
+
+/// The most members `--initial-cluster` may name.
+pub const INITIAL_CLUSTER_MEMBERS_MAX: usize = 9;
+/// The longest address accepted for `--advertise` and in `--initial-cluster`.
+pub const ADDRESS_BYTES_MAX: usize = 255;
+
+/// Checks a `host:port` address: not empty, no spaces or control characters, a port.
+fn parse_address(text: &str) -> Result<String, String> {
+    if text.len() > ADDRESS_BYTES_MAX {
+        return Err(format!(
+            "an address is at most {ADDRESS_BYTES_MAX} bytes, this one has {}",
+            text.len()
+        ));
+    }
+    if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "{text:?} is not an address: it contains a space or control character"
+        ));
+    }
+    let (host, port) = text
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{text:?} is not HOST:PORT"))?;
+    if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
+        return Err(format!(
+            "{text:?} is not HOST:PORT with a port from 1 to 65535"
+        ));
+    }
+    Ok(text.to_string())
+}
+
+/// Parses `--initial-cluster`: `ID=HOST:PORT` pairs separated by commas, ids positive and
+/// distinct, addresses distinct.
+fn parse_initial_cluster(text: &str) -> Result<BTreeMap<u64, String>, String> {
+    let mut members = BTreeMap::new();
+    for pair in text.split(',') {
+        let (id, address) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("{pair:?} is not ID=HOST:PORT"))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .ok()
+            .filter(|id| *id > 0)
+            .ok_or_else(|| format!("{id:?} in {pair:?} is not a positive node id"))?;
+        let address = parse_address(address.trim())?;
+        if members.values().any(|a| *a == address) {
+            return Err(format!("{address} is given to two nodes"));
+        }
+        if members.insert(id, address).is_some() {
+            return Err(format!("node {id} is given twice"));
+        }
+        if members.len() > INITIAL_CLUSTER_MEMBERS_MAX {
+            return Err(format!(
+                "at most {INITIAL_CLUSTER_MEMBERS_MAX} members can start a cluster"
+            ));
+        }
+    }
+    Ok(members)
 }
 
 impl From<ServeArgs> for ServerConfig {
@@ -35,15 +107,18 @@ impl From<ServeArgs> for ServerConfig {
             listen,
             metrics_listen,
             lock_delay_ms,
-            node_id: 1,
-            advertise: None,
-            initial_cluster: None,
+            node_id,
+            advertise,
+            initial_cluster,
         } = args;
         ServerConfig {
             data_dir,
             listen,
             metrics_listen,
             lock_delay_ms,
+            node_id,
+            advertise,
+            initial_cluster,
         }
     }
 }
