@@ -74,6 +74,10 @@ enum Message {
     Write(Write),
     /// Stop after everything queued before it, closing the file.
     Stop,
+    /// For tests: take nothing more until a signal arrives (or its sender is gone), so that the
+    /// writes queued meanwhile go to the disk in one batch, at a moment the test chooses.
+    #[cfg(test)]
+    Hold(mpsc::Receiver<()>),
 }
 
 /// The Raft log store. Cheap to clone: clones share the in-memory log and the writer.
@@ -186,6 +190,10 @@ fn write_loop(
                 Message::Stop => {
                     stopping = true;
                     break;
+                }
+                #[cfg(test)]
+                Message::Hold(release) => {
+                    let _ = release.recv();
                 }
             }
         }
@@ -335,5 +343,74 @@ impl RaftLogStorage<C> for LogStore {
     async fn purge(&mut self, log_id: LogIdOf<C>) -> Result<(), io::Error> {
         self.state().apply(Record::Purge(log_id));
         self.submit(Record::Purge(log_id), Done::Nothing)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::pin;
+
+    use openraft::testing::log_id;
+    use openraft::type_config::TypeConfigExt;
+
+    use super::*;
+
+    fn blank_entries(term: u64, indexes: std::ops::RangeInclusive<u64>) -> Vec<Entry> {
+        indexes
+            .map(|index| Entry::new_blank(log_id::<C>(term, 1, index)))
+            .collect()
+    }
+
+    /// Appends and waits until the entries are durable.
+    async fn append_durably(log: &mut LogStore, entries: Vec<Entry>) {
+        let (flushed, done) = C::oneshot();
+        log.append(entries, IOFlushed::signal(flushed))
+            .await
+            .unwrap();
+        done.await.unwrap().unwrap();
+    }
+
+    /// Stops the writer thread before its next batch until the returned sender signals.
+    fn hold_writer(log: &LogStore) -> mpsc::Sender<()> {
+        let (release, held) = mpsc::channel();
+        log.writer.send(Message::Hold(held)).unwrap();
+        release
+    }
+
+    #[tokio::test]
+    async fn an_append_that_completes_after_a_truncate_does_not_make_the_removed_entries_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = LogStore::open(&dir.path().join("raft.wal")).unwrap();
+        let durable = log.durable_index();
+        append_durably(&mut log, blank_entries(1, 1..=1)).await;
+        assert_eq!(durable.end(), 2);
+
+        // A follower appends entries 2..=4 from one leader; their write is still queued when a
+        // new leader's entries conflict from index 2 and the follower truncates them.
+        let release = hold_writer(&log);
+        log.append(blank_entries(1, 2..=4), IOFlushed::noop())
+            .await
+            .unwrap();
+        let mut truncating = log.clone();
+        let mut truncate = pin!(truncating.truncate_after(Some(log_id::<C>(1, 1, 1))));
+        assert!(
+            futures::poll!(truncate.as_mut()).is_pending(),
+            "the truncate waits for the writer"
+        );
+        assert_eq!(durable.end(), 2);
+
+        // The writer now makes both durable, the append first.
+        release.send(()).unwrap();
+        truncate.await.unwrap();
+        assert_eq!(
+            durable.end(),
+            2,
+            "entries 2..=4 were truncated: only entry 1 is on disk as the log has it"
+        );
+
+        // The new leader's entries at 2..=3 count once they are durable themselves.
+        append_durably(&mut log, blank_entries(2, 2..=3)).await;
+        assert_eq!(durable.end(), 4);
+        log.close();
     }
 }
