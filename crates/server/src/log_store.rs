@@ -13,6 +13,7 @@
 //! (invariant 2). [`DurableIndex`] carries the flushed index to the state machine, which asserts
 //! it at the point of use.
 
+use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::io;
 use std::ops::RangeBounds;
@@ -30,29 +31,82 @@ use tokio::sync::oneshot;
 use crate::raft_types::{C, Entry};
 use crate::wal::{self, Record, Wal};
 
-/// The highest log index known to be on disk. Shared with the state machine, which checks that
-/// it never applies an entry beyond it.
+/// The end of the log's durable prefix: every entry below it, as the log holds it now, is on
+/// disk. Shared with the state machine, which checks that it never applies an entry beyond it.
+///
+/// **Truncation.** A truncate from index `f` lowers the end to at most `f` as soon as it is
+/// submitted: from then on entries at `f` and above are new ones, durable only once their own
+/// write is. Writes submitted *before* the truncate may still complete after it (queued behind
+/// it in the same batch, or in their fsync while it was submitted); they must not raise the end
+/// past `f` again, because the entries they wrote there are gone. So each truncate stays
+/// *pending* until the writer reaches its record, and a completed write raises the end only up
+/// to the lowest pending `f`. Writes submitted after the truncate complete after the writer has
+/// passed it, when it is no longer pending.
 #[derive(Debug, Clone, Default)]
-pub struct DurableIndex(Arc<AtomicU64>);
+pub struct DurableIndex(Arc<Durable>);
+
+#[derive(Debug, Default)]
+struct Durable {
+    end: AtomicU64,
+    /// The `from` index of each truncate submitted but not yet reached by the writer, in
+    /// submission order.
+    pending_truncates: Mutex<VecDeque<u64>>,
+}
 
 impl DurableIndex {
     /// The highest durable index plus one (0 when nothing is durable yet).
     pub fn end(&self) -> u64 {
-        self.0.load(Ordering::Acquire)
+        self.0.end.load(Ordering::Acquire)
     }
 
     /// An index that holds every entry durable: for driving a state machine without a log,
     /// as openraft's storage suite does. The server always uses [`LogStore::durable_index`].
     pub fn untracked() -> DurableIndex {
-        DurableIndex(Arc::new(AtomicU64::new(u64::MAX)))
+        DurableIndex::starting_at(u64::MAX)
     }
 
-    fn retreat_to(&self, end: u64) {
-        self.0.fetch_min(end, Ordering::AcqRel);
+    fn starting_at(end: u64) -> DurableIndex {
+        DurableIndex(Arc::new(Durable {
+            end: AtomicU64::new(end),
+            pending_truncates: Mutex::new(VecDeque::new()),
+        }))
     }
 
-    fn advance_to(&self, last_index: u64) {
-        self.0.fetch_max(last_index + 1, Ordering::AcqRel);
+    fn pending(&self) -> MutexGuard<'_, VecDeque<u64>> {
+        self.0
+            .pending_truncates
+            .lock()
+            .expect("pending truncates lock poisoned")
+    }
+
+    /// Lowers the end to `from` and submits the truncate with `submit`, both under the lock,
+    /// so truncates are pending in the order the writer receives them.
+    fn truncate(&self, from: u64, submit: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
+        let mut pending = self.pending();
+        self.0.end.fetch_min(from, Ordering::AcqRel);
+        submit()?;
+        pending.push_back(from);
+        Ok(())
+    }
+
+    /// The writer made the truncate from `from` durable: it no longer caps earlier writes.
+    fn truncate_written(&self, from: u64) {
+        let oldest = self.pending().pop_front();
+        // Paired with `truncate`: the writer meets truncates in the order they were submitted.
+        assert_eq!(
+            oldest,
+            Some(from),
+            "the log writer reached a truncate from {from} that is not the oldest pending one"
+        );
+    }
+
+    /// The writer made entries up to `last_index` durable, as they were when submitted.
+    fn entries_written(&self, last_index: u64) {
+        let pending = self.pending();
+        let cap = pending.iter().copied().min().unwrap_or(u64::MAX);
+        self.0
+            .end
+            .fetch_max((last_index + 1).min(cap), Ordering::AcqRel);
     }
 }
 
@@ -101,10 +155,8 @@ impl LogStore {
     /// Opens (or creates) the log file at `path`, loading every unpurged entry into memory.
     pub fn open(path: &Path) -> io::Result<LogStore> {
         let (wal, state) = Wal::open(path)?;
-        let durable = DurableIndex::default();
-        if let Some(last) = state.entries.keys().next_back() {
-            durable.advance_to(*last);
-        }
+        let durable =
+            DurableIndex::starting_at(state.entries.keys().next_back().map_or(0, |last| last + 1));
         let state = Arc::new(Mutex::new(state));
         let (writer, queue) = mpsc::channel();
         let thread_durable = durable.clone();
@@ -228,8 +280,12 @@ fn write_loop(
                 Ok(()) => Ok(()),
                 Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
             };
-            if let (Ok(()), Some(last)) = (&outcome, write.last_index) {
-                durable.advance_to(last);
+            if outcome.is_ok() {
+                match (&write.record, write.last_index) {
+                    (Record::TruncateFrom(from), _) => durable.truncate_written(*from),
+                    (_, Some(last)) => durable.entries_written(last),
+                    _ => {}
+                }
             }
             purged |= matches!(write.record, Record::Purge(_));
             match write.done {
@@ -334,10 +390,15 @@ impl RaftLogStorage<C> for LogStore {
     async fn truncate_after(&mut self, last_log_id: Option<LogIdOf<C>>) -> Result<(), io::Error> {
         let from = last_log_id.map_or(0, |id| id.index + 1);
         // Entries from `from` on are gone; one appended there again is durable only once its own
-        // batch is, so the state machine's check must not count the removed ones.
-        self.durable.retreat_to(from);
-        self.state().apply(Record::TruncateFrom(from));
-        self.submit_durably(Record::TruncateFrom(from)).await
+        // batch is, so the state machine's check must not count the removed ones, not even when
+        // a write of them submitted earlier completes later (see `DurableIndex`).
+        let (done, wait) = oneshot::channel();
+        self.durable.truncate(from, || {
+            self.state().apply(Record::TruncateFrom(from));
+            self.submit(Record::TruncateFrom(from), Done::Notify(done))
+        })?;
+        wait.await
+            .map_err(|_| io::Error::other("the log writer thread has stopped"))?
     }
 
     async fn purge(&mut self, log_id: LogIdOf<C>) -> Result<(), io::Error> {
