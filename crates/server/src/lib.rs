@@ -5,6 +5,8 @@
 //! - [`log_store`]: the Raft log with group commit, on the write-ahead file of [`wal`];
 //! - [`state_machine`]: the lock table as openraft's state machine, with snapshots;
 //! - [`grpc`]: the `palisade.v1.Locks` service;
+//! - [`peer`] and [`peer_service`]: the Raft network between nodes (`palisade.raft.v1`), its
+//!   sending and its receiving side;
 //! - [`metrics`]: Prometheus metric names and exporter.
 
 mod files;
@@ -16,6 +18,8 @@ pub mod log_store;
 pub mod metrics;
 mod network;
 pub mod node;
+pub mod peer;
+pub mod peer_service;
 pub mod raft_types;
 pub mod state_machine;
 pub mod wal;
