@@ -18,7 +18,7 @@ use std::fmt::Debug;
 use std::io;
 use std::ops::RangeBounds;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use std::time::Instant;
 
@@ -32,7 +32,8 @@ use crate::raft_types::{C, Entry};
 use crate::wal::{self, Record, Wal};
 
 /// The end of the log's durable prefix: every entry below it, as the log holds it now, is on
-/// disk. Shared with the state machine, which checks that it never applies an entry beyond it.
+/// disk. Shared with the state machine, which waits for an entry to be durable here before it
+/// applies it ([`DurableIndex::wait_durable`]) and asserts it.
 ///
 /// **Truncation.** A truncate from index `f` lowers the end to at most `f` as soon as it is
 /// submitted: from then on entries at `f` and above are new ones, durable only once their own
@@ -42,15 +43,26 @@ use crate::wal::{self, Record, Wal};
 /// *pending* until the writer reaches its record, and a completed write raises the end only up
 /// to the lowest pending `f`. Writes submitted after the truncate complete after the writer has
 /// passed it, when it is no longer pending.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct DurableIndex(Arc<Durable>);
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Durable {
     end: AtomicU64,
     /// The `from` index of each truncate submitted but not yet reached by the writer, in
     /// submission order.
     pending_truncates: Mutex<VecDeque<u64>>,
+    /// Woken when `end` rises and when the writer stops.
+    risen: tokio::sync::Notify,
+    /// The writer has stopped: `end` will not rise again.
+    writer_stopped: AtomicBool,
+}
+
+impl Default for DurableIndex {
+    /// Nothing durable yet.
+    fn default() -> DurableIndex {
+        DurableIndex::starting_at(0)
+    }
 }
 
 impl DurableIndex {
@@ -69,7 +81,40 @@ impl DurableIndex {
         DurableIndex(Arc::new(Durable {
             end: AtomicU64::new(end),
             pending_truncates: Mutex::new(VecDeque::new()),
+            risen: tokio::sync::Notify::new(),
+            writer_stopped: AtomicBool::new(false),
         }))
+    }
+
+    /// Waits until the entry at `index` is durable on this node; fails if the log writer stops
+    /// first (a failed write stops it, and so does [`LogStore::close`]).
+    ///
+    /// openraft applies a committed entry as soon as it is submitted to the local log, not once
+    /// it is flushed: a quorum has it on disk, which need not include this node (a follower, or
+    /// a leader whose own fsync is slower than two followers'). Waiting keeps every node's
+    /// state machine behind its own disk, so nothing a node applies, answers or snapshots is
+    /// missing from its log after a crash.
+    pub async fn wait_durable(&self, index: u64) -> io::Result<()> {
+        loop {
+            let risen = self.0.risen.notified();
+            let mut risen = std::pin::pin!(risen);
+            risen.as_mut().enable();
+            if index < self.end() {
+                return Ok(());
+            }
+            if self.0.writer_stopped.load(Ordering::Acquire) {
+                return Err(io::Error::other(format!(
+                    "the log writer stopped before entry {index} was durable"
+                )));
+            }
+            risen.await;
+        }
+    }
+
+    /// The writer stopped: wakes every [`DurableIndex::wait_durable`] to fail.
+    fn writer_stopped(&self) {
+        self.0.writer_stopped.store(true, Ordering::Release);
+        self.0.risen.notify_waiters();
     }
 
     fn pending(&self) -> MutexGuard<'_, VecDeque<u64>> {
@@ -107,6 +152,7 @@ impl DurableIndex {
         self.0
             .end
             .fetch_max((last_index + 1).min(cap), Ordering::AcqRel);
+        self.0.risen.notify_waiters();
     }
 }
 
@@ -230,6 +276,14 @@ fn write_loop(
     durable: DurableIndex,
     state: Arc<Mutex<wal::LogState>>,
 ) {
+    /// However the writer ends (stopped, a failed write, a panic), waiters learn it.
+    struct Stopped(DurableIndex);
+    impl Drop for Stopped {
+        fn drop(&mut self) {
+            self.0.writer_stopped();
+        }
+    }
+    let _stopped = Stopped(durable.clone());
     let mut encoded = Vec::new();
     let mut stopping = false;
     let mut written_committed = lock_state(&state).committed;
@@ -473,5 +527,39 @@ mod tests {
         append_durably(&mut log, blank_entries(2, 2..=3)).await;
         assert_eq!(durable.end(), 4);
         log.close();
+    }
+
+    #[tokio::test]
+    async fn waiting_for_an_entry_ends_when_it_is_durable_or_when_the_writer_stops() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = LogStore::open(&dir.path().join("raft.wal")).unwrap();
+        let durable = log.durable_index();
+
+        // Entry 1 is in the log (openraft may apply it: a quorum elsewhere has it on disk) but
+        // its write has not reached this node's disk.
+        let release = hold_writer(&log);
+        log.append(blank_entries(1, 1..=1), IOFlushed::noop())
+            .await
+            .unwrap();
+        let mut waiting = pin!(durable.wait_durable(1));
+        assert!(futures::poll!(waiting.as_mut()).is_pending());
+        release.send(()).unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(30), waiting)
+            .await
+            .expect("the wait ends once the entry is durable")
+            .unwrap();
+
+        // Entry 2 is never written: the log is closed first.
+        let mut waiting = pin!(durable.wait_durable(2));
+        assert!(futures::poll!(waiting.as_mut()).is_pending());
+        log.close();
+        let stopped = tokio::time::timeout(std::time::Duration::from_secs(30), waiting)
+            .await
+            .expect("the wait ends when the writer stops")
+            .unwrap_err();
+        assert!(
+            stopped.to_string().contains("stopped before entry 2"),
+            "{stopped}"
+        );
     }
 }
