@@ -567,6 +567,44 @@ mod tests {
         assert!(refused.contains("log entry 1 is too large"), "{refused}");
     }
 
+    /// One-member data directories made before the cluster have their node with the address
+    /// `""` in the membership; such a member can only be unreachable until it gets an address.
+    #[tokio::test]
+    async fn a_member_without_an_address_is_unreachable() {
+        let mut network = PeerNetwork::new(ClusterName::new("palisade").unwrap(), 2);
+        let mut client = network.new_client(1, &BasicNode::new("")).await;
+        let vote = VoteRequest::<C>::new(VoteOf::<C>::new(1, 2), None);
+        match client
+            .vote(vote, RPCOption::new(Duration::from_secs(1)))
+            .await
+        {
+            Err(RPCError::Unreachable(e)) => {
+                assert!(
+                    e.to_string().contains("node 1 at \"\": it has no address"),
+                    "{e}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn member_addresses_are_host_and_port_with_or_without_a_scheme() {
+        assert_eq!(
+            endpoint("127.0.0.1:7457").unwrap().uri().to_string(),
+            "http://127.0.0.1:7457/"
+        );
+        assert_eq!(
+            endpoint("http://node-2.example:7457")
+                .unwrap()
+                .uri()
+                .to_string(),
+            "http://node-2.example:7457/"
+        );
+        let refused = endpoint("not an address").unwrap_err();
+        assert!(refused.contains("is not valid"), "{refused}");
+    }
+
     #[tokio::test]
     async fn snapshot_chunks_cover_the_snapshot_in_order() {
         let data: Vec<u8> = (0..=255u8).cycle().take(10_000).collect();
