@@ -3,7 +3,7 @@
 //!
 //! It is served on the node's one listener, beside `palisade.v1.Locks`:
 //!
-//! ```ignore
+//! ```text
 //! tonic::transport::Server::builder()
 //!     .add_service(locks_service)
 //!     .add_service(RaftPeerServer::new(raft.clone(), node_id, cluster).into_service())
