@@ -83,18 +83,18 @@ pub struct ClusterName(String);
 #[error("invalid cluster name {name:?}: {why}")]
 pub struct InvalidClusterName {
     name: String,
-    why: &'static str,
+    why: String,
 }
 
 impl ClusterName {
     pub fn new(name: impl Into<String>) -> Result<ClusterName, InvalidClusterName> {
         let name = name.into();
         let why = if name.is_empty() {
-            "it is empty"
+            "it is empty".to_string()
         } else if name.len() > CLUSTER_NAME_BYTES_MAX {
-            "it is longer than 128 bytes"
+            format!("it is longer than {CLUSTER_NAME_BYTES_MAX} bytes")
         } else if name.chars().any(char::is_control) {
-            "it contains a control character"
+            "it contains a control character".to_string()
         } else {
             return Ok(ClusterName(name));
         };
@@ -105,8 +105,6 @@ impl ClusterName {
         &self.0
     }
 }
-
-const _: () = assert!(CLUSTER_NAME_BYTES_MAX == 128, "update the message above");
 
 impl std::fmt::Display for ClusterName {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
