@@ -5,8 +5,6 @@
 //! - [`log_store`]: the Raft log with group commit, on the write-ahead file of [`wal`];
 //! - [`state_machine`]: the lock table as openraft's state machine, with snapshots;
 //! - [`grpc`]: the `palisade.v1.Locks` service;
-//! - [`peer`] and [`peer_service`]: the Raft network between nodes (`palisade.raft.v1`), its
-//!   sending and its receiving side;
 //! - [`metrics`]: Prometheus metric names and exporter.
 
 mod files;
