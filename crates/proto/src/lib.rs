@@ -1,8 +1,9 @@
-//! gRPC definitions of the Palisade lock service, generated from `proto/palisade.proto`.
+//! gRPC definitions of the Palisade lock service, generated from `proto/palisade.proto`, and of
+//! the Raft traffic between its nodes, generated from `proto/palisade_raft.proto`.
 //!
-//! The `.proto` file is the contract for clients in other languages; this crate is the Rust
+//! `palisade.proto` is the contract for clients in other languages; this crate is the Rust
 //! rendering of it, shared by the server and the Rust client. [`error`] owns the wire form of
-//! the lock table's errors.
+//! the lock table's errors. [`raft::v1`] is spoken only between the nodes of one cluster.
 
 pub mod error;
 
@@ -10,6 +11,15 @@ pub mod error;
 #[allow(missing_debug_implementations, clippy::all)]
 pub mod v1 {
     tonic::include_proto!("palisade.v1");
+}
+
+/// Raft traffic between the nodes of a cluster: `palisade.raft.v1`.
+pub mod raft {
+    /// Version 1 of the peer protocol: `palisade.raft.v1`.
+    #[allow(missing_debug_implementations, clippy::all)]
+    pub mod v1 {
+        tonic::include_proto!("palisade.raft.v1");
+    }
 }
 
 /// The lock service's default gRPC address, on loopback.

@@ -18,6 +18,8 @@ pub mod log_store;
 pub mod metrics;
 mod network;
 pub mod node;
+pub mod peer;
+pub mod peer_service;
 pub mod raft_types;
 pub mod service;
 pub mod state_machine;

@@ -50,6 +50,37 @@ pub const LEASE_DRIVER_RETRY: std::time::Duration = std::time::Duration::from_mi
 /// Log entries applied between two snapshots.
 pub const SNAPSHOT_INTERVAL_ENTRIES: u64 = 20_000;
 
+/// Upper bound on one log entry as JSON: a proposal made from a request of at most one message,
+/// each byte escaped as `\u00XX` at worst, plus the entry's own fields.
+pub const LOG_ENTRY_BYTES_MAX: usize = 6 * MESSAGE_BYTES_MAX + 1024;
+
+/// Longest cluster name, in bytes. Every peer request carries it.
+pub const CLUSTER_NAME_BYTES_MAX: usize = 128;
+
+/// Largest gRPC message between two nodes of a cluster, either way. Larger ones are refused by
+/// the receiver's decoder.
+pub const PEER_MESSAGE_BYTES_MAX: usize = 8 * 1024 * 1024;
+
+/// Bytes a peer request spends besides its body: the envelope (the cluster name, two node ids)
+/// and the protobuf framing.
+pub const PEER_ENVELOPE_BYTES_MAX: usize = CLUSTER_NAME_BYTES_MAX + 64;
+
+/// Largest body of one append-entries request the sender builds. A batch whose JSON is longer is
+/// cut: the leading entries that fit are sent and reported as a partial success, and openraft
+/// sends the rest next. Kept well under the message limit because openraft gives a replication
+/// call only `heartbeat_interval` to complete.
+pub const APPEND_ENTRIES_BYTES_MAX: usize = 4 * 1024 * 1024;
+
+/// Largest piece of a snapshot in one message of the snapshot stream. openraft's
+/// `snapshot_max_chunk_size` can only make pieces smaller.
+pub const SNAPSHOT_CHUNK_BYTES_MAX: usize = 1024 * 1024;
+
+/// Largest snapshot a node sends or accepts, in bytes. The receiver holds it in memory until it
+/// is complete, as the sender does. It is not derived from the lock table's limits: a table at
+/// every limit at once (a million locks, each with a name of the longest length) serialises
+/// larger, and its snapshot would be refused with an error naming this limit on both sides.
+pub const SNAPSHOT_BYTES_MAX: usize = 1024 * 1024 * 1024;
+
 // A full `ListLocks` page of the longest names, with `next_start_after` (one more name) and
 // the response's framing, fits in one message. Broken before the page was cut from 1,000.
 const _: () = assert!(
@@ -62,9 +93,6 @@ const _: () = assert!(LIST_PAGE_LOCKS_MAX >= 1);
 const _: () = assert!(LONG_LIVED_CALLS_MAX >= WAITERS_PER_LOCK_MAX);
 // Every connection can hold at least one long-lived call.
 const _: () = assert!(LONG_LIVED_CALLS_MAX >= CONNECTIONS_MAX);
-// One proposal (a request of at most one message, each byte escaped as `\u00XX` in the log's
-// JSON at worst) always fits in one frame, so no accepted request can make the log unwritable.
-const _: () = assert!(6 * MESSAGE_BYTES_MAX + 1024 <= RECORD_BYTES_MAX);
 // Followers hear several heartbeats before they campaign.
 const _: () = assert!(HEARTBEAT_INTERVAL_MS * 2 < ELECTION_TIMEOUT_MIN_MS);
 const _: () = assert!(ELECTION_TIMEOUT_MIN_MS < ELECTION_TIMEOUT_MAX_MS);
@@ -72,5 +100,16 @@ const _: () = assert!(ELECTION_TIMEOUT_MIN_MS < ELECTION_TIMEOUT_MAX_MS);
 const _: () = assert!(
     palisade_core::limits::SESSION_TTL_MS_MIN >= ELECTION_TIMEOUT_MAX_MS + HEARTBEAT_INTERVAL_MS
 );
+// One proposal always fits in one frame, so no accepted request can make the log unwritable.
+const _: () = assert!(LOG_ENTRY_BYTES_MAX <= RECORD_BYTES_MAX);
 // A frame length must fit the frame header's `u32`.
 const _: () = assert!(RECORD_BYTES_MAX <= u32::MAX as usize);
+// One entry, with the request's other fields (a vote and two log ids, far under 1 KiB), always
+// fits in an append-entries body, so cutting a batch always leaves at least one entry to send
+// and replication cannot stall on a large entry.
+const _: () = assert!(LOG_ENTRY_BYTES_MAX + 1024 <= APPEND_ENTRIES_BYTES_MAX);
+// A full append-entries request, and a snapshot chunk, fit in one peer message.
+const _: () = assert!(APPEND_ENTRIES_BYTES_MAX + PEER_ENVELOPE_BYTES_MAX <= PEER_MESSAGE_BYTES_MAX);
+const _: () = assert!(SNAPSHOT_CHUNK_BYTES_MAX + 16 <= PEER_MESSAGE_BYTES_MAX);
+// A chunk is a piece of a snapshot, never more than the whole.
+const _: () = assert!(SNAPSHOT_CHUNK_BYTES_MAX <= SNAPSHOT_BYTES_MAX);

@@ -13,11 +13,12 @@
 //! (invariant 2). [`DurableIndex`] carries the flushed index to the state machine, which asserts
 //! it at the point of use.
 
+use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::io;
 use std::ops::RangeBounds;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use std::time::Instant;
 
@@ -30,29 +31,128 @@ use tokio::sync::oneshot;
 use crate::raft_types::{C, Entry};
 use crate::wal::{self, Record, Wal};
 
-/// The highest log index known to be on disk. Shared with the state machine, which checks that
-/// it never applies an entry beyond it.
-#[derive(Debug, Clone, Default)]
-pub struct DurableIndex(Arc<AtomicU64>);
+/// The end of the log's durable prefix: every entry below it, as the log holds it now, is on
+/// disk. Shared with the state machine, which waits for an entry to be durable here before it
+/// applies it ([`DurableIndex::wait_durable`]) and asserts it.
+///
+/// **Truncation.** A truncate from index `f` lowers the end to at most `f` as soon as it is
+/// submitted: from then on entries at `f` and above are new ones, durable only once their own
+/// write is. Writes submitted *before* the truncate may still complete after it (queued behind
+/// it in the same batch, or in their fsync while it was submitted); they must not raise the end
+/// past `f` again, because the entries they wrote there are gone. So each truncate stays
+/// *pending* until the writer reaches its record, and a completed write raises the end only up
+/// to the lowest pending `f`. Writes submitted after the truncate complete after the writer has
+/// passed it, when it is no longer pending.
+#[derive(Debug, Clone)]
+pub struct DurableIndex(Arc<Durable>);
+
+#[derive(Debug)]
+struct Durable {
+    end: AtomicU64,
+    /// The `from` index of each truncate submitted but not yet reached by the writer, in
+    /// submission order.
+    pending_truncates: Mutex<VecDeque<u64>>,
+    /// Woken when `end` rises and when the writer stops.
+    risen: tokio::sync::Notify,
+    /// The writer has stopped: `end` will not rise again.
+    writer_stopped: AtomicBool,
+}
+
+impl Default for DurableIndex {
+    /// Nothing durable yet.
+    fn default() -> DurableIndex {
+        DurableIndex::starting_at(0)
+    }
+}
 
 impl DurableIndex {
     /// The highest durable index plus one (0 when nothing is durable yet).
     pub fn end(&self) -> u64 {
-        self.0.load(Ordering::Acquire)
+        self.0.end.load(Ordering::Acquire)
     }
 
     /// An index that holds every entry durable: for driving a state machine without a log,
     /// as openraft's storage suite does. The server always uses [`LogStore::durable_index`].
     pub fn untracked() -> DurableIndex {
-        DurableIndex(Arc::new(AtomicU64::new(u64::MAX)))
+        DurableIndex::starting_at(u64::MAX)
     }
 
-    fn retreat_to(&self, end: u64) {
-        self.0.fetch_min(end, Ordering::AcqRel);
+    fn starting_at(end: u64) -> DurableIndex {
+        DurableIndex(Arc::new(Durable {
+            end: AtomicU64::new(end),
+            pending_truncates: Mutex::new(VecDeque::new()),
+            risen: tokio::sync::Notify::new(),
+            writer_stopped: AtomicBool::new(false),
+        }))
     }
 
-    fn advance_to(&self, last_index: u64) {
-        self.0.fetch_max(last_index + 1, Ordering::AcqRel);
+    /// Waits until the entry at `index` is durable on this node; fails if the log writer stops
+    /// first (a failed write stops it, and so does [`LogStore::close`]).
+    ///
+    /// openraft applies a committed entry as soon as it is submitted to the local log, not once
+    /// it is flushed: a quorum has it on disk, which need not include this node (a follower, or
+    /// a leader whose own fsync is slower than two followers'). Waiting keeps every node's
+    /// state machine behind its own disk, so nothing a node applies, answers or snapshots is
+    /// missing from its log after a crash.
+    pub async fn wait_durable(&self, index: u64) -> io::Result<()> {
+        loop {
+            let risen = self.0.risen.notified();
+            let mut risen = std::pin::pin!(risen);
+            risen.as_mut().enable();
+            if index < self.end() {
+                return Ok(());
+            }
+            if self.0.writer_stopped.load(Ordering::Acquire) {
+                return Err(io::Error::other(format!(
+                    "the log writer stopped before entry {index} was durable"
+                )));
+            }
+            risen.await;
+        }
+    }
+
+    /// The writer stopped: wakes every [`DurableIndex::wait_durable`] to fail.
+    fn writer_stopped(&self) {
+        self.0.writer_stopped.store(true, Ordering::Release);
+        self.0.risen.notify_waiters();
+    }
+
+    fn pending(&self) -> MutexGuard<'_, VecDeque<u64>> {
+        self.0
+            .pending_truncates
+            .lock()
+            .expect("pending truncates lock poisoned")
+    }
+
+    /// Lowers the end to `from` and submits the truncate with `submit`, both under the lock,
+    /// so truncates are pending in the order the writer receives them.
+    fn truncate(&self, from: u64, submit: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
+        let mut pending = self.pending();
+        self.0.end.fetch_min(from, Ordering::AcqRel);
+        submit()?;
+        pending.push_back(from);
+        Ok(())
+    }
+
+    /// The writer made the truncate from `from` durable: it no longer caps earlier writes.
+    fn truncate_written(&self, from: u64) {
+        let oldest = self.pending().pop_front();
+        // Paired with `truncate`: the writer meets truncates in the order they were submitted.
+        assert_eq!(
+            oldest,
+            Some(from),
+            "the log writer reached a truncate from {from} that is not the oldest pending one"
+        );
+    }
+
+    /// The writer made entries up to `last_index` durable, as they were when submitted.
+    fn entries_written(&self, last_index: u64) {
+        let pending = self.pending();
+        let cap = pending.iter().copied().min().unwrap_or(u64::MAX);
+        self.0
+            .end
+            .fetch_max((last_index + 1).min(cap), Ordering::AcqRel);
+        self.0.risen.notify_waiters();
     }
 }
 
@@ -74,6 +174,10 @@ enum Message {
     Write(Write),
     /// Stop after everything queued before it, closing the file.
     Stop,
+    /// For tests: take nothing more until a signal arrives (or its sender is gone), so that the
+    /// writes queued meanwhile go to the disk in one batch, at a moment the test chooses.
+    #[cfg(test)]
+    Hold(mpsc::Receiver<()>),
 }
 
 /// The Raft log store. Cheap to clone: clones share the in-memory log and the writer.
@@ -97,10 +201,8 @@ impl LogStore {
     /// Opens (or creates) the log file at `path`, loading every unpurged entry into memory.
     pub fn open(path: &Path) -> io::Result<LogStore> {
         let (wal, state) = Wal::open(path)?;
-        let durable = DurableIndex::default();
-        if let Some(last) = state.entries.keys().next_back() {
-            durable.advance_to(*last);
-        }
+        let durable =
+            DurableIndex::starting_at(state.entries.keys().next_back().map_or(0, |last| last + 1));
         let state = Arc::new(Mutex::new(state));
         let (writer, queue) = mpsc::channel();
         let thread_durable = durable.clone();
@@ -174,6 +276,14 @@ fn write_loop(
     durable: DurableIndex,
     state: Arc<Mutex<wal::LogState>>,
 ) {
+    /// However the writer ends (stopped, a failed write, a panic), waiters learn it.
+    struct Stopped(DurableIndex);
+    impl Drop for Stopped {
+        fn drop(&mut self) {
+            self.0.writer_stopped();
+        }
+    }
+    let _stopped = Stopped(durable.clone());
     let mut encoded = Vec::new();
     let mut stopping = false;
     let mut written_committed = lock_state(&state).committed;
@@ -186,6 +296,10 @@ fn write_loop(
                 Message::Stop => {
                     stopping = true;
                     break;
+                }
+                #[cfg(test)]
+                Message::Hold(release) => {
+                    let _ = release.recv();
                 }
             }
         }
@@ -220,8 +334,12 @@ fn write_loop(
                 Ok(()) => Ok(()),
                 Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
             };
-            if let (Ok(()), Some(last)) = (&outcome, write.last_index) {
-                durable.advance_to(last);
+            if outcome.is_ok() {
+                match (&write.record, write.last_index) {
+                    (Record::TruncateFrom(from), _) => durable.truncate_written(*from),
+                    (_, Some(last)) => durable.entries_written(last),
+                    _ => {}
+                }
             }
             purged |= matches!(write.record, Record::Purge(_));
             match write.done {
@@ -326,14 +444,122 @@ impl RaftLogStorage<C> for LogStore {
     async fn truncate_after(&mut self, last_log_id: Option<LogIdOf<C>>) -> Result<(), io::Error> {
         let from = last_log_id.map_or(0, |id| id.index + 1);
         // Entries from `from` on are gone; one appended there again is durable only once its own
-        // batch is, so the state machine's check must not count the removed ones.
-        self.durable.retreat_to(from);
-        self.state().apply(Record::TruncateFrom(from));
-        self.submit_durably(Record::TruncateFrom(from)).await
+        // batch is, so the state machine's check must not count the removed ones, not even when
+        // a write of them submitted earlier completes later (see `DurableIndex`).
+        let (done, wait) = oneshot::channel();
+        self.durable.truncate(from, || {
+            self.state().apply(Record::TruncateFrom(from));
+            self.submit(Record::TruncateFrom(from), Done::Notify(done))
+        })?;
+        wait.await
+            .map_err(|_| io::Error::other("the log writer thread has stopped"))?
     }
 
     async fn purge(&mut self, log_id: LogIdOf<C>) -> Result<(), io::Error> {
         self.state().apply(Record::Purge(log_id));
         self.submit(Record::Purge(log_id), Done::Nothing)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::pin;
+
+    use openraft::testing::log_id;
+    use openraft::type_config::TypeConfigExt;
+
+    use super::*;
+
+    fn blank_entries(term: u64, indexes: std::ops::RangeInclusive<u64>) -> Vec<Entry> {
+        indexes
+            .map(|index| Entry::new_blank(log_id::<C>(term, 1, index)))
+            .collect()
+    }
+
+    /// Appends and waits until the entries are durable.
+    async fn append_durably(log: &mut LogStore, entries: Vec<Entry>) {
+        let (flushed, done) = C::oneshot();
+        log.append(entries, IOFlushed::signal(flushed))
+            .await
+            .unwrap();
+        done.await.unwrap().unwrap();
+    }
+
+    /// Stops the writer thread before its next batch until the returned sender signals.
+    fn hold_writer(log: &LogStore) -> mpsc::Sender<()> {
+        let (release, held) = mpsc::channel();
+        log.writer.send(Message::Hold(held)).unwrap();
+        release
+    }
+
+    #[tokio::test]
+    async fn an_append_that_completes_after_a_truncate_does_not_make_the_removed_entries_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = LogStore::open(&dir.path().join("raft.wal")).unwrap();
+        let durable = log.durable_index();
+        append_durably(&mut log, blank_entries(1, 1..=1)).await;
+        assert_eq!(durable.end(), 2);
+
+        // A follower appends entries 2..=4 from one leader; their write is still queued when a
+        // new leader's entries conflict from index 2 and the follower truncates them.
+        let release = hold_writer(&log);
+        log.append(blank_entries(1, 2..=4), IOFlushed::noop())
+            .await
+            .unwrap();
+        let mut truncating = log.clone();
+        let mut truncate = pin!(truncating.truncate_after(Some(log_id::<C>(1, 1, 1))));
+        assert!(
+            futures::poll!(truncate.as_mut()).is_pending(),
+            "the truncate waits for the writer"
+        );
+        assert_eq!(durable.end(), 2);
+
+        // The writer now makes both durable, the append first.
+        release.send(()).unwrap();
+        truncate.await.unwrap();
+        assert_eq!(
+            durable.end(),
+            2,
+            "entries 2..=4 were truncated: only entry 1 is on disk as the log has it"
+        );
+
+        // The new leader's entries at 2..=3 count once they are durable themselves.
+        append_durably(&mut log, blank_entries(2, 2..=3)).await;
+        assert_eq!(durable.end(), 4);
+        log.close();
+    }
+
+    #[tokio::test]
+    async fn waiting_for_an_entry_ends_when_it_is_durable_or_when_the_writer_stops() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = LogStore::open(&dir.path().join("raft.wal")).unwrap();
+        let durable = log.durable_index();
+
+        // Entry 1 is in the log (openraft may apply it: a quorum elsewhere has it on disk) but
+        // its write has not reached this node's disk.
+        let release = hold_writer(&log);
+        log.append(blank_entries(1, 1..=1), IOFlushed::noop())
+            .await
+            .unwrap();
+        let mut waiting = pin!(durable.wait_durable(1));
+        assert!(futures::poll!(waiting.as_mut()).is_pending());
+        release.send(()).unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(30), waiting)
+            .await
+            .expect("the wait ends once the entry is durable")
+            .unwrap();
+
+        // Entry 2 is never written: the log is closed first.
+        let mut waiting = pin!(durable.wait_durable(2));
+        assert!(futures::poll!(waiting.as_mut()).is_pending());
+        log.close();
+        let stopped = tokio::time::timeout(std::time::Duration::from_secs(30), waiting)
+            .await
+            .expect("the wait ends when the writer stops")
+            .unwrap_err();
+        assert!(
+            stopped.to_string().contains("stopped before entry 2"),
+            "{stopped}"
+        );
     }
 }

@@ -306,7 +306,9 @@ impl RaftStateMachine<C> for StateMachine {
     {
         while let Some((entry, responder)) = entries.try_next().await? {
             // Invariant 2, where it is consumed: nothing is applied, and so nothing becomes
-            // visible to a client, before the log holds it on disk.
+            // visible to a client, before this node's log holds it on disk. openraft may hand
+            // over an entry a quorum has made durable before this node's own fsync returned.
+            self.shared.durable.wait_durable(entry.log_id.index).await?;
             assert!(
                 entry.log_id.index < self.shared.durable.end(),
                 "applying log entry {} before it is durable",

@@ -1,0 +1,621 @@
+//! The Raft network between the nodes of a cluster: the client side of `palisade.raft.v1`
+//! (`crates/proto/proto/palisade_raft.proto`) over tonic. [`crate::peer_service`] is the
+//! receiving side.
+//!
+//! - **Addresses** come from openraft's membership: a member's [`Member::addr`](crate::raft_types::Member) is the
+//!   `host:port` of its gRPC listener, the one that serves the `Locks` API too.
+//! - **One channel per peer.** [`PeerNetwork`] keeps one lazily connected tonic `Channel` per
+//!   node id and hands it to every client openraft asks for (replication, heartbeats, votes,
+//!   snapshots), so a call does not pay for a connection. A channel reconnects by itself after a
+//!   failure; a new address for the same id replaces it.
+//! - **Deadlines.** Every call is bounded by its `RPCOption::soft_ttl()`, on this side (the call
+//!   is abandoned) and on the receiver's (`grpc-timeout`), so it returns before openraft's
+//!   `hard_ttl()`.
+//! - **Errors.** A call that ran out of time is a `Timeout`; every other failure (no connection,
+//!   a refused handshake, a stopped peer, a reply this version cannot read) is `Unreachable`, so
+//!   openraft backs off ([`PeerClient::backoff`]: 50 ms growing by half up to 1 s) instead of
+//!   retrying at once. No failure is ever turned into an answer: a `pre_vote` that did not
+//!   reach its peer is an error, never a granted vote.
+//! - **Handshake.** Every request names the cluster and the node id it is for; the receiver
+//!   refuses it if it is another node or belongs to another cluster, so a stale address in the
+//!   membership reaches an error, not the wrong node.
+//! - **Sizes.** An append-entries batch whose JSON is over [`APPEND_ENTRIES_BYTES_MAX`] is cut:
+//!   its leading entries go, and the call reports a partial success up to the last of them,
+//!   which openraft allows; it sends the rest next. A snapshot travels as a client stream: a
+//!   header (vote, meta, length), then pieces of at most [`SNAPSHOT_CHUNK_BYTES_MAX`].
+//!
+//! **Wire format.** Bodies are openraft's messages as JSON, not a protobuf mapping of them: the
+//! log already stores entries as JSON, so one serialisation serves disk and network, and JSON
+//! names its fields, so a field openraft adds between alphas (all carry `#[serde(default)]`) does
+//! not shift the others, as it would in bincode or postcard. The price is size and CPU, which do
+//! not matter at the rate a lock service writes.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use openraft::OptionalSend;
+use openraft::entry::RaftEntry;
+use openraft::errors::{RPCError, ReplicationClosed, StreamingError, Timeout, Unreachable};
+use openraft::network::{Backoff, RPCOption, RPCTypes, RaftNetworkFactory, RaftNetworkV2};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
+};
+use openraft::type_config::alias::{LogIdOf, SnapshotOf, VoteOf};
+use palisade_proto::raft::v1::raft_client::RaftClient;
+use palisade_proto::raft::v1::{
+    Envelope, PeerReply, PeerRequest, SnapshotHeader, SnapshotPart, snapshot_part,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::limits::{
+    APPEND_ENTRIES_BYTES_MAX, CLUSTER_NAME_BYTES_MAX, PEER_MESSAGE_BYTES_MAX, SNAPSHOT_BYTES_MAX,
+    SNAPSHOT_CHUNK_BYTES_MAX,
+};
+use crate::raft_types::{C, Member, SnapshotData};
+
+/// The first wait before retrying an unreachable peer.
+pub const PEER_BACKOFF_FIRST: Duration = Duration::from_millis(50);
+/// The longest wait before retrying an unreachable peer.
+pub const PEER_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// How long establishing a TCP connection to a peer may take (a call's deadline may cut it
+/// shorter).
+const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// HTTP/2 pings on an open connection, and how long one may go unanswered before the
+/// connection is dropped: a peer whose machine vanished is noticed within about two seconds.
+const PEER_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
+const PEER_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The name every node of one cluster shares. Each peer request carries it and a node refuses
+/// requests for another cluster, so two clusters whose addresses overlap cannot mix.
+///
+/// Between 1 and [`CLUSTER_NAME_BYTES_MAX`] bytes, without control characters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterName(String);
+
+/// Why a string cannot be a [`ClusterName`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid cluster name {name:?}: {why}")]
+pub struct InvalidClusterName {
+    name: String,
+    why: String,
+}
+
+impl ClusterName {
+    pub fn new(name: impl Into<String>) -> Result<ClusterName, InvalidClusterName> {
+        let name = name.into();
+        let why = if name.is_empty() {
+            "it is empty".to_string()
+        } else if name.len() > CLUSTER_NAME_BYTES_MAX {
+            format!("it is longer than {CLUSTER_NAME_BYTES_MAX} bytes")
+        } else if name.chars().any(char::is_control) {
+            "it contains a control character".to_string()
+        } else {
+            return Ok(ClusterName(name));
+        };
+        Err(InvalidClusterName { name, why })
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for ClusterName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// openraft's network factory for a cluster: hands out a [`PeerClient`] per target, all
+/// sharing one cached channel per peer. Pass it to `PalisadeRaft::new`. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct PeerNetwork {
+    cluster: ClusterName,
+    local_id: u64,
+    channels: Arc<Mutex<HashMap<u64, PeerChannel>>>,
+}
+
+#[derive(Debug, Clone)]
+struct PeerChannel {
+    addr: String,
+    channel: Channel,
+}
+
+impl PeerNetwork {
+    /// The network of node `local_id` in `cluster`.
+    pub fn new(cluster: ClusterName, local_id: u64) -> PeerNetwork {
+        PeerNetwork {
+            cluster,
+            local_id,
+            channels: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// The cached channel to `target` at `addr`, made (not yet connected) if there is none or
+    /// the address changed.
+    fn channel(&self, target: u64, addr: &str) -> Result<Channel, String> {
+        let mut channels = self.channels.lock().expect("peer channel cache poisoned");
+        if let Some(cached) = channels.get(&target)
+            && cached.addr == addr
+        {
+            return Ok(cached.channel.clone());
+        }
+        let channel = endpoint(addr)?.connect_lazy();
+        channels.insert(
+            target,
+            PeerChannel {
+                addr: addr.to_string(),
+                channel: channel.clone(),
+            },
+        );
+        Ok(channel)
+    }
+}
+
+/// The endpoint of a member's address, `host:port` (a scheme, if present, is kept).
+fn endpoint(addr: &str) -> Result<Endpoint, String> {
+    if addr.is_empty() {
+        return Err("it has no address in the membership".to_string());
+    }
+    let uri = if addr.contains("://") {
+        addr.to_string()
+    } else {
+        format!("http://{addr}")
+    };
+    let endpoint = Endpoint::from_shared(uri)
+        .map_err(|e| format!("its address {addr:?} in the membership is not valid: {e}"))?;
+    Ok(endpoint
+        .connect_timeout(PEER_CONNECT_TIMEOUT)
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(PEER_KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(PEER_KEEPALIVE_TIMEOUT)
+        .keep_alive_while_idle(true))
+}
+
+impl RaftNetworkFactory<C> for PeerNetwork {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: u64, node: &Member) -> PeerClient {
+        let client = self.channel(target, &node.addr).map(|channel| {
+            RaftClient::new(channel)
+                .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX)
+        });
+        PeerClient {
+            target,
+            addr: node.addr.clone(),
+            envelope: Envelope {
+                cluster: self.cluster.as_str().to_string(),
+                to_node_id: target,
+                from_node_id: self.local_id,
+            },
+            client,
+        }
+    }
+}
+
+/// The connection to one peer, as openraft uses it: every Raft RPC to that node.
+#[derive(Debug)]
+pub struct PeerClient {
+    target: u64,
+    addr: String,
+    envelope: Envelope,
+    /// The client, or why this peer cannot be called (no or a malformed address).
+    client: Result<RaftClient<Channel>, String>,
+}
+
+/// The unary calls of `palisade.raft.v1.Raft`.
+#[derive(Debug, Clone, Copy)]
+enum Unary {
+    AppendEntries,
+    Vote,
+    PreVote,
+    TransferLeader,
+}
+
+impl Unary {
+    fn rpc_type(self) -> RPCTypes {
+        match self {
+            Unary::AppendEntries => RPCTypes::AppendEntries,
+            Unary::Vote | Unary::PreVote => RPCTypes::Vote,
+            Unary::TransferLeader => RPCTypes::TransferLeader,
+        }
+    }
+}
+
+impl PeerClient {
+    fn unreachable(&self, why: impl std::fmt::Display) -> Unreachable<C> {
+        Unreachable::from_string(format!("node {} at {:?}: {why}", self.target, self.addr))
+    }
+
+    fn timeout(&self, action: RPCTypes, timeout: Duration) -> Timeout<C> {
+        Timeout {
+            action,
+            id: self.envelope.from_node_id,
+            target: self.target,
+            timeout,
+        }
+    }
+
+    fn client(&self) -> Result<RaftClient<Channel>, Unreachable<C>> {
+        self.client.clone().map_err(|why| self.unreachable(why))
+    }
+
+    /// What a failed call means to openraft: out of time, or unreachable (back off).
+    fn failed(&self, action: RPCTypes, deadline: Duration, status: tonic::Status) -> RPCError<C> {
+        if status.code() == tonic::Code::DeadlineExceeded {
+            return RPCError::Timeout(self.timeout(action, deadline));
+        }
+        RPCError::Unreachable(self.unreachable(format_args!(
+            "{:?}: {}",
+            status.code(),
+            status.message()
+        )))
+    }
+
+    /// Sends `body` as JSON in one unary call within `option`'s soft deadline and reads the
+    /// reply.
+    async fn unary<Resp: DeserializeOwned>(
+        &self,
+        call: Unary,
+        body: Vec<u8>,
+        option: &RPCOption,
+    ) -> Result<Resp, RPCError<C>> {
+        let mut client = self.client()?;
+        let deadline = option.soft_ttl();
+        let mut request = tonic::Request::new(PeerRequest {
+            envelope: Some(self.envelope.clone()),
+            body,
+        });
+        request.set_timeout(deadline);
+        let reply = async {
+            match call {
+                Unary::AppendEntries => client.append_entries(request).await,
+                Unary::Vote => client.vote(request).await,
+                Unary::PreVote => client.pre_vote(request).await,
+                Unary::TransferLeader => client.transfer_leader(request).await,
+            }
+        };
+        let reply: PeerReply = match tokio::time::timeout(deadline, reply).await {
+            Err(_elapsed) => {
+                return Err(RPCError::Timeout(self.timeout(call.rpc_type(), deadline)));
+            }
+            Ok(Err(status)) => return Err(self.failed(call.rpc_type(), deadline, status)),
+            Ok(Ok(reply)) => reply.into_inner(),
+        };
+        serde_json::from_slice(&reply.body).map_err(|e| {
+            RPCError::Unreachable(self.unreachable(format_args!(
+                "its {call:?} reply is not this version's JSON: {e}"
+            )))
+        })
+    }
+
+    fn encode<T: Serialize>(&self, what: &str, value: &T) -> Result<Vec<u8>, Unreachable<C>> {
+        serde_json::to_vec(value)
+            .map_err(|e| self.unreachable(format_args!("cannot encode the {what}: {e}")))
+    }
+}
+
+/// The JSON body of `rpc`, cut to the leading entries that fit in [`APPEND_ENTRIES_BYTES_MAX`]
+/// when the whole batch does not; `cut` is then the last entry's log id, which the call reports
+/// as a partial success. An entry that alone is over the limit is an error (the limits make
+/// that impossible for entries this version proposes).
+#[derive(Debug)]
+struct AppendBody {
+    body: Vec<u8>,
+    cut: Option<LogIdOf<C>>,
+}
+
+fn encode_append(mut rpc: AppendEntriesRequest<C>) -> Result<AppendBody, String> {
+    let whole = serde_json::to_vec(&rpc).map_err(|e| e.to_string())?;
+    if whole.len() <= APPEND_ENTRIES_BYTES_MAX {
+        return Ok(AppendBody {
+            body: whole,
+            cut: None,
+        });
+    }
+    let entries = std::mem::take(&mut rpc.entries);
+    // An array of n entries is their bytes plus n - 1 commas on top of the empty request.
+    let mut bytes = serde_json::to_vec(&rpc).map_err(|e| e.to_string())?.len();
+    let mut keep = 0;
+    for entry in &entries {
+        let entry_bytes = serde_json::to_vec(entry).map_err(|e| e.to_string())?.len();
+        if bytes + entry_bytes + 1 > APPEND_ENTRIES_BYTES_MAX {
+            break;
+        }
+        bytes += entry_bytes + 1;
+        keep += 1;
+    }
+    if keep == 0 {
+        return Err(format!(
+            "log entry {} is too large to replicate: with the request it is over the \
+             {APPEND_ENTRIES_BYTES_MAX} bytes of one append-entries message",
+            entries[0].index()
+        ));
+    }
+    rpc.entries = entries;
+    rpc.entries.truncate(keep);
+    let cut = rpc.entries.last().map(|entry| entry.log_id());
+    let body = serde_json::to_vec(&rpc).map_err(|e| e.to_string())?;
+    assert!(
+        body.len() <= APPEND_ENTRIES_BYTES_MAX,
+        "a cut append-entries body of {} bytes is over the limit it was cut to",
+        body.len()
+    );
+    Ok(AppendBody { body, cut })
+}
+
+/// openraft's backoff for an unreachable peer: [`PEER_BACKOFF_FIRST`], growing by half each
+/// time, up to [`PEER_BACKOFF_MAX`], forever.
+pub fn peer_backoff() -> impl Iterator<Item = Duration> + Send + 'static {
+    std::iter::successors(Some(PEER_BACKOFF_FIRST), |wait| {
+        Some(wait.mul_f64(1.5).min(PEER_BACKOFF_MAX))
+    })
+}
+
+impl RaftNetworkV2<C> for PeerClient {
+    type SnapshotData = SnapshotData;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<C>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<C>, RPCError<C>> {
+        let AppendBody { body, cut } =
+            encode_append(rpc).map_err(|why| RPCError::Unreachable(self.unreachable(why)))?;
+        let response: AppendEntriesResponse<C> =
+            self.unary(Unary::AppendEntries, body, &option).await?;
+        Ok(match (response, cut) {
+            (AppendEntriesResponse::Success, Some(last)) => {
+                AppendEntriesResponse::PartialSuccess(Some(last))
+            }
+            (response, _) => response,
+        })
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<C>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<C>, RPCError<C>> {
+        let body = self.encode("vote request", &rpc)?;
+        self.unary(Unary::Vote, body, &option).await
+    }
+
+    /// Asks the peer whether it would grant a vote. A peer that was not reached is an error,
+    /// never a grant: an isolated node must not collect a quorum of imagined grants.
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<C>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<C>, RPCError<C>> {
+        let body = self.encode("pre-vote request", &rpc)?;
+        self.unary(Unary::PreVote, body, &option).await
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        req: TransferLeaderRequest<C>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<C>, RPCError<C>> {
+        let body = self.encode("transfer-leader request", &req)?;
+        self.unary(Unary::TransferLeader, body, &option).await
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: VoteOf<C>,
+        snapshot: SnapshotOf<C, SnapshotData>,
+        cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<C>, StreamingError<C>> {
+        let mut client = self.client()?;
+        let data = snapshot.snapshot.into_inner();
+        if data.len() > SNAPSHOT_BYTES_MAX {
+            return Err(self
+                .unreachable(format_args!(
+                    "the snapshot up to {:?} is {} bytes, above the {SNAPSHOT_BYTES_MAX} bytes a \
+                     node sends",
+                    snapshot.meta.last_log_id,
+                    data.len()
+                ))
+                .into());
+        }
+        let header = SnapshotHeader {
+            envelope: Some(self.envelope.clone()),
+            vote: self.encode("snapshot's vote", &vote)?,
+            meta: self.encode("snapshot's meta", &snapshot.meta)?,
+            snapshot_bytes: data.len() as u64,
+        };
+        let chunk_bytes = option
+            .snapshot_chunk_size()
+            .unwrap_or(SNAPSHOT_CHUNK_BYTES_MAX)
+            .clamp(1, SNAPSHOT_CHUNK_BYTES_MAX);
+        let parts = futures::stream::once(async move {
+            SnapshotPart {
+                part: Some(snapshot_part::Part::Header(header)),
+            }
+        })
+        .chain(snapshot_chunks(data, chunk_bytes));
+        let deadline = option.soft_ttl();
+        let mut request = tonic::Request::new(parts);
+        request.set_timeout(deadline);
+        let sent = tokio::time::timeout(deadline, client.install_snapshot(request));
+        let reply = tokio::select! {
+            closed = cancel => return Err(StreamingError::Closed(closed)),
+            sent = sent => match sent {
+                Err(_elapsed) => {
+                    return Err(self.timeout(RPCTypes::InstallSnapshot, deadline).into());
+                }
+                Ok(Err(status)) => {
+                    return Err(match self.failed(RPCTypes::InstallSnapshot, deadline, status) {
+                        RPCError::Timeout(timeout) => StreamingError::Timeout(timeout),
+                        other => StreamingError::from(other),
+                    });
+                }
+                Ok(Ok(reply)) => reply.into_inner(),
+            },
+        };
+        serde_json::from_slice(&reply.body).map_err(|e| {
+            self.unreachable(format_args!(
+                "its snapshot reply is not this version's JSON: {e}"
+            ))
+            .into()
+        })
+    }
+
+    fn backoff(&self) -> Option<Backoff> {
+        Some(Backoff::new(peer_backoff()))
+    }
+}
+
+/// `data` as a stream of snapshot pieces of at most `chunk_bytes` each, copied one at a time.
+fn snapshot_chunks(
+    data: Vec<u8>,
+    chunk_bytes: usize,
+) -> impl futures::Stream<Item = SnapshotPart> + Send + 'static {
+    futures::stream::unfold((data, 0usize), move |(data, at)| async move {
+        if at >= data.len() {
+            return None;
+        }
+        let end = data.len().min(at + chunk_bytes);
+        let part = SnapshotPart {
+            part: Some(snapshot_part::Part::Chunk(data[at..end].to_vec())),
+        };
+        Some((part, (data, end)))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_starts_at_50ms_and_grows_to_at_most_1s() {
+        let waits: Vec<Duration> = peer_backoff().take(20).collect();
+        assert_eq!(waits[0], PEER_BACKOFF_FIRST);
+        assert!(waits.windows(2).all(|pair| pair[0] <= pair[1]), "{waits:?}");
+        assert!(waits[1] > waits[0], "{waits:?}");
+        assert_eq!(*waits.last().unwrap(), PEER_BACKOFF_MAX);
+    }
+
+    #[test]
+    fn cluster_names_are_checked() {
+        assert!(ClusterName::new("palisade").is_ok());
+        for (bad, why) in [
+            (String::new(), "empty"),
+            ("x".repeat(CLUSTER_NAME_BYTES_MAX + 1), "longer"),
+            ("a\nb".to_string(), "control"),
+        ] {
+            let refused = ClusterName::new(bad).unwrap_err().to_string();
+            assert!(refused.contains(why), "{refused}");
+        }
+    }
+
+    /// An append-entries request of `count` entries from index 1, each carrying a lock name of
+    /// `name_bytes` bytes.
+    fn append_of(count: u64, name_bytes: usize) -> AppendEntriesRequest<C> {
+        use openraft::testing::log_id;
+        use palisade_core::{Command, Input, Wait};
+        let entries = (1..=count)
+            .map(|index| {
+                let command = Command::Acquire {
+                    session: 1,
+                    lock: "x".repeat(name_bytes),
+                    request_id: index,
+                    wait: Wait::Try,
+                };
+                crate::raft_types::Entry::new_normal(
+                    log_id::<C>(1, 1, index),
+                    Input { now_ms: 0, command },
+                )
+            })
+            .collect();
+        AppendEntriesRequest {
+            vote: VoteOf::<C>::new_committed(1, 1),
+            prev_log_id: None,
+            entries,
+            leader_commit: None,
+        }
+    }
+
+    #[test]
+    fn a_batch_over_the_message_limit_is_cut_to_the_entries_that_fit() {
+        let small = encode_append(append_of(3, 10)).unwrap();
+        assert!(small.cut.is_none(), "a small batch goes whole");
+
+        let entry_bytes = APPEND_ENTRIES_BYTES_MAX / 5;
+        let large = encode_append(append_of(12, entry_bytes)).unwrap();
+        assert!(large.body.len() <= APPEND_ENTRIES_BYTES_MAX);
+        let sent: AppendEntriesRequest<C> = serde_json::from_slice(&large.body).unwrap();
+        assert_eq!(
+            sent.entries.len(),
+            4,
+            "four entries of a fifth of the limit fit"
+        );
+        assert_eq!(large.cut, Some(sent.entries[3].log_id()));
+
+        let refused = encode_append(append_of(1, APPEND_ENTRIES_BYTES_MAX)).unwrap_err();
+        assert!(refused.contains("log entry 1 is too large"), "{refused}");
+    }
+
+    /// One-member data directories made before the cluster have their node with the address
+    /// `""` in the membership; such a member can only be unreachable until it gets an address.
+    #[tokio::test]
+    async fn a_member_without_an_address_is_unreachable() {
+        let mut network = PeerNetwork::new(ClusterName::new("palisade").unwrap(), 2);
+        let mut client = network.new_client(1, &Member::default()).await;
+        let vote = VoteRequest::<C>::new(VoteOf::<C>::new(1, 2), None);
+        match client
+            .vote(vote, RPCOption::new(Duration::from_secs(1)))
+            .await
+        {
+            Err(RPCError::Unreachable(e)) => {
+                assert!(
+                    e.to_string().contains("node 1 at \"\": it has no address"),
+                    "{e}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn member_addresses_are_host_and_port_with_or_without_a_scheme() {
+        assert_eq!(
+            endpoint("127.0.0.1:7457").unwrap().uri().to_string(),
+            "http://127.0.0.1:7457/"
+        );
+        assert_eq!(
+            endpoint("http://node-2.example:7457")
+                .unwrap()
+                .uri()
+                .to_string(),
+            "http://node-2.example:7457/"
+        );
+        let refused = endpoint("not an address").unwrap_err();
+        assert!(refused.contains("is not valid"), "{refused}");
+    }
+
+    #[tokio::test]
+    async fn snapshot_chunks_cover_the_snapshot_in_order() {
+        let data: Vec<u8> = (0..=255u8).cycle().take(10_000).collect();
+        let parts: Vec<SnapshotPart> = snapshot_chunks(data.clone(), 4096).collect().await;
+        let mut joined = Vec::new();
+        for part in &parts {
+            let Some(snapshot_part::Part::Chunk(chunk)) = &part.part else {
+                panic!("not a chunk: {part:?}");
+            };
+            assert!(chunk.len() <= 4096);
+            joined.extend_from_slice(chunk);
+        }
+        assert_eq!(parts.len(), 3);
+        assert_eq!(joined, data);
+    }
+}
