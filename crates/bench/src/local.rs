@@ -30,15 +30,10 @@ impl LocalLockService {
             .prefix("palisade-lock-service-")
             .tempdir()
             .context("cannot create a temporary directory for the lock service")?;
-        let args = palisade_server::ServerConfig {
-            data_dir: dir.path().to_path_buf(),
-            listen: "127.0.0.1:0".parse().expect("a literal address parses"),
-            metrics_listen: None,
-            lock_delay_ms: 0,
-            node_id: 1,
-            advertise: None,
-            initial_cluster: None,
-        };
+        let args = palisade_server::ServerConfig::single_node(
+            dir.path().to_path_buf(),
+            "127.0.0.1:0".parse().expect("a literal address parses"),
+        );
         let server = palisade_server::Server::start(&args).await?;
         let address = server.local_addr();
         let public_key = server.node().public_key().to_string();

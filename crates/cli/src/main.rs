@@ -5,6 +5,7 @@
 //! with `palisade: <message>` on stderr and a status from [`exit`], never a panic.
 
 mod args;
+mod cluster;
 mod exit;
 mod inspect;
 mod lock;
@@ -52,6 +53,9 @@ enum Command {
     Locks(inspect::LocksArgs),
     /// Stream the holder changes of a lock, one line per event.
     Watch(inspect::WatchArgs),
+    /// The members of a replicated lock service: status, add, remove.
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
     /// Print the public key resources use to verify sequencers.
     Pubkey(inspect::PubkeyArgs),
     /// Watch a paused lock holder lose an update without fencing, and be refused with it.
@@ -104,6 +108,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Locks(args) => inspect::locks(args, &global).await,
         Command::Watch(args) => inspect::watch(args, &global).await,
         Command::Pubkey(args) => inspect::pubkey(args, &global).await,
+        Command::Cluster(command) => {
+            let endpoints: Vec<String> = global
+                .endpoint
+                .split(',')
+                .map(|e| e.trim().to_string())
+                .collect();
+            cluster::run(command, &endpoints).await
+        }
         Command::Demo(args) => palisade_bench::demo::run(args)
             .await
             .map(|()| ExitCode::SUCCESS),

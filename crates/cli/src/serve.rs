@@ -39,6 +39,10 @@ pub struct ServeArgs {
     /// cluster that can grow with `palisade cluster add`.
     #[arg(long, env = "PALISADE_INITIAL_CLUSTER", value_parser = parse_initial_cluster)]
     pub initial_cluster: Option<BTreeMap<u64, String>>,
+    /// Start a new data directory as a node waiting to be added to a running cluster
+    /// (`palisade cluster add ID ADDR` on the cluster), instead of as a one-member cluster.
+    #[arg(long, env = "PALISADE_JOIN", conflicts_with = "initial_cluster")]
+    pub join: bool,
 }
 
 /// The most members `--initial-cluster` may name.
@@ -110,6 +114,7 @@ impl From<ServeArgs> for ServerConfig {
             node_id,
             advertise,
             initial_cluster,
+            join,
         } = args;
         ServerConfig {
             data_dir,
@@ -119,6 +124,7 @@ impl From<ServeArgs> for ServerConfig {
             node_id,
             advertise,
             initial_cluster,
+            join,
         }
     }
 }

@@ -19,15 +19,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .and_then(|a| a.parse().ok())
         .unwrap_or(5);
     let dir = tempfile::tempdir()?;
-    let args = ServerConfig {
-        data_dir: dir.path().to_path_buf(),
-        listen: "127.0.0.1:0".parse()?,
-        metrics_listen: None,
-        lock_delay_ms: 0,
-        node_id: 1,
-        advertise: None,
-        initial_cluster: None,
-    };
+    let args = ServerConfig::single_node(dir.path().to_path_buf(), "127.0.0.1:0".parse()?);
     let server = Server::start(&args).await?;
     if std::env::var_os("PROBE_DIRECT").is_some() {
         // Without gRPC: the Raft pipeline and the fsync alone.

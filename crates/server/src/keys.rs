@@ -24,10 +24,15 @@ pub fn load_or_create(dir: &Path) -> io::Result<SigningKey> {
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let key = SigningKey::generate();
-            write_file_atomically(dir, KEY_FILE, &key.to_bytes(), Some(0o600))?;
+            store(dir, &key)?;
             tracing::info!(path = %path.display(), "created the sequencer signing key");
             Ok(key)
         }
         Err(e) => Err(e),
     }
+}
+
+/// Replaces the key in `dir` with `key` (owner-only permissions), atomically and durably.
+pub fn store(dir: &Path, key: &SigningKey) -> io::Result<()> {
+    write_file_atomically(dir, KEY_FILE, &key.to_bytes(), Some(0o600))
 }

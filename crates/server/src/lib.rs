@@ -6,8 +6,11 @@
 //! - [`state_machine`]: the lock table as openraft's state machine, with snapshots;
 //! - [`service`]: the lock service's operations, independent of any transport;
 //! - [`grpc`]: the `palisade.v1.Locks` gRPC service, a conversion layer over [`service`];
+//! - [`cluster`]: the `palisade.v1.Cluster` gRPC service (membership, for operators);
+//! - [`peer`] and [`peer_service`]: Raft traffic between nodes, sending and receiving;
 //! - [`metrics`]: Prometheus metric names and exporter.
 
+pub mod cluster;
 mod files;
 pub mod grpc;
 mod identity;
@@ -16,7 +19,6 @@ mod keys;
 pub mod limits;
 pub mod log_store;
 pub mod metrics;
-mod network;
 pub mod node;
 pub mod peer;
 pub mod peer_service;
@@ -52,6 +54,9 @@ pub struct ServerConfig {
     /// The members (id to address) a new cluster starts with; `None` starts a new data
     /// directory as a one-member cluster that can grow. Ignored once the directory holds a log.
     pub initial_cluster: Option<std::collections::BTreeMap<u64, String>>,
+    /// A new data directory waits to be added to an existing cluster instead of starting a
+    /// one-member cluster.
+    pub join: bool,
 }
 
 impl ServerConfig {
@@ -66,6 +71,7 @@ impl ServerConfig {
             node_id: 1,
             advertise: None,
             initial_cluster: None,
+            join: false,
         }
     }
 }
@@ -165,6 +171,7 @@ impl Server {
             clock,
             advertise,
             initial_cluster: args.initial_cluster.clone(),
+            join: args.join,
         })
         .await
         .map_err(|source| ServeError::Start {
@@ -198,10 +205,20 @@ impl Server {
         ))
         .max_decoding_message_size(palisade_proto::MESSAGE_BYTES_MAX)
         .max_encoding_message_size(palisade_proto::MESSAGE_BYTES_MAX);
+        let peers = peer_service::RaftPeerServer::new(
+            self.node.raft().clone(),
+            self.node.node_id(),
+            peer::ClusterName::new(node::CLUSTER_NAME).expect("the cluster name is valid"),
+        )
+        .with_identity(self.node.incarnation(), self.node.clone())
+        .into_service();
+        let cluster = cluster::GrpcCluster::new(self.node.clone()).into_service();
         let (stopped, stop) = tokio::sync::oneshot::channel::<()>();
         let serving = tonic::transport::Server::builder()
             .concurrency_limit_per_connection(CONCURRENT_REQUESTS_PER_CONNECTION_MAX)
             .add_service(service)
+            .add_service(peers)
+            .add_service(cluster)
             .serve_with_incoming_shutdown(incoming::limited(self.listener), async move {
                 shutdown.await;
                 tracing::info!("shutting down");

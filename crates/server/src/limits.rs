@@ -93,6 +93,14 @@ const _: () = assert!(LIST_PAGE_LOCKS_MAX >= 1);
 const _: () = assert!(LONG_LIVED_CALLS_MAX >= WAITERS_PER_LOCK_MAX);
 // Every connection can hold at least one long-lived call.
 const _: () = assert!(LONG_LIVED_CALLS_MAX >= CONNECTIONS_MAX);
+/// How long a snapshot's whole stream to a follower may take.
+pub const INSTALL_SNAPSHOT_TIMEOUT_MS: u64 = 30_000;
+/// How often a node bootstrapping a cluster retries a member that has not started yet.
+pub const BOOTSTRAP_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
+/// How long `AddMember` waits for the new node to catch up before it gives up (the node stays
+/// a learner and can be added again or removed).
+pub const ADD_MEMBER_CATCH_UP: std::time::Duration = std::time::Duration::from_secs(120);
+
 // Followers hear several heartbeats before they campaign.
 const _: () = assert!(HEARTBEAT_INTERVAL_MS * 2 < ELECTION_TIMEOUT_MIN_MS);
 const _: () = assert!(ELECTION_TIMEOUT_MIN_MS < ELECTION_TIMEOUT_MAX_MS);

@@ -12,7 +12,7 @@
 //! deadline (a lease end, a wait deadline, a lock-delay end) has come, so expiries are log
 //! entries like everything else.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
@@ -23,14 +23,14 @@ use openraft::errors::{ClientWriteError, ForwardToLeader, InitializeError, RaftE
 use openraft::impls::ProgressResponder;
 use openraft::type_config::alias::CommittedLeaderIdOf;
 use openraft::vote::RaftLeaderId;
-use openraft::{Config, ReadPolicy, SnapshotPolicy};
+use openraft::{ChangeMembers, Config, ReadPolicy, ServerState, SnapshotPolicy};
 use palisade_clock::SharedClock;
 use palisade_core::{Command, Input, Limits, Output};
 use palisade_sequencer::{PublicKey, SigningKey};
 
 use crate::identity::Identity;
 use crate::log_store::LogStore;
-use crate::network::SingleNodeNetwork;
+use crate::peer::{AdmitError, ClusterName, PeerNetwork};
 use crate::raft_types::{C, Member, PalisadeRaft};
 use crate::state_machine::{Shared, StateMachine};
 
@@ -117,7 +117,13 @@ pub struct NodeConfig {
     /// The members to bootstrap a new cluster with, by id; `None` makes a new directory a
     /// one-member group. Ignored once the directory holds a log.
     pub initial_cluster: Option<BTreeMap<u64, String>>,
+    /// A new directory waits to be added to an existing cluster (`palisade cluster add`)
+    /// instead of starting a one-member group.
+    pub join: bool,
 }
+
+/// The name every node of a Palisade cluster carries in its peer requests.
+pub const CLUSTER_NAME: &str = "palisade";
 
 /// The leader's clock, mapped onto the lock table's timeline: the table's time when this node
 /// took over, plus the time elapsed on the node's [`Clock`](palisade_clock::Clock) since.
@@ -175,8 +181,11 @@ pub struct Node {
     clock: SharedClock,
     limits: Limits,
     advertise: String,
-    signing_key: SigningKey,
-    public_key: PublicKey,
+    data_dir: PathBuf,
+    network: PeerNetwork,
+    /// The cluster's signing key: this node's own until it is admitted to a cluster, which
+    /// hands it the cluster's (see [`crate::peer_service::Admission`]).
+    keys: std::sync::RwLock<SigningKey>,
     leader_watch: std::sync::Mutex<LeaderWatch>,
 }
 
@@ -204,6 +213,8 @@ fn raft_config() -> Result<Config, StartError> {
         max_append_entries: Some(4096),
         snapshot_policy: SnapshotPolicy::LogsSinceLast(crate::limits::SNAPSHOT_INTERVAL_ENTRIES),
         max_in_snapshot_log_to_keep: 1_000,
+        // A snapshot travels as one stream; on a slow link a large one needs its time.
+        install_snapshot_timeout: crate::limits::INSTALL_SNAPSHOT_TIMEOUT_MS,
         ..Default::default()
     };
     config.validate().map_err(StartError::raft)
@@ -224,13 +235,17 @@ impl Node {
         let log = LogStore::open(&data_dir.join(LOG_FILE))?;
         let identity = crate::identity::load_or_create(data_dir, config.node_id, had_log)?;
         let signing_key = crate::keys::load_or_create(data_dir)?;
-        let public_key = signing_key.public_key();
+        let network = PeerNetwork::new(
+            ClusterName::new(CLUSTER_NAME).expect("the cluster name is valid"),
+            identity.node_id,
+            identity.incarnation,
+        );
         let state_machine = StateMachine::open(data_dir, log.durable_index())?;
         let shared = state_machine.shared();
         let raft = PalisadeRaft::new(
             identity.node_id,
             Arc::new(raft_config()?),
-            SingleNodeNetwork,
+            network.clone(),
             log.clone(),
             state_machine,
         )
@@ -248,8 +263,9 @@ impl Node {
             clock: config.clock.clone(),
             limits: config.limits,
             advertise: config.advertise.clone(),
-            signing_key,
-            public_key,
+            data_dir: data_dir.clone(),
+            network,
+            keys: std::sync::RwLock::new(signing_key),
             leader_watch: std::sync::Mutex::new(LeaderWatch::default()),
         });
         node.watch_leadership();
@@ -284,6 +300,13 @@ impl Node {
             return Ok(());
         }
         let me = self.identity.node_id;
+        if config.join {
+            tracing::info!(
+                "waiting to be added to a cluster: run `palisade cluster add {me} {}` against it",
+                self.advertise
+            );
+            return Ok(());
+        }
         let members: BTreeMap<u64, Member> = match &config.initial_cluster {
             None => BTreeMap::from([(me, self.member())]),
             Some(cluster) => {
@@ -306,25 +329,54 @@ impl Node {
                     );
                     return Ok(());
                 }
-                cluster
-                    .iter()
-                    .map(|(id, addr)| {
-                        let member = Member {
+                let mut members = BTreeMap::from([(me, self.member())]);
+                for (id, addr) in cluster.iter().filter(|(id, _)| **id != me) {
+                    let incarnation = self.admit_at_bootstrap(*id, addr).await?;
+                    members.insert(
+                        *id,
+                        Member {
                             addr: addr.clone(),
-                            incarnation: if *id == me {
-                                self.identity.incarnation
-                            } else {
-                                0
-                            },
-                        };
-                        (*id, member)
-                    })
-                    .collect()
+                            incarnation,
+                        },
+                    );
+                }
+                members
             }
         };
         match self.raft.initialize(members).await {
             Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
             Err(e) => Err(StartError::raft(e)),
+        }
+    }
+
+    /// Admits node `id` of the initial cluster, retrying until it answers: the nodes of a new
+    /// cluster start in any order. A refusal (the node belongs to a cluster already, or another
+    /// node answers at that address) is final.
+    async fn admit_at_bootstrap(&self, id: u64, addr: &str) -> Result<u64, StartError> {
+        let mut waiting_since = None;
+        loop {
+            match self
+                .network
+                .admit(id, addr, self.signing_key().to_bytes())
+                .await
+            {
+                Ok(incarnation) => return Ok(incarnation),
+                Err(AdmitError::Refused(why)) => {
+                    return Err(StartError::Config(format!(
+                        "cannot bootstrap the cluster: {why}"
+                    )));
+                }
+                Err(AdmitError::Unreachable(why)) => {
+                    if waiting_since.is_none() {
+                        tracing::info!(node = id, %addr, reason = %why, "waiting for the node to start");
+                        waiting_since = Some(());
+                    }
+                    if *self.stopping.borrow() {
+                        return Err(StartError::Config("stopped while bootstrapping".into()));
+                    }
+                    tokio::time::sleep(crate::limits::BOOTSTRAP_RETRY).await;
+                }
+            }
         }
     }
 
@@ -395,6 +447,7 @@ impl Node {
             leader_id,
             clock: LeaderClock::new(self.clock.clone(), self.shared.read(|t| t.now_ms())),
         });
+        tracing::debug!(?leader_id, base_ms = term.clock.base_ms, base = ?term.clock.base, "taking over");
         match self.propose_in(&term, Command::LeaderStart).await {
             Ok((_, started)) => tracing::info!(result = ?started.result, "took over as leader"),
             Err(e) => {
@@ -414,6 +467,7 @@ impl Node {
                 Err(e) => tracing::warn!(error = %e, "could not propose the new limits"),
             }
         }
+        self.record_own_address();
         // Still this term? Another may have begun while the entries above were in flight.
         if self
             .raft
@@ -426,6 +480,33 @@ impl Node {
         }
         self.leading.send_replace(Some(term.clone()));
         tokio::spawn(self.clone().drive_leases(term));
+    }
+
+    /// A one-member cluster whose membership does not record where this node is now (a data
+    /// directory from before clusters has the empty address; a restart may listen elsewhere)
+    /// records it, so that peers added later can reach it. Only a sole voter does this: in a
+    /// larger cluster an address never changes under an id.
+    fn record_own_address(self: &Arc<Self>) {
+        let me = self.identity.node_id;
+        let recorded = {
+            let metrics = self.raft.metrics().borrow_watched().clone();
+            metrics
+                .membership_config
+                .membership()
+                .get_node(&me)
+                .cloned()
+        };
+        if !self.is_sole_voter() || recorded.as_ref() == Some(&self.member()) {
+            return;
+        }
+        let node = self.clone();
+        tokio::spawn(async move {
+            let change = ChangeMembers::SetNodes(BTreeMap::from([(me, node.member())]));
+            match node.raft.change_membership(change, false).await {
+                Ok(_) => tracing::info!(addr = %node.advertise, "recorded this node's address"),
+                Err(e) => tracing::warn!(error = %e, "could not record this node's address"),
+            }
+        });
     }
 
     /// The time on the lock table's timeline, as this node's leader clock sees it now (the
@@ -441,6 +522,11 @@ impl Node {
         self.identity.node_id
     }
 
+    /// The incarnation of this node's data directory (see [`crate::identity`]).
+    pub fn incarnation(&self) -> u64 {
+        self.identity.incarnation
+    }
+
     pub fn raft(&self) -> &PalisadeRaft {
         &self.raft
     }
@@ -449,12 +535,14 @@ impl Node {
         &self.shared
     }
 
-    pub fn public_key(&self) -> &PublicKey {
-        &self.public_key
+    /// The public half of the cluster's signing key.
+    pub fn public_key(&self) -> PublicKey {
+        self.signing_key().public_key()
     }
 
-    pub fn signing_key(&self) -> &SigningKey {
-        &self.signing_key
+    /// The cluster's signing key (this node's own until it is admitted to a cluster).
+    pub fn signing_key(&self) -> SigningKey {
+        self.keys.read().expect("signing key lock").clone()
     }
 
     /// The leader as far as this node knows, for a client to go to.
@@ -573,6 +661,12 @@ impl Node {
             let now = term.clock.now_ms();
             match next {
                 Some(deadline) if deadline <= now => {
+                    tracing::debug!(
+                        deadline,
+                        now,
+                        base_ms = term.clock.base_ms,
+                        "lease driver ticks"
+                    );
                     match self.propose_in(&term, Command::Tick).await {
                         Ok(_) => continue,
                         Err(ProposeError::Stopped(reason)) => {
@@ -630,6 +724,240 @@ impl Node {
     }
 }
 
+/// Why a membership change failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MembershipError {
+    /// Only the leader changes the membership.
+    #[error(transparent)]
+    NotLeader(ProposeError),
+    /// The request contradicts the membership (an id in use, the last voter, an unknown id) or
+    /// the node to add refused or answered as another node.
+    #[error("{0}")]
+    Refused(String),
+    /// The node to add is not reachable, or did not catch up in time; nothing was committed
+    /// beyond what the message says.
+    #[error("{0}")]
+    Unavailable(String),
+    /// Raft failed while changing the membership; the change may or may not have taken effect:
+    /// look at `palisade cluster status`.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// One member as [`ClusterView`] shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberView {
+    pub id: u64,
+    pub addr: String,
+    pub voter: bool,
+    /// The last log index the leader knows the member stored (on the leader only).
+    pub matched_index: Option<u64>,
+}
+
+/// This node's view of its cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterView {
+    pub node_id: u64,
+    /// `leader`, `follower`, `candidate`, `learner` or `shutdown`.
+    pub role: &'static str,
+    pub term: u64,
+    pub leader: Option<u64>,
+    pub applied_index: u64,
+    pub committed_index: u64,
+    pub last_log_index: u64,
+    pub members: Vec<MemberView>,
+}
+
+impl Node {
+    /// This node's view of the cluster, from its Raft metrics (no round trip).
+    pub fn cluster_view(&self) -> ClusterView {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        let membership = metrics.membership_config.membership().clone();
+        let voters: BTreeSet<u64> = membership.voter_ids().collect();
+        let matched = metrics.replication.clone().unwrap_or_default();
+        let members = membership
+            .nodes()
+            .map(|(id, member)| MemberView {
+                id: *id,
+                addr: member.addr.clone(),
+                voter: voters.contains(id),
+                matched_index: matched.get(id).map(|log_id| log_id.map_or(0, |l| l.index)),
+            })
+            .collect();
+        let role = match metrics.state {
+            ServerState::Leader => "leader",
+            ServerState::Candidate => "candidate",
+            ServerState::Shutdown => "shutdown",
+            ServerState::Learner => "learner",
+            ServerState::Follower if voters.contains(&self.identity.node_id) => "follower",
+            ServerState::Follower => "learner",
+        };
+        ClusterView {
+            node_id: self.identity.node_id,
+            role,
+            term: metrics.current_term,
+            leader: metrics.current_leader,
+            applied_index: metrics.last_applied.map_or(0, |l| l.index),
+            committed_index: metrics.local_committed.map_or(0, |l| l.index),
+            last_log_index: metrics.last_log_index.unwrap_or(0),
+            members,
+        }
+    }
+
+    /// The leader's term, or why this node may not change the membership.
+    fn leading_term(&self) -> Result<Arc<Term>, MembershipError> {
+        self.leading.borrow().clone().ok_or_else(|| {
+            MembershipError::NotLeader(ProposeError::NotLeader {
+                leader: self
+                    .leader_hint()
+                    .filter(|h| h.node_id != self.identity.node_id),
+            })
+        })
+    }
+
+    /// Adds node `id` at `addr`: admits it (it takes the cluster's key and reports its
+    /// incarnation), adds it as a learner, waits until it has caught up (by snapshot if the log
+    /// was compacted), then makes it a voter.
+    pub async fn add_member(&self, id: u64, addr: String) -> Result<ClusterView, MembershipError> {
+        let term = self.leading_term()?;
+        if id == 0 {
+            return Err(MembershipError::Refused("node ids start at 1".into()));
+        }
+        let view = self.cluster_view();
+        if let Some(existing) = view.members.iter().find(|m| m.id == id && m.voter) {
+            return Err(MembershipError::Refused(format!(
+                "node {id} is already a voter at {}",
+                existing.addr
+            )));
+        }
+        if let Some(other) = view.members.iter().find(|m| m.addr == addr && m.id != id) {
+            return Err(MembershipError::Refused(format!(
+                "{addr} is the address of node {} already",
+                other.id
+            )));
+        }
+        let incarnation = self
+            .network
+            .admit(id, &addr, self.signing_key().to_bytes())
+            .await
+            .map_err(|e| match e {
+                AdmitError::Unreachable(why) => MembershipError::Unavailable(format!(
+                    "{why}; is it started with `palisade serve --join --node-id {id}`?"
+                )),
+                AdmitError::Refused(why) => MembershipError::Refused(why),
+            })?;
+        let member = Member { addr, incarnation };
+        let added = tokio::time::timeout(
+            crate::limits::ADD_MEMBER_CATCH_UP,
+            self.raft.add_learner(id, member, true),
+        )
+        .await
+        .map_err(|_| {
+            MembershipError::Unavailable(format!(
+                "node {id} is a learner but did not catch up within {:?}; add it again to \
+                 retry, or remove it",
+                crate::limits::ADD_MEMBER_CATCH_UP
+            ))
+        })?;
+        added.map_err(|e| self.membership_failed(e))?;
+        if self
+            .leading
+            .borrow()
+            .as_ref()
+            .is_none_or(|now| !Arc::ptr_eq(now, &term))
+        {
+            return Err(MembershipError::Failed(format!(
+                "leadership changed while node {id} was catching up; it may be a learner: \
+                 add it again on the new leader"
+            )));
+        }
+        self.raft
+            .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+            .await
+            .map_err(|e| self.membership_failed(e))?;
+        tracing::info!(node = id, "added a voter");
+        Ok(self.cluster_view())
+    }
+
+    /// Removes node `id` (voter or learner) from the cluster. The last voter cannot be removed.
+    pub async fn remove_member(&self, id: u64) -> Result<ClusterView, MembershipError> {
+        self.leading_term()?;
+        let view = self.cluster_view();
+        let Some(member) = view.members.iter().find(|m| m.id == id) else {
+            return Err(MembershipError::Refused(format!(
+                "node {id} is not a member"
+            )));
+        };
+        let change = if member.voter {
+            if view.members.iter().filter(|m| m.voter).count() == 1 {
+                return Err(MembershipError::Refused(format!(
+                    "node {id} is the last voter; a cluster cannot remove its last voter"
+                )));
+            }
+            ChangeMembers::RemoveVoters(BTreeSet::from([id]))
+        } else {
+            ChangeMembers::RemoveNodes(BTreeSet::from([id]))
+        };
+        self.raft
+            .change_membership(change, false)
+            .await
+            .map_err(|e| self.membership_failed(e))?;
+        tracing::info!(node = id, "removed a member");
+        Ok(self.cluster_view())
+    }
+
+    fn membership_failed(&self, e: RaftError<C, ClientWriteError<C>>) -> MembershipError {
+        match e {
+            RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => {
+                MembershipError::NotLeader(ProposeError::NotLeader {
+                    leader: hint_of(&forward),
+                })
+            }
+            RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
+                MembershipError::Refused(e.to_string())
+            }
+            e => MembershipError::Failed(e.to_string()),
+        }
+    }
+}
+
+impl crate::peer_service::Admission for Node {
+    fn admit(&self, from: u64, signing_key: [u8; 32]) -> Result<u64, String> {
+        let key = SigningKey::from_bytes(signing_key);
+        let mut current = self.keys.write().expect("signing key lock");
+        if current.to_bytes() == signing_key {
+            return Ok(self.identity.incarnation);
+        }
+        let member_of_a_cluster = self
+            .raft
+            .metrics()
+            .borrow_watched()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .next()
+            .is_some();
+        if member_of_a_cluster {
+            tracing::error!(%from, "refused admission: this node is a member of a cluster with another key");
+            return Err(format!(
+                "node {} is a member of another cluster (its signing key differs); a node \
+                 joins one cluster once: start a new data directory under a new id",
+                self.identity.node_id
+            ));
+        }
+        crate::keys::store(&self.data_dir, &key).map_err(|e| {
+            format!(
+                "node {} cannot store the cluster key: {e}",
+                self.identity.node_id
+            )
+        })?;
+        *current = key;
+        tracing::info!(%from, public_key = %current.public_key(), "admitted: took the cluster's signing key");
+        Ok(self.identity.incarnation)
+    }
+}
+
 fn hint_of(forward: &ForwardToLeader<C>) -> Option<LeaderHint> {
     forward.leader_id.map(|node_id| LeaderHint {
         node_id,
@@ -660,6 +988,7 @@ mod tests {
             clock: palisade_clock::TokioClock::shared(),
             advertise: "127.0.0.1:1".into(),
             initial_cluster: None,
+            join: false,
         })
         .await
         .unwrap_err();

@@ -47,7 +47,7 @@ use openraft::raft::{
 use openraft::type_config::alias::{LogIdOf, SnapshotOf, VoteOf};
 use palisade_proto::raft::v1::raft_client::RaftClient;
 use palisade_proto::raft::v1::{
-    Envelope, PeerReply, PeerRequest, SnapshotHeader, SnapshotPart, snapshot_part,
+    AdmitRequest, Envelope, PeerReply, PeerRequest, SnapshotHeader, SnapshotPart, snapshot_part,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -70,6 +70,8 @@ const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// connection is dropped: a peer whose machine vanished is noticed within about two seconds.
 const PEER_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
 const PEER_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long an admission call may take.
+const PEER_ADMIT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The name every node of one cluster shares. Each peer request carries it and a node refuses
 /// requests for another cluster, so two clusters whose addresses overlap cannot mix.
@@ -118,6 +120,7 @@ impl std::fmt::Display for ClusterName {
 pub struct PeerNetwork {
     cluster: ClusterName,
     local_id: u64,
+    local_incarnation: u64,
     channels: Arc<Mutex<HashMap<u64, PeerChannel>>>,
 }
 
@@ -128,13 +131,70 @@ struct PeerChannel {
 }
 
 impl PeerNetwork {
-    /// The network of node `local_id` in `cluster`.
-    pub fn new(cluster: ClusterName, local_id: u64) -> PeerNetwork {
+    /// The network of node `local_id` in `cluster`, whose data directory has incarnation
+    /// `local_incarnation` (0: not checked by peers).
+    pub fn new(cluster: ClusterName, local_id: u64, local_incarnation: u64) -> PeerNetwork {
         PeerNetwork {
             cluster,
             local_id,
+            local_incarnation,
             channels: Arc::new(Mutex::new(HashMap::new())),
         }
+    }
+
+    /// The envelope of a request to `target`, whose incarnation the membership records as
+    /// `incarnation` (0: unknown).
+    fn envelope(&self, target: u64, incarnation: u64) -> Envelope {
+        Envelope {
+            cluster: self.cluster.as_str().to_string(),
+            to_node_id: target,
+            from_node_id: self.local_id,
+            to_incarnation: incarnation,
+            from_incarnation: self.local_incarnation,
+        }
+    }
+
+    /// Admits node `target` at `addr` before it becomes a member: hands it the cluster's
+    /// signing key and returns the incarnation of its data directory. Fails with the node's own
+    /// words if it refuses (another node id at that address, a member of another cluster).
+    pub async fn admit(
+        &self,
+        target: u64,
+        addr: &str,
+        signing_key: [u8; 32],
+    ) -> Result<u64, AdmitError> {
+        let channel = self.channel(target, addr).map_err(AdmitError::Refused)?;
+        let mut client = RaftClient::new(channel);
+        let mut request = tonic::Request::new(AdmitRequest {
+            envelope: Some(self.envelope(target, 0)),
+            signing_key: signing_key.to_vec(),
+        });
+        request.set_timeout(PEER_ADMIT_TIMEOUT);
+        let reply = tokio::time::timeout(PEER_ADMIT_TIMEOUT, client.admit(request))
+            .await
+            .map_err(|_| {
+                AdmitError::Unreachable(format!(
+                    "node {target} at {addr} did not answer within {PEER_ADMIT_TIMEOUT:?}"
+                ))
+            })?
+            .map_err(|status| {
+                let why = format!("node {target} at {addr}: {}", status.message());
+                match status.code() {
+                    tonic::Code::Unavailable
+                    | tonic::Code::DeadlineExceeded
+                    | tonic::Code::Unknown
+                    | tonic::Code::Cancelled => AdmitError::Unreachable(why),
+                    _ => AdmitError::Refused(why),
+                }
+            })?
+            .into_inner();
+        if reply.node_id != target {
+            return Err(AdmitError::Refused(format!(
+                "the node at {addr} is node {}, not node {target}",
+                reply.node_id
+            )));
+        }
+        Ok(reply.incarnation)
     }
 
     /// The cached channel to `target` at `addr`, made (not yet connected) if there is none or
@@ -156,6 +216,17 @@ impl PeerNetwork {
         );
         Ok(channel)
     }
+}
+
+/// Why [`PeerNetwork::admit`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AdmitError {
+    /// The node did not answer (not started yet, or gone): try again later.
+    #[error("{0}")]
+    Unreachable(String),
+    /// The node answered and refused, or another node answered: trying again will not help.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// The endpoint of a member's address, `host:port` (a scheme, if present, is kept).
@@ -190,11 +261,7 @@ impl RaftNetworkFactory<C> for PeerNetwork {
         PeerClient {
             target,
             addr: node.addr.clone(),
-            envelope: Envelope {
-                cluster: self.cluster.as_str().to_string(),
-                to_node_id: target,
-                from_node_id: self.local_id,
-            },
+            envelope: self.envelope(target, node.incarnation),
             client,
         }
     }
@@ -569,7 +636,7 @@ mod tests {
     /// `""` in the membership; such a member can only be unreachable until it gets an address.
     #[tokio::test]
     async fn a_member_without_an_address_is_unreachable() {
-        let mut network = PeerNetwork::new(ClusterName::new("palisade").unwrap(), 2);
+        let mut network = PeerNetwork::new(ClusterName::new("palisade").unwrap(), 2, 0);
         let mut client = network.new_client(1, &Member::default()).await;
         let vote = VoteRequest::<C>::new(VoteOf::<C>::new(1, 2), None);
         match client

@@ -18,9 +18,12 @@
 
 use std::io::Cursor;
 
+use openraft::async_runtime::WatchReceiver;
 use openraft::type_config::alias::{SnapshotMetaOf, SnapshotOf, VoteOf};
 use palisade_proto::raft::v1::raft_server::{Raft, RaftServer};
-use palisade_proto::raft::v1::{Envelope, PeerReply, PeerRequest, SnapshotPart, snapshot_part};
+use palisade_proto::raft::v1::{
+    AdmitReply, AdmitRequest, Envelope, PeerReply, PeerRequest, SnapshotPart, snapshot_part,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tonic::{Request, Response, Status, Streaming};
@@ -29,12 +32,31 @@ use crate::limits::{PEER_MESSAGE_BYTES_MAX, SNAPSHOT_BYTES_MAX, SNAPSHOT_CHUNK_B
 use crate::peer::ClusterName;
 use crate::raft_types::{C, PalisadeRaft, SnapshotData};
 
+/// What a node does when it is admitted to a cluster (see `Admit` in `palisade_raft.proto`).
+pub trait Admission: Send + Sync + 'static {
+    /// Takes the cluster's signing key (a 32-byte Ed25519 seed) from node `from`; returns this
+    /// node's incarnation, or why it refuses.
+    fn admit(&self, from: u64, signing_key: [u8; 32]) -> Result<u64, String>;
+}
+
 /// The `palisade.raft.v1.Raft` service of one node.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RaftPeerServer {
     raft: PalisadeRaft,
     local_id: u64,
+    local_incarnation: u64,
     cluster: ClusterName,
+    admission: Option<std::sync::Arc<dyn Admission>>,
+}
+
+impl std::fmt::Debug for RaftPeerServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RaftPeerServer")
+            .field("local_id", &self.local_id)
+            .field("local_incarnation", &self.local_incarnation)
+            .field("cluster", &self.cluster)
+            .finish_non_exhaustive()
+    }
 }
 
 impl RaftPeerServer {
@@ -43,8 +65,22 @@ impl RaftPeerServer {
         RaftPeerServer {
             raft,
             local_id,
+            local_incarnation: 0,
             cluster,
+            admission: None,
         }
+    }
+
+    /// Refuse requests addressed to another incarnation of this node id, and answer `Admit`
+    /// through `admission`.
+    pub fn with_identity(
+        mut self,
+        incarnation: u64,
+        admission: std::sync::Arc<dyn Admission>,
+    ) -> RaftPeerServer {
+        self.local_incarnation = incarnation;
+        self.admission = Some(admission);
+        self
     }
 
     /// The tonic service to `add_service` to the node's server, with the peer message limits.
@@ -54,8 +90,22 @@ impl RaftPeerServer {
             .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX)
     }
 
-    /// Refuses a request that is not for this node of this cluster; returns the sender's id.
-    fn admit(&self, envelope: Option<Envelope>) -> Result<u64, Status> {
+    /// Refuses a Raft request that is not for this node of this cluster, or not from a member
+    /// as this node knows it; returns the sender's id.
+    fn check_envelope(&self, envelope: Option<Envelope>) -> Result<u64, Status> {
+        let (from, from_incarnation) = self.addressed_here(envelope)?;
+        self.check_sender(from, from_incarnation)?;
+        Ok(from)
+    }
+
+    /// An `Admit` comes from a node this one may not know yet: only the address is checked.
+    fn admit_envelope(&self, envelope: Option<Envelope>) -> Result<u64, Status> {
+        Ok(self.addressed_here(envelope)?.0)
+    }
+
+    /// Refuses a request that is not for this incarnation of this node of this cluster;
+    /// returns the sender's id and incarnation.
+    fn addressed_here(&self, envelope: Option<Envelope>) -> Result<(u64, u64), Status> {
         let Some(envelope) = envelope else {
             return Err(Status::invalid_argument(
                 "a peer request must carry an envelope naming its cluster and target node",
@@ -65,6 +115,8 @@ impl RaftPeerServer {
             cluster,
             to_node_id,
             from_node_id,
+            to_incarnation,
+            from_incarnation,
         } = envelope;
         if cluster != self.cluster.as_str() {
             tracing::warn!(%from_node_id, %cluster, "refused a peer request for another cluster");
@@ -84,12 +136,64 @@ impl RaftPeerServer {
                 self.local_id,
             )));
         }
-        Ok(from_node_id)
+        if to_incarnation != 0
+            && self.local_incarnation != 0
+            && to_incarnation != self.local_incarnation
+        {
+            tracing::error!(
+                %from_node_id,
+                "refused a peer request for an earlier incarnation of this node id: this data \
+                 directory is not the one the cluster admitted as node {}; it was wiped or \
+                 replaced. Start it under a new --node-id and add it with `palisade cluster add`",
+                self.local_id
+            );
+            return Err(Status::failed_precondition(format!(
+                "node {} at this address has a new data directory (incarnation {}, the \
+                 membership records {to_incarnation}): a wiped node cannot rejoin under its old \
+                 id; remove node {} and add the new directory under a new id",
+                self.local_id, self.local_incarnation, self.local_id
+            )));
+        }
+        Ok((from_node_id, from_incarnation))
+    }
+
+    /// Refuses a sender that this node's membership does not know as it is: an id that is no
+    /// member (a removed node), or another incarnation of a member's id (a wiped node). A node
+    /// that knows no membership yet (before it is added) accepts any sender.
+    fn check_sender(&self, from: u64, from_incarnation: u64) -> Result<(), Status> {
+        let membership = self
+            .raft
+            .metrics()
+            .borrow_watched()
+            .membership_config
+            .clone();
+        let membership = membership.membership();
+        if membership.voter_ids().next().is_none() {
+            return Ok(());
+        }
+        match membership.get_node(&from) {
+            None => Err(Status::failed_precondition(format!(
+                "node {from} is not a member of this cluster as node {} knows it (removed?)",
+                self.local_id
+            ))),
+            Some(member)
+                if member.incarnation != 0
+                    && from_incarnation != 0
+                    && member.incarnation != from_incarnation =>
+            {
+                Err(Status::failed_precondition(format!(
+                    "node {from} has a new data directory (incarnation {from_incarnation}, the \
+                     membership records {}): a wiped node cannot take part under its old id",
+                    member.incarnation
+                )))
+            }
+            Some(_) => Ok(()),
+        }
     }
 
     /// The request's openraft message, once the envelope is admitted.
     fn open<T: DeserializeOwned>(&self, request: PeerRequest, what: &str) -> Result<T, Status> {
-        self.admit(request.envelope)?;
+        self.check_envelope(request.envelope)?;
         decode(&request.body, what)
     }
 
@@ -159,6 +263,30 @@ impl Raft for RaftPeerServer {
         reply(&response)
     }
 
+    async fn admit(&self, request: Request<AdmitRequest>) -> Result<Response<AdmitReply>, Status> {
+        let request = request.into_inner();
+        let from = self.admit_envelope(request.envelope)?;
+        let Some(admission) = &self.admission else {
+            return Err(Status::failed_precondition(format!(
+                "node {} does not take admissions",
+                self.local_id
+            )));
+        };
+        let key: [u8; 32] = request.signing_key.as_slice().try_into().map_err(|_| {
+            Status::invalid_argument(format!(
+                "a signing key is 32 bytes, not {}",
+                request.signing_key.len()
+            ))
+        })?;
+        let incarnation = admission
+            .admit(from, key)
+            .map_err(Status::failed_precondition)?;
+        Ok(Response::new(AdmitReply {
+            node_id: self.local_id,
+            incarnation,
+        }))
+    }
+
     async fn install_snapshot(
         &self,
         request: Request<Streaming<SnapshotPart>>,
@@ -175,7 +303,7 @@ impl Raft for RaftPeerServer {
             }
             None => return Err(refused_snapshot("the stream is empty".to_string())),
         };
-        let from = self.admit(header.envelope)?;
+        let from = self.check_envelope(header.envelope)?;
         let declared = usize::try_from(header.snapshot_bytes)
             .ok()
             .filter(|bytes| *bytes <= SNAPSHOT_BYTES_MAX)

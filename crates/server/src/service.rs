@@ -279,12 +279,17 @@ impl LockService {
                 let mut registration = registration
                     .ok_or_else(|| ServiceError::Internal("queued a try-only acquire".into()))?;
                 metrics::gauge!(crate::metrics::WAITERS).increment(1.0);
+                // A wait ends with this node's leadership: the new leader's lease driver decides
+                // it from now on, and the client's retry (same request id) finds its outcome.
                 let outcome = tokio::select! {
-                    outcome = registration.outcome_after(index) => Some(outcome),
-                    () = self.node.stopping() => None,
+                    outcome = registration.outcome_after(index) => Ok(outcome),
+                    () = self.node.stopping() => Err(ServiceError::ShuttingDown),
+                    () = self.node.leadership_lost() => Err(ProposeError::NotLeader {
+                        leader: self.node.leader_hint().filter(|h| h.node_id != self.node.node_id()),
+                    }.into()),
                 };
                 metrics::gauge!(crate::metrics::WAITERS).decrement(1.0);
-                match outcome.ok_or(ServiceError::ShuttingDown)? {
+                match outcome? {
                     Some(WaitOutcome::Granted(token)) => (lock, token),
                     Some(WaitOutcome::Ended(WaitEndCause::SessionEnded)) => {
                         return Err(CoreError::SessionNotFound { session }.into());

@@ -17,15 +17,8 @@ struct Running {
 
 async fn start() -> Running {
     let dir = tempfile::tempdir().unwrap();
-    let config = ServerConfig {
-        data_dir: dir.path().to_path_buf(),
-        listen: "127.0.0.1:0".parse().unwrap(),
-        metrics_listen: None,
-        lock_delay_ms: 0,
-        node_id: 1,
-        advertise: None,
-        initial_cluster: None,
-    };
+    let config =
+        ServerConfig::single_node(dir.path().to_path_buf(), "127.0.0.1:0".parse().unwrap());
     let clock = ManualClock::new();
     let server = Server::start_with_clock(&config, clock.shared())
         .await

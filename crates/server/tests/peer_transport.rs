@@ -97,7 +97,7 @@ impl TestNode {
         let raft = PalisadeRaft::new(
             id,
             config(),
-            PeerNetwork::new(cluster(), id),
+            PeerNetwork::new(cluster(), id, 0),
             log.clone(),
             state_machine,
         )
@@ -423,6 +423,8 @@ fn envelope(cluster: &str, to_node_id: u64) -> Option<Envelope> {
         cluster: cluster.to_string(),
         to_node_id,
         from_node_id: 1,
+        to_incarnation: 0,
+        from_incarnation: 0,
     })
 }
 
@@ -473,7 +475,7 @@ async fn a_request_for_another_node_or_another_cluster_is_refused() {
 
     // Through the transport, the refusal reaches openraft as an unreachable peer (it backs
     // off), never as an answer from the wrong node.
-    let mut network = PeerNetwork::new(cluster(), 1);
+    let mut network = PeerNetwork::new(cluster(), 1, 0);
     let mut to_node_3 = network.new_client(3, &member(node.addr)).await;
     let request = VoteRequest::<C>::new(VoteOf::<C>::new(1, 1), None);
     let option = RPCOption::new(Duration::from_secs(10));
@@ -496,7 +498,7 @@ async fn a_peer_nobody_listens_at_is_unreachable_and_grants_no_pre_vote() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     drop(listener);
-    let mut network = PeerNetwork::new(cluster(), 1);
+    let mut network = PeerNetwork::new(cluster(), 1, 0);
     let mut client = network.new_client(2, &member(addr)).await;
     let request = VoteRequest::<C>::new(VoteOf::<C>::new(1, 1), None);
     let option = RPCOption::new(Duration::from_secs(10));
