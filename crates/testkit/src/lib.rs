@@ -10,6 +10,7 @@
 //!   directory with `palisade` commands aimed at it, for the CLI's tests;
 //! - [`in_process`]: the lock service and the store server in the test's own runtime;
 //! - [`keys`]: a lock service's signing key without a lock service, for store tests;
+//! - [`cluster`]: [`LocalCluster`], nodes of one replicated lock service as processes;
 //! - [`child`]: any child a test spawns, killed if the test ends first, and its output lines.
 //!
 //! # Ports
@@ -27,9 +28,11 @@
 //! caller. Tests of other crates use [`in_process`], or run their own test executable as the
 //! child ([`process::ServerProcess::custom`]).
 //!
-//! Multi-node clusters and a fault-injecting TCP proxy will live here too; they do not exist yet.
+//! [`cluster`] runs several `palisade serve` processes as one replicated lock service. A
+//! fault-injecting TCP proxy will live here too; it does not exist yet.
 
 pub mod child;
+pub mod cluster;
 pub mod command;
 pub mod deployment;
 pub mod in_process;
@@ -39,6 +42,7 @@ pub mod process;
 use std::time::{Duration, Instant};
 
 pub use child::{Lines, Running};
+pub use cluster::LocalCluster;
 pub use command::{Ran, command, run, scrub};
 pub use deployment::Palisade;
 pub use in_process::{LockServer, StoreServer, locks_client};

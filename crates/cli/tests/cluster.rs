@@ -1,0 +1,266 @@
+//! A replicated lock service as real processes on loopback: a cluster bootstrapped with
+//! `--initial-cluster`, a single node grown with `palisade cluster add`, `kill -9` of the
+//! leader, and a wiped node coming back under its old id.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use palisade_sequencer::PublicKey;
+use palisade_testkit::{LocalCluster, Ran};
+
+const BIN: &str = env!("CARGO_BIN_EXE_palisade");
+
+/// `palisade acquire` printed as `KEY=VALUE` lines.
+fn grant(ran: &Ran) -> BTreeMap<String, String> {
+    ran.expect_success();
+    ran.stdout
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Takes `lock` on the leader in a new session: its token, sequencer and session.
+fn acquire_in_session(cluster: &mut LocalCluster, lock: &str, ttl: &str) -> (u64, String, String) {
+    let leader = cluster.leader_address();
+    let granted = grant(&cluster.palisade(&leader, &["acquire", lock, "--ttl", ttl]));
+    (
+        granted["PALISADE_TOKEN"].parse().expect("a token"),
+        granted["PALISADE_SEQUENCER"].clone(),
+        granted["PALISADE_SESSION"].clone(),
+    )
+}
+
+fn acquire(cluster: &mut LocalCluster, lock: &str, ttl: &str) -> (u64, String) {
+    let (token, sequencer, _) = acquire_in_session(cluster, lock, ttl);
+    (token, sequencer)
+}
+
+fn pubkey(cluster: &LocalCluster, address: &str) -> String {
+    let ran = cluster.palisade(address, &["pubkey"]);
+    ran.expect_success();
+    ran.stdout.trim().to_string()
+}
+
+fn lock_status(cluster: &mut LocalCluster, lock: &str) -> serde_json::Value {
+    let leader = cluster.leader_address();
+    let ran = cluster.palisade(&leader, &["status", lock, "--json"]);
+    ran.expect_success();
+    ran.json()
+}
+
+fn voters(status: &serde_json::Value) -> Vec<u64> {
+    status["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .filter(|m| m["kind"] == "voter")
+        .map(|m| m["id"].as_u64().expect("an id"))
+        .collect()
+}
+
+#[test]
+fn three_nodes_elect_one_leader_and_sign_with_one_key() {
+    let mut cluster = LocalCluster::start(BIN, 3);
+    let status = cluster.status();
+    assert_eq!(voters(&status), [1, 2, 3], "{status}");
+    let roles: Vec<&str> = status["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles.iter().filter(|r| **r == "leader").count(),
+        1,
+        "{status}"
+    );
+    let keys: Vec<String> = cluster
+        .nodes
+        .values()
+        .map(|n| pubkey(&cluster, &n.address()))
+        .collect();
+    assert!(
+        keys.iter().all(|k| *k == keys[0]),
+        "nodes sign with different keys: {keys:?}"
+    );
+
+    // The text form names the leader, the term and each member's indexes.
+    let endpoints = cluster.endpoints();
+    let text = cluster.palisade(&endpoints, &["cluster", "status"]);
+    text.expect_success();
+    assert!(text.stdout.starts_with("leader: node "), "{}", text.stdout);
+    assert!(text.stdout.contains("APPLIED") && text.stdout.contains("COMMITTED"));
+}
+
+#[test]
+fn killing_the_leader_keeps_held_locks_and_tokens_only_grow() {
+    let mut cluster = LocalCluster::start(BIN, 3);
+    let leader = cluster.leader_address();
+    let key = PublicKey::parse(&pubkey(&cluster, &leader)).unwrap();
+    // A lease that outlives every failover below.
+    let (held_token, _) = acquire(&mut cluster, "held", "120s");
+    let mut last = 0;
+    for round in 0..2 {
+        let (token, sequencer, session) = acquire_in_session(&mut cluster, "counter", "10s");
+        assert!(token > last, "round {round}: token {token} after {last}");
+        last = token;
+        key.verify(&sequencer)
+            .unwrap_or_else(|e| panic!("round {round}: the leader's sequencer: {e}"));
+        // Released at once, so the next round's grant needs a fresh token.
+        let leader = cluster.leader();
+        let leader_address = cluster.nodes[&leader].address();
+        cluster
+            .palisade(
+                &leader_address,
+                &["release", "counter", "--session", &session],
+            )
+            .expect_success();
+
+        let killed = Instant::now();
+        cluster.node(leader).process.kill9();
+        let next = cluster.leader();
+        eprintln!(
+            "round {round}: node {leader} killed, node {next} leads after {:?}",
+            killed.elapsed()
+        );
+        assert_ne!(next, leader);
+        let held = lock_status(&mut cluster, "held");
+        assert_eq!(
+            held["holder"]["token"].as_u64(),
+            Some(held_token),
+            "the lease of 120 s was lost in a failover: {held}"
+        );
+        cluster.node(leader).process.start();
+    }
+    let (token, sequencer) = acquire(&mut cluster, "counter", "1s");
+    assert!(
+        token > last,
+        "after the failovers: token {token} after {last}"
+    );
+    key.verify(&sequencer)
+        .expect("the last leader's sequencer verifies");
+}
+
+#[test]
+fn a_wiped_node_cannot_come_back_under_its_old_id() {
+    let mut cluster = LocalCluster::start(BIN, 3);
+    let (token, _) = acquire(&mut cluster, "l", "30s");
+
+    // Node 3 loses its disk and is started again with the same flags.
+    let leader = cluster.leader();
+    let follower = *cluster
+        .nodes
+        .keys()
+        .find(|id| **id != leader && **id != 1)
+        .expect("a follower other than node 1");
+    cluster.node(follower).process.kill9();
+    let dir = cluster.node(follower).process.data_dir().to_path_buf();
+    std::fs::remove_dir_all(&dir).unwrap();
+    cluster.node(follower).process.start();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cluster
+        .node(follower)
+        .process
+        .log()
+        .contains("earlier incarnation of this node id")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the wiped node took part: {}",
+            cluster.node(follower).process.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let status = cluster.status();
+    let wiped = status["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"].as_u64() == Some(follower))
+        .unwrap()
+        .clone();
+    assert_eq!(
+        wiped["applied_index"], 0,
+        "the wiped node applied entries: {status}"
+    );
+    // The other two still serve.
+    let (next, _) = acquire(&mut cluster, "l2", "30s");
+    assert!(next > token);
+
+    // Node 1, the bootstrapper, wiped: it would bootstrap again, and the others refuse it.
+    cluster.node(1).process.kill9();
+    let dir = cluster.node(1).process.data_dir().to_path_buf();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let mut serve = palisade_testkit::command(BIN);
+    let initial = cluster
+        .nodes
+        .values()
+        .map(|n| format!("{}={}", n.id, n.address()))
+        .collect::<Vec<_>>()
+        .join(",");
+    serve
+        .args([
+            "serve",
+            "--node-id",
+            "1",
+            "--listen",
+            &cluster.nodes[&1].address(),
+        ])
+        .arg("--data-dir")
+        .arg(&dir)
+        .args(["--initial-cluster", &initial]);
+    let ran = palisade_testkit::run(serve);
+    assert_ne!(ran.code(), Some(0));
+    assert!(
+        ran.stderr.contains("cannot bootstrap the cluster")
+            && ran.stderr.contains("another cluster"),
+        "{}",
+        ran.stderr
+    );
+}
+
+#[test]
+fn a_single_node_grows_to_three_and_outlives_its_first_node() {
+    let mut cluster = LocalCluster::empty(BIN);
+    let first = cluster.add_single().address();
+    let key = pubkey(&cluster, &first);
+    let (token, _) = acquire(&mut cluster, "l", "120s");
+
+    for id in [2, 3] {
+        let address = cluster.start_joining(id).address();
+        let added = cluster.palisade(&first, &["cluster", "add", &id.to_string(), &address]);
+        added.expect_success();
+        assert!(
+            added.stdout.contains(&format!("added node {id}")),
+            "{}",
+            added.stdout
+        );
+    }
+    assert_eq!(voters(&cluster.status()), [1, 2, 3]);
+    // An id in use is refused with a clear message.
+    let again = cluster.palisade(&first, &["cluster", "add", "2", "127.0.0.1:1"]);
+    assert_eq!(again.code(), Some(1), "{again:?}");
+    assert!(again.stderr.contains("already a voter"), "{}", again.stderr);
+
+    cluster.node(1).process.kill9();
+    let leader = cluster.leader();
+    assert!([2, 3].contains(&leader));
+    let leader_address = cluster.nodes[&leader].address();
+    assert_eq!(
+        pubkey(&cluster, &leader_address),
+        key,
+        "the new members sign with another key"
+    );
+    let held = lock_status(&mut cluster, "l");
+    assert_eq!(held["holder"]["token"].as_u64(), Some(token), "{held}");
+    let (next, _) = acquire(&mut cluster, "m", "5s");
+    assert!(next > token);
+
+    // The dead first node is removed; two voters remain and still serve.
+    let removed = cluster.palisade(&leader_address, &["cluster", "remove", "1"]);
+    removed.expect_success();
+    assert_eq!(voters(&cluster.status()), [2, 3]);
+    let (after, _) = acquire(&mut cluster, "m2", "5s");
+    assert!(after > next);
+}
