@@ -194,7 +194,10 @@ fn chain_has_connect_error(status: &Status) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConnectError {
-    #[error("invalid endpoint {endpoint:?}: {reason}; expected e.g. http://127.0.0.1:7457")]
+    #[error(
+        "invalid endpoint {endpoint:?}: {reason}; expected e.g. http://127.0.0.1:7457, or a comma-separated list of up to {} such addresses",
+        crate::client::ENDPOINTS_MAX
+    )]
     InvalidEndpoint { endpoint: String, reason: String },
     #[error(
         "cannot connect to the lock service at {endpoint}: {reason}; is `palisade serve` running there? (set --endpoint or PALISADE_ENDPOINT)"
