@@ -25,7 +25,8 @@ use tracing_subscriber::EnvFilter;
 #[derive(Debug, Parser)]
 #[command(name = "palisade", version, about, after_help = exit::HELP)]
 struct Cli {
-    /// Address of the lock service.
+    /// Address of the lock service, or a comma-separated list of the members of a cluster
+    /// (at most 16; the client follows the leader). `http://` is assumed without a scheme.
     #[arg(long, global = true, env = "PALISADE_ENDPOINT", default_value = DEFAULT_ENDPOINT)]
     endpoint: String,
     #[command(subcommand)]
@@ -67,11 +68,14 @@ enum Command {
 /// What every client command needs: where the lock service is.
 #[derive(Debug, Clone)]
 pub struct Global {
+    /// One endpoint, or a comma-separated list of them.
     pub endpoint: String,
 }
 
 impl Global {
-    /// Connects to the lock service.
+    /// Connects to the lock service: to the first endpoint of the list that accepts a
+    /// connection, following the leader from there. A malformed list (an empty entry, more than
+    /// 16 entries) is a usage error.
     pub async fn connect(&self) -> anyhow::Result<Client> {
         Ok(Client::connect(&self.endpoint).await?)
     }

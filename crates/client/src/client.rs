@@ -6,6 +6,7 @@
 //! the session alive.
 
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use palisade_core::error_chain::error_chain;
@@ -24,8 +25,13 @@ use crate::retry::{Backoff, open_key, request_id, retry_until_known};
 use crate::session::{AcquireOptions, Session, SessionOptions, Wait};
 use crate::watch::LockEvents;
 
-/// Environment variable naming the lock service's address.
+/// Environment variable naming the lock service's address, or a comma-separated list of the
+/// addresses of a cluster's members.
 pub const ENDPOINT_ENV: &str = "PALISADE_ENDPOINT";
+
+/// Most endpoints one client takes: a cluster has at most 9 members, and a list this long is a
+/// mistake, not a deployment.
+pub const ENDPOINTS_MAX: usize = 16;
 
 /// Most pages [`Client::list_locks`] follows before deciding the server is misbehaving.
 const LIST_PAGES_MAX: usize = 100_000;
@@ -51,13 +57,55 @@ impl Default for ClientOptions {
     }
 }
 
-/// A connection to the lock service. Cheap to clone; clones share the connection, which is
-/// re-established automatically after it breaks.
+/// A connection to the lock service: to one server, or to the members of a cluster, following
+/// the leader. Cheap to clone; clones share the connections (re-established automatically
+/// after they break) and the knowledge of which member leads.
 #[derive(Debug, Clone)]
 pub struct Client {
-    pub(crate) raw: LocksClient<Channel>,
     pub(crate) options: ClientOptions,
-    endpoint: String,
+    pub(crate) endpoints: Arc<Endpoints>,
+}
+
+/// The endpoints a client was given, and the one it sends to now.
+///
+/// Every attempt of a call goes to the current endpoint ([`Endpoints::current`]); when it
+/// fails, [`Endpoints::after_failure`] decides where the next attempt goes:
+///
+/// - an `UNAVAILABLE` naming the leader ([`Failure::NotLeader`]): to the leader, at
+///   `http://<palisade-leader-addr>`, one of the configured endpoints if it is one of them;
+/// - any other failure that is not an answer about the request itself (an `UNAVAILABLE` without
+///   a leader, a failed connection, a broken connection, no answer in time): to the next
+///   configured endpoint, in order, wrapping around;
+/// - a refusal or an answer: nowhere else (the member answered for the cluster).
+///
+/// Whether, and when, the next attempt is made is the retry policy's business
+/// ([`crate::retry::Backoff`]), not this one's.
+#[derive(Debug)]
+pub(crate) struct Endpoints {
+    /// The configured endpoints, in the order given, each with its own (lazily re-established)
+    /// channel.
+    configured: Vec<Target>,
+    options: ClientOptions,
+    current: Mutex<Current>,
+}
+
+/// One endpoint and a channel to it.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    pub(crate) url: String,
+    pub(crate) raw: LocksClient<Channel>,
+}
+
+/// The endpoint in use.
+#[derive(Debug, Clone)]
+pub(crate) struct Current {
+    pub(crate) target: Target,
+    /// Bumped at every switch, so a failure seen by a call that used an endpoint no longer
+    /// current moves nothing (another call already moved on).
+    pub(crate) generation: u64,
+    /// The configured endpoint in use, or the last one used before following a leader that is
+    /// not in the list; rotation continues after it.
+    index: usize,
 }
 
 /// A session opened by [`Client::open_session_without_keepalive`]: it lives for `ttl` after
@@ -117,58 +165,255 @@ pub(crate) fn normalize_endpoint(endpoint: &str) -> String {
     }
 }
 
-impl Client {
-    /// Connects to the lock service at `endpoint` (e.g. `http://127.0.0.1:7457`; the scheme may
-    /// be left out).
-    pub async fn connect(endpoint: &str) -> Result<Client, ConnectError> {
-        Client::connect_with(endpoint, ClientOptions::default()).await
+/// Splits a comma-separated list of endpoints (`a:7457,b:7457`; one endpoint is a list of one)
+/// and gives each without a scheme `http://`. Refuses an empty entry, more than
+/// [`ENDPOINTS_MAX`] entries, and an entry that names no host.
+pub fn parse_endpoints(list: &str) -> Result<Vec<String>, ConnectError> {
+    let invalid = |reason: String| ConnectError::InvalidEndpoint {
+        endpoint: list.to_string(),
+        reason,
+    };
+    let entries: Vec<&str> = list.split(',').map(str::trim).collect();
+    if entries.len() > ENDPOINTS_MAX {
+        return Err(invalid(format!(
+            "{} endpoints given, at most {ENDPOINTS_MAX} are allowed",
+            entries.len()
+        )));
+    }
+    entries
+        .iter()
+        .enumerate()
+        .map(|(i, entry)| {
+            if entry.is_empty() {
+                let reason = if entries.len() == 1 {
+                    "no endpoint given".to_string()
+                } else {
+                    format!(
+                        "entry {} of {} is empty; separate endpoints with single commas",
+                        i + 1,
+                        entries.len()
+                    )
+                };
+                return Err(invalid(reason));
+            }
+            let url = normalize_endpoint(entry);
+            let uri: tonic::transport::Uri = url
+                .parse()
+                .map_err(|e| invalid(format!("{entry:?}: {e}")))?;
+            if uri.host().is_none_or(str::is_empty) {
+                return Err(invalid(format!("{entry:?} names no host")));
+            }
+            Ok(url)
+        })
+        .collect()
+}
+
+/// A channel to `url` (already checked), connected on first use and re-established after it
+/// breaks.
+fn lazy_target(url: &str, options: &ClientOptions) -> Result<Target, ConnectError> {
+    let endpoint = channel_endpoint(url, options)?;
+    Ok(Target {
+        url: url.to_string(),
+        raw: locks_client(endpoint.connect_lazy()),
+    })
+}
+
+/// The channel settings every connection of a client uses.
+fn channel_endpoint(url: &str, options: &ClientOptions) -> Result<Endpoint, ConnectError> {
+    let uri: tonic::transport::Uri = url.parse().map_err(|e| ConnectError::InvalidEndpoint {
+        endpoint: url.to_string(),
+        reason: format!("{e}"),
+    })?;
+    Ok(Endpoint::from(uri)
+        .connect_timeout(options.connect_timeout)
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(10))
+        .keep_alive_timeout(Duration::from_secs(10))
+        .keep_alive_while_idle(true))
+}
+
+fn locks_client(channel: Channel) -> LocksClient<Channel> {
+    LocksClient::new(channel)
+        .max_decoding_message_size(MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(MESSAGE_BYTES_MAX)
+}
+
+impl Endpoints {
+    /// The endpoint the next attempt goes to.
+    pub(crate) fn current(&self) -> Current {
+        self.lock().clone()
     }
 
-    /// Connects to the address in `PALISADE_ENDPOINT`, or the default loopback address.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Current> {
+        self.current.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Moves on after an attempt sent to `used` (its [`Current::generation`]) failed with
+    /// `failure`; see [`Endpoints`] for where to.
+    pub(crate) fn after_failure(&self, used: u64, failure: &Failure) {
+        let mut current = self.lock();
+        if current.generation != used {
+            return; // Another call has already moved on from that endpoint.
+        }
+        let next = match failure {
+            Failure::NotLeader { leader, .. } if *leader != current.target.url => {
+                match self.configured.iter().position(|t| t.url == *leader) {
+                    Some(index) => (self.configured[index].clone(), index),
+                    None => match lazy_target(leader, &self.options) {
+                        Ok(target) => (target, current.index),
+                        Err(_) => return, // Checked when read; kept for safety.
+                    },
+                }
+            }
+            // A member naming itself as the leader it is not is confused: try another.
+            Failure::NotLeader { .. } | Failure::NotApplied(_) | Failure::Unknown(_) => {
+                let index = (current.index + 1) % self.configured.len();
+                (self.configured[index].clone(), index)
+            }
+            Failure::Core(_)
+            | Failure::SessionNotFound(_)
+            | Failure::InvalidArgument(_)
+            | Failure::Rejected { .. } => return,
+        };
+        let (target, index) = next;
+        if target.url == current.target.url && index == current.index {
+            return; // One endpoint: nowhere else to go.
+        }
+        tracing::debug!(from = %current.target.url, to = %target.url, ?failure, "switching endpoint");
+        current.target = target;
+        current.index = index;
+        current.generation += 1;
+    }
+}
+
+impl Client {
+    /// Connects to the lock service at `endpoints`: one address (`http://127.0.0.1:7457`; the
+    /// scheme may be left out, `http://` is assumed), or a comma-separated list of the members
+    /// of a cluster (`10.0.0.1:7457,10.0.0.2:7457,10.0.0.3:7457`, at most [`ENDPOINTS_MAX`]).
+    /// See [`Client::connect_many`].
+    pub async fn connect(endpoints: &str) -> Result<Client, ConnectError> {
+        Client::connect_with(endpoints, ClientOptions::default()).await
+    }
+
+    /// Connects to the address or addresses in `PALISADE_ENDPOINT` (a comma-separated list), or
+    /// the default loopback address.
     pub async fn from_env() -> Result<Client, ConnectError> {
         let endpoint = std::env::var(ENDPOINT_ENV).unwrap_or_else(|_| DEFAULT_ENDPOINT.to_string());
         Client::connect(&endpoint).await
     }
 
-    /// Connects with explicit timeouts and retry budget.
+    /// [`Client::connect`] with explicit timeouts and retry budget.
     pub async fn connect_with(
-        endpoint: &str,
+        endpoints: &str,
         options: ClientOptions,
     ) -> Result<Client, ConnectError> {
-        let url = normalize_endpoint(endpoint);
-        let invalid = |reason: String| ConnectError::InvalidEndpoint {
-            endpoint: endpoint.to_string(),
-            reason,
-        };
-        let uri: tonic::transport::Uri = url.parse().map_err(|e| invalid(format!("{e}")))?;
-        if uri.host().is_none() {
-            return Err(invalid("it names no host".to_string()));
+        Client::connect_many(&parse_endpoints(endpoints)?, options).await
+    }
+
+    /// Connects to the first of `endpoints` that accepts a connection, trying them in order,
+    /// and keeps the others for later.
+    ///
+    /// Calls go to one endpoint at a time, the current one. A member that is not the leader
+    /// answers `UNAVAILABLE`, naming the leader when it knows it: the client then makes the
+    /// leader its current endpoint and sends the call there at once (nothing was applied, so
+    /// that is always safe). A failed connection, or `UNAVAILABLE` naming no leader (an
+    /// election), moves the client to the next endpoint in the list, after the usual short
+    /// pause. Retries stay within [`ClientOptions::retry_budget`], and a request whose outcome
+    /// may be unknown is only ever sent again with the same request id (or open key).
+    ///
+    /// Fails with [`ConnectError::InvalidEndpoint`] for an empty list, more than
+    /// [`ENDPOINTS_MAX`] endpoints, or one that is not a URL, and with
+    /// [`ConnectError::Unreachable`] when none accepts a connection.
+    pub async fn connect_many(
+        endpoints: &[impl AsRef<str>],
+        options: ClientOptions,
+    ) -> Result<Client, ConnectError> {
+        let urls = endpoints
+            .iter()
+            .map(|e| {
+                let list = e.as_ref();
+                match parse_endpoints(list)?.as_slice() {
+                    [one] => Ok(one.clone()),
+                    _ => Err(ConnectError::InvalidEndpoint {
+                        endpoint: list.to_string(),
+                        reason: "one endpoint per entry, not a list".to_string(),
+                    }),
+                }
+            })
+            .collect::<Result<Vec<String>, ConnectError>>()?;
+        if urls.is_empty() || urls.len() > ENDPOINTS_MAX {
+            return Err(ConnectError::InvalidEndpoint {
+                endpoint: urls.join(","),
+                reason: format!(
+                    "{} endpoints given, 1 to {ENDPOINTS_MAX} are allowed",
+                    urls.len()
+                ),
+            });
         }
-        let channel = Endpoint::from(uri)
-            .connect_timeout(options.connect_timeout)
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(Duration::from_secs(10))
-            .keep_alive_timeout(Duration::from_secs(10))
-            .keep_alive_while_idle(true)
-            .connect()
-            .await
-            .map_err(|e| ConnectError::Unreachable {
-                endpoint: url.clone(),
-                reason: error_chain(&e),
-            })?;
-        let raw = LocksClient::new(channel)
-            .max_decoding_message_size(MESSAGE_BYTES_MAX)
-            .max_encoding_message_size(MESSAGE_BYTES_MAX);
+        // Connect to one now, so that a wrong address is reported here rather than on the
+        // first call; the others connect when first used.
+        let mut failures = Vec::new();
+        let mut connected = None;
+        for (index, url) in urls.iter().enumerate() {
+            match channel_endpoint(url, &options)?.connect().await {
+                Ok(channel) => {
+                    connected = Some((index, channel));
+                    break;
+                }
+                Err(error) => {
+                    tracing::debug!(endpoint = %url, error = %error_chain(&error), "cannot connect");
+                    failures.push(format!("{url}: {}", error_chain(&error)));
+                }
+            }
+        }
+        let Some((index, channel)) = connected else {
+            return Err(ConnectError::Unreachable {
+                endpoint: urls.join(","),
+                reason: failures.join("; "),
+            });
+        };
+        let configured = urls
+            .iter()
+            .enumerate()
+            .map(|(i, url)| {
+                if i == index {
+                    Ok(Target {
+                        url: url.clone(),
+                        raw: locks_client(channel.clone()),
+                    })
+                } else {
+                    lazy_target(url, &options)
+                }
+            })
+            .collect::<Result<Vec<Target>, ConnectError>>()?;
+        let current = Current {
+            target: configured[index].clone(),
+            generation: 0,
+            index,
+        };
         Ok(Client {
-            raw,
             options,
-            endpoint: url,
+            endpoints: Arc::new(Endpoints {
+                configured,
+                options,
+                current: Mutex::new(current),
+            }),
         })
     }
 
-    /// The address this client talks to, with its scheme.
-    pub fn endpoint(&self) -> &str {
-        &self.endpoint
+    /// The endpoint calls go to now, with its scheme: the leader, as far as this client knows.
+    pub fn endpoint(&self) -> String {
+        self.endpoints.current().target.url
+    }
+
+    /// The endpoints this client was given, in order, with their schemes: what to pass on to
+    /// another client (joined with commas, e.g. in `PALISADE_ENDPOINT`).
+    pub fn endpoints(&self) -> Vec<String> {
+        self.endpoints
+            .configured
+            .iter()
+            .map(|t| t.url.clone())
+            .collect()
     }
 
     /// Opens a session kept alive in the background until it is closed or dropped.
@@ -281,8 +526,8 @@ impl Client {
                 Wait::Try => Some(self.options.request_timeout),
                 Wait::For(_) => Some(remaining.unwrap_or_default() + self.options.request_timeout),
             };
-            let mut raw = self.raw.clone();
-            bounded(timeout, async move { raw.acquire(request).await })
+            self.attempt(timeout, |mut raw| async move { raw.acquire(request).await })
+                .run()
         })
         .await
         .map_err(|failure| AcquireError::from_failure(failure, session, lock))?;
@@ -388,16 +633,22 @@ impl Client {
     pub async fn watch(&self, lock: &str) -> Result<LockEvents, QueryError> {
         validate_lock_name(lock, LOCK_NAME_BYTES_MAX)
             .map_err(|e| QueryError::InvalidArgument(invalid_name(lock, &e)))?;
+        let opened = self.open_watch(lock).await?;
+        Ok(LockEvents::new(self.clone(), lock.to_string(), opened))
+    }
+
+    /// Opens a watch stream, with retries; also returns the generation of the endpoint that
+    /// answered, for [`Endpoints::after_failure`] when the stream fails.
+    pub(crate) async fn open_watch(&self, lock: &str) -> Result<crate::watch::Opened, QueryError> {
         let request = pb::WatchRequest {
             lock: lock.to_string(),
         };
-        let stream = self
-            .read_with_retries(|mut raw| {
-                let request = request.clone();
-                async move { raw.watch(request).await }
-            })
-            .await?;
-        Ok(LockEvents::new(lock.to_string(), stream))
+        self.read_with_retries(|mut raw| {
+            let request = request.clone();
+            async move { raw.watch(request).await }
+        })
+        .await
+        .map(|stream| (stream, self.endpoints.current().generation))
     }
 
     /// The public key resources use to verify sequencers: `ed25519:` and 64 hex digits.
@@ -427,9 +678,29 @@ impl Client {
         let mut backoff = Backoff::new(self.options.retry_budget);
         let timeout = self.options.request_timeout;
         retry_until_known(&mut backoff, || {
-            bounded(Some(timeout), call(self.raw.clone()))
+            self.attempt(Some(timeout), &mut call).run()
         })
         .await
+    }
+
+    /// One attempt of a call at the current endpoint, bounded by `timeout` if given: `call`
+    /// makes the request on that endpoint's channel. If it fails, the next attempt goes where
+    /// [`Endpoints::after_failure`] says.
+    pub(crate) fn attempt<T, Fut>(
+        &self,
+        timeout: Option<Duration>,
+        call: impl FnOnce(LocksClient<Channel>) -> Fut,
+    ) -> Attempt<'_, Fut>
+    where
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let used = self.endpoints.current();
+        Attempt {
+            endpoints: &self.endpoints,
+            generation: used.generation,
+            timeout,
+            call: call(used.target.raw),
+        }
     }
 
     async fn read_with_retries<T, F, Fut>(&self, call: F) -> Result<T, QueryError>
@@ -440,6 +711,28 @@ impl Client {
         self.call_with_retries(call)
             .await
             .map_err(QueryError::from_failure)
+    }
+}
+
+/// A request made on the current endpoint's channel, not yet awaited ([`Client::attempt`]).
+pub(crate) struct Attempt<'a, Fut> {
+    endpoints: &'a Endpoints,
+    generation: u64,
+    timeout: Option<Duration>,
+    call: Fut,
+}
+
+impl<T, Fut> Attempt<'_, Fut>
+where
+    Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+{
+    /// Awaits the answer; after a failure, moves the client on.
+    pub(crate) async fn run(self) -> Result<T, Failure> {
+        let result = bounded(self.timeout, self.call).await;
+        if let Err(failure) = &result {
+            self.endpoints.after_failure(self.generation, failure);
+        }
+        result
     }
 }
 
@@ -573,6 +866,170 @@ mod tests {
             .unwrap_err();
         assert!(matches!(error, ConnectError::Unreachable { .. }), "{error}");
         assert!(error.to_string().contains("palisade serve"), "{error}");
+    }
+
+    #[test]
+    fn endpoint_lists_are_split_checked_and_given_a_scheme() {
+        assert_eq!(
+            parse_endpoints("10.0.0.1:7457, http://10.0.0.2:7457 ,https://c:443").unwrap(),
+            [
+                "http://10.0.0.1:7457",
+                "http://10.0.0.2:7457",
+                "https://c:443"
+            ]
+        );
+        assert_eq!(
+            parse_endpoints("127.0.0.1:7457").unwrap(),
+            ["http://127.0.0.1:7457"]
+        );
+        let refused = |list: &str, says: &str| {
+            let error = parse_endpoints(list).unwrap_err();
+            assert!(
+                matches!(error, ConnectError::InvalidEndpoint { .. }),
+                "{list:?}: {error}"
+            );
+            assert!(error.to_string().contains(says), "{list:?}: {error}");
+        };
+        refused("", "no endpoint given");
+        refused("a:1,,b:1", "entry 2 of 3 is empty");
+        refused("a:1,", "entry 2 of 2 is empty");
+        refused(" , a:1", "entry 1 of 2 is empty");
+        refused("a:1,http://exa mple:1", "exa mple");
+        let sixteen = vec!["a:1"; ENDPOINTS_MAX].join(",");
+        assert_eq!(parse_endpoints(&sixteen).unwrap().len(), ENDPOINTS_MAX);
+        refused(&format!("{sixteen},a:1"), "17 endpoints given, at most 16");
+    }
+
+    /// Endpoints over three configured addresses, the first current; nothing is connected.
+    fn three() -> Endpoints {
+        let options = ClientOptions::default();
+        let configured: Vec<Target> = [
+            "http://10.0.0.1:7457",
+            "http://10.0.0.2:7457",
+            "http://10.0.0.3:7457",
+        ]
+        .iter()
+        .map(|url| lazy_target(url, &options).unwrap())
+        .collect();
+        Endpoints {
+            current: Mutex::new(Current {
+                target: configured[0].clone(),
+                generation: 0,
+                index: 0,
+            }),
+            configured,
+            options,
+        }
+    }
+
+    fn not_leader(leader: &str) -> Failure {
+        Failure::NotLeader {
+            leader: leader.to_string(),
+            message: "not the leader".to_string(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_leader_hint_becomes_the_current_endpoint() {
+        let endpoints = three();
+        // A configured member named as the leader: its own channel is reused.
+        endpoints.after_failure(0, &not_leader("http://10.0.0.3:7457"));
+        let current = endpoints.current();
+        assert_eq!(
+            (
+                current.target.url.as_str(),
+                current.index,
+                current.generation
+            ),
+            ("http://10.0.0.3:7457", 2, 1)
+        );
+        // A leader outside the list (the cluster grew): followed all the same.
+        endpoints.after_failure(1, &not_leader("http://10.0.0.9:7457"));
+        let current = endpoints.current();
+        assert_eq!(current.target.url, "http://10.0.0.9:7457");
+        assert_eq!(current.generation, 2);
+        // It fails without a hint: back to the list, after the member we came from.
+        endpoints.after_failure(2, &Failure::NotApplied("connection refused".into()));
+        assert_eq!(endpoints.current().target.url, "http://10.0.0.1:7457");
+    }
+
+    #[tokio::test]
+    async fn failures_without_a_hint_rotate_through_the_list_and_refusals_stay() {
+        let endpoints = three();
+        let urls = |e: &Endpoints| e.current().target.url;
+        endpoints.after_failure(0, &Failure::NotApplied("election".into()));
+        assert_eq!(urls(&endpoints), "http://10.0.0.2:7457");
+        endpoints.after_failure(1, &Failure::Unknown("connection reset".into()));
+        assert_eq!(urls(&endpoints), "http://10.0.0.3:7457");
+        endpoints.after_failure(2, &Failure::NotApplied("connection refused".into()));
+        assert_eq!(urls(&endpoints), "http://10.0.0.1:7457");
+        // A failure seen by a call that used an endpoint no longer current moves nothing:
+        // another call already moved on.
+        endpoints.after_failure(1, &Failure::NotApplied("late".into()));
+        endpoints.after_failure(0, &not_leader("http://10.0.0.2:7457"));
+        assert_eq!(
+            (urls(&endpoints), endpoints.current().generation),
+            ("http://10.0.0.1:7457".to_string(), 3)
+        );
+        // An answer about the request itself: the member spoke for the cluster; stay.
+        endpoints.after_failure(3, &Failure::InvalidArgument("bad name".into()));
+        endpoints.after_failure(3, &Failure::SessionNotFound("gone".into()));
+        assert_eq!(endpoints.current().generation, 3);
+        // A member naming itself as the leader it is not: try the next one.
+        endpoints.after_failure(3, &not_leader("http://10.0.0.1:7457"));
+        assert_eq!(urls(&endpoints), "http://10.0.0.2:7457");
+    }
+
+    #[tokio::test]
+    async fn one_endpoint_stays_unless_it_names_another_leader() {
+        let options = ClientOptions::default();
+        let only = lazy_target("http://10.0.0.1:7457", &options).unwrap();
+        let endpoints = Endpoints {
+            current: Mutex::new(Current {
+                target: only.clone(),
+                generation: 0,
+                index: 0,
+            }),
+            configured: vec![only],
+            options,
+        };
+        endpoints.after_failure(0, &Failure::NotApplied("down".into()));
+        assert_eq!(endpoints.current().generation, 0);
+        endpoints.after_failure(0, &not_leader("http://10.0.0.2:7457"));
+        assert_eq!(endpoints.current().target.url, "http://10.0.0.2:7457");
+        endpoints.after_failure(1, &Failure::NotApplied("down".into()));
+        assert_eq!(endpoints.current().target.url, "http://10.0.0.1:7457");
+    }
+
+    #[tokio::test]
+    async fn connect_skips_a_dead_endpoint_and_reports_all_when_none_answers() {
+        let dead = || {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            format!("127.0.0.1:{port}")
+        };
+        let (a, b) = (dead(), dead());
+        let error = Client::connect(&format!("{a},{b}")).await.unwrap_err();
+        assert!(matches!(error, ConnectError::Unreachable { .. }), "{error}");
+        let message = error.to_string();
+        assert!(message.contains(&a) && message.contains(&b), "{message}");
+        let error = Client::connect_many(&[] as &[&str], ClientOptions::default())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, ConnectError::InvalidEndpoint { .. }),
+            "{error}"
+        );
+        let error = Client::connect_many(&["a:1,b:1"], ClientOptions::default())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, ConnectError::InvalidEndpoint { .. }),
+            "{error}"
+        );
     }
 
     fn signed(lock: &str, token: u64, session: u64) -> String {

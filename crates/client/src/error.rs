@@ -7,7 +7,8 @@
 //!
 //! - the server **refused** the command, with a [`CoreError`]: nothing changed;
 //! - the request was **not applied** and may be retried (`UNAVAILABLE`, or the connection could
-//!   not even be made);
+//!   not even be made); an `UNAVAILABLE` from a member that is not the leader may name the
+//!   leader (`palisade-leader-addr`), which [`Failure::NotLeader`] carries;
 //! - the **outcome is unknown** (a timeout, a connection that broke after the request was sent,
 //!   `UNKNOWN`): the command may have taken effect (invariant 8: never reported as failed);
 //! - anything else the server answered, kept with its code and message.
@@ -82,6 +83,9 @@ pub(crate) enum Failure {
     InvalidArgument(String),
     /// The request was not applied; retrying may succeed.
     NotApplied(String),
+    /// `UNAVAILABLE` from a member that is not the leader, naming the leader: the request was
+    /// not applied, and `leader` (a URL, `http://host:port`) is where to send it instead.
+    NotLeader { leader: String, message: String },
     /// The request may or may not have been applied.
     Unknown(String),
     /// Any other status.
@@ -104,7 +108,14 @@ impl Failure {
             return Failure::Unknown(message);
         }
         match status.code() {
-            Code::Unavailable | Code::ResourceExhausted => Failure::NotApplied(message),
+            Code::Unavailable => match leader_hint(status) {
+                Some(leader) => Failure::NotLeader {
+                    message: format!("{message} (the leader is at {leader})"),
+                    leader,
+                },
+                None => Failure::NotApplied(message),
+            },
+            Code::ResourceExhausted => Failure::NotApplied(message),
             Code::Unknown | Code::DeadlineExceeded | Code::Cancelled | Code::Aborted => {
                 Failure::Unknown(message)
             }
@@ -126,6 +137,30 @@ impl Failure {
     pub(crate) fn timed_out(after: Duration) -> Failure {
         Failure::Unknown(format!("no answer within {} ms", after.as_millis()))
     }
+}
+
+/// The leader a member names in an `UNAVAILABLE` answer ([`palisade_proto::LEADER_ADDR_HEADER`],
+/// `host:port`), as a URL to connect to: `http://host:port`. `None` when the member names no
+/// leader (an election is in progress, or it is shutting down) or names one this client could
+/// not connect to (not `host:port`).
+pub(crate) fn leader_hint(status: &Status) -> Option<String> {
+    let addr = status
+        .metadata()
+        .get(palisade_proto::LEADER_ADDR_HEADER)?
+        .to_str()
+        .ok()?
+        .trim();
+    // `host:port` and nothing else: no scheme, no path, no user.
+    if addr.is_empty() || addr.contains(['/', '@', ',']) || addr.chars().any(char::is_whitespace) {
+        return None;
+    }
+    let url = format!("http://{addr}");
+    let uri: tonic::transport::Uri = url.parse().ok()?;
+    let authority = uri.authority()?;
+    if authority.host().is_empty() || authority.port_u16().is_none() {
+        return None;
+    }
+    Some(url)
 }
 
 /// The status message with the chain of local causes, e.g. `transport error: connection refused`.
@@ -159,7 +194,10 @@ fn chain_has_connect_error(status: &Status) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConnectError {
-    #[error("invalid endpoint {endpoint:?}: {reason}; expected e.g. http://127.0.0.1:7457")]
+    #[error(
+        "invalid endpoint {endpoint:?}: {reason}; expected e.g. http://127.0.0.1:7457, or a comma-separated list of up to {} such addresses",
+        crate::client::ENDPOINTS_MAX
+    )]
     InvalidEndpoint { endpoint: String, reason: String },
     #[error(
         "cannot connect to the lock service at {endpoint}: {reason}; is `palisade serve` running there? (set --endpoint or PALISADE_ENDPOINT)"
@@ -274,7 +312,9 @@ impl SessionError {
                 Unnamed::Refused(core) => SessionError::Refused(core),
             },
             Failure::InvalidArgument(message) => SessionError::InvalidArgument(message),
-            Failure::NotApplied(message) => SessionError::Unavailable(message),
+            Failure::NotApplied(message) | Failure::NotLeader { message, .. } => {
+                SessionError::Unavailable(message)
+            }
             Failure::Unknown(message) => SessionError::Unknown(message),
             Failure::SessionNotFound(message) => SessionError::Rejected {
                 code: Code::NotFound,
@@ -424,7 +464,9 @@ impl AcquireError {
             Failure::Core(core) => AcquireError::from_core(core),
             Failure::SessionNotFound(_) => AcquireError::SessionNotFound { session },
             Failure::InvalidArgument(message) => AcquireError::InvalidArgument(message),
-            Failure::NotApplied(message) => AcquireError::Unavailable(message),
+            Failure::NotApplied(message) | Failure::NotLeader { message, .. } => {
+                AcquireError::Unavailable(message)
+            }
             Failure::Unknown(reason) => AcquireError::Unknown {
                 lock: lock.to_string(),
                 session,
@@ -541,7 +583,9 @@ impl ReleaseError {
             },
             Failure::SessionNotFound(_) => ReleaseError::SessionNotFound { session },
             Failure::InvalidArgument(message) => ReleaseError::InvalidArgument(message),
-            Failure::NotApplied(message) => ReleaseError::Unavailable(message),
+            Failure::NotApplied(message) | Failure::NotLeader { message, .. } => {
+                ReleaseError::Unavailable(message)
+            }
             Failure::Unknown(reason) => ReleaseError::Unknown {
                 lock: lock.to_string(),
                 reason,
@@ -607,7 +651,9 @@ impl RenewError {
                 Unnamed::Refused(core) => RenewError::Refused(core),
             },
             Failure::InvalidArgument(message) => RenewError::InvalidArgument(message),
-            Failure::NotApplied(message) => RenewError::Unavailable(message),
+            Failure::NotApplied(message) | Failure::NotLeader { message, .. } => {
+                RenewError::Unavailable(message)
+            }
             Failure::Unknown(reason) => RenewError::Unknown { session, reason },
             Failure::Rejected { code, message } => RenewError::Rejected { code, message },
         }
@@ -665,7 +711,9 @@ impl CloseError {
                 code: Code::InvalidArgument,
                 message,
             },
-            Failure::NotApplied(message) => CloseError::Unavailable(message),
+            Failure::NotApplied(message) | Failure::NotLeader { message, .. } => {
+                CloseError::Unavailable(message)
+            }
             Failure::Unknown(reason) => CloseError::Unknown { session, reason },
             Failure::Rejected { code, message } => CloseError::Rejected { code, message },
         }
@@ -714,9 +762,9 @@ impl QueryError {
                 Unnamed::Refused(core) => QueryError::Refused(core),
             },
             Failure::InvalidArgument(message) => QueryError::InvalidArgument(message),
-            Failure::NotApplied(message) | Failure::Unknown(message) => {
-                QueryError::Unavailable(message)
-            }
+            Failure::NotApplied(message)
+            | Failure::NotLeader { message, .. }
+            | Failure::Unknown(message) => QueryError::Unavailable(message),
             Failure::SessionNotFound(message) => QueryError::Rejected {
                 code: Code::NotFound,
                 message,
@@ -790,6 +838,77 @@ mod tests {
         assert!(matches!(error, AcquireError::Unknown { session: 5, .. }));
         assert!(error.outcome_unknown());
         assert!(error.is_retryable());
+    }
+
+    /// An `UNAVAILABLE` status as a member that is not the leader sends it.
+    fn not_leader(addr: Option<&str>) -> Status {
+        let mut status = Status::unavailable("this member is not the leader");
+        if let Some(addr) = addr {
+            status
+                .metadata_mut()
+                .insert(palisade_proto::LEADER_ID_HEADER, "2".parse().unwrap());
+            status
+                .metadata_mut()
+                .insert(palisade_proto::LEADER_ADDR_HEADER, addr.parse().unwrap());
+        }
+        status
+    }
+
+    #[test]
+    fn unavailable_naming_the_leader_carries_its_address() {
+        let failure = Failure::from_status(&not_leader(Some("10.0.0.2:7457")));
+        assert!(
+            matches!(&failure, Failure::NotLeader { leader, message }
+                if leader == "http://10.0.0.2:7457" && message.contains("10.0.0.2:7457")),
+            "{failure:?}"
+        );
+        let failure = Failure::from_status(&not_leader(Some("locks-2.internal:7457")));
+        assert!(
+            matches!(&failure, Failure::NotLeader { leader, .. } if leader == "http://locks-2.internal:7457"),
+            "{failure:?}"
+        );
+        let failure = Failure::from_status(&not_leader(Some("[::1]:7457")));
+        assert!(
+            matches!(&failure, Failure::NotLeader { leader, .. } if leader == "http://[::1]:7457"),
+            "{failure:?}"
+        );
+        // Reported as unavailable: nothing was done.
+        let error = AcquireError::from_failure(failure, 1, "a");
+        assert!(matches!(error, AcquireError::Unavailable(_)), "{error:?}");
+        assert_eq!(error.class(), ErrorClass::Unavailable);
+    }
+
+    #[test]
+    fn unavailable_without_a_usable_leader_is_only_not_applied() {
+        // An election in progress: no leader named.
+        let failure = Failure::from_status(&not_leader(None));
+        assert!(matches!(failure, Failure::NotApplied(_)), "{failure:?}");
+        // Addresses this client could not connect to are ignored, not followed.
+        for bad in [
+            "",
+            "10.0.0.2",
+            "http://10.0.0.2:7457",
+            "10.0.0.2:7457/x",
+            "a:1,b:2",
+            "user@10.0.0.2:7457",
+            "10.0.0.2:port",
+        ] {
+            let failure = Failure::from_status(&not_leader(Some(bad)));
+            assert!(
+                matches!(failure, Failure::NotApplied(_)),
+                "{bad:?}: {failure:?}"
+            );
+        }
+        // Only UNAVAILABLE is a redirect: other codes keep their meaning.
+        let mut status = Status::failed_precondition("no");
+        status.metadata_mut().insert(
+            palisade_proto::LEADER_ADDR_HEADER,
+            "10.0.0.2:7457".parse().unwrap(),
+        );
+        assert!(matches!(
+            Failure::from_status(&status),
+            Failure::Rejected { .. }
+        ));
     }
 
     #[test]

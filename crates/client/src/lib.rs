@@ -29,6 +29,14 @@
 //! # }
 //! ```
 //!
+//! **A cluster.** Give every member's address, comma-separated
+//! (`Client::connect("10.0.0.1:7457,10.0.0.2:7457,10.0.0.3:7457")`) or as a slice
+//! ([`Client::connect_many`]). Calls go to one member at a time; a member that is not the
+//! leader answers `UNAVAILABLE` and names the leader, and the client sends the call there at
+//! once. A member that cannot be reached, or an election without a leader yet, moves the client
+//! to the next address after a short pause. Sessions' keepalives and watches follow the same
+//! way, so a failover shorter than a session's lease does not lose the session.
+//!
 //! Scripts that pass a session id between processes use the one-shot operations on [`Client`]
 //! instead ([`Client::open_session_without_keepalive`], [`Client::acquire`], [`Client::renew`],
 //! [`Client::release`]), plus the reads [`Client::status`], [`Client::list_locks`],
@@ -37,7 +45,8 @@
 //! **Errors.** Each operation has its own `#[non_exhaustive]` error enum with `is_retryable()`.
 //! A request whose outcome is unknown (a timeout, a connection that broke after sending) is
 //! reported as `Unknown`, never as failed (invariant 8): retries of one call reuse one request
-//! id, so the server returns the first outcome instead of acting twice.
+//! id, so the server returns the first outcome instead of acting twice, whichever member the
+//! retry reaches.
 //!
 //! **API Boundary:** the library never panics on what the server sends; a malformed or
 //! inconsistent answer (a grant whose sequencer names another lock, a token of 0, a page that
@@ -49,7 +58,10 @@ mod retry;
 mod session;
 mod watch;
 
-pub use client::{Client, ClientOptions, ENDPOINT_ENV, Grant, Holder, LockStatus, SessionLease};
+pub use client::{
+    Client, ClientOptions, ENDPOINT_ENV, ENDPOINTS_MAX, Grant, Holder, LockStatus, SessionLease,
+    parse_endpoints,
+};
 pub use error::{
     AcquireError, CloseError, ConnectError, ErrorClass, QueryError, ReleaseError, RenewError,
     SessionError,

@@ -23,6 +23,10 @@ use crate::error::Failure;
 pub(crate) const BACKOFF_INITIAL: Duration = Duration::from_millis(50);
 /// Longest pause between attempts.
 pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// Most attempts in a row made at once, without a pause, because the failure before each named
+/// where to go instead (a leader hint). Members with stale views can point at each other; after
+/// this many the next attempt waits its pause like any other, within the same budget.
+pub(crate) const RETRIES_AT_ONCE_MAX: u32 = 3;
 
 /// A fresh random request id, for an acquire, a release, or a write to the fenced store.
 ///
@@ -62,10 +66,14 @@ pub(crate) fn open_key() -> Result<OpenKey, String> {
 }
 
 /// Exponential backoff with jitter, bounded by a total time budget.
+///
+/// It also allows up to [`RETRIES_AT_ONCE_MAX`] attempts in a row without a pause
+/// ([`Backoff::at_once`]), for failures that say where to go instead.
 #[derive(Debug)]
 pub(crate) struct Backoff {
     next: Duration,
     give_up_at: Instant,
+    at_once_left: u32,
 }
 
 impl Backoff {
@@ -73,7 +81,18 @@ impl Backoff {
         Backoff {
             next: BACKOFF_INITIAL,
             give_up_at: Instant::now() + budget,
+            at_once_left: RETRIES_AT_ONCE_MAX,
         }
+    }
+
+    /// True if the next attempt may be made at once (counted), false once
+    /// [`RETRIES_AT_ONCE_MAX`] were made in a row since the last pause, or the budget is spent.
+    pub(crate) fn at_once(&mut self) -> bool {
+        if self.at_once_left == 0 || Instant::now() >= self.give_up_at {
+            return false;
+        }
+        self.at_once_left -= 1;
+        true
     }
 
     /// Starts over after a success.
@@ -89,6 +108,7 @@ impl Backoff {
         }
         let delay = jitter(self.next).min(self.give_up_at - now);
         self.next = (self.next * 2).min(BACKOFF_MAX);
+        self.at_once_left = RETRIES_AT_ONCE_MAX;
         Some(delay)
     }
 
@@ -125,6 +145,15 @@ pub trait RetryPolicy<E> {
     /// Pauses before the next attempt; false, at once, when no attempt is left.
     fn pause(&mut self) -> impl Future<Output = bool> + Send;
 
+    /// True when the next attempt is made at once, without [`RetryPolicy::pause`]: `error`, a
+    /// failure that applied nothing ([`AttemptFailure::NotApplied`]), says where the request
+    /// should go instead, and the next attempt goes there (the lock client's leader hint). The
+    /// policy bounds how many such attempts come in a row. By default, never.
+    fn retry_at_once(&mut self, error: &E) -> bool {
+        let _ = error;
+        false
+    }
+
     /// The error to report when `last`, a failure that applied nothing, ends the retries after
     /// `earlier`, an attempt whose outcome is unknown: that attempt may have been applied, so
     /// the request's outcome is unknown too.
@@ -153,6 +182,10 @@ where
             Err(error) => error,
         };
         let failure = policy.classify(&error);
+        if failure == AttemptFailure::NotApplied && policy.retry_at_once(&error) {
+            tracing::debug!(?error, "retrying at once");
+            continue;
+        }
         if failure != AttemptFailure::Final && policy.pause().await {
             tracing::debug!(?error, "retrying");
             if failure == AttemptFailure::OutcomeUnknown {
@@ -167,12 +200,13 @@ where
     }
 }
 
-/// The lock client's calls: retried within a time budget ([`Backoff`]), and an unknown
+/// The lock client's calls: retried within a time budget ([`Backoff`]), at once after a member
+/// named the leader (the client has switched to it, `client::Endpoints`), and an unknown
 /// outcome followed by a refusal to apply is unknown, with both reasons.
 impl RetryPolicy<Failure> for Backoff {
     fn classify(&self, failure: &Failure) -> AttemptFailure {
         match failure {
-            Failure::NotApplied(_) => AttemptFailure::NotApplied,
+            Failure::NotApplied(_) | Failure::NotLeader { .. } => AttemptFailure::NotApplied,
             Failure::Unknown(_) => AttemptFailure::OutcomeUnknown,
             Failure::Core(_)
             | Failure::SessionNotFound(_)
@@ -185,11 +219,16 @@ impl RetryPolicy<Failure> for Backoff {
         self.wait().await
     }
 
+    fn retry_at_once(&mut self, failure: &Failure) -> bool {
+        matches!(failure, Failure::NotLeader { .. }) && self.at_once()
+    }
+
     fn unknown_after(&self, earlier: Failure, last: Failure) -> Failure {
         match (earlier, last) {
-            (Failure::Unknown(reason), Failure::NotApplied(last)) => {
-                Failure::Unknown(format!("{reason}; then {last}"))
-            }
+            (
+                Failure::Unknown(reason),
+                Failure::NotApplied(last) | Failure::NotLeader { message: last, .. },
+            ) => Failure::Unknown(format!("{reason}; then {last}")),
             (_, last) => last,
         }
     }
@@ -289,6 +328,81 @@ mod tests {
         // A success after failures is a success.
         let (result, made) = run(5, vec![Err(unknown()), Err(not_applied()), Ok(7)]).await;
         assert_eq!((result.ok(), made), (Some(7), 3));
+    }
+
+    /// Runs `outcomes` in turn under the lock client's own policy; returns the result, the
+    /// attempts made and the (paused-clock) time spent pausing.
+    async fn run_with_backoff(
+        budget: Duration,
+        outcomes: Vec<Result<u32, Failure>>,
+    ) -> (Result<u32, Failure>, usize, Duration) {
+        let started = Instant::now();
+        let mut outcomes = outcomes.into_iter();
+        let mut made = 0;
+        let mut policy = Backoff::new(budget);
+        let result = retry_until_known(&mut policy, || {
+            made += 1;
+            let outcome = outcomes
+                .next()
+                .unwrap_or(Err(Failure::NotApplied("down".into())));
+            async move { outcome }
+        })
+        .await;
+        (result, made, started.elapsed())
+    }
+
+    fn not_leader() -> Failure {
+        Failure::NotLeader {
+            leader: "http://10.0.0.2:7457".into(),
+            message: "not the leader (the leader is at http://10.0.0.2:7457)".into(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_hint_is_followed_at_once_a_few_times_in_a_row() {
+        let budget = Duration::from_secs(10);
+        // Hints are followed without a pause...
+        let outcomes = vec![Err(not_leader()), Err(not_leader()), Ok(1)];
+        let (result, made, paused) = run_with_backoff(budget, outcomes).await;
+        assert_eq!((result.ok(), made, paused), (Some(1), 3, Duration::ZERO));
+
+        // ...at most RETRIES_AT_ONCE_MAX in a row: members pointing at each other get a pause.
+        let mut outcomes: Vec<_> = (0..=RETRIES_AT_ONCE_MAX)
+            .map(|_| Err(not_leader()))
+            .collect();
+        outcomes.push(Ok(2));
+        let (result, made, paused) = run_with_backoff(budget, outcomes).await;
+        assert_eq!(result.ok(), Some(2));
+        assert_eq!(made, RETRIES_AT_ONCE_MAX as usize + 2);
+        assert!(paused > Duration::ZERO, "{paused:?}");
+
+        // A plain "not applied" (no leader named) always pauses.
+        let outcomes = vec![Err(Failure::NotApplied("election".into())), Ok(3)];
+        let (result, _, paused) = run_with_backoff(budget, outcomes).await;
+        assert_eq!(result.ok(), Some(3));
+        assert!(paused > Duration::ZERO, "{paused:?}");
+
+        // Hints never outlast the budget: a cluster that only redirects ends the retries.
+        let (result, made, paused) = run_with_backoff(
+            Duration::from_secs(2),
+            (0..10_000).map(|_| Err(not_leader())).collect(),
+        )
+        .await;
+        assert!(
+            matches!(result, Err(Failure::NotLeader { .. })),
+            "{result:?}"
+        );
+        assert!(made < 200, "{made}");
+        assert!(paused <= Duration::from_millis(2_050), "{paused:?}");
+
+        // An unknown outcome, then redirects until the budget ends: still unknown.
+        let mut outcomes = vec![Err(Failure::Unknown("connection reset".into()))];
+        outcomes.extend((0..10_000).map(|_| Err(not_leader())));
+        let (result, _, _) = run_with_backoff(Duration::from_secs(2), outcomes).await;
+        assert!(
+            matches!(&result, Err(Failure::Unknown(reason)) if reason.starts_with("connection reset; then not the leader")),
+            "{result:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

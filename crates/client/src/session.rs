@@ -1,7 +1,9 @@
 //! Sessions kept alive in the background, and the lock guards they hand out.
 //!
 //! A [`Session`] owns a keepalive task that pings the server over one bidirectional stream every
-//! `ttl / 3`, reconnecting after transport errors. The task tracks the *proven* lease: a ping
+//! `ttl / 3`, reconnecting after transport errors: to the leader when a member names it, to the
+//! client's next endpoint otherwise, as every call of the [`Client`] does. A failover shorter
+//! than the proven lease is ridden out, and the session is not reported lost. The task tracks the *proven* lease: a ping
 //! acknowledged with `ttl_remaining_ms` proves the lease lasts at least until the ping's **send**
 //! time plus that remainder (the server applied it after we sent it), measured on the
 //! monotonic clock. When the lease can no longer be proven — no acknowledgement in time — or
@@ -549,7 +551,9 @@ impl Pinger<'_> {
         // The first ping goes out with the stream, so a fresh stream renews at once.
         sent_at.push_back(Instant::now());
         let _ = pings.try_send(pb::KeepAliveRequest { session });
-        let mut raw = self.client.raw.clone();
+        // The stream goes to the client's current endpoint, the leader as far as it knows.
+        let used = self.client.endpoints.current();
+        let mut raw = used.target.raw;
         let opened = tokio::select! {
             biased;
             () = sleep_until(*lease_deadline) => return StreamEnd::Lost(SessionLost::LeaseUnproven),
@@ -561,13 +565,16 @@ impl Pinger<'_> {
                 if session_gone(&status) {
                     return StreamEnd::Lost(SessionLost::NotFound);
                 }
-                tracing::debug!(session, %status, "keepalive stream did not open");
-                return self.pause(backoff, *lease_deadline).await;
+                tracing::debug!(session, %status, endpoint = %used.target.url, "keepalive stream did not open");
+                let failure = Failure::from_status(&status);
+                return self
+                    .failed(used.generation, &failure, backoff, *lease_deadline)
+                    .await;
             }
         };
         let mut ticks = tokio::time::interval_at(Instant::now() + self.interval, self.interval);
         ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        loop {
+        let failure = loop {
             tokio::select! {
                 biased;
                 () = sleep_until(*lease_deadline) => return StreamEnd::Lost(SessionLost::LeaseUnproven),
@@ -575,14 +582,14 @@ impl Pinger<'_> {
                     Ok(Some(ack)) => self.acknowledged(&ack, &mut sent_at, lease_deadline, backoff),
                     Ok(None) => {
                         tracing::debug!(session, "keepalive stream ended; reopening");
-                        break;
+                        break Failure::NotApplied("the keepalive stream ended".to_string());
                     }
                     Err(status) => {
                         if session_gone(&status) {
                             return StreamEnd::Lost(SessionLost::NotFound);
                         }
                         tracing::debug!(session, %status, "keepalive stream failed; reopening");
-                        break;
+                        break Failure::from_status(&status);
                     }
                 },
                 _ = ticks.tick() => {
@@ -590,13 +597,32 @@ impl Pinger<'_> {
                         || pings.try_send(pb::KeepAliveRequest { session }).is_err()
                     {
                         tracing::debug!(session, "keepalive stream is stuck; reopening");
-                        break;
+                        break Failure::Unknown("the keepalive stream is stuck".to_string());
                     }
                     sent_at.push_back(Instant::now());
                 }
             }
+        };
+        self.failed(used.generation, &failure, backoff, *lease_deadline)
+            .await
+    }
+
+    /// After a stream to the endpoint of `used` (its generation) failed: moves on, as every
+    /// call of the client does ([`crate::client::Endpoints::after_failure`]), and reopens at
+    /// once if a member named the leader (a few times in a row at most), after a pause
+    /// otherwise. Renewals are idempotent, so sending one again is always safe.
+    async fn failed(
+        &self,
+        used: u64,
+        failure: &Failure,
+        backoff: &mut Backoff,
+        lease_deadline: Option<Instant>,
+    ) -> StreamEnd {
+        self.client.endpoints.after_failure(used, failure);
+        if matches!(failure, Failure::NotLeader { .. }) && backoff.at_once() {
+            return StreamEnd::Reopen;
         }
-        self.pause(backoff, *lease_deadline).await
+        self.pause(backoff, lease_deadline).await
     }
 
     /// Takes in a ping's acknowledgement: the lease is proven until the ping's send time plus

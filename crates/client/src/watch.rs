@@ -1,13 +1,15 @@
 //! [`LockEvents`]: the stream of one lock's holder changes.
 
+use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
 use palisade_core::{SessionId, Token};
 use palisade_proto::v1 as pb;
 use pb::watch_event::Kind;
 use tokio_stream::Stream;
 
+use crate::client::Client;
 use crate::error::{Failure, QueryError};
 
 /// What happened to a lock.
@@ -54,26 +56,53 @@ pub struct LockEvent {
     pub waiters: u64,
 }
 
-/// The events of one lock, from [`crate::Client::watch`]. Ends with an error if the connection
-/// breaks; watch again to resume (the new stream starts with a snapshot).
-#[derive(Debug)]
+/// The events of one lock, from [`crate::Client::watch`].
+///
+/// When the stream fails in a way a new one may get past (the member is not, or no longer, the
+/// leader; the connection broke; the member is shutting down), it is reopened at the client's
+/// next endpoint, the leader if a member named it, as every call of the client does. The new
+/// stream starts with a [`LockEventKind::Snapshot`] of the lock's state, which covers whatever
+/// happened in between: a consumer that treats every snapshot as "the state is now this"
+/// misses nothing. If no stream can be reopened within the client's retry budget, the error
+/// is returned and the events end; a refusal (an invalid name, …) ends them at once.
 pub struct LockEvents {
+    client: Client,
     lock: String,
-    inner: tonic::Streaming<pb::WatchEvent>,
+    /// The open stream and the generation of the endpoint it came from; `None` after the
+    /// events ended.
+    inner: Option<(tonic::Streaming<pb::WatchEvent>, u64)>,
+    /// A new stream being opened.
+    reopening: Option<Reopening>,
+}
+
+type Reopening = Pin<Box<dyn Future<Output = Result<Opened, QueryError>> + Send>>;
+
+/// A watch stream and the generation of the endpoint it was opened at.
+pub(crate) type Opened = (tonic::Streaming<pb::WatchEvent>, u64);
+
+impl std::fmt::Debug for LockEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockEvents")
+            .field("lock", &self.lock)
+            .field("open", &self.inner.is_some())
+            .field("reopening", &self.reopening.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl LockEvents {
-    pub(crate) fn new(lock: String, inner: tonic::Streaming<pb::WatchEvent>) -> LockEvents {
-        LockEvents { lock, inner }
+    pub(crate) fn new(client: Client, lock: String, opened: Opened) -> LockEvents {
+        LockEvents {
+            client,
+            lock,
+            inner: Some(opened),
+            reopening: None,
+        }
     }
 
     /// The next event; `None` when the server ended the stream.
     pub async fn next(&mut self) -> Option<Result<LockEvent, QueryError>> {
-        match self.inner.message().await {
-            Ok(Some(event)) => Some(convert(&self.lock, event)),
-            Ok(None) => None,
-            Err(status) => Some(Err(QueryError::from_failure(Failure::from_status(&status)))),
-        }
+        std::future::poll_fn(|cx| Pin::new(&mut *self).poll_next(cx)).await
     }
 }
 
@@ -82,12 +111,42 @@ impl Stream for LockEvents {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
-        Pin::new(&mut this.inner).poll_next(cx).map(|item| {
-            item.map(|result| match result {
-                Ok(event) => convert(&this.lock, event),
-                Err(status) => Err(QueryError::from_failure(Failure::from_status(&status))),
-            })
-        })
+        loop {
+            if let Some(reopening) = this.reopening.as_mut() {
+                let reopened = ready!(reopening.as_mut().poll(cx));
+                this.reopening = None;
+                match reopened {
+                    Ok(opened) => this.inner = Some(opened),
+                    Err(error) => return Poll::Ready(Some(Err(error))),
+                }
+            }
+            let Some((stream, generation)) = this.inner.as_mut() else {
+                return Poll::Ready(None);
+            };
+            let status = match ready!(Pin::new(stream).poll_next(cx)) {
+                Some(Ok(event)) => return Poll::Ready(Some(convert(&this.lock, event))),
+                None => {
+                    this.inner = None;
+                    return Poll::Ready(None);
+                }
+                Some(Err(status)) => status,
+            };
+            let generation = *generation;
+            this.inner = None;
+            let failure = Failure::from_status(&status);
+            let reopen = matches!(
+                failure,
+                Failure::NotApplied(_) | Failure::NotLeader { .. } | Failure::Unknown(_)
+            );
+            if !reopen {
+                return Poll::Ready(Some(Err(QueryError::from_failure(failure))));
+            }
+            tracing::debug!(lock = this.lock, %status, "watch stream failed; reopening");
+            this.client.endpoints.after_failure(generation, &failure);
+            let client = this.client.clone();
+            let lock = this.lock.clone();
+            this.reopening = Some(Box::pin(async move { client.open_watch(&lock).await }));
+        }
     }
 }
 

@@ -1,5 +1,7 @@
 //! The client library against an in-process lock service on loopback: guards, loss of a
-//! session, keepalive across a connection outage, cancellation, the one-shot calls and watches.
+//! session, keepalive across a connection outage, cancellation, the one-shot calls and watches,
+//! and several endpoints (a dead one skipped; calls, keepalives and watches moving to the next
+//! endpoint when the current one goes away).
 //!
 //! Network trouble is made with a TCP proxy between client and server that can cut every
 //! connection and refuse new ones. A server stops when its test ends: dropping the kit's
@@ -342,4 +344,105 @@ async fn next_event(events: &mut palisade_client::LockEvents) -> palisade_client
         .expect("an event")
         .expect("the stream goes on")
         .expect("a valid event")
+}
+
+/// An address where nothing listens.
+fn dead_endpoint() -> String {
+    format!("http://127.0.0.1:{}", palisade_testkit::unused_port())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_first_endpoint_is_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LockServer::start(dir.path()).await;
+    let dead = dead_endpoint();
+
+    let list = format!("{dead},{}", server.endpoint());
+    let client = Client::connect(&list).await.unwrap();
+    assert_eq!(client.endpoint(), server.endpoint());
+    assert_eq!(client.endpoints(), [dead.clone(), server.endpoint()]);
+    let session = client.open_session(ttl(10)).await.unwrap();
+    let guard = session
+        .acquire("many/a", AcquireOptions::wait(Wait::Try))
+        .await
+        .unwrap();
+    let status = client.status("many/a").await.unwrap();
+    assert_eq!(status.holder.unwrap().token, guard.token());
+    guard.release().await.unwrap();
+    session.close().await.unwrap();
+
+    // The same as a slice.
+    let client = Client::connect_many(
+        &[dead.as_str(), server.endpoint().as_str()],
+        palisade_client::ClientOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert!(client.public_key().await.unwrap().starts_with("ed25519:"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_keepalives_and_watches_move_to_the_next_endpoint_when_one_goes_away() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LockServer::start(dir.path()).await;
+    let upstream: SocketAddr = server
+        .endpoint()
+        .trim_start_matches("http://")
+        .parse()
+        .unwrap();
+    // Two ways to the one server: when the first goes away, the second still leads there.
+    let first = Proxy::start(upstream).await;
+    let second = Proxy::start(upstream).await;
+    let client = Client::connect(&format!("{},{}", first.endpoint(), second.endpoint()))
+        .await
+        .unwrap();
+    assert_eq!(client.endpoint(), first.endpoint());
+
+    let session = client
+        .open_session(SessionOptions {
+            ttl: Duration::from_secs(2),
+            keepalive_interval: Some(Duration::from_millis(300)),
+        })
+        .await
+        .unwrap();
+    let guard = session
+        .acquire("move/a", AcquireOptions::wait(Wait::Try))
+        .await
+        .unwrap();
+    let mut events = client.watch("move/a").await.unwrap();
+    let snapshot = next_event(&mut events).await;
+    assert_eq!(
+        (snapshot.kind, snapshot.session),
+        (LockEventKind::Snapshot, Some(session.id()))
+    );
+
+    // The first endpoint goes away for good: open connections are cut, new ones refused.
+    first.set_cut(true);
+
+    // The keepalive moves on: after three lease lengths the session is still alive, and its
+    // proven lease was renewed meanwhile (a lease can only be proven by an acknowledged ping).
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(session.ended(), None);
+    assert!(
+        session.lease_remaining().unwrap() > Duration::from_millis(500),
+        "{:?}",
+        session.lease_remaining()
+    );
+    assert_eq!(client.endpoint(), second.endpoint());
+    let status = client.status("move/a").await.unwrap();
+    assert_eq!(status.holder.unwrap().token, guard.token());
+
+    // The watch reopened at the second endpoint: the release shows, as a release or as a
+    // snapshot of a free lock taken after it.
+    guard.release().await.unwrap();
+    loop {
+        let event = next_event(&mut events).await;
+        match event.kind {
+            LockEventKind::Released => break,
+            LockEventKind::Snapshot if event.session.is_none() => break,
+            LockEventKind::Snapshot => {} // Taken before the release: the release follows.
+            other => panic!("unexpected {other:?}: {event:?}"),
+        }
+    }
+    session.close().await.unwrap();
 }

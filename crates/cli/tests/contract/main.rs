@@ -10,6 +10,7 @@
 //! One test binary, one module per command group; the processes come from `palisade-testkit`.
 
 mod bad_input;
+mod endpoints;
 mod fencing;
 mod inspect;
 mod lock;
