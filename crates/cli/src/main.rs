@@ -113,11 +113,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Watch(args) => inspect::watch(args, &global).await,
         Command::Pubkey(args) => inspect::pubkey(args, &global).await,
         Command::Cluster(command) => {
-            let endpoints: Vec<String> = global
-                .endpoint
-                .split(',')
-                .map(|e| e.trim().to_string())
-                .collect();
+            let endpoints = palisade_client::parse_endpoints(&global.endpoint)?;
             cluster::run(command, &endpoints).await
         }
         Command::Demo(args) => palisade_bench::demo::run(args)

@@ -264,3 +264,146 @@ fn a_single_node_grows_to_three_and_outlives_its_first_node() {
     let (after, _) = acquire(&mut cluster, "m2", "5s");
     assert!(after > next);
 }
+
+#[test]
+fn a_frozen_leader_that_wakes_after_an_election_grants_nothing() {
+    let mut cluster = LocalCluster::start(BIN, 3);
+    let old = cluster.leader();
+    let old_address = cluster.nodes[&old].address();
+    let (before, _) = acquire(&mut cluster, "l", "30s");
+
+    cluster.node(old).process.pause();
+    // The others elect a new leader while the old one sleeps.
+    let new = cluster.leader();
+    assert_ne!(new, old);
+    let (during, _) = acquire(&mut cluster, "other", "30s");
+    assert!(during > before);
+
+    // Woken, the old leader still believes it leads until it hears the new term; whatever it
+    // is asked first, it must not grant. Asked directly (no client that follows the leader),
+    // with a session the real leader opened.
+    let (_, _, session) = acquire_in_session(&mut cluster, "keeps-a-session", "30s");
+    cluster.node(old).process.resume();
+    let answer = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let mut client = palisade_testkit::locks_client(&format!("http://{old_address}")).await;
+        client
+            .acquire(palisade_proto::v1::AcquireRequest {
+                session: session.parse().unwrap(),
+                lock: "fresh".into(),
+                request_id: 1,
+                wait_ms: 0,
+                wait_forever: false,
+            })
+            .await
+    });
+    let refused = answer.expect_err("the deposed leader granted a lock");
+    assert!(
+        matches!(
+            refused.code(),
+            tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::NotFound
+        ),
+        "{refused:?}"
+    );
+    let status = cluster.status();
+    let old_role = status["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"].as_u64() == Some(old))
+        .unwrap()["role"]
+        .clone();
+    assert_eq!(old_role, "follower", "{status}");
+    // The lock it was asked for is free on the real leader.
+    let fresh = lock_status(&mut cluster, "fresh");
+    assert!(fresh["holder"].is_null(), "{fresh}");
+}
+
+#[test]
+fn a_palisade_lock_holder_keeps_its_lock_and_its_child_across_a_failover() {
+    let mut cluster = LocalCluster::start(BIN, 3);
+    let endpoints = cluster.endpoints();
+    let marker = cluster.dir().join("child-ran");
+    let mut lock = palisade_testkit::command(BIN);
+    lock.args(["--endpoint", &endpoints, "lock", "job", "--ttl", "3s", "--"])
+        .args([
+            "sh",
+            "-c",
+            &format!("touch {} && sleep 60", marker.display()),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut holder = palisade_testkit::Running::spawn(lock);
+    palisade_testkit::wait_until("the child to start", Duration::from_secs(20), || {
+        marker.exists()
+    });
+    let token = lock_status(&mut cluster, "job")["holder"]["token"]
+        .as_u64()
+        .expect("held");
+
+    let leader = cluster.leader();
+    let killed = Instant::now();
+    cluster.node(leader).process.kill9();
+    let next = cluster.leader();
+    eprintln!(
+        "node {leader} killed, node {next} leads after {:?}",
+        killed.elapsed()
+    );
+    // Several TTLs later, the holder's keepalive has followed the new leader.
+    std::thread::sleep(Duration::from_secs(9));
+    assert!(
+        holder.child.try_wait().unwrap().is_none(),
+        "palisade lock exited across the failover: {}",
+        holder.stderr()
+    );
+    let status = lock_status(&mut cluster, "job");
+    assert_eq!(status["holder"]["token"].as_u64(), Some(token), "{status}");
+
+    // Every command given the whole list, dead node included, finds the leader.
+    let all = cluster
+        .nodes
+        .values()
+        .map(|n| n.address())
+        .collect::<Vec<_>>()
+        .join(",");
+    let ran = cluster.palisade(&all, &["status", "job", "--json"]);
+    ran.expect_success();
+    assert_eq!(ran.json()["holder"]["token"].as_u64(), Some(token));
+    let (later, _) = acquire(&mut cluster, "after", "5s");
+    assert!(later > token);
+}
+
+#[test]
+fn commands_given_a_follower_follow_the_leader() {
+    let mut cluster = LocalCluster::start(BIN, 3);
+    let leader = cluster.leader();
+    let follower = cluster
+        .nodes
+        .values()
+        .find(|n| n.id != leader)
+        .unwrap()
+        .address();
+    let granted = grant(&cluster.palisade(&follower, &["acquire", "l", "--ttl", "10s"]));
+    let ran = cluster.palisade(&follower, &["status", "l", "--json"]);
+    ran.expect_success();
+    assert_eq!(
+        ran.json()["holder"]["token"].as_u64(),
+        Some(granted["PALISADE_TOKEN"].parse().unwrap())
+    );
+    // A membership change given to a follower is made by the leader.
+    let id = follower_id(&cluster, &follower);
+    let removed = cluster.palisade(&follower, &["cluster", "remove", &id.to_string()]);
+    removed.expect_success();
+    cluster.node(id).process.kill9();
+    let status = cluster.status();
+    assert!(!voters(&status).contains(&id), "{status}");
+    assert_eq!(voters(&status).len(), 2, "{status}");
+}
+
+fn follower_id(cluster: &LocalCluster, address: &str) -> u64 {
+    cluster
+        .nodes
+        .values()
+        .find(|n| n.address() == address)
+        .unwrap()
+        .id
+}
