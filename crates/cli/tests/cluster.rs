@@ -407,3 +407,35 @@ fn follower_id(cluster: &LocalCluster, address: &str) -> u64 {
         .unwrap()
         .id
 }
+
+#[test]
+fn a_removed_leader_stops_serving_and_the_rest_go_on() {
+    let mut cluster = LocalCluster::start(BIN, 3);
+    let (token, _) = acquire(&mut cluster, "l", "60s");
+    let leader = cluster.leader();
+    let endpoints = cluster.endpoints();
+    cluster
+        .palisade(&endpoints, &["cluster", "remove", &leader.to_string()])
+        .expect_success();
+    palisade_testkit::wait_until(
+        "the removed leader to stop",
+        Duration::from_secs(30),
+        || !cluster.node(leader).process.is_running(),
+    );
+    assert!(
+        cluster
+            .node(leader)
+            .process
+            .log()
+            .contains("this node was removed from the cluster"),
+        "{}",
+        cluster.node(leader).process.log()
+    );
+    let status = cluster.status();
+    assert_eq!(voters(&status).len(), 2, "{status}");
+    assert!(!voters(&status).contains(&leader), "{status}");
+    let held = lock_status(&mut cluster, "l");
+    assert_eq!(held["holder"]["token"].as_u64(), Some(token), "{held}");
+    let (next, _) = acquire(&mut cluster, "m", "5s");
+    assert!(next > token);
+}

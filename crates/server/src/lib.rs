@@ -191,7 +191,8 @@ impl Server {
         &self.node
     }
 
-    /// Serves gRPC until `shutdown` resolves, then stops Raft.
+    /// Serves gRPC until `shutdown` resolves, or until this node sees itself removed from its
+    /// cluster, then stops Raft.
     ///
     /// Shutdown is graceful for at most [`SHUTDOWN_GRACE`]: long-lived calls are ended at once
     /// (clients see UNAVAILABLE and retry elsewhere or later), short ones may finish.
@@ -200,6 +201,7 @@ impl Server {
         shutdown: impl std::future::Future<Output = ()>,
     ) -> Result<(), ServeError> {
         let node = self.node.clone();
+        let removed = self.node.clone();
         let service = palisade_proto::v1::locks_server::LocksServer::new(grpc::GrpcLocks::new(
             service::LockService::new(self.node.clone()),
         ))
@@ -220,7 +222,10 @@ impl Server {
             .add_service(peers)
             .add_service(cluster)
             .serve_with_incoming_shutdown(incoming::limited(self.listener), async move {
-                shutdown.await;
+                tokio::select! {
+                    () = shutdown => {}
+                    () = removed.removed() => {}
+                }
                 tracing::info!("shutting down");
                 node.begin_shutdown();
                 let _ = stopped.send(());

@@ -177,6 +177,8 @@ pub struct Node {
     stopping: tokio::sync::watch::Sender<bool>,
     /// The current term of leadership, once its `LeaderStart` is applied; `None` otherwise.
     leading: tokio::sync::watch::Sender<Option<Arc<Term>>>,
+    /// Set once this node sees a membership without itself, having been a member.
+    removed: tokio::sync::watch::Sender<bool>,
     shared: Arc<Shared>,
     clock: SharedClock,
     limits: Limits,
@@ -253,12 +255,14 @@ impl Node {
         .map_err(StartError::raft)?;
         let (stopping, _) = tokio::sync::watch::channel(false);
         let (leading, _) = tokio::sync::watch::channel(None);
+        let (removed, _) = tokio::sync::watch::channel(false);
         let node = Arc::new(Node {
             identity,
             raft,
             log,
             stopping,
             leading,
+            removed,
             shared,
             clock: config.clock.clone(),
             limits: config.limits,
@@ -269,6 +273,7 @@ impl Node {
             leader_watch: std::sync::Mutex::new(LeaderWatch::default()),
         });
         node.watch_leadership();
+        node.watch_membership();
         node.bootstrap(&config).await?;
         if node.raft.is_initialized().await.map_err(StartError::raft)? {
             // The membership reaches the metrics a moment after initialisation or recovery.
@@ -406,6 +411,47 @@ impl Node {
             })?
             .map_err(|_| StartError::Config("the node stopped while starting".into()))?;
         Ok(())
+    }
+
+    /// Notices when this node is removed from its cluster: a member that applies a membership
+    /// without itself stops serving (see [`Node::removed`]) instead of answering clients with
+    /// a stale view. A node that learns of its removal only by being refused by the others
+    /// stays idle: they answer none of its requests.
+    fn watch_membership(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        let mut metrics = self.raft.metrics();
+        let me = self.identity.node_id;
+        tokio::spawn(async move {
+            let mut was_member = false;
+            loop {
+                let removed = {
+                    let metrics = metrics.borrow_and_update();
+                    let membership = metrics.membership_config.membership();
+                    let member = membership.get_node(&me).is_some();
+                    was_member |= member;
+                    was_member && !member && membership.voter_ids().next().is_some()
+                };
+                if removed {
+                    if let Some(node) = weak.upgrade() {
+                        tracing::error!(
+                            "this node was removed from the cluster; it stops serving. Its data \
+                             directory cannot rejoin: add a new one under a new id"
+                        );
+                        node.removed.send_replace(true);
+                    }
+                    return;
+                }
+                if metrics.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Resolves once this node has seen itself removed from its cluster.
+    pub async fn removed(&self) {
+        let mut removed = self.removed.subscribe();
+        let _ = removed.wait_for(|removed| *removed).await;
     }
 
     /// Follows this node's leadership: on gaining it, take over; on losing it, stop proposing.

@@ -387,8 +387,9 @@ impl LockService {
         let permit = self.long_lived_permit()?;
         // Subscribe before reading the current state, so no change falls in between.
         let mut events = self.node.shared().events.subscribe();
+        let mut installs = self.node.shared().installs.subscribe();
         self.node.linearizable_read().await?;
-        let first = self.snapshot_change(&lock);
+        let first = snapshot_change(&self.node, &lock);
         let (tx, rx) = mpsc::channel(WATCH_BUFFER_EVENTS);
         let node = self.node.clone();
         tokio::spawn(async move {
@@ -399,6 +400,14 @@ impl LockService {
             loop {
                 let received = tokio::select! {
                     received = events.recv() => received,
+                    Ok(()) = installs.changed() => {
+                        // The table was replaced by a snapshot: its events are not in the
+                        // stream, so the watcher gets the lock's state as it is now.
+                        if tx.send(Ok(snapshot_change(&node, &lock))).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
                     () = node.stopping() => {
                         let _ = tx.send(Err(ServiceError::ShuttingDown)).await;
                         return;
@@ -483,17 +492,18 @@ impl LockService {
             lock: status.lock,
         }
     }
+}
 
-    fn snapshot_change(&self, lock: &str) -> LockChange {
-        let current = self.node.shared().read(|t| t.lock_status(lock));
-        let holder = current.as_ref().and_then(|s| s.holder.as_ref());
-        LockChange {
-            kind: ChangeKind::Snapshot,
-            lock: lock.to_string(),
-            session: holder.map_or(0, |g| g.session),
-            token: holder.map_or(0, |g| g.token),
-            waiters: current.as_ref().map_or(0, |s| s.waiters.len() as u64),
-        }
+/// The state of `lock` as the table holds it now, as a watch's `Snapshot` change.
+fn snapshot_change(node: &Node, lock: &str) -> LockChange {
+    let current = node.shared().read(|t| t.lock_status(lock));
+    let holder = current.as_ref().and_then(|s| s.holder.as_ref());
+    LockChange {
+        kind: ChangeKind::Snapshot,
+        lock: lock.to_string(),
+        session: holder.map_or(0, |g| g.session),
+        token: holder.map_or(0, |g| g.token),
+        waiters: current.as_ref().map_or(0, |s| s.waiters.len() as u64),
     }
 }
 

@@ -142,6 +142,9 @@ pub struct Shared {
     /// The table time at which the lease driver will look at the table by itself (`u64::MAX`:
     /// it waits for a signal). Batches that leave the next deadline after it signal nothing.
     pub lease_alarm_ms: std::sync::atomic::AtomicU64,
+    /// How many snapshots this node has installed since it started. A snapshot replaces the
+    /// table without events, so a watcher that sees this change reads the lock's state afresh.
+    pub installs: tokio::sync::watch::Sender<u64>,
     durable: DurableIndex,
     dir: PathBuf,
 }
@@ -187,6 +190,7 @@ impl StateMachine {
                 events,
                 applied_notify: Notify::new(),
                 lease_alarm_ms: std::sync::atomic::AtomicU64::new(u64::MAX),
+                installs: tokio::sync::watch::channel(0).0,
                 durable,
                 dir: dir.to_path_buf(),
             }),
@@ -370,6 +374,11 @@ impl RaftStateMachine<C> for StateMachine {
         .await
         .map_err(io::Error::other)??;
         *self.shared.applied() = installed;
+        // Only a follower installs a snapshot, and a node's queued acquires end when it stops
+        // leading, so no waiter is left to complete here. Watchers read the new state, and the
+        // lease driver (should this node lead next) looks at the new deadlines.
+        self.shared.installs.send_modify(|n| *n += 1);
+        self.shared.applied_notify.notify_one();
         Ok(())
     }
 

@@ -401,6 +401,12 @@ async fn a_learner_added_after_the_log_was_purged_catches_up_from_a_streamed_sna
         "the learner's state came from the leader's snapshot (up to {}), it has {installed:?}",
         snapshot.index
     );
+    // Watchers and the lease driver hear of the new table, which no event announced.
+    assert_eq!(
+        *learner.shared.installs.borrow(),
+        1,
+        "the install was not signalled to watchers"
+    );
     nodes.push(learner);
     assert_same_table_everywhere(&nodes, added.log_id.index).await;
 
