@@ -4,7 +4,7 @@ use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use palisade_client::{LockEvent, LockEventKind, QueryError};
+use palisade_client::{LockEvent, LockEventKind, QueryError, Read};
 use serde_json::{Value, json};
 
 use crate::Global;
@@ -22,6 +22,10 @@ pub struct StatusArgs {
     /// Print a JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Let any node answer from its own copy, without confirming with the leader: cheaper, but
+    /// possibly behind.
+    #[arg(long)]
+    pub stale: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -33,6 +37,10 @@ pub struct LocksArgs {
     /// Print a JSON array.
     #[arg(long)]
     pub json: bool,
+    /// Let any node answer from its own copy, without confirming with the leader: cheaper, but
+    /// possibly behind.
+    #[arg(long)]
+    pub stale: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -53,9 +61,17 @@ pub struct PubkeyArgs {
     pub json: bool,
 }
 
+fn read(stale: bool) -> Read {
+    if stale {
+        Read::Stale
+    } else {
+        Read::Linearizable
+    }
+}
+
 pub async fn status(args: StatusArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let client = global.connect().await?;
-    let status = client.status(&args.name).await?;
+    let status = client.status_with(&args.name, read(args.stale)).await?;
     if args.json {
         println!("{}", status_json(&status));
     } else {
@@ -66,7 +82,9 @@ pub async fn status(args: StatusArgs, global: &Global) -> anyhow::Result<ExitCod
 
 pub async fn locks(args: LocksArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let client = global.connect().await?;
-    let locks = client.list_locks(&args.prefix).await?;
+    let locks = client
+        .list_locks_with(&args.prefix, read(args.stale))
+        .await?;
     if args.json {
         let array: Vec<Value> = locks.iter().map(status_json).collect();
         println!("{}", Value::Array(array));

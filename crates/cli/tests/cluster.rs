@@ -439,3 +439,43 @@ fn a_removed_leader_stops_serving_and_the_rest_go_on() {
     let (next, _) = acquire(&mut cluster, "m", "5s");
     assert!(next > token);
 }
+
+#[test]
+fn a_stale_read_is_answered_by_a_node_cut_off_from_the_others() {
+    let mut cluster = LocalCluster::start(BIN, 3);
+    let (token, _) = acquire(&mut cluster, "l", "60s");
+    let leader = cluster.leader();
+    let lone = *cluster.nodes.keys().find(|id| **id != leader).unwrap();
+    // Wait until the lone node has applied the grant, then freeze the other two.
+    let lone_address = cluster.nodes[&lone].address();
+    palisade_testkit::wait_until(
+        "the grant to reach every node",
+        Duration::from_secs(20),
+        || {
+            let ran = cluster.palisade(&lone_address, &["status", "l", "--stale", "--json"]);
+            ran.code() == Some(0) && ran.json()["holder"]["token"].as_u64() == Some(token)
+        },
+    );
+    let others: Vec<u64> = cluster
+        .nodes
+        .keys()
+        .copied()
+        .filter(|id| *id != lone)
+        .collect();
+    for id in &others {
+        cluster.node(*id).process.pause();
+    }
+    // Without a quorum the node cannot confirm anything: a linearizable read fails...
+    let linearizable = cluster.palisade(&lone_address, &["status", "l", "--json"]);
+    assert_eq!(linearizable.code(), Some(69), "{linearizable:?}");
+    // ...and a stale one answers from its own copy.
+    let stale = cluster.palisade(&lone_address, &["status", "l", "--stale", "--json"]);
+    stale.expect_success();
+    assert_eq!(stale.json()["holder"]["token"].as_u64(), Some(token));
+    let listed = cluster.palisade(&lone_address, &["locks", "--stale", "--json"]);
+    listed.expect_success();
+    assert_eq!(listed.json()[0]["lock"], "l", "{}", listed.stdout);
+    for id in &others {
+        cluster.node(*id).process.resume();
+    }
+}

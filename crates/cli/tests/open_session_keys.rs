@@ -86,6 +86,7 @@ async fn two_clients_opening_with_default_fields_get_separate_sessions_and_only_
     let status = bob
         .status(StatusRequest {
             lock: "jobs/nightly".into(),
+            stale: false,
         })
         .await
         .unwrap()
@@ -174,6 +175,7 @@ async fn an_open_retried_with_its_key_gets_its_session_and_keys_that_cannot_be_r
     let status = client
         .status(StatusRequest {
             lock: "reports".into(),
+            stale: false,
         })
         .await
         .unwrap()

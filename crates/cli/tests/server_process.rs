@@ -58,7 +58,10 @@ async fn tokens_strictly_increase_across_repeated_kill_9_in_the_middle_of_a_stre
         // Phase 1: every grant acknowledged before a crash is still there after it.
         for (session, lock, token) in &kept {
             let status = client
-                .status(StatusRequest { lock: lock.clone() })
+                .status(StatusRequest {
+                    lock: lock.clone(),
+                    stale: false,
+                })
                 .await
                 .unwrap()
                 .into_inner();
@@ -185,7 +188,10 @@ async fn a_silent_holder_loses_its_lock_and_a_waiter_whose_session_ended_is_neve
         }));
         // Queue in a known order.
         while client
-            .status(StatusRequest { lock: "q".into() })
+            .status(StatusRequest {
+                lock: "q".into(),
+                stale: false,
+            })
             .await
             .unwrap()
             .into_inner()
@@ -328,6 +334,7 @@ async fn hostile_input_gets_clear_errors_and_loses_nothing() {
     let status = client
         .status(StatusRequest {
             lock: "precious".into(),
+            stale: false,
         })
         .await
         .unwrap()
@@ -445,7 +452,10 @@ async fn metrics_are_served_and_sigterm_shuts_down_cleanly() {
     service.start();
     let mut client = locks_client(&service.endpoint()).await;
     let status = client
-        .status(StatusRequest { lock: "m".into() })
+        .status(StatusRequest {
+            lock: "m".into(),
+            stale: false,
+        })
         .await
         .unwrap()
         .into_inner();

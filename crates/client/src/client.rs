@@ -130,6 +130,18 @@ pub struct Grant {
     pub sequencer: String,
 }
 
+/// How current a read of the lock table must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Read {
+    /// Reflects every write acknowledged before the read: the leader answers after confirming
+    /// it still leads.
+    #[default]
+    Linearizable,
+    /// Any node answers from its own copy, without a round to the others: cheaper, and possibly
+    /// behind the leader (a node cut off from the others: by any amount).
+    Stale,
+}
+
 /// The state of one lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -565,10 +577,17 @@ impl Client {
 
     /// The state of one lock.
     pub async fn status(&self, lock: &str) -> Result<LockStatus, QueryError> {
+        self.status_with(lock, Read::Linearizable).await
+    }
+
+    /// [`Client::status`], as current as `read` asks: [`Read::Stale`] lets any node answer
+    /// from its own copy, without confirming with the leader.
+    pub async fn status_with(&self, lock: &str, read: Read) -> Result<LockStatus, QueryError> {
         validate_lock_name(lock, LOCK_NAME_BYTES_MAX)
             .map_err(|e| QueryError::InvalidArgument(invalid_name(lock, &e)))?;
         let request = pb::StatusRequest {
             lock: lock.to_string(),
+            stale: read == Read::Stale,
         };
         let info = self
             .read_with_retries(|mut raw| {
@@ -588,6 +607,15 @@ impl Client {
 
     /// Every lock whose name starts with `prefix`, in name order (follows pagination).
     pub async fn list_locks(&self, prefix: &str) -> Result<Vec<LockStatus>, QueryError> {
+        self.list_locks_with(prefix, Read::Linearizable).await
+    }
+
+    /// [`Client::list_locks`], as current as `read` asks.
+    pub async fn list_locks_with(
+        &self,
+        prefix: &str,
+        read: Read,
+    ) -> Result<Vec<LockStatus>, QueryError> {
         let mut locks: Vec<LockStatus> = Vec::new();
         let mut start_after = String::new();
         for _ in 0..LIST_PAGES_MAX {
@@ -595,6 +623,7 @@ impl Client {
                 prefix: prefix.to_string(),
                 start_after: start_after.clone(),
                 limit: 0,
+                stale: read == Read::Stale,
             };
             let page = self
                 .read_with_retries(|mut raw| {

@@ -59,8 +59,8 @@ mod session;
 mod watch;
 
 pub use client::{
-    Client, ClientOptions, ENDPOINT_ENV, ENDPOINTS_MAX, Grant, Holder, LockStatus, SessionLease,
-    parse_endpoints,
+    Client, ClientOptions, ENDPOINT_ENV, ENDPOINTS_MAX, Grant, Holder, LockStatus, Read,
+    SessionLease, parse_endpoints,
 };
 pub use error::{
     AcquireError, CloseError, ConnectError, ErrorClass, QueryError, ReleaseError, RenewError,

@@ -54,6 +54,14 @@ impl Drop for Timer {
     }
 }
 
+fn read_of(stale: bool) -> crate::service::Read {
+    if stale {
+        crate::service::Read::Stale
+    } else {
+        crate::service::Read::Linearizable
+    }
+}
+
 /// The status of each way a call can fail.
 pub fn status(e: ServiceError) -> Status {
     match e {
@@ -243,9 +251,10 @@ impl Locks for GrpcLocks {
 
     async fn status(&self, request: Request<StatusRequest>) -> Result<Response<LockInfo>, Status> {
         let _timer = Timer::start("status");
+        let request = request.into_inner();
         let view = self
             .service
-            .status(request.into_inner().lock)
+            .status(request.lock, read_of(request.stale))
             .await
             .map_err(status)?;
         Ok(Response::new(lock_info(view)))
@@ -260,7 +269,7 @@ impl Locks for GrpcLocks {
         let start_after = (!r.start_after.is_empty()).then_some(r.start_after.as_str());
         let page = self
             .service
-            .list(&r.prefix, start_after, r.limit as usize)
+            .list(&r.prefix, start_after, r.limit as usize, read_of(r.stale))
             .await
             .map_err(status)?;
         Ok(Response::new(ListLocksResponse {

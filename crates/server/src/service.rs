@@ -78,6 +78,18 @@ impl From<ProposeError> for ServiceError {
 
 type Result<T, E = ServiceError> = std::result::Result<T, E>;
 
+/// How current a read must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Read {
+    /// Reflects every write acknowledged before the read began: the leader answers, after a
+    /// ReadIndex round confirms it still leads.
+    #[default]
+    Linearizable,
+    /// This node's own copy, as applied so far: any node answers, with no round trip, possibly
+    /// behind the leader.
+    Stale,
+}
+
 /// A session just opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionOpened {
@@ -331,9 +343,9 @@ impl LockService {
     }
 
     /// One lock's state, reflecting every write committed before the call.
-    pub async fn status(&self, lock: String) -> Result<LockView> {
+    pub async fn status(&self, lock: String, read: Read) -> Result<LockView> {
         validate_lock_name(&lock, LOCK_NAME_BYTES_MAX).map_err(CoreError::InvalidLockName)?;
-        self.node.linearizable_read().await?;
+        self.before_read(read).await?;
         let (status, last_token) = self
             .node
             .shared()
@@ -350,6 +362,13 @@ impl LockService {
         })
     }
 
+    async fn before_read(&self, read: Read) -> Result<()> {
+        match read {
+            Read::Linearizable => Ok(self.node.linearizable_read().await?),
+            Read::Stale => Ok(()),
+        }
+    }
+
     /// Locks whose names start with `prefix`, in name order, after `start_after`; at most
     /// `limit` of them (0 or above the page limit: a full page).
     pub async fn list(
@@ -357,12 +376,13 @@ impl LockService {
         prefix: &str,
         start_after: Option<&str>,
         limit: usize,
+        read: Read,
     ) -> Result<LockPage> {
         let limit = match limit {
             0 => LIST_PAGE_LOCKS_MAX,
             n => n.min(LIST_PAGE_LOCKS_MAX),
         };
-        self.node.linearizable_read().await?;
+        self.before_read(read).await?;
         let statuses = self
             .node
             .shared()

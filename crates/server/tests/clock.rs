@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use palisade_clock::ManualClock;
 use palisade_core::{CoreError, Wait};
-use palisade_server::service::{ChangeKind, LockService, ServiceError};
+use palisade_server::service::{ChangeKind, LockService, Read, ServiceError};
 use palisade_server::{Server, ServerConfig};
 
 struct Running {
@@ -33,7 +33,13 @@ async fn start() -> Running {
 /// Polls (in real time, boundedly) until `lock` has no holder; false if it still has one.
 async fn becomes_free(service: &LockService, lock: &str) -> bool {
     for _ in 0..200 {
-        if service.status(lock.into()).await.unwrap().holder.is_none() {
+        if service
+            .status(lock.into(), Read::Linearizable)
+            .await
+            .unwrap()
+            .holder
+            .is_none()
+        {
             return true;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -44,7 +50,14 @@ async fn becomes_free(service: &LockService, lock: &str) -> bool {
 /// Polls until `lock` has `n` waiters.
 async fn wait_for_waiters(service: &LockService, lock: &str, n: usize) {
     for _ in 0..500 {
-        if service.status(lock.into()).await.unwrap().waiters.len() == n {
+        if service
+            .status(lock.into(), Read::Linearizable)
+            .await
+            .unwrap()
+            .waiters
+            .len()
+            == n
+        {
             return;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -64,7 +77,10 @@ async fn a_lease_ends_when_the_clock_passes_its_ttl_and_not_a_millisecond_before
     clock.advance(Duration::from_millis(999));
     // However long the machine takes now, no time passes for the lease.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let held = service.status("l".into()).await.unwrap();
+    let held = service
+        .status("l".into(), Read::Linearizable)
+        .await
+        .unwrap();
     assert_eq!(held.holder.map(|h| h.token), Some(grant.token));
     assert_eq!(held.holder.map(|h| h.lease_remaining_ms), Some(1));
 
@@ -103,7 +119,11 @@ async fn a_shorter_lease_opened_while_the_driver_sleeps_expires_on_time() {
         becomes_free(&service, "held-briefly").await,
         "the 1 s session outlived its lease while the driver slept for the 600 s one"
     );
-    let long_holder = service.status("held-long".into()).await.unwrap().holder;
+    let long_holder = service
+        .status("held-long".into(), Read::Linearizable)
+        .await
+        .unwrap()
+        .holder;
     assert_eq!(long_holder.map(|h| h.session), Some(long));
 }
 
@@ -132,7 +152,11 @@ async fn waiters_are_granted_in_the_order_they_queued_and_a_watch_sees_each_hand
     let third_waits = queue(third, 3);
     wait_for_waiters(&service, "q", 2).await;
     assert_eq!(
-        service.status("q".into()).await.unwrap().waiters,
+        service
+            .status("q".into(), Read::Linearizable)
+            .await
+            .unwrap()
+            .waiters,
         vec![second, third]
     );
 
@@ -171,7 +195,10 @@ async fn waiters_are_granted_in_the_order_they_queued_and_a_watch_sees_each_hand
 async fn a_lock_name_the_table_would_refuse_is_refused_by_status_and_watch_alike() {
     let Running { service, .. } = start().await;
     for bad in ["", "tab\there", &"x".repeat(257)] {
-        let status = service.status(bad.into()).await.unwrap_err();
+        let status = service
+            .status(bad.into(), Read::Linearizable)
+            .await
+            .unwrap_err();
         assert!(
             matches!(status, ServiceError::Refused(CoreError::InvalidLockName(_))),
             "status of {bad:?}: {status:?}"

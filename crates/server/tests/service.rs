@@ -129,6 +129,7 @@ async fn tokens_grow_across_release_queue_handoff_and_restart() {
     let status = a
         .status(StatusRequest {
             lock: "jobs/nightly".into(),
+            stale: false,
         })
         .await
         .unwrap()
@@ -145,6 +146,7 @@ async fn tokens_grow_across_release_queue_handoff_and_restart() {
     let status = c
         .status(StatusRequest {
             lock: "jobs/nightly".into(),
+            stale: false,
         })
         .await
         .unwrap()
@@ -222,7 +224,10 @@ async fn a_restart_with_another_lock_delay_replays_the_log_under_the_limits_it_w
     .await;
     let mut client = locks_client(&running.endpoint()).await;
     let status = client
-        .status(StatusRequest { lock: "l".into() })
+        .status(StatusRequest {
+            lock: "l".into(),
+            stale: false,
+        })
         .await
         .unwrap()
         .into_inner();
@@ -260,6 +265,7 @@ async fn a_shorter_lease_opened_while_the_driver_sleeps_expires_on_time() {
         let info = client
             .status(StatusRequest {
                 lock: "held-briefly".into(),
+                stale: false,
             })
             .await
             .unwrap()
@@ -300,6 +306,7 @@ async fn a_full_page_of_the_longest_lock_names_is_listed_and_paginates() {
         prefix: String::new(),
         start_after,
         limit: 0,
+        stale: false,
     };
     let first = client
         .list_locks(list(String::new()))
