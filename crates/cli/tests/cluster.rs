@@ -479,3 +479,55 @@ fn a_stale_read_is_answered_by_a_node_cut_off_from_the_others() {
         cluster.node(*id).process.resume();
     }
 }
+
+/// `palisade store put KEY VALUE` at `store` with `sequencer`.
+fn store_put(store: &str, sequencer: &str, key: &str, value: &str) -> Ran {
+    let mut put = palisade_testkit::command(BIN);
+    put.args(["store", "put", key, value])
+        .env("PALISADE_STORE", store)
+        .env("PALISADE_SEQUENCER", sequencer);
+    palisade_testkit::run(put)
+}
+
+#[test]
+fn a_rolling_restart_keeps_the_service_and_the_store_accepts_every_leaders_sequencers() {
+    let mut cluster = LocalCluster::start(BIN, 3);
+    let endpoints = cluster.endpoints();
+    let key = pubkey(&cluster, &endpoints);
+    let mut store = palisade_testkit::ServerProcess::store(BIN, cluster.dir().join("store"), &key);
+    store.start();
+    let store_url = store.endpoint();
+
+    let mut last = 0;
+    let mut stale_sequencer = None;
+    let ids: Vec<u64> = cluster.nodes.keys().copied().collect();
+    for id in ids {
+        // Restart node `id` (SIGTERM, then the same flags and directory).
+        cluster.node(id).process.terminate();
+        let during = grant(&cluster.palisade(&endpoints, &["acquire", "doc", "--ttl", "2s"]));
+        cluster.node(id).process.start();
+        let token: u64 = during["PALISADE_TOKEN"].parse().unwrap();
+        assert!(token > last, "token {token} after {last}");
+        last = token;
+        // The store, configured once with the first key, takes every leader's sequencer.
+        store_put(
+            &store_url,
+            &during["PALISADE_SEQUENCER"],
+            "doc",
+            &format!("v{token}"),
+        )
+        .expect_success();
+        cluster
+            .palisade(
+                &endpoints,
+                &["release", "doc", "--session", &during["PALISADE_SESSION"]],
+            )
+            .expect_success();
+        if let Some(old) = stale_sequencer.replace(during["PALISADE_SEQUENCER"].clone()) {
+            // An older grant's sequencer is refused once a newer one was accepted.
+            let refused = store_put(&store_url, &old, "doc", "late");
+            assert_ne!(refused.code(), Some(0), "{refused:?}");
+            assert!(refused.stderr.contains("stale"), "{}", refused.stderr);
+        }
+    }
+}
