@@ -15,7 +15,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
@@ -691,12 +690,11 @@ impl Node {
             if *stopping.borrow_and_update() || ended(&self) {
                 return;
             }
-            let notified = self.shared.applied_notify.notified();
+            let notified = self.shared.lease_alarm().notified();
             let next = self.shared.read(|t| t.next_deadline_ms());
-            // Announce the alarm, then look again: a batch applied between the two reads either
-            // shows here or, reading the alarm after it was set, signals (see `Shared`).
+            // Announce the alarm, then look again (see `LeaseAlarm`).
             let alarm = next.unwrap_or(u64::MAX);
-            self.shared.lease_alarm_ms.store(alarm, SeqCst);
+            self.shared.lease_alarm().set(alarm);
             if self
                 .shared
                 .read(|t| t.next_deadline_ms())

@@ -276,7 +276,7 @@ impl LockService {
             .then(|| self.long_lived_permit())
             .transpose()?;
         // Register before proposing: a grant from the queue may be applied at any moment after.
-        let waiters = &self.node.shared().waiters;
+        let waiters = self.node.shared().waiters();
         let registration = (wait != Wait::Try).then(|| waiters.register(session, &lock));
         let command = Command::Acquire {
             session,
@@ -406,8 +406,8 @@ impl LockService {
         validate_lock_name(&lock, LOCK_NAME_BYTES_MAX).map_err(CoreError::InvalidLockName)?;
         let permit = self.long_lived_permit()?;
         // Subscribe before reading the current state, so no change falls in between.
-        let mut events = self.node.shared().events.subscribe();
-        let mut installs = self.node.shared().installs.subscribe();
+        let mut events = self.node.shared().subscribe_events();
+        let mut installs = self.node.shared().subscribe_installs();
         self.node.linearizable_read().await?;
         let first = snapshot_change(&self.node, &lock);
         let (tx, rx) = mpsc::channel(WATCH_BUFFER_EVENTS);

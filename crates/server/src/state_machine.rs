@@ -134,25 +134,86 @@ struct Applied {
 #[derive(Debug)]
 pub struct Shared {
     applied: Mutex<Applied>,
-    pub waiters: Waiters,
-    pub events: broadcast::Sender<Event>,
-    /// Signalled after an applied batch moved the table's next deadline before
-    /// [`Shared::lease_alarm_ms`], so the lease driver looks at deadlines again.
-    pub applied_notify: Notify,
-    /// The table time at which the lease driver will look at the table by itself (`u64::MAX`:
-    /// it waits for a signal). Batches that leave the next deadline after it signal nothing.
-    pub lease_alarm_ms: std::sync::atomic::AtomicU64,
+    waiters: Waiters,
+    events: broadcast::Sender<Event>,
+    lease_alarm: LeaseAlarm,
     /// How many snapshots this node has installed since it started. A snapshot replaces the
     /// table without events, so a watcher that sees this change reads the lock's state afresh.
-    pub installs: tokio::sync::watch::Sender<u64>,
+    installs: tokio::sync::watch::Sender<u64>,
     durable: DurableIndex,
     dir: PathBuf,
+}
+
+/// The handshake between the state machine and the lease driver. The driver announces the
+/// table time at which it will look at the table by itself ([`LeaseAlarm::set`]); the state
+/// machine wakes it only when an applied batch brings a deadline before that, or replaces the
+/// table. Take [`LeaseAlarm::notified`] before reading the table and setting the alarm, then read
+/// again: a batch applied in between either shows in the second read or, reading the alarm
+/// after it was set, wakes the driver.
+#[derive(Debug)]
+pub struct LeaseAlarm {
+    at_ms: std::sync::atomic::AtomicU64,
+    notify: Notify,
+}
+
+impl LeaseAlarm {
+    fn new() -> LeaseAlarm {
+        LeaseAlarm {
+            at_ms: std::sync::atomic::AtomicU64::new(u64::MAX),
+            notify: Notify::new(),
+        }
+    }
+
+    /// Resolves at the next wake-up (or at once if one is pending).
+    pub fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.notify.notified()
+    }
+
+    /// The driver will look at the table by itself at `at_ms` (`u64::MAX`: only when woken).
+    pub fn set(&self, at_ms: u64) {
+        self.at_ms.store(at_ms, Ordering::SeqCst);
+    }
+
+    /// Wakes the driver if `next_deadline` comes before the time it announced.
+    fn wake_if_before(&self, next_deadline: Option<u64>) {
+        if next_deadline.is_some_and(|deadline| deadline < self.at_ms.load(Ordering::SeqCst)) {
+            self.notify.notify_one();
+        }
+    }
+
+    fn wake(&self) {
+        self.notify.notify_one();
+    }
 }
 
 impl Shared {
     /// Reads the lock table. Hold the closure short: it blocks applying.
     pub fn read<R>(&self, f: impl FnOnce(&LockTable) -> R) -> R {
         f(&self.applied().table)
+    }
+
+    /// Acquires waiting in a queue on this node.
+    pub fn waiters(&self) -> &Waiters {
+        &self.waiters
+    }
+
+    /// Every event of every applied entry from now on.
+    pub fn subscribe_events(&self) -> broadcast::Receiver<Event> {
+        self.events.subscribe()
+    }
+
+    /// Changes whenever this node installs a snapshot (its value: how many it has installed).
+    pub fn subscribe_installs(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.installs.subscribe()
+    }
+
+    /// How many snapshots this node has installed since it started.
+    pub fn installs(&self) -> u64 {
+        *self.installs.borrow()
+    }
+
+    pub fn lease_alarm(&self) -> &LeaseAlarm {
+        &self.lease_alarm
     }
 
     fn applied(&self) -> MutexGuard<'_, Applied> {
@@ -188,8 +249,7 @@ impl StateMachine {
                 applied: Mutex::new(applied),
                 waiters: Waiters::default(),
                 events,
-                applied_notify: Notify::new(),
-                lease_alarm_ms: std::sync::atomic::AtomicU64::new(u64::MAX),
+                lease_alarm: LeaseAlarm::new(),
                 installs: tokio::sync::watch::channel(0).0,
                 durable,
                 dir: dir.to_path_buf(),
@@ -346,10 +406,7 @@ impl RaftStateMachine<C> for StateMachine {
             metrics::gauge!(crate::metrics::LOCKS).set(applied.table.lock_count() as f64);
             applied.table.next_deadline_ms()
         };
-        let alarm = self.shared.lease_alarm_ms.load(Ordering::SeqCst);
-        if next_deadline.is_some_and(|deadline| deadline < alarm) {
-            self.shared.applied_notify.notify_one();
-        }
+        self.shared.lease_alarm.wake_if_before(next_deadline);
         Ok(())
     }
 
@@ -378,7 +435,7 @@ impl RaftStateMachine<C> for StateMachine {
         // leading, so no waiter is left to complete here. Watchers read the new state, and the
         // lease driver (should this node lead next) looks at the new deadlines.
         self.shared.installs.send_modify(|n| *n += 1);
-        self.shared.applied_notify.notify_one();
+        self.shared.lease_alarm.wake();
         Ok(())
     }
 

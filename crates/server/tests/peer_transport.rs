@@ -403,7 +403,7 @@ async fn a_learner_added_after_the_log_was_purged_catches_up_from_a_streamed_sna
     );
     // Watchers and the lease driver hear of the new table, which no event announced.
     assert_eq!(
-        *learner.shared.installs.borrow(),
+        learner.shared.installs(),
         1,
         "the install was not signalled to watchers"
     );
