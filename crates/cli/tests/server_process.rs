@@ -439,8 +439,9 @@ async fn metrics_are_served_and_sigterm_shuts_down_cleanly() {
         .unwrap();
     assert_eq!(
         waiting.await.unwrap().unwrap_err().code(),
-        Code::Unavailable,
-        "the waiter is told to retry"
+        Code::Unknown,
+        "the waiter, whose wait stays in the table, is told its outcome is unknown: retry with \
+         the same request id"
     );
     drop((pings, keepalive, watch));
     assert!(

@@ -18,7 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
-use openraft::errors::{ClientWriteError, ForwardToLeader, InitializeError, RaftError};
+use openraft::errors::{
+    ClientWriteError, ForwardToLeader, InitializeError, LinearizableReadError, RaftError,
+};
 use openraft::impls::ProgressResponder;
 use openraft::type_config::alias::CommittedLeaderIdOf;
 use openraft::vote::RaftLeaderId;
@@ -176,6 +178,9 @@ pub struct Node {
     stopping: tokio::sync::watch::Sender<bool>,
     /// The current term of leadership, once its `LeaderStart` is applied; `None` otherwise.
     leading: tokio::sync::watch::Sender<Option<Arc<Term>>>,
+    /// Bumped whenever openraft reports the end of a leadership, before `leading` is cleared:
+    /// a takeover publishes its term only if no end came since its start.
+    leadership_ends: std::sync::atomic::AtomicU64,
     /// Set once this node sees a membership without itself, having been a member.
     removed: tokio::sync::watch::Sender<bool>,
     shared: Arc<Shared>,
@@ -261,6 +266,7 @@ impl Node {
             log,
             stopping,
             leading,
+            leadership_ends: std::sync::atomic::AtomicU64::new(0),
             removed,
             shared,
             clock: config.clock.clone(),
@@ -462,17 +468,22 @@ impl Node {
                 let weak = weak.clone();
                 async move {
                     if let Some(node) = weak.upgrade() {
-                        tokio::spawn(node.take_over(leader_id.to_committed()));
+                        let ends = node
+                            .leadership_ends
+                            .load(std::sync::atomic::Ordering::SeqCst);
+                        tokio::spawn(node.take_over(leader_id.to_committed(), ends));
                     }
                 }
             },
             move |_| {
                 let weak = weak_stop.clone();
                 async move {
-                    if let Some(node) = weak.upgrade()
-                        && node.leading.send_replace(None).is_some()
-                    {
-                        tracing::info!("no longer the leader");
+                    if let Some(node) = weak.upgrade() {
+                        node.leadership_ends
+                            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        if node.leading.send_replace(None).is_some() {
+                            tracing::info!("no longer the leader");
+                        }
                     }
                 }
             },
@@ -482,10 +493,10 @@ impl Node {
 
     /// Takes over as leader of the term `leader_id`: catch up with every committed entry,
     /// re-anchor the clock on the table's latest time, extend every lease (`LeaderStart`),
-    /// then serve and drive the leases until the term ends.
-    async fn take_over(self: Arc<Self>, leader_id: CommittedLeaderIdOf<C>) {
-        if let Err(e) = self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
-            tracing::info!(error = %e, "lost leadership while catching up");
+    /// then serve and drive the leases until the term ends. `ends` is the count of ended
+    /// leaderships when the term began: if another ends meanwhile, this term is not published.
+    async fn take_over(self: Arc<Self>, leader_id: CommittedLeaderIdOf<C>, ends: u64) {
+        if !self.catch_up_as_leader(leader_id).await {
             return;
         }
         let term = Arc::new(Term {
@@ -513,18 +524,55 @@ impl Node {
             }
         }
         self.record_own_address();
-        // Still this term? Another may have begun while the entries above were in flight.
-        if self
-            .raft
+        // Still this term? It may have ended while the entries above were in flight; checked
+        // under the watch's lock, which the end of a leadership also takes after counting.
+        let published = self.leading.send_if_modified(|leading| {
+            let still = self
+                .leadership_ends
+                .load(std::sync::atomic::Ordering::SeqCst)
+                == ends
+                && self.leads_term(leader_id);
+            if still {
+                *leading = Some(term.clone());
+            }
+            still
+        });
+        if published {
+            tokio::spawn(self.clone().drive_leases(term));
+        }
+    }
+
+    fn leads_term(&self, leader_id: CommittedLeaderIdOf<C>) -> bool {
+        self.raft
             .as_leader()
             .map(|l| l.to_committed_leader_id())
             .ok()
-            != Some(term.leader_id)
-        {
-            return;
+            == Some(leader_id)
+    }
+
+    /// Waits until this new leader has applied every entry committed before it took over.
+    /// A quorum may be slow to answer (a follower paused, a disk stalled): the read is tried
+    /// again for as long as this node leads the term. False if the term ended first.
+    async fn catch_up_as_leader(&self, leader_id: CommittedLeaderIdOf<C>) -> bool {
+        let mut pause = crate::peer::PEER_BACKOFF_FIRST;
+        loop {
+            match self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
+                Ok(_) => return true,
+                Err(RaftError::APIError(LinearizableReadError::QuorumNotEnough(e))) => {
+                    tracing::info!(error = %e, "no quorum yet to take over with; trying again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(crate::peer::PEER_BACKOFF_MAX);
+                    // openraft's metrics may lag its callbacks, so this is asked only here.
+                    if *self.stopping.borrow() || !self.leads_term(leader_id) {
+                        return false;
+                    }
+                }
+                Err(e) => {
+                    tracing::info!(error = %e, "lost leadership while catching up");
+                    return false;
+                }
+            }
         }
-        self.leading.send_replace(Some(term.clone()));
-        tokio::spawn(self.clone().drive_leases(term));
     }
 
     /// A one-member cluster whose membership does not record where this node is now (a data
@@ -666,11 +714,16 @@ impl Node {
     pub async fn linearizable_read(&self) -> Result<(), ProposeError> {
         match self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
             Ok(_) => Ok(()),
-            Err(RaftError::APIError(openraft::errors::LinearizableReadError::ForwardToLeader(
-                forward,
-            ))) => Err(ProposeError::NotLeader {
-                leader: hint_of(&forward),
-            }),
+            Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(forward))) => {
+                Err(ProposeError::NotLeader {
+                    leader: hint_of(&forward),
+                })
+            }
+            // A leader that cannot reach a quorum cannot confirm it still leads: nothing was
+            // read; another node may lead by now.
+            Err(RaftError::APIError(LinearizableReadError::QuorumNotEnough(_))) => {
+                Err(ProposeError::NotLeader { leader: None })
+            }
             Err(e) => Err(ProposeError::Stopped(e.to_string())),
         }
     }
@@ -869,9 +922,18 @@ impl Node {
             return Err(MembershipError::Refused("node ids start at 1".into()));
         }
         let view = self.cluster_view();
-        if let Some(existing) = view.members.iter().find(|m| m.id == id && m.voter) {
+        let existing = view.members.iter().find(|m| m.id == id);
+        if let Some(existing) = existing.filter(|m| m.voter) {
             return Err(MembershipError::Refused(format!(
                 "node {id} is already a voter at {}",
+                existing.addr
+            )));
+        }
+        // A learner is added again (to finish a catch-up that timed out) only as it is: the
+        // membership keeps the first address and incarnation it recorded for an id.
+        if let Some(existing) = existing.filter(|m| m.addr != addr) {
+            return Err(MembershipError::Refused(format!(
+                "node {id} is a learner at {}, not at {addr}; remove node {id} first",
                 existing.addr
             )));
         }
@@ -891,6 +953,13 @@ impl Node {
                 )),
                 AdmitError::Refused(why) => MembershipError::Refused(why),
             })?;
+        let recorded = self.member_incarnation(id);
+        if recorded.is_some_and(|recorded| recorded != incarnation) {
+            return Err(MembershipError::Refused(format!(
+                "the node at {addr} has a new data directory, not the one admitted as learner \
+                 {id}; remove node {id} first, then add the directory under a new id"
+            )));
+        }
         let member = Member { addr, incarnation };
         let added = tokio::time::timeout(
             crate::limits::ADD_MEMBER_CATCH_UP,
@@ -898,7 +967,7 @@ impl Node {
         )
         .await
         .map_err(|_| {
-            MembershipError::Unavailable(format!(
+            MembershipError::Failed(format!(
                 "node {id} is a learner but did not catch up within {:?}; add it again to \
                  retry, or remove it",
                 crate::limits::ADD_MEMBER_CATCH_UP
@@ -949,6 +1018,13 @@ impl Node {
             .map_err(|e| self.membership_failed(e))?;
         tracing::info!(node = id, "removed a member");
         Ok(self.cluster_view())
+    }
+
+    /// The incarnation the membership records for node `id`, if it is a member.
+    fn member_incarnation(&self, id: u64) -> Option<u64> {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        let membership = metrics.membership_config.membership();
+        membership.get_node(&id).map(|m| m.incarnation)
     }
 
     fn membership_failed(&self, e: RaftError<C, ClientWriteError<C>>) -> MembershipError {

@@ -39,6 +39,15 @@ pub trait Admission: Send + Sync + 'static {
     fn admit(&self, from: u64, signing_key: [u8; 32]) -> Result<u64, String>;
 }
 
+/// Who sends a Raft request, for [`RaftPeerServer::check_sender`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sender {
+    /// Entries and snapshots: a leader, possibly of a membership this node has not seen yet.
+    Leader,
+    /// Votes, pre-votes and leadership transfers: only a member may ask.
+    Candidate,
+}
+
 /// The `palisade.raft.v1.Raft` service of one node.
 #[derive(Clone)]
 pub struct RaftPeerServer {
@@ -92,9 +101,9 @@ impl RaftPeerServer {
 
     /// Refuses a Raft request that is not for this node of this cluster, or not from a member
     /// as this node knows it; returns the sender's id.
-    fn check_envelope(&self, envelope: Option<Envelope>) -> Result<u64, Status> {
+    fn check_envelope(&self, envelope: Option<Envelope>, sender: Sender) -> Result<u64, Status> {
         let (from, from_incarnation) = self.addressed_here(envelope)?;
-        self.check_sender(from, from_incarnation)?;
+        self.check_sender(from, from_incarnation, sender)?;
         Ok(from)
     }
 
@@ -157,10 +166,12 @@ impl RaftPeerServer {
         Ok((from_node_id, from_incarnation))
     }
 
-    /// Refuses a sender that this node's membership does not know as it is: an id that is no
-    /// member (a removed node), or another incarnation of a member's id (a wiped node). A node
-    /// that knows no membership yet (before it is added) accepts any sender.
-    fn check_sender(&self, from: u64, from_incarnation: u64) -> Result<(), Status> {
+    /// Refuses a sender that this node's membership knows under another incarnation (a wiped
+    /// node under an old id) and, for a [`Sender::Candidate`], one it does not know at all (a
+    /// removed node asking for votes). A leader it does not know is let through: this node may
+    /// lag behind the entry that added it, and only that leader can send it; Raft's term
+    /// checks judge its entries. A node that knows no membership yet accepts any sender.
+    fn check_sender(&self, from: u64, from_incarnation: u64, sender: Sender) -> Result<(), Status> {
         let membership = self
             .raft
             .metrics()
@@ -172,6 +183,7 @@ impl RaftPeerServer {
             return Ok(());
         }
         match membership.get_node(&from) {
+            None if sender == Sender::Leader => Ok(()),
             None => Err(Status::failed_precondition(format!(
                 "node {from} is not a member of this cluster as node {} knows it (removed?)",
                 self.local_id
@@ -192,8 +204,13 @@ impl RaftPeerServer {
     }
 
     /// The request's openraft message, once the envelope is admitted.
-    fn open<T: DeserializeOwned>(&self, request: PeerRequest, what: &str) -> Result<T, Status> {
-        self.check_envelope(request.envelope)?;
+    fn open<T: DeserializeOwned>(
+        &self,
+        request: PeerRequest,
+        what: &str,
+        sender: Sender,
+    ) -> Result<T, Status> {
+        self.check_envelope(request.envelope, sender)?;
         decode(&request.body, what)
     }
 
@@ -229,7 +246,11 @@ impl Raft for RaftPeerServer {
         &self,
         request: Request<PeerRequest>,
     ) -> Result<Response<PeerReply>, Status> {
-        let rpc = self.open(request.into_inner(), "append-entries request")?;
+        let rpc = self.open(
+            request.into_inner(),
+            "append-entries request",
+            Sender::Leader,
+        )?;
         let response = self
             .raft
             .append_entries(rpc)
@@ -239,13 +260,13 @@ impl Raft for RaftPeerServer {
     }
 
     async fn vote(&self, request: Request<PeerRequest>) -> Result<Response<PeerReply>, Status> {
-        let rpc = self.open(request.into_inner(), "vote request")?;
+        let rpc = self.open(request.into_inner(), "vote request", Sender::Candidate)?;
         let response = self.raft.vote(rpc).await.map_err(|e| self.stopped(e))?;
         reply(&response)
     }
 
     async fn pre_vote(&self, request: Request<PeerRequest>) -> Result<Response<PeerReply>, Status> {
-        let rpc = self.open(request.into_inner(), "pre-vote request")?;
+        let rpc = self.open(request.into_inner(), "pre-vote request", Sender::Candidate)?;
         let response = self.raft.pre_vote(rpc).await.map_err(|e| self.stopped(e))?;
         reply(&response)
     }
@@ -254,7 +275,11 @@ impl Raft for RaftPeerServer {
         &self,
         request: Request<PeerRequest>,
     ) -> Result<Response<PeerReply>, Status> {
-        let rpc = self.open(request.into_inner(), "transfer-leader request")?;
+        let rpc = self.open(
+            request.into_inner(),
+            "transfer-leader request",
+            Sender::Candidate,
+        )?;
         let response = self
             .raft
             .handle_transfer_leader(rpc)
@@ -303,7 +328,7 @@ impl Raft for RaftPeerServer {
             }
             None => return Err(refused_snapshot("the stream is empty".to_string())),
         };
-        let from = self.check_envelope(header.envelope)?;
+        let from = self.check_envelope(header.envelope, Sender::Leader)?;
         let declared = usize::try_from(header.snapshot_bytes)
             .ok()
             .filter(|bytes| *bytes <= SNAPSHOT_BYTES_MAX)

@@ -43,9 +43,9 @@ pub enum ServiceError {
     /// answered from the table without applying it twice.
     #[error("{0}; the outcome is unknown, retry with the same request id")]
     OutcomeUnknown(String),
-    /// The node is shutting down; a call that stays open (keepalive, watch, queued acquire)
-    /// ends with this. A queued acquire stays queued in the table: a retry with the same
-    /// request id after the restart picks it up.
+    /// The node is shutting down; a keepalive stream or a watch ends with this. (A queued
+    /// acquire ends with [`ServiceError::OutcomeUnknown`]: its wait stays in the table, and a
+    /// retry with the same request id picks it up.)
     #[error("the lock service is shutting down; retry")]
     ShuttingDown,
     /// Every permit for calls that stay open is taken.
@@ -291,14 +291,19 @@ impl LockService {
                 let mut registration = registration
                     .ok_or_else(|| ServiceError::Internal("queued a try-only acquire".into()))?;
                 metrics::gauge!(crate::metrics::WAITERS).increment(1.0);
-                // A wait ends with this node's leadership: the new leader's lease driver decides
-                // it from now on, and the client's retry (same request id) finds its outcome.
+                // The wait is in the table, committed: when this node stops serving it (shutdown,
+                // or the end of its leadership), the wait goes on without it and may still be
+                // granted by the next leader. The outcome is unknown to this call; the client's
+                // retry with the same request id finds it.
                 let outcome = tokio::select! {
                     outcome = registration.outcome_after(index) => Ok(outcome),
-                    () = self.node.stopping() => Err(ServiceError::ShuttingDown),
-                    () = self.node.leadership_lost() => Err(ProposeError::NotLeader {
-                        leader: self.node.leader_hint().filter(|h| h.node_id != self.node.node_id()),
-                    }.into()),
+                    () = self.node.stopping() => Err(ServiceError::OutcomeUnknown(
+                        "the lock service is shutting down while the acquire waits in the queue"
+                            .into(),
+                    )),
+                    () = self.node.leadership_lost() => Err(ServiceError::OutcomeUnknown(
+                        "this node stopped leading while the acquire waits in the queue".into(),
+                    )),
                 };
                 metrics::gauge!(crate::metrics::WAITERS).decrement(1.0);
                 match outcome? {
@@ -418,7 +423,9 @@ impl LockService {
                 return;
             }
             loop {
+                // Events first: a snapshot install after them must not jump ahead of them.
                 let received = tokio::select! {
+                    biased;
                     received = events.recv() => received,
                     Ok(()) = installs.changed() => {
                         // The table was replaced by a snapshot: its events are not in the
@@ -430,6 +437,14 @@ impl LockService {
                     }
                     () = node.stopping() => {
                         let _ = tx.send(Err(ServiceError::ShuttingDown)).await;
+                        return;
+                    }
+                    // A watch is a linearizable read that goes on: once this node no longer
+                    // leads, it could fall behind unseen (cut off from the others), so the
+                    // watcher is sent to the leader, where it starts again from a snapshot.
+                    () = node.leadership_lost() => {
+                        let leader = node.leader_hint().filter(|h| h.node_id != node.node_id());
+                        let _ = tx.send(Err(ProposeError::NotLeader { leader }.into())).await;
                         return;
                     }
                 };

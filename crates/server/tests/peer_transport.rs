@@ -434,6 +434,63 @@ fn envelope(cluster: &str, to_node_id: u64) -> Option<Envelope> {
     })
 }
 
+/// A node that lags behind the entry that added today's leader still takes that leader's
+/// entries (Raft's term checks judge them), but gives no vote to a node it does not know.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_member_takes_entries_from_a_leader_it_does_not_know_yet_but_gives_it_no_vote() {
+    let node = TestNode::start(2).await;
+    let members: BTreeMap<u64, Member> = [1, 2, 3]
+        .into_iter()
+        .map(|id| (id, member(format!("127.0.0.1:{id}"))))
+        .collect();
+    node.raft.initialize(members).await.unwrap();
+    node.raft
+        .wait(Some(WAIT))
+        .metrics(
+            |m| m.membership_config.membership().voter_ids().count() == 3,
+            "node 2 knows its membership",
+        )
+        .await
+        .unwrap();
+    let mut client = RaftClient::connect(format!("http://{}", node.addr))
+        .await
+        .unwrap();
+    let from_4 = Some(Envelope {
+        cluster: CLUSTER.to_string(),
+        to_node_id: 2,
+        from_node_id: 4,
+        to_incarnation: 0,
+        from_incarnation: 0,
+    });
+
+    let heartbeat = openraft::raft::AppendEntriesRequest::<C> {
+        vote: VoteOf::<C>::new_committed(5, 4),
+        prev_log_id: None,
+        entries: Vec::new(),
+        leader_commit: None,
+    };
+    let answered = client
+        .append_entries(PeerRequest {
+            envelope: from_4.clone(),
+            body: serde_json::to_vec(&heartbeat).unwrap(),
+        })
+        .await;
+    assert!(
+        answered.is_ok(),
+        "node 2 refused the leader of a later membership: {answered:?}"
+    );
+
+    let refused = client
+        .vote(PeerRequest {
+            envelope: from_4,
+            body: vote_body(4),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+    node.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_for_another_node_or_another_cluster_is_refused() {
     let node = TestNode::start(2).await;
