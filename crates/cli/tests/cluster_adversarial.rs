@@ -1235,8 +1235,9 @@ fn new_leader_among(others: &str, old: u64) -> u64 {
 }
 
 #[test]
-#[ignore = "BUG: palisade lock --ttl 3s with every endpoint loses its lock (exit 76) when the \
-            leader is frozen (SIGSTOP); the keepalive does not move to the new leader in time"]
+#[ignore = "BUG: palisade lock with every endpoint loses its lock (exit 76) when the leader \
+            is frozen (SIGSTOP), at --ttl 3s and also at 20s; its keepalive never moves to the \
+            new leader elected ~2 s after the freeze"]
 fn a_lock_holder_keeps_its_lock_when_the_leader_freezes() {
     let mut cluster = LocalCluster::start(BIN, 3);
     let endpoints = all_endpoints(&cluster);
@@ -1344,4 +1345,32 @@ fn a_command_given_a_frozen_leader_first_moves_on_to_the_others() {
     assert_eq!(ran.code(), Some(0), "{ran:?} after {took:?}");
     st.expect_success();
     assert_eq!(st.json()["holder"]["token"], ran.json()["token"], "{st:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 13. A node id names one data directory forever: a removed id is not given to a new one.
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+#[ignore = "BUG: cluster add accepts a removed node's id for a new data directory (exit 0), \
+            though an id names one data directory for the life of the cluster"]
+fn a_removed_id_is_not_given_to_a_new_data_directory() {
+    let mut cluster = LocalCluster::empty(BIN);
+    let first = cluster.add_single().address();
+    let second = cluster.start_joining(2).address();
+    palisade(&first, &["cluster", "add", "2", &second]).expect_success();
+    palisade(&first, &["cluster", "remove", "2"]).expect_success();
+    cluster.node(2).process.kill9();
+    // A new directory under the removed id.
+    let dir = tempfile::tempdir().unwrap();
+    let mut fresh = server(dir.path(), 2, &["--join"]);
+    fresh.start();
+    let ran = palisade(&first, &["cluster", "add", "2", &fresh.addr().to_string()]);
+    let status = status_json(&first);
+    assert_eq!(
+        ran.code(),
+        Some(1),
+        "an id once used in this cluster was given to a new data directory: {ran:?}, {status}"
+    );
+    assert_eq!(ids_of_kind(&status, "voter"), [1], "{status}");
 }
