@@ -33,6 +33,14 @@ pub const ENDPOINT_ENV: &str = "PALISADE_ENDPOINT";
 /// mistake, not a deployment.
 pub const ENDPOINTS_MAX: usize = 16;
 
+/// HTTP/2 pings on every connection, and how long one may go unanswered before the connection
+/// is dropped. A server that stops answering while its socket stays open (a frozen process, a
+/// paused VM) is noticed within about two seconds: the calls in flight fail and are sent again
+/// (with the same request id) to the next endpoint, and a keepalive stream reopens there. A
+/// session whose TTL is under about three seconds may not outlive a frozen leader.
+pub const KEEPALIVE_PING_INTERVAL: Duration = Duration::from_secs(1);
+pub const KEEPALIVE_PING_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Most pages [`Client::list_locks`] follows before deciding the server is misbehaving.
 const LIST_PAGES_MAX: usize = 100_000;
 
@@ -239,8 +247,8 @@ fn channel_endpoint(url: &str, options: &ClientOptions) -> Result<Endpoint, Conn
     Ok(Endpoint::from(uri)
         .connect_timeout(options.connect_timeout)
         .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(10))
-        .keep_alive_timeout(Duration::from_secs(10))
+        .http2_keep_alive_interval(KEEPALIVE_PING_INTERVAL)
+        .keep_alive_timeout(KEEPALIVE_PING_TIMEOUT)
         .keep_alive_while_idle(true))
 }
 

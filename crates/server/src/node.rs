@@ -37,6 +37,24 @@ use crate::state_machine::{Shared, StateMachine};
 
 const LOG_FILE: &str = "raft.wal";
 
+/// Refuses an initial cluster that does not name this node at the address it advertises.
+fn check_initial_cluster(config: &NodeConfig) -> Result<(), StartError> {
+    let Some(cluster) = &config.initial_cluster else {
+        return Ok(());
+    };
+    let me = config.node_id;
+    match cluster.get(&me) {
+        None => Err(StartError::Config(format!(
+            "--initial-cluster does not name this node ({me})"
+        ))),
+        Some(own) if *own != config.advertise => Err(StartError::Config(format!(
+            "--initial-cluster gives node {me} the address {own}, but it advertises {}",
+            config.advertise
+        ))),
+        Some(_) => Ok(()),
+    }
+}
+
 /// The leader this node knows of, for a client to retry on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaderHint {
@@ -233,6 +251,9 @@ impl Node {
     /// extended; a member of a larger group returns at once and follows (or leads, once
     /// elected).
     pub async fn start(config: NodeConfig) -> Result<Arc<Node>, StartError> {
+        // Flags that contradict themselves are refused before the directory is touched, so the
+        // corrected command finds it as it was.
+        check_initial_cluster(&config)?;
         let data_dir = &config.data_dir;
         std::fs::create_dir_all(data_dir)?;
         let had_log = data_dir.join(LOG_FILE).exists();
@@ -320,18 +341,6 @@ impl Node {
         let members: BTreeMap<u64, Member> = match &config.initial_cluster {
             None => BTreeMap::from([(me, self.member())]),
             Some(cluster) => {
-                let Some(own) = cluster.get(&me) else {
-                    return Err(StartError::Config(format!(
-                        "--initial-cluster does not name this node ({me})"
-                    )));
-                };
-                if *own != self.advertise {
-                    return Err(StartError::Config(format!(
-                        "--initial-cluster gives node {me} the address {own}, but it advertises \
-                         {}",
-                        self.advertise
-                    )));
-                }
                 if cluster.keys().next() != Some(&me) {
                     tracing::info!(
                         "waiting for node {} to bootstrap the cluster",
