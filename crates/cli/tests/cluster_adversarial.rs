@@ -1343,8 +1343,6 @@ fn a_command_given_a_frozen_leader_first_moves_on_to_the_others() {
 // ---------------------------------------------------------------------------------------------
 
 #[test]
-#[ignore = "BUG: cluster add accepts a removed node's id for a new data directory (exit 0), \
-            though an id names one data directory for the life of the cluster"]
 fn a_removed_id_is_not_given_to_a_new_data_directory() {
     let mut cluster = LocalCluster::empty(BIN);
     let first = cluster.add_single().address();

@@ -930,6 +930,12 @@ impl Node {
         if id == 0 {
             return Err(MembershipError::Refused("node ids start at 1".into()));
         }
+        if self.shared.is_retired(id) {
+            return Err(MembershipError::Refused(format!(
+                "node {id} was a member of this cluster and was removed: an id names one data \
+                 directory for the life of the cluster; add the new directory under a new id"
+            )));
+        }
         let view = self.cluster_view();
         let existing = view.members.iter().find(|m| m.id == id);
         if let Some(existing) = existing.filter(|m| m.voter) {

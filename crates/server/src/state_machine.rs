@@ -7,7 +7,7 @@
 //! Applying an entry also tells the rest of the server what happened: waiting acquires are
 //! completed through [`Waiters`], and watchers receive [`Event`]s on a broadcast channel.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io::{self, Cursor};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -128,6 +128,10 @@ struct Applied {
     table: LockTable,
     last_applied: Option<LogIdOf<C>>,
     membership: StoredMembershipOf<C>,
+    /// Ids of nodes that were members and were removed: never given to another directory.
+    /// Absent from snapshots of versions before it, and from snapshots where it is empty.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    retired: BTreeSet<u64>,
 }
 
 /// What the rest of the server shares with the state machine.
@@ -207,6 +211,11 @@ impl Shared {
         self.installs.subscribe()
     }
 
+    /// Whether node `id` was a member of this cluster and was removed.
+    pub fn is_retired(&self, id: u64) -> bool {
+        self.applied().retired.contains(&id)
+    }
+
     /// How many snapshots this node has installed since it started.
     pub fn installs(&self) -> u64 {
         *self.installs.borrow()
@@ -240,6 +249,7 @@ impl StateMachine {
                 table: LockTable::new(Limits::default()),
                 last_applied: None,
                 membership: StoredMembership::default(),
+                retired: BTreeSet::new(),
             },
             Err(e) => return Err(e),
         };
@@ -385,6 +395,15 @@ impl RaftStateMachine<C> for StateMachine {
                     EntryPayload::Blank => None,
                     EntryPayload::Normal(input) => Some(applied.table.apply(input)),
                     EntryPayload::Membership(membership) => {
+                        let after: BTreeSet<u64> = membership.nodes().map(|(id, _)| *id).collect();
+                        let removed: Vec<u64> = applied
+                            .membership
+                            .membership()
+                            .nodes()
+                            .map(|(id, _)| *id)
+                            .filter(|id| !after.contains(id))
+                            .collect();
+                        applied.retired.extend(removed);
                         applied.membership = StoredMembership::new(Some(entry.log_id), membership);
                         None
                     }
@@ -504,6 +523,7 @@ mod tests {
             table,
             last_applied: None,
             membership: StoredMembership::default(),
+            retired: BTreeSet::new(),
         })
         .unwrap()
     }
