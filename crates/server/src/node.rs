@@ -22,6 +22,7 @@ use openraft::errors::{
     ClientWriteError, ForwardToLeader, InitializeError, LinearizableReadError, RaftError,
 };
 use openraft::impls::ProgressResponder;
+use openraft::storage::{RaftLogReader as _, RaftLogStorage as _};
 use openraft::type_config::alias::CommittedLeaderIdOf;
 use openraft::vote::RaftLeaderId;
 use openraft::{ChangeMembers, Config, ReadPolicy, ServerState, SnapshotPolicy};
@@ -256,10 +257,16 @@ impl Node {
         check_initial_cluster(&config)?;
         let data_dir = &config.data_dir;
         std::fs::create_dir_all(data_dir)?;
-        let had_log = data_dir.join(LOG_FILE).exists();
+
         // The log takes the data directory's lock: nothing in it, the key included, is created
         // before this process knows it is the only one using the directory.
         let log = LogStore::open(&data_dir.join(LOG_FILE))?;
+        // A directory from before node ids holds entries (or a vote) of node 1; an empty log is
+        // only a first start that stopped before it wrote its identity.
+        let had_log = {
+            let mut log = log.clone();
+            log.get_log_state().await?.last_log_id.is_some() || log.read_vote().await?.is_some()
+        };
         let identity = crate::identity::load_or_create(data_dir, config.node_id, had_log)?;
         let signing_key = crate::keys::load_or_create(data_dir)?;
         let network = PeerNetwork::new(
@@ -1107,6 +1114,32 @@ fn hint_of(forward: &ForwardToLeader<C>) -> Option<LeaderHint> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn config(dir: &std::path::Path, node_id: u64) -> NodeConfig {
+        NodeConfig {
+            node_id,
+            data_dir: dir.to_path_buf(),
+            limits: Limits::default(),
+            clock: palisade_clock::TokioClock::shared(),
+            advertise: "127.0.0.1:1".into(),
+            initial_cluster: None,
+            join: true,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_start_cut_off_before_its_identity_was_written_keeps_the_node_id() {
+        let dir = tempfile::tempdir().unwrap();
+        // A first start of node 3 died after creating its empty log, before writing node.json.
+        LogStore::open(&dir.path().join(LOG_FILE)).unwrap().close();
+        assert!(!dir.path().join("node.json").exists());
+
+        let node = Node::start(config(dir.path(), 3))
+            .await
+            .expect("the directory holds no entry of any node, so it is node 3's");
+        assert_eq!(node.node_id(), 3);
+        node.shutdown().await;
+    }
 
     #[tokio::test]
     async fn a_data_directory_in_use_gets_no_signing_key_from_a_second_server() {
