@@ -531,3 +531,77 @@ fn a_rolling_restart_keeps_the_service_and_the_store_accepts_every_leaders_seque
         }
     }
 }
+
+#[test]
+fn a_cluster_grows_from_one_to_five_and_back_to_one_under_load() {
+    let mut cluster = LocalCluster::empty(BIN);
+    let first = cluster.add_single().address();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let endpoints = std::sync::Arc::new(std::sync::Mutex::new(first.clone()));
+    // A client takes and releases locks the whole time, given the members as they are now.
+    let load = {
+        let (stop, endpoints) = (stop.clone(), endpoints.clone());
+        std::thread::spawn(move || {
+            let mut tokens = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) && Instant::now() < deadline {
+                let list = endpoints.lock().unwrap().clone();
+                let mut cmd = palisade_testkit::command(BIN);
+                cmd.args([
+                    "--endpoint",
+                    &list,
+                    "acquire",
+                    "load",
+                    "--ttl",
+                    "2s",
+                    "--wait",
+                    "5s",
+                ]);
+                let ran = palisade_testkit::run(cmd);
+                if ran.code() != Some(0) {
+                    continue;
+                }
+                let granted = grant(&ran);
+                tokens.push(granted["PALISADE_TOKEN"].parse::<u64>().unwrap());
+                let mut release = palisade_testkit::command(BIN);
+                release
+                    .args(["--endpoint", &list, "release", "load"])
+                    .args(["--session", &granted["PALISADE_SESSION"]]);
+                palisade_testkit::run(release);
+            }
+            tokens
+        })
+    };
+    for id in 2..=5 {
+        let address = cluster.start_joining(id).address();
+        cluster
+            .palisade(&first, &["cluster", "add", &id.to_string(), &address])
+            .expect_success();
+        *endpoints.lock().unwrap() = cluster.endpoints();
+    }
+    assert_eq!(voters(&cluster.status()), [1, 2, 3, 4, 5]);
+    for id in [5, 4, 3, 2] {
+        let list = cluster.endpoints();
+        cluster
+            .palisade(&list, &["cluster", "remove", &id.to_string()])
+            .expect_success();
+        if cluster.node(id).process.is_running() {
+            cluster.node(id).process.kill9();
+        }
+        *endpoints.lock().unwrap() = cluster.endpoints();
+    }
+    assert_eq!(voters(&cluster.status()), [1]);
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let tokens = load.join().unwrap();
+    // The last node serves alone.
+    let (after, _) = acquire(&mut cluster, "after", "5s");
+    assert!(
+        tokens.len() >= 3,
+        "the load made too few grants: {tokens:?}"
+    );
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens went back: {tokens:?}"
+    );
+    assert!(after > *tokens.last().unwrap());
+}
