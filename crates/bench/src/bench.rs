@@ -121,8 +121,9 @@ pub struct BenchArgs {
     /// Which workload to run.
     #[arg(value_enum, default_value = "all")]
     pub workload: Workload,
-    /// Service to load: palisade://HOST:PORT or etcd://HOST:PORT. Repeat to run the same
-    /// workloads on each and print a comparison.
+    /// Service to load: palisade://HOST:PORT or etcd://HOST:PORT. A Palisade cluster may be
+    /// given as palisade://HOST:PORT,HOST:PORT,... (the clients follow its leader). Repeat to run
+    /// the same workloads on each and print a comparison.
     #[arg(long = "target", default_value = "palisade://127.0.0.1:7457")]
     pub targets: Vec<Target>,
     /// A running fenced store (HOST:PORT, started with the palisade target's public key):

@@ -17,7 +17,8 @@ use crate::etcdserverpb::{LeaseGrantRequest, LeaseRevokeRequest};
 use crate::v3lockpb::lock_client::LockClient;
 use crate::v3lockpb::{LockRequest, UnlockRequest};
 
-/// A service to benchmark: `palisade://HOST:PORT` or `etcd://HOST:PORT`.
+/// A service to benchmark: `palisade://HOST:PORT` or `etcd://HOST:PORT`. A Palisade address may
+/// be a comma-separated list of a cluster's members: its clients follow the leader.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
     Palisade { address: String },
