@@ -209,7 +209,10 @@ mod tests {
         // A cluster's members, for a client that follows the leader.
         let cluster: Target = "palisade://127.0.0.1:7001,127.0.0.1:7002".parse().unwrap();
         assert_eq!(cluster.address(), "127.0.0.1:7001,127.0.0.1:7002");
-        assert_eq!(cluster.to_string(), "palisade://127.0.0.1:7001,127.0.0.1:7002");
+        assert_eq!(
+            cluster.to_string(),
+            "palisade://127.0.0.1:7001,127.0.0.1:7002"
+        );
         assert!("http://127.0.0.1:1".parse::<Target>().is_err());
         assert!("127.0.0.1:7457".parse::<Target>().is_err());
         assert!("etcd://".parse::<Target>().is_err());

@@ -72,6 +72,8 @@ impl Default for ClientOptions {
 pub struct Client {
     pub(crate) options: ClientOptions,
     pub(crate) endpoints: Arc<Endpoints>,
+    /// The clock sessions prove their leases on: tokio's monotonic time, or a test's.
+    pub(crate) clock: palisade_clock::SharedClock,
 }
 
 /// The endpoints a client was given, and the one it sends to now.
@@ -307,6 +309,15 @@ impl Endpoints {
 }
 
 impl Client {
+    /// The same connections, with sessions opened from now on proving their leases on `clock`
+    /// (their keepalive ticks, lease deadlines and `lease_remaining`). Production code keeps
+    /// the default, tokio's monotonic time; tests drive a
+    /// [`ManualClock`](palisade_clock::ManualClock).
+    pub fn with_clock(mut self, clock: palisade_clock::SharedClock) -> Client {
+        self.clock = clock;
+        self
+    }
+
     /// Connects to the lock service at `endpoints`: one address (`http://127.0.0.1:7457`; the
     /// scheme may be left out, `http://` is assumed), or a comma-separated list of the members
     /// of a cluster (`10.0.0.1:7457,10.0.0.2:7457,10.0.0.3:7457`, at most [`ENDPOINTS_MAX`]).
@@ -413,6 +424,7 @@ impl Client {
         };
         Ok(Client {
             options,
+            clock: palisade_clock::TokioClock::shared(),
             endpoints: Arc::new(Endpoints {
                 configured,
                 options,
@@ -450,12 +462,12 @@ impl Client {
         self.open_session_raw(ttl).await.map(|(lease, _)| lease)
     }
 
-    /// Opens a session; also returns when the first attempt was sent, the earliest instant the
-    /// lease can have started.
+    /// Opens a session; also returns when the first attempt was sent (on the client's clock),
+    /// the earliest instant the lease can have started.
     pub(crate) async fn open_session_raw(
         &self,
         ttl: Duration,
-    ) -> Result<(SessionLease, Instant), SessionError> {
+    ) -> Result<(SessionLease, Duration), SessionError> {
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
         // One key for every attempt: a retry after an unknown outcome gets the session the
         // first attempt may have opened, not a second one.
@@ -465,7 +477,7 @@ impl Client {
             ttl_ms,
             open_key: key.as_bytes().to_vec(),
         };
-        let first_sent_at = Instant::now();
+        let first_sent_at = self.clock.now();
         let response = self
             .call_with_retries(|mut raw| {
                 let request = request.clone();

@@ -24,11 +24,12 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use palisade_clock::SharedClock;
+
 use palisade_core::{SessionId, Token};
 use palisade_proto::v1 as pb;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use tokio::time::{Instant, MissedTickBehavior};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::client::{Client, Grant};
@@ -119,9 +120,9 @@ pub enum SessionLost {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
-    /// The lease is proven to last at least until `lease_deadline`.
+    /// The lease is proven to last at least until `lease_deadline` (on the client's clock).
     Alive {
-        lease_deadline: Instant,
+        lease_deadline: Duration,
     },
     Ended(SessionLost),
 }
@@ -295,7 +296,7 @@ impl Session {
     pub fn lease_remaining(&self) -> Option<Duration> {
         match *self.shared.state.borrow() {
             State::Alive { lease_deadline } => {
-                Some(lease_deadline.saturating_duration_since(Instant::now()))
+                Some(lease_deadline.saturating_sub(self.shared.client.clock.now()))
             }
             State::Ended(_) => None,
         }
@@ -527,7 +528,7 @@ impl Pinger<'_> {
     /// the server says the session is gone (`NotFound`). With `None` — the session is already
     /// lost — the renewals are best effort: they extend the server's lease but not the proven
     /// one.
-    async fn until_lost(&self, mut lease_deadline: Option<Instant>) -> SessionLost {
+    async fn until_lost(&self, mut lease_deadline: Option<Duration>) -> SessionLost {
         let mut backoff = Backoff::new(self.ttl);
         loop {
             if let StreamEnd::Lost(reason) =
@@ -542,21 +543,22 @@ impl Pinger<'_> {
     /// gets stuck; then pauses before the next one.
     async fn one_stream(
         &self,
-        lease_deadline: &mut Option<Instant>,
+        lease_deadline: &mut Option<Duration>,
         backoff: &mut Backoff,
     ) -> StreamEnd {
         let session = self.session;
+        let clock = &self.client.clock;
         let (pings, receiver) = mpsc::channel::<pb::KeepAliveRequest>(PINGS_OUTSTANDING_MAX);
-        let mut sent_at: VecDeque<Instant> = VecDeque::new();
+        let mut sent_at: VecDeque<Duration> = VecDeque::new();
         // The first ping goes out with the stream, so a fresh stream renews at once.
-        sent_at.push_back(Instant::now());
+        sent_at.push_back(clock.now());
         let _ = pings.try_send(pb::KeepAliveRequest { session });
         // The stream goes to the client's current endpoint, the leader as far as it knows.
         let used = self.client.endpoints.current();
         let mut raw = used.target.raw;
         let opened = tokio::select! {
             biased;
-            () = sleep_until(*lease_deadline) => return StreamEnd::Lost(SessionLost::LeaseUnproven),
+            () = sleep_until(clock, *lease_deadline) => return StreamEnd::Lost(SessionLost::LeaseUnproven),
             opened = raw.keep_alive(ReceiverStream::new(receiver)) => opened,
         };
         let mut stream = match opened {
@@ -572,12 +574,13 @@ impl Pinger<'_> {
                     .await;
             }
         };
-        let mut ticks = tokio::time::interval_at(Instant::now() + self.interval, self.interval);
-        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        // The next ping is due one interval after the last one went out (a late tick is not
+        // made up for).
+        let mut next_ping = clock.now() + self.interval;
         let failure = loop {
             tokio::select! {
                 biased;
-                () = sleep_until(*lease_deadline) => return StreamEnd::Lost(SessionLost::LeaseUnproven),
+                () = sleep_until(clock, *lease_deadline) => return StreamEnd::Lost(SessionLost::LeaseUnproven),
                 message = stream.message() => match message {
                     Ok(Some(ack)) => self.acknowledged(&ack, &mut sent_at, lease_deadline, backoff),
                     Ok(None) => {
@@ -592,14 +595,16 @@ impl Pinger<'_> {
                         break Failure::from_status(&status);
                     }
                 },
-                _ = ticks.tick() => {
+                () = clock.sleep_until(next_ping) => {
                     if sent_at.len() >= PINGS_OUTSTANDING_MAX
                         || pings.try_send(pb::KeepAliveRequest { session }).is_err()
                     {
                         tracing::debug!(session, "keepalive stream is stuck; reopening");
                         break Failure::Unknown("the keepalive stream is stuck".to_string());
                     }
-                    sent_at.push_back(Instant::now());
+                    let now = clock.now();
+                    sent_at.push_back(now);
+                    next_ping = now + self.interval;
                 }
             }
         };
@@ -616,7 +621,7 @@ impl Pinger<'_> {
         used: u64,
         failure: &Failure,
         backoff: &mut Backoff,
-        lease_deadline: Option<Instant>,
+        lease_deadline: Option<Duration>,
     ) -> StreamEnd {
         self.client.endpoints.after_failure(used, failure);
         if matches!(failure, Failure::NotLeader { .. }) && backoff.at_once() {
@@ -630,8 +635,8 @@ impl Pinger<'_> {
     fn acknowledged(
         &self,
         ack: &pb::KeepAliveResponse,
-        sent_at: &mut VecDeque<Instant>,
-        lease_deadline: &mut Option<Instant>,
+        sent_at: &mut VecDeque<Duration>,
+        lease_deadline: &mut Option<Duration>,
         backoff: &mut Backoff,
     ) {
         let session = self.session;
@@ -663,8 +668,8 @@ impl Pinger<'_> {
     }
 
     /// The pause before the next stream; the session is lost if its lease ran out meanwhile.
-    async fn pause(&self, backoff: &mut Backoff, lease_deadline: Option<Instant>) -> StreamEnd {
-        if pause(backoff, lease_deadline, self.interval).await {
+    async fn pause(&self, backoff: &mut Backoff, lease_deadline: Option<Duration>) -> StreamEnd {
+        if pause(&self.client.clock, backoff, lease_deadline, self.interval).await {
             StreamEnd::Reopen
         } else {
             StreamEnd::Lost(SessionLost::LeaseUnproven)
@@ -676,20 +681,27 @@ impl Pinger<'_> {
 ///
 /// Without a deadline (a lost session renewed best effort) the wait is at most `interval`, so
 /// a server that comes back finds the session renewed before its fresh lease runs out.
-async fn pause(backoff: &mut Backoff, lease_deadline: Option<Instant>, interval: Duration) -> bool {
+async fn pause(
+    clock: &SharedClock,
+    backoff: &mut Backoff,
+    lease_deadline: Option<Duration>,
+    interval: Duration,
+) -> bool {
     let mut delay = backoff.next_delay().unwrap_or(crate::retry::BACKOFF_MAX);
     if lease_deadline.is_none() {
         delay = delay.min(interval);
     }
-    let wake = Instant::now() + delay;
-    tokio::time::sleep_until(lease_deadline.map_or(wake, |deadline| wake.min(deadline))).await;
-    lease_deadline.is_none_or(|deadline| Instant::now() < deadline)
+    let wake = clock.now() + delay;
+    clock
+        .sleep_until(lease_deadline.map_or(wake, |deadline| wake.min(deadline)))
+        .await;
+    lease_deadline.is_none_or(|deadline| clock.now() < deadline)
 }
 
 /// Sleeps until `deadline`; never wakes without one.
-async fn sleep_until(deadline: Option<Instant>) {
+async fn sleep_until(clock: &SharedClock, deadline: Option<Duration>) {
     match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        Some(deadline) => clock.sleep_until(deadline).await,
         None => std::future::pending().await,
     }
 }

@@ -446,3 +446,37 @@ async fn calls_keepalives_and_watches_move_to_the_next_endpoint_when_one_goes_aw
     }
     session.close().await.unwrap();
 }
+
+/// The lease accounting runs on the client's clock: with the server out of reach, the session is
+/// lost exactly when its proven lease ends on that clock, and not a moment before, however
+/// little real time has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_cut_off_is_lost_exactly_when_its_proven_lease_ends_on_the_clients_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LockServer::start(dir.path()).await;
+    let proxy = Proxy::start(server.addr).await;
+    let clock = palisade_clock::ManualClock::new();
+    let client = Client::connect(&proxy.endpoint())
+        .await
+        .unwrap()
+        .with_clock(clock.shared());
+    let session = client.open_session(ttl(3)).await.unwrap();
+    // The clock stands still: the proven lease is the whole TTL less the client's margins.
+    let proven = session.lease_remaining().expect("alive");
+    assert!(
+        proven > Duration::from_millis(2_900) && proven <= Duration::from_secs(3),
+        "{proven:?}"
+    );
+
+    proxy.set_cut(true);
+    clock.advance(proven - Duration::from_millis(1));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(session.ended(), None, "lost before its proven lease ended");
+    assert_eq!(session.lease_remaining(), Some(Duration::from_millis(1)));
+
+    clock.advance(Duration::from_millis(2));
+    let lost = tokio::time::timeout(Duration::from_secs(1), session.lost())
+        .await
+        .expect("lost once the proven lease ended on the client's clock");
+    assert_eq!(lost, SessionLost::LeaseUnproven);
+}
