@@ -47,30 +47,10 @@ pub struct ServeArgs {
 
 /// The most members `--initial-cluster` may name.
 pub const INITIAL_CLUSTER_MEMBERS_MAX: usize = 9;
-/// The longest address accepted for `--advertise` and in `--initial-cluster`.
-pub const ADDRESS_BYTES_MAX: usize = 255;
 
-/// Checks a `host:port` address: not empty, no spaces or control characters, a port.
+/// Checks a `HOST:PORT` address (see [`palisade_proto::validate_member_address`]).
 fn parse_address(text: &str) -> Result<String, String> {
-    if text.len() > ADDRESS_BYTES_MAX {
-        return Err(format!(
-            "an address is at most {ADDRESS_BYTES_MAX} bytes, this one has {}",
-            text.len()
-        ));
-    }
-    if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!(
-            "{text:?} is not an address: it contains a space or control character"
-        ));
-    }
-    let (host, port) = text
-        .rsplit_once(':')
-        .ok_or_else(|| format!("{text:?} is not HOST:PORT"))?;
-    if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
-        return Err(format!(
-            "{text:?} is not HOST:PORT with a port from 1 to 65535"
-        ));
-    }
+    palisade_proto::validate_member_address(text)?;
     Ok(text.to_string())
 }
 

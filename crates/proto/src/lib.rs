@@ -34,3 +34,31 @@ pub const MESSAGE_BYTES_MAX: usize = 64 * 1024;
 pub const LEADER_ID_HEADER: &str = "palisade-leader-id";
 /// Response metadata with the leader's address (`host:port`), beside [`LEADER_ID_HEADER`].
 pub const LEADER_ADDR_HEADER: &str = "palisade-leader-addr";
+
+/// The longest address a cluster member may have (`--advertise`, `--initial-cluster`,
+/// `AddMember`).
+pub const MEMBER_ADDRESS_BYTES_MAX: usize = 255;
+
+/// Checks a cluster member's address: `HOST:PORT`, a port from 1 to 65535, no spaces or control
+/// characters, at most [`MEMBER_ADDRESS_BYTES_MAX`] bytes. The error says what is wrong.
+pub fn validate_member_address(address: &str) -> Result<(), String> {
+    if address.len() > MEMBER_ADDRESS_BYTES_MAX {
+        return Err(format!(
+            "an address is at most {MEMBER_ADDRESS_BYTES_MAX} bytes, this one has {}",
+            address.len()
+        ));
+    }
+    if address.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "{address:?} is not an address: it contains a space or control character"
+        ));
+    }
+    match address.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => {
+            Ok(())
+        }
+        _ => Err(format!(
+            "{address:?} is not HOST:PORT with a port from 1 to 65535"
+        )),
+    }
+}

@@ -14,9 +14,6 @@ use tonic::{Request, Response, Status};
 use crate::node::{ClusterView, MemberView, MembershipError, Node};
 use crate::service::ServiceError;
 
-/// The longest address `AddMember` accepts.
-pub const MEMBER_ADDRESS_BYTES_MAX: usize = 255;
-
 /// The `Cluster` service of one node.
 #[derive(Debug, Clone)]
 pub struct GrpcCluster {
@@ -55,27 +52,6 @@ fn status(e: MembershipError) -> Status {
     }
 }
 
-/// Checks an address given to `AddMember`: `host:port`, no spaces or control characters.
-fn check_address(address: &str) -> Result<(), Status> {
-    let refuse = |why: &str| {
-        Err(Status::invalid_argument(format!(
-            "address {address:?}: {why}"
-        )))
-    };
-    if address.len() > MEMBER_ADDRESS_BYTES_MAX {
-        return refuse(&format!("longer than {MEMBER_ADDRESS_BYTES_MAX} bytes"));
-    }
-    if address.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return refuse("contains a space or a control character");
-    }
-    match address.rsplit_once(':') {
-        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => {
-            Ok(())
-        }
-        _ => refuse("not HOST:PORT"),
-    }
-}
-
 #[tonic::async_trait]
 impl Cluster for GrpcCluster {
     async fn status(
@@ -100,7 +76,7 @@ impl Cluster for GrpcCluster {
         request: Request<AddMemberRequest>,
     ) -> Result<Response<MembershipResponse>, Status> {
         let AddMemberRequest { id, address } = request.into_inner();
-        check_address(&address)?;
+        palisade_proto::validate_member_address(&address).map_err(Status::invalid_argument)?;
         let view = self.node.add_member(id, address).await.map_err(status)?;
         Ok(Response::new(MembershipResponse {
             members: members(&view),

@@ -379,7 +379,7 @@ impl Node {
     /// cluster start in any order. A refusal (the node belongs to a cluster already, or another
     /// node answers at that address) is final.
     async fn admit_at_bootstrap(&self, id: u64, addr: &str) -> Result<u64, StartError> {
-        let mut waiting_since = None;
+        let mut told = false;
         loop {
             match self
                 .network
@@ -393,9 +393,9 @@ impl Node {
                     )));
                 }
                 Err(AdmitError::Unreachable(why)) => {
-                    if waiting_since.is_none() {
+                    if !told {
                         tracing::info!(node = id, %addr, reason = %why, "waiting for the node to start");
-                        waiting_since = Some(());
+                        told = true;
                     }
                     if *self.stopping.borrow() {
                         return Err(StartError::Config("stopped while bootstrapping".into()));
@@ -685,13 +685,18 @@ impl Node {
     pub async fn propose_indexed(&self, command: Command) -> Result<(u64, Output), ProposeError> {
         let term = self.leading.borrow().clone();
         let Some(term) = term else {
-            return Err(ProposeError::NotLeader {
-                leader: self
-                    .leader_hint()
-                    .filter(|h| h.node_id != self.identity.node_id),
-            });
+            return Err(self.not_leader());
         };
         self.propose_in(&term, command).await
+    }
+
+    /// Why this node, not leading, does nothing: with the leader to go to, if it knows another.
+    pub fn not_leader(&self) -> ProposeError {
+        ProposeError::NotLeader {
+            leader: self
+                .leader_hint()
+                .filter(|h| h.node_id != self.identity.node_id),
+        }
     }
 
     /// Proposes `command` in `term`: it fails before it is appended if another term began.
@@ -920,13 +925,10 @@ impl Node {
 
     /// The leader's term, or why this node may not change the membership.
     fn leading_term(&self) -> Result<Arc<Term>, MembershipError> {
-        self.leading.borrow().clone().ok_or_else(|| {
-            MembershipError::NotLeader(ProposeError::NotLeader {
-                leader: self
-                    .leader_hint()
-                    .filter(|h| h.node_id != self.identity.node_id),
-            })
-        })
+        self.leading
+            .borrow()
+            .clone()
+            .ok_or_else(|| MembershipError::NotLeader(self.not_leader()))
     }
 
     /// Adds node `id` at `addr`: admits it (it takes the cluster's key and reports its

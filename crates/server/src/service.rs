@@ -443,8 +443,7 @@ impl LockService {
                     // leads, it could fall behind unseen (cut off from the others), so the
                     // watcher is sent to the leader, where it starts again from a snapshot.
                     () = node.leadership_lost() => {
-                        let leader = node.leader_hint().filter(|h| h.node_id != node.node_id());
-                        let _ = tx.send(Err(ProposeError::NotLeader { leader }.into())).await;
+                        let _ = tx.send(Err(node.not_leader().into())).await;
                         return;
                     }
                 };
