@@ -1,17 +1,20 @@
-//! `palisade cluster status | add | remove`: the membership of a replicated lock service.
+//! `palisade cluster status | add | remove`: the membership of a replicated lock service, and
+//! `palisade keys list | add | rotate | retire`: its signing keys.
 //!
 //! `status` asks the first endpoint that answers for the membership, then every member for its
 //! own view (role, term, indexes), so a member that is down shows as unreachable instead of
-//! hiding the others. `add` and `remove` go to the leader: a follower's answer names it.
+//! hiding the others. Every other command goes to the leader: a follower's answer names it.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use palisade_proto::v1::cluster_client::ClusterClient;
 use palisade_proto::v1::{
-    AddMemberRequest, ClusterMember, ClusterStatusRequest, ClusterStatusResponse,
-    RemoveMemberRequest,
+    AddKeyRequest, AddMemberRequest, BackupRequest, ClusterMember, ClusterStatusRequest,
+    ClusterStatusResponse, ListKeysRequest, PublishedKey, RemoveMemberRequest, RetireKeyRequest,
+    RotateKeyRequest,
 };
+use palisade_sequencer::KeyId;
 use serde_json::{Value, json};
 use tonic::transport::{Channel, Endpoint};
 
@@ -23,6 +26,10 @@ const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 const ADD_TIMEOUT: Duration = Duration::from_secs(180);
 /// How long `remove` may take.
 const REMOVE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a backup may take to arrive.
+const BACKUP_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long a `keys` command may take: one linearizable read or one committed entry.
+const KEYS_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, clap::Subcommand)]
 pub enum ClusterCommand {
@@ -50,6 +57,140 @@ pub enum ClusterCommand {
         #[arg(value_parser = clap::value_parser!(u64).range(1..))]
         id: u64,
     },
+    /// Write a backup of the cluster (lock table, limits, token counter, signing keys) to FILE,
+    /// owner-readable only: it holds the keys. Restore it with `palisade restore`.
+    #[command(after_help = exit::HELP)]
+    Backup {
+        /// Where to write it; replaced atomically if it exists.
+        file: std::path::PathBuf,
+    },
+}
+
+/// Flags of `palisade restore`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(after_help = exit::HELP)]
+pub struct RestoreArgs {
+    /// A file written by `palisade cluster backup`.
+    pub backup: std::path::PathBuf,
+    /// The data directory to create (absent or empty). Start it with `palisade serve
+    /// --data-dir DIR`: a new one-member cluster, to grow with `palisade cluster add`.
+    #[arg(long)]
+    pub data_dir: std::path::PathBuf,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum KeysCommand {
+    /// The published keys, oldest first, and which one signs.
+    #[command(after_help = exit::HELP)]
+    List {
+        /// Print a JSON array of `{key_id, public_key, signing}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Publish a new key; it does not sign yet. Then give every resource the new
+    /// `palisade pubkey`, and run `palisade keys rotate`.
+    #[command(after_help = exit::HELP)]
+    Add,
+    /// Sign with the newest key published after the signing key (or KEY_ID) from now on. The
+    /// key that signed until now stays published, so current holders' sequencers still verify.
+    #[command(after_help = exit::HELP)]
+    Rotate {
+        /// The key to sign with (16 hex digits, from `palisade keys list`).
+        #[arg(value_parser = KeyId::parse)]
+        key_id: Option<KeyId>,
+    },
+    /// Stop publishing a key that no longer signs. Do it once no holder still presents its
+    /// sequencers (after the longest lease), then drop it from every resource.
+    #[command(after_help = exit::HELP)]
+    Retire {
+        #[arg(value_parser = KeyId::parse)]
+        key_id: KeyId,
+    },
+}
+
+pub async fn keys(command: KeysCommand, endpoints: &[String]) -> anyhow::Result<ExitCode> {
+    let (keys, done, json) = match command {
+        KeysCommand::List { json } => {
+            let keys = on_leader(endpoints, KEYS_TIMEOUT, |mut client| async move {
+                client.list_keys(ListKeysRequest {}).await
+            })
+            .await?;
+            (keys, None, json)
+        }
+        KeysCommand::Add => {
+            let keys = on_leader(endpoints, KEYS_TIMEOUT, |mut client| async move {
+                client.add_key(AddKeyRequest {}).await
+            })
+            .await?;
+            let added = keys.get_ref().keys.last().map(|k| k.key_id.clone());
+            let message = format!(
+                "published key {}; it does not sign yet: give every resource the keys \
+                 `palisade pubkey` prints, then run `palisade keys rotate`",
+                added.unwrap_or_default()
+            );
+            (keys, Some(message), false)
+        }
+        KeysCommand::Rotate { key_id } => {
+            let key_id = key_id.map(|k| k.to_string()).unwrap_or_default();
+            let keys = on_leader(endpoints, KEYS_TIMEOUT, |mut client| {
+                let key_id = key_id.clone();
+                async move { client.rotate_key(RotateKeyRequest { key_id }).await }
+            })
+            .await?;
+            let signing = signing_id(&keys.get_ref().keys);
+            (
+                keys,
+                Some(format!("key {signing} signs from now on")),
+                false,
+            )
+        }
+        KeysCommand::Retire { key_id } => {
+            let keys = on_leader(endpoints, KEYS_TIMEOUT, |mut client| async move {
+                client
+                    .retire_key(RetireKeyRequest {
+                        key_id: key_id.to_string(),
+                    })
+                    .await
+            })
+            .await?;
+            (keys, Some(format!("retired key {key_id}")), false)
+        }
+    };
+    let keys = keys.into_inner().keys;
+    if json {
+        let keys: Vec<Value> = keys
+            .iter()
+            .map(
+                |k| json!({ "key_id": k.key_id, "public_key": k.public_key, "signing": k.signing }),
+            )
+            .collect();
+        println!("{}", Value::Array(keys));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(done) = done {
+        println!("{done}");
+    }
+    print!("{}", keys_table(&keys));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn signing_id(keys: &[PublishedKey]) -> String {
+    keys.iter()
+        .find(|k| k.signing)
+        .map(|k| k.key_id.clone())
+        .unwrap_or_default()
+}
+
+fn keys_table(keys: &[PublishedKey]) -> String {
+    let mut table = format!("{:<16}  {:<7}  {}\n", "KEY ID", "SIGNING", "PUBLIC KEY");
+    for k in keys {
+        let signing = if k.signing { "yes" } else { "no" };
+        table.push_str(&format!(
+            "{:<16}  {:<7}  {}\n",
+            k.key_id, signing, k.public_key
+        ));
+    }
+    table
 }
 
 pub async fn run(command: ClusterCommand, endpoints: &[String]) -> anyhow::Result<ExitCode> {
@@ -82,7 +223,97 @@ pub async fn run(command: ClusterCommand, endpoints: &[String]) -> anyhow::Resul
             print!("{}", members_table(&members));
             Ok(ExitCode::SUCCESS)
         }
+        ClusterCommand::Backup { file } => backup(endpoints, &file).await,
     }
+}
+
+async fn backup(endpoints: &[String], file: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let limit = palisade_server::limits::SNAPSHOT_BYTES_MAX;
+    let bytes = on_leader(endpoints, BACKUP_TIMEOUT, |mut client| async move {
+        let mut chunks = client.backup(BackupRequest {}).await?.into_inner();
+        let mut bytes = Vec::new();
+        while let Some(chunk) = chunks.message().await? {
+            if bytes.len() + chunk.data.len() > limit {
+                return Err(tonic::Status::resource_exhausted(format!(
+                    "the backup is larger than any lock table ({limit} bytes)"
+                )));
+            }
+            bytes.extend_from_slice(&chunk.data);
+        }
+        Ok(bytes)
+    })
+    .await?;
+    let dir = match file.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => std::path::Path::new("."),
+    };
+    let name = file.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+        Exit::new(
+            exit::USAGE,
+            format!("{} is not a file name", file.display()),
+        )
+    })?;
+    palisade_server::write_file_atomically(
+        dir,
+        name,
+        &bytes,
+        Some(palisade_server::SECRET_FILE_MODE),
+    )
+    .map_err(|e| {
+        Exit::new(
+            exit::INTERNAL,
+            format!("cannot write {}: {e}", file.display()),
+        )
+    })?;
+    println!(
+        "wrote a backup of {} bytes to {}",
+        bytes.len(),
+        file.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `palisade restore`: a new data directory from a backup, without a server.
+pub fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    std::fs::File::open(&args.backup)
+        .and_then(|f| {
+            f.take(palisade_server::limits::SNAPSHOT_BYTES_MAX as u64 + 1)
+                .read_to_end(&mut bytes)
+        })
+        .map_err(|e| {
+            Exit::new(
+                exit::USAGE,
+                format!("cannot read {}: {e}", args.backup.display()),
+            )
+        })?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let restored = palisade_server::backup::restore(&bytes, &args.data_dir, now).map_err(|e| {
+        let code = match e {
+            palisade_server::backup::RestoreError::Io(_) => exit::INTERNAL,
+            palisade_server::backup::RestoreError::Backup(_)
+            | palisade_server::backup::RestoreError::NotEmpty { .. }
+            | palisade_server::backup::RestoreError::ClockBehind { .. } => exit::REFUSED,
+        };
+        Exit::new(code, e.to_string())
+    })?;
+    println!(
+        "restored into {}: a new cluster whose tokens continue above {} (the backup's last was {}); \
+         {} sessions and {} locks were not carried over, clients open new sessions",
+        args.data_dir.display(),
+        restored.last_token,
+        restored.last_token_in_backup,
+        restored.sessions_dropped,
+        restored.locks_dropped,
+    );
+    println!(
+        "start it with `palisade serve --data-dir {}`, then add members with `palisade cluster add`",
+        args.data_dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 fn endpoint(address: &str, timeout: Duration) -> anyhow::Result<Endpoint> {

@@ -188,13 +188,30 @@ fn event_text(event: &LockEvent) -> String {
     format!("{kind} {} {holder} waiters={}", event.lock, event.waiters)
 }
 
+/// Prints the keys resources must trust: one line, the keys joined by commas (one key unless a
+/// rotation is under way), which `--public-key` of a resource takes as it is.
 pub async fn pubkey(args: PubkeyArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let client = global.connect().await?;
-    let key = client.public_key().await?;
+    let signing = client.public_key().await?;
+    let published = client.public_keys().await?;
     if args.json {
-        println!("{}", json!({ "public_key": key }));
+        let keys: Vec<_> = published
+            .keys()
+            .iter()
+            .map(|key| {
+                json!({
+                    "key_id": key.id().to_string(),
+                    "public_key": key.to_string(),
+                    "signing": key.to_string() == signing,
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            json!({ "public_key": signing, "public_keys": published.to_string(), "keys": keys })
+        );
     } else {
-        println!("{key}");
+        println!("{published}");
     }
     Ok(ExitCode::SUCCESS)
 }

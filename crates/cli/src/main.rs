@@ -54,11 +54,16 @@ enum Command {
     Locks(inspect::LocksArgs),
     /// Stream the holder changes of a lock, one line per event.
     Watch(inspect::WatchArgs),
-    /// The members of a replicated lock service: status, add, remove.
+    /// The members of a replicated lock service: status, add, remove; and backups.
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
-    /// Print the public key resources use to verify sequencers.
+    /// Print the public keys resources use to verify sequencers.
     Pubkey(inspect::PubkeyArgs),
+    /// Create a new cluster's data directory from a backup (`palisade cluster backup`).
+    Restore(cluster::RestoreArgs),
+    /// The signing keys of the lock service: list, add, rotate, retire.
+    #[command(subcommand)]
+    Keys(cluster::KeysCommand),
     /// Watch a paused lock holder lose an update without fencing, and be refused with it.
     Demo(palisade_bench::DemoArgs),
     /// Load generator: Palisade (or etcd) lock throughput and latency, and what fencing costs.
@@ -115,6 +120,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Cluster(command) => {
             let endpoints = palisade_client::parse_endpoints(&global.endpoint)?;
             cluster::run(command, &endpoints).await
+        }
+        Command::Restore(args) => cluster::restore(args),
+        Command::Keys(command) => {
+            let endpoints = palisade_client::parse_endpoints(&global.endpoint)?;
+            cluster::keys(command, &endpoints).await
         }
         Command::Demo(args) => palisade_bench::demo::run(args)
             .await

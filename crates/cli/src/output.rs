@@ -157,8 +157,8 @@ mod tests {
     fn only_values_that_need_quotes_get_them() {
         assert_eq!(shell_quote("jobs/nightly"), "jobs/nightly");
         assert_eq!(
-            shell_quote("pal1.am9icw.42.7.sig-_"),
-            "pal1.am9icw.42.7.sig-_"
+            shell_quote("pal2.fe812c12f3ab4ce6.am9icw.42.7.sig-_"),
+            "pal2.fe812c12f3ab4ce6.am9icw.42.7.sig-_"
         );
         assert_eq!(shell_quote("a b"), "'a b'");
         assert_eq!(shell_quote("it's"), r"'it'\''s'");

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use palisade_client::{AttemptFailure, RetryPolicy, retry_until_known};
-use palisade_sequencer::PublicKey;
+use palisade_sequencer::KeySet;
 
 use palisade_store::{
     BatchOp, BatchRequest, ClaimAck, Compare, OpKind, Store, StoreClient, StoreError, StoreServer,
@@ -93,9 +93,21 @@ pub struct ServeArgs {
     /// Address to listen on
     #[arg(long, env = "PALISADE_STORE_LISTEN", default_value = DEFAULT_LISTEN)]
     pub listen: SocketAddr,
-    /// The lock service's public key (`palisade pubkey`), to verify sequencers offline
-    #[arg(long, env = "PALISADE_PUBLIC_KEY", value_parser = PublicKey::parse)]
-    pub public_key: PublicKey,
+    /// The lock service's public keys (what `palisade pubkey` prints: one key, or several
+    /// separated by commas), to verify sequencers offline
+    #[arg(
+        long,
+        env = "PALISADE_PUBLIC_KEY",
+        value_parser = KeySet::parse,
+        required_unless_present = "public_key_file",
+        conflicts_with = "public_key_file"
+    )]
+    pub public_key: Option<KeySet>,
+    /// A file holding the lock service's public keys (one per line, `#` comments), read at
+    /// start and again on SIGHUP: how the store takes the new set during a key rotation without
+    /// a restart. A file that does not parse on SIGHUP is reported and the keys stay as they were
+    #[arg(long, env = "PALISADE_PUBLIC_KEY_FILE")]
+    pub public_key_file: Option<PathBuf>,
 }
 
 /// Where the store is.
@@ -296,6 +308,42 @@ pub async fn run(command: StoreCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Reads and parses a key file of `--public-key-file`, refusing one larger than any key set.
+fn read_key_file(path: &std::path::Path) -> anyhow::Result<KeySet> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|file| {
+            file.take(palisade_sequencer::KEY_SET_TEXT_BYTES_MAX as u64 + 1)
+                .read_to_string(&mut text)
+        })
+        .with_context(|| format!("cannot read the public key file {}", path.display()))?;
+    KeySet::parse(&text)
+        .with_context(|| format!("the public key file {} is not usable", path.display()))
+}
+
+/// On each SIGHUP, re-reads the key file and trusts its keys from then on; keeps the keys it
+/// had if the file cannot be read or parsed.
+fn reload_keys_on_hangup(store: Arc<Store>, path: PathBuf) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangups = signal(SignalKind::hangup()).context("cannot listen for SIGHUP")?;
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            match read_key_file(&path) {
+                Ok(keys) => {
+                    tracing::info!(public_key = %keys, path = %path.display(), "public keys reloaded");
+                    store.set_public_keys(keys);
+                }
+                Err(error) => tracing::error!(
+                    error = %palisade_core::error_chain::error_chain(error.as_ref()),
+                    "public keys not reloaded; the store keeps trusting the keys it had"
+                ),
+            }
+        }
+    });
+    Ok(())
+}
+
 /// Runs the store server until `shutdown` completes. Prints the address it listens on (useful
 /// with port 0) as `palisade store: listening on http://ADDR` on standard output.
 pub async fn serve(
@@ -303,12 +351,20 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let data_dir = args.data_dir.clone();
-    let public_key = args.public_key;
-    let store = tokio::task::spawn_blocking(move || Store::open(&data_dir, public_key))
+    let public_keys = match (&args.public_key, &args.public_key_file) {
+        (Some(keys), _) => keys.clone(),
+        (None, Some(path)) => read_key_file(path)?,
+        (None, None) => unreachable!("clap requires --public-key or --public-key-file"),
+    };
+    let store = tokio::task::spawn_blocking(move || Store::open(&data_dir, public_keys))
         .await
         .context("opening the store panicked")?
         .with_context(|| format!("cannot open the store in {}", args.data_dir.display()))?;
-    let server = StoreServer::bind(Arc::new(store), args.listen)
+    let store = Arc::new(store);
+    if let Some(path) = args.public_key_file.clone() {
+        reload_keys_on_hangup(store.clone(), path)?;
+    }
+    let server = StoreServer::bind(store.clone(), args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = server.local_addr()?;
@@ -316,7 +372,7 @@ pub async fn serve(
     tracing::info!(
         %addr,
         data_dir = %args.data_dir.display(),
-        public_key = %public_key,
+        public_key = %store.public_keys(),
         "fenced store serving"
     );
     server

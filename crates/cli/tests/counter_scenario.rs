@@ -230,7 +230,7 @@ impl Backend {
     /// Reads the counter as the holder of `sequencer`: a claim first (which orders the read
     /// after every older grant's write), or with `unfenced` a plain read that orders nothing.
     async fn holder_read(&self, sequencer: &str, key: &str, unfenced: bool) -> Result<i64, i32> {
-        let verified = Verifier::new(key.parse().unwrap())
+        let verified = Verifier::new(key.parse::<palisade_sequencer::KeySet>().unwrap())
             .verify(Some(sequencer))
             .map_err(|error| status_of(&error))?;
         match self {
@@ -306,7 +306,9 @@ impl Backend {
 
     /// Writes `value` as the holder of `sequencer`, through the fence.
     async fn holder_write(&self, sequencer: &str, key: &str, value: i64) -> i32 {
-        let verified = match Verifier::new(key.parse().unwrap()).verify(Some(sequencer)) {
+        let verified = match Verifier::new(key.parse::<palisade_sequencer::KeySet>().unwrap())
+            .verify(Some(sequencer))
+        {
             Ok(verified) => verified,
             Err(error) => return status_of(&error),
         };

@@ -37,7 +37,7 @@ fn the_command_sees_its_lock_token_and_sequencer() {
     assert_eq!(fields.len(), 4, "{stdout}");
     assert_eq!(fields[0], "jobs/env");
     assert!(token_of(fields[1]) >= 1);
-    assert!(fields[2].starts_with("pal1."), "{stdout}");
+    assert!(fields[2].starts_with("pal2."), "{stdout}");
     assert!(fields[3].parse::<u64>().is_ok(), "{stdout}");
 }
 

@@ -16,7 +16,7 @@ fn acquire_prints_a_grant_that_status_and_locks_show() {
 
     assert_eq!(grant["lock"], "db/primary");
     assert!(grant["token"].as_u64().unwrap() >= 1);
-    assert!(grant["sequencer"].as_str().unwrap().starts_with("pal1."));
+    assert!(grant["sequencer"].as_str().unwrap().starts_with("pal2."));
     assert_eq!(grant["ttl_ms"], 30_000);
     let status = server.run_json(&["status", "db/primary"]);
     assert_eq!(status["holder"]["session"], grant["session"]);

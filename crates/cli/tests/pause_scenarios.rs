@@ -87,7 +87,7 @@ fn from_fence(result: Result<(), FenceError>) -> Outcome {
 impl Resource {
     /// Writes `value` to `KEY` through the resource's fence, as the holder of `sequencer`.
     async fn write(&self, public_key: &str, sequencer: &str, value: &str) -> Outcome {
-        let verifier = Verifier::new(public_key.parse().unwrap());
+        let verifier = Verifier::new(public_key.parse::<palisade_sequencer::KeySet>().unwrap());
         match self {
             Resource::Store(url) => {
                 let client = StoreClient::new(url).unwrap();

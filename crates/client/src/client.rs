@@ -14,6 +14,7 @@ use palisade_core::limits::{LOCK_NAME_BYTES_MAX, validate_lock_name};
 use palisade_core::{SessionId, Token};
 use palisade_proto::v1::locks_client::LocksClient;
 use palisade_proto::{DEFAULT_ENDPOINT, MESSAGE_BYTES_MAX, v1 as pb};
+use palisade_sequencer::{KeySet, PublicKey};
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 
@@ -700,21 +701,40 @@ impl Client {
         .map(|stream| (stream, self.endpoints.current().generation))
     }
 
-    /// The public key resources use to verify sequencers: `ed25519:` and 64 hex digits.
+    /// The public key that signs sequencers now: `ed25519:` and 64 hex digits. Resources
+    /// should trust [`Client::public_keys`], which stays right across a key rotation.
     pub async fn public_key(&self) -> Result<String, QueryError> {
+        Ok(self.public_keys_with_signing().await?.0.to_string())
+    }
+
+    /// Every key resources must trust now (as the answering member has them): the signing key,
+    /// and during a rotation the key on its way in or out.
+    pub async fn public_keys(&self) -> Result<KeySet, QueryError> {
+        Ok(self.public_keys_with_signing().await?.1)
+    }
+
+    async fn public_keys_with_signing(&self) -> Result<(PublicKey, KeySet), QueryError> {
         let response = self
             .read_with_retries(
                 |mut raw| async move { raw.public_key(pb::PublicKeyRequest {}).await },
             )
             .await?;
-        let key = response.public_key;
-        let hex = key.strip_prefix("ed25519:").unwrap_or("");
-        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        let signing = PublicKey::parse(&response.public_key).map_err(|e| {
+            QueryError::Protocol(format!("public key {:?}: {e}", response.public_key))
+        })?;
+        // A server from before key rotation sends only its one key.
+        let published = if response.public_keys.is_empty() {
+            KeySet::from(signing)
+        } else {
+            KeySet::parse(&response.public_keys.join(","))
+                .map_err(|e| QueryError::Protocol(format!("published keys: {e}")))?
+        };
+        if published.get(signing.id()).is_none() {
             return Err(QueryError::Protocol(format!(
-                "public key {key:?} is not \"ed25519:\" and 64 hex digits"
+                "the signing key {signing} is not among the published keys {published}"
             )));
         }
-        Ok(key)
+        Ok((signing, published))
     }
 
     /// A call repeated after transient failures within the retry budget. The caller makes the

@@ -84,7 +84,7 @@ async fn a_guard_carries_the_grant_and_release_frees_the_lock() {
     assert_eq!(guard.lock(), "jobs/a");
     assert_eq!(guard.session_id(), session.id());
     assert!(guard.token() >= 1);
-    assert!(guard.sequencer().starts_with("pal1."));
+    assert!(guard.sequencer().starts_with("pal2."));
     assert!(guard.ended().is_none());
     let status = client.status("jobs/a").await.unwrap();
     assert_eq!(status.holder.unwrap().session, session.id());

@@ -43,6 +43,22 @@ pub const OPEN_KEY_BYTES_MIN: usize = 16;
 /// Longest open key, in bytes (room for a 256-bit random value or hash).
 pub const OPEN_KEY_BYTES_MAX: usize = 32;
 
+/// A cluster restored from a backup grants tokens above this many per second since 1970 at the
+/// moment of the restore ([`restore_token_floor`]). No cluster grants 2^21 (about two million)
+/// tokens a second, so every token any earlier incarnation granted before the restore is below
+/// the floor, however old the backup. And the floor stays below 2^53 until 2106, so tokens stay
+/// exact in a JSON number or a Lua double.
+pub const RESTORE_TOKENS_PER_SECOND: u64 = 1 << 21;
+
+/// The lowest token a cluster restored at `unix_seconds` may grant next (see
+/// [`RESTORE_TOKENS_PER_SECOND`]).
+pub const fn restore_token_floor(unix_seconds: u64) -> u64 {
+    unix_seconds.saturating_mul(RESTORE_TOKENS_PER_SECOND)
+}
+
+// Seconds since 1970 fit 32 bits until 2106; their floor is then exact in a double.
+const _: () = assert!(restore_token_floor(u32::MAX as u64) < 1 << 53);
+
 const _: () = assert!(SESSION_TTL_MS_MIN < SESSION_TTL_MS_MAX);
 // `Limits` holds its counts as `u32` (a replicated value has an explicit width); the table
 // compares them with `usize` lengths, which hold any `u32` on every supported target.

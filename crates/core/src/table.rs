@@ -155,6 +155,19 @@ impl LockTable {
         self.last_token
     }
 
+    /// The table a cluster restored from a backup of this one starts with: the same limits,
+    /// time and session counter, no session, holder or waiter (every lock is free; clients open
+    /// new sessions), and the token counter raised to `token_floor` if it is below. With the
+    /// floor of [`crate::limits::restore_token_floor`], no grant of the restored cluster reuses
+    /// a token that any earlier incarnation granted after the backup was taken.
+    pub fn restored(&self, token_floor: Token) -> LockTable {
+        let mut table = LockTable::new(self.limits);
+        table.now_ms = self.now_ms;
+        table.last_session = self.last_session;
+        table.last_token = self.last_token.max(token_floor.min(self.limits.token_max));
+        table
+    }
+
     pub fn session_count(&self) -> usize {
         self.sessions.len()
     }

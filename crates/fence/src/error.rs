@@ -230,13 +230,15 @@ impl FenceError {
 impl From<SequencerError> for FenceError {
     fn from(error: SequencerError) -> FenceError {
         // The message is the detail only; the variant's Display adds what kind of failure it is.
-        match error {
+        match &error {
             SequencerError::Malformed(parse) => FenceError::Malformed {
                 message: parse.to_string(),
             },
-            other => FenceError::Forged {
-                message: other.to_string(),
-            },
+            SequencerError::BadSignature | SequencerError::UnknownKey { .. } => {
+                FenceError::Forged {
+                    message: error.to_string(),
+                }
+            }
         }
     }
 }

@@ -11,7 +11,7 @@
 //! release builds too), and backends re-assert it where they persist the state.
 
 use palisade_core::limits::TOKEN_MAX;
-use palisade_sequencer::{PublicKey, VerifiedSequencer};
+use palisade_sequencer::{KeySet, VerifiedSequencer};
 use serde::{Deserialize, Serialize};
 
 use crate::FenceError;
@@ -180,14 +180,15 @@ pub fn validate_scope(scope: &str) -> Result<(), FenceError> {
 }
 
 /// Verifies the sequencer a client presented (a header, an argument), mapping every failure to
-/// the [`FenceError`] a resource returns: `None` or blank is [`FenceError::Missing`].
+/// the [`FenceError`] a resource returns: `None` or blank is [`FenceError::Missing`]. `keys` are
+/// the lock service's published keys (`palisade pubkey`).
 pub fn verify_presented(
     presented: Option<&str>,
-    key: &PublicKey,
+    keys: &KeySet,
 ) -> Result<VerifiedSequencer, FenceError> {
     match presented.map(str::trim) {
         None | Some("") => Err(FenceError::Missing),
-        Some(text) => Ok(VerifiedSequencer::from_str_verified(text, key)?),
+        Some(text) => Ok(VerifiedSequencer::from_str_verified(text, keys)?),
     }
 }
 

@@ -47,14 +47,14 @@
 //! ```no_run
 //! # async fn example(
 //! #     client: &mut tokio_postgres::Client,
-//! #     public_key: &palisade_sequencer::PublicKey,
+//! #     public_keys: &palisade_sequencer::KeySet,
 //! #     presented: Option<&str>,
 //! # ) -> Result<(), Box<dyn std::error::Error>> {
 //! use palisade_fence::{postgres, verify_presented};
 //!
 //! postgres::ensure_schema(client).await?;
 //! // The sequencer the lock holder passed along (e.g. $PALISADE_SEQUENCER or a header).
-//! let sequencer = verify_presented(presented, public_key)?;
+//! let sequencer = verify_presented(presented, public_keys)?;
 //!
 //! let txn = client.transaction().await?;
 //! // First, before reading: locks the scope's fence row and advances its token, or refuses a

@@ -2,58 +2,85 @@
 //!
 //! An Ed25519 verification costs about a tenth of a millisecond here, as much as a small
 //! database write, and a holder usually presents the same sequencer for many writes. A
-//! [`Verifier`] remembers the texts that verified under its key, so each sequencer pays for one
-//! check. The cache holds only strings that verified with this key; a forged or altered string
-//! never matches an entry, because entries are looked up by the exact text.
+//! [`Verifier`] remembers the texts that verified under its keys, so each sequencer pays for one
+//! check. The cache holds only strings that verified with the keys trusted now; a forged or
+//! altered string never matches an entry, because entries are looked up by the exact text, and
+//! replacing the keys ([`Verifier::set_keys`]) forgets every entry.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use palisade_sequencer::{PublicKey, VerifiedSequencer};
+use palisade_sequencer::{KeySet, VerifiedSequencer};
 
 use crate::{FenceError, verify_presented};
 
 /// How many verified sequencer texts a [`Verifier`] remembers before it starts over.
 pub const VERIFIED_SEQUENCERS_CACHED_MAX: usize = 4096;
 
-/// Verifies sequencers with the lock service's public key; remembers recent successes.
+/// Verifies sequencers with the lock service's public keys; remembers recent successes.
 #[derive(Debug)]
 pub struct Verifier {
-    public_key: PublicKey,
-    verified: Mutex<HashMap<String, VerifiedSequencer>>,
+    state: Mutex<Trusted>,
+}
+
+/// The keys trusted now and the texts that verified with them, changed together.
+#[derive(Debug)]
+struct Trusted {
+    keys: KeySet,
+    verified: HashMap<String, VerifiedSequencer>,
 }
 
 impl Verifier {
-    pub fn new(public_key: PublicKey) -> Verifier {
+    /// Verifies with `keys`: a [`KeySet`], or one [`palisade_sequencer::PublicKey`].
+    pub fn new(keys: impl Into<KeySet>) -> Verifier {
         Verifier {
-            public_key,
-            verified: Mutex::new(HashMap::new()),
+            state: Mutex::new(Trusted {
+                keys: keys.into(),
+                verified: HashMap::new(),
+            }),
         }
     }
 
-    /// The key sequencers are verified with.
-    pub fn public_key(&self) -> &PublicKey {
-        &self.public_key
+    /// The keys sequencers are verified with.
+    pub fn keys(&self) -> KeySet {
+        self.state().keys.clone()
+    }
+
+    /// Trusts `keys` from now on, instead of the keys trusted before, and forgets every
+    /// sequencer that verified with those: a sequencer of a key dropped here is refused from the
+    /// next call on.
+    pub fn set_keys(&self, keys: KeySet) {
+        let mut state = self.state();
+        state.keys = keys;
+        state.verified.clear();
     }
 
     /// [`verify_presented`], answered from memory when this exact text verified before.
     pub fn verify(&self, presented: Option<&str>) -> Result<VerifiedSequencer, FenceError> {
         let text = presented.map(str::trim).unwrap_or("");
-        if let Some(verified) = self.cache().get(text) {
-            return Ok(verified.clone());
+        let keys = {
+            let state = self.state();
+            if let Some(verified) = state.verified.get(text) {
+                return Ok(verified.clone());
+            }
+            state.keys.clone()
+        };
+        // The signature check runs unlocked; its result is remembered only if the keys it was
+        // checked with are still the trusted ones.
+        let verified = verify_presented(Some(text), &keys)?;
+        let mut state = self.state();
+        if state.keys == keys {
+            if state.verified.len() >= VERIFIED_SEQUENCERS_CACHED_MAX {
+                state.verified.clear();
+            }
+            state.verified.insert(text.to_owned(), verified.clone());
         }
-        let verified = verify_presented(Some(text), &self.public_key)?;
-        let mut cache = self.cache();
-        if cache.len() >= VERIFIED_SEQUENCERS_CACHED_MAX {
-            cache.clear();
-        }
-        cache.insert(text.to_owned(), verified.clone());
         Ok(verified)
     }
 
-    fn cache(&self) -> MutexGuard<'_, HashMap<String, VerifiedSequencer>> {
+    fn state(&self) -> MutexGuard<'_, Trusted> {
         // The cache holds only verified texts; a panic elsewhere cannot leave it wrong.
-        self.verified
+        self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }

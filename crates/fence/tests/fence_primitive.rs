@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{grant, public_key};
+use common::{grant, public_keys};
 use palisade_fence::{FenceError, FenceState, LockBinding, check, verify_presented};
 
 fn state(lock: &str, token_max: u64, holder_session: u64) -> FenceState {
@@ -106,7 +106,7 @@ fn errors_serialise_with_a_machine_readable_kind() {
 
 #[test]
 fn presented_text_maps_to_missing_malformed_or_forged() {
-    let key = public_key();
+    let key = public_keys();
     assert_eq!(
         verify_presented(None, &key).unwrap_err(),
         FenceError::Missing
@@ -121,6 +121,16 @@ fn presented_text_maps_to_missing_malformed_or_forged() {
     let forged = verify_presented(Some(&common::forged_text("jobs", 1 << 62)), &key).unwrap_err();
     assert_eq!(forged.kind(), "forged");
     assert_eq!(forged.http_status(), 403);
+    let other_service = palisade_sequencer::SigningKey::from_bytes([14; 32]);
+    let foreign = other_service.sign("jobs", 1 << 62, 1).unwrap();
+    let untrusted = verify_presented(Some(foreign.as_str()), &key).unwrap_err();
+    assert_eq!(untrusted.kind(), "forged");
+    assert!(
+        untrusted
+            .to_string()
+            .contains(&other_service.key_id().to_string()),
+        "the refusal names the untrusted key: {untrusted}"
+    );
     let honest = grant("jobs", 3, 1);
     assert_eq!(
         verify_presented(Some(honest.as_str()), &key).unwrap(),

@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{assert_nondecreasing, forged_text, grant, public_key, shuffled};
+use common::{assert_nondecreasing, forged_text, grant, public_keys, shuffled};
 use palisade_fence::{FenceError, MemoryResource, verify_presented};
 
 #[test]
@@ -59,7 +59,7 @@ fn a_forged_huge_token_cannot_lock_honest_writers_out() {
         .unwrap();
 
     let forged = forged_text("report", 1 << 62);
-    let err = verify_presented(Some(&forged), &public_key()).unwrap_err();
+    let err = verify_presented(Some(&forged), &public_keys()).unwrap_err();
     assert_eq!(err.kind(), "forged");
 
     // The forgery never reached the resource: the honest next grant still writes.

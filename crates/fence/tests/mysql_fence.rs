@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{assert_nondecreasing, forged_text, grant, public_key, shuffled, unique};
+use common::{assert_nondecreasing, forged_text, grant, public_keys, shuffled, unique};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, TxOpts};
 use palisade_fence::{FenceError, LockBinding, mysql, verify_presented};
@@ -199,7 +199,7 @@ async fn foreign_locks_and_forgeries_are_refused_and_honest_writers_continue() {
             .unwrap();
         txn.rollback().await.unwrap();
     }
-    let forged = verify_presented(Some(&forged_text("report", 1 << 62)), &public_key());
+    let forged = verify_presented(Some(&forged_text("report", 1 << 62)), &public_keys());
     assert_eq!(forged.unwrap_err().kind(), "forged");
 
     let mut txn = conn.start_transaction(TxOpts::default()).await.unwrap();

@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{assert_nondecreasing, forged_text, grant, public_key, shuffled};
+use common::{assert_nondecreasing, forged_text, grant, public_keys, shuffled};
 use palisade_fence::{FenceError, RedbFence, verify_presented};
 use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
@@ -98,7 +98,7 @@ fn scopes_are_bound_to_one_lock_and_forgeries_never_reach_the_database() {
             presented: "other-lock".into()
         }
     );
-    let forged = verify_presented(Some(&forged_text("report", 1 << 62)), &public_key());
+    let forged = verify_presented(Some(&forged_text("report", 1 << 62)), &public_keys());
     assert_eq!(forged.unwrap_err().kind(), "forged");
 
     // Honest writers are not locked out.

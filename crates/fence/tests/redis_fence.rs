@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{assert_nondecreasing, forged_text, grant, public_key, shuffled, unique};
+use common::{assert_nondecreasing, forged_text, grant, public_keys, shuffled, unique};
 use palisade_fence::redis::{
     REDIS_OPS_MAX, RedisCondition, RedisFence, RedisOp, RedisOutcome, RedisReply,
 };
@@ -169,7 +169,7 @@ async fn foreign_locks_and_forgeries_are_refused_and_honest_writers_continue() {
             presented: "other".into()
         }
     );
-    let forged = verify_presented(Some(&forged_text("report", 1 << 62)), &public_key());
+    let forged = verify_presented(Some(&forged_text("report", 1 << 62)), &public_keys());
     assert_eq!(forged.unwrap_err().kind(), "forged");
     let strict = RedisFence::new()
         .with_key_prefix(format!("{prefix}:strict:"))

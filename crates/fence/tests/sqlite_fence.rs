@@ -5,7 +5,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{assert_nondecreasing, forged_text, grant, public_key, shuffled};
+use common::{assert_nondecreasing, forged_text, grant, public_keys, shuffled};
 use palisade_fence::{FenceError, LockBinding, sqlite, verify_presented};
 use rusqlite::Connection;
 
@@ -116,7 +116,7 @@ fn foreign_locks_and_forgeries_are_refused_and_honest_writers_continue() {
             presented: "other".into()
         }
     );
-    let forged = verify_presented(Some(&forged_text("report", 1 << 62)), &public_key());
+    let forged = verify_presented(Some(&forged_text("report", 1 << 62)), &public_keys());
     assert_eq!(forged.unwrap_err().kind(), "forged");
     let txn = sqlite::begin(&mut conn).unwrap();
     let err = sqlite::claim_expecting(&txn, "fresh", &grant("x", 1, 1), LockBinding::Expect("y"))

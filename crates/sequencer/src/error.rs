@@ -6,6 +6,8 @@
 
 use palisade_core::limits::LockNameError;
 
+use crate::key::{KeyId, PublicKey};
+
 /// Why [`crate::SigningKey::sign`] refused to produce a sequencer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -31,11 +33,13 @@ pub enum ParseError {
     )]
     NotPrintableAscii { position: usize },
     #[error(
-        "sequencer has {found} '.'-separated fields, expected 5: pal1.<lock>.<token>.<session>.<signature>"
+        "sequencer has {found} '.'-separated fields, expected 6: pal2.<key id>.<lock>.<token>.<session>.<signature>"
     )]
     FieldCount { found: usize },
-    #[error("sequencer starts with {found:?}, expected \"pal1\": unknown format or version")]
+    #[error("sequencer starts with {found:?}, expected \"pal2\": unknown format or version")]
     Version { found: String },
+    #[error("sequencer key id is malformed: {0}")]
+    KeyId(#[source] KeyIdError),
     #[error("sequencer lock field is not canonical unpadded base64url")]
     LockEncoding,
     #[error("sequencer lock field does not decode to UTF-8")]
@@ -63,8 +67,10 @@ pub enum ParseError {
 }
 
 /// Why a sequencer was not accepted as signed by the lock service.
+///
+/// Exhaustive on purpose: every resource maps each variant to its own refusal, so a new variant
+/// must not compile until each mapping classifies it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
 pub enum SequencerError {
     /// The text is not a sequencer at all; the caller sent something wrong.
     #[error("malformed sequencer: {0}")]
@@ -75,6 +81,13 @@ pub enum SequencerError {
         "sequencer signature does not verify with this public key: it was altered, forged, or issued by a different lock service (check the resource's --public-key against `palisade pubkey`)"
     )]
     BadSignature,
+    /// Well-formed, but signed with a key this resource does not trust: a key the service
+    /// started using after the resource's key set was configured, a retired key, or another
+    /// service's key.
+    #[error(
+        "sequencer is signed with key {key_id}, which this resource does not trust (it trusts {trusted}): give the resource the keys `palisade pubkey` prints now"
+    )]
+    UnknownKey { key_id: KeyId, trusted: String },
 }
 
 impl SequencerError {
@@ -83,9 +96,13 @@ impl SequencerError {
         matches!(self, SequencerError::Malformed(_))
     }
 
-    /// The text parsed but the signature is wrong (forged, altered, or foreign).
+    /// The text parsed but no trusted key signed it (forged, altered, foreign, or signed with a
+    /// key this resource was not given).
     pub fn is_bad_signature(&self) -> bool {
-        matches!(self, SequencerError::BadSignature)
+        match self {
+            SequencerError::Malformed(_) => false,
+            SequencerError::BadSignature | SequencerError::UnknownKey { .. } => true,
+        }
     }
 }
 
@@ -101,4 +118,39 @@ pub enum PublicKeyError {
     NotHex { position: usize },
     #[error("public key is not a valid Ed25519 point: it was corrupted or is not an Ed25519 key")]
     InvalidPoint,
+}
+
+/// Why a string is not a key id (16 lowercase hex digits).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyIdError {
+    #[error("a key id has 16 hex digits, not {found}")]
+    Length { found: usize },
+    #[error("a key id is lowercase hex digits only")]
+    NotLowercaseHex,
+}
+
+/// Why a list of public keys is not a usable [`crate::KeySet`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeySetError {
+    #[error("no public key given: pass the keys `palisade pubkey` prints")]
+    Empty,
+    #[error("more than {keys_max} public keys given")]
+    TooMany { keys_max: usize },
+    #[error("the list of public keys is {bytes} bytes, the limit is {bytes_max}")]
+    TooLong { bytes: usize, bytes_max: usize },
+    #[error("public key {item} on line {line}: {error}")]
+    Key {
+        line: usize,
+        item: usize,
+        #[source]
+        error: PublicKeyError,
+    },
+    #[error("public keys {first} and {second} share the key id {id}; give only one of them")]
+    IdCollision {
+        id: KeyId,
+        first: PublicKey,
+        second: PublicKey,
+    },
 }

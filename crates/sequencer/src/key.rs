@@ -1,5 +1,7 @@
 //! The lock service's Ed25519 key pair: the signing half stays in the service, the public half is
-//! given to every resource (`palisade pubkey`, `--public-key`).
+//! given to every resource (`palisade pubkey`, `--public-key`). Every key has a [`KeyId`], the
+//! first 8 bytes of the SHA-256 of its public half, which each sequencer names so that a resource
+//! trusting several keys (a [`crate::KeySet`]) knows which one to check it with.
 
 use std::fmt;
 use std::str::FromStr;
@@ -9,9 +11,9 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ed25519_dalek::Signer as _;
 use palisade_core::limits::{LOCK_NAME_BYTES_MAX, TOKEN_MAX, validate_lock_name};
 
-use crate::error::{PublicKeyError, SequencerError, SignError};
+use crate::error::{KeyIdError, PublicKeyError, SequencerError, SignError};
 use crate::sequencer::{Sequencer, VerifiedSequencer};
-use crate::{PUBLIC_KEY_PREFIX, SEQUENCER_BYTES_MAX, SEQUENCER_PREFIX};
+use crate::{KEY_ID_HEX_DIGITS, PUBLIC_KEY_PREFIX, SEQUENCER_BYTES_MAX, SEQUENCER_PREFIX};
 
 /// The lock service's secret key. Its `Debug` output shows only the public half.
 #[derive(Clone)]
@@ -59,6 +61,11 @@ impl SigningKey {
         }
     }
 
+    /// The id of this key (of its public half).
+    pub fn key_id(&self) -> KeyId {
+        self.public_key().id()
+    }
+
     /// Signs the grant of `token` on `lock` to `session`.
     ///
     /// Refuses a lock name the lock table would refuse and a token outside `1..=TOKEN_MAX`; the
@@ -75,7 +82,8 @@ impl SigningKey {
             });
         }
         let mut text = format!(
-            "{SEQUENCER_PREFIX}.{}.{token}.{session}",
+            "{SEQUENCER_PREFIX}.{}.{}.{token}.{session}",
+            self.key_id(),
             URL_SAFE_NO_PAD.encode(lock.as_bytes())
         );
         let signature = self.inner.sign(text.as_bytes());
@@ -88,8 +96,13 @@ impl SigningKey {
         );
         let sequencer = Sequencer::parse(&text).expect("a freshly signed sequencer must parse");
         assert_eq!(
-            (sequencer.lock(), sequencer.token(), sequencer.session()),
-            (lock, token, session),
+            (
+                sequencer.key_id(),
+                sequencer.lock(),
+                sequencer.token(),
+                sequencer.session()
+            ),
+            (self.key_id(), lock, token, session),
             "a freshly signed sequencer must parse back to what was signed"
         );
         Ok(sequencer)
@@ -130,6 +143,15 @@ impl PublicKey {
         self.inner.to_bytes()
     }
 
+    /// This key's id: the first 8 bytes of the SHA-256 of [`PublicKey::to_bytes`].
+    pub fn id(&self) -> KeyId {
+        use sha2::Digest as _;
+        let digest = sha2::Sha256::digest(self.to_bytes());
+        let mut id = [0u8; 8];
+        id.copy_from_slice(&digest[..8]);
+        KeyId(id)
+    }
+
     /// Parses `ed25519:<64 hex digits>`.
     pub fn parse(text: &str) -> Result<PublicKey, PublicKeyError> {
         let hex = text
@@ -152,9 +174,10 @@ impl PublicKey {
         PublicKey::from_bytes(bytes)
     }
 
-    /// Parses and verifies sequencer text: the one call a resource needs.
+    /// Parses and verifies sequencer text signed with this key: the one call a resource that
+    /// trusts one key needs. A resource that trusts several uses [`crate::KeySet::verify`].
     pub fn verify(&self, text: &str) -> Result<VerifiedSequencer, SequencerError> {
-        VerifiedSequencer::from_str_verified(text, self)
+        crate::Sequencer::parse(text)?.verify(&crate::KeySet::from(*self))
     }
 
     pub(crate) fn verify_signature(&self, message: &[u8], signature: &[u8; 64]) -> bool {
@@ -162,6 +185,73 @@ impl PublicKey {
         // Strict: rejects non-canonical and small-order encodings, so no second string
         // verifies for the same grant.
         self.inner.verify_strict(message, &signature).is_ok()
+    }
+}
+
+/// Which key signed a sequencer: the first 8 bytes of the SHA-256 of the key's public half.
+///
+/// Text form: 16 lowercase hex digits (the form in sequencers, `palisade pubkey` and `palisade
+/// keys`). Not secret, and not a substitute for the key: a resource trusts keys, and uses the id
+/// only to find which of them to check a signature with.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KeyId([u8; 8]);
+
+impl KeyId {
+    /// Parses 16 lowercase hex digits, the only form a sequencer may carry.
+    pub fn parse(text: &str) -> Result<KeyId, KeyIdError> {
+        if text.len() != KEY_ID_HEX_DIGITS {
+            return Err(KeyIdError::Length {
+                found: text.chars().count(),
+            });
+        }
+        let mut id = [0u8; 8];
+        for (index, pair) in text.as_bytes().chunks_exact(2).enumerate() {
+            let digit = |byte: u8| match byte {
+                b'0'..=b'9' | b'a'..=b'f' => hex_value(byte),
+                _ => None,
+            };
+            match (digit(pair[0]), digit(pair[1])) {
+                (Some(high), Some(low)) => id[index] = (high << 4) | low,
+                _ => return Err(KeyIdError::NotLowercaseHex),
+            }
+        }
+        Ok(KeyId(id))
+    }
+}
+
+impl fmt::Display for KeyId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for byte in self.0 {
+            write!(f, "{byte:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for KeyId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "KeyId({self})")
+    }
+}
+
+impl FromStr for KeyId {
+    type Err = KeyIdError;
+
+    fn from_str(text: &str) -> Result<KeyId, KeyIdError> {
+        KeyId::parse(text)
+    }
+}
+
+impl serde::Serialize for KeyId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for KeyId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<KeyId, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        KeyId::parse(&text).map_err(serde::de::Error::custom)
     }
 }
 

@@ -1,14 +1,17 @@
 //! Sequencers: the signed, lock-scoped fencing tokens a lock holder presents to a resource.
 //!
 //! The lock service signs every grant with its Ed25519 [`SigningKey`]; a resource checks the
-//! signature offline with the service's [`PublicKey`] alone (invariant 5) and learns which lock the
-//! token belongs to (invariant 4). The text form is fixed, because other languages and shell
-//! scripts produce and pass it around:
+//! signature offline with the service's public keys alone, a [`KeySet`] (invariant 5), and learns
+//! which lock the token belongs to (invariant 4). The text form is fixed, because other languages
+//! and shell scripts produce and pass it around:
 //!
 //! ```text
-//! pal1.<lock>.<token>.<session>.<signature>
+//! pal2.<key id>.<lock>.<token>.<session>.<signature>
 //! ```
 //!
+//! - `key id`: the [`KeyId`] of the key that signed it, 16 lowercase hex digits (the first 8
+//!   bytes of the SHA-256 of the 32-byte public key), so that a resource trusting several keys
+//!   (during a key rotation) checks the signature with the right one;
 //! - `lock`: the UTF-8 lock name, base64url without padding (so names may contain `.`, `/`, or
 //!   any other printable character);
 //! - `token`: the fencing token, decimal, `1..=TOKEN_MAX`, no sign, no leading zeros;
@@ -26,29 +29,34 @@
 //! signature" does not compile.
 //!
 //! ```
-//! use palisade_sequencer::{SigningKey, VerifiedSequencer};
+//! use palisade_sequencer::{KeySet, SigningKey, VerifiedSequencer};
 //!
 //! let service_key = SigningKey::generate();
-//! let public_key = service_key.public_key();
+//! let trusted = KeySet::from(service_key.public_key());
 //! let sequencer = service_key.sign("jobs/nightly", 42, 7).unwrap();
 //!
-//! // At the resource: only the text and the service's public key.
-//! let verified = VerifiedSequencer::from_str_verified(sequencer.as_str(), &public_key).unwrap();
+//! // At the resource: only the text and the service's public keys.
+//! let verified = VerifiedSequencer::from_str_verified(sequencer.as_str(), &trusted).unwrap();
 //! assert_eq!((verified.lock(), verified.token(), verified.session()), ("jobs/nightly", 42, 7));
 //! ```
 
 mod error;
 mod key;
+mod keyset;
 mod sequencer;
 
-pub use error::{ParseError, PublicKeyError, SequencerError, SignError};
-pub use key::{PublicKey, SigningKey};
+pub use error::{KeyIdError, KeySetError, ParseError, PublicKeyError, SequencerError, SignError};
+pub use key::{KeyId, PublicKey, SigningKey};
+pub use keyset::{KEY_SET_KEYS_MAX, KEY_SET_TEXT_BYTES_MAX, KeySet};
 pub use sequencer::{Sequencer, VerifiedSequencer};
 
 use palisade_core::limits::{LOCK_NAME_BYTES_MAX, TOKEN_MAX};
 
 /// The first field of every sequencer: format name and version.
-pub const SEQUENCER_PREFIX: &str = "pal1";
+pub const SEQUENCER_PREFIX: &str = "pal2";
+
+/// Length of a [`KeyId`]'s text form: 16 hex digits.
+pub const KEY_ID_HEX_DIGITS: usize = 16;
 
 /// Longest sequencer text, in bytes. Parsers refuse anything longer before looking inside.
 pub const SEQUENCER_BYTES_MAX: usize = 512;
@@ -74,14 +82,15 @@ const fn decimal_digits(mut n: u64) -> usize {
     digits
 }
 
-/// The longest sequencer the service can produce: longest lock name, largest token, largest
-/// session id, and four separators.
+/// The longest sequencer the service can produce: key id, longest lock name, largest token,
+/// largest session id, and five separators.
 pub const SEQUENCER_BYTES_LONGEST: usize = SEQUENCER_PREFIX.len()
+    + KEY_ID_HEX_DIGITS
     + base64_unpadded_len(LOCK_NAME_BYTES_MAX)
     + decimal_digits(TOKEN_MAX)
     + decimal_digits(u64::MAX)
     + base64_unpadded_len(SIGNATURE_BYTES)
-    + 4;
+    + 5;
 
 // Every sequencer the service signs must be accepted by every parser.
 const _: () = assert!(SEQUENCER_BYTES_LONGEST <= SEQUENCER_BYTES_MAX);

@@ -12,7 +12,8 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use palisade_core::limits::{LOCK_NAME_BYTES_MAX, TOKEN_MAX, validate_lock_name};
 
 use crate::error::{ParseError, SequencerError};
-use crate::key::PublicKey;
+use crate::key::KeyId;
+use crate::keyset::KeySet;
 use crate::{SEQUENCER_BYTES_MAX, SEQUENCER_PREFIX, SIGNATURE_BYTES};
 
 /// A syntactically valid sequencer whose signature has not been checked yet.
@@ -21,11 +22,12 @@ use crate::{SEQUENCER_BYTES_MAX, SEQUENCER_PREFIX, SIGNATURE_BYTES};
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Sequencer {
     text: String,
+    key_id: KeyId,
     lock: String,
     token: u64,
     session: u64,
     signature: [u8; SIGNATURE_BYTES],
-    /// Length of the signed part `pal1.<lock>.<token>.<session>` (before the last '.').
+    /// Length of the signed part `pal2.<key id>.<lock>.<token>.<session>` (before the last '.').
     signed_bytes: usize,
 }
 
@@ -45,7 +47,7 @@ impl Sequencer {
             return Err(ParseError::NotPrintableAscii { position });
         }
         let fields: Vec<&str> = text.split('.').collect();
-        let [version, lock, token, session, signature_field] = fields[..] else {
+        let [version, key_id, lock, token, session, signature_field] = fields[..] else {
             return Err(ParseError::FieldCount {
                 found: fields.len(),
             });
@@ -55,6 +57,7 @@ impl Sequencer {
             let found = version.chars().take(16).collect();
             return Err(ParseError::Version { found });
         }
+        let key_id = KeyId::parse(key_id).map_err(ParseError::KeyId)?;
         let lock = URL_SAFE_NO_PAD
             .decode(lock)
             .map_err(|_| ParseError::LockEncoding)?;
@@ -77,12 +80,18 @@ impl Sequencer {
         assert!((1..=TOKEN_MAX).contains(&token));
         Ok(Sequencer {
             text: text.to_owned(),
+            key_id,
             lock,
             token,
             session,
             signature,
             signed_bytes,
         })
+    }
+
+    /// The id of the key this sequencer claims to be signed with.
+    pub fn key_id(&self) -> KeyId {
+        self.key_id
     }
 
     /// The lock this sequencer claims to be a grant of.
@@ -105,8 +114,20 @@ impl Sequencer {
         &self.text
     }
 
-    /// Checks the signature with the lock service's public key.
-    pub fn verify(&self, key: &PublicKey) -> Result<VerifiedSequencer, SequencerError> {
+    /// Checks the signature with the key of `keys` it names (a single [`crate::PublicKey`]
+    /// converts into a set with `.into()`).
+    pub fn verify(&self, keys: &KeySet) -> Result<VerifiedSequencer, SequencerError> {
+        let Some(key) = keys.get(self.key_id) else {
+            return Err(SequencerError::UnknownKey {
+                key_id: self.key_id,
+                trusted: keys
+                    .keys()
+                    .iter()
+                    .map(|key| key.id().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        };
         let message = &self.text.as_bytes()[..self.signed_bytes];
         if key.verify_signature(message, &self.signature) {
             Ok(VerifiedSequencer {
@@ -173,6 +194,7 @@ impl fmt::Display for Sequencer {
 impl fmt::Debug for Sequencer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Sequencer")
+            .field("key_id", &self.key_id)
             .field("lock", &self.lock)
             .field("token", &self.token)
             .field("session", &self.session)
@@ -190,12 +212,17 @@ pub struct VerifiedSequencer {
 }
 
 impl VerifiedSequencer {
-    /// Parses `text` and verifies its signature with `key`.
+    /// Parses `text` and verifies its signature with the key of `keys` it names.
     pub fn from_str_verified(
         text: &str,
-        key: &PublicKey,
+        keys: &KeySet,
     ) -> Result<VerifiedSequencer, SequencerError> {
-        Sequencer::parse(text)?.verify(key)
+        Sequencer::parse(text)?.verify(keys)
+    }
+
+    /// The id of the key that signed this grant.
+    pub fn key_id(&self) -> KeyId {
+        self.sequencer.key_id()
     }
 
     /// The lock this grant is of.

@@ -1,6 +1,9 @@
 //! Scenarios for the public key's text form: what `palisade pubkey` prints, `--public-key` accepts.
 
-use palisade_sequencer::{PublicKey, PublicKeyError, SigningKey};
+use palisade_sequencer::{
+    KEY_SET_KEYS_MAX, KEY_SET_TEXT_BYTES_MAX, KeyId, KeySet, KeySetError, PublicKey,
+    PublicKeyError, SigningKey,
+};
 
 #[test]
 fn a_public_key_prints_as_lowercase_hex_and_parses_back() {
@@ -76,4 +79,80 @@ fn malformed_public_keys_are_refused_precisely() {
             "for {text:?}"
         );
     }
+}
+
+#[test]
+fn a_key_id_is_sixteen_hex_digits_of_the_keys_sha256() {
+    let key = SigningKey::from_bytes([1; 32]).public_key();
+    let id = key.id().to_string();
+    assert_eq!(id.len(), 16);
+    assert!(
+        id.chars()
+            .all(|c| c.is_ascii_digit() || c.is_ascii_lowercase())
+    );
+    assert_eq!(id.parse::<KeyId>().unwrap(), key.id());
+    assert_ne!(key.id(), SigningKey::from_bytes([2; 32]).public_key().id());
+    assert_eq!(
+        serde_json::to_string(&key.id()).unwrap(),
+        format!("\"{id}\"")
+    );
+}
+
+#[test]
+fn a_key_set_reads_flags_environment_values_and_files() {
+    let a = SigningKey::from_bytes([1; 32]).public_key();
+    let b = SigningKey::from_bytes([2; 32]).public_key();
+    let both = KeySet::new([a, b]).unwrap();
+    for text in [
+        format!("{a},{b}"),
+        format!("{a}, {b}"),
+        format!("{a}\n{b}\n"),
+        format!("# the keys of the lock service\n\n  {a}\n# next key\n{b}\n{a}\n"),
+    ] {
+        assert_eq!(KeySet::parse(&text).unwrap(), both, "for {text:?}");
+    }
+    assert_eq!(both.to_string(), format!("{a},{b}"));
+    assert_eq!(both.to_string().parse::<KeySet>().unwrap(), both);
+    assert_eq!(both.get(b.id()), Some(&b));
+    let json = serde_json::to_string(&both).unwrap();
+    assert_eq!(serde_json::from_str::<KeySet>(&json).unwrap(), both);
+}
+
+#[test]
+fn a_bad_key_set_is_refused_with_what_and_where() {
+    let a = SigningKey::from_bytes([1; 32]).public_key();
+    assert_eq!(KeySet::parse("").unwrap_err(), KeySetError::Empty);
+    assert_eq!(
+        KeySet::parse("# only a comment\n").unwrap_err(),
+        KeySetError::Empty
+    );
+    assert_eq!(
+        KeySet::parse(&format!("{a}\n# x\n{a} ed25519:00")).unwrap_err(),
+        KeySetError::Key {
+            line: 3,
+            item: 2,
+            error: PublicKeyError::Length { found: 2 },
+        }
+    );
+    let many: Vec<String> = (1..=KEY_SET_KEYS_MAX as u8 + 1)
+        .map(|seed| SigningKey::from_bytes([seed; 32]).public_key().to_string())
+        .collect();
+    assert_eq!(
+        KeySet::parse(&many.join(",")).unwrap_err(),
+        KeySetError::TooMany {
+            keys_max: KEY_SET_KEYS_MAX
+        }
+    );
+    assert_eq!(
+        KeySet::parse(&many[..KEY_SET_KEYS_MAX].join(","))
+            .unwrap()
+            .keys()
+            .len(),
+        KEY_SET_KEYS_MAX
+    );
+    let long = " ".repeat(KEY_SET_TEXT_BYTES_MAX + 1);
+    assert!(matches!(
+        KeySet::parse(&long).unwrap_err(),
+        KeySetError::TooLong { .. }
+    ));
 }

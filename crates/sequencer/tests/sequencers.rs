@@ -3,8 +3,8 @@
 
 use palisade_core::limits::{LOCK_NAME_BYTES_MAX, TOKEN_MAX};
 use palisade_sequencer::{
-    ParseError, SEQUENCER_BYTES_LONGEST, SEQUENCER_BYTES_MAX, Sequencer, SequencerError, SignError,
-    SigningKey, VerifiedSequencer,
+    KeyIdError, KeySet, ParseError, SEQUENCER_BYTES_LONGEST, SEQUENCER_BYTES_MAX, Sequencer,
+    SequencerError, SignError, SigningKey, VerifiedSequencer,
 };
 
 fn service_key() -> SigningKey {
@@ -20,12 +20,13 @@ fn dummy_signature() -> String {
 fn a_signed_sequencer_round_trips_through_text_and_verifies() {
     let key = service_key();
     let sequencer = key.sign("jobs/nightly", 42, 9).unwrap();
-    assert!(sequencer.as_str().starts_with("pal1."));
+    assert!(sequencer.as_str().starts_with("pal2."));
     assert_eq!(sequencer.to_string(), sequencer.as_str());
 
     let parsed: Sequencer = sequencer.as_str().parse().unwrap();
     assert_eq!(parsed, sequencer);
-    let verified = parsed.verify(&key.public_key()).unwrap();
+    let verified = parsed.verify(&key.public_key().into()).unwrap();
+    assert_eq!(verified.key_id(), key.key_id());
     assert_eq!(verified.lock(), "jobs/nightly");
     assert_eq!(verified.token(), 42);
     assert_eq!(verified.session(), 9);
@@ -39,18 +40,21 @@ fn a_signed_sequencer_round_trips_through_text_and_verifies() {
 fn the_text_has_the_documented_fields() {
     let sequencer = service_key().sign("a.b", 10, 0).unwrap();
     let fields: Vec<&str> = sequencer.as_str().split('.').collect();
-    assert_eq!(fields.len(), 5);
-    assert_eq!(fields[0], "pal1");
-    assert_eq!(fields[1], "YS5i"); // base64url("a.b")
-    assert_eq!(fields[2], "10");
-    assert_eq!(fields[3], "0");
-    assert_eq!(fields[4].len(), 86);
+    assert_eq!(fields.len(), 6);
+    assert_eq!(fields[0], "pal2");
+    // The key id: the first 8 bytes of SHA-256 over the public key (pinned for other languages).
+    assert_eq!(fields[1], "fe812c12f3ab4ce6");
+    assert_eq!(fields[1], service_key().key_id().to_string());
+    assert_eq!(fields[2], "YS5i"); // base64url("a.b")
+    assert_eq!(fields[3], "10");
+    assert_eq!(fields[4], "0");
+    assert_eq!(fields[5].len(), 86);
 }
 
 #[test]
 fn changing_any_byte_never_yields_an_accepted_sequencer() {
     let key = service_key();
-    let public_key = key.public_key();
+    let trusted = KeySet::from(key.public_key());
     let original = key.sign("orders/eu-west", 123_456, 77).unwrap();
     let text = original.as_str();
     assert!(text.len() > 100, "the test should cover a realistic length");
@@ -65,7 +69,7 @@ fn changing_any_byte_never_yields_an_accepted_sequencer() {
             let mut altered = text.to_owned().into_bytes();
             altered[position] = replacement as u8;
             let altered = String::from_utf8(altered).unwrap();
-            let outcome = VerifiedSequencer::from_str_verified(&altered, &public_key);
+            let outcome = VerifiedSequencer::from_str_verified(&altered, &trusted);
             assert!(
                 outcome.is_err(),
                 "altered byte {position} to {replacement:?} was accepted"
@@ -79,9 +83,10 @@ fn changing_any_byte_never_yields_an_accepted_sequencer() {
 #[test]
 fn every_truncation_is_refused() {
     let key = service_key();
+    let trusted = KeySet::from(key.public_key());
     let text = key.sign("reports", 5, 1).unwrap().to_string();
     for length in 0..text.len() {
-        let outcome = VerifiedSequencer::from_str_verified(&text[..length], &key.public_key());
+        let outcome = VerifiedSequencer::from_str_verified(&text[..length], &trusted);
         assert!(
             outcome.is_err(),
             "truncation to {length} bytes was accepted"
@@ -94,9 +99,41 @@ fn a_sequencer_from_another_lock_service_is_a_bad_signature() {
     let ours = service_key();
     let theirs = SigningKey::from_bytes([8; 32]);
     let foreign = theirs.sign("reports", TOKEN_MAX, 1).unwrap();
-    let outcome = foreign.verify(&ours.public_key());
+    let outcome = foreign.verify(&ours.public_key().into());
+    assert_eq!(
+        outcome.unwrap_err(),
+        SequencerError::UnknownKey {
+            key_id: theirs.key_id(),
+            trusted: ours.key_id().to_string(),
+        }
+    );
+    assert!(foreign.verify(&theirs.public_key().into()).is_ok());
+
+    // The same grant claiming our key id: the id finds our key, whose check fails.
+    let claimed =
+        foreign
+            .as_str()
+            .replacen(&theirs.key_id().to_string(), &ours.key_id().to_string(), 1);
+    let outcome = ours.public_key().verify(&claimed);
     assert_eq!(outcome.unwrap_err(), SequencerError::BadSignature);
-    assert!(foreign.verify(&theirs.public_key()).is_ok());
+}
+
+#[test]
+fn a_key_set_verifies_each_sequencer_with_the_key_it_names() {
+    let old = service_key();
+    let new = SigningKey::from_bytes([9; 32]);
+    let trusted = KeySet::new([old.public_key(), new.public_key()]).unwrap();
+    for key in [&old, &new] {
+        let sequencer = key.sign("jobs/a", 5, 1).unwrap();
+        let verified = trusted.verify(sequencer.as_str()).unwrap();
+        assert_eq!((verified.key_id(), verified.token()), (key.key_id(), 5));
+    }
+    // Once the old key is dropped from the set, its sequencers no longer verify.
+    let rotated = KeySet::from(new.public_key());
+    let old_grant = old.sign("jobs/a", 6, 1).unwrap();
+    let err = rotated.verify(old_grant.as_str()).unwrap_err();
+    assert!(err.is_bad_signature(), "{err}");
+    assert!(err.to_string().contains(&old.key_id().to_string()), "{err}");
 }
 
 #[test]
@@ -154,6 +191,7 @@ fn signing_refuses_what_the_lock_table_would_refuse() {
 #[test]
 fn parse_errors_name_the_malformed_part() {
     let sig = dummy_signature();
+    let kid = "0123456789abcdef";
     let lock = "YQ"; // "a"
     let cases: Vec<(String, ParseError)> = vec![
         (String::new(), ParseError::Empty),
@@ -165,83 +203,107 @@ fn parse_errors_name_the_malformed_part() {
             },
         ),
         (
-            format!("pal1.{lock}.1 .1.{sig}"),
-            ParseError::NotPrintableAscii { position: 9 },
+            format!("pal2.{kid}.{lock}.1 .1.{sig}"),
+            ParseError::NotPrintableAscii { position: 26 },
         ),
         (
-            format!("pal1.{lock}.1.{sig}"),
-            ParseError::FieldCount { found: 4 },
+            format!("pal2.{kid}.{lock}.1.{sig}"),
+            ParseError::FieldCount { found: 5 },
         ),
         (
-            format!("pal1.{lock}.1.1.1.{sig}"),
-            ParseError::FieldCount { found: 6 },
+            format!("pal2.{kid}.{lock}.1.1.1.{sig}"),
+            ParseError::FieldCount { found: 7 },
         ),
         (
-            format!("pal2.{lock}.1.1.{sig}"),
+            format!("pal1.{kid}.{lock}.1.1.{sig}"),
             ParseError::Version {
-                found: "pal2".into(),
+                found: "pal1".into(),
             },
         ),
-        (format!("pal1.YQ==.1.1.{sig}"), ParseError::LockEncoding),
-        (format!("pal1.YR.1.1.{sig}"), ParseError::LockEncoding), // non-canonical trailing bits
-        (format!("pal1.a+b.1.1.{sig}"), ParseError::LockEncoding),
-        (format!("pal1._w.1.1.{sig}"), ParseError::LockNotUtf8),
         (
-            format!("pal1..1.1.{sig}"),
+            format!("pal2.0123456789abcde.{lock}.1.1.{sig}"),
+            ParseError::KeyId(KeyIdError::Length { found: 15 }),
+        ),
+        (
+            format!("pal2.0123456789ABCDEF.{lock}.1.1.{sig}"),
+            ParseError::KeyId(KeyIdError::NotLowercaseHex),
+        ),
+        (
+            format!("pal2.0123456789abcdeg.{lock}.1.1.{sig}"),
+            ParseError::KeyId(KeyIdError::NotLowercaseHex),
+        ),
+        (
+            format!("pal2.{kid}.YQ==.1.1.{sig}"),
+            ParseError::LockEncoding,
+        ),
+        (format!("pal2.{kid}.YR.1.1.{sig}"), ParseError::LockEncoding), // non-canonical trailing bits
+        (
+            format!("pal2.{kid}.a+b.1.1.{sig}"),
+            ParseError::LockEncoding,
+        ),
+        (format!("pal2.{kid}._w.1.1.{sig}"), ParseError::LockNotUtf8),
+        (
+            format!("pal2.{kid}..1.1.{sig}"),
             ParseError::LockName(lock_name_empty()),
         ),
         (
-            format!("pal1.{lock}.x.1.{sig}"),
+            format!("pal2.{kid}.{lock}.x.1.{sig}"),
             ParseError::TokenNotANumber,
         ),
         (
-            format!("pal1.{lock}.-1.1.{sig}"),
+            format!("pal2.{kid}.{lock}.-1.1.{sig}"),
             ParseError::TokenNotANumber,
         ),
         (
-            format!("pal1.{lock}.+1.1.{sig}"),
+            format!("pal2.{kid}.{lock}.+1.1.{sig}"),
             ParseError::TokenNotANumber,
         ),
-        (format!("pal1.{lock}..1.{sig}"), ParseError::TokenNotANumber),
         (
-            format!("pal1.{lock}.01.1.{sig}"),
+            format!("pal2.{kid}.{lock}..1.{sig}"),
+            ParseError::TokenNotANumber,
+        ),
+        (
+            format!("pal2.{kid}.{lock}.01.1.{sig}"),
             ParseError::TokenLeadingZero,
         ),
-        (format!("pal1.{lock}.0.1.{sig}"), ParseError::TokenZero),
         (
-            format!("pal1.{lock}.{}.1.{sig}", TOKEN_MAX + 1),
+            format!("pal2.{kid}.{lock}.0.1.{sig}"),
+            ParseError::TokenZero,
+        ),
+        (
+            format!("pal2.{kid}.{lock}.{}.1.{sig}", TOKEN_MAX + 1),
             ParseError::TokenAboveMax {
                 token_max: TOKEN_MAX,
             },
         ),
         (
-            format!("pal1.{lock}.{}.1.{sig}", "9".repeat(40)),
+            format!("pal2.{kid}.{lock}.{}.1.{sig}", "9".repeat(40)),
             ParseError::TokenAboveMax {
                 token_max: TOKEN_MAX,
             },
         ),
         (
-            format!("pal1.{lock}.1.s.{sig}"),
+            format!("pal2.{kid}.{lock}.1.s.{sig}"),
             ParseError::SessionNotANumber,
         ),
         (
-            format!("pal1.{lock}.1.007.{sig}"),
+            format!("pal2.{kid}.{lock}.1.007.{sig}"),
             ParseError::SessionLeadingZero,
         ),
         (
-            format!("pal1.{lock}.1.18446744073709551616.{sig}"),
+            format!("pal2.{kid}.{lock}.1.18446744073709551616.{sig}"),
             ParseError::SessionAboveMax,
         ),
         (
-            format!("pal1.{lock}.1.1.{}", &sig[..85]),
+            format!("pal2.{kid}.{lock}.1.1.{}", &sig[..85]),
             ParseError::SignatureEncoding,
         ),
         (
-            format!("pal1.{lock}.1.1.{sig}AA"),
+            format!("pal2.{kid}.{lock}.1.1.{sig}AA"),
             ParseError::SignatureLength { bytes: 66 },
         ),
         (
-            format!("pal1.{lock}.1.1."),
+            format!("pal2.{kid}.{lock}.1.1."),
             ParseError::SignatureLength { bytes: 0 },
         ),
     ];
@@ -253,19 +315,24 @@ fn parse_errors_name_the_malformed_part() {
         );
     }
     // A well-formed dummy parses; only verification can refuse it.
-    let dummy = Sequencer::parse(&format!("pal1.{lock}.1.0.{sig}")).unwrap();
-    let err = dummy.verify(&service_key().public_key()).unwrap_err();
+    let kid = service_key().key_id();
+    let dummy = Sequencer::parse(&format!("pal2.{kid}.{lock}.1.0.{sig}")).unwrap();
+    let err = dummy
+        .verify(&service_key().public_key().into())
+        .unwrap_err();
+    assert_eq!(err, SequencerError::BadSignature);
     assert!(err.is_bad_signature() && !err.is_malformed());
 }
 
 #[test]
 fn non_ascii_text_is_refused_at_its_first_bad_byte() {
-    let text = format!("pal1.YQ.1.1.{}é", dummy_signature());
+    let text = format!("pal2.0123456789abcdef.YQ.1.1.{}é", dummy_signature());
     assert_eq!(
         Sequencer::parse(&text).unwrap_err(),
-        ParseError::NotPrintableAscii { position: 12 + 86 }
+        ParseError::NotPrintableAscii { position: 29 + 86 }
     );
-    let err = VerifiedSequencer::from_str_verified(&text, &service_key().public_key()).unwrap_err();
+    let trusted = service_key().public_key().into();
+    let err = VerifiedSequencer::from_str_verified(&text, &trusted).unwrap_err();
     assert!(err.is_malformed());
 }
 
@@ -274,6 +341,11 @@ fn error_messages_are_lowercase_and_without_trailing_period() {
     let messages = [
         ParseError::FieldCount { found: 3 }.to_string(),
         SequencerError::BadSignature.to_string(),
+        SequencerError::UnknownKey {
+            key_id: service_key().key_id(),
+            trusted: String::new(),
+        }
+        .to_string(),
         SignError::TokenZero.to_string(),
         SequencerError::from(ParseError::TokenZero).to_string(),
     ];

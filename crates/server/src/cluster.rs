@@ -1,17 +1,21 @@
-//! The `palisade.v1.Cluster` gRPC service: the membership for operators (`palisade cluster`).
-//! Any node answers `Status` from its own view; only the leader changes the membership, and
-//! the others answer UNAVAILABLE with the leader's address in metadata, as `Locks` does.
+//! The `palisade.v1.Cluster` gRPC service: the membership and the signing keys, for operators
+//! (`palisade cluster`, `palisade keys`). Any node answers `Status` from its own view; only the
+//! leader lists and changes the keys and changes the membership, and the others answer
+//! UNAVAILABLE with the leader's address in metadata, as `Locks` does.
 
 use std::sync::Arc;
 
 use palisade_proto::v1::cluster_server::{Cluster, ClusterServer};
 use palisade_proto::v1::{
-    AddMemberRequest, ClusterMember, ClusterStatusRequest, ClusterStatusResponse,
-    MembershipResponse, RemoveMemberRequest,
+    AddKeyRequest, AddMemberRequest, BackupChunk, BackupRequest, ClusterMember,
+    ClusterStatusRequest, ClusterStatusResponse, KeysResponse, ListKeysRequest, MembershipResponse,
+    PublishedKey, RemoveMemberRequest, RetireKeyRequest, RotateKeyRequest,
 };
+use palisade_sequencer::KeyId;
 use tonic::{Request, Response, Status};
 
-use crate::node::{ClusterView, MemberView, MembershipError, Node};
+use crate::keyring::KeyView;
+use crate::node::{ClusterView, KeyRequest, MemberView, MembershipError, Node};
 use crate::service::ServiceError;
 
 /// The `Cluster` service of one node.
@@ -43,6 +47,28 @@ fn members(view: &ClusterView) -> Vec<ClusterMember> {
     view.members.iter().map(member).collect()
 }
 
+fn keys(views: Vec<KeyView>) -> Response<KeysResponse> {
+    Response::new(KeysResponse {
+        keys: views
+            .into_iter()
+            .map(|k| PublishedKey {
+                key_id: k.public_key.id().to_string(),
+                public_key: k.public_key.to_string(),
+                signing: k.signing,
+            })
+            .collect(),
+    })
+}
+
+fn key_id(text: &str) -> Result<KeyId, Status> {
+    KeyId::parse(text).map_err(|e| {
+        Status::invalid_argument(format!(
+            "key id {:?}: {e}",
+            text.chars().take(40).collect::<String>()
+        ))
+    })
+}
+
 fn status(e: MembershipError) -> Status {
     match e {
         MembershipError::NotLeader(e) => crate::grpc::status(ServiceError::from(e)),
@@ -52,8 +78,30 @@ fn status(e: MembershipError) -> Status {
     }
 }
 
+/// How much of a backup one message carries.
+const BACKUP_CHUNK_BYTES: usize = 60 * 1024;
+const _: () = assert!(BACKUP_CHUNK_BYTES + 64 <= palisade_proto::MESSAGE_BYTES_MAX);
+
 #[tonic::async_trait]
 impl Cluster for GrpcCluster {
+    type BackupStream = futures::stream::Iter<std::vec::IntoIter<Result<BackupChunk, Status>>>;
+
+    async fn backup(
+        &self,
+        _request: Request<BackupRequest>,
+    ) -> Result<Response<Self::BackupStream>, Status> {
+        let bytes = self.node.backup().await.map_err(status)?;
+        let chunks: Vec<Result<BackupChunk, Status>> = bytes
+            .chunks(BACKUP_CHUNK_BYTES)
+            .map(|chunk| {
+                Ok(BackupChunk {
+                    data: chunk.to_vec(),
+                })
+            })
+            .collect();
+        Ok(Response::new(futures::stream::iter(chunks)))
+    }
+
     async fn status(
         &self,
         _request: Request<ClusterStatusRequest>,
@@ -95,5 +143,55 @@ impl Cluster for GrpcCluster {
         Ok(Response::new(MembershipResponse {
             members: members(&view),
         }))
+    }
+
+    async fn list_keys(
+        &self,
+        _request: Request<ListKeysRequest>,
+    ) -> Result<Response<KeysResponse>, Status> {
+        Ok(keys(self.node.list_keys().await.map_err(status)?))
+    }
+
+    async fn add_key(
+        &self,
+        _request: Request<AddKeyRequest>,
+    ) -> Result<Response<KeysResponse>, Status> {
+        let views = self
+            .node
+            .change_keys(KeyRequest::Add)
+            .await
+            .map_err(status)?;
+        Ok(keys(views))
+    }
+
+    async fn rotate_key(
+        &self,
+        request: Request<RotateKeyRequest>,
+    ) -> Result<Response<KeysResponse>, Status> {
+        let text = request.into_inner().key_id;
+        let to = if text.is_empty() {
+            None
+        } else {
+            Some(key_id(&text)?)
+        };
+        let views = self
+            .node
+            .change_keys(KeyRequest::Rotate(to))
+            .await
+            .map_err(status)?;
+        Ok(keys(views))
+    }
+
+    async fn retire_key(
+        &self,
+        request: Request<RetireKeyRequest>,
+    ) -> Result<Response<KeysResponse>, Status> {
+        let key = key_id(&request.into_inner().key_id)?;
+        let views = self
+            .node
+            .change_keys(KeyRequest::Retire(key))
+            .await
+            .map_err(status)?;
+        Ok(keys(views))
     }
 }

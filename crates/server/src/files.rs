@@ -5,9 +5,13 @@ use std::io::{self, Write as _};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// Permissions of every file that holds a signing key: the key file, and the log and snapshots,
+/// which carry the keys of a rotation. Owner only.
+pub const SECRET_FILE_MODE: u32 = 0o600;
+
 /// Writes `bytes` to `dir/name` through a temporary file in the same directory: written,
 /// fsynced, renamed over the old file, then the directory fsynced so the rename is durable.
-/// `mode` sets the permissions of the new file on Unix (the key's 0600).
+/// `mode` sets the permissions of the new file on Unix ([`SECRET_FILE_MODE`] for secrets).
 pub fn write_file_atomically(
     dir: &Path,
     name: &str,

@@ -298,8 +298,10 @@ impl Locks for GrpcLocks {
         &self,
         _request: Request<PublicKeyRequest>,
     ) -> Result<Response<PublicKeyResponse>, Status> {
+        let (signing, published) = self.service.public_keys().await.map_err(status)?;
         Ok(Response::new(PublicKeyResponse {
-            public_key: self.service.public_key(),
+            public_key: signing.to_string(),
+            public_keys: published.keys().iter().map(ToString::to_string).collect(),
         }))
     }
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use palisade_sequencer::SigningKey;
 
-use crate::files::write_file_atomically;
+use crate::files::{SECRET_FILE_MODE, write_file_atomically};
 
 const KEY_FILE: &str = "signing.key";
 
@@ -34,5 +34,5 @@ pub fn load_or_create(dir: &Path) -> io::Result<SigningKey> {
 
 /// Replaces the key in `dir` with `key` (owner-only permissions), atomically and durably.
 pub fn store(dir: &Path, key: &SigningKey) -> io::Result<()> {
-    write_file_atomically(dir, KEY_FILE, &key.to_bytes(), Some(0o600))
+    write_file_atomically(dir, KEY_FILE, &key.to_bytes(), Some(SECRET_FILE_MODE))
 }

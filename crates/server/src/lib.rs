@@ -10,11 +10,13 @@
 //! - [`peer`] and [`peer_service`]: Raft traffic between nodes, sending and receiving;
 //! - [`metrics`]: Prometheus metric names and exporter.
 
+pub mod backup;
 pub mod cluster;
 mod files;
 pub mod grpc;
 mod identity;
 mod incoming;
+pub mod keyring;
 mod keys;
 pub mod limits;
 pub mod log_store;
@@ -27,6 +29,7 @@ pub mod service;
 pub mod state_machine;
 pub mod wal;
 
+pub use files::{SECRET_FILE_MODE, write_file_atomically};
 pub use limits::CONNECTIONS_MAX;
 
 use std::net::SocketAddr;

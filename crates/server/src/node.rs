@@ -28,12 +28,13 @@ use openraft::vote::RaftLeaderId;
 use openraft::{ChangeMembers, Config, ReadPolicy, ServerState, SnapshotPolicy};
 use palisade_clock::SharedClock;
 use palisade_core::{Command, Input, Limits, Output};
-use palisade_sequencer::{PublicKey, SigningKey};
+use palisade_sequencer::{KeyId, KeySet, PublicKey, SigningKey};
 
 use crate::identity::Identity;
+use crate::keyring::{KeyChange, KeyRefusal, KeyRing, KeyView, Secret};
 use crate::log_store::LogStore;
 use crate::peer::{AdmitError, ClusterName, PeerNetwork};
-use crate::raft_types::{C, Member, PalisadeRaft};
+use crate::raft_types::{C, Member, PalisadeRaft, Proposal};
 use crate::state_machine::{Shared, StateMachine};
 
 const LOG_FILE: &str = "raft.wal";
@@ -208,9 +209,11 @@ pub struct Node {
     advertise: String,
     data_dir: PathBuf,
     network: PeerNetwork,
-    /// The cluster's signing key: this node's own until it is admitted to a cluster, which
-    /// hands it the cluster's (see [`crate::peer_service::Admission`]).
-    keys: std::sync::RwLock<SigningKey>,
+    /// The cluster's founding key: this node's own until it is admitted to a cluster, which
+    /// hands it the cluster's (see [`crate::peer_service::Admission`]). It signs until the
+    /// first rotation; then the replicated key ring says which key signs (see
+    /// [`crate::keyring`]).
+    founding_key: std::sync::RwLock<SigningKey>,
     leader_watch: std::sync::Mutex<LeaderWatch>,
 }
 
@@ -302,7 +305,7 @@ impl Node {
             advertise: config.advertise.clone(),
             data_dir: data_dir.clone(),
             network,
-            keys: std::sync::RwLock::new(signing_key),
+            founding_key: std::sync::RwLock::new(signing_key),
             leader_watch: std::sync::Mutex::new(LeaderWatch::default()),
         });
         node.watch_leadership();
@@ -383,7 +386,7 @@ impl Node {
         loop {
             match self
                 .network
-                .admit(id, addr, self.signing_key().to_bytes())
+                .admit(id, addr, self.founding_key().to_bytes())
                 .await
             {
                 Ok(incarnation) => return Ok(incarnation),
@@ -644,14 +647,34 @@ impl Node {
         &self.shared
     }
 
-    /// The public half of the cluster's signing key.
+    /// The public half of the key that signs sequencers now.
     pub fn public_key(&self) -> PublicKey {
         self.signing_key().public_key()
     }
 
-    /// The cluster's signing key (this node's own until it is admitted to a cluster).
+    /// The key that signs sequencers now: the key ring's signing key, or the founding key
+    /// while nobody has rotated.
     pub fn signing_key(&self) -> SigningKey {
-        self.keys.read().expect("signing key lock").clone()
+        self.shared
+            .read_keys(KeyRing::signing)
+            .unwrap_or_else(|| self.founding_key())
+    }
+
+    /// Every key resources must trust now, as this node's state machine has them.
+    pub fn published_keys(&self) -> KeySet {
+        let founding = self.founding_key();
+        self.shared.read_keys(|ring| ring.published(&founding))
+    }
+
+    /// The published keys and which one signs, as this node's state machine has them.
+    pub fn key_views(&self) -> Vec<KeyView> {
+        let founding = self.founding_key();
+        self.shared.read_keys(|ring| ring.view(&founding))
+    }
+
+    /// The cluster's founding key (this node's own until it is admitted to a cluster).
+    fn founding_key(&self) -> SigningKey {
+        self.founding_key.read().expect("founding key lock").clone()
     }
 
     /// The leader as far as this node knows, for a client to go to.
@@ -709,9 +732,18 @@ impl Node {
             now_ms: term.clock.now_ms(),
             command,
         };
+        self.propose_payload(term, Proposal::Lock(input)).await
+    }
+
+    /// Proposes `proposal` in `term`; see [`Node::propose_in`].
+    async fn propose_payload(
+        &self,
+        term: &Term,
+        proposal: Proposal,
+    ) -> Result<(u64, Output), ProposeError> {
         let (responder, answer) = ProgressResponder::complete_only();
         self.raft
-            .write(input)
+            .write(proposal)
             .with_leader(term.leader_id)
             .responder(responder)
             .await
@@ -842,11 +874,23 @@ impl Node {
     }
 }
 
-/// Why a membership change failed.
+/// A change to the cluster's keys an operator asks for (`palisade keys`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyRequest {
+    /// Publish a new key, which does not sign yet.
+    Add,
+    /// Sign with the given published key, or with the newest one published after the key that
+    /// signs now.
+    Rotate(Option<KeyId>),
+    /// Stop publishing a key that no longer signs.
+    Retire(KeyId),
+}
+
+/// Why a change to the cluster (its membership or its keys) failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum MembershipError {
-    /// Only the leader changes the membership.
+    /// Only the leader changes the cluster.
     #[error(transparent)]
     NotLeader(ProposeError),
     /// The request contradicts the membership (an id in use, the last voter, an unknown id) or
@@ -923,6 +967,91 @@ impl Node {
         }
     }
 
+    /// A backup of everything committed before the call (see [`crate::backup`]).
+    pub async fn backup(&self) -> Result<Vec<u8>, MembershipError> {
+        self.leading_term()?;
+        self.linearizable_read()
+            .await
+            .map_err(MembershipError::NotLeader)?;
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        Ok(self.shared.backup(&self.founding_key(), now_ms))
+    }
+
+    /// The published keys and which one signs, read linearizably on the leader.
+    pub async fn list_keys(&self) -> Result<Vec<KeyView>, MembershipError> {
+        self.linearizable_read()
+            .await
+            .map_err(MembershipError::NotLeader)?;
+        Ok(self.key_views())
+    }
+
+    /// Changes the cluster's keys (see [`crate::keyring`]) and returns them as they are after.
+    /// Checked here against the current ring, then committed as one Raft entry.
+    pub async fn change_keys(&self, request: KeyRequest) -> Result<Vec<KeyView>, MembershipError> {
+        let term = self.leading_term()?;
+        // Every earlier change is applied here before the request is checked against the ring.
+        self.linearizable_read()
+            .await
+            .map_err(MembershipError::NotLeader)?;
+        let ring = self.shared.read_keys(KeyRing::clone);
+        let change =
+            match request {
+                KeyRequest::Add => KeyChange::Add {
+                    founding: Secret::of(&self.founding_key()),
+                    key: Secret::of(&SigningKey::try_generate().map_err(|e| {
+                        MembershipError::Failed(format!("cannot generate a key: {e}"))
+                    })?),
+                },
+                KeyRequest::Rotate(to) => KeyChange::Rotate {
+                    key: match to {
+                        Some(key) => key,
+                        None => ring.next().ok_or_else(|| {
+                            MembershipError::Refused(KeyRefusal::NothingToRotateTo.to_string())
+                        })?,
+                    },
+                },
+                KeyRequest::Retire(key) => KeyChange::Retire { key },
+            };
+        ring.clone()
+            .apply(&change)
+            .map_err(|refusal| MembershipError::Refused(refusal.to_string()))?;
+        self.propose_payload(
+            &term,
+            Proposal::Keys {
+                keys: change.clone(),
+            },
+        )
+        .await
+        .map_err(|e| match e {
+            ProposeError::NotLeader { .. } => MembershipError::NotLeader(e),
+            ProposeError::Discarded { .. } | ProposeError::Stopped(_) => {
+                MembershipError::Failed(format!(
+                    "{e}; the key change may or may not have taken effect: see `palisade keys list`"
+                ))
+            }
+        })?;
+        let done = self.shared.read_keys(|after| match &change {
+            KeyChange::Add { key, .. } => after
+                .view(&self.founding_key())
+                .iter()
+                .any(|k| k.public_key.id() == key.id()),
+            KeyChange::Rotate { key } => after.signing().is_some_and(|k| k.key_id() == *key),
+            KeyChange::Retire { key } => !after
+                .view(&self.founding_key())
+                .iter()
+                .any(|k| k.public_key.id() == *key),
+        });
+        if !done {
+            return Err(MembershipError::Refused(
+                "another key change was committed first and this one no longer applied: see `palisade keys list`".into(),
+            ));
+        }
+        tracing::info!(?change, "keys changed");
+        Ok(self.key_views())
+    }
+
     /// The leader's term, or why this node may not change the membership.
     fn leading_term(&self) -> Result<Arc<Term>, MembershipError> {
         self.leading
@@ -969,7 +1098,7 @@ impl Node {
         }
         let incarnation = self
             .network
-            .admit(id, &addr, self.signing_key().to_bytes())
+            .admit(id, &addr, self.founding_key().to_bytes())
             .await
             .map_err(|e| match e {
                 AdmitError::Unreachable(why) => MembershipError::Unavailable(format!(
@@ -1069,7 +1198,7 @@ impl Node {
 impl crate::peer_service::Admission for Node {
     fn admit(&self, from: u64, signing_key: [u8; 32]) -> Result<u64, String> {
         let key = SigningKey::from_bytes(signing_key);
-        let mut current = self.keys.write().expect("signing key lock");
+        let mut current = self.founding_key.write().expect("founding key lock");
         if current.to_bytes() == signing_key {
             return Ok(self.identity.incarnation);
         }

@@ -600,7 +600,7 @@ mod tests {
                 };
                 crate::raft_types::Entry::new_normal(
                     log_id::<C>(1, 1, index),
-                    Input { now_ms: 0, command },
+                    crate::raft_types::Proposal::Lock(Input { now_ms: 0, command }),
                 )
             })
             .collect();

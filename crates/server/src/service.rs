@@ -16,7 +16,7 @@ use palisade_core::{
     Command, CoreError, Event, LockStatus, OpenKey, ReleaseCause, Reply, SessionId, Token, Wait,
     WaitEndCause,
 };
-use palisade_sequencer::Sequencer;
+use palisade_sequencer::{KeySet, PublicKey, Sequencer};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -472,9 +472,12 @@ impl LockService {
         Ok(ReceiverStream::new(rx))
     }
 
-    /// The key resources verify this node's sequencers with.
-    pub fn public_key(&self) -> String {
-        self.node.public_key().to_string()
+    /// The key that signs sequencers now, and every key resources must trust now. Read
+    /// linearizably, like the lock table: a member that has not applied a retirement yet must
+    /// not hand resources a key the cluster no longer publishes.
+    pub async fn public_keys(&self) -> Result<(PublicKey, KeySet)> {
+        self.node.linearizable_read().await?;
+        Ok((self.node.public_key(), self.node.published_keys()))
     }
 
     fn long_lived_permit(&self) -> Result<OwnedSemaphorePermit> {

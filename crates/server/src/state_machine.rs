@@ -23,9 +23,10 @@ use palisade_core::{
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, broadcast, mpsc};
 
-use crate::files::write_file_atomically;
+use crate::files::{SECRET_FILE_MODE, write_file_atomically};
+use crate::keyring::KeyRing;
 use crate::log_store::DurableIndex;
-use crate::raft_types::{C, SnapshotData};
+use crate::raft_types::{C, Proposal, SnapshotData};
 
 const SNAPSHOT_FILE: &str = "snapshot.json";
 pub use crate::limits::WATCH_BUFFER_EVENTS;
@@ -124,14 +125,33 @@ impl Waiters {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct Applied {
-    table: LockTable,
+pub(crate) struct Applied {
+    pub(crate) table: LockTable,
     last_applied: Option<LogIdOf<C>>,
     membership: StoredMembershipOf<C>,
     /// Ids of nodes that were members and were removed: never given to another directory.
     /// Absent from snapshots of versions before it, and from snapshots where it is empty.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     retired: BTreeSet<u64>,
+    /// The signing keys, once anyone has rotated (see [`crate::keyring`]). Absent from
+    /// snapshots of versions before it, and from snapshots where it is empty.
+    #[serde(default, skip_serializing_if = "KeyRing::is_empty")]
+    pub(crate) keys: KeyRing,
+}
+
+/// Writes the snapshot a restored data directory starts from: `table` and `keys`, at no log
+/// position and with no membership, so the node bootstraps a new cluster on top of them
+/// (see [`crate::backup`]).
+pub(crate) fn write_restored(dir: &Path, table: LockTable, keys: KeyRing) -> io::Result<()> {
+    let applied = Applied {
+        table,
+        last_applied: None,
+        membership: StoredMembership::default(),
+        retired: BTreeSet::new(),
+        keys,
+    };
+    let bytes = serde_json::to_vec(&applied).map_err(io::Error::other)?;
+    write_file_atomically(dir, SNAPSHOT_FILE, &bytes, Some(SECRET_FILE_MODE))
 }
 
 /// What the rest of the server shares with the state machine.
@@ -211,6 +231,22 @@ impl Shared {
         self.installs.subscribe()
     }
 
+    /// A backup of everything applied so far (see [`crate::backup`]), taken at
+    /// `taken_at_unix_ms`.
+    pub fn backup(
+        &self,
+        founding_key: &palisade_sequencer::SigningKey,
+        taken_at_unix_ms: u64,
+    ) -> Vec<u8> {
+        let state = self.applied().clone();
+        crate::backup::Backup::new(state, founding_key, taken_at_unix_ms).to_bytes()
+    }
+
+    /// Reads the signing keys. Hold the closure short: it blocks applying.
+    pub fn read_keys<R>(&self, f: impl FnOnce(&KeyRing) -> R) -> R {
+        f(&self.applied().keys)
+    }
+
     /// Whether node `id` was a member of this cluster and was removed.
     pub fn is_retired(&self, id: u64) -> bool {
         self.applied().retired.contains(&id)
@@ -250,6 +286,7 @@ impl StateMachine {
                 last_applied: None,
                 membership: StoredMembership::default(),
                 retired: BTreeSet::new(),
+                keys: KeyRing::default(),
             },
             Err(e) => return Err(e),
         };
@@ -352,7 +389,7 @@ impl RaftSnapshotBuilder<C> for StateMachine {
         let dir = self.shared.dir.clone();
         let to_write = bytes.clone();
         tokio::task::spawn_blocking(move || {
-            write_file_atomically(&dir, SNAPSHOT_FILE, &to_write, None)
+            write_file_atomically(&dir, SNAPSHOT_FILE, &to_write, Some(SECRET_FILE_MODE))
         })
         .await
         .map_err(io::Error::other)??;
@@ -393,7 +430,15 @@ impl RaftStateMachine<C> for StateMachine {
                 applied.last_applied = Some(entry.log_id);
                 match entry.payload {
                     EntryPayload::Blank => None,
-                    EntryPayload::Normal(input) => Some(applied.table.apply(input)),
+                    EntryPayload::Normal(Proposal::Lock(input)) => Some(applied.table.apply(input)),
+                    EntryPayload::Normal(Proposal::Keys { keys }) => {
+                        // The leader checked the change against the same ring; a change that
+                        // lost a race to another is refused here alike on every member.
+                        if let Err(refusal) = applied.keys.apply(&keys) {
+                            tracing::warn!(%refusal, "a key change did not apply");
+                        }
+                        None
+                    }
                     EntryPayload::Membership(membership) => {
                         let after: BTreeSet<u64> = membership.nodes().map(|(id, _)| *id).collect();
                         let removed: Vec<u64> = applied
@@ -445,7 +490,7 @@ impl RaftStateMachine<C> for StateMachine {
         let bytes = serde_json::to_vec(&installed).map_err(io::Error::other)?;
         let dir = self.shared.dir.clone();
         tokio::task::spawn_blocking(move || {
-            write_file_atomically(&dir, SNAPSHOT_FILE, &bytes, None)
+            write_file_atomically(&dir, SNAPSHOT_FILE, &bytes, Some(SECRET_FILE_MODE))
         })
         .await
         .map_err(io::Error::other)??;
@@ -468,6 +513,11 @@ impl RaftStateMachine<C> for StateMachine {
         };
         let stored: Applied = serde_json::from_slice(&bytes)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        if stored.last_applied.is_none() {
+            // The base a restored directory starts from, at no log position: not a snapshot of
+            // the log (see `write_restored`).
+            return Ok(None);
+        }
         let meta = SnapshotMetaOf::<C> {
             last_log_id: stored.last_applied,
             last_membership: stored.membership,
@@ -524,6 +574,7 @@ mod tests {
             last_applied: None,
             membership: StoredMembership::default(),
             retired: BTreeSet::new(),
+            keys: KeyRing::default(),
         })
         .unwrap()
     }

@@ -183,12 +183,17 @@ impl Wal {
             )
         })?;
         let created = !path.exists();
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(path)?;
+        let mut options = OpenOptions::new();
+        options.create(true).truncate(false).read(true).write(true);
+        // The log carries the cluster's signing keys when they rotate (see `keyring`).
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, crate::files::SECRET_FILE_MODE);
+        let mut file = options.open(path)?;
+        // A log created before keys could rotate may be readable by others: not any more.
+        #[cfg(unix)]
+        file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(
+            crate::files::SECRET_FILE_MODE,
+        ))?;
         if created {
             // The new file's directory entry must be durable before anything in it is
             // acknowledged.
@@ -287,7 +292,12 @@ impl Wal {
             .file_name()
             .and_then(|name| name.to_str())
             .ok_or_else(|| io::Error::other(format!("{} has no file name", self.path.display())))?;
-        write_file_atomically(directory_of(&self.path), name, &encoded, None)?;
+        write_file_atomically(
+            directory_of(&self.path),
+            name,
+            &encoded,
+            Some(crate::files::SECRET_FILE_MODE),
+        )?;
         self.file = OpenOptions::new().write(true).open(&self.path)?;
         tracing::info!(
             from_bytes = self.bytes,

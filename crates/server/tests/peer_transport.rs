@@ -25,7 +25,7 @@ use palisade_server::limits::SNAPSHOT_BYTES_MAX;
 use palisade_server::log_store::LogStore;
 use palisade_server::peer::{ClusterName, PeerNetwork};
 use palisade_server::peer_service::RaftPeerServer;
-use palisade_server::raft_types::{C, Member, PalisadeRaft};
+use palisade_server::raft_types::{C, Member, PalisadeRaft, Proposal};
 use palisade_server::state_machine::{Shared, StateMachine};
 use tokio::sync::oneshot;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -207,7 +207,12 @@ async fn propose(nodes: &[TestNode], now_ms: u64, command: Command) -> (u64, Out
             command: command.clone(),
         };
         let leader = leader(nodes).await;
-        match tokio::time::timeout(Duration::from_secs(10), leader.raft.client_write(input)).await {
+        match tokio::time::timeout(
+            Duration::from_secs(10),
+            leader.raft.client_write(Proposal::Lock(input)),
+        )
+        .await
+        {
             Ok(Ok(response)) => return (response.log_id.index, response.data),
             Ok(Err(RaftError::APIError(
                 ClientWriteError::ForwardToLeader(_) | ClientWriteError::LogEntryDiscarded(_),

@@ -52,7 +52,7 @@ async fn tokens_grow_across_release_queue_handoff_and_restart() {
         .into_inner();
     tokens.push(first.token);
     assert!(
-        first.sequencer.starts_with("pal1."),
+        first.sequencer.starts_with("pal2."),
         "sequencer {:?}",
         first.sequencer
     );

@@ -61,7 +61,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use palisade_fence::{RedbFence, Verifier};
-use palisade_sequencer::{PublicKey, VerifiedSequencer};
+use palisade_sequencer::{KeySet, VerifiedSequencer};
 use redb::{
     Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
 };
@@ -124,10 +124,14 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens (or creates) the store in `dir`, verifying sequencers with `public_key`.
+    /// Opens (or creates) the store in `dir`, verifying sequencers with `public_keys` (a
+    /// [`KeySet`], or one [`palisade_sequencer::PublicKey`]).
     ///
     /// Fails if another process has the store open.
-    pub fn open(dir: impl AsRef<Path>, public_key: PublicKey) -> Result<Store, StoreError> {
+    pub fn open(
+        dir: impl AsRef<Path>,
+        public_keys: impl Into<KeySet>,
+    ) -> Result<Store, StoreError> {
         let dir = dir.as_ref();
         std::fs::create_dir_all(dir).map_err(|error| StoreError::Storage {
             message: format!("cannot create data directory {}: {error}", dir.display()),
@@ -150,7 +154,7 @@ impl Store {
         Ok(Store {
             writer: Writer::start(fence.clone())?,
             fence,
-            verifier: Verifier::new(public_key),
+            verifier: Verifier::new(public_keys),
             path,
         })
     }
@@ -160,9 +164,14 @@ impl Store {
         &self.path
     }
 
-    /// The key sequencers are verified with.
-    pub fn public_key(&self) -> &PublicKey {
-        self.verifier.public_key()
+    /// The keys sequencers are verified with.
+    pub fn public_keys(&self) -> KeySet {
+        self.verifier.keys()
+    }
+
+    /// Verifies sequencers with `keys` from now on (see [`Verifier::set_keys`]).
+    pub fn set_public_keys(&self, keys: KeySet) {
+        self.verifier.set_keys(keys);
     }
 
     /// Sets `key` to `value` if `sequencer` is the current grant of the key's lock.

@@ -116,15 +116,35 @@ impl ServerProcess {
     }
 
     /// `palisade store serve` (the binary at `bin`) on `data_dir`, verifying sequencers with
-    /// `public_key` (`ed25519:<hex>`, as `palisade pubkey` prints it). Not started yet.
+    /// `public_key` (`ed25519:<hex>`, or several joined by commas, as `palisade pubkey` prints
+    /// them). Not started yet.
     pub fn store(
         bin: impl AsRef<Path>,
         data_dir: impl AsRef<Path>,
         public_key: &str,
     ) -> ServerProcess {
+        ServerProcess::store_with(bin, data_dir, ["--public-key", public_key])
+    }
+
+    /// [`ServerProcess::store`] reading its keys from `key_file` (`--public-key-file`), again
+    /// on each [`ServerProcess::hangup`].
+    pub fn store_with_key_file(
+        bin: impl AsRef<Path>,
+        data_dir: impl AsRef<Path>,
+        key_file: &Path,
+    ) -> ServerProcess {
+        let key_file = key_file.to_str().expect("a UTF-8 key file path");
+        ServerProcess::store_with(bin, data_dir, ["--public-key-file", key_file])
+    }
+
+    fn store_with(
+        bin: impl AsRef<Path>,
+        data_dir: impl AsRef<Path>,
+        keys: [&str; 2],
+    ) -> ServerProcess {
         let bin = bin.as_ref().to_path_buf();
         let dir = data_dir.as_ref().to_path_buf();
-        let public_key = public_key.to_owned();
+        let keys = keys.map(str::to_owned);
         ServerProcess::custom(
             "palisade store serve",
             data_dir,
@@ -135,7 +155,7 @@ impl ServerProcess {
                     .args(["store", "serve", "--listen", &ports.listen.to_string()])
                     .arg("--data-dir")
                     .arg(&dir)
-                    .args(["--public-key", &public_key])
+                    .args(&keys)
                     .env("RUST_LOG", "info");
                 command
             },
@@ -292,6 +312,11 @@ impl ServerProcess {
     /// Freezes the server (`SIGSTOP`): it holds its port and data directory but answers nothing.
     pub fn pause(&self) {
         kill(self.pid(), Signal::SIGSTOP).expect("SIGSTOP");
+    }
+
+    /// Sends `SIGHUP` (a store with a key file re-reads it).
+    pub fn hangup(&self) {
+        kill(self.pid(), Signal::SIGHUP).expect("SIGHUP");
     }
 
     /// Thaws a [paused](ServerProcess::pause) server (`SIGCONT`).

@@ -28,12 +28,12 @@ fn lock_runs_the_command_with_its_grant_in_the_environment_and_passes_its_exit_s
     let fields: Vec<&str> = lines[2].split('.').collect();
     assert_eq!(
         fields.len(),
-        5,
-        "pal1.<lock>.<token>.<session>.<sig>: {}",
+        6,
+        "pal2.<key id>.<lock>.<token>.<session>.<sig>: {}",
         lines[2]
     );
-    assert_eq!(fields[0], "pal1");
-    assert_eq!(fields[2], lines[1], "the sequencer carries the token");
+    assert_eq!(fields[0], "pal2");
+    assert_eq!(fields[3], lines[1], "the sequencer carries the token");
     assert!(!lines[3].is_empty(), "PALISADE_SESSION is set");
     assert!(lines[2].is_ascii() && !lines[2].contains(' '));
 

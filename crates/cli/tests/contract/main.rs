@@ -90,8 +90,12 @@ fn flip_signature_char(sequencer: &str) -> String {
 /// The sequencer with its token replaced, signature kept: the classic forgery.
 fn with_forged_token(sequencer: &str, token: u64) -> String {
     let mut fields: Vec<String> = sequencer.split('.').map(str::to_owned).collect();
-    assert_eq!(fields.len(), 5, "pal1.<lock>.<token>.<session>.<sig>");
-    fields[2] = token.to_string();
+    assert_eq!(
+        fields.len(),
+        6,
+        "pal2.<key id>.<lock>.<token>.<session>.<sig>"
+    );
+    fields[3] = token.to_string();
     fields.join(".")
 }
 

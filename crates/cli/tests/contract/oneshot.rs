@@ -16,7 +16,7 @@ fn acquire_prints_the_grant_and_only_the_holding_session_may_release_or_renew_it
     assert_eq!(v["lock"], "oneshot/a");
     assert_eq!(v["ttl_ms"], 5000);
     let a = Grant::from_json(&v);
-    assert!(a.sequencer.starts_with("pal1."));
+    assert!(a.sequencer.starts_with("pal2."));
 
     // The plain form is KEY=value lines for eval.
     let out = p.run(&["acquire", "oneshot/b", "--ttl", "5s"]);

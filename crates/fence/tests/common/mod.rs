@@ -1,7 +1,7 @@
 //! Helpers shared by the fence scenarios: a lock service key, grants, a seeded shuffle.
 #![allow(dead_code)]
 
-use palisade_sequencer::{PublicKey, SigningKey, VerifiedSequencer};
+use palisade_sequencer::{KeySet, PublicKey, SigningKey, VerifiedSequencer};
 
 /// The lock service whose public key the resources under test trust.
 pub fn service_key() -> SigningKey {
@@ -12,16 +12,30 @@ pub fn public_key() -> PublicKey {
     service_key().public_key()
 }
 
+/// The keys the resources under test trust: the service's one key.
+pub fn public_keys() -> KeySet {
+    public_key().into()
+}
+
 /// A grant of `lock` with `token` to `session`, as the resource receives and verifies it.
 pub fn grant(lock: &str, token: u64, session: u64) -> VerifiedSequencer {
     let sequencer = service_key().sign(lock, token, session).unwrap();
     public_key().verify(sequencer.as_str()).unwrap()
 }
 
-/// A sequencer for a huge token signed by someone else's key, and the text of it.
+/// A sequencer for a huge token signed by someone else's key but naming the service's key id,
+/// and the text of it: only the signature check can refuse it.
 pub fn forged_text(lock: &str, token: u64) -> String {
     let attacker = SigningKey::from_bytes([13; 32]);
-    attacker.sign(lock, token, 666).unwrap().to_string()
+    attacker
+        .sign(lock, token, 666)
+        .unwrap()
+        .to_string()
+        .replacen(
+            &attacker.key_id().to_string(),
+            &service_key().key_id().to_string(),
+            1,
+        )
 }
 
 /// A deterministic shuffle (xorshift), so a failing race replays with the same interleaving

@@ -1,0 +1,154 @@
+//! Backups of a running cluster, and restoring one as a new cluster whose tokens never go back.
+//!
+//! A backup ([`Backup`], `palisade cluster backup`) is the leader's state machine at a
+//! linearizable point, with the cluster's founding key: the lock table, its limits and token
+//! counter, and the key ring. It is one JSON document, as secret as the keys in it.
+//!
+//! A restore ([`restore`], `palisade restore`) writes a new data directory from a backup, for a
+//! new one-member cluster (`palisade serve` on it, then `palisade cluster add`). The danger of
+//! any restore is the token counter: the cluster went on granting after the backup was taken,
+//! and resources saw those tokens. A restored counter that re-issued them would hand a new
+//! holder a token a resource already accepted from someone else, or one below it, which the
+//! resource refuses for ever after. So the restored table starts above
+//! [`palisade_core::limits::restore_token_floor`] of the time of the restore, above every token
+//! any earlier incarnation could have granted, and keeps no session, holder or waiter: clients
+//! open new sessions and acquire again. The keys and the limits carry over, so resources keep
+//! verifying without being touched.
+
+use std::io;
+use std::path::Path;
+
+use palisade_core::limits::restore_token_floor;
+use palisade_sequencer::SigningKey;
+use serde::{Deserialize, Serialize};
+
+use crate::keyring::Secret;
+use crate::state_machine::Applied;
+
+/// The format version written in every backup.
+pub const BACKUP_FORMAT: u32 = 1;
+
+/// What a backup file holds.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Backup {
+    palisade_backup: u32,
+    /// When the leader took it, in milliseconds since 1970 (its wall clock).
+    taken_at_unix_ms: u64,
+    /// The key that signs while the key ring is empty (see [`crate::keyring`]).
+    founding_key: Secret,
+    state: Applied,
+}
+
+impl Backup {
+    pub(crate) fn new(state: Applied, founding_key: &SigningKey, taken_at_unix_ms: u64) -> Backup {
+        Backup {
+            palisade_backup: BACKUP_FORMAT,
+            taken_at_unix_ms,
+            founding_key: Secret::of(founding_key),
+            state,
+        }
+    }
+
+    pub(crate) fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a backup serialises")
+    }
+}
+
+/// What [`restore`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restored {
+    /// When the backup was taken, in milliseconds since 1970.
+    pub taken_at_unix_ms: u64,
+    /// The last token the backed-up cluster had granted when the backup was taken.
+    pub last_token_in_backup: u64,
+    /// The restored cluster grants tokens above this one.
+    pub last_token: u64,
+    /// Sessions and locks of the backup that the restored cluster does not carry over.
+    pub sessions_dropped: usize,
+    pub locks_dropped: usize,
+}
+
+/// Why a backup could not be restored. Nothing was written when this is returned, except in the
+/// case of [`RestoreError::Io`] while writing (the directory is then incomplete: remove it).
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    #[error("{0}")]
+    Backup(String),
+    #[error(
+        "{dir} is not empty: restore into a new data directory, never over a member's (a restored cluster is a new cluster)"
+    )]
+    NotEmpty { dir: String },
+    #[error(
+        "this machine's clock reads {now_unix_secs} s since 1970, before the backup was taken ({taken_unix_secs} s): fix the clock first, the restored tokens are placed by it"
+    )]
+    ClockBehind {
+        now_unix_secs: u64,
+        taken_unix_secs: u64,
+    },
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+/// Writes into `dir` (absent or empty) a data directory that starts a one-member cluster
+/// holding `backup`'s limits, keys and token counter, the counter raised to the floor of
+/// `now_unix_secs` (see the module documentation).
+pub fn restore(backup: &[u8], dir: &Path, now_unix_secs: u64) -> Result<Restored, RestoreError> {
+    if backup.len() > crate::limits::SNAPSHOT_BYTES_MAX {
+        return Err(RestoreError::Backup(format!(
+            "the backup is {} bytes, more than any lock table ({} bytes)",
+            backup.len(),
+            crate::limits::SNAPSHOT_BYTES_MAX
+        )));
+    }
+    let backup: Backup = serde_json::from_slice(backup)
+        .map_err(|e| RestoreError::Backup(format!("not a palisade backup: {e}")))?;
+    if backup.palisade_backup != BACKUP_FORMAT {
+        return Err(RestoreError::Backup(format!(
+            "backup format {} is not {BACKUP_FORMAT}, the one this version reads",
+            backup.palisade_backup
+        )));
+    }
+    backup
+        .state
+        .table
+        .validate()
+        .map_err(|e| RestoreError::Backup(format!("the backup's lock table is invalid: {e}")))?;
+    let taken_unix_secs = backup.taken_at_unix_ms / 1000;
+    if now_unix_secs < taken_unix_secs {
+        return Err(RestoreError::ClockBehind {
+            now_unix_secs,
+            taken_unix_secs,
+        });
+    }
+    match std::fs::read_dir(dir) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                return Err(RestoreError::NotEmpty {
+                    dir: dir.display().to_string(),
+                });
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => std::fs::create_dir_all(dir)?,
+        Err(e) => return Err(e.into()),
+    }
+    #[cfg(unix)]
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+
+    let old = &backup.state.table;
+    let table = old.restored(restore_token_floor(now_unix_secs));
+    let restored = Restored {
+        taken_at_unix_ms: backup.taken_at_unix_ms,
+        last_token_in_backup: old.last_token(),
+        last_token: table.last_token(),
+        sessions_dropped: old.session_count(),
+        locks_dropped: old.lock_count(),
+    };
+    crate::keys::store(dir, &backup.founding_key.key())?;
+    crate::state_machine::write_restored(dir, table, backup.state.keys)?;
+    tracing::info!(
+        dir = %dir.display(),
+        last_token = restored.last_token,
+        "restored a backup as a new cluster"
+    );
+    Ok(restored)
+}
