@@ -10,12 +10,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_palisade");
 
 /// `palisade acquire` printed as `KEY=VALUE` lines.
 fn grant(ran: &Ran) -> BTreeMap<String, String> {
-    ran.expect_success();
-    ran.stdout
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    ran.key_values()
 }
 
 fn token(grant: &BTreeMap<String, String>) -> u64 {
@@ -29,11 +24,7 @@ fn palisade(endpoint: &str, args: &[&str]) -> Ran {
 }
 
 fn store_put(store: &str, sequencer: &str, key: &str, value: &str) -> Ran {
-    let mut put = palisade_testkit::command(BIN);
-    put.args(["store", "put", key, value])
-        .env("PALISADE_STORE", store)
-        .env("PALISADE_SEQUENCER", sequencer);
-    run(put)
+    palisade_testkit::store_put(BIN, store, sequencer, key, value)
 }
 
 #[test]

@@ -14,12 +14,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_palisade");
 
 /// `palisade acquire` printed as `KEY=VALUE` lines.
 fn grant(ran: &Ran) -> BTreeMap<String, String> {
-    ran.expect_success();
-    ran.stdout
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    ran.key_values()
 }
 
 /// The key id a sequencer names: its second field.
@@ -31,13 +26,8 @@ fn key_id_of(sequencer: &str) -> String {
         .to_string()
 }
 
-/// `palisade store put KEY VALUE` at `store` with `sequencer`.
 fn store_put(store: &str, sequencer: &str, key: &str, value: &str) -> Ran {
-    let mut put = palisade_testkit::command(BIN);
-    put.args(["store", "put", key, value])
-        .env("PALISADE_STORE", store)
-        .env("PALISADE_SEQUENCER", sequencer);
-    palisade_testkit::run(put)
+    palisade_testkit::store_put(BIN, store, sequencer, key, value)
 }
 
 /// `palisade keys list --json` as `(key_id, signing)` pairs, oldest first.

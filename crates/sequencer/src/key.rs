@@ -4,7 +4,6 @@
 //! trusting several keys (a [`crate::KeySet`]) knows which one to check it with.
 
 use std::fmt;
-use std::str::FromStr;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -234,26 +233,7 @@ impl fmt::Debug for KeyId {
     }
 }
 
-impl FromStr for KeyId {
-    type Err = KeyIdError;
-
-    fn from_str(text: &str) -> Result<KeyId, KeyIdError> {
-        KeyId::parse(text)
-    }
-}
-
-impl serde::Serialize for KeyId {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for KeyId {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<KeyId, D::Error> {
-        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
-        KeyId::parse(&text).map_err(serde::de::Error::custom)
-    }
-}
+crate::text_form!(KeyId, KeyIdError);
 
 fn hex_value(digit: u8) -> Option<u8> {
     match digit {
@@ -280,23 +260,4 @@ impl fmt::Debug for PublicKey {
     }
 }
 
-impl FromStr for PublicKey {
-    type Err = PublicKeyError;
-
-    fn from_str(text: &str) -> Result<PublicKey, PublicKeyError> {
-        PublicKey::parse(text)
-    }
-}
-
-impl serde::Serialize for PublicKey {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for PublicKey {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<PublicKey, D::Error> {
-        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
-        PublicKey::parse(&text).map_err(serde::de::Error::custom)
-    }
-}
+crate::text_form!(PublicKey, PublicKeyError);

@@ -6,7 +6,6 @@
 //! names its key by [`KeyId`]; the set picks that key and checks the signature with it alone.
 
 use std::fmt;
-use std::str::FromStr;
 
 use crate::error::{KeySetError, SequencerError};
 use crate::key::{KeyId, PublicKey};
@@ -135,23 +134,4 @@ impl fmt::Debug for KeySet {
     }
 }
 
-impl FromStr for KeySet {
-    type Err = KeySetError;
-
-    fn from_str(text: &str) -> Result<KeySet, KeySetError> {
-        KeySet::parse(text)
-    }
-}
-
-impl serde::Serialize for KeySet {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for KeySet {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<KeySet, D::Error> {
-        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
-        KeySet::parse(&text).map_err(serde::de::Error::custom)
-    }
-}
+crate::text_form!(KeySet, KeySetError);

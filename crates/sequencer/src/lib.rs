@@ -40,6 +40,34 @@
 //! assert_eq!((verified.lock(), verified.token(), verified.session()), ("jobs/nightly", 42, 7));
 //! ```
 
+/// `FromStr` and serde for a type whose text form is its `Display` and its `parse`: every key
+/// type travels in flags, environment variables and JSON as the text `palisade pubkey` prints.
+macro_rules! text_form {
+    ($type:ty, $error:ty) => {
+        impl std::str::FromStr for $type {
+            type Err = $error;
+
+            fn from_str(text: &str) -> Result<$type, $error> {
+                <$type>::parse(text)
+            }
+        }
+
+        impl serde::Serialize for $type {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.collect_str(self)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $type {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<$type, D::Error> {
+                let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+                <$type>::parse(&text).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+pub(crate) use text_form;
+
 mod error;
 mod key;
 mod keyset;

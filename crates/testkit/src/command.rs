@@ -53,6 +53,18 @@ impl Ran {
             .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
     }
 
+    /// The `KEY=VALUE` lines of standard output, after asserting the command succeeded: the
+    /// grant `palisade acquire` prints (`PALISADE_TOKEN`, `PALISADE_SEQUENCER`, …).
+    #[track_caller]
+    pub fn key_values(&self) -> std::collections::BTreeMap<String, String> {
+        self.expect_success();
+        self.stdout
+            .lines()
+            .filter_map(|line| line.split_once('='))
+            .map(|(key, value)| (key.to_string(), value.to_string()))
+            .collect()
+    }
+
     #[track_caller]
     pub fn expect_code(&self, code: i32) -> &Self {
         assert_eq!(self.code(), Some(code), "unexpected exit status: {self:?}");
@@ -63,6 +75,16 @@ impl Ran {
     pub fn expect_success(&self) -> &Self {
         self.expect_code(0)
     }
+}
+
+/// `palisade store put KEY VALUE` (the binary at `bin`) against the store at `store`, presenting
+/// `sequencer`.
+pub fn store_put(bin: impl AsRef<OsStr>, store: &str, sequencer: &str, key: &str, value: &str) -> Ran {
+    let mut put = command(bin);
+    put.args(["store", "put", key, value])
+        .env("PALISADE_STORE", store)
+        .env("PALISADE_SEQUENCER", sequencer);
+    run(put)
 }
 
 /// Runs `command` to completion, capturing its output; kills it and panics after
