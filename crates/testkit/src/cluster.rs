@@ -1,16 +1,19 @@
-//! A replicated lock service on loopback: `palisade serve` processes with node ids, each on its
-//! own data directory, started with `--initial-cluster` or `--join`.
+//! A replicated lock service: `palisade serve` processes with node ids, each on its own data
+//! directory, started with `--initial-cluster` or `--join`, on loopback or each in a network
+//! namespace of its own ([`LocalCluster::start_in_namespaces`], for partitions).
 //!
 //! Unlike a single server, a cluster's addresses must be known before its nodes start (each
-//! node is told the others'), so the kit picks them with [`crate::unused_port`]. Another
-//! process could take one of those ports before the node binds it; the node's start then fails
-//! with "Address already in use" in its output.
+//! node is told the others'). On loopback the kit picks them with [`crate::unused_port`];
+//! another process could take one of those ports before the node binds it, and the node's start
+//! then fails with "Address already in use" in its output. In namespaces every node has an
+//! address of its own and the fixed port [`crate::netns::PORT`], so there is no such race.
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::netns::{InNamespace, Network};
 use crate::process::{Announce, ServerProcess};
 use crate::{Ran, command, run};
 
@@ -38,15 +41,20 @@ pub struct LocalCluster {
     bin: PathBuf,
     dir: tempfile::TempDir,
     pub nodes: BTreeMap<u64, ClusterNode>,
+    /// The namespaces the nodes run in, if they do. Declared after `nodes`, so it is dropped
+    /// after them: the nodes are killed before their namespaces are deleted.
+    network: Option<Network>,
 }
 
-/// `palisade serve` as node `id` on a fixed `addr`, with `flags` after the built-in ones.
+/// `palisade serve` as node `id` on a fixed `addr`, with `flags` after the built-in ones; in
+/// a network namespace if `launcher` says which.
 fn node_process(
     bin: &Path,
     data_dir: PathBuf,
     id: u64,
     addr: SocketAddr,
     flags: Vec<String>,
+    launcher: Option<InNamespace>,
 ) -> ServerProcess {
     let bin = bin.to_path_buf();
     let dir = data_dir.clone();
@@ -55,7 +63,10 @@ fn node_process(
         data_dir,
         Announce::LockService,
         move |_ports| {
-            let mut command = crate::command(&bin);
+            let mut command = match &launcher {
+                Some(launcher) => launcher.command(&bin),
+                None => crate::command(&bin),
+            };
             command
                 .args(["serve", "--listen", &addr.to_string(), "--data-dir"])
                 .arg(&dir)
@@ -75,21 +86,41 @@ impl LocalCluster {
     /// A new cluster of nodes `1..=size` started with `--initial-cluster`, returned once they
     /// have elected a leader.
     pub fn start(bin: impl AsRef<Path>, size: u64) -> LocalCluster {
-        let members: BTreeMap<u64, SocketAddr> =
-            (1..=size).map(|id| (id, loopback_port())).collect();
+        let members = (1..=size).map(|id| (id, loopback_port())).collect();
+        LocalCluster::bootstrap(LocalCluster::empty(bin), members)
+    }
+
+    /// A new cluster of nodes `1..=size` like [`LocalCluster::start`], each node in a network
+    /// namespace of its own (`ip netns exec`) on its own address (see [`crate::netns`]), so a
+    /// test can [partition](LocalCluster::network) them. The test process reaches every node.
+    /// Needs root and iproute2; panics with the failing `ip` command if the network cannot be
+    /// built. Gate the test on [`crate::netns::enabled`].
+    pub fn start_in_namespaces(bin: impl AsRef<Path>, size: u64) -> LocalCluster {
+        let network = Network::new(1..=size)
+            .unwrap_or_else(|e| panic!("cannot build the nodes' network namespaces: {e}"));
+        let members = network.ids().map(|id| (id, network.addr(id))).collect();
+        let mut cluster = LocalCluster::empty(bin);
+        cluster.network = Some(network);
+        LocalCluster::bootstrap(cluster, members)
+    }
+
+    /// Starts `members` with `--initial-cluster` in an empty `cluster`, and waits for a
+    /// leader.
+    fn bootstrap(mut cluster: LocalCluster, members: BTreeMap<u64, SocketAddr>) -> LocalCluster {
         let initial = members
             .iter()
             .map(|(id, addr)| format!("{id}={addr}"))
             .collect::<Vec<_>>()
             .join(",");
-        let mut cluster = LocalCluster::empty(bin);
         for (&id, &addr) in &members {
+            let launcher = cluster.network.as_ref().map(|n| n.launcher(id));
             let process = node_process(
                 &cluster.bin,
                 cluster.dir.path().join(format!("node-{id}")),
                 id,
                 addr,
                 vec!["--initial-cluster".into(), initial.clone()],
+                launcher,
             );
             cluster.nodes.insert(id, ClusterNode { id, addr, process });
         }
@@ -107,6 +138,7 @@ impl LocalCluster {
             bin: bin.as_ref().to_path_buf(),
             dir: tempfile::tempdir().expect("a temporary directory"),
             nodes: BTreeMap::new(),
+            network: None,
         }
     }
 
@@ -121,6 +153,10 @@ impl LocalCluster {
     }
 
     fn add_node(&mut self, id: u64, flags: Vec<String>) -> &ClusterNode {
+        assert!(
+            self.network.is_none(),
+            "nodes are added on loopback only; a namespaced cluster has its nodes from the start"
+        );
         let addr = loopback_port();
         let mut process = node_process(
             &self.bin,
@@ -128,6 +164,7 @@ impl LocalCluster {
             id,
             addr,
             flags,
+            None,
         );
         process.start();
         self.nodes.insert(id, ClusterNode { id, addr, process });
@@ -196,5 +233,13 @@ impl LocalCluster {
     /// The directory holding the nodes' data directories.
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The network of a cluster [started in namespaces](LocalCluster::start_in_namespaces):
+    /// where faults are put and healed.
+    pub fn network(&self) -> &Network {
+        self.network
+            .as_ref()
+            .expect("a cluster started with start_in_namespaces")
     }
 }

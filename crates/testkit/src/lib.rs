@@ -10,7 +10,11 @@
 //!   directory with `palisade` commands aimed at it, for the CLI's tests;
 //! - [`in_process`]: the lock service and the store server in the test's own runtime;
 //! - [`keys`]: a lock service's signing key without a lock service, for store tests;
-//! - [`cluster`]: [`LocalCluster`], nodes of one replicated lock service as processes;
+//! - [`cluster`]: [`LocalCluster`], nodes of one replicated lock service as processes, on
+//!   loopback or each in a network namespace of its own;
+//! - [`netns`]: [`Network`], a bridge and one network namespace per node, with the faults a
+//!   partition test puts between nodes (two-way cuts, one-way cuts, healing), torn down on
+//!   drop; gated by [`netns::enabled`] (`PALISADE_TEST_NETNS`, root and iproute2);
 //! - [`child`]: any child a test spawns, killed if the test ends first, and its output lines.
 //!
 //! # Ports
@@ -28,8 +32,10 @@
 //! caller. Tests of other crates use [`in_process`], or run their own test executable as the
 //! child ([`process::ServerProcess::custom`]).
 //!
-//! [`cluster`] runs several `palisade serve` processes as one replicated lock service. A
-//! fault-injecting TCP proxy will live here too; it does not exist yet.
+//! [`cluster`] runs several `palisade serve` processes as one replicated lock service. Faults
+//! between its nodes are network namespaces ([`netns`]), not a proxy: a member has one address
+//! in the membership, which every peer and client uses, so a per-node proxy could not cut one
+//! peer off from another without cutting it off from everyone.
 
 pub mod child;
 pub mod cluster;
@@ -37,6 +43,7 @@ pub mod command;
 pub mod deployment;
 pub mod in_process;
 pub mod keys;
+pub mod netns;
 pub mod process;
 
 use std::time::{Duration, Instant};
@@ -47,6 +54,7 @@ pub use command::{Ran, command, run, scrub, store_put};
 pub use deployment::Palisade;
 pub use in_process::{LockServer, StoreServer, locks_client};
 pub use keys::{ServiceKey, impostor_grant};
+pub use netns::Network;
 pub use process::ServerProcess;
 
 /// A loopback port that nothing listens on at the moment of the call, for a test of an
