@@ -234,6 +234,9 @@ fn term_of(status: &Value, id: u64) -> u64 {
         .unwrap_or_else(|| panic!("node {id} reports no term: {status}"))
 }
 
+/// Long enough for an election timeout (300–600 ms) to pass several times.
+const SEVERAL_ELECTIONS: Duration = Duration::from_secs(3);
+
 /// Takes turns on `lock` through `endpoints` (every turn must be granted) until `done` holds
 /// of `cluster status`, then `after` more turns; returns the last status. Panics if `done`
 /// does not hold within [`CONVERGE`], naming `what` was awaited.
@@ -407,17 +410,23 @@ fn a_follower_cut_off_alone_leaves_the_majority_serving_and_catches_up_after_hea
 
     let granted = acquire(&list, "granted-while-cut", "60s");
     tokens.saw("granted-while-cut", granted.token);
-    // The partition lasts until the cut-off node has campaigned (its term is above the
-    // leader's), so the heal brings back a node with a higher term.
+    // The partition lasts several election timeouts: the cut-off node would have campaigned
+    // again and again without pre-vote.
+    let cut_at = Instant::now();
     let during = serve_until(
         &list,
         "turns",
         &mut tokens,
-        &format!("node {lone} campaigning while cut off"),
-        |s| term_of(s, lone) > term_of(s, leader),
+        "several election timeouts",
+        |_| cut_at.elapsed() >= SEVERAL_ELECTIONS,
         2,
     );
     eprintln!("before: {before}\nduring the partition: {during}");
+    assert_eq!(
+        term_of(&during, lone),
+        term_of(&before, leader),
+        "the cut-off node raised its term: pre-vote should keep it from campaigning: {during}"
+    );
     // The cut-off node answers from its own copy, which lacks the new grant.
     let stale = lock_status(&lone_only, "granted-while-cut", true);
     assert!(stale["holder"].is_null(), "{stale}");
@@ -431,10 +440,11 @@ fn a_follower_cut_off_alone_leaves_the_majority_serving_and_catches_up_after_hea
         "healed; {:?} later every node applied index {target}: {after}",
         healed.elapsed()
     );
-    eprintln!(
-        "the term went from {} before the cut to {} after the heal, node {now_leading} leading",
-        term_of(&before, leader),
-        term_of(&after, now_leading)
+    // Nothing deposed the leader that served throughout.
+    assert_eq!(
+        (now_leading, term_of(&after, now_leading)),
+        (leader, term_of(&before, leader)),
+        "the heal brought an election: {after}"
     );
     let caught_up = lock_status(&lone_only, "granted-while-cut", true);
     assert_eq!(
@@ -463,21 +473,29 @@ fn a_bridge_partition_keeps_serving_a_client_with_every_endpoint() {
     let term = term_of(&cluster_status(&everyone), leader);
     cluster.network().cut(&[leader], &[far]).unwrap();
     eprintln!("node {middle} bridges nodes {leader} (leader) and {far}");
-    // Until `far`, which no longer hears the leader, has campaigned, and a few turns more.
+    // Several election timeouts, and a few turns more: `far` no longer hears the leader, but
+    // `middle` still does and refuses it a pre-vote, so nobody is deposed.
+    let cut_at = Instant::now();
     let during = serve_until(
         &everyone,
         "bridge",
         &mut tokens,
-        &format!("node {far} campaigning"),
-        |s| term_of(s, far) > term,
+        "several election timeouts",
+        |_| cut_at.elapsed() >= SEVERAL_ELECTIONS,
         3,
     );
     eprintln!("during the partition: {during}");
+    assert_eq!(term_of(&during, far), term, "{during}");
 
     cluster.network().heal().unwrap();
     let applied = highest_applied(&during);
-    let (_, after) = converged(&cluster, applied);
+    let (now_leading, after) = converged(&cluster, applied);
     eprintln!("healed: {after}");
+    assert_eq!(
+        (now_leading, term_of(&after, now_leading)),
+        (leader, term),
+        "{after}"
+    );
     take_turns(&everyone, "bridge", 1, &mut tokens);
     tokens.none_lost(&everyone);
 }
@@ -500,21 +518,29 @@ fn a_one_way_cut_from_the_leader_keeps_serving_a_client_with_every_endpoint() {
     let term = term_of(&cluster_status(&everyone), leader);
     cluster.network().cut_one_way(leader, deaf).unwrap();
     eprintln!("node {leader} (leader) can no longer call node {deaf}");
-    // Until `deaf`, which no longer hears the leader, has campaigned, and a few turns more.
+    // Several election timeouts, and a few turns more: `deaf` no longer hears the leader, but
+    // the third node does and refuses it a pre-vote, so nobody is deposed.
+    let cut_at = Instant::now();
     let during = serve_until(
         &everyone,
         "one-way",
         &mut tokens,
-        &format!("node {deaf} campaigning"),
-        |s| term_of(s, deaf) > term,
+        "several election timeouts",
+        |_| cut_at.elapsed() >= SEVERAL_ELECTIONS,
         3,
     );
     eprintln!("during the cut: {during}");
+    assert_eq!(term_of(&during, deaf), term, "{during}");
 
     cluster.network().heal().unwrap();
     let applied = highest_applied(&during);
-    let (_, after) = converged(&cluster, applied);
+    let (now_leading, after) = converged(&cluster, applied);
     eprintln!("healed: {after}");
+    assert_eq!(
+        (now_leading, term_of(&after, now_leading)),
+        (leader, term),
+        "{after}"
+    );
     take_turns(&everyone, "one-way", 1, &mut tokens);
     tokens.none_lost(&everyone);
 }
@@ -635,14 +661,11 @@ fn a_holder_keeps_its_lock_when_the_leader_is_cut_off_between_renewals() {
     holder_keeps_the_lock_when_the_leader_is_cut_off(Duration::ZERO);
 }
 
-/// A `palisade lock` holder given every endpoint. Fails today: see the `ignore` reason.
-/// `cargo test -p palisade-cli --test cluster_partition -- --ignored` runs it.
+/// A `palisade lock` holder given every endpoint, whose renewal reaches the leader just after
+/// it is cut off: the leader takes it and never answers, while the connection stays healthy
+/// (the node answers HTTP/2 pings). The holder reopens its keepalive elsewhere once that renewal
+/// has gone unanswered for a keepalive interval.
 #[test]
-#[ignore = "known bug: a renewal that reaches a leader in the ~0.5 s after it is cut off is \
-            accepted, then neither committed nor answered while the cut lasts; the keepalive \
-            stream stays open (the node answers HTTP/2 pings), so `palisade lock` waits on it \
-            until its lease is unproven and exits 76, though the majority elected a new leader \
-            within the TTL"]
 fn a_holder_keeps_its_lock_when_the_leader_is_cut_off_with_a_renewal_in_flight() {
     if !netns::enabled(
         "a_holder_keeps_its_lock_when_the_leader_is_cut_off_with_a_renewal_in_flight",

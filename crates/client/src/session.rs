@@ -2,7 +2,10 @@
 //!
 //! A [`Session`] owns a keepalive task that pings the server over one bidirectional stream every
 //! `ttl / 3`, reconnecting after transport errors: to the leader when a member names it, to the
-//! client's next endpoint otherwise, as every call of the [`Client`] does. A failover shorter
+//! client's next endpoint otherwise, as every call of the [`Client`] does. A stream whose oldest
+//! ping has gone unanswered for a whole interval is stuck, and is reopened the same way: a
+//! leader cut off from its quorum may take a renewal and never answer it while it still answers
+//! HTTP/2 pings, so a healthy connection proves nothing about the renewals. A failover shorter
 //! than the proven lease is ridden out, and the session is not reported lost. The task tracks the *proven* lease: a ping
 //! acknowledged with `ttl_remaining_ms` proves the lease lasts at least until the ping's **send**
 //! time plus that remainder (the server applied it after we sent it), measured on the
@@ -36,7 +39,8 @@ use crate::client::{Client, Grant};
 use crate::error::{AcquireError, CloseError, Failure, ReleaseError, SessionError};
 use crate::retry::Backoff;
 
-/// Pings sent but not yet acknowledged before the stream is considered stuck and reopened.
+/// Pings that may wait for their acknowledgement at once; a stream is reopened long before
+/// (see [`Pinger::one_stream`]), so this only bounds the channel.
 const PINGS_OUTSTANDING_MAX: usize = 8;
 
 /// How to open a [`Session`].
@@ -596,9 +600,12 @@ impl Pinger<'_> {
                     }
                 },
                 () = clock.sleep_until(next_ping) => {
-                    if sent_at.len() >= PINGS_OUTSTANDING_MAX
-                        || pings.try_send(pb::KeepAliveRequest { session }).is_err()
-                    {
+                    // A renewal takes one commit, milliseconds; one unanswered for a whole
+                    // interval will not be answered in time, wherever it is stuck.
+                    let unanswered = sent_at
+                        .front()
+                        .is_some_and(|sent| clock.now().saturating_sub(*sent) >= self.interval);
+                    if unanswered || pings.try_send(pb::KeepAliveRequest { session }).is_err() {
                         tracing::debug!(session, "keepalive stream is stuck; reopening");
                         break Failure::Unknown("the keepalive stream is stuck".to_string());
                     }

@@ -59,7 +59,9 @@ macro_rules! text_form {
         }
 
         impl<'de> serde::Deserialize<'de> for $type {
-            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<$type, D::Error> {
+            fn deserialize<D: serde::Deserializer<'de>>(
+                deserializer: D,
+            ) -> Result<$type, D::Error> {
                 let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
                 <$type>::parse(&text).map_err(serde::de::Error::custom)
             }

@@ -243,6 +243,9 @@ fn raft_config() -> Result<Config, StartError> {
         max_in_snapshot_log_to_keep: 1_000,
         // A snapshot travels as one stream; on a slow link a large one needs its time.
         install_snapshot_timeout: crate::limits::INSTALL_SNAPSHOT_TIMEOUT_MS,
+        // A member cut off alone asks first whether it could win, and raises no term until it
+        // could: when the network heals, it does not depose a leader that served all along.
+        enable_pre_vote: Some(true),
         ..Default::default()
     };
     config.validate().map_err(StartError::raft)

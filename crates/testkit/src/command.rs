@@ -79,7 +79,13 @@ impl Ran {
 
 /// `palisade store put KEY VALUE` (the binary at `bin`) against the store at `store`, presenting
 /// `sequencer`.
-pub fn store_put(bin: impl AsRef<OsStr>, store: &str, sequencer: &str, key: &str, value: &str) -> Ran {
+pub fn store_put(
+    bin: impl AsRef<OsStr>,
+    store: &str,
+    sequencer: &str,
+    key: &str,
+    value: &str,
+) -> Ran {
     let mut put = command(bin);
     put.args(["store", "put", key, value])
         .env("PALISADE_STORE", store)
