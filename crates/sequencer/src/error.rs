@@ -6,7 +6,7 @@
 
 use palisade_core::limits::LockNameError;
 
-use crate::key::{KeyId, PublicKey};
+use crate::key::KeyId;
 
 /// Why [`crate::SigningKey::sign`] refused to produce a sequencer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -150,7 +150,8 @@ pub enum KeySetError {
     #[error("public keys {first} and {second} share the key id {id}; give only one of them")]
     IdCollision {
         id: KeyId,
-        first: PublicKey,
-        second: PublicKey,
+        /// The two keys, in their text form.
+        first: String,
+        second: String,
     },
 }

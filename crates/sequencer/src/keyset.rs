@@ -46,8 +46,8 @@ impl KeySet {
             if let Some(other) = set.iter().find(|other| other.id() == key.id()) {
                 return Err(KeySetError::IdCollision {
                     id: key.id(),
-                    first: *other,
-                    second: key,
+                    first: other.to_string(),
+                    second: key.to_string(),
                 });
             }
             set.push(key);
