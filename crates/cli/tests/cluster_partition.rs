@@ -676,3 +676,44 @@ fn a_holder_keeps_its_lock_when_the_leader_is_cut_off_with_a_renewal_in_flight()
     // still takes proposals (its quorum answered less than a lease ago) but can commit none.
     holder_keeps_the_lock_when_the_leader_is_cut_off(HOLDER_KEEPALIVE - Duration::from_millis(250));
 }
+
+/// A one-shot command given every endpoint, the leader first, run the moment the leader is cut
+/// off: the leader still takes its requests (its lease has not lapsed) and would answer them
+/// only after the heal. The command is answered anyway, by the new leader, with a larger token.
+#[test]
+fn a_command_sent_to_a_leader_as_it_is_cut_off_is_answered_by_the_next_one() {
+    let Some(mut cluster) =
+        start("a_command_sent_to_a_leader_as_it_is_cut_off_is_answered_by_the_next_one")
+    else {
+        return;
+    };
+    let old = cluster.leader();
+    let majority = others(&cluster, old);
+    let mut order = vec![old];
+    order.extend(&majority);
+    let endpoints = addresses(&cluster, &order);
+    let before = acquire(&endpoints, "jobs/a", "30s");
+    release(&endpoints, "jobs/a", &before);
+
+    cluster.network().cut(&[old], &majority).unwrap();
+    let ran = palisade(&endpoints, &["acquire", "jobs/a", "--ttl", "30s", "--json"]);
+    assert_eq!(
+        ran.code(),
+        Some(0),
+        "the command was not answered though a majority could elect: {ran:?}"
+    );
+    let after = grant_of(&ran);
+    assert!(
+        after.token > before.token,
+        "{} after {}",
+        after.token,
+        before.token
+    );
+    let status = lock_status(&addresses(&cluster, &majority), "jobs/a", false);
+    assert_eq!(
+        status["holder"]["token"].as_u64(),
+        Some(after.token),
+        "{status}"
+    );
+    cluster.network().heal().unwrap();
+}

@@ -43,6 +43,10 @@ pub const HEARTBEAT_INTERVAL_MS: u64 = 100;
 /// also openraft's leader lease: how long a leader keeps leading without a quorum's answer.
 pub const ELECTION_TIMEOUT_MIN_MS: u64 = 300;
 pub const ELECTION_TIMEOUT_MAX_MS: u64 = 600;
+/// How long a client's command may wait for its log entry to commit before the caller is told
+/// the outcome is unknown (and retries elsewhere with the same request id). A commit takes
+/// milliseconds; one that takes this long is on a leader cut off from its quorum.
+pub const PROPOSAL_COMMIT_TIMEOUT_MS: u64 = 2_000;
 
 /// How long the lease driver waits before proposing a `Tick` again after one failed.
 pub const LEASE_DRIVER_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
@@ -104,6 +108,10 @@ pub const ADD_MEMBER_CATCH_UP: std::time::Duration = std::time::Duration::from_s
 // Followers hear several heartbeats before they campaign.
 const _: () = assert!(HEARTBEAT_INTERVAL_MS * 2 < ELECTION_TIMEOUT_MIN_MS);
 const _: () = assert!(ELECTION_TIMEOUT_MIN_MS < ELECTION_TIMEOUT_MAX_MS);
+// A proposal is given up on only after the leader's lease has lapsed twice over: by then a
+// leader that has not committed it has no quorum, and a new leader can be elected.
+const _: () =
+    assert!(PROPOSAL_COMMIT_TIMEOUT_MS >= 2 * ELECTION_TIMEOUT_MAX_MS + HEARTBEAT_INTERVAL_MS);
 // The shortest session outlives an election: a failover does not expire healthy sessions.
 const _: () = assert!(
     palisade_core::limits::SESSION_TTL_MS_MIN >= ELECTION_TIMEOUT_MAX_MS + HEARTBEAT_INTERVAL_MS

@@ -77,6 +77,14 @@ pub enum ProposeError {
     /// commit through the new leader. Retry with the same request id.
     #[error("leadership changed while the command was in flight")]
     Discarded { leader: Option<LeaderHint> },
+    /// The command was appended but not committed in time: this leader has probably lost its
+    /// quorum. It may still commit (here, or through the next leader). Retry elsewhere with the
+    /// same request id.
+    #[error(
+        "the command was not committed within {}ms; this node may be cut off from the others",
+        crate::limits::PROPOSAL_COMMIT_TIMEOUT_MS
+    )]
+    NotCommittedInTime,
     /// The node has stopped (storage failure or shutdown); the command may or may not be applied.
     #[error("the lock service is stopping: {0}")]
     Stopped(String),
@@ -713,7 +721,12 @@ impl Node {
         let Some(term) = term else {
             return Err(self.not_leader());
         };
-        self.propose_in(&term, command).await
+        // A leader cut off from its quorum takes proposals for up to its lease, and answers
+        // them only once the partition heals; its callers go elsewhere in the meantime.
+        let timeout = Duration::from_millis(crate::limits::PROPOSAL_COMMIT_TIMEOUT_MS);
+        tokio::time::timeout(timeout, self.propose_in(&term, command))
+            .await
+            .unwrap_or(Err(ProposeError::NotCommittedInTime))
     }
 
     /// Why this node, not leading, does nothing: with the leader to go to, if it knows another.
@@ -1029,11 +1042,11 @@ impl Node {
         .await
         .map_err(|e| match e {
             ProposeError::NotLeader { .. } => MembershipError::NotLeader(e),
-            ProposeError::Discarded { .. } | ProposeError::Stopped(_) => {
-                MembershipError::Failed(format!(
-                    "{e}; the key change may or may not have taken effect: see `palisade keys list`"
-                ))
-            }
+            ProposeError::Discarded { .. }
+            | ProposeError::NotCommittedInTime
+            | ProposeError::Stopped(_) => MembershipError::Failed(format!(
+                "{e}; the key change may or may not have taken effect: see `palisade keys list`"
+            )),
         })?;
         let done = self.shared.read_keys(|after| match &change {
             KeyChange::Add { key, .. } => after

@@ -69,9 +69,9 @@ impl From<ProposeError> for ServiceError {
                 leader: leader.clone(),
                 message: e.to_string(),
             },
-            ProposeError::Discarded { .. } | ProposeError::Stopped(_) => {
-                ServiceError::OutcomeUnknown(e.to_string())
-            }
+            ProposeError::Discarded { .. }
+            | ProposeError::NotCommittedInTime
+            | ProposeError::Stopped(_) => ServiceError::OutcomeUnknown(e.to_string()),
         }
     }
 }
