@@ -1,6 +1,6 @@
 //! A replicated lock service as real processes on loopback: a cluster bootstrapped with
 //! `--initial-cluster`, a single node grown with `palisade cluster add`, `kill -9` of the
-//! leader, and a wiped node coming back under its old id.
+//! leader, a wiped node coming back under its old id, and removed members stopping.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -401,6 +401,37 @@ fn follower_id(cluster: &LocalCluster, address: &str) -> u64 {
         .find(|n| n.address() == address)
         .unwrap()
         .id
+}
+
+/// A follower removed while it was down never receives the entry that removed it. When it comes
+/// back it hears from no leader, asks the members for a (pre-)vote, and learns from their
+/// refusal that it was removed: it stops by itself instead of staying up, idle, for ever.
+#[test]
+fn a_follower_removed_while_down_learns_it_from_the_others_and_stops() {
+    let mut cluster = LocalCluster::start(BIN, 3);
+    let leader = cluster.leader();
+    let gone = *cluster.nodes.keys().find(|&&id| id != leader).unwrap();
+    cluster.node(gone).process.kill9();
+    let endpoints = cluster.endpoints();
+    cluster
+        .palisade(&endpoints, &["cluster", "remove", &gone.to_string()])
+        .expect_success();
+
+    cluster.node(gone).process.start();
+    palisade_testkit::wait_until(
+        "the removed follower to stop",
+        Duration::from_secs(30),
+        || !cluster.node(gone).process.is_running(),
+    );
+    let log = cluster.node(gone).process.log();
+    assert!(
+        log.contains("this node was removed from the cluster"),
+        "{log}"
+    );
+    let status = cluster.status();
+    assert!(!voters(&status).contains(&gone), "{status}");
+    let (token, _) = acquire(&mut cluster, "after", "5s");
+    assert!(token > 0);
 }
 
 #[test]

@@ -283,11 +283,13 @@ impl Node {
         };
         let identity = crate::identity::load_or_create(data_dir, config.node_id, had_log)?;
         let signing_key = crate::keys::load_or_create(data_dir)?;
+        let (removed, _) = tokio::sync::watch::channel(false);
         let network = PeerNetwork::new(
             ClusterName::new(CLUSTER_NAME).expect("the cluster name is valid"),
             identity.node_id,
             identity.incarnation,
-        );
+        )
+        .with_removal_signal(removed.clone());
         let state_machine = StateMachine::open(data_dir, log.durable_index())?;
         let shared = state_machine.shared();
         let raft = PalisadeRaft::new(
@@ -301,7 +303,6 @@ impl Node {
         .map_err(StartError::raft)?;
         let (stopping, _) = tokio::sync::watch::channel(false);
         let (leading, _) = tokio::sync::watch::channel(None);
-        let (removed, _) = tokio::sync::watch::channel(false);
         let node = Arc::new(Node {
             identity,
             raft,
@@ -1212,6 +1213,10 @@ impl Node {
 }
 
 impl crate::peer_service::Admission for Node {
+    fn was_removed(&self, id: u64) -> bool {
+        self.shared.is_retired(id)
+    }
+
     fn admit(&self, from: u64, signing_key: [u8; 32]) -> Result<u64, String> {
         let key = SigningKey::from_bytes(signing_key);
         let mut current = self.founding_key.write().expect("founding key lock");

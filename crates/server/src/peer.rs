@@ -122,7 +122,14 @@ pub struct PeerNetwork {
     local_id: u64,
     local_incarnation: u64,
     channels: Arc<Mutex<HashMap<u64, PeerChannel>>>,
+    /// Set when a member answers that this node was removed (see [`REMOVED_HEADER`]).
+    removed: Option<tokio::sync::watch::Sender<bool>>,
 }
+
+/// Response metadata of a member refusing a vote or pre-vote from a node its state machine
+/// records as removed: the removed node's id. A node that reads its own id there learned of its
+/// removal from the others (it may never receive the entry that removed it) and stops.
+pub const REMOVED_HEADER: &str = "palisade-removed-node";
 
 #[derive(Debug, Clone)]
 struct PeerChannel {
@@ -139,7 +146,14 @@ impl PeerNetwork {
             local_id,
             local_incarnation,
             channels: Arc::new(Mutex::new(HashMap::new())),
+            removed: None,
         }
+    }
+
+    /// Sets `removed` to true when a member answers that this node was removed.
+    pub fn with_removal_signal(mut self, removed: tokio::sync::watch::Sender<bool>) -> PeerNetwork {
+        self.removed = Some(removed);
+        self
     }
 
     /// The envelope of a request to `target`, whose incarnation the membership records as
@@ -263,6 +277,8 @@ impl RaftNetworkFactory<C> for PeerNetwork {
             addr: node.addr.clone(),
             envelope: self.envelope(target, node.incarnation),
             client,
+            local_id: self.local_id,
+            removed: self.removed.clone(),
         }
     }
 }
@@ -275,6 +291,8 @@ pub struct PeerClient {
     envelope: Envelope,
     /// The client, or why this peer cannot be called (no or a malformed address).
     client: Result<RaftClient<Channel>, String>,
+    local_id: u64,
+    removed: Option<tokio::sync::watch::Sender<bool>>,
 }
 
 /// The unary calls of `palisade.raft.v1.Raft`.
@@ -316,6 +334,22 @@ impl PeerClient {
 
     /// What a failed call means to openraft: out of time, or unreachable (back off).
     fn failed(&self, action: RPCTypes, deadline: Duration, status: tonic::Status) -> RPCError<C> {
+        let removed_id = status
+            .metadata()
+            .get(REMOVED_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if let (Some(removed), Some(id)) = (&self.removed, removed_id)
+            && id == self.local_id
+            && !removed.send_replace(true)
+        {
+            tracing::error!(
+                by = self.target,
+                "this node was removed from the cluster (node {} says so); it stops serving. \
+                 Its data directory cannot rejoin: add a new one under a new id",
+                self.target
+            );
+        }
         if status.code() == tonic::Code::DeadlineExceeded {
             return RPCError::Timeout(self.timeout(action, deadline));
         }

@@ -37,6 +37,9 @@ pub trait Admission: Send + Sync + 'static {
     /// Takes the cluster's signing key (a 32-byte Ed25519 seed) from node `from`; returns this
     /// node's incarnation, or why it refuses.
     fn admit(&self, from: u64, signing_key: [u8; 32]) -> Result<u64, String>;
+
+    /// Whether node `id` was a member of this cluster and was removed.
+    fn was_removed(&self, id: u64) -> bool;
 }
 
 /// Who sends a Raft request, for [`RaftPeerServer::check_sender`].
@@ -184,6 +187,15 @@ impl RaftPeerServer {
         }
         match membership.get_node(&from) {
             None if sender == Sender::Leader => Ok(()),
+            None if self.admission.as_ref().is_some_and(|a| a.was_removed(from)) => {
+                let mut status = Status::failed_precondition(format!(
+                    "node {from} was removed from this cluster; it must stop"
+                ));
+                status
+                    .metadata_mut()
+                    .insert(crate::peer::REMOVED_HEADER, from.into());
+                Err(status)
+            }
             None => Err(Status::failed_precondition(format!(
                 "node {from} is not a member of this cluster as node {} knows it (removed?)",
                 self.local_id
