@@ -15,7 +15,6 @@
 //! A backend whose `PALISADE_TEST_*` variable is unset is skipped with one line on stderr;
 //! SQLite needs no server and always runs.
 
-use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::time::Instant;
 
@@ -47,17 +46,13 @@ struct Grant {
 
 /// `palisade acquire LOCK` at `endpoints`, parsed from its `KEY=VALUE` lines.
 fn acquire(cluster: &LocalCluster, endpoints: &str, lock: &str) -> Grant {
-    let ran = cluster.palisade(endpoints, &["acquire", lock, "--ttl", "30s"]);
-    ran.expect_success();
-    let printed: BTreeMap<&str, &str> = ran
-        .stdout
-        .lines()
-        .filter_map(|line| line.split_once('='))
-        .collect();
+    let printed = cluster
+        .palisade(endpoints, &["acquire", lock, "--ttl", "30s"])
+        .key_values();
     Grant {
         lock: lock.to_owned(),
         token: printed["PALISADE_TOKEN"].parse().expect("a token"),
-        sequencer: printed["PALISADE_SEQUENCER"].to_owned(),
+        sequencer: printed["PALISADE_SEQUENCER"].clone(),
         session: printed["PALISADE_SESSION"].parse().expect("a session id"),
     }
 }
@@ -641,7 +636,11 @@ fn a_key_rotation_keeps_every_adapter_verifying_and_a_retired_keys_grant_is_forg
     // 3. The founding key is retired; every resource takes the set of one key.
     expect_success(cluster.palisade(&endpoints, &["keys", "retire", &founding]));
     let only_new = published_keys(&cluster, &endpoints);
-    assert_eq!(key_ids(&only_new), [new_key.clone()], "{only_new}");
+    assert_eq!(
+        key_ids(&only_new),
+        std::slice::from_ref(&new_key),
+        "{only_new}"
+    );
     for resource in &resources {
         resource.verifier.set_keys(only_new.clone());
     }
