@@ -25,6 +25,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
+use palisade_core::duration::parse_duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -160,10 +161,6 @@ pub struct BenchArgs {
     /// Print a markdown comparison table (the default when there are two or more targets).
     #[arg(long)]
     pub markdown: bool,
-}
-
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    palisade_core::duration::parse_duration_ms(text).map(Duration::from_millis)
 }
 
 /// One workload run against one target.

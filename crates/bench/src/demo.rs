@@ -25,6 +25,7 @@ use anyhow::{Context, anyhow, bail};
 use palisade_client::{
     AcquireOptions, Client, Grant, LockEventKind, LockGuard, Session, SessionOptions, Token, Wait,
 };
+use palisade_core::duration::parse_duration;
 use palisade_store::{StoreClient, StoreError};
 use serde::Serialize;
 use tokio::sync::Notify;
@@ -61,10 +62,6 @@ impl Default for DemoArgs {
             json: false,
         }
     }
-}
-
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    palisade_core::duration::parse_duration_ms(text).map(Duration::from_millis)
 }
 
 /// Everything the demo showed.

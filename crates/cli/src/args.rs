@@ -6,7 +6,7 @@ use palisade_client::Wait;
 
 /// Parses `500ms`, `10s`, `2m`, `1h`, or a bare number of seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    palisade_core::duration::parse_duration_ms(text).map(Duration::from_millis)
+    palisade_core::duration::parse_duration(text)
 }
 
 /// Parses a wait: a duration (`0` for "do not wait") or `forever`.

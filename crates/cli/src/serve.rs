@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use palisade_server::ServerConfig;
 
@@ -24,9 +25,9 @@ pub struct ServeArgs {
         long,
         env = "PALISADE_LOCK_DELAY",
         default_value = "0s",
-        value_parser = palisade_core::duration::parse_duration_ms
+        value_parser = palisade_core::duration::parse_duration
     )]
-    pub lock_delay_ms: u64,
+    pub lock_delay: Duration,
     /// This node's id in its cluster, a positive number never given to another data directory.
     #[arg(long, env = "PALISADE_NODE_ID", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub node_id: u64,
@@ -90,7 +91,7 @@ impl From<ServeArgs> for ServerConfig {
             data_dir,
             listen,
             metrics_listen,
-            lock_delay_ms,
+            lock_delay,
             node_id,
             advertise,
             initial_cluster,
@@ -100,7 +101,7 @@ impl From<ServeArgs> for ServerConfig {
             data_dir,
             listen,
             metrics_listen,
-            lock_delay_ms,
+            lock_delay,
             node_id,
             advertise,
             initial_cluster,

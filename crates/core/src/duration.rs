@@ -1,14 +1,18 @@
 //! Durations as people write them (`500ms`, `10s`, `2m`, `1h`), for every binary and flag that
-//! takes one: the lock table counts time in milliseconds, so this is where text becomes them.
+//! takes one: the lock table counts time in whole milliseconds, so text becomes a [`Duration`]
+//! of whole milliseconds here.
 //!
 //! Pure string parsing; it lives here rather than in a binary because the lock service's
 //! flags, the `palisade` command and the benchmarks all accept the same forms.
 
-/// Parses `1500ms`, `10s`, `2m`, `1h` or a bare number of seconds into milliseconds.
+use std::time::Duration;
+
+/// Parses `1500ms`, `10s`, `2m`, `1h` or a bare number of seconds into a whole number of
+/// milliseconds.
 ///
 /// Fractions are accepted (`1.5s` is 1500 ms) and rounded to the nearest millisecond; negative,
 /// non-finite and absurdly large durations are refused with a message naming the input.
-pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit() && c != '.')
@@ -32,12 +36,17 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
     if !ms.is_finite() || ms < 0.0 || ms > u64::MAX as f64 / 2.0 {
         return Err(format!("duration {text:?} is out of range"));
     }
-    Ok(ms.round() as u64)
+    Ok(Duration::from_millis(ms.round() as u64))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::parse_duration_ms;
+    /// The duration `text` stands for, in milliseconds.
+    fn parse_duration_ms(text: &str) -> Result<u64, String> {
+        let duration = super::parse_duration(text)?;
+        assert_eq!(duration.subsec_nanos() % 1_000_000, 0, "not whole milliseconds");
+        Ok(u64::try_from(duration.as_millis()).unwrap())
+    }
 
     #[test]
     fn each_unit_scales_to_milliseconds() {

@@ -35,6 +35,7 @@ pub use limits::CONNECTIONS_MAX;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// How to run the lock service. The `palisade serve` flags convert into this; tests and
 /// embedders build it directly.
@@ -46,8 +47,9 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// Address of the Prometheus `/metrics` endpoint (off when `None`).
     pub metrics_listen: Option<SocketAddr>,
-    /// After a holder's session expires, its locks are not granted again for this long.
-    pub lock_delay_ms: u64,
+    /// After a holder's session expires, its locks are not granted again for this long (in
+    /// whole milliseconds, the lock table's unit: anything below one is dropped).
+    pub lock_delay: Duration,
     /// This node's id in its cluster (1 for a single node). Never reused for another data
     /// directory.
     pub node_id: u64,
@@ -70,7 +72,7 @@ impl ServerConfig {
             data_dir,
             listen,
             metrics_listen: None,
-            lock_delay_ms: 0,
+            lock_delay: Duration::ZERO,
             node_id: 1,
             advertise: None,
             initial_cluster: None,
@@ -147,7 +149,7 @@ impl Server {
         clock: palisade_clock::SharedClock,
     ) -> Result<Server, ServeError> {
         let limits = palisade_core::Limits {
-            lock_delay_ms: args.lock_delay_ms,
+            lock_delay_ms: u64::try_from(args.lock_delay.as_millis()).unwrap_or(u64::MAX),
             ..Default::default()
         };
         limits.validate().map_err(ServeError::InvalidLockDelay)?;

@@ -218,7 +218,7 @@ async fn a_restart_with_another_lock_delay_replays_the_log_under_the_limits_it_w
 
     // Phase 2: restarted with a lock-delay, the replayed history is the same history.
     let running = LockServer::start_with(&ServerConfig {
-        lock_delay_ms: 5_000,
+        lock_delay: Duration::from_secs(5),
         ..LockServer::config(dir.path())
     })
     .await;
