@@ -295,7 +295,7 @@ impl Resource {
                     Ok(_) => Ok(WriteOutcome::Accepted),
                     Err(error @ StoreError::Stale { accepted, .. }) => Ok(WriteOutcome::Refused {
                         http_status: error.http_status(),
-                        accepted_token: Some(accepted),
+                        accepted_token: Some(Token::new(accepted)),
                         message: error.to_string(),
                     }),
                     Err(error) if !error.is_retryable() => Ok(WriteOutcome::Refused {
@@ -452,7 +452,7 @@ async fn watch_expiry(
                     format!(
                         "A's lease ran out (no keepalive for {} ms): its grant, token {}, is over",
                         millis(ttl),
-                        event.token.unwrap_or(0)
+                        event.token.unwrap_or(Token::ZERO)
                     ),
                 );
                 expiry_seen.notify_one();

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use crate::server_view::{TICKS_PER_S, cpu_ticks};
+use palisade_core::{SessionId, Token};
 
 /// Synced writes per fsync measurement.
 const SYNCS: usize = 1000;
@@ -186,7 +187,7 @@ fn signing() -> f64 {
     let key = palisade_sequencer::SigningKey::generate();
     let started = Instant::now();
     for token in 0..SIGNATURES as u64 {
-        let signed = key.sign("jobs/nightly", token + 1, 42);
+        let signed = key.sign("jobs/nightly", Token::new(token + 1), SessionId::new(42));
         std::hint::black_box(signed.ok());
     }
     started.elapsed().as_secs_f64() * 1e6 / SIGNATURES as f64

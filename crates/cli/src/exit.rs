@@ -132,6 +132,7 @@ fn code_for_class(class: ErrorClass) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use palisade_client::{SessionId, Token};
 
     fn code(error: impl std::error::Error + Send + Sync + 'static) -> u8 {
         code_for(&anyhow::Error::new(error))
@@ -141,8 +142,8 @@ mod tests {
     fn a_busy_lock_or_an_ended_wait_is_not_acquired() {
         let busy = AcquireError::Busy {
             lock: "a".into(),
-            holder_session: Some(1),
-            holder_token: Some(2),
+            holder_session: Some(SessionId::new(1)),
+            holder_token: Some(Token::new(2)),
             in_lock_delay: false,
         };
         assert_eq!(code(busy), NOT_ACQUIRED);
@@ -156,7 +157,7 @@ mod tests {
     fn an_unknown_outcome_is_never_reported_as_a_plain_failure() {
         let unknown = AcquireError::Unknown {
             lock: "a".into(),
-            session: 1,
+            session: SessionId::new(1),
             reason: "timeout".into(),
         };
         assert_eq!(code(unknown), OUTCOME_UNKNOWN);
@@ -175,8 +176,8 @@ mod tests {
     fn a_wrong_holder_is_refused_and_an_unreachable_service_is_unavailable() {
         let not_holder = ReleaseError::NotHolder {
             lock: "a".into(),
-            session: 1,
-            holder_session: Some(2),
+            session: SessionId::new(1),
+            holder_session: Some(SessionId::new(2)),
         };
         assert_eq!(code(not_holder), REFUSED);
         let unreachable = ConnectError::Unreachable {

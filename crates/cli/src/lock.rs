@@ -293,7 +293,7 @@ async fn claim_stores(args: &LockArgs, guard: &LockGuard) -> anyhow::Result<()> 
             )
             .into());
         }
-        tracing::info!(store = %url, token = guard.token(), "claimed the grant");
+        tracing::info!(store = %url, token = guard.token().get(), "claimed the grant");
     }
     Ok(())
 }

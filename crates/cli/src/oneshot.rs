@@ -111,7 +111,7 @@ async fn renew_forever(client: &Client, session: SessionId, interval: Duration) 
     loop {
         tokio::time::sleep(interval).await;
         if let Err(error) = client.renew(session).await {
-            tracing::warn!(session, %error, "renewing the session while waiting failed");
+            tracing::warn!(session = session.get(), %error, "renewing the session while waiting failed");
         }
     }
 }

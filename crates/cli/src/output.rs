@@ -4,7 +4,7 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use palisade_client::LockStatus;
+use palisade_client::{LockStatus, SessionId};
 use serde_json::{Value, json};
 
 /// `value` quoted for a POSIX shell, unless it needs no quoting.
@@ -89,7 +89,7 @@ pub fn status_text(status: &LockStatus) -> String {
             sessions.len(),
             sessions
                 .iter()
-                .map(u64::to_string)
+                .map(SessionId::to_string)
                 .collect::<Vec<_>>()
                 .join(", ")
         ),

@@ -639,7 +639,7 @@ impl RetryPolicy<StoreError> for StoreRetries {
 /// A fresh request id for one write: random, like the lock client's (the store compares it
 /// only with the ids of the same sequencer).
 fn fresh_request_id() -> String {
-    format!("cli-{:016x}", palisade_client::request_id())
+    format!("cli-{:016x}", palisade_client::request_id().get())
 }
 
 fn write_output(ack: &WriteAck, json: bool) -> Vec<u8> {

@@ -19,6 +19,7 @@ use std::io::Write as _;
 use std::time::Instant;
 
 use mysql_async::prelude::Queryable as _;
+use palisade_core::{SessionId, Token};
 use palisade_fence::{
     FenceError, FenceState, RedisFence, RedisOp, Verifier, mysql, postgres, sqlite,
 };
@@ -268,7 +269,7 @@ impl Resource {
     async fn write(&mut self, lock: &str, presented: &str) -> Result<(), FenceError> {
         let scope = self.scope(lock);
         let sequencer = self.verifier.verify(Some(presented))?;
-        let token = i64::try_from(sequencer.token()).expect("tokens fit in an i64");
+        let token = i64::try_from(sequencer.token().get()).expect("tokens fit in an i64");
         match &mut self.backend {
             Backend::Postgres { client, table } => {
                 let txn = client.transaction().await.unwrap();
@@ -440,8 +441,8 @@ fn runtime() -> tokio::runtime::Runtime {
 fn accepted_state(grant: &Grant) -> Option<FenceState> {
     Some(FenceState {
         lock: grant.lock.clone(),
-        token_max: grant.token,
-        holder_session: grant.session,
+        token_max: Token::new(grant.token),
+        holder_session: SessionId::new(grant.session),
     })
 }
 
@@ -485,9 +486,9 @@ async fn assert_stale(resource: &mut Resource, older: &Grant, newest: &Grant, wh
         refused,
         FenceError::Stale {
             lock: newest.lock.clone(),
-            presented: older.token,
-            accepted: newest.token,
-            holder_session: Some(newest.session),
+            presented: Token::new(older.token),
+            accepted: Token::new(newest.token),
+            holder_session: Some(SessionId::new(newest.session)),
         },
         "{name}: {what}"
     );

@@ -77,8 +77,8 @@ fn from_fence(result: Result<(), FenceError>) -> Outcome {
             accepted,
             ..
         }) => Outcome::Stale {
-            presented,
-            accepted,
+            presented: presented.get(),
+            accepted: accepted.get(),
         },
         Err(other) => Outcome::Failed(other.to_string()),
     }
@@ -387,7 +387,7 @@ async fn a_paused_holder_is_refused(
         .await
         .unwrap();
     assert!(
-        guard_b.token() > token_a,
+        guard_b.token().get() > token_a,
         "B's token {} must exceed A's {token_a}",
         guard_b.token()
     );
@@ -412,7 +412,7 @@ async fn a_paused_holder_is_refused(
         outcome,
         Outcome::Stale {
             presented: token_a,
-            accepted: guard_b.token()
+            accepted: guard_b.token().get()
         }
     );
     assert_eq!(

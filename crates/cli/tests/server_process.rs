@@ -213,7 +213,7 @@ async fn a_silent_holder_loses_its_lock_and_a_waiter_whose_session_ended_is_neve
         matches!(
             palisade_proto::error::core_from_status(&refused),
             Some(palisade_core::CoreError::NotHolder { holder_session, .. })
-                if holder_session == Some(holder)
+                if holder_session == Some(palisade_core::SessionId::new(holder))
         ),
         "names the holder: {refused:?}"
     );

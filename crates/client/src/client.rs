@@ -493,7 +493,7 @@ impl Client {
             )));
         }
         let lease = SessionLease {
-            session: response.session,
+            session: SessionId::new(response.session),
             ttl: Duration::from_millis(response.ttl_ms),
         };
         Ok((lease, first_sent_at))
@@ -503,11 +503,14 @@ impl Client {
     pub async fn renew(&self, session: SessionId) -> Result<Duration, RenewError> {
         let response = self
             .call_with_retries(|mut raw| async move {
-                raw.renew(pb::KeepAliveRequest { session }).await
+                raw.renew(pb::KeepAliveRequest {
+                    session: session.get(),
+                })
+                .await
             })
             .await
             .map_err(|f| RenewError::from_failure(f, session))?;
-        if response.session != session {
+        if response.session != session.get() {
             return Err(RenewError::Protocol(format!(
                 "renewal of session {session} answered for session {}",
                 response.session
@@ -519,7 +522,10 @@ impl Client {
     /// Ends a session: releases its locks and withdraws its waits.
     pub async fn close_session(&self, session: SessionId) -> Result<(), CloseError> {
         self.call_with_retries(|mut raw| async move {
-            raw.close_session(pb::CloseSessionRequest { session }).await
+            raw.close_session(pb::CloseSessionRequest {
+                session: session.get(),
+            })
+            .await
         })
         .await
         .map(|_| ())
@@ -546,9 +552,9 @@ impl Client {
         let response = retry_until_known(&mut backoff, || {
             let remaining = wait_deadline.map(|d| d.saturating_duration_since(Instant::now()));
             let request = pb::AcquireRequest {
-                session,
+                session: session.get(),
                 lock: lock.to_string(),
-                request_id,
+                request_id: request_id.get(),
                 wait_ms: remaining.map_or(0, |r| u64::try_from(r.as_millis()).unwrap_or(u64::MAX)),
                 wait_forever: options.wait == Wait::Forever,
             };
@@ -577,9 +583,9 @@ impl Client {
         validate_lock_name(lock, LOCK_NAME_BYTES_MAX)
             .map_err(|e| ReleaseError::InvalidArgument(invalid_name(lock, &e)))?;
         let request = pb::ReleaseRequest {
-            session,
+            session: session.get(),
             lock: lock.to_string(),
-            request_id: request_id(),
+            request_id: request_id().get(),
         };
         let response = self
             .call_with_retries(|mut raw| {
@@ -593,7 +599,7 @@ impl Client {
                 "release of lock {lock:?} reported token 0"
             )));
         }
-        Ok(response.token)
+        Ok(response.token.map(Token::new))
     }
 
     /// The state of one lock.
@@ -830,7 +836,7 @@ pub(crate) fn check_grant(
     lock: &str,
 ) -> Result<Grant, AcquireError> {
     let protocol = |what: String| Err(AcquireError::Protocol(what));
-    if response.lock != lock || response.session != session {
+    if response.lock != lock || response.session != session.get() {
         return protocol(format!(
             "asked for lock {lock:?} in session {session}, granted lock {:?} in session {}",
             response.lock, response.session
@@ -842,7 +848,7 @@ pub(crate) fn check_grant(
     match palisade_sequencer::Sequencer::parse(&response.sequencer) {
         Ok(sequencer)
             if sequencer.lock() == lock
-                && sequencer.token() == response.token
+                && sequencer.token() == Token::new(response.token)
                 && sequencer.session() == session => {}
         Ok(sequencer) => {
             return protocol(format!(
@@ -857,8 +863,8 @@ pub(crate) fn check_grant(
     }
     Ok(Grant {
         lock: response.lock,
-        session: response.session,
-        token: response.token,
+        session: SessionId::new(response.session),
+        token: Token::new(response.token),
         sequencer: response.sequencer,
     })
 }
@@ -876,13 +882,13 @@ pub(crate) fn lock_status(info: pb::LockInfo) -> Result<LockStatus, QueryError> 
     }
     Ok(LockStatus {
         holder: info.holder.map(|h| Holder {
-            session: h.session,
-            token: h.token,
+            session: SessionId::new(h.session),
+            token: Token::new(h.token),
             lease_remaining: Duration::from_millis(h.lease_remaining_ms),
         }),
         lock: info.lock,
-        last_token: info.last_token,
-        waiters: info.waiters,
+        last_token: Token::new(info.last_token),
+        waiters: info.waiters.into_iter().map(SessionId::new).collect(),
         lock_delay_remaining: info.lock_delay_remaining_ms.map(Duration::from_millis),
     })
 }
@@ -1103,7 +1109,7 @@ mod tests {
 
     fn signed(lock: &str, token: u64, session: u64) -> String {
         palisade_sequencer::SigningKey::generate()
-            .sign(lock, token, session)
+            .sign(lock, Token::new(token), SessionId::new(session))
             .unwrap()
             .as_str()
             .to_string()
@@ -1117,7 +1123,11 @@ mod tests {
             token: 7,
             sequencer: signed("a", 7, 3),
         };
-        assert_eq!(check_grant(good.clone(), 3, "a").unwrap().token, 7);
+        let session = SessionId::new(3);
+        assert_eq!(
+            check_grant(good.clone(), session, "a").unwrap().token,
+            Token::new(7)
+        );
         let cases = [
             pb::AcquireResponse {
                 sequencer: signed("b", 7, 3),
@@ -1145,7 +1155,7 @@ mod tests {
             },
         ];
         for case in cases {
-            let error = check_grant(case.clone(), 3, "a").unwrap_err();
+            let error = check_grant(case.clone(), session, "a").unwrap_err();
             assert!(matches!(error, AcquireError::Protocol(_)), "{case:?}");
             assert!(error.outcome_unknown());
         }

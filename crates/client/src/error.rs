@@ -24,7 +24,9 @@ use std::error::Error as StdError;
 use std::time::Duration;
 
 use palisade_core::error_chain::with_causes;
-use palisade_core::{CoreError, ErrorCategory, HeldBy, SessionId, Token, holder_clause};
+use palisade_core::{
+    CoreError, DurationMs, ErrorCategory, HeldBy, SessionId, Token, holder_clause,
+};
 use tonic::{Code, Status};
 
 /// How a caller reacts to a failed call, one class per reaction: what the `palisade` binary
@@ -228,9 +230,9 @@ pub enum SessionError {
         "session ttl {ttl_ms} ms is outside the allowed range {ttl_ms_min}..={ttl_ms_max} ms; pick a ttl in that range"
     )]
     TtlOutOfRange {
-        ttl_ms: u64,
-        ttl_ms_min: u64,
-        ttl_ms_max: u64,
+        ttl_ms: DurationMs,
+        ttl_ms_min: DurationMs,
+        ttl_ms_max: DurationMs,
     },
     #[error("the lock service has {sessions_max} sessions open, its limit; retry later")]
     TooManySessions { sessions_max: u32 },
@@ -789,18 +791,22 @@ mod tests {
     fn busy_details_name_the_holder_and_its_token() {
         let core = CoreError::Busy {
             lock: "jobs/nightly".into(),
-            holder_session: Some(7),
-            holder_token: Some(42),
+            holder_session: Some(SessionId::new(7)),
+            holder_token: Some(Token::new(42)),
             available_at_ms: None,
         };
         let status = status_with_core(Code::FailedPrecondition, &core);
-        let error = AcquireError::from_failure(Failure::from_status(&status), 3, "jobs/nightly");
+        let error = AcquireError::from_failure(
+            Failure::from_status(&status),
+            SessionId::new(3),
+            "jobs/nightly",
+        );
         assert_eq!(
             error,
             AcquireError::Busy {
                 lock: "jobs/nightly".into(),
-                holder_session: Some(7),
-                holder_token: Some(42),
+                holder_session: Some(SessionId::new(7)),
+                holder_token: Some(Token::new(42)),
                 in_lock_delay: false,
             }
         );
@@ -815,17 +821,18 @@ mod tests {
     fn not_holder_details_become_a_release_error_naming_the_holder() {
         let core = CoreError::NotHolder {
             lock: "a".into(),
-            session: 3,
-            holder_session: Some(9),
+            session: SessionId::new(3),
+            holder_session: Some(SessionId::new(9)),
         };
         let status = status_with_core(Code::PermissionDenied, &core);
-        let error = ReleaseError::from_failure(Failure::from_status(&status), 3, "a");
+        let error =
+            ReleaseError::from_failure(Failure::from_status(&status), SessionId::new(3), "a");
         assert_eq!(
             error,
             ReleaseError::NotHolder {
                 lock: "a".into(),
-                session: 3,
-                holder_session: Some(9)
+                session: SessionId::new(3),
+                holder_session: Some(SessionId::new(9))
             }
         );
         assert!(!error.is_retryable());
@@ -834,8 +841,14 @@ mod tests {
 
     #[test]
     fn a_timeout_is_an_unknown_outcome_never_a_failure() {
-        let error = AcquireError::from_failure(Failure::timed_out(Duration::from_secs(2)), 5, "a");
-        assert!(matches!(error, AcquireError::Unknown { session: 5, .. }));
+        let error = AcquireError::from_failure(
+            Failure::timed_out(Duration::from_secs(2)),
+            SessionId::new(5),
+            "a",
+        );
+        assert!(
+            matches!(error, AcquireError::Unknown { session, .. } if session == SessionId::new(5))
+        );
         assert!(error.outcome_unknown());
         assert!(error.is_retryable());
     }
@@ -873,7 +886,7 @@ mod tests {
             "{failure:?}"
         );
         // Reported as unavailable: nothing was done.
-        let error = AcquireError::from_failure(failure, 1, "a");
+        let error = AcquireError::from_failure(failure, SessionId::new(1), "a");
         assert!(matches!(error, AcquireError::Unavailable(_)), "{error:?}");
         assert_eq!(error.class(), ErrorClass::Unavailable);
     }
@@ -919,8 +932,8 @@ mod tests {
         assert!(matches!(unknown, Failure::Unknown(_)));
         let not_found = Failure::from_status(&Status::not_found("no session"));
         assert!(matches!(
-            RenewError::from_failure(not_found, 4),
-            RenewError::SessionNotFound { session: 4 }
+            RenewError::from_failure(not_found, SessionId::new(4)),
+            RenewError::SessionNotFound { session } if session == SessionId::new(4)
         ));
         let internal = Failure::from_status(&Status::internal("bug"));
         assert!(matches!(
@@ -941,7 +954,7 @@ mod tests {
                 matches!(failure(), Failure::Core(ref c) if *c == core),
                 "{core:?}"
             );
-            let acquire = AcquireError::from_failure(failure(), 1, "a");
+            let acquire = AcquireError::from_failure(failure(), SessionId::new(1), "a");
             let expected = match core.category() {
                 ErrorCategory::Busy | ErrorCategory::LimitReached | ErrorCategory::WaitEnded
                     if !matches!(core, CoreError::TooManySessions { .. }) =>
@@ -958,9 +971,9 @@ mod tests {
                 assert_eq!(session, ErrorClass::Refused, "{core:?}");
             }
             for class in [
-                ReleaseError::from_failure(failure(), 1, "a").class(),
-                RenewError::from_failure(failure(), 1).class(),
-                CloseError::from_failure(failure(), 1).class(),
+                ReleaseError::from_failure(failure(), SessionId::new(1), "a").class(),
+                RenewError::from_failure(failure(), SessionId::new(1)).class(),
+                CloseError::from_failure(failure(), SessionId::new(1)).class(),
                 QueryError::from_failure(failure()).class(),
             ] {
                 assert_eq!(class, ErrorClass::Refused, "{core:?}");
@@ -990,11 +1003,23 @@ mod tests {
             Code::DeadlineExceeded,
             &CoreError::WaitEnded { lock: "a".into() },
         );
-        let error = AcquireError::from_failure(Failure::from_status(&status), 1, "a");
+        let error =
+            AcquireError::from_failure(Failure::from_status(&status), SessionId::new(1), "a");
         assert_eq!(error, AcquireError::WaitEnded { lock: "a".into() });
-        let status = status_with_core(Code::NotFound, &CoreError::SessionNotFound { session: 1 });
-        let error = AcquireError::from_failure(Failure::from_status(&status), 1, "a");
-        assert_eq!(error, AcquireError::SessionNotFound { session: 1 });
+        let status = status_with_core(
+            Code::NotFound,
+            &CoreError::SessionNotFound {
+                session: SessionId::new(1),
+            },
+        );
+        let error =
+            AcquireError::from_failure(Failure::from_status(&status), SessionId::new(1), "a");
+        assert_eq!(
+            error,
+            AcquireError::SessionNotFound {
+                session: SessionId::new(1)
+            }
+        );
         assert!(!error.is_retryable());
     }
 
@@ -1004,7 +1029,7 @@ mod tests {
             lock: "a".into(),
             holder_session: None,
             holder_token: None,
-            available_at_ms: Some(5_000),
+            available_at_ms: Some(palisade_core::TimeMs::from_millis(5_000)),
         };
         let error = AcquireError::from_core(core);
         assert!(matches!(

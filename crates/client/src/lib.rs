@@ -66,7 +66,7 @@ pub use error::{
     AcquireError, CloseError, ConnectError, ErrorClass, QueryError, ReleaseError, RenewError,
     SessionError,
 };
-pub use palisade_core::{SessionId, Token};
+pub use palisade_core::{DurationMs, RequestId, SessionId, Token};
 pub use retry::{AttemptFailure, RetryPolicy, request_id, retry_until_known};
 pub use session::{AcquireOptions, LockGuard, Session, SessionLost, SessionOptions, Wait};
 pub use watch::{LockEvent, LockEventKind, LockEvents};

@@ -13,8 +13,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use palisade_core::OpenKey;
 use palisade_core::limits::OPEN_KEY_BYTES_MIN;
+use palisade_core::{OpenKey, RequestId};
 use tokio::time::Instant;
 
 use crate::error::Failure;
@@ -38,8 +38,8 @@ pub(crate) const RETRIES_AT_ONCE_MAX: u32 = 3;
 /// and no other client's ids are ever compared with them. That
 /// reasoning holds only for ids scoped to one session; anything compared across clients, like
 /// the key of an open, must come from [`open_key`], which has no fallback.
-pub fn request_id() -> u64 {
-    match getrandom::u64() {
+pub fn request_id() -> RequestId {
+    RequestId::new(match getrandom::u64() {
         Ok(id) => id,
         Err(error) => {
             static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -51,7 +51,7 @@ pub fn request_id() -> u64 {
             let count = COUNTER.fetch_add(1, Ordering::Relaxed);
             nanos ^ count.rotate_left(48) ^ u64::from(std::process::id()).rotate_left(32)
         }
-    }
+    })
 }
 
 /// A fresh open key for one session open, from the OS's secure random source.
@@ -247,7 +247,7 @@ mod tests {
 
     #[test]
     fn request_ids_differ() {
-        let ids: std::collections::HashSet<u64> = (0..64).map(|_| request_id()).collect();
+        let ids: std::collections::HashSet<RequestId> = (0..64).map(|_| request_id()).collect();
         assert_eq!(ids.len(), 64);
     }
 

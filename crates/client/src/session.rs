@@ -200,7 +200,7 @@ impl Shared {
                 let _ = earlier.await;
             }
             if let Err(error) = client.release(session, &name).await {
-                tracing::debug!(session, lock = name, %error, "background release failed");
+                tracing::debug!(session = session.get(), lock = name, %error, "background release failed");
             }
         });
         cleanups.retain(|_, task| !task.is_finished());
@@ -233,7 +233,7 @@ impl Drop for Shared {
             let session = self.id;
             runtime.spawn(async move {
                 if let Err(error) = client.close_session(session).await {
-                    tracing::debug!(session, %error, "closing a dropped session failed");
+                    tracing::debug!(session = session.get(), %error, "closing a dropped session failed");
                 }
             });
         }
@@ -437,7 +437,7 @@ impl LockGuard {
         self.released = true;
         let session = self.grant.session;
         if let Some(reason) = self.shared.ended() {
-            tracing::debug!(session, %reason, "release after the session ended");
+            tracing::debug!(session = session.get(), %reason, "release after the session ended");
             return Err(ReleaseError::SessionNotFound { session });
         }
         match self
@@ -498,14 +498,14 @@ async fn keepalive(
     });
     if ended_now {
         // The application hears of it through `lost()`; it decides how loudly to log.
-        tracing::info!(session, %reason, "session lost");
+        tracing::info!(session = session.get(), %reason, "session lost");
     }
     if reason == SessionLost::LeaseUnproven {
         // The server may still hold the session: keep renewing it, without a deadline, until
         // the owner closes or drops it (which aborts this task). Closing it here would free its
         // locks for the next holder while the owner is still stopping.
         let reason = pinger.until_lost(None).await;
-        tracing::debug!(session, %reason, "stopped renewing a lost session");
+        tracing::debug!(session = session.get(), %reason, "stopped renewing a lost session");
     }
 }
 
@@ -550,7 +550,8 @@ impl Pinger<'_> {
         lease_deadline: &mut Option<Duration>,
         backoff: &mut Backoff,
     ) -> StreamEnd {
-        let session = self.session;
+        // As the wire and the logs spell it.
+        let session = self.session.get();
         let clock = &self.client.clock;
         let (pings, receiver) = mpsc::channel::<pb::KeepAliveRequest>(PINGS_OUTSTANDING_MAX);
         let mut sent_at: VecDeque<Duration> = VecDeque::new();
@@ -646,7 +647,8 @@ impl Pinger<'_> {
         lease_deadline: &mut Option<Duration>,
         backoff: &mut Backoff,
     ) {
-        let session = self.session;
+        // As the wire and the logs spell it.
+        let session = self.session.get();
         if ack.session != session {
             tracing::warn!(
                 session,

@@ -174,8 +174,8 @@ fn convert(lock: &str, event: pb::WatchEvent) -> Result<LockEvent, QueryError> {
     Ok(LockEvent {
         kind,
         lock: event.lock,
-        session: held.then_some(event.session),
-        token: (event.token != 0).then_some(event.token),
+        session: held.then_some(SessionId::new(event.session)),
+        token: (event.token != 0).then_some(Token::new(event.token)),
         waiters: event.waiters,
     })
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use palisade_client::{
     AcquireError, AcquireOptions, Client, LockEventKind, ReleaseError, SessionLost, SessionOptions,
-    Wait,
+    Token, Wait,
 };
 use palisade_testkit::LockServer;
 use tokio::io::copy_bidirectional;
@@ -83,7 +83,7 @@ async fn a_guard_carries_the_grant_and_release_frees_the_lock() {
 
     assert_eq!(guard.lock(), "jobs/a");
     assert_eq!(guard.session_id(), session.id());
-    assert!(guard.token() >= 1);
+    assert!(guard.token() >= Token::FIRST);
     assert!(guard.sequencer().starts_with("pal2."));
     assert!(guard.ended().is_none());
     let status = client.status("jobs/a").await.unwrap();

@@ -44,7 +44,11 @@ mod tests {
     /// The duration `text` stands for, in milliseconds.
     fn parse_duration_ms(text: &str) -> Result<u64, String> {
         let duration = super::parse_duration(text)?;
-        assert_eq!(duration.subsec_nanos() % 1_000_000, 0, "not whole milliseconds");
+        assert_eq!(
+            duration.subsec_nanos() % 1_000_000,
+            0,
+            "not whole milliseconds"
+        );
         Ok(u64::try_from(duration.as_millis()).unwrap())
     }
 

@@ -11,8 +11,10 @@
 
 pub mod duration;
 pub mod error_chain;
+mod ids;
 pub mod limits;
 mod table;
+mod time;
 mod types;
 
 pub use limits::Limits;

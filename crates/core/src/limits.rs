@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::{DurationMs, Token};
+
 /// Longest lock name, in bytes of UTF-8.
 pub const LOCK_NAME_BYTES_MAX: usize = 256;
 
@@ -14,15 +16,15 @@ pub const LOCK_NAME_BYTES_MAX: usize = 256;
 /// `i64::MAX`, so that every resource backend (PostgreSQL `bigint`, SQLite `INTEGER`, Redis
 /// integers) stores a token natively and signed comparisons never wrap. At this value the service
 /// refuses to grant the lock rather than reuse or wrap a token (invariant 1).
-pub const TOKEN_MAX: u64 = i64::MAX as u64;
+pub const TOKEN_MAX: Token = Token::new(i64::MAX as u64);
 
 /// Shortest session lease a client may ask for.
-pub const SESSION_TTL_MS_MIN: u64 = 1_000;
+pub const SESSION_TTL_MS_MIN: DurationMs = DurationMs::from_millis(1_000);
 /// Longest session lease a client may ask for (one day).
-pub const SESSION_TTL_MS_MAX: u64 = 86_400_000;
+pub const SESSION_TTL_MS_MAX: DurationMs = DurationMs::from_millis(86_400_000);
 
 /// Longest time an acquire may wait in a queue (one day).
-pub const WAIT_MS_MAX: u64 = 86_400_000;
+pub const WAIT_MS_MAX: DurationMs = DurationMs::from_millis(86_400_000);
 
 /// Ceiling on concurrently open sessions.
 pub const SESSIONS_MAX: usize = 50_000;
@@ -34,7 +36,7 @@ pub const WAITERS_PER_LOCK_MAX: usize = 10_000;
 /// How many freed-and-forgotten locks keep their last token for status reads.
 pub const FORGOTTEN_LOCKS_REMEMBERED_MAX: usize = 100_000;
 /// Longest lock-delay after a holder's session expires.
-pub const LOCK_DELAY_MS_MAX: u64 = 60_000;
+pub const LOCK_DELAY_MS_MAX: DurationMs = DurationMs::from_millis(60_000);
 /// How many completed request ids each session remembers for retries.
 pub const REQUEST_IDS_PER_SESSION_MAX: usize = 16;
 /// Shortest open key, in bytes. 128 random bits: two clients never draw the same key by
@@ -52,38 +54,39 @@ pub const RESTORE_TOKENS_PER_SECOND: u64 = 1 << 21;
 
 /// The lowest token a cluster restored at `unix_seconds` may grant next (see
 /// [`RESTORE_TOKENS_PER_SECOND`]).
-pub const fn restore_token_floor(unix_seconds: u64) -> u64 {
-    unix_seconds.saturating_mul(RESTORE_TOKENS_PER_SECOND)
+pub const fn restore_token_floor(unix_seconds: u64) -> Token {
+    Token::new(unix_seconds.saturating_mul(RESTORE_TOKENS_PER_SECOND))
 }
 
 // Seconds since 1970 fit 32 bits until 2106; their floor is then exact in a double.
-const _: () = assert!(restore_token_floor(u32::MAX as u64) < 1 << 53);
+const _: () = assert!(restore_token_floor(u32::MAX as u64).get() < 1 << 53);
 
-const _: () = assert!(SESSION_TTL_MS_MIN < SESSION_TTL_MS_MAX);
+const _: () = assert!(SESSION_TTL_MS_MIN.as_millis() < SESSION_TTL_MS_MAX.as_millis());
 // `Limits` holds its counts as `u32` (a replicated value has an explicit width); the table
 // compares them with `usize` lengths, which hold any `u32` on every supported target.
 const _: () = assert!(usize::BITS >= u32::BITS);
-const _: () = assert!(LOCK_DELAY_MS_MAX <= SESSION_TTL_MS_MAX);
+const _: () = assert!(LOCK_DELAY_MS_MAX.as_millis() <= SESSION_TTL_MS_MAX.as_millis());
 const _: () = assert!(WAITERS_PER_LOCK_MAX <= SESSIONS_MAX);
-const _: () = assert!(TOKEN_MAX <= i64::MAX as u64);
+const _: () = assert!(TOKEN_MAX.get() <= i64::MAX as u64);
 const _: () = assert!(OPEN_KEY_BYTES_MIN >= 16 && OPEN_KEY_BYTES_MIN <= OPEN_KEY_BYTES_MAX);
 
 /// The limits one lock table enforces. Every field must be at most its ceiling above.
 ///
 /// Replicated (in the log's `SetLimits` and in every snapshot), so every field has an explicit
-/// width; the JSON form is the same as when the counts were `usize`.
+/// width (the durations are [`DurationMs`], the token a [`Token`], each a `u64` stored as its
+/// bare number); the JSON form is the same as when the counts were `usize`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Limits {
     pub lock_name_bytes_max: u32,
-    pub session_ttl_ms_min: u64,
-    pub session_ttl_ms_max: u64,
+    pub session_ttl_ms_min: DurationMs,
+    pub session_ttl_ms_max: DurationMs,
     pub sessions_max: u32,
     pub locks_max: u32,
     pub waiters_per_lock_max: u32,
     /// After a holder's session expires, its locks are not granted again for this long.
-    pub lock_delay_ms: u64,
+    pub lock_delay_ms: DurationMs,
     /// The last token the table may grant for any lock; normally [`TOKEN_MAX`].
-    pub token_max: u64,
+    pub token_max: Token,
 }
 
 impl Default for Limits {
@@ -101,7 +104,7 @@ impl Limits {
         sessions_max: ceiling(SESSIONS_MAX),
         locks_max: ceiling(LOCKS_MAX),
         waiters_per_lock_max: ceiling(WAITERS_PER_LOCK_MAX),
-        lock_delay_ms: 0,
+        lock_delay_ms: DurationMs::ZERO,
         token_max: TOKEN_MAX,
     };
 }
@@ -126,7 +129,8 @@ impl Limits {
                 "lock_name_bytes_max must be in 1..=256",
             ),
             (
-                self.session_ttl_ms_min >= 1 && self.session_ttl_ms_min <= self.session_ttl_ms_max,
+                self.session_ttl_ms_min >= DurationMs::from_millis(1)
+                    && self.session_ttl_ms_min <= self.session_ttl_ms_max,
                 "session_ttl_ms_min must be at least 1 and at most session_ttl_ms_max",
             ),
             (

@@ -19,7 +19,7 @@ use crate::types::*;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Session {
-    ttl_ms: u64,
+    ttl_ms: DurationMs,
     expires_at_ms: TimeMs,
     /// The request id of a [`Command::OpenSessionByRequestId`] that opened it, if one did.
     open_request_id: Option<RequestId>,
@@ -125,9 +125,9 @@ impl LockTable {
         }
         LockTable {
             limits,
-            now_ms: 0,
-            last_token: 0,
-            last_session: 0,
+            now_ms: TimeMs::ZERO,
+            last_token: Token::ZERO,
+            last_session: SessionId::new(0),
             sessions: BTreeMap::new(),
             locks: BTreeMap::new(),
             open_requests: BTreeMap::new(),
@@ -280,7 +280,11 @@ impl LockTable {
 
     // ----- sessions -----
 
-    fn open_session_with_key(&mut self, key: OpenKey, ttl_ms: u64) -> Result<Reply, CoreError> {
+    fn open_session_with_key(
+        &mut self,
+        key: OpenKey,
+        ttl_ms: DurationMs,
+    ) -> Result<Reply, CoreError> {
         match self.open_keys.get(&key) {
             Some(&id) => Ok(self.opened(id)),
             None => self.open_session(Opener::Key(key), ttl_ms),
@@ -298,7 +302,7 @@ impl LockTable {
     }
 
     /// Opens a new session; the caller has checked that `opener` is not a retry.
-    fn open_session(&mut self, opener: Opener, ttl_ms: u64) -> Result<Reply, CoreError> {
+    fn open_session(&mut self, opener: Opener, ttl_ms: DurationMs) -> Result<Reply, CoreError> {
         let (ttl_ms_min, ttl_ms_max) = (
             self.limits.session_ttl_ms_min,
             self.limits.session_ttl_ms_max,
@@ -315,7 +319,7 @@ impl LockTable {
                 sessions_max: self.limits.sessions_max,
             });
         }
-        self.last_session += 1;
+        self.last_session = self.last_session.next();
         let id = self.last_session;
         let expires_at_ms = self.now_ms.saturating_add(ttl_ms);
         let (open_request_id, open_key) = match opener {
@@ -518,7 +522,7 @@ impl LockTable {
             Lock {
                 holder: None,
                 waiters: VecDeque::new(),
-                last_token: remembered.unwrap_or(0),
+                last_token: remembered.unwrap_or(Token::ZERO),
                 available_at_ms: None,
             },
         );
@@ -646,7 +650,7 @@ impl LockTable {
             self.last_token < self.limits.token_max,
             "grant past the token limit"
         );
-        let token = self.last_token + 1;
+        let token = self.last_token.next();
         // Invariant 1, where the token is produced: above every token this lock ever had.
         assert!(
             token > l.last_token && token > self.last_token,
@@ -686,7 +690,7 @@ impl LockTable {
             grant.session, id,
             "lock freed by a session that does not hold it"
         );
-        if cause == ReleaseCause::SessionExpired && self.limits.lock_delay_ms > 0 {
+        if cause == ReleaseCause::SessionExpired && !self.limits.lock_delay_ms.is_zero() {
             let until = self.now_ms.saturating_add(self.limits.lock_delay_ms);
             l.available_at_ms = Some(until);
             self.delay_deadlines.insert((until, lock.to_string()));
@@ -787,7 +791,7 @@ impl LockTable {
             return;
         }
         let forgotten = self.locks.remove(lock).expect("checked above");
-        if forgotten.last_token == 0 {
+        if forgotten.last_token == Token::ZERO {
             return;
         }
         self.unforget(lock);
@@ -815,7 +819,7 @@ impl LockTable {
     /// recently forgotten locks; `None` if neither knows (never granted, or forgotten long ago).
     pub fn last_token_of(&self, lock: &str) -> Option<Token> {
         match self.locks.get(lock) {
-            Some(l) => Some(l.last_token).filter(|t| *t > 0),
+            Some(l) => Some(l.last_token).filter(|t| *t > Token::ZERO),
             None => self.forgotten.get(lock).map(|(_, token)| *token),
         }
     }

@@ -8,14 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::limits::{LockNameError, OpenKeyError};
 
-/// A session's id. Assigned by the table from a counter; never reused.
-pub type SessionId = u64;
-/// A fencing token. Strictly increasing across every grant of a lock; never reused.
-pub type Token = u64;
-/// A client-chosen id that makes a retried command return its first outcome.
-pub type RequestId = u64;
-/// Time on the table's clock, in milliseconds. Supplied by the caller; never read from a clock.
-pub type TimeMs = u64;
+pub use crate::ids::{RequestId, SessionId, Token};
+pub use crate::time::{DurationMs, TimeMs};
 
 /// A client's random key for opening one session: a retried open with the same key, while the
 /// session it opened lives, returns that session instead of opening another.
@@ -94,8 +88,8 @@ impl std::fmt::Display for Input {
 pub enum Wait {
     /// Grant now or fail with [`CoreError::Busy`].
     Try,
-    /// Queue for at most this many milliseconds.
-    ForMs(u64),
+    /// Queue for at most this long.
+    ForMs(DurationMs),
     /// Queue until granted or the session ends.
     Forever,
 }
@@ -115,7 +109,7 @@ pub enum Command {
     #[serde(rename = "OpenSessionWithKey")]
     OpenSession {
         open_key: Option<OpenKey>,
-        ttl_ms: u64,
+        ttl_ms: DurationMs,
     },
     /// The open of versions before open keys, as their log entries spell it: deduplicated by
     /// `request_id` across every client, so two clients sending the same id shared a session.
@@ -124,7 +118,10 @@ pub enum Command {
     /// into exactly the sessions it produced then (same ids, same sharing); the server never
     /// builds it from a request.
     #[serde(rename = "OpenSession")]
-    OpenSessionByRequestId { request_id: RequestId, ttl_ms: u64 },
+    OpenSessionByRequestId {
+        request_id: RequestId,
+        ttl_ms: DurationMs,
+    },
     /// Renew a session's lease for another full TTL.
     KeepAlive { session: SessionId },
     /// End a session: release its locks and withdraw its waits.
@@ -158,7 +155,7 @@ pub enum Command {
 pub enum Reply {
     SessionOpened {
         session: SessionId,
-        ttl_ms: u64,
+        ttl_ms: DurationMs,
         expires_at_ms: TimeMs,
     },
     KeptAlive {
@@ -201,12 +198,15 @@ pub enum CoreError {
     SessionNotFound { session: SessionId },
     #[error("ttl {ttl_ms} ms is outside the allowed range {ttl_ms_min}..={ttl_ms_max} ms")]
     TtlOutOfRange {
-        ttl_ms: u64,
-        ttl_ms_min: u64,
-        ttl_ms_max: u64,
+        ttl_ms: DurationMs,
+        ttl_ms_min: DurationMs,
+        ttl_ms_max: DurationMs,
     },
     #[error("wait {wait_ms} ms is above the limit of {wait_ms_max} ms")]
-    WaitOutOfRange { wait_ms: u64, wait_ms_max: u64 },
+    WaitOutOfRange {
+        wait_ms: DurationMs,
+        wait_ms_max: DurationMs,
+    },
     #[error("invalid lock name: {0}")]
     InvalidLockName(LockNameError),
     #[error("invalid open key: {0}")]
@@ -363,15 +363,17 @@ impl CoreError {
     pub fn examples() -> Vec<CoreError> {
         use crate::limits::{LockNameError, OpenKeyError};
         vec![
-            CoreError::SessionNotFound { session: 7 },
+            CoreError::SessionNotFound {
+                session: SessionId::new(7),
+            },
             CoreError::TtlOutOfRange {
-                ttl_ms: 10,
-                ttl_ms_min: 1_000,
-                ttl_ms_max: 600_000,
+                ttl_ms: DurationMs::from_millis(10),
+                ttl_ms_min: DurationMs::from_millis(1_000),
+                ttl_ms_max: DurationMs::from_millis(600_000),
             },
             CoreError::WaitOutOfRange {
-                wait_ms: 99_000_000,
-                wait_ms_max: 3_600_000,
+                wait_ms: DurationMs::from_millis(99_000_000),
+                wait_ms_max: DurationMs::from_millis(3_600_000),
             },
             CoreError::InvalidLockName(LockNameError::Empty),
             CoreError::InvalidLockName(LockNameError::TooLong {
@@ -394,24 +396,24 @@ impl CoreError {
             },
             CoreError::Busy {
                 lock: "jobs/nightly".into(),
-                holder_session: Some(3),
-                holder_token: Some(42),
+                holder_session: Some(SessionId::new(3)),
+                holder_token: Some(Token::new(42)),
                 available_at_ms: None,
             },
             CoreError::Busy {
                 lock: "jobs/nightly".into(),
                 holder_session: None,
                 holder_token: None,
-                available_at_ms: Some(5_000),
+                available_at_ms: Some(TimeMs::from_millis(5_000)),
             },
             CoreError::NotHolder {
                 lock: "a".into(),
-                session: 3,
-                holder_session: Some(9),
+                session: SessionId::new(3),
+                holder_session: Some(SessionId::new(9)),
             },
             CoreError::NotHolder {
                 lock: "a".into(),
-                session: 3,
+                session: SessionId::new(3),
                 holder_session: None,
             },
             CoreError::TokensExhausted { lock: "a".into() },
@@ -419,7 +421,9 @@ impl CoreError {
             CoreError::InvalidLimits {
                 message: "sessions_max is 0".into(),
             },
-            CoreError::RequestIdConflict { request_id: 11 },
+            CoreError::RequestIdConflict {
+                request_id: RequestId::new(11),
+            },
         ]
     }
 }
@@ -568,7 +572,7 @@ pub struct LockStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionStatus {
     pub session: SessionId,
-    pub ttl_ms: u64,
+    pub ttl_ms: DurationMs,
     pub expires_at_ms: TimeMs,
     pub held: Vec<String>,
     pub waiting: Vec<String>,

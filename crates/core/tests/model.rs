@@ -17,10 +17,15 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use palisade_core::limits::{LockNameError, REQUEST_IDS_PER_SESSION_MAX, TOKEN_MAX, WAIT_MS_MAX};
 use palisade_core::{
-    Command, CoreError, Event, Input, Limits, LockTable, OpenKey, Output, ReleaseCause, Reply,
-    RequestId, SessionId, TimeMs, Token, Wait, WaitEndCause,
+    Command, CoreError, DurationMs, Event, Input, Limits, LockTable, OpenKey, Output, ReleaseCause,
+    Reply, RequestId, SessionId, TimeMs, Token, Wait, WaitEndCause,
 };
 use proptest::prelude::*;
+
+/// `span` after `at`. The model's times stay far from the end of time, so it never saturates.
+fn after(at: TimeMs, span: DurationMs) -> TimeMs {
+    at.checked_add(span).expect("model times stay small")
+}
 
 // ---------------------------------------------------------------------------------------------
 // The reference model.
@@ -29,7 +34,7 @@ use proptest::prelude::*;
 #[derive(Debug, Clone)]
 struct MSession {
     id: SessionId,
-    ttl_ms: u64,
+    ttl_ms: DurationMs,
     expires_at_ms: TimeMs,
     /// What opened it, if a retry of that open may find it: an open key, or the request id of
     /// an older version's open (deduplicated across every client).
@@ -92,9 +97,9 @@ impl Model {
     fn new(limits: Limits) -> Self {
         Model {
             limits,
-            now_ms: 0,
-            last_token: 0,
-            last_session: 0,
+            now_ms: TimeMs::ZERO,
+            last_token: Token::ZERO,
+            last_session: SessionId::new(0),
             sessions: Vec::new(),
             locks: Vec::new(),
         }
@@ -144,7 +149,7 @@ impl Model {
                 Some(_) => {
                     let now = self.now_ms;
                     let s = self.session_mut(session).unwrap();
-                    s.expires_at_ms = now + s.ttl_ms;
+                    s.expires_at_ms = after(now, s.ttl_ms);
                     Ok(Reply::KeptAlive {
                         session,
                         expires_at_ms: s.expires_at_ms,
@@ -182,8 +187,8 @@ impl Model {
                 let now = self.now_ms;
                 let mut extended = 0;
                 for s in &mut self.sessions {
-                    if now + s.ttl_ms > s.expires_at_ms {
-                        s.expires_at_ms = now + s.ttl_ms;
+                    if after(now, s.ttl_ms) > s.expires_at_ms {
+                        s.expires_at_ms = after(now, s.ttl_ms);
                         extended += 1;
                     }
                 }
@@ -240,7 +245,7 @@ impl Model {
 
     /// A live session opened by the same key (or older version's request id) is returned as it
     /// is; otherwise, and always without a key, a new session opens.
-    fn open(&mut self, opened_by: Option<Opener>, ttl_ms: u64) -> Result<Reply, CoreError> {
+    fn open(&mut self, opened_by: Option<Opener>, ttl_ms: DurationMs) -> Result<Reply, CoreError> {
         if let Some(s) = self
             .sessions
             .iter()
@@ -268,11 +273,11 @@ impl Model {
                 sessions_max: self.limits.sessions_max,
             });
         }
-        self.last_session += 1;
+        self.last_session = SessionId::new(self.last_session.get() + 1);
         let session = MSession {
             id: self.last_session,
             ttl_ms,
-            expires_at_ms: self.now_ms + ttl_ms,
+            expires_at_ms: after(self.now_ms, ttl_ms),
             opened_by,
             recent: Vec::new(),
         };
@@ -331,7 +336,7 @@ impl Model {
                     wait_ms_max: WAIT_MS_MAX,
                 });
             }
-            Wait::ForMs(ms) => Some(self.now_ms + ms),
+            Wait::ForMs(ms) => Some(after(self.now_ms, ms)),
             _ => None,
         };
         let granted = |token| {
@@ -358,7 +363,7 @@ impl Model {
                 holder: None,
                 waiters: Vec::new(),
                 available_at_ms: None,
-                last_token: 0,
+                last_token: Token::ZERO,
             });
             return granted(self.grant(name, session, request_id, events));
         };
@@ -478,8 +483,8 @@ impl Model {
         let delay = self.limits.lock_delay_ms;
         let l = self.lock_mut(name).unwrap();
         let (session, token) = l.holder.take().unwrap();
-        if cause == ReleaseCause::SessionExpired && delay > 0 {
-            l.available_at_ms = Some(now + delay);
+        if cause == ReleaseCause::SessionExpired && delay > DurationMs::ZERO {
+            l.available_at_ms = Some(after(now, delay));
         }
         events.push(Event::Released {
             lock: name.to_string(),
@@ -539,7 +544,7 @@ impl Model {
         events: &mut Vec<Event>,
     ) -> Token {
         assert!(self.last_token < self.limits.token_max);
-        self.last_token += 1;
+        self.last_token = Token::new(self.last_token.get() + 1);
         let token = self.last_token;
         let l = self.lock_mut(name).unwrap();
         l.holder = Some((session, token));
@@ -651,7 +656,7 @@ impl Checker {
                 } => {
                     assert!(self.grants.contains(&(*session, lock.clone(), *token)));
                     if *cause == ReleaseCause::SessionExpired {
-                        let until = self.expiry[session] + limits.lock_delay_ms;
+                        let until = after(self.expiry[session], limits.lock_delay_ms);
                         self.delay_until.insert(lock.clone(), until);
                     }
                 }
@@ -756,7 +761,7 @@ impl Checker {
                     );
                     assert!(s.expires_at_ms >= self.expiry[&id], "lease shortened");
                     if *command == Command::LeaderStart {
-                        assert!(s.expires_at_ms >= now + s.ttl_ms);
+                        assert!(s.expires_at_ms >= after(now, s.ttl_ms));
                     }
                     self.expiry.insert(id, s.expires_at_ms);
                 }
@@ -852,8 +857,8 @@ fn key_choice() -> impl Strategy<Value = KeyChoice> {
 fn wait() -> impl Strategy<Value = Wait> {
     prop_oneof![
         2 => Just(Wait::Try),
-        3 => (0u64..1_500).prop_map(Wait::ForMs),
-        1 => Just(Wait::ForMs(WAIT_MS_MAX + 1)),
+        3 => (0u64..1_500).prop_map(|ms| Wait::ForMs(DurationMs::from_millis(ms))),
+        1 => Just(Wait::ForMs(DurationMs::from_millis(WAIT_MS_MAX.as_millis() + 1))),
         3 => Just(Wait::Forever),
     ]
 }
@@ -910,9 +915,13 @@ struct Setup {
 
 fn limits_of(setup: Setup) -> Limits {
     let mut limits = Limits {
-        session_ttl_ms_min: 1_000,
-        lock_delay_ms: if setup.lock_delay { 500 } else { 0 },
-        token_max: if setup.few_tokens { 8 } else { TOKEN_MAX },
+        session_ttl_ms_min: DurationMs::from_millis(1_000),
+        lock_delay_ms: DurationMs::from_millis(if setup.lock_delay { 500 } else { 0 }),
+        token_max: if setup.few_tokens {
+            Token::new(8)
+        } else {
+            TOKEN_MAX
+        },
         ..Limits::default()
     };
     if setup.small {
@@ -920,7 +929,7 @@ fn limits_of(setup: Setup) -> Limits {
         limits.waiters_per_lock_max = 3;
         limits.locks_max = 3;
         limits.lock_name_bytes_max = 8;
-        limits.session_ttl_ms_max = 3_000;
+        limits.session_ttl_ms_max = DurationMs::from_millis(3_000);
     }
     limits
 }
@@ -937,7 +946,7 @@ struct Driver {
     next_open_key: u64,
     request_ids_of: BTreeMap<SessionId, Vec<RequestId>>,
     sent: Vec<Command>,
-    next_request_id: RequestId,
+    next_request_id: u64,
 }
 
 impl Driver {
@@ -948,7 +957,7 @@ impl Driver {
             8 if !self.sessions.is_empty() => {
                 self.sessions[self.sessions.len() - 1 - choice % self.sessions.len().min(6)]
             }
-            _ => 1_000_000,
+            _ => SessionId::new(1_000_000),
         }
     }
 
@@ -957,7 +966,7 @@ impl Driver {
             ReqId::Reuse(n) if !used.is_empty() => used[used.len() - 1 - n % used.len()],
             _ => {
                 self.next_request_id += 1;
-                self.next_request_id
+                RequestId::new(self.next_request_id)
             }
         }
     }
@@ -1000,13 +1009,15 @@ impl Driver {
             5 => "x".repeat(limits.lock_name_bytes_max as usize + 1),
             _ => "bell\u{7}".to_string(),
         };
-        let ttl_ms = |ttl: u8| match ttl {
-            0 => limits.session_ttl_ms_min - 1,
-            1 => limits.session_ttl_ms_min,
-            2..=4 => 1_500,
-            5..=7 => 2_500,
-            8 => limits.session_ttl_ms_max,
-            _ => limits.session_ttl_ms_max + 1,
+        let ttl_ms = |ttl: u8| {
+            DurationMs::from_millis(match ttl {
+                0 => limits.session_ttl_ms_min.as_millis() - 1,
+                1 => limits.session_ttl_ms_min.as_millis(),
+                2..=4 => 1_500,
+                5..=7 => 2_500,
+                8 => limits.session_ttl_ms_max.as_millis(),
+                _ => limits.session_ttl_ms_max.as_millis() + 1,
+            })
         };
         let command = match *op {
             Op::Open { key, ttl } => Command::OpenSession {
@@ -1109,7 +1120,7 @@ fn run(setup: Setup, steps: &[Step]) {
     let mut model = Model::new(limits);
     let mut checker = Checker::default();
     let mut driver = Driver::default();
-    let mut now: TimeMs = 0;
+    let mut now: u64 = 0;
     for step in steps {
         now += step.advance_ms;
         if let Op::Restart = step.op {
@@ -1122,7 +1133,7 @@ fn run(setup: Setup, steps: &[Step]) {
         let Some(command) = driver.command(&step.op, &limits) else {
             continue;
         };
-        let now_ms = step.behind_ms.map_or(now, |b| now.saturating_sub(b));
+        let now_ms = TimeMs::from_millis(step.behind_ms.map_or(now, |b| now.saturating_sub(b)));
         let input = Input {
             now_ms,
             command: command.clone(),

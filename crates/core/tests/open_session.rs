@@ -7,17 +7,21 @@
 
 use palisade_core::limits::{OPEN_KEY_BYTES_MAX, OPEN_KEY_BYTES_MIN, OpenKeyError};
 use palisade_core::{
-    Command, CoreError, Input, Limits, LockTable, OpenKey, Output, Reply, SessionId, Wait,
+    Command, CoreError, DurationMs, Input, Limits, LockTable, OpenKey, Output, Reply, RequestId,
+    SessionId, TimeMs, Token, Wait,
 };
 
-const TTL_MS: u64 = 10_000;
+const TTL_MS: DurationMs = DurationMs::from_millis(10_000);
 
 /// A lock table as a version before open keys left it in its snapshot: session 1 (opened with
 /// request id 0) holds `jobs/nightly` with token 1, session 2 (request id 7) waits for it.
 const SNAPSHOT_BEFORE_OPEN_KEYS: &str = r#"{"limits":{"lock_name_bytes_max":256,"session_ttl_ms_min":1000,"session_ttl_ms_max":86400000,"sessions_max":50000,"locks_max":1000000,"waiters_per_lock_max":10000,"lock_delay_ms":0,"token_max":9223372036854775807},"now_ms":1300,"last_token":1,"last_session":2,"sessions":{"1":{"ttl_ms":10000,"expires_at_ms":11000,"open_request_id":0,"held":["jobs/nightly"],"waiting":[],"recent":[{"request_id":3,"kind":"Acquire","lock":"jobs/nightly","result":{"Ok":{"Granted":{"lock":"jobs/nightly","session":1,"token":1}}}}]},"2":{"ttl_ms":10000,"expires_at_ms":11100,"open_request_id":7,"held":[],"waiting":["jobs/nightly"],"recent":[{"request_id":4,"kind":"Acquire","lock":"jobs/nightly","result":{"Ok":{"Queued":{"lock":"jobs/nightly","session":2,"position":0}}}}]}},"locks":{"jobs/nightly":{"holder":{"session":1,"token":1,"granted_at_ms":1200,"request_id":3},"waiters":[{"session":2,"request_id":4,"deadline_ms":null}],"last_token":1,"available_at_ms":null}},"open_requests":{"0":1,"7":2},"session_deadlines":[[11000,1],[11100,2]],"wait_deadlines":[],"delay_deadlines":[],"forgotten":{},"forgotten_order":{},"last_forgotten":0}"#;
 
 fn apply(table: &mut LockTable, now_ms: u64, command: Command) -> Output {
-    let output = table.apply(Input { now_ms, command });
+    let output = table.apply(Input {
+        now_ms: TimeMs::from_millis(now_ms),
+        command,
+    });
     table.check_consistency();
     output
 }
@@ -37,7 +41,7 @@ fn try_acquire(session: SessionId, request_id: u64) -> Command {
     Command::Acquire {
         session,
         lock: "jobs/nightly".into(),
-        request_id,
+        request_id: RequestId::new(request_id),
         wait: Wait::Try,
     }
 }
@@ -94,7 +98,7 @@ fn an_open_retried_with_the_same_key_returns_the_same_session_unchanged() {
         500,
         Command::OpenSession {
             open_key: Some(key(1)),
-            ttl_ms: 2 * TTL_MS,
+            ttl_ms: DurationMs::from_millis(2 * TTL_MS.as_millis()),
         },
     );
     assert_eq!(
@@ -107,7 +111,8 @@ fn an_open_retried_with_the_same_key_returns_the_same_session_unchanged() {
     let other = open(&mut table, 600, Some(key(2)));
     let keyless = open(&mut table, 600, None);
     assert_eq!(table.session_count(), 3);
-    assert!(other != keyless && other != 1 && keyless != 1);
+    let first = SessionId::new(1);
+    assert!(other != keyless && other != first && keyless != first);
 }
 
 #[test]
@@ -137,13 +142,13 @@ fn a_key_whose_session_was_closed_or_expired_opens_a_new_session_not_the_old_one
 
     // Phase 3: the same after an expiry instead of a close.
     let expiring = open(&mut table, 5, Some(key(2)));
-    let later = 5 + TTL_MS + 1;
+    let later = 5 + TTL_MS.as_millis() + 1;
     let renewed = open(&mut table, later, Some(key(2)));
     assert_ne!(renewed, expiring);
     assert!(table.session_status(expiring).is_none());
     assert_eq!(
         table.session_status(renewed).unwrap().expires_at_ms,
-        later + TTL_MS
+        TimeMs::from_millis(later).saturating_add(TTL_MS)
     );
 }
 
@@ -171,7 +176,7 @@ fn open_keys_that_cannot_be_random_are_refused() {
         |hex: &str| format!(r#"{{"OpenSessionWithKey":{{"open_key":"{hex}","ttl_ms":1000}}}}"#);
     let logged = Command::OpenSession {
         open_key: Some(OpenKey::new(&shortest).unwrap()),
-        ttl_ms: 1000,
+        ttl_ms: DurationMs::from_millis(1000),
     };
     let hex = "0102030405060708090a0b0c0d0e0f10";
     assert_eq!(serde_json::to_string(&logged).unwrap(), entry(hex));
@@ -209,13 +214,16 @@ fn a_snapshot_written_before_open_keys_loads_with_its_sessions_and_grant() {
         serde_json::from_str(SNAPSHOT_BEFORE_OPEN_KEYS).expect("an older snapshot loads");
     table.check_consistency();
     let status = table.lock_status("jobs/nightly").unwrap();
-    assert_eq!(status.holder.map(|g| (g.session, g.token)), Some((1, 1)));
-    assert_eq!(status.waiters, vec![2]);
+    assert_eq!(
+        status.holder.map(|g| (g.session, g.token)),
+        Some((SessionId::new(1), Token::new(1)))
+    );
+    assert_eq!(status.waiters, vec![SessionId::new(2)]);
 
     // New opens, with and without a key, take new ids and never one of the old sessions.
     let keyless = open(&mut table, 1_400, None);
     let keyed = open(&mut table, 1_400, Some(key(1)));
-    assert_eq!((keyless, keyed), (3, 4));
+    assert_eq!((keyless, keyed), (SessionId::new(3), SessionId::new(4)));
     let refused = apply(&mut table, 1_500, try_acquire(keyless, 9)).result;
     assert!(
         matches!(refused, Err(CoreError::Busy { .. })),
@@ -237,8 +245,8 @@ fn a_log_entry_written_before_open_keys_replays_as_it_was_first_applied() {
     assert_eq!(
         command,
         Command::OpenSessionByRequestId {
-            request_id: 0,
-            ttl_ms: 10_000
+            request_id: RequestId::new(0),
+            ttl_ms: DurationMs::from_millis(10_000)
         }
     );
     assert_eq!(serde_json::to_string(&command).unwrap(), logged);
@@ -249,9 +257,9 @@ fn a_log_entry_written_before_open_keys_replays_as_it_was_first_applied() {
     assert_eq!(
         replayed,
         Ok(Reply::SessionOpened {
-            session: 1,
-            ttl_ms: 10_000,
-            expires_at_ms: 11_000
+            session: SessionId::new(1),
+            ttl_ms: DurationMs::from_millis(10_000),
+            expires_at_ms: TimeMs::from_millis(11_000)
         })
     );
     assert_eq!(table.session_count(), 2);
@@ -259,7 +267,7 @@ fn a_log_entry_written_before_open_keys_replays_as_it_was_first_applied() {
     // The open of this version is spelled differently, so no version mistakes one for the other.
     let current = Command::OpenSession {
         open_key: None,
-        ttl_ms: 10_000,
+        ttl_ms: DurationMs::from_millis(10_000),
     };
     let json = serde_json::to_string(&current).unwrap();
     assert!(json.starts_with(r#"{"OpenSessionWithKey":"#), "{json}");

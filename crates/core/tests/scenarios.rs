@@ -4,8 +4,8 @@
 //! server would, and checks the replies and events a client would observe.
 
 use palisade_core::{
-    Command, CoreError, Event, Input, Limits, LockTable, Output, ReleaseCause, Reply, SessionId,
-    Token, Wait, WaitEndCause,
+    Command, CoreError, DurationMs, Event, Input, Limits, LockTable, Output, ReleaseCause, Reply,
+    RequestId, SessionId, TimeMs, Token, Wait, WaitEndCause,
 };
 
 const TTL_MS: u64 = 1_000;
@@ -30,7 +30,10 @@ impl Story {
     }
 
     fn apply(&mut self, now_ms: u64, command: Command) -> Output {
-        let output = self.table.apply(Input { now_ms, command });
+        let output = self.table.apply(Input {
+            now_ms: TimeMs::from_millis(now_ms),
+            command,
+        });
         self.table.check_consistency();
         output
     }
@@ -38,7 +41,7 @@ impl Story {
     fn open(&mut self, now_ms: u64, ttl_ms: u64) -> SessionId {
         let command = Command::OpenSession {
             open_key: None,
-            ttl_ms,
+            ttl_ms: DurationMs::from_millis(ttl_ms),
         };
         match self.apply(now_ms, command).result {
             Ok(Reply::SessionOpened { session, .. }) => session,
@@ -59,7 +62,7 @@ impl Story {
             Command::Acquire {
                 session,
                 lock: lock.to_string(),
-                request_id,
+                request_id: RequestId::new(request_id),
                 wait,
             },
         )
@@ -90,7 +93,7 @@ impl Story {
             Command::Release {
                 session,
                 lock: lock.to_string(),
-                request_id,
+                request_id: RequestId::new(request_id),
             },
         )
     }
@@ -149,7 +152,7 @@ fn a_waiter_whose_session_expires_is_never_granted() {
     assert!(out.events.contains(&Event::WaitEnded {
         lock: "jobs/nightly".into(),
         session: b,
-        request_id: 60,
+        request_id: RequestId::new(60),
         cause: WaitEndCause::SessionEnded,
     }));
     assert!(granted_events(&out.events).is_empty());
@@ -203,7 +206,7 @@ fn a_waiter_past_its_deadline_is_not_granted_when_time_jumps() {
     let b = story.open(0, 10 * TTL_MS);
     let c = story.open(0, 10 * TTL_MS);
     story.take(0, a, "l");
-    story.acquire(0, b, "l", Wait::ForMs(100));
+    story.acquire(0, b, "l", Wait::ForMs(DurationMs::from_millis(100)));
     story.acquire(0, c, "l", Wait::Forever);
 
     // Phase 2: time jumps past b's deadline and then past a's lease.
@@ -307,7 +310,7 @@ fn a_retried_acquire_sees_the_grant_it_queued_for() {
 fn lock_delay_holds_the_lock_after_the_holder_expires_but_not_after_a_clean_release() {
     let lock_delay_ms = 500;
     let mut story = Story::new(Limits {
-        lock_delay_ms,
+        lock_delay_ms: DurationMs::from_millis(lock_delay_ms),
         ..Limits::default()
     });
 
@@ -333,7 +336,7 @@ fn lock_delay_holds_the_lock_after_the_holder_expires_but_not_after_a_clean_rele
     assert!(matches!(
         busy,
         Err(CoreError::Busy { holder_session: None, available_at_ms: Some(at), .. })
-            if at == TTL_MS + lock_delay_ms
+            if at == TimeMs::from_millis(TTL_MS + lock_delay_ms)
     ));
 
     // Phase 3: when the delay ends, the waiter is granted.
@@ -401,7 +404,10 @@ fn leader_start_extends_every_lease_and_never_shortens_one() {
     );
 
     // Then: every lease runs a full TTL from the leader's start.
-    let expiry = |story: &Story, s| story.table.session_status(s).unwrap().expires_at_ms;
+    let expiry = |story: &Story, s| {
+        let status = story.table.session_status(s).unwrap();
+        status.expires_at_ms.as_millis()
+    };
     assert_eq!(expiry(&story, short), 1_500 + TTL_MS);
     assert_eq!(expiry(&story, long), 1_500 + 5 * TTL_MS);
 
@@ -416,7 +422,7 @@ fn leader_start_extends_every_lease_and_never_shortens_one() {
 #[test]
 fn at_the_token_limit_grants_are_refused_never_wrapped() {
     let mut story = Story::new(Limits {
-        token_max: 3,
+        token_max: Token::new(3),
         ..Limits::default()
     });
     let a = story.open(0, TTL_MS);
@@ -428,7 +434,7 @@ fn at_the_token_limit_grants_are_refused_never_wrapped() {
             story.take(0, a, &lock)
         })
         .collect();
-    assert_eq!(tokens, vec![1, 2, 3]);
+    assert_eq!(tokens, [1, 2, 3].map(Token::new));
 
     // Phase 2: the next grant is refused, and the lock is not left behind.
     let refused = story.acquire(0, a, "l9", Wait::Try).result;
@@ -440,7 +446,7 @@ fn at_the_token_limit_grants_are_refused_never_wrapped() {
 
     // A holder re-acquiring still sees its own token.
     let again = story.acquire(0, a, "l2", Wait::Try).result;
-    assert!(matches!(again, Ok(Reply::Granted { token: 3, .. })));
+    assert!(matches!(again, Ok(Reply::Granted { token, .. }) if token == Token::new(3)));
 }
 
 #[test]

@@ -6,7 +6,10 @@
 //! The forms below were written by the version whose counts and limits were `usize`.
 
 use palisade_core::limits::{LockNameError, OpenKeyError};
-use palisade_core::{Command, CoreError, Input, Limits, LockTable, Reply, Wait};
+use palisade_core::{
+    Command, CoreError, DurationMs, Input, Limits, LockTable, Reply, RequestId, SessionId, TimeMs,
+    Token, Wait,
+};
 
 /// A snapshot: limits of their own; session 1 holds `jobs/a` and session 2 waits for it; session
 /// 3 holds `jobs/b` and `jobs/c`, and remembers a refused wait (too many waiters) and a refused
@@ -19,13 +22,13 @@ const SET_LIMITS_ENTRY: &str = r#"{"now_ms":5,"command":{"SetLimits":{"limits":{
 fn limits() -> Limits {
     Limits {
         lock_name_bytes_max: 32,
-        session_ttl_ms_min: 1_000,
-        session_ttl_ms_max: 600_000,
+        session_ttl_ms_min: DurationMs::from_millis(1_000),
+        session_ttl_ms_max: DurationMs::from_millis(600_000),
         sessions_max: 4,
         locks_max: 3,
         waiters_per_lock_max: 1,
-        lock_delay_ms: 500,
-        token_max: 1_000,
+        lock_delay_ms: DurationMs::from_millis(500),
+        token_max: Token::new(1_000),
     }
 }
 
@@ -38,11 +41,11 @@ fn a_stored_snapshot_loads_answers_retries_as_before_and_is_written_the_same() {
 
     // The remembered outcomes come back as they were first given.
     let retry = |session, lock: &str, request_id, wait| Input {
-        now_ms: 30,
+        now_ms: TimeMs::from_millis(30),
         command: Command::Acquire {
-            session,
+            session: SessionId::new(session),
             lock: lock.into(),
-            request_id,
+            request_id: RequestId::new(request_id),
             wait,
         },
     };
@@ -51,12 +54,17 @@ fn a_stored_snapshot_loads_answers_retries_as_before_and_is_written_the_same() {
         queued,
         Ok(Reply::Queued {
             lock: "jobs/a".into(),
-            session: 2,
+            session: SessionId::new(2),
             position: 0
         })
     );
     let too_many_waiters = table
-        .apply(retry(3, "jobs/a", 31, Wait::ForMs(5_000)))
+        .apply(retry(
+            3,
+            "jobs/a",
+            31,
+            Wait::ForMs(DurationMs::from_millis(5_000)),
+        ))
         .result;
     assert_eq!(
         too_many_waiters,
@@ -79,7 +87,7 @@ fn a_stored_log_entry_that_sets_limits_replays_and_is_written_the_same() {
     assert_eq!(
         entry,
         Input {
-            now_ms: 5,
+            now_ms: TimeMs::from_millis(5),
             command: Command::SetLimits { limits: limits() }
         }
     );
@@ -93,7 +101,7 @@ fn stored_replies_and_refusals_with_counts_load_and_are_written_the_same() {
             r#"{"Ok":{"Queued":{"lock":"jobs/a","session":2,"position":0}}}"#,
             Ok(Reply::Queued {
                 lock: "jobs/a".into(),
-                session: 2,
+                session: SessionId::new(2),
                 position: 0,
             }),
         ),

@@ -15,6 +15,7 @@
 
 use std::time::{Duration, Instant};
 
+use palisade_core::{SessionId, Token};
 use palisade_fence::{Verifier, postgres};
 use palisade_sequencer::SigningKey;
 
@@ -40,7 +41,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
     let service = SigningKey::generate();
     let verifier = Verifier::new(service.public_key());
-    let sequencer = service.sign("bench/postgres", 1, 1)?;
+    let sequencer = service.sign("bench/postgres", Token::new(1), SessionId::new(1))?;
     let update = client
         .prepare("UPDATE palisade_bench_reports SET body = $1 WHERE id = 1")
         .await?;

@@ -1,6 +1,7 @@
 //! The one error every fence backend returns, serialisable so an HTTP resource can send it as
 //! JSON with a machine-readable `kind` (invariant 9: explainable rejections).
 
+use palisade_core::{SessionId, Token};
 use palisade_sequencer::SequencerError;
 use serde::{Deserialize, Serialize};
 
@@ -27,10 +28,10 @@ pub enum FenceError {
     )]
     Stale {
         lock: String,
-        presented: u64,
-        accepted: u64,
+        presented: Token,
+        accepted: Token,
         /// The session of the grant that set `accepted`, where the resource stores it.
-        holder_session: Option<u64>,
+        holder_session: Option<SessionId>,
     },
     /// The sequencer is a grant of a different lock than the one protecting this scope.
     #[error(
@@ -70,7 +71,7 @@ pub enum FenceError {
     OutcomeUnknown { message: String },
 }
 
-fn holder_text(holder_session: Option<u64>) -> String {
+fn holder_text(holder_session: Option<SessionId>) -> String {
     match holder_session {
         Some(session) => format!(" (set by session {session})"),
         None => String::new(),

@@ -11,6 +11,7 @@
 //! release builds too), and backends re-assert it where they persist the state.
 
 use palisade_core::limits::TOKEN_MAX;
+use palisade_core::{SessionId, Token};
 use palisade_sequencer::{KeySet, VerifiedSequencer};
 use serde::{Deserialize, Serialize};
 
@@ -25,10 +26,10 @@ pub struct FenceState {
     /// The lock this scope is bound to; sequencers of any other lock are refused.
     pub lock: String,
     /// The highest token accepted, in `1..=TOKEN_MAX`.
-    pub token_max: u64,
+    pub token_max: Token,
     /// The session of the grant that presented `token_max` (the current holder, as far as this
     /// resource knows).
-    pub holder_session: u64,
+    pub holder_session: SessionId,
 }
 
 /// Which lock a scope must be protected by.
@@ -52,7 +53,7 @@ pub fn check(
     sequencer: &VerifiedSequencer,
 ) -> Result<FenceState, FenceError> {
     // A verified sequencer carries a token the service could have issued.
-    assert!((1..=TOKEN_MAX).contains(&sequencer.token()));
+    assert!((Token::FIRST..=TOKEN_MAX).contains(&sequencer.token()));
     if let LockBinding::Expect(expected) = binding
         && sequencer.lock() != expected
     {
@@ -132,7 +133,7 @@ pub fn assert_advance(previous: Option<&FenceState>, next: &FenceState) {
 
 fn assert_state_valid(state: &FenceState) {
     assert!(
-        (1..=TOKEN_MAX).contains(&state.token_max),
+        (Token::FIRST..=TOKEN_MAX).contains(&state.token_max),
         "fence state holds token {} outside 1..=TOKEN_MAX",
         state.token_max
     );
@@ -148,11 +149,11 @@ pub(crate) fn stored_state(
     token_max: i128,
     holder_session: u64,
 ) -> Result<FenceState, FenceError> {
-    match u64::try_from(token_max) {
-        Ok(token_max) if (1..=TOKEN_MAX).contains(&token_max) => Ok(FenceState {
+    match u64::try_from(token_max).map(Token::new) {
+        Ok(token_max) if (Token::FIRST..=TOKEN_MAX).contains(&token_max) => Ok(FenceState {
             lock,
             token_max,
-            holder_session,
+            holder_session: SessionId::new(holder_session),
         }),
         _ => Err(FenceError::Corrupt {
             scope: scope.to_owned(),
@@ -237,7 +238,12 @@ mod tests {
 
     #[test]
     fn a_stored_token_outside_the_range_is_corrupt_and_shown_as_stored() {
-        for bad in [-5_i128, 0, i128::from(TOKEN_MAX) + 1, i128::from(u64::MAX)] {
+        for bad in [
+            -5_i128,
+            0,
+            i128::from(TOKEN_MAX.get()) + 1,
+            i128::from(u64::MAX),
+        ] {
             let refused = stored_state("orders", "jobs".into(), bad, 7).unwrap_err();
             let FenceError::Corrupt { scope, message } = &refused else {
                 panic!("{refused:?}");
@@ -252,8 +258,8 @@ mod tests {
             stored_state("orders", "jobs".into(), 9, 7).unwrap(),
             FenceState {
                 lock: "jobs".into(),
-                token_max: 9,
-                holder_session: 7
+                token_max: Token::new(9),
+                holder_session: SessionId::new(7)
             }
         );
     }

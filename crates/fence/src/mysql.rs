@@ -145,8 +145,8 @@ pub async fn claim_expecting(
         (
             scope.as_bytes(),
             sequencer.lock().as_bytes(),
-            sequencer.token(),
-            sequencer.session(),
+            sequencer.token().get(),
+            sequencer.session().get(),
         ),
     )
     .await
@@ -170,7 +170,11 @@ pub async fn claim_expecting(
     assert_advance(Some(&stored), &next);
     txn.exec_drop(
         ADVANCE_SQL,
-        (next.token_max, next.holder_session, scope.as_bytes()),
+        (
+            next.token_max.get(),
+            next.holder_session.get(),
+            scope.as_bytes(),
+        ),
     )
     .await
     .map_err(storage)?;

@@ -122,8 +122,9 @@ pub async fn claim_expecting(
     validate_scope(scope)?;
     // The binding does not depend on stored state: refuse before touching the database.
     check(None, binding, sequencer)?;
-    let token = i64::try_from(sequencer.token()).expect("verified tokens are at most i64::MAX");
-    let session = sequencer.session() as i64; // bit-for-bit, see module docs
+    let token =
+        i64::try_from(sequencer.token().get()).expect("verified tokens are at most i64::MAX");
+    let session = sequencer.session().get() as i64; // bit-for-bit, see module docs
     // `query_typed_opt` sends parse, bind and execute together: one round trip, no separate
     // prepare, which keeps the fence's cost to a fraction of the caller's own transaction.
     let advanced = txn

@@ -177,8 +177,8 @@ impl Advance {
             .insert(
                 self.scope.as_str(),
                 (
-                    self.next.token_max,
-                    self.next.holder_session,
+                    self.next.token_max.get(),
+                    self.next.holder_session.get(),
                     self.next.lock.as_str(),
                 ),
             )

@@ -55,6 +55,7 @@
 //! scope and the caller's keys a common `{hash tag}`.
 
 use palisade_core::limits::TOKEN_MAX;
+use palisade_core::{SessionId, Token};
 use palisade_sequencer::VerifiedSequencer;
 use redis::aio::ConnectionLike;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
@@ -425,8 +426,8 @@ impl RedisFence {
             [None, None, None] => Ok(None),
             [Some(lock), Some(token), Some(session)] => Ok(Some(FenceState {
                 lock: lock.clone(),
-                token_max: parse_u64(scope, "token", token)?,
-                holder_session: parse_u64(scope, "session", session)?,
+                token_max: Token::new(parse_u64(scope, "token", token)?),
+                holder_session: SessionId::new(parse_u64(scope, "session", session)?),
             })),
             _ => Err(FenceError::Corrupt {
                 scope: scope.to_owned(),
@@ -472,8 +473,8 @@ fn decode_reply(
             Ok(RedisOutcome::Applied(replies))
         }
         "stale" => {
-            let accepted = parse_u64(scope, "token", &text(1)?)?;
-            let holder_session = parse_u64(scope, "session", &text(2)?)?;
+            let accepted = Token::new(parse_u64(scope, "token", &text(1)?)?);
+            let holder_session = SessionId::new(parse_u64(scope, "session", &text(2)?)?);
             if accepted <= sequencer.token() {
                 // Pair of the script's comparison: a stale reply must name a larger token.
                 return Err(FenceError::Corrupt {
@@ -565,7 +566,7 @@ fn parse_u64(scope: &str, field: &str, text: &str) -> Result<u64, FenceError> {
     if value.to_string() != text {
         return Err(corrupt());
     }
-    if field == "token" && !(1..=TOKEN_MAX).contains(&value) {
+    if field == "token" && !(Token::FIRST..=TOKEN_MAX).contains(&Token::new(value)) {
         return Err(corrupt());
     }
     Ok(value)

@@ -91,8 +91,9 @@ pub fn claim_expecting(
     validate_scope(scope)?;
     // The binding does not depend on stored state: refuse before touching the database.
     check(None, binding, sequencer)?;
-    let token = i64::try_from(sequencer.token()).expect("verified tokens are at most i64::MAX");
-    let session = sequencer.session() as i64; // bit-for-bit, see module docs
+    let token =
+        i64::try_from(sequencer.token().get()).expect("verified tokens are at most i64::MAX");
+    let session = sequencer.session().get() as i64; // bit-for-bit, see module docs
     let advanced: Option<i64> = txn
         .query_row(
             ADVANCE_SQL,

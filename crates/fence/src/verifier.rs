@@ -88,6 +88,7 @@ impl Verifier {
 
 #[cfg(test)]
 mod tests {
+    use palisade_core::{SessionId, Token};
     use palisade_sequencer::SigningKey;
 
     use super::*;
@@ -96,11 +97,16 @@ mod tests {
     fn a_remembered_sequencer_does_not_let_an_altered_one_through() {
         let service = SigningKey::generate();
         let verifier = Verifier::new(service.public_key());
-        let honest = service.sign("jobs/a", 5, 1).unwrap();
-        assert_eq!(verifier.verify(Some(honest.as_str())).unwrap().token(), 5);
+        let honest = service
+            .sign("jobs/a", Token::new(5), SessionId::new(1))
+            .unwrap();
         assert_eq!(
             verifier.verify(Some(honest.as_str())).unwrap().token(),
-            5,
+            Token::new(5)
+        );
+        assert_eq!(
+            verifier.verify(Some(honest.as_str())).unwrap().token(),
+            Token::new(5),
             "from memory"
         );
         let altered = honest.as_str().replacen(".5.", ".6.", 1);
@@ -108,7 +114,9 @@ mod tests {
             verifier.verify(Some(&altered)),
             Err(FenceError::Forged { .. })
         ));
-        let foreign = SigningKey::generate().sign("jobs/a", 9, 1).unwrap();
+        let foreign = SigningKey::generate()
+            .sign("jobs/a", Token::new(9), SessionId::new(1))
+            .unwrap();
         assert!(matches!(
             verifier.verify(Some(foreign.as_str())),
             Err(FenceError::Forged { .. })

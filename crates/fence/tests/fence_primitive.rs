@@ -3,13 +3,14 @@
 mod common;
 
 use common::{grant, public_keys};
+use palisade_core::{SessionId, Token};
 use palisade_fence::{FenceError, FenceState, LockBinding, check, verify_presented};
 
 fn state(lock: &str, token_max: u64, holder_session: u64) -> FenceState {
     FenceState {
         lock: lock.into(),
-        token_max,
-        holder_session,
+        token_max: Token::new(token_max),
+        holder_session: SessionId::new(holder_session),
     }
 }
 
@@ -49,9 +50,9 @@ fn a_superseded_holder_is_told_who_superseded_it() {
         err,
         FenceError::Stale {
             lock: "jobs".into(),
-            presented: 5,
-            accepted: 9,
-            holder_session: Some(2)
+            presented: Token::new(5),
+            accepted: Token::new(9),
+            holder_session: Some(SessionId::new(2))
         }
     );
     assert!(err.is_stale() && err.is_rejection() && !err.is_retryable());
@@ -87,9 +88,9 @@ fn another_locks_sequencer_is_refused_whatever_its_token() {
 fn errors_serialise_with_a_machine_readable_kind() {
     let err = FenceError::Stale {
         lock: "jobs".into(),
-        presented: 5,
-        accepted: 9,
-        holder_session: Some(2),
+        presented: Token::new(5),
+        accepted: Token::new(9),
+        holder_session: Some(SessionId::new(2)),
     };
     let json: serde_json::Value = serde_json::to_value(&err).unwrap();
     assert_eq!(json["kind"], "stale");
@@ -122,7 +123,9 @@ fn presented_text_maps_to_missing_malformed_or_forged() {
     assert_eq!(forged.kind(), "forged");
     assert_eq!(forged.http_status(), 403);
     let other_service = palisade_sequencer::SigningKey::from_bytes([14; 32]);
-    let foreign = other_service.sign("jobs", 1 << 62, 1).unwrap();
+    let foreign = other_service
+        .sign("jobs", Token::new(1 << 62), SessionId::new(1))
+        .unwrap();
     let untrusted = verify_presented(Some(foreign.as_str()), &key).unwrap_err();
     assert_eq!(untrusted.kind(), "forged");
     assert!(
@@ -143,8 +146,8 @@ fn every_error_is_exactly_one_of_final_retryable_or_outcome_unknown() {
     let all = [
         FenceError::Stale {
             lock: "jobs".into(),
-            presented: 5,
-            accepted: 9,
+            presented: Token::new(5),
+            accepted: Token::new(9),
             holder_session: None,
         },
         FenceError::WrongLock {

@@ -6,6 +6,7 @@ mod common;
 use std::sync::Arc;
 
 use common::{assert_nondecreasing, forged_text, grant, public_keys, shuffled};
+use palisade_core::{SessionId, Token};
 use palisade_fence::{FenceError, MemoryResource, verify_presented};
 
 #[test]
@@ -29,9 +30,9 @@ fn a_holder_paused_past_its_lease_cannot_overwrite_the_next_holders_data() {
         err,
         FenceError::Stale {
             lock: "report".into(),
-            presented: 1,
-            accepted: 2,
-            holder_session: Some(11)
+            presented: Token::new(1),
+            accepted: Token::new(2),
+            holder_session: Some(SessionId::new(11))
         }
     );
     assert_eq!(resource.read(|value| value.clone()).unwrap(), "final by 2");
@@ -66,7 +67,10 @@ fn a_forged_huge_token_cannot_lock_honest_writers_out() {
     resource
         .write(&grant("report", 6, 2), |value| *value = 6)
         .unwrap();
-    assert_eq!(resource.fence_state().unwrap().unwrap().token_max, 6);
+    assert_eq!(
+        resource.fence_state().unwrap().unwrap().token_max,
+        Token::new(6)
+    );
 }
 
 #[test]
@@ -99,8 +103,8 @@ fn racing_writers_apply_tokens_in_nondecreasing_order_and_the_highest_wins() {
                             accepted,
                             ..
                         }) => {
-                            assert_eq!(presented, token);
-                            assert!(accepted > token);
+                            assert_eq!(presented, Token::new(token));
+                            assert!(accepted > Token::new(token));
                             stale += 1;
                         }
                         Err(other) => panic!("unexpected error {other}"),
@@ -122,5 +126,8 @@ fn racing_writers_apply_tokens_in_nondecreasing_order_and_the_highest_wins() {
         "the highest token's write must be the final value"
     );
     assert_eq!(applied.len() + stale, TOKENS as usize);
-    assert_eq!(resource.fence_state().unwrap().unwrap().token_max, TOKENS);
+    assert_eq!(
+        resource.fence_state().unwrap().unwrap().token_max,
+        Token::new(TOKENS)
+    );
 }

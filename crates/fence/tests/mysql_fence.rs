@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use common::{assert_nondecreasing, forged_text, grant, public_keys, shuffled, unique};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, TxOpts};
+use palisade_core::{SessionId, Token};
 use palisade_fence::{FenceError, LockBinding, mysql, verify_presented};
 use palisade_sequencer::VerifiedSequencer;
 
@@ -71,7 +72,7 @@ async fn fenced_write(
 ) -> Result<(), FenceError> {
     let mut txn = conn.start_transaction(TxOpts::default()).await.unwrap();
     mysql::claim(&mut txn, scope, holder).await?;
-    let token = holder.token() as i64;
+    let token = holder.token().get() as i64;
     txn.exec_drop(
         format!("INSERT INTO {table}_log (token) VALUES (?)"),
         (token,),
@@ -105,9 +106,9 @@ async fn a_superseded_token_is_refused_and_still_refused_after_reconnecting() {
         .unwrap_err();
     let expected = FenceError::Stale {
         lock: "report".into(),
-        presented: 3,
-        accepted: 8,
-        holder_session: Some(2),
+        presented: Token::new(3),
+        accepted: Token::new(8),
+        holder_session: Some(SessionId::new(2)),
     };
     assert_eq!(err, expected);
     conn.disconnect().await.unwrap();
@@ -125,7 +126,7 @@ async fn a_superseded_token_is_refused_and_still_refused_after_reconnecting() {
         .unwrap();
     assert_eq!(
         (state.lock.as_str(), state.token_max, state.holder_session),
-        ("report", 8, 2)
+        ("report", Token::new(8), SessionId::new(2))
     );
     fenced_write(&mut conn, &table, &scope, &grant("report", 8, 2))
         .await
@@ -154,7 +155,7 @@ async fn a_rolled_back_transaction_takes_the_token_advance_with_it() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(state.token_max, 2);
+    assert_eq!(state.token_max, Token::new(2));
     fenced_write(&mut conn, &table, &scope, &grant("report", 3, 3))
         .await
         .unwrap();
@@ -254,7 +255,7 @@ async fn racing_writers_commit_in_token_order_and_the_highest_token_wins() {
                         accepted,
                         ..
                     }) => {
-                        assert!(presented == token && accepted > token);
+                        assert!(presented == Token::new(token) && accepted > Token::new(token));
                     }
                     Err(other) => panic!("unexpected error {other}"),
                 }
@@ -347,9 +348,9 @@ async fn a_claim_before_reading_refuses_the_superseded_holders_write_back() {
         written_by_a.unwrap_err(),
         FenceError::Stale {
             lock: "counter".into(),
-            presented: 10,
-            accepted: 11,
-            holder_session: Some(2)
+            presented: Token::new(10),
+            accepted: Token::new(11),
+            holder_session: Some(SessionId::new(2))
         },
         "B claimed before reading, so A's write back is refused"
     );
@@ -500,7 +501,7 @@ async fn racing_claimers_read_modify_write_and_lose_no_increment() {
                 match mysql::claim(&mut txn, &scope, &grant("c", token, claimer as u64)).await {
                     Ok(()) => {}
                     Err(FenceError::Stale { accepted, .. }) => {
-                        assert!(accepted > token);
+                        assert!(accepted > Token::new(token));
                         txn.rollback().await.unwrap();
                         continue;
                     }

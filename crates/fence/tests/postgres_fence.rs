@@ -3,6 +3,7 @@
 mod common;
 
 use common::{assert_nondecreasing, forged_text, grant, public_keys, shuffled, unique};
+use palisade_core::{SessionId, Token};
 use palisade_fence::{FenceError, LockBinding, postgres, verify_presented};
 use tokio_postgres::{Client, NoTls};
 
@@ -117,9 +118,9 @@ async fn a_fresh_connection_still_refuses_a_superseded_token() {
         err,
         FenceError::Stale {
             lock: "report".into(),
-            presented: 3,
-            accepted: 8,
-            holder_session: Some(2)
+            presented: Token::new(3),
+            accepted: Token::new(8),
+            holder_session: Some(SessionId::new(2))
         }
     );
     assert_eq!(value(&client, &table).await, Some(8));
@@ -149,7 +150,7 @@ async fn a_rolled_back_transaction_takes_the_token_advance_with_it() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(state.token_max, 2);
+    assert_eq!(state.token_max, Token::new(2));
     fenced_write(&mut client, &table, &scope, "report", 3, 3)
         .await
         .unwrap();
@@ -254,7 +255,7 @@ async fn racing_writers_commit_in_token_order_and_the_highest_token_wins() {
                         accepted,
                         ..
                     }) => {
-                        assert!(presented == token && accepted > token);
+                        assert!(presented == Token::new(token) && accepted > Token::new(token));
                     }
                     Err(other) => panic!("unexpected error {other}"),
                 }
@@ -370,9 +371,9 @@ async fn a_claim_before_reading_refuses_the_superseded_holders_write_back() {
         written_by_a.unwrap_err(),
         FenceError::Stale {
             lock: "counter".into(),
-            presented: 10,
-            accepted: 11,
-            holder_session: Some(2)
+            presented: Token::new(10),
+            accepted: Token::new(11),
+            holder_session: Some(SessionId::new(2))
         },
         "B claimed before reading, so A's write back is refused"
     );
@@ -520,7 +521,7 @@ async fn racing_claimers_read_modify_write_and_lose_no_increment() {
                 match postgres::claim(&txn, &scope, &grant("c", token, claimer as u64)).await {
                     Ok(()) => {}
                     Err(FenceError::Stale { accepted, .. }) => {
-                        assert!(accepted > token);
+                        assert!(accepted > Token::new(token));
                         continue;
                     }
                     Err(other) => panic!("unexpected error {other}"),

@@ -6,6 +6,7 @@ mod common;
 use std::sync::Arc;
 
 use common::{assert_nondecreasing, forged_text, grant, public_keys, shuffled};
+use palisade_core::{SessionId, Token};
 use palisade_fence::{FenceError, RedbFence, verify_presented};
 use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
@@ -45,16 +46,16 @@ fn the_accepted_token_survives_a_restart_and_an_old_token_is_refused_after_it() 
     let state = fence.fence_state("reports").unwrap().unwrap();
     assert_eq!(
         (state.lock.as_str(), state.token_max, state.holder_session),
-        ("report", 7, 2)
+        ("report", Token::new(7), SessionId::new(2))
     );
     let err = write_value(&fence, 4, 1).unwrap_err();
     assert_eq!(
         err,
         FenceError::Stale {
             lock: "report".into(),
-            presented: 4,
-            accepted: 7,
-            holder_session: Some(2)
+            presented: Token::new(4),
+            accepted: Token::new(7),
+            holder_session: Some(SessionId::new(2))
         }
     );
     assert_eq!(read_value(&fence), Some(7));
@@ -74,10 +75,13 @@ fn an_aborted_transaction_does_not_advance_the_token() {
         .unwrap()
         .insert("value", 9)
         .unwrap();
-    assert_eq!(fenced.previous().unwrap().token_max, 3);
+    assert_eq!(fenced.previous().unwrap().token_max, Token::new(3));
     drop(fenced); // the caller gave up: the write and the advance both vanish
 
-    assert_eq!(fence.fence_state("reports").unwrap().unwrap().token_max, 3);
+    assert_eq!(
+        fence.fence_state("reports").unwrap().unwrap().token_max,
+        Token::new(3)
+    );
     assert_eq!(read_value(&fence), Some(3));
     write_value(&fence, 4, 3).unwrap();
 }
@@ -103,7 +107,10 @@ fn scopes_are_bound_to_one_lock_and_forgeries_never_reach_the_database() {
 
     // Honest writers are not locked out.
     write_value(&fence, 6, 2).unwrap();
-    assert_eq!(fence.fence_state("reports").unwrap().unwrap().token_max, 6);
+    assert_eq!(
+        fence.fence_state("reports").unwrap().unwrap().token_max,
+        Token::new(6)
+    );
 
     // A fence expecting one lock refuses others even in a fresh scope.
     let strict = RedbFence::open(dir.path().join("strict.redb"))
@@ -144,7 +151,7 @@ fn racing_writers_commit_in_token_order_and_the_highest_token_wins() {
                             accepted,
                             ..
                         }) => {
-                            assert!(presented == token && accepted > token);
+                            assert!(presented == Token::new(token) && accepted > Token::new(token));
                         }
                         Err(other) => panic!("unexpected error {other}"),
                     }

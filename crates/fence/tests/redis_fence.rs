@@ -3,6 +3,7 @@
 mod common;
 
 use common::{assert_nondecreasing, forged_text, grant, public_keys, shuffled, unique};
+use palisade_core::{SessionId, Token};
 use palisade_fence::redis::{
     REDIS_OPS_MAX, RedisCondition, RedisFence, RedisOp, RedisOutcome, RedisReply,
 };
@@ -82,9 +83,9 @@ async fn a_superseded_holder_cannot_overwrite_and_learns_the_accepted_token() {
         err,
         FenceError::Stale {
             lock: "report".into(),
-            presented: 4,
-            accepted: 9,
-            holder_session: Some(2)
+            presented: Token::new(4),
+            accepted: Token::new(9),
+            holder_session: Some(SessionId::new(2))
         }
     );
     assert_eq!(get(&mut conn, &key).await.as_deref(), Some("by 9"));
@@ -92,7 +93,10 @@ async fn a_superseded_holder_cannot_overwrite_and_learns_the_accepted_token() {
     // A fresh connection sees the same fence; the current grant may delete.
     let mut fresh = connect(&url).await;
     let state = fence.fence_state(&mut fresh, "s").await.unwrap().unwrap();
-    assert_eq!((state.token_max, state.holder_session), (9, 2));
+    assert_eq!(
+        (state.token_max, state.holder_session),
+        (Token::new(9), SessionId::new(2))
+    );
     fence
         .write(
             &mut fresh,
@@ -111,7 +115,7 @@ async fn tokens_compare_as_numbers_up_to_the_largest_token() {
     let Some(url) = redis_url() else { return };
     let mut conn = connect(&url).await;
     let (fence, _) = fixture();
-    let max = palisade_core::limits::TOKEN_MAX;
+    let max = palisade_core::limits::TOKEN_MAX.get();
     fence
         .write(&mut conn, "s", &grant("big", 99, 1), &[])
         .await
@@ -129,7 +133,7 @@ async fn tokens_compare_as_numbers_up_to_the_largest_token() {
         .write(&mut conn, "s", &grant("big", max - 2, 1), &[])
         .await
         .unwrap_err();
-    assert!(matches!(err, FenceError::Stale { accepted, .. } if accepted == max - 1));
+    assert!(matches!(err, FenceError::Stale { accepted, .. } if accepted == Token::new(max - 1)));
     fence
         .write(&mut conn, "s", &grant("big", max, 1), &[])
         .await
@@ -235,7 +239,7 @@ async fn racing_writers_apply_in_token_order_and_the_highest_token_wins() {
                         accepted,
                         ..
                     }) => {
-                        assert!(presented == token && accepted > token);
+                        assert!(presented == Token::new(token) && accepted > Token::new(token));
                     }
                     Err(other) => panic!("unexpected error {other}"),
                 }
@@ -419,7 +423,7 @@ async fn no_op_may_touch_a_fence_key_so_another_scopes_fence_cannot_be_reset() {
         .await
         .unwrap_err();
     assert!(
-        matches!(stale, FenceError::Stale { accepted: 9, .. }),
+        matches!(stale, FenceError::Stale { accepted, .. } if accepted == Token::new(9)),
         "{stale:?}"
     );
     assert_eq!(fence.fence_state(&mut conn, "a").await.unwrap(), None);
@@ -548,9 +552,9 @@ async fn reads_through_the_fence_refuse_the_superseded_holders_write_back() {
         written_by_a.unwrap_err(),
         FenceError::Stale {
             lock: "counter".into(),
-            presented: 10,
-            accepted: 11,
-            holder_session: Some(2)
+            presented: Token::new(10),
+            accepted: Token::new(11),
+            holder_session: Some(SessionId::new(2))
         },
         "B's read claimed the scope, so A's write back is refused"
     );
@@ -562,7 +566,7 @@ async fn reads_through_the_fence_refuse_the_superseded_holders_write_back() {
         .await
         .unwrap_err();
     assert!(
-        matches!(refused, FenceError::Stale { accepted: 11, .. }),
+        matches!(refused, FenceError::Stale { accepted, .. } if accepted == Token::new(11)),
         "{refused:?}"
     );
     cleanup(&mut conn, &[counter, fence.fence_key("c")]).await;
@@ -721,7 +725,7 @@ async fn a_compare_and_set_applies_all_or_nothing_under_the_fence() {
     );
     assert_eq!(get(&mut conn, &config).await.as_deref(), Some("v1"));
     let state = fence.fence_state(&mut conn, "s").await.unwrap().unwrap();
-    assert_eq!(state.token_max, 11);
+    assert_eq!(state.token_max, Token::new(11));
 
     // Retried with the value it was told: applied.
     let swapped = fence
@@ -751,7 +755,7 @@ async fn a_compare_and_set_applies_all_or_nothing_under_the_fence() {
         .await
         .unwrap_err();
     assert!(
-        matches!(stale, FenceError::Stale { accepted: 12, .. }),
+        matches!(stale, FenceError::Stale { accepted, .. } if accepted == Token::new(12)),
         "{stale:?}"
     );
     assert_eq!(get(&mut conn, &config).await.as_deref(), Some("v2"));
@@ -787,7 +791,9 @@ async fn racing_incrementers_lose_no_increment_and_each_learns_its_value() {
                     .await
                 {
                     Ok(replies) => values.push(replies[0].integer().unwrap()),
-                    Err(FenceError::Stale { accepted, .. }) => assert!(accepted > token),
+                    Err(FenceError::Stale { accepted, .. }) => {
+                        assert!(accepted > Token::new(token))
+                    }
                     Err(other) => panic!("unexpected error {other}"),
                 }
             }
@@ -809,7 +815,7 @@ async fn racing_incrementers_lose_no_increment_and_each_learns_its_value() {
         Some(values.len().to_string())
     );
     let state = fence.fence_state(&mut conn, "c").await.unwrap().unwrap();
-    assert_eq!(state.token_max, TOKENS);
+    assert_eq!(state.token_max, Token::new(TOKENS));
     cleanup(&mut conn, &[counter, fence.fence_key("c")]).await;
 }
 
@@ -909,7 +915,7 @@ async fn a_connection_lost_after_the_script_was_sent_is_an_unknown_outcome_not_a
     // It was in fact applied: which is why it must not be reported as failed.
     assert_eq!(get(&mut direct, &key).await.as_deref(), Some("by 2"));
     let state = fence.fence_state(&mut direct, "s").await.unwrap().unwrap();
-    assert_eq!(state.token_max, 2);
+    assert_eq!(state.token_max, Token::new(2));
     cleanup(&mut direct, &[key, fence.fence_key("s")]).await;
 }
 

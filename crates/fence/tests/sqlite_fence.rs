@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::{assert_nondecreasing, forged_text, grant, public_keys, shuffled};
+use palisade_core::{SessionId, Token};
 use palisade_fence::{FenceError, LockBinding, sqlite, verify_presented};
 use rusqlite::Connection;
 
@@ -73,9 +74,9 @@ fn after_reopening_the_file_a_replayed_old_token_is_refused() {
         err,
         FenceError::Stale {
             lock: "report".into(),
-            presented: 2,
-            accepted: 5,
-            holder_session: Some(2)
+            presented: Token::new(2),
+            accepted: Token::new(5),
+            holder_session: Some(SessionId::new(2))
         }
     );
     assert_eq!(value(&conn), Some(5));
@@ -97,7 +98,7 @@ fn a_rolled_back_transaction_takes_the_token_advance_with_it() {
             .unwrap()
             .unwrap()
             .token_max,
-        2
+        Token::new(2)
     );
     fenced_write(&mut conn, "report", 3, 3).unwrap();
 }
@@ -156,7 +157,7 @@ fn racing_connections_commit_in_token_order_and_the_highest_token_wins() {
                             accepted,
                             ..
                         }) => {
-                            assert!(presented == token && accepted > token);
+                            assert!(presented == Token::new(token) && accepted > Token::new(token));
                         }
                         Err(other) => panic!("unexpected error {other}"),
                     }
@@ -236,9 +237,9 @@ fn a_claim_before_reading_refuses_the_superseded_holders_write_back() {
         written_by_a.unwrap_err(),
         FenceError::Stale {
             lock: "counter".into(),
-            presented: 10,
-            accepted: 11,
-            holder_session: Some(2)
+            presented: Token::new(10),
+            accepted: Token::new(11),
+            holder_session: Some(SessionId::new(2))
         },
         "B claimed before reading, so A's write back is refused"
     );
@@ -279,7 +280,7 @@ fn racing_claimers_read_modify_write_and_lose_no_increment() {
                     match sqlite::claim(&txn, SCOPE, &grant("c", token, claimer as u64)) {
                         Ok(()) => {}
                         Err(FenceError::Stale { accepted, .. }) => {
-                            assert!(accepted > token);
+                            assert!(accepted > Token::new(token));
                             continue;
                         }
                         Err(other) => panic!("unexpected error {other}"),

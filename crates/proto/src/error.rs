@@ -13,7 +13,7 @@
 //! numbers, rather than compiled from Google's `.proto` files, to keep the build to one file.
 
 use palisade_core::limits::{LockNameError, OpenKeyError};
-use palisade_core::{CoreError, ErrorCategory};
+use palisade_core::{CoreError, DurationMs, ErrorCategory, RequestId, SessionId, TimeMs, Token};
 use prost::Message;
 use tonic::{Code, Status};
 
@@ -103,22 +103,22 @@ pub fn detail_from_core(error: &CoreError) -> ErrorDetail {
     };
     // Each arm sets exactly the fields `palisade.proto` lists for its kind.
     match error {
-        CoreError::SessionNotFound { session } => detail.session = *session,
+        CoreError::SessionNotFound { session } => detail.session = session.get(),
         CoreError::TtlOutOfRange {
             ttl_ms,
             ttl_ms_min,
             ttl_ms_max,
         } => {
-            detail.ttl_ms = *ttl_ms;
-            detail.ttl_ms_min = *ttl_ms_min;
-            detail.ttl_ms_max = *ttl_ms_max;
+            detail.ttl_ms = ttl_ms.as_millis();
+            detail.ttl_ms_min = ttl_ms_min.as_millis();
+            detail.ttl_ms_max = ttl_ms_max.as_millis();
         }
         CoreError::WaitOutOfRange {
             wait_ms,
             wait_ms_max,
         } => {
-            detail.wait_ms = *wait_ms;
-            detail.wait_ms_max = *wait_ms_max;
+            detail.wait_ms = wait_ms.as_millis();
+            detail.wait_ms_max = wait_ms_max.as_millis();
         }
         CoreError::InvalidLockName(reason) => {
             detail.reason = reason.code().to_string();
@@ -165,9 +165,9 @@ pub fn detail_from_core(error: &CoreError) -> ErrorDetail {
             available_at_ms,
         } => {
             detail.lock = lock.clone();
-            detail.holder_session = *holder_session;
-            detail.holder_token = *holder_token;
-            detail.available_at_ms = *available_at_ms;
+            detail.holder_session = holder_session.map(SessionId::get);
+            detail.holder_token = holder_token.map(Token::get);
+            detail.available_at_ms = available_at_ms.map(TimeMs::as_millis);
         }
         CoreError::NotHolder {
             lock,
@@ -175,14 +175,14 @@ pub fn detail_from_core(error: &CoreError) -> ErrorDetail {
             holder_session,
         } => {
             detail.lock = lock.clone();
-            detail.session = *session;
-            detail.holder_session = *holder_session;
+            detail.session = session.get();
+            detail.holder_session = holder_session.map(SessionId::get);
         }
         CoreError::TokensExhausted { lock } | CoreError::WaitEnded { lock } => {
             detail.lock = lock.clone();
         }
         CoreError::InvalidLimits { message } => detail.limits_problem = message.clone(),
-        CoreError::RequestIdConflict { request_id } => detail.request_id = *request_id,
+        CoreError::RequestIdConflict { request_id } => detail.request_id = request_id.get(),
         // `CoreError` is `#[non_exhaustive]`. A new variant is still sent with its `kind` and
         // `category` (both exhaustive in core) and its status code; the round-trip test over
         // `CoreError::examples()` fails until its fields are added here and to the schema.
@@ -219,16 +219,16 @@ pub fn core_from_detail(detail: &ErrorDetail) -> Result<CoreError, DetailError> 
     let lock = || detail.lock.clone();
     let error = match detail.kind.as_str() {
         "session_not_found" => CoreError::SessionNotFound {
-            session: detail.session,
+            session: SessionId::new(detail.session),
         },
         "ttl_out_of_range" => CoreError::TtlOutOfRange {
-            ttl_ms: detail.ttl_ms,
-            ttl_ms_min: detail.ttl_ms_min,
-            ttl_ms_max: detail.ttl_ms_max,
+            ttl_ms: DurationMs::from_millis(detail.ttl_ms),
+            ttl_ms_min: DurationMs::from_millis(detail.ttl_ms_min),
+            ttl_ms_max: DurationMs::from_millis(detail.ttl_ms_max),
         },
         "wait_out_of_range" => CoreError::WaitOutOfRange {
-            wait_ms: detail.wait_ms,
-            wait_ms_max: detail.wait_ms_max,
+            wait_ms: DurationMs::from_millis(detail.wait_ms),
+            wait_ms_max: DurationMs::from_millis(detail.wait_ms_max),
         },
         "invalid_lock_name" => CoreError::InvalidLockName(match detail.reason.as_str() {
             "empty" => LockNameError::Empty,
@@ -261,14 +261,14 @@ pub fn core_from_detail(detail: &ErrorDetail) -> Result<CoreError, DetailError> 
         },
         "busy" => CoreError::Busy {
             lock: lock(),
-            holder_session: detail.holder_session,
-            holder_token: detail.holder_token,
-            available_at_ms: detail.available_at_ms,
+            holder_session: detail.holder_session.map(SessionId::new),
+            holder_token: detail.holder_token.map(Token::new),
+            available_at_ms: detail.available_at_ms.map(TimeMs::from_millis),
         },
         "not_holder" => CoreError::NotHolder {
             lock: lock(),
-            session: detail.session,
-            holder_session: detail.holder_session,
+            session: SessionId::new(detail.session),
+            holder_session: detail.holder_session.map(SessionId::new),
         },
         "tokens_exhausted" => CoreError::TokensExhausted { lock: lock() },
         "wait_ended" => CoreError::WaitEnded { lock: lock() },
@@ -276,7 +276,7 @@ pub fn core_from_detail(detail: &ErrorDetail) -> Result<CoreError, DetailError> 
             message: detail.limits_problem.clone(),
         },
         "request_id_conflict" => CoreError::RequestIdConflict {
-            request_id: detail.request_id,
+            request_id: RequestId::new(detail.request_id),
         },
         // Strings, not an enum: a kind from a newer server is data, not a bug.
         _ => {
@@ -311,8 +311,8 @@ mod tests {
     fn the_details_are_a_google_rpc_status_wrapping_one_error_detail() {
         let busy = CoreError::Busy {
             lock: "jobs/nightly".into(),
-            holder_session: Some(3),
-            holder_token: Some(42),
+            holder_session: Some(SessionId::new(3)),
+            holder_token: Some(Token::new(42)),
             available_at_ms: None,
         };
         let status = status_from_core(&busy);
@@ -400,8 +400,8 @@ mod tests {
     fn the_json_of_servers_before_error_detail_is_still_read() {
         let busy = CoreError::Busy {
             lock: "a".into(),
-            holder_session: Some(1),
-            holder_token: Some(2),
+            holder_session: Some(SessionId::new(1)),
+            holder_token: Some(Token::new(2)),
             available_at_ms: None,
         };
         let status = Status::with_details(

@@ -4,6 +4,7 @@
 //! [`SequencerError::BadSignature`] (forged, altered, or signed by another service: HTTP 403)
 //! differently, so they are separate variants.
 
+use palisade_core::Token;
 use palisade_core::limits::LockNameError;
 
 use crate::key::KeyId;
@@ -17,7 +18,7 @@ pub enum SignError {
     #[error("cannot sign a sequencer with token 0: tokens start at 1")]
     TokenZero,
     #[error("cannot sign a sequencer with token {token}: the largest token is {token_max}")]
-    TokenAboveMax { token: u64, token_max: u64 },
+    TokenAboveMax { token: Token, token_max: Token },
 }
 
 /// Why a string is not a well-formed sequencer (syntax only; the signature is not checked).
@@ -53,7 +54,7 @@ pub enum ParseError {
     #[error("sequencer token is 0: tokens start at 1")]
     TokenZero,
     #[error("sequencer token is above the largest token {token_max}")]
-    TokenAboveMax { token_max: u64 },
+    TokenAboveMax { token_max: Token },
     #[error("sequencer session field is not a decimal number")]
     SessionNotANumber,
     #[error("sequencer session field has a leading zero")]

@@ -9,6 +9,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ed25519_dalek::Signer as _;
 use palisade_core::limits::{LOCK_NAME_BYTES_MAX, TOKEN_MAX, validate_lock_name};
+use palisade_core::{SessionId, Token};
 
 use crate::error::{KeyIdError, PublicKeyError, SequencerError, SignError};
 use crate::sequencer::{Sequencer, VerifiedSequencer};
@@ -69,9 +70,14 @@ impl SigningKey {
     ///
     /// Refuses a lock name the lock table would refuse and a token outside `1..=TOKEN_MAX`; the
     /// service never issues such a grant, so an error here is a bug in the caller.
-    pub fn sign(&self, lock: &str, token: u64, session: u64) -> Result<Sequencer, SignError> {
+    pub fn sign(
+        &self,
+        lock: &str,
+        token: Token,
+        session: SessionId,
+    ) -> Result<Sequencer, SignError> {
         validate_lock_name(lock, LOCK_NAME_BYTES_MAX).map_err(SignError::LockName)?;
-        if token == 0 {
+        if token == Token::ZERO {
             return Err(SignError::TokenZero);
         }
         if token > TOKEN_MAX {

@@ -29,15 +29,17 @@
 //! signature" does not compile.
 //!
 //! ```
+//! use palisade_core::{SessionId, Token};
 //! use palisade_sequencer::{KeySet, SigningKey, VerifiedSequencer};
 //!
 //! let service_key = SigningKey::generate();
 //! let trusted = KeySet::from(service_key.public_key());
-//! let sequencer = service_key.sign("jobs/nightly", 42, 7).unwrap();
+//! let (token, session) = (Token::new(42), SessionId::new(7));
+//! let sequencer = service_key.sign("jobs/nightly", token, session).unwrap();
 //!
 //! // At the resource: only the text and the service's public keys.
 //! let verified = VerifiedSequencer::from_str_verified(sequencer.as_str(), &trusted).unwrap();
-//! assert_eq!((verified.lock(), verified.token(), verified.session()), ("jobs/nightly", 42, 7));
+//! assert_eq!((verified.lock(), verified.token(), verified.session()), ("jobs/nightly", token, session));
 //! ```
 
 /// `FromStr` and serde for a type whose text form is its `Display` and its `parse`: every key
@@ -117,7 +119,7 @@ const fn decimal_digits(mut n: u64) -> usize {
 pub const SEQUENCER_BYTES_LONGEST: usize = SEQUENCER_PREFIX.len()
     + KEY_ID_HEX_DIGITS
     + base64_unpadded_len(LOCK_NAME_BYTES_MAX)
-    + decimal_digits(TOKEN_MAX)
+    + decimal_digits(TOKEN_MAX.get())
     + decimal_digits(u64::MAX)
     + base64_unpadded_len(SIGNATURE_BYTES)
     + 5;
@@ -125,4 +127,4 @@ pub const SEQUENCER_BYTES_LONGEST: usize = SEQUENCER_PREFIX.len()
 // Every sequencer the service signs must be accepted by every parser.
 const _: () = assert!(SEQUENCER_BYTES_LONGEST <= SEQUENCER_BYTES_MAX);
 const _: () = assert!(base64_unpadded_len(SIGNATURE_BYTES) == 86);
-const _: () = assert!(decimal_digits(TOKEN_MAX) == 19 && decimal_digits(u64::MAX) == 20);
+const _: () = assert!(decimal_digits(TOKEN_MAX.get()) == 19 && decimal_digits(u64::MAX) == 20);

@@ -10,6 +10,7 @@ use std::str::FromStr;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use palisade_core::limits::{LOCK_NAME_BYTES_MAX, TOKEN_MAX, validate_lock_name};
+use palisade_core::{SessionId, Token};
 
 use crate::error::{ParseError, SequencerError};
 use crate::key::KeyId;
@@ -24,8 +25,8 @@ pub struct Sequencer {
     text: String,
     key_id: KeyId,
     lock: String,
-    token: u64,
-    session: u64,
+    token: Token,
+    session: SessionId,
     signature: [u8; SIGNATURE_BYTES],
     /// Length of the signed part `pal2.<key id>.<lock>.<token>.<session>` (before the last '.').
     signed_bytes: usize,
@@ -77,7 +78,7 @@ impl Sequencer {
                 })?;
         // The signature field cannot contain '.', so the last '.' ends the signed part.
         let signed_bytes = text.len() - signature_field.len() - 1;
-        assert!((1..=TOKEN_MAX).contains(&token));
+        assert!((Token::FIRST..=TOKEN_MAX).contains(&token));
         Ok(Sequencer {
             text: text.to_owned(),
             key_id,
@@ -100,12 +101,12 @@ impl Sequencer {
     }
 
     /// The fencing token, in `1..=TOKEN_MAX`.
-    pub fn token(&self) -> u64 {
+    pub fn token(&self) -> Token {
         self.token
     }
 
     /// The id of the session that holds (held) the grant.
-    pub fn session(&self) -> u64 {
+    pub fn session(&self) -> SessionId {
         self.session
     }
 
@@ -156,23 +157,23 @@ enum DecimalError {
     LeadingZero,
 }
 
-fn parse_token(text: &str) -> Result<u64, ParseError> {
+fn parse_token(text: &str) -> Result<Token, ParseError> {
     match parse_decimal(text) {
         Err(DecimalError::NotANumber) => Err(ParseError::TokenNotANumber),
         Err(DecimalError::LeadingZero) => Err(ParseError::TokenLeadingZero),
         Ok(Some(0)) => Err(ParseError::TokenZero),
-        Ok(Some(token)) if token <= TOKEN_MAX => Ok(token),
+        Ok(Some(token)) if token <= TOKEN_MAX.get() => Ok(Token::new(token)),
         Ok(_) => Err(ParseError::TokenAboveMax {
             token_max: TOKEN_MAX,
         }),
     }
 }
 
-fn parse_session(text: &str) -> Result<u64, ParseError> {
+fn parse_session(text: &str) -> Result<SessionId, ParseError> {
     match parse_decimal(text) {
         Err(DecimalError::NotANumber) => Err(ParseError::SessionNotANumber),
         Err(DecimalError::LeadingZero) => Err(ParseError::SessionLeadingZero),
-        Ok(Some(session)) => Ok(session),
+        Ok(Some(session)) => Ok(SessionId::new(session)),
         Ok(None) => Err(ParseError::SessionAboveMax),
     }
 }
@@ -231,12 +232,12 @@ impl VerifiedSequencer {
     }
 
     /// The fencing token, in `1..=TOKEN_MAX`.
-    pub fn token(&self) -> u64 {
+    pub fn token(&self) -> Token {
         self.sequencer.token()
     }
 
     /// The session holding the grant.
-    pub fn session(&self) -> u64 {
+    pub fn session(&self) -> SessionId {
         self.sequencer.session()
     }
 

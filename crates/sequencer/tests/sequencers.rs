@@ -2,6 +2,7 @@
 //! else — no altered, truncated, foreign or out-of-range sequencer gets through.
 
 use palisade_core::limits::{LOCK_NAME_BYTES_MAX, TOKEN_MAX};
+use palisade_core::{SessionId, Token};
 use palisade_sequencer::{
     KeyIdError, KeySet, ParseError, SEQUENCER_BYTES_LONGEST, SEQUENCER_BYTES_MAX, Sequencer,
     SequencerError, SignError, SigningKey, VerifiedSequencer,
@@ -19,7 +20,9 @@ fn dummy_signature() -> String {
 #[test]
 fn a_signed_sequencer_round_trips_through_text_and_verifies() {
     let key = service_key();
-    let sequencer = key.sign("jobs/nightly", 42, 9).unwrap();
+    let sequencer = key
+        .sign("jobs/nightly", Token::new(42), SessionId::new(9))
+        .unwrap();
     assert!(sequencer.as_str().starts_with("pal2."));
     assert_eq!(sequencer.to_string(), sequencer.as_str());
 
@@ -28,8 +31,8 @@ fn a_signed_sequencer_round_trips_through_text_and_verifies() {
     let verified = parsed.verify(&key.public_key().into()).unwrap();
     assert_eq!(verified.key_id(), key.key_id());
     assert_eq!(verified.lock(), "jobs/nightly");
-    assert_eq!(verified.token(), 42);
-    assert_eq!(verified.session(), 9);
+    assert_eq!(verified.token(), Token::new(42));
+    assert_eq!(verified.session(), SessionId::new(9));
     assert_eq!(verified.as_str(), sequencer.as_str());
 
     let via_key = key.public_key().verify(sequencer.as_str()).unwrap();
@@ -38,7 +41,9 @@ fn a_signed_sequencer_round_trips_through_text_and_verifies() {
 
 #[test]
 fn the_text_has_the_documented_fields() {
-    let sequencer = service_key().sign("a.b", 10, 0).unwrap();
+    let sequencer = service_key()
+        .sign("a.b", Token::new(10), SessionId::new(0))
+        .unwrap();
     let fields: Vec<&str> = sequencer.as_str().split('.').collect();
     assert_eq!(fields.len(), 6);
     assert_eq!(fields[0], "pal2");
@@ -55,7 +60,9 @@ fn the_text_has_the_documented_fields() {
 fn changing_any_byte_never_yields_an_accepted_sequencer() {
     let key = service_key();
     let trusted = KeySet::from(key.public_key());
-    let original = key.sign("orders/eu-west", 123_456, 77).unwrap();
+    let original = key
+        .sign("orders/eu-west", Token::new(123_456), SessionId::new(77))
+        .unwrap();
     let text = original.as_str();
     assert!(text.len() > 100, "the test should cover a realistic length");
 
@@ -84,7 +91,10 @@ fn changing_any_byte_never_yields_an_accepted_sequencer() {
 fn every_truncation_is_refused() {
     let key = service_key();
     let trusted = KeySet::from(key.public_key());
-    let text = key.sign("reports", 5, 1).unwrap().to_string();
+    let text = key
+        .sign("reports", Token::new(5), SessionId::new(1))
+        .unwrap()
+        .to_string();
     for length in 0..text.len() {
         let outcome = VerifiedSequencer::from_str_verified(&text[..length], &trusted);
         assert!(
@@ -98,7 +108,9 @@ fn every_truncation_is_refused() {
 fn a_sequencer_from_another_lock_service_is_a_bad_signature() {
     let ours = service_key();
     let theirs = SigningKey::from_bytes([8; 32]);
-    let foreign = theirs.sign("reports", TOKEN_MAX, 1).unwrap();
+    let foreign = theirs
+        .sign("reports", TOKEN_MAX, SessionId::new(1))
+        .unwrap();
     let outcome = foreign.verify(&ours.public_key().into());
     assert_eq!(
         outcome.unwrap_err(),
@@ -124,13 +136,20 @@ fn a_key_set_verifies_each_sequencer_with_the_key_it_names() {
     let new = SigningKey::from_bytes([9; 32]);
     let trusted = KeySet::new([old.public_key(), new.public_key()]).unwrap();
     for key in [&old, &new] {
-        let sequencer = key.sign("jobs/a", 5, 1).unwrap();
+        let sequencer = key
+            .sign("jobs/a", Token::new(5), SessionId::new(1))
+            .unwrap();
         let verified = trusted.verify(sequencer.as_str()).unwrap();
-        assert_eq!((verified.key_id(), verified.token()), (key.key_id(), 5));
+        assert_eq!(
+            (verified.key_id(), verified.token()),
+            (key.key_id(), Token::new(5))
+        );
     }
     // Once the old key is dropped from the set, its sequencers no longer verify.
     let rotated = KeySet::from(new.public_key());
-    let old_grant = old.sign("jobs/a", 6, 1).unwrap();
+    let old_grant = old
+        .sign("jobs/a", Token::new(6), SessionId::new(1))
+        .unwrap();
     let err = rotated.verify(old_grant.as_str()).unwrap_err();
     assert!(err.is_bad_signature(), "{err}");
     assert!(err.to_string().contains(&old.key_id().to_string()), "{err}");
@@ -149,19 +168,21 @@ fn lock_names_with_slashes_dots_unicode_and_the_maximum_length_work() {
         "with space",
         longest.as_str(),
     ] {
-        let sequencer = key.sign(name, TOKEN_MAX, u64::MAX).unwrap();
+        let sequencer = key.sign(name, TOKEN_MAX, SessionId::new(u64::MAX)).unwrap();
         assert!(sequencer.as_str().len() <= SEQUENCER_BYTES_MAX);
         let verified = key.public_key().verify(sequencer.as_str()).unwrap();
         assert_eq!(verified.lock(), name);
         assert_eq!(verified.token(), TOKEN_MAX);
-        assert_eq!(verified.session(), u64::MAX);
+        assert_eq!(verified.session(), SessionId::new(u64::MAX));
     }
 }
 
 #[test]
 fn the_longest_sequencer_is_exactly_the_computed_bound() {
     let name = "x".repeat(LOCK_NAME_BYTES_MAX);
-    let sequencer = service_key().sign(&name, TOKEN_MAX, u64::MAX).unwrap();
+    let sequencer = service_key()
+        .sign(&name, TOKEN_MAX, SessionId::new(u64::MAX))
+        .unwrap();
     assert_eq!(sequencer.as_str().len(), SEQUENCER_BYTES_LONGEST);
 }
 
@@ -170,19 +191,26 @@ fn signing_refuses_what_the_lock_table_would_refuse() {
     let key = service_key();
     let too_long = "x".repeat(LOCK_NAME_BYTES_MAX + 1);
     assert!(matches!(
-        key.sign(&too_long, 1, 1),
+        key.sign(&too_long, Token::new(1), SessionId::new(1)),
         Err(SignError::LockName(_))
     ));
-    assert!(matches!(key.sign("", 1, 1), Err(SignError::LockName(_))));
     assert!(matches!(
-        key.sign("bad\nname", 1, 1),
+        key.sign("", Token::new(1), SessionId::new(1)),
         Err(SignError::LockName(_))
     ));
-    assert_eq!(key.sign("a", 0, 1).unwrap_err(), SignError::TokenZero);
+    assert!(matches!(
+        key.sign("bad\nname", Token::new(1), SessionId::new(1)),
+        Err(SignError::LockName(_))
+    ));
     assert_eq!(
-        key.sign("a", TOKEN_MAX + 1, 1).unwrap_err(),
+        key.sign("a", Token::ZERO, SessionId::new(1)).unwrap_err(),
+        SignError::TokenZero
+    );
+    assert_eq!(
+        key.sign("a", TOKEN_MAX.next(), SessionId::new(1))
+            .unwrap_err(),
         SignError::TokenAboveMax {
-            token: TOKEN_MAX + 1,
+            token: TOKEN_MAX.next(),
             token_max: TOKEN_MAX
         }
     );
@@ -271,7 +299,7 @@ fn parse_errors_name_the_malformed_part() {
             ParseError::TokenZero,
         ),
         (
-            format!("pal2.{kid}.{lock}.{}.1.{sig}", TOKEN_MAX + 1),
+            format!("pal2.{kid}.{lock}.{}.1.{sig}", TOKEN_MAX.next()),
             ParseError::TokenAboveMax {
                 token_max: TOKEN_MAX,
             },
@@ -372,7 +400,7 @@ fn generated_keys_differ_and_restore_from_bytes() {
     assert_ne!(first.public_key(), second.public_key());
     let restored = SigningKey::from_bytes(first.to_bytes());
     assert_eq!(restored.public_key(), first.public_key());
-    let sequencer = first.sign("a", 1, 1).unwrap();
+    let sequencer = first.sign("a", Token::new(1), SessionId::new(1)).unwrap();
     assert!(restored.public_key().verify(sequencer.as_str()).is_ok());
 }
 

@@ -27,7 +27,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let opened = node
             .propose(palisade_core::Command::OpenSession {
                 open_key: None,
-                ttl_ms: 30_000,
+                ttl_ms: palisade_core::DurationMs::from_millis(30_000),
             })
             .await?;
         let Ok(palisade_core::Reply::SessionOpened { session, .. }) = opened.result else {
@@ -40,14 +40,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             node.propose(palisade_core::Command::Acquire {
                 session,
                 lock: lock.clone(),
-                request_id: 10 + 2 * cycles,
+                request_id: palisade_core::RequestId::new(10 + 2 * cycles),
                 wait: palisade_core::Wait::Try,
             })
             .await?;
             node.propose(palisade_core::Command::Release {
                 session,
                 lock,
-                request_id: 11 + 2 * cycles,
+                request_id: palisade_core::RequestId::new(11 + 2 * cycles),
             })
             .await?;
             cycles += 1;

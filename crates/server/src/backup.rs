@@ -18,6 +18,7 @@
 use std::io;
 use std::path::Path;
 
+use palisade_core::Token;
 use palisade_core::limits::restore_token_floor;
 use palisade_sequencer::SigningKey;
 use serde::{Deserialize, Serialize};
@@ -60,9 +61,9 @@ pub struct Restored {
     /// When the backup was taken, in milliseconds since 1970.
     pub taken_at_unix_ms: u64,
     /// The last token the backed-up cluster had granted when the backup was taken.
-    pub last_token_in_backup: u64,
+    pub last_token_in_backup: Token,
     /// The restored cluster grants tokens above this one.
-    pub last_token: u64,
+    pub last_token: Token,
     /// Sessions and locks of the backup that the restored cluster does not carry over.
     pub sessions_dropped: usize,
     pub locks_dropped: usize,
@@ -147,7 +148,7 @@ pub fn restore(backup: &[u8], dir: &Path, now_unix_secs: u64) -> Result<Restored
     crate::state_machine::write_restored(dir, table, backup.state.keys)?;
     tracing::info!(
         dir = %dir.display(),
-        last_token = restored.last_token,
+        last_token = restored.last_token.get(),
         "restored a backup as a new cluster"
     );
     Ok(restored)

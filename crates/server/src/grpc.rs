@@ -10,7 +10,7 @@ use std::pin::Pin;
 use std::time::Instant;
 
 use futures::{Stream, StreamExt};
-use palisade_core::{CoreError, Wait};
+use palisade_core::{CoreError, DurationMs, RequestId, SessionId, Token, Wait};
 use palisade_proto::v1::locks_server::Locks;
 use palisade_proto::v1::*;
 use tonic::{Request, Response, Status, Streaming};
@@ -99,16 +99,16 @@ pub fn core_status(e: &CoreError) -> Status {
 fn grant_response(grant: SignedGrant) -> AcquireResponse {
     AcquireResponse {
         lock: grant.lock,
-        session: grant.session,
-        token: grant.token,
+        session: grant.session.get(),
+        token: grant.token.get(),
         sequencer: grant.sequencer.as_str().to_string(),
     }
 }
 
 fn keep_alive_response(renewal: Renewal) -> KeepAliveResponse {
     KeepAliveResponse {
-        session: renewal.session,
-        ttl_remaining_ms: renewal.ttl_remaining_ms,
+        session: renewal.session.get(),
+        ttl_remaining_ms: renewal.ttl_remaining_ms.as_millis(),
     }
 }
 
@@ -116,13 +116,13 @@ fn lock_info(view: LockView) -> LockInfo {
     LockInfo {
         lock: view.lock,
         holder: view.holder.map(|h| Holder {
-            session: h.session,
-            token: h.token,
-            lease_remaining_ms: h.lease_remaining_ms,
+            session: h.session.get(),
+            token: h.token.get(),
+            lease_remaining_ms: h.lease_remaining_ms.as_millis(),
         }),
-        last_token: view.last_token,
-        waiters: view.waiters,
-        lock_delay_remaining_ms: view.lock_delay_remaining_ms,
+        last_token: view.last_token.get(),
+        waiters: view.waiters.into_iter().map(SessionId::get).collect(),
+        lock_delay_remaining_ms: view.lock_delay_remaining_ms.map(DurationMs::as_millis),
     }
 }
 
@@ -136,8 +136,8 @@ fn watch_event(change: LockChange) -> WatchEvent {
     WatchEvent {
         kind: kind as i32,
         lock: change.lock,
-        session: change.session,
-        token: change.token,
+        session: change.session.get(),
+        token: change.token.get(),
         waiters: change.waiters,
     }
 }
@@ -146,7 +146,7 @@ fn wait_of(r: &AcquireRequest) -> Wait {
     match (r.wait_forever, r.wait_ms) {
         (true, _) => Wait::Forever,
         (false, 0) => Wait::Try,
-        (false, ms) => Wait::ForMs(ms),
+        (false, ms) => Wait::ForMs(DurationMs::from_millis(ms)),
     }
 }
 
@@ -164,12 +164,12 @@ impl Locks for GrpcLocks {
         let r = request.into_inner();
         let opened = self
             .service
-            .open_session(&r.open_key, r.ttl_ms)
+            .open_session(&r.open_key, DurationMs::from_millis(r.ttl_ms))
             .await
             .map_err(status)?;
         Ok(Response::new(OpenSessionResponse {
-            session: opened.session,
-            ttl_ms: opened.ttl_ms,
+            session: opened.session.get(),
+            ttl_ms: opened.ttl_ms.as_millis(),
         }))
     }
 
@@ -188,7 +188,7 @@ impl Locks for GrpcLocks {
                 }
                 std::future::ready(ping.is_ok())
             })
-            .filter_map(|ping| std::future::ready(ping.ok().map(|p| p.session)));
+            .filter_map(|ping| std::future::ready(ping.ok().map(|p| SessionId::new(p.session))));
         let renewals = self.service.keep_alive(Box::pin(pings)).map_err(status)?;
         Ok(Response::new(Box::pin(renewals.map(|renewal| {
             renewal.map(keep_alive_response).map_err(status)
@@ -202,7 +202,7 @@ impl Locks for GrpcLocks {
         let _timer = Timer::start("renew");
         let renewal = self
             .service
-            .renew(request.into_inner().session)
+            .renew(SessionId::new(request.into_inner().session))
             .await
             .map_err(status)?;
         Ok(Response::new(keep_alive_response(renewal)))
@@ -214,7 +214,7 @@ impl Locks for GrpcLocks {
     ) -> Result<Response<CloseSessionResponse>, Status> {
         let _timer = Timer::start("close_session");
         self.service
-            .close_session(request.into_inner().session)
+            .close_session(SessionId::new(request.into_inner().session))
             .await
             .map_err(status)?;
         Ok(Response::new(CloseSessionResponse {}))
@@ -229,7 +229,12 @@ impl Locks for GrpcLocks {
         let wait = wait_of(&r);
         let grant = self
             .service
-            .acquire(r.session, r.lock, r.request_id, wait)
+            .acquire(
+                SessionId::new(r.session),
+                r.lock,
+                RequestId::new(r.request_id),
+                wait,
+            )
             .await
             .map_err(status)?;
         Ok(Response::new(grant_response(grant)))
@@ -243,10 +248,16 @@ impl Locks for GrpcLocks {
         let r = request.into_inner();
         let token = self
             .service
-            .release(r.session, r.lock, r.request_id)
+            .release(
+                SessionId::new(r.session),
+                r.lock,
+                RequestId::new(r.request_id),
+            )
             .await
             .map_err(status)?;
-        Ok(Response::new(ReleaseResponse { token }))
+        Ok(Response::new(ReleaseResponse {
+            token: token.map(Token::get),
+        }))
     }
 
     async fn status(&self, request: Request<StatusRequest>) -> Result<Response<LockInfo>, Status> {

@@ -149,7 +149,7 @@ impl Server {
         clock: palisade_clock::SharedClock,
     ) -> Result<Server, ServeError> {
         let limits = palisade_core::Limits {
-            lock_delay_ms: u64::try_from(args.lock_delay.as_millis()).unwrap_or(u64::MAX),
+            lock_delay_ms: palisade_core::DurationMs::from_duration_floor(args.lock_delay),
             ..Default::default()
         };
         limits.validate().map_err(ServeError::InvalidLockDelay)?;

@@ -114,7 +114,8 @@ const _: () =
     assert!(PROPOSAL_COMMIT_TIMEOUT_MS >= 2 * ELECTION_TIMEOUT_MAX_MS + HEARTBEAT_INTERVAL_MS);
 // The shortest session outlives an election: a failover does not expire healthy sessions.
 const _: () = assert!(
-    palisade_core::limits::SESSION_TTL_MS_MIN >= ELECTION_TIMEOUT_MAX_MS + HEARTBEAT_INTERVAL_MS
+    palisade_core::limits::SESSION_TTL_MS_MIN.as_millis()
+        >= ELECTION_TIMEOUT_MAX_MS + HEARTBEAT_INTERVAL_MS
 );
 // One proposal always fits in one frame, so no accepted request can make the log unwritable.
 const _: () = assert!(LOG_ENTRY_BYTES_MAX <= RECORD_BYTES_MAX);

@@ -27,7 +27,7 @@ use openraft::type_config::alias::CommittedLeaderIdOf;
 use openraft::vote::RaftLeaderId;
 use openraft::{ChangeMembers, Config, ReadPolicy, ServerState, SnapshotPolicy};
 use palisade_clock::SharedClock;
-use palisade_core::{Command, Input, Limits, Output};
+use palisade_core::{Command, DurationMs, Input, Limits, Output, TimeMs};
 use palisade_sequencer::{KeyId, KeySet, PublicKey, SigningKey};
 
 use crate::identity::Identity;
@@ -159,12 +159,12 @@ pub const CLUSTER_NAME: &str = "palisade";
 #[derive(Debug, Clone)]
 struct LeaderClock {
     clock: SharedClock,
-    base_ms: u64,
+    base_ms: TimeMs,
     base: Duration,
 }
 
 impl LeaderClock {
-    fn new(clock: SharedClock, table_now_ms: u64) -> LeaderClock {
+    fn new(clock: SharedClock, table_now_ms: TimeMs) -> LeaderClock {
         LeaderClock {
             base: clock.now(),
             clock,
@@ -172,14 +172,15 @@ impl LeaderClock {
         }
     }
 
-    fn now_ms(&self) -> u64 {
+    fn now_ms(&self) -> TimeMs {
         let elapsed = self.clock.now().saturating_sub(self.base);
-        self.base_ms.saturating_add(elapsed.as_millis() as u64)
+        self.base_ms
+            .saturating_add(DurationMs::from_duration_floor(elapsed))
     }
 
     /// Resolves once the table's time `at_ms` has come on this clock.
-    fn sleep_until_ms(&self, at_ms: u64) -> palisade_clock::Sleep {
-        let after = Duration::from_millis(at_ms.saturating_sub(self.base_ms));
+    fn sleep_until_ms(&self, at_ms: TimeMs) -> palisade_clock::Sleep {
+        let after = Duration::from(at_ms.saturating_duration_since(self.base_ms));
         self.clock.sleep_until(self.base.saturating_add(after))
     }
 
@@ -534,7 +535,7 @@ impl Node {
             leader_id,
             clock: LeaderClock::new(self.clock.clone(), self.shared.read(|t| t.now_ms())),
         });
-        tracing::debug!(?leader_id, base_ms = term.clock.base_ms, base = ?term.clock.base, "taking over");
+        tracing::debug!(?leader_id, base_ms = term.clock.base_ms.as_millis(), base = ?term.clock.base, "taking over");
         match self.propose_in(&term, Command::LeaderStart).await {
             Ok((_, started)) => tracing::info!(result = ?started.result, "took over as leader"),
             Err(e) => {
@@ -635,7 +636,7 @@ impl Node {
 
     /// The time on the lock table's timeline, as this node's leader clock sees it now (the
     /// table's latest applied time when this node does not lead).
-    pub fn now_ms(&self) -> u64 {
+    pub fn now_ms(&self) -> TimeMs {
         match &*self.leading.borrow() {
             Some(term) => term.clock.now_ms(),
             None => self.shared.read(|t| t.now_ms()),
@@ -816,7 +817,7 @@ impl Node {
             let notified = self.shared.lease_alarm().notified();
             let next = self.shared.read(|t| t.next_deadline_ms());
             // Announce the alarm, then look again (see `LeaseAlarm`).
-            let alarm = next.unwrap_or(u64::MAX);
+            let alarm = next.unwrap_or(TimeMs::MAX);
             self.shared.lease_alarm().set(alarm);
             if self
                 .shared
@@ -829,9 +830,9 @@ impl Node {
             match next {
                 Some(deadline) if deadline <= now => {
                     tracing::debug!(
-                        deadline,
-                        now,
-                        base_ms = term.clock.base_ms,
+                        deadline = deadline.as_millis(),
+                        now = now.as_millis(),
+                        base_ms = term.clock.base_ms.as_millis(),
                         "lease driver ticks"
                     );
                     match self.propose_in(&term, Command::Tick).await {

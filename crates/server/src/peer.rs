@@ -623,18 +623,21 @@ mod tests {
     /// `name_bytes` bytes.
     fn append_of(count: u64, name_bytes: usize) -> AppendEntriesRequest<C> {
         use openraft::testing::log_id;
-        use palisade_core::{Command, Input, Wait};
+        use palisade_core::{Command, Input, RequestId, SessionId, TimeMs, Wait};
         let entries = (1..=count)
             .map(|index| {
                 let command = Command::Acquire {
-                    session: 1,
+                    session: SessionId::new(1),
                     lock: "x".repeat(name_bytes),
-                    request_id: index,
+                    request_id: RequestId::new(index),
                     wait: Wait::Try,
                 };
                 crate::raft_types::Entry::new_normal(
                     log_id::<C>(1, 1, index),
-                    crate::raft_types::Proposal::Lock(Input { now_ms: 0, command }),
+                    crate::raft_types::Proposal::Lock(Input {
+                        now_ms: TimeMs::ZERO,
+                        command,
+                    }),
                 )
             })
             .collect();

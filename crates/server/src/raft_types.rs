@@ -67,7 +67,7 @@ pub type PalisadeRaft = openraft::Raft<TypeConfig, crate::state_machine::StateMa
 
 #[cfg(test)]
 mod tests {
-    use palisade_core::{Command, Input};
+    use palisade_core::{Command, Input, TimeMs};
 
     use super::*;
     use crate::keyring::{KeyChange, Secret};
@@ -75,7 +75,7 @@ mod tests {
     #[test]
     fn a_lock_input_is_stored_as_before_key_changes_and_both_read_back() {
         let input = Input {
-            now_ms: 5,
+            now_ms: TimeMs::from_millis(5),
             command: Command::Tick,
         };
         let stored = serde_json::to_string(&Proposal::Lock(input.clone())).unwrap();

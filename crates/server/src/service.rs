@@ -13,8 +13,8 @@ use std::sync::Arc;
 use futures::{Stream, StreamExt};
 use palisade_core::limits::{LOCK_NAME_BYTES_MAX, validate_lock_name};
 use palisade_core::{
-    Command, CoreError, Event, LockStatus, OpenKey, ReleaseCause, Reply, SessionId, Token, Wait,
-    WaitEndCause,
+    Command, CoreError, DurationMs, Event, LockStatus, OpenKey, ReleaseCause, Reply, RequestId,
+    SessionId, Token, Wait, WaitEndCause,
 };
 use palisade_sequencer::{KeySet, PublicKey, Sequencer};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc};
@@ -94,7 +94,7 @@ pub enum Read {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionOpened {
     pub session: SessionId,
-    pub ttl_ms: u64,
+    pub ttl_ms: DurationMs,
 }
 
 /// A lock granted, with the sequencer that proves it to a resource.
@@ -111,7 +111,7 @@ pub struct SignedGrant {
 pub struct Renewal {
     pub session: SessionId,
     /// How much of the lease is left, as this leader measures it now.
-    pub ttl_remaining_ms: u64,
+    pub ttl_remaining_ms: DurationMs,
 }
 
 /// Who holds a lock.
@@ -119,7 +119,7 @@ pub struct Renewal {
 pub struct HolderView {
     pub session: SessionId,
     pub token: Token,
-    pub lease_remaining_ms: u64,
+    pub lease_remaining_ms: DurationMs,
 }
 
 /// One lock as a client sees it, with durations measured from now.
@@ -127,12 +127,12 @@ pub struct HolderView {
 pub struct LockView {
     pub lock: String,
     pub holder: Option<HolderView>,
-    /// The last token granted for this lock (0 if never granted).
+    /// The last token granted for this lock ([`Token::ZERO`] if never granted).
     pub last_token: Token,
     /// Waiting sessions, first in line first.
     pub waiters: Vec<SessionId>,
     /// Set while the lock sits out its lock-delay.
-    pub lock_delay_remaining_ms: Option<u64>,
+    pub lock_delay_remaining_ms: Option<DurationMs>,
 }
 
 /// One page of a listing.
@@ -159,7 +159,8 @@ pub enum ChangeKind {
 pub struct LockChange {
     pub kind: ChangeKind,
     pub lock: String,
-    /// The holder concerned (for a snapshot: the holder then, 0 if none).
+    /// The holder concerned (for a snapshot: the holder then, session 0 and [`Token::ZERO`]
+    /// if none).
     pub session: SessionId,
     pub token: Token,
     /// Sessions waiting after the change.
@@ -188,7 +189,7 @@ impl LockService {
 
     /// Opens a session. `open_key` (if not empty) makes a retried open return the session the
     /// first attempt opened instead of a second one.
-    pub async fn open_session(&self, open_key: &[u8], ttl_ms: u64) -> Result<SessionOpened> {
+    pub async fn open_session(&self, open_key: &[u8], ttl_ms: DurationMs) -> Result<SessionOpened> {
         let open_key = match open_key {
             [] => None,
             bytes => Some(OpenKey::new(bytes).map_err(CoreError::InvalidOpenKey)?),
@@ -212,7 +213,7 @@ impl LockService {
                 expires_at_ms,
             } => Ok(Renewal {
                 session,
-                ttl_remaining_ms: expires_at_ms.saturating_sub(self.node.now_ms()),
+                ttl_remaining_ms: expires_at_ms.saturating_duration_since(self.node.now_ms()),
             }),
             other => Err(unexpected(other)),
         }
@@ -268,7 +269,7 @@ impl LockService {
         &self,
         session: SessionId,
         lock: String,
-        request_id: u64,
+        request_id: RequestId,
         wait: Wait,
     ) -> Result<SignedGrant> {
         // Taken before proposing, so a refused wait is never left queued in the table.
@@ -332,7 +333,7 @@ impl LockService {
         &self,
         session: SessionId,
         lock: String,
-        request_id: u64,
+        request_id: RequestId,
     ) -> Result<Option<Token>> {
         match self
             .apply(Command::Release {
@@ -360,7 +361,7 @@ impl LockService {
             None => LockView {
                 lock,
                 holder: None,
-                last_token: last_token.unwrap_or(0),
+                last_token: last_token.unwrap_or(Token::ZERO),
                 waiters: Vec::new(),
                 lock_delay_remaining_ms: None,
             },
@@ -493,7 +494,7 @@ impl LockService {
 
     fn sign(&self, lock: String, session: SessionId, token: Token) -> Result<SignedGrant> {
         // The token leaves the server here: re-assert what the table promised.
-        if !(1..=palisade_core::limits::TOKEN_MAX).contains(&token) {
+        if !(Token::FIRST..=palisade_core::limits::TOKEN_MAX).contains(&token) {
             return Err(ServiceError::Internal(format!(
                 "the lock table granted token {token}, outside 1..={}",
                 palisade_core::limits::TOKEN_MAX
@@ -521,11 +522,13 @@ impl LockService {
                 lease_remaining_ms: status
                     .holder_expires_at_ms
                     .unwrap_or(now)
-                    .saturating_sub(now),
+                    .saturating_duration_since(now),
             }),
             last_token: status.last_token,
             waiters: status.waiters,
-            lock_delay_remaining_ms: status.available_at_ms.map(|at| at.saturating_sub(now)),
+            lock_delay_remaining_ms: status
+                .available_at_ms
+                .map(|at| at.saturating_duration_since(now)),
             lock: status.lock,
         }
     }
@@ -538,8 +541,8 @@ fn snapshot_change(node: &Node, lock: &str) -> LockChange {
     LockChange {
         kind: ChangeKind::Snapshot,
         lock: lock.to_string(),
-        session: holder.map_or(0, |g| g.session),
-        token: holder.map_or(0, |g| g.token),
+        session: holder.map_or(SessionId::new(0), |g| g.session),
+        token: holder.map_or(Token::ZERO, |g| g.token),
         waiters: current.as_ref().map_or(0, |s| s.waiters.len() as u64),
     }
 }

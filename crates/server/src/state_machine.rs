@@ -18,7 +18,7 @@ use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::type_config::alias::{LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder, StoredMembership};
 use palisade_core::{
-    Event, Limits, LockTable, Output, ReleaseCause, SessionId, Token, WaitEndCause,
+    Event, Limits, LockTable, Output, ReleaseCause, SessionId, TimeMs, Token, WaitEndCause,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, broadcast, mpsc};
@@ -183,7 +183,7 @@ pub struct LeaseAlarm {
 impl LeaseAlarm {
     fn new() -> LeaseAlarm {
         LeaseAlarm {
-            at_ms: std::sync::atomic::AtomicU64::new(u64::MAX),
+            at_ms: std::sync::atomic::AtomicU64::new(TimeMs::MAX.as_millis()),
             notify: Notify::new(),
         }
     }
@@ -193,14 +193,16 @@ impl LeaseAlarm {
         self.notify.notified()
     }
 
-    /// The driver will look at the table by itself at `at_ms` (`u64::MAX`: only when woken).
-    pub fn set(&self, at_ms: u64) {
-        self.at_ms.store(at_ms, Ordering::SeqCst);
+    /// The driver will look at the table by itself at `at_ms` ([`TimeMs::MAX`]: only when
+    /// woken).
+    pub fn set(&self, at_ms: TimeMs) {
+        self.at_ms.store(at_ms.as_millis(), Ordering::SeqCst);
     }
 
     /// Wakes the driver if `next_deadline` comes before the time it announced.
-    fn wake_if_before(&self, next_deadline: Option<u64>) {
-        if next_deadline.is_some_and(|deadline| deadline < self.at_ms.load(Ordering::SeqCst)) {
+    fn wake_if_before(&self, next_deadline: Option<TimeMs>) {
+        let at_ms = TimeMs::from_millis(self.at_ms.load(Ordering::SeqCst));
+        if next_deadline.is_some_and(|deadline| deadline < at_ms) {
             self.notify.notify_one();
         }
     }
@@ -536,16 +538,17 @@ mod tests {
     #[tokio::test]
     async fn a_wait_that_ended_before_the_acquire_is_not_its_outcome() {
         let waiters = Waiters::default();
-        let mut registration = waiters.register(7, "l");
+        let session = SessionId::new(7);
+        let mut registration = waiters.register(session, "l");
         // An earlier wait of session 7 timed out in entry 10, the same entry that applied the
         // new acquire (its deadline passed just before the command); the new wait is granted
         // in entry 12.
-        waiters.complete(7, "l", 10, WaitOutcome::Ended(WaitEndCause::TimedOut));
-        waiters.complete(7, "other", 11, WaitOutcome::Granted(3));
-        waiters.complete(7, "l", 12, WaitOutcome::Granted(4));
+        waiters.complete(session, "l", 10, WaitOutcome::Ended(WaitEndCause::TimedOut));
+        waiters.complete(session, "other", 11, WaitOutcome::Granted(Token::new(3)));
+        waiters.complete(session, "l", 12, WaitOutcome::Granted(Token::new(4)));
         assert_eq!(
             registration.outcome_after(10).await,
-            Some(WaitOutcome::Granted(4))
+            Some(WaitOutcome::Granted(Token::new(4)))
         );
         drop(registration);
         assert_eq!(waiters.count(), 0, "a dropped registration is gone");
@@ -553,21 +556,22 @@ mod tests {
 
     /// A snapshot of one session holding one lock, as JSON to tamper with.
     fn snapshot_holding_a_lock() -> serde_json::Value {
-        use palisade_core::{Command, Input};
+        use palisade_core::{Command, DurationMs, Input, RequestId};
         let mut table = LockTable::new(Limits::default());
         for command in [
             Command::OpenSession {
                 open_key: None,
-                ttl_ms: 10_000,
+                ttl_ms: DurationMs::from_millis(10_000),
             },
             Command::Acquire {
-                session: 1,
+                session: SessionId::new(1),
                 lock: "l".into(),
-                request_id: 1,
+                request_id: RequestId::new(1),
                 wait: palisade_core::Wait::Try,
             },
         ] {
-            table.apply(Input { now_ms: 1, command }).result.unwrap();
+            let now_ms = TimeMs::from_millis(1);
+            table.apply(Input { now_ms, command }).result.unwrap();
         }
         serde_json::to_value(Applied {
             table,

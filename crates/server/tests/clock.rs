@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use palisade_clock::ManualClock;
-use palisade_core::{CoreError, Wait};
+use palisade_core::{CoreError, DurationMs, RequestId, Wait};
 use palisade_server::service::{ChangeKind, LockService, Read, ServiceError};
 use palisade_server::{Server, ServerConfig};
 
@@ -68,9 +68,13 @@ async fn wait_for_waiters(service: &LockService, lock: &str, n: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_ends_when_the_clock_passes_its_ttl_and_not_a_millisecond_before() {
     let Running { service, clock, .. } = start().await;
-    let session = service.open_session(b"", 1_000).await.unwrap().session;
+    let session = service
+        .open_session(b"", DurationMs::from_millis(1_000))
+        .await
+        .unwrap()
+        .session;
     let grant = service
-        .acquire(session, "l".into(), 1, Wait::Try)
+        .acquire(session, "l".into(), RequestId::new(1), Wait::Try)
         .await
         .unwrap();
 
@@ -82,7 +86,10 @@ async fn a_lease_ends_when_the_clock_passes_its_ttl_and_not_a_millisecond_before
         .await
         .unwrap();
     assert_eq!(held.holder.map(|h| h.token), Some(grant.token));
-    assert_eq!(held.holder.map(|h| h.lease_remaining_ms), Some(1));
+    assert_eq!(
+        held.holder.map(|h| h.lease_remaining_ms),
+        Some(DurationMs::from_millis(1))
+    );
 
     clock.advance(Duration::from_millis(1));
     assert!(
@@ -102,16 +109,24 @@ async fn a_lease_ends_when_the_clock_passes_its_ttl_and_not_a_millisecond_before
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shorter_lease_opened_while_the_driver_sleeps_expires_on_time() {
     let Running { service, clock, .. } = start().await;
-    let long = service.open_session(b"", 600_000).await.unwrap().session;
+    let long = service
+        .open_session(b"", DurationMs::from_millis(600_000))
+        .await
+        .unwrap()
+        .session;
     service
-        .acquire(long, "held-long".into(), 1, Wait::Try)
+        .acquire(long, "held-long".into(), RequestId::new(1), Wait::Try)
         .await
         .unwrap();
     // The driver now sleeps until the long lease's end.
     clock.advance(Duration::from_millis(10));
-    let short = service.open_session(b"", 1_000).await.unwrap().session;
+    let short = service
+        .open_session(b"", DurationMs::from_millis(1_000))
+        .await
+        .unwrap()
+        .session;
     service
-        .acquire(short, "held-briefly".into(), 2, Wait::Try)
+        .acquire(short, "held-briefly".into(), RequestId::new(2), Wait::Try)
         .await
         .unwrap();
     clock.advance(Duration::from_millis(1_000));
@@ -130,11 +145,23 @@ async fn a_shorter_lease_opened_while_the_driver_sleeps_expires_on_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_granted_in_the_order_they_queued_and_a_watch_sees_each_handover() {
     let Running { service, .. } = start().await;
-    let first = service.open_session(b"", 60_000).await.unwrap().session;
-    let second = service.open_session(b"", 60_000).await.unwrap().session;
-    let third = service.open_session(b"", 60_000).await.unwrap().session;
+    let first = service
+        .open_session(b"", DurationMs::from_millis(60_000))
+        .await
+        .unwrap()
+        .session;
+    let second = service
+        .open_session(b"", DurationMs::from_millis(60_000))
+        .await
+        .unwrap()
+        .session;
+    let third = service
+        .open_session(b"", DurationMs::from_millis(60_000))
+        .await
+        .unwrap()
+        .session;
     let held = service
-        .acquire(first, "q".into(), 1, Wait::Try)
+        .acquire(first, "q".into(), RequestId::new(1), Wait::Try)
         .await
         .unwrap();
     let mut changes = Box::pin(service.watch("q".into()).await.unwrap());
@@ -143,7 +170,12 @@ async fn waiters_are_granted_in_the_order_they_queued_and_a_watch_sees_each_hand
         let service = service.clone();
         tokio::spawn(async move {
             service
-                .acquire(session, "q".into(), request_id, Wait::Forever)
+                .acquire(
+                    session,
+                    "q".into(),
+                    RequestId::new(request_id),
+                    Wait::Forever,
+                )
                 .await
         })
     };
@@ -160,10 +192,16 @@ async fn waiters_are_granted_in_the_order_they_queued_and_a_watch_sees_each_hand
         vec![second, third]
     );
 
-    service.release(first, "q".into(), 4).await.unwrap();
+    service
+        .release(first, "q".into(), RequestId::new(4))
+        .await
+        .unwrap();
     let second_grant = second_waits.await.unwrap().unwrap();
     assert_eq!(second_grant.session, second);
-    service.release(second, "q".into(), 5).await.unwrap();
+    service
+        .release(second, "q".into(), RequestId::new(5))
+        .await
+        .unwrap();
     let third_grant = third_waits.await.unwrap().unwrap();
     assert_eq!(third_grant.session, third);
     assert!(held.token < second_grant.token && second_grant.token < third_grant.token);

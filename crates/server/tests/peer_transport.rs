@@ -16,7 +16,10 @@ use openraft::raft::VoteRequest;
 use openraft::type_config::alias::{SnapshotMetaOf, VoteOf};
 use openraft::type_config::async_runtime::WatchReceiver;
 use openraft::{Config, ServerState, SnapshotPolicy, StoredMembership};
-use palisade_core::{Command, Input, LockTable, OpenKey, Output, Reply, SessionId, Token, Wait};
+use palisade_core::{
+    Command, DurationMs, Input, LockTable, OpenKey, Output, Reply, RequestId, SessionId, TimeMs,
+    Token, Wait,
+};
 use palisade_proto::raft::v1::raft_client::RaftClient;
 use palisade_proto::raft::v1::{
     Envelope, PeerRequest, SnapshotHeader, SnapshotPart, snapshot_part,
@@ -203,7 +206,7 @@ async fn propose(nodes: &[TestNode], now_ms: u64, command: Command) -> (u64, Out
             "{command:?} was not committed within {WAIT:?}"
         );
         let input = Input {
-            now_ms,
+            now_ms: TimeMs::from_millis(now_ms),
             command: command.clone(),
         };
         let leader = leader(nodes).await;
@@ -231,7 +234,7 @@ fn open_key(seed: u8) -> OpenKey {
 async fn open_session(nodes: &[TestNode], now_ms: u64, seed: u8) -> (u64, SessionId) {
     let command = Command::OpenSession {
         open_key: Some(open_key(seed)),
-        ttl_ms: 3_600_000,
+        ttl_ms: DurationMs::from_millis(3_600_000),
     };
     match propose(nodes, now_ms, command).await {
         (
@@ -255,7 +258,7 @@ async fn acquire(
     let command = Command::Acquire {
         session,
         lock: lock.to_string(),
-        request_id,
+        request_id: RequestId::new(request_id),
         wait: Wait::Try,
     };
     match propose(nodes, now_ms, command).await {
@@ -307,7 +310,7 @@ async fn writes_reach_every_node_and_continue_after_the_leader_is_killed_and_res
     let release = Command::Release {
         session: holder,
         lock: "l".to_string(),
-        request_id: 2,
+        request_id: RequestId::new(2),
     };
     let (_, released) = propose(&nodes, 1_003, release).await;
     assert!(

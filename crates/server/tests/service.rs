@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use palisade_core::CoreError;
+use palisade_core::{CoreError, SessionId, Token};
 use palisade_proto::v1::locks_client::LocksClient;
 use palisade_proto::v1::*;
 use palisade_server::ServerConfig;
@@ -66,8 +66,8 @@ async fn tokens_grow_across_release_queue_handoff_and_restart() {
         palisade_proto::error::core_from_status(&busy),
         Some(CoreError::Busy {
             lock: "jobs/nightly".into(),
-            holder_session: Some(session_a),
-            holder_token: Some(first.token),
+            holder_session: Some(SessionId::new(session_a)),
+            holder_token: Some(Token::new(first.token)),
             available_at_ms: None,
         }),
         "the details name the holder and its token: {busy:?}"
@@ -91,8 +91,8 @@ async fn tokens_grow_across_release_queue_handoff_and_restart() {
         palisade_proto::error::core_from_status(&not_holder),
         Some(CoreError::NotHolder {
             lock: "jobs/nightly".into(),
-            session: bystander,
-            holder_session: Some(session_a),
+            session: SessionId::new(bystander),
+            holder_session: Some(SessionId::new(session_a)),
         })
     );
     let no_session = session_a.max(session_b).max(bystander) + 100;
@@ -101,7 +101,7 @@ async fn tokens_grow_across_release_queue_handoff_and_restart() {
     assert_eq!(
         palisade_proto::error::core_from_status(&not_found),
         Some(CoreError::SessionNotFound {
-            session: no_session
+            session: SessionId::new(no_session)
         })
     );
 

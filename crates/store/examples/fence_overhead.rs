@@ -13,6 +13,7 @@
 
 use std::time::{Duration, Instant};
 
+use palisade_core::{SessionId, Token};
 use palisade_sequencer::SigningKey;
 use palisade_store::Store;
 
@@ -29,7 +30,9 @@ fn main() {
     let service = SigningKey::generate();
     let dir = tempfile::tempdir_in(".").expect("a temporary directory on this disk");
     let store = Store::open(dir.path(), service.public_key()).expect("open the store");
-    let sequencer = service.sign("bench/lock", 1, 1).unwrap();
+    let sequencer = service
+        .sign("bench/lock", Token::new(1), SessionId::new(1))
+        .unwrap();
     let value = vec![b'x'; value_bytes];
 
     let mut fenced = Vec::with_capacity(per_round * ROUNDS);

@@ -5,6 +5,7 @@
 //! Rust caller matches on `StoreError::Stale { accepted, .. }` whether it called the store
 //! in-process or over HTTP (invariant 9: explainable rejections).
 
+use palisade_core::SessionId;
 use palisade_fence::{FenceError, FenceErrorClass};
 use serde::{Deserialize, Serialize};
 
@@ -295,9 +296,9 @@ impl From<FenceError> for StoreError {
                 holder_session,
             } => StoreError::Stale {
                 lock,
-                presented,
-                accepted,
-                holder_session,
+                presented: presented.get(),
+                accepted: accepted.get(),
+                holder_session: holder_session.map(SessionId::get),
             },
             FenceError::WrongLock {
                 expected,

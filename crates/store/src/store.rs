@@ -326,8 +326,8 @@ impl Store {
         let state = self.fence.fence_state(lock)?;
         Ok(FenceView {
             lock: lock.to_owned(),
-            token_max: state.as_ref().map(|state| state.token_max),
-            holder_session: state.as_ref().map(|state| state.holder_session),
+            token_max: state.as_ref().map(|state| state.token_max.get()),
+            holder_session: state.as_ref().map(|state| state.holder_session.get()),
         })
     }
 

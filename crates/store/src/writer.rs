@@ -434,9 +434,9 @@ fn run_job(
             state.dirty |= advanced;
             Ok(Done::Claim(ClaimAck {
                 lock: sequencer.lock().to_owned(),
-                token: sequencer.token(),
-                session: sequencer.session(),
-                previous_token_max: advance.previous().map(|previous| previous.token_max),
+                token: sequencer.token().get(),
+                session: sequencer.session().get(),
+                previous_token_max: advance.previous().map(|previous| previous.token_max.get()),
                 advanced,
             }))
         }
@@ -503,7 +503,7 @@ fn check_binding(
     // Pair of the fence's own assertion: a key's token never exceeds its lock's accepted
     // maximum, which the sequencer's token has just reached.
     assert!(
-        token <= sequencer.token(),
+        token <= sequencer.token().get(),
         "store invariant broken: key {key:?} holds token {token}, above the accepted token {} of lock {lock:?}",
         sequencer.token(),
     );
@@ -578,7 +578,11 @@ fn run_txn(
     let mut acks = Vec::with_capacity(ops.len());
     {
         let mut table = txn.open_table(KV_TABLE)?;
-        let (lock, token, session) = (sequencer.lock(), sequencer.token(), sequencer.session());
+        let (lock, token, session) = (
+            sequencer.lock(),
+            sequencer.token().get(),
+            sequencer.session().get(),
+        );
         for op in ops {
             let key = op.key();
             // Whether the key has a value (`Some(false)`: a tombstone), read in place; only a
@@ -615,8 +619,8 @@ fn run_txn(
     }
     let ack = WriteAck {
         lock: sequencer.lock().to_owned(),
-        token: sequencer.token(),
-        session: sequencer.session(),
+        token: sequencer.token().get(),
+        session: sequencer.session().get(),
         revision,
         ops: acks,
         request_id: request_id.map(str::to_owned),

@@ -170,7 +170,7 @@ fn forged_truncated_and_altered_sequencers_are_refused_and_do_not_lock_out_the_h
     let honest = service.grant("jobs/nightly", 3, 1);
 
     // An impostor signs the largest possible token with its own key.
-    let forged = impostor_grant("jobs/nightly", TOKEN_MAX, 666);
+    let forged = impostor_grant("jobs/nightly", TOKEN_MAX.get(), 666);
     let refusal = store
         .put(Some(&forged), "report", b"pwned", None)
         .unwrap_err();

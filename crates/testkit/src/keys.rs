@@ -1,6 +1,7 @@
 //! A lock service's key pair without a lock service: sequencers signed with it (or with an
 //! impostor's key), and a store that trusts it, for the tests of resources.
 
+use palisade_core::{SessionId, Token};
 use palisade_sequencer::SigningKey;
 use palisade_store::Store;
 
@@ -27,7 +28,7 @@ impl ServiceKey {
     /// The sequencer of the grant of `lock` with `token`, held by `session`.
     pub fn grant(&self, lock: &str, token: u64, session: u64) -> String {
         self.key
-            .sign(lock, token, session)
+            .sign(lock, Token::new(token), SessionId::new(session))
             .expect("test grants are valid")
             .as_str()
             .to_owned()
@@ -44,7 +45,7 @@ impl ServiceKey {
 /// A sequencer signed by a key the store was not given.
 pub fn impostor_grant(lock: &str, token: u64, session: u64) -> String {
     SigningKey::generate()
-        .sign(lock, token, session)
+        .sign(lock, Token::new(token), SessionId::new(session))
         .expect("test grants are valid")
         .as_str()
         .to_owned()

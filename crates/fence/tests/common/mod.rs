@@ -1,6 +1,7 @@
 //! Helpers shared by the fence scenarios: a lock service key, grants, a seeded shuffle.
 #![allow(dead_code)]
 
+use palisade_core::{SessionId, Token};
 use palisade_sequencer::{KeySet, PublicKey, SigningKey, VerifiedSequencer};
 
 /// The lock service whose public key the resources under test trust.
@@ -19,7 +20,9 @@ pub fn public_keys() -> KeySet {
 
 /// A grant of `lock` with `token` to `session`, as the resource receives and verifies it.
 pub fn grant(lock: &str, token: u64, session: u64) -> VerifiedSequencer {
-    let sequencer = service_key().sign(lock, token, session).unwrap();
+    let sequencer = service_key()
+        .sign(lock, Token::new(token), SessionId::new(session))
+        .unwrap();
     public_key().verify(sequencer.as_str()).unwrap()
 }
 
@@ -28,7 +31,7 @@ pub fn grant(lock: &str, token: u64, session: u64) -> VerifiedSequencer {
 pub fn forged_text(lock: &str, token: u64) -> String {
     let attacker = SigningKey::from_bytes([13; 32]);
     attacker
-        .sign(lock, token, 666)
+        .sign(lock, Token::new(token), SessionId::new(666))
         .unwrap()
         .to_string()
         .replacen(
