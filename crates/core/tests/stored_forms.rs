@@ -3,12 +3,13 @@
 //! byte the same. A change of a field's type (an integer's width, say) that changed the JSON
 //! would strand the data directories written before it.
 //!
-//! The forms below were written by the version whose counts and limits were `usize`.
+//! The forms below were written by the version whose counts and limits were `usize`, and the
+//! last test's by the version whose ids and times were `u64` aliases.
 
 use palisade_core::limits::{LockNameError, OpenKeyError};
 use palisade_core::{
-    Command, CoreError, DurationMs, Input, Limits, LockTable, Reply, RequestId, SessionId, TimeMs,
-    Token, Wait,
+    Command, CoreError, DurationMs, Event, Input, Limits, LockTable, Output, ReleaseCause, Reply,
+    RequestId, SessionId, TimeMs, Token, Wait,
 };
 
 /// A snapshot: limits of their own; session 1 holds `jobs/a` and session 2 waits for it; session
@@ -140,6 +141,120 @@ fn stored_replies_and_refusals_with_counts_load_and_are_written_the_same() {
                 bytes_min: 16,
                 bytes_max: 32,
             })),
+        ),
+    ];
+    for (stored, expected) in replies {
+        let loaded: Result<Reply, CoreError> = serde_json::from_str(stored).expect(stored);
+        assert_eq!(loaded, expected, "{stored}");
+        assert_eq!(serde_json::to_string(&loaded).unwrap(), stored);
+    }
+}
+
+/// Log entries, outputs and replies that name sessions, tokens, request ids, instants and
+/// spans, as the version whose `SessionId`, `Token`, `RequestId` and `TimeMs` were `u64` aliases
+/// wrote them: each newtype is still its bare number.
+#[test]
+fn ids_and_times_are_stored_as_the_bare_numbers_they_were() {
+    let (session, token, request_id) = (SessionId::new(3), Token::new(4), RequestId::new(31));
+    let at = |ms| TimeMs::from_millis(ms);
+    let entries = [
+        (
+            r#"{"now_ms":30,"command":{"Acquire":{"session":3,"lock":"jobs/a","request_id":31,"wait":{"ForMs":5000}}}}"#,
+            Input {
+                now_ms: at(30),
+                command: Command::Acquire {
+                    session,
+                    lock: "jobs/a".into(),
+                    request_id,
+                    wait: Wait::ForMs(DurationMs::from_millis(5_000)),
+                },
+            },
+        ),
+        (
+            r#"{"now_ms":31,"command":{"Release":{"session":3,"lock":"jobs/a","request_id":32}}}"#,
+            Input {
+                now_ms: at(31),
+                command: Command::Release {
+                    session,
+                    lock: "jobs/a".into(),
+                    request_id: RequestId::new(32),
+                },
+            },
+        ),
+        (
+            r#"{"now_ms":32,"command":{"OpenSessionWithKey":{"open_key":null,"ttl_ms":10000}}}"#,
+            Input {
+                now_ms: at(32),
+                command: Command::OpenSession {
+                    open_key: None,
+                    ttl_ms: DurationMs::from_millis(10_000),
+                },
+            },
+        ),
+        (
+            r#"{"now_ms":33,"command":{"KeepAlive":{"session":3}}}"#,
+            Input {
+                now_ms: at(33),
+                command: Command::KeepAlive { session },
+            },
+        ),
+    ];
+    for (stored, expected) in entries {
+        let loaded: Input = serde_json::from_str(stored).expect(stored);
+        assert_eq!(loaded, expected, "{stored}");
+        assert_eq!(serde_json::to_string(&loaded).unwrap(), stored);
+    }
+
+    let output = r#"{"result":{"Err":{"Busy":{"lock":"jobs/a","holder_session":1,"holder_token":1,"available_at_ms":10526}}},"events":[{"Granted":{"lock":"jobs/a","session":2,"token":4,"request_id":21}},{"Released":{"lock":"jobs/b","session":3,"token":2,"cause":"SessionExpired"}}]}"#;
+    let expected = Output {
+        result: Err(CoreError::Busy {
+            lock: "jobs/a".into(),
+            holder_session: Some(SessionId::new(1)),
+            holder_token: Some(Token::new(1)),
+            available_at_ms: Some(at(10_526)),
+        }),
+        events: vec![
+            Event::Granted {
+                lock: "jobs/a".into(),
+                session: SessionId::new(2),
+                token,
+                request_id: RequestId::new(21),
+            },
+            Event::Released {
+                lock: "jobs/b".into(),
+                session,
+                token: Token::new(2),
+                cause: ReleaseCause::SessionExpired,
+            },
+        ],
+    };
+    let loaded: Output = serde_json::from_str(output).unwrap();
+    assert_eq!(loaded, expected);
+    assert_eq!(serde_json::to_string(&loaded).unwrap(), output);
+
+    let replies = [
+        (
+            r#"{"Err":{"TtlOutOfRange":{"ttl_ms":10,"ttl_ms_min":1000,"ttl_ms_max":600000}}}"#,
+            Err(CoreError::TtlOutOfRange {
+                ttl_ms: DurationMs::from_millis(10),
+                ttl_ms_min: DurationMs::from_millis(1_000),
+                ttl_ms_max: DurationMs::from_millis(600_000),
+            }),
+        ),
+        (
+            r#"{"Err":{"WaitOutOfRange":{"wait_ms":99000000,"wait_ms_max":86400000}}}"#,
+            Err(CoreError::WaitOutOfRange {
+                wait_ms: DurationMs::from_millis(99_000_000),
+                wait_ms_max: DurationMs::from_millis(86_400_000),
+            }),
+        ),
+        (
+            r#"{"Ok":{"SessionOpened":{"session":4,"ttl_ms":10000,"expires_at_ms":10032}}}"#,
+            Ok(Reply::SessionOpened {
+                session: SessionId::new(4),
+                ttl_ms: DurationMs::from_millis(10_000),
+                expires_at_ms: at(10_032),
+            }),
         ),
     ];
     for (stored, expected) in replies {

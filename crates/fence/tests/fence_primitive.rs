@@ -106,6 +106,16 @@ fn errors_serialise_with_a_machine_readable_kind() {
 }
 
 #[test]
+fn the_state_serialises_its_token_and_session_as_bare_numbers() {
+    let stored = r#"{"lock":"jobs","token_max":9,"holder_session":7}"#;
+    assert_eq!(serde_json::to_string(&state("jobs", 9, 7)).unwrap(), stored);
+    assert_eq!(
+        serde_json::from_str::<FenceState>(stored).unwrap(),
+        state("jobs", 9, 7)
+    );
+}
+
+#[test]
 fn presented_text_maps_to_missing_malformed_or_forged() {
     let key = public_keys();
     assert_eq!(
