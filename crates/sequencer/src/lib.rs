@@ -41,6 +41,14 @@
 //! let verified = VerifiedSequencer::from_str_verified(sequencer.as_str(), &trusted).unwrap();
 //! assert_eq!((verified.lock(), verified.token(), verified.session()), ("jobs/nightly", token, session));
 //! ```
+//!
+//! The token and the session are types of their own, so a swapped pair does not compile:
+//!
+//! ```compile_fail
+//! # use palisade_core::{SessionId, Token};
+//! # let service_key = palisade_sequencer::SigningKey::generate();
+//! let sequencer = service_key.sign("jobs/nightly", SessionId::new(7), Token::new(42));
+//! ```
 
 /// `FromStr` and serde for a type whose text form is its `Display` and its `parse`: every key
 /// type travels in flags, environment variables and JSON as the text `palisade pubkey` prints.
