@@ -456,36 +456,38 @@ fn a_follower_cut_off_alone_leaves_the_majority_serving_and_catches_up_after_hea
     tokens.none_lost(&list);
 }
 
-#[test]
-fn a_bridge_partition_keeps_serving_a_client_with_every_endpoint() {
-    let Some(mut cluster) = start("a_bridge_partition_keeps_serving_a_client_with_every_endpoint")
-    else {
+/// Runs `cut` (given the leader and its two followers; it returns the node that no longer hears
+/// the leader) on a three-node cluster, then takes turns on `lock` through every endpoint for
+/// several election timeouts and a few turns more: every turn is granted, and since a member
+/// that still hears the leader refuses the unheard node a pre-vote, no term is raised and, after
+/// the heal, the same leader leads in the same term.
+fn keeps_serving_and_deposes_nobody(
+    test: &str,
+    lock: &str,
+    cut: impl FnOnce(&mut LocalCluster, u64, [u64; 2]) -> u64,
+) {
+    let Some(mut cluster) = start(test) else {
         return;
     };
     let everyone = addresses(&cluster, &all_ids(&cluster));
     let leader = cluster.leader();
     let followers = others(&cluster, leader);
-    let (middle, far) = (followers[0], followers[1]);
     let mut tokens = Tokens::default();
-    take_turns(&everyone, "bridge", 1, &mut tokens);
+    take_turns(&everyone, lock, 1, &mut tokens);
 
-    // The leader and `far` no longer see each other; `middle` sees both.
     let term = term_of(&cluster_status(&everyone), leader);
-    cluster.network().cut(&[leader], &[far]).unwrap();
-    eprintln!("node {middle} bridges nodes {leader} (leader) and {far}");
-    // Several election timeouts, and a few turns more: `far` no longer hears the leader, but
-    // `middle` still does and refuses it a pre-vote, so nobody is deposed.
+    let unheard = cut(&mut cluster, leader, [followers[0], followers[1]]);
     let cut_at = Instant::now();
     let during = serve_until(
         &everyone,
-        "bridge",
+        lock,
         &mut tokens,
         "several election timeouts",
         |_| cut_at.elapsed() >= SEVERAL_ELECTIONS,
         3,
     );
     eprintln!("during the partition: {during}");
-    assert_eq!(term_of(&during, far), term, "{during}");
+    assert_eq!(term_of(&during, unheard), term, "{during}");
 
     cluster.network().heal().unwrap();
     let applied = highest_applied(&during);
@@ -496,53 +498,37 @@ fn a_bridge_partition_keeps_serving_a_client_with_every_endpoint() {
         (leader, term),
         "{after}"
     );
-    take_turns(&everyone, "bridge", 1, &mut tokens);
+    take_turns(&everyone, lock, 1, &mut tokens);
     tokens.none_lost(&everyone);
 }
 
 #[test]
+fn a_bridge_partition_keeps_serving_a_client_with_every_endpoint() {
+    keeps_serving_and_deposes_nobody(
+        "a_bridge_partition_keeps_serving_a_client_with_every_endpoint",
+        "bridge",
+        |cluster, leader, [middle, far]| {
+            // The leader and `far` no longer see each other; `middle` sees both.
+            cluster.network().cut(&[leader], &[far]).unwrap();
+            eprintln!("node {middle} bridges nodes {leader} (leader) and {far}");
+            far
+        },
+    );
+}
+
+#[test]
 fn a_one_way_cut_from_the_leader_keeps_serving_a_client_with_every_endpoint() {
-    let Some(mut cluster) =
-        start("a_one_way_cut_from_the_leader_keeps_serving_a_client_with_every_endpoint")
-    else {
-        return;
-    };
-    let everyone = addresses(&cluster, &all_ids(&cluster));
-    let leader = cluster.leader();
-    let deaf = others(&cluster, leader)[0];
-    let mut tokens = Tokens::default();
-    take_turns(&everyone, "one-way", 1, &mut tokens);
-
-    // The leader's calls to `deaf` (appends, heartbeats) are lost; `deaf`'s calls to the
-    // leader and to the third node still arrive and are answered.
-    let term = term_of(&cluster_status(&everyone), leader);
-    cluster.network().cut_one_way(leader, deaf).unwrap();
-    eprintln!("node {leader} (leader) can no longer call node {deaf}");
-    // Several election timeouts, and a few turns more: `deaf` no longer hears the leader, but
-    // the third node does and refuses it a pre-vote, so nobody is deposed.
-    let cut_at = Instant::now();
-    let during = serve_until(
-        &everyone,
+    keeps_serving_and_deposes_nobody(
+        "a_one_way_cut_from_the_leader_keeps_serving_a_client_with_every_endpoint",
         "one-way",
-        &mut tokens,
-        "several election timeouts",
-        |_| cut_at.elapsed() >= SEVERAL_ELECTIONS,
-        3,
+        |cluster, leader, [deaf, _]| {
+            // The leader's calls to `deaf` (appends, heartbeats) are lost; `deaf`'s calls to
+            // the leader and to the third node still arrive and are answered.
+            cluster.network().cut_one_way(leader, deaf).unwrap();
+            eprintln!("node {leader} (leader) can no longer call node {deaf}");
+            deaf
+        },
     );
-    eprintln!("during the cut: {during}");
-    assert_eq!(term_of(&during, deaf), term, "{during}");
-
-    cluster.network().heal().unwrap();
-    let applied = highest_applied(&during);
-    let (now_leading, after) = converged(&cluster, applied);
-    eprintln!("healed: {after}");
-    assert_eq!(
-        (now_leading, term_of(&after, now_leading)),
-        (leader, term),
-        "{after}"
-    );
-    take_turns(&everyone, "one-way", 1, &mut tokens);
-    tokens.none_lost(&everyone);
 }
 
 /// The lease of the `palisade lock` holders below, and the interval of their keepalives
