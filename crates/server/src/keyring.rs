@@ -214,6 +214,12 @@ impl KeyRing {
         Ok(())
     }
 
+    /// Whether the ring holds the key `id` (an empty ring holds none: the founding key then
+    /// signs without being in it).
+    pub fn publishes(&self, id: KeyId) -> bool {
+        self.position(id).is_some()
+    }
+
     fn position(&self, id: KeyId) -> Option<usize> {
         self.keys.iter().position(|k| k.secret.id() == id)
     }

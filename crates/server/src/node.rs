@@ -669,7 +669,7 @@ impl Node {
     /// while nobody has rotated.
     pub fn signing_key(&self) -> SigningKey {
         self.shared
-            .read_keys(KeyRing::signing)
+            .signing_key()
             .unwrap_or_else(|| self.founding_key())
     }
 
@@ -1050,16 +1050,11 @@ impl Node {
                 "{e}; the key change may or may not have taken effect: see `palisade keys list`"
             )),
         })?;
+        // Add and retire leave a non-empty ring, so the ring alone says whether they applied.
         let done = self.shared.read_keys(|after| match &change {
-            KeyChange::Add { key, .. } => after
-                .view(&self.founding_key())
-                .iter()
-                .any(|k| k.public_key.id() == key.id()),
+            KeyChange::Add { key, .. } => after.publishes(key.id()),
             KeyChange::Rotate { key } => after.signing().is_some_and(|k| k.key_id() == *key),
-            KeyChange::Retire { key } => !after
-                .view(&self.founding_key())
-                .iter()
-                .any(|k| k.public_key.id() == *key),
+            KeyChange::Retire { key } => !after.publishes(*key),
         });
         if !done {
             return Err(MembershipError::Refused(

@@ -158,6 +158,9 @@ pub(crate) fn write_restored(dir: &Path, table: LockTable, keys: KeyRing) -> io:
 #[derive(Debug)]
 pub struct Shared {
     applied: Mutex<Applied>,
+    /// The key ring's signing key, kept beside the ring whenever it changes, so that signing a
+    /// grant does not take the lock the apply path holds.
+    signing_key: std::sync::RwLock<Option<palisade_sequencer::SigningKey>>,
     waiters: Waiters,
     events: broadcast::Sender<Event>,
     lease_alarm: LeaseAlarm,
@@ -244,6 +247,18 @@ impl Shared {
         crate::backup::Backup::new(state, founding_key, taken_at_unix_ms).to_bytes()
     }
 
+    /// The key ring's signing key, if anyone has rotated; read without the apply lock.
+    pub fn signing_key(&self) -> Option<palisade_sequencer::SigningKey> {
+        self.signing_key
+            .read()
+            .expect("signing key lock poisoned")
+            .clone()
+    }
+
+    fn set_signing_key(&self, ring: &KeyRing) {
+        *self.signing_key.write().expect("signing key lock poisoned") = ring.signing();
+    }
+
     /// Reads the signing keys. Hold the closure short: it blocks applying.
     pub fn read_keys<R>(&self, f: impl FnOnce(&KeyRing) -> R) -> R {
         f(&self.applied().keys)
@@ -295,6 +310,7 @@ impl StateMachine {
         let (events, _) = broadcast::channel(WATCH_BUFFER_EVENTS);
         Ok(StateMachine {
             shared: Arc::new(Shared {
+                signing_key: std::sync::RwLock::new(applied.keys.signing()),
                 applied: Mutex::new(applied),
                 waiters: Waiters::default(),
                 events,
@@ -436,8 +452,11 @@ impl RaftStateMachine<C> for StateMachine {
                     EntryPayload::Normal(Proposal::Keys { keys }) => {
                         // The leader checked the change against the same ring; a change that
                         // lost a race to another is refused here alike on every member.
-                        if let Err(refusal) = applied.keys.apply(&keys) {
-                            tracing::warn!(%refusal, "a key change did not apply");
+                        match applied.keys.apply(&keys) {
+                            Ok(()) => self.shared.set_signing_key(&applied.keys),
+                            Err(refusal) => {
+                                tracing::warn!(%refusal, "a key change did not apply");
+                            }
                         }
                         None
                     }
@@ -496,6 +515,7 @@ impl RaftStateMachine<C> for StateMachine {
         })
         .await
         .map_err(io::Error::other)??;
+        self.shared.set_signing_key(&installed.keys);
         *self.shared.applied() = installed;
         // Only a follower installs a snapshot, and a node's queued acquires end when it stops
         // leading, so no waiter is left to complete here. Watchers read the new state, and the
