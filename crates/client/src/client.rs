@@ -16,6 +16,7 @@ use palisade_proto::v1::locks_client::LocksClient;
 use palisade_proto::{DEFAULT_ENDPOINT, MESSAGE_BYTES_MAX, v1 as pb};
 use palisade_sequencer::{KeySet, PublicKey};
 use tokio::time::Instant;
+use palisade_proto::transport::{self, Dialer};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{
@@ -97,6 +98,8 @@ pub(crate) struct Endpoints {
     /// channel.
     configured: Vec<Target>,
     options: ClientOptions,
+    /// How connections are made: TCP when `None`.
+    dialer: Option<Dialer>,
     current: Mutex<Current>,
 }
 
@@ -233,11 +236,15 @@ pub fn parse_endpoints(list: &str) -> Result<Vec<String>, ConnectError> {
 
 /// A channel to `url` (already checked), connected on first use and re-established after it
 /// breaks.
-fn lazy_target(url: &str, options: &ClientOptions) -> Result<Target, ConnectError> {
+fn lazy_target(
+    url: &str,
+    options: &ClientOptions,
+    dialer: Option<&Dialer>,
+) -> Result<Target, ConnectError> {
     let endpoint = channel_endpoint(url, options)?;
     Ok(Target {
         url: url.to_string(),
-        raw: locks_client(endpoint.connect_lazy()),
+        raw: locks_client(transport::connect_lazy(endpoint, dialer)),
     })
 }
 
@@ -282,7 +289,7 @@ impl Endpoints {
             Failure::NotLeader { leader, .. } if *leader != current.target.url => {
                 match self.configured.iter().position(|t| t.url == *leader) {
                     Some(index) => (self.configured[index].clone(), index),
-                    None => match lazy_target(leader, &self.options) {
+                    None => match lazy_target(leader, &self.options, self.dialer.as_ref()) {
                         Ok(target) => (target, current.index),
                         Err(_) => return, // Checked when read; kept for safety.
                     },
@@ -360,6 +367,16 @@ impl Client {
         endpoints: &[impl AsRef<str>],
         options: ClientOptions,
     ) -> Result<Client, ConnectError> {
+        Client::connect_many_via(endpoints, options, None).await
+    }
+
+    /// [`Client::connect_many`], making connections through `dialer` instead of TCP when one
+    /// is given: a simulated network.
+    pub async fn connect_many_via(
+        endpoints: &[impl AsRef<str>],
+        options: ClientOptions,
+        dialer: Option<Dialer>,
+    ) -> Result<Client, ConnectError> {
         let urls = endpoints
             .iter()
             .map(|e| {
@@ -387,7 +404,7 @@ impl Client {
         let mut failures = Vec::new();
         let mut connected = None;
         for (index, url) in urls.iter().enumerate() {
-            match channel_endpoint(url, &options)?.connect().await {
+            match transport::connect(channel_endpoint(url, &options)?, dialer.as_ref()).await {
                 Ok(channel) => {
                     connected = Some((index, channel));
                     break;
@@ -414,7 +431,7 @@ impl Client {
                         raw: locks_client(channel.clone()),
                     })
                 } else {
-                    lazy_target(url, &options)
+                    lazy_target(url, &options, dialer.as_ref())
                 }
             })
             .collect::<Result<Vec<Target>, ConnectError>>()?;
@@ -429,6 +446,7 @@ impl Client {
             endpoints: Arc::new(Endpoints {
                 configured,
                 options,
+                dialer,
                 current: Mutex::new(current),
             }),
         })
@@ -984,7 +1002,7 @@ mod tests {
             "http://10.0.0.3:7457",
         ]
         .iter()
-        .map(|url| lazy_target(url, &options).unwrap())
+        .map(|url| lazy_target(url, &options, None).unwrap())
         .collect();
         Endpoints {
             current: Mutex::new(Current {
@@ -994,6 +1012,7 @@ mod tests {
             }),
             configured,
             options,
+            dialer: None,
         }
     }
 
@@ -1058,7 +1077,7 @@ mod tests {
     #[tokio::test]
     async fn one_endpoint_stays_unless_it_names_another_leader() {
         let options = ClientOptions::default();
-        let only = lazy_target("http://10.0.0.1:7457", &options).unwrap();
+        let only = lazy_target("http://10.0.0.1:7457", &options, None).unwrap();
         let endpoints = Endpoints {
             current: Mutex::new(Current {
                 target: only.clone(),
@@ -1067,6 +1086,7 @@ mod tests {
             }),
             configured: vec![only],
             options,
+            dialer: None,
         };
         endpoints.after_failure(0, &Failure::NotApplied("down".into()));
         assert_eq!(endpoints.current().generation, 0);

@@ -39,7 +39,7 @@ pub(crate) const RETRIES_AT_ONCE_MAX: u32 = 3;
 /// reasoning holds only for ids scoped to one session; anything compared across clients, like
 /// the key of an open, must come from [`open_key`], which has no fallback.
 pub fn request_id() -> RequestId {
-    RequestId::new(match getrandom::u64() {
+    RequestId::new(match palisade_clock::entropy::u64() {
         Ok(id) => id,
         Err(error) => {
             static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -61,7 +61,7 @@ pub fn request_id() -> RequestId {
 /// equal another client's, so without OS randomness this fails instead of falling back.
 pub(crate) fn open_key() -> Result<OpenKey, String> {
     let mut bytes = [0u8; OPEN_KEY_BYTES_MIN];
-    getrandom::fill(&mut bytes).map_err(|e| e.to_string())?;
+    palisade_clock::entropy::fill(&mut bytes).map_err(|e| e.to_string())?;
     OpenKey::new(&bytes).map_err(|e| format!("the OS random source gave {e}"))
 }
 
@@ -236,7 +236,7 @@ impl RetryPolicy<Failure> for Backoff {
 
 /// Between half and all of `delay`, so clients that failed together do not retry together.
 fn jitter(delay: Duration) -> Duration {
-    let random = getrandom::u32().unwrap_or(u32::MAX / 2);
+    let random = palisade_clock::entropy::u64().map_or(u32::MAX / 2, |r| r as u32);
     let fraction = 0.5 + f64::from(random) / f64::from(u32::MAX) / 2.0;
     delay.mul_f64(fraction)
 }

@@ -10,6 +10,8 @@
 //! Times are [`Duration`]s since the clock's origin (its creation). They only ever grow: a
 //! wall-clock jump moves none of them.
 
+pub mod entropy;
+
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;

@@ -6,6 +6,7 @@
 //! the lock table's errors. [`raft::v1`] is spoken only between the nodes of one cluster.
 
 pub mod error;
+pub mod transport;
 
 /// Version 1 of the API: `palisade.v1`.
 #[allow(missing_debug_implementations, clippy::all)]

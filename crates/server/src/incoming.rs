@@ -1,55 +1,122 @@
-//! Accepting connections: TCP_NODELAY on every one, and at most [`CONNECTIONS_MAX`] at once.
+//! Accepting connections: from a [`Listener`] (TCP with `TCP_NODELAY`, or a simulated
+//! network), at most [`CONNECTIONS_MAX`] at once.
 //!
 //! A connection holds a permit for its whole life. When all permits are taken, the server stops
 //! accepting, and further clients wait in the kernel's accept backlog until a connection closes,
 //! instead of each costing the server a task and buffers.
 
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::Stream;
+use futures::stream::BoxStream;
+use palisade_proto::transport::BoxedConnection;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
 use crate::limits::CONNECTIONS_MAX;
 
+/// Where a server accepts its connections.
+pub struct Listener {
+    local_addr: SocketAddr,
+    accepts: BoxStream<'static, io::Result<(BoxedConnection, TcpConnectInfo)>>,
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener")
+            .field("local_addr", &self.local_addr)
+            .finish()
+    }
+}
+
+impl Listener {
+    /// Listens on `addr` over TCP (port 0 picks a free one).
+    pub async fn bind(addr: SocketAddr) -> io::Result<Listener> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let local_addr = listener.local_addr()?;
+        let accepts = futures::stream::unfold(listener, |listener| async move {
+            let accepted = listener.accept().await.and_then(|(stream, remote)| {
+                // Small gRPC frames must not wait for the previous one's acknowledgement.
+                stream.set_nodelay(true)?;
+                let info = TcpConnectInfo {
+                    local_addr: stream.local_addr().ok(),
+                    remote_addr: Some(remote),
+                };
+                Ok((Box::new(stream) as BoxedConnection, info))
+            });
+            Some((accepted, listener))
+        });
+        Ok(Listener {
+            local_addr,
+            accepts: Box::pin(accepts),
+        })
+    }
+
+    /// The connections `accepts` yields, as if listening on `local_addr`: a simulated network.
+    pub fn from_stream(
+        local_addr: SocketAddr,
+        accepts: impl Stream<Item = io::Result<(BoxedConnection, SocketAddr)>> + Send + 'static,
+    ) -> Listener {
+        use futures::StreamExt as _;
+        let accepts = accepts.map(move |accepted| {
+            accepted.map(|(connection, remote)| {
+                let info = TcpConnectInfo {
+                    local_addr: Some(local_addr),
+                    remote_addr: Some(remote),
+                };
+                (connection, info)
+            })
+        });
+        Listener {
+            local_addr,
+            accepts: Box::pin(accepts),
+        }
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+}
+
 /// An accepted connection and its permit.
-#[derive(Debug)]
 pub struct Connection {
-    stream: TcpStream,
+    stream: BoxedConnection,
+    info: TcpConnectInfo,
     _permit: OwnedSemaphorePermit,
 }
 
 /// The connections `listener` accepts, at most `CONNECTIONS_MAX` open at once.
-pub fn limited(listener: TcpListener) -> impl Stream<Item = io::Result<Connection>> {
+pub fn limited(listener: Listener) -> impl Stream<Item = io::Result<Connection>> {
+    use futures::StreamExt as _;
     let permits = Arc::new(Semaphore::new(CONNECTIONS_MAX));
-    futures::stream::unfold((listener, permits), |(listener, permits)| async move {
-        let permit = permits
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("the semaphore is never closed");
-        let accepted = listener.accept().await.and_then(|(stream, _)| {
-            // Small gRPC frames must not wait for the previous one's acknowledgement.
-            stream.set_nodelay(true)?;
-            Ok(Connection {
+    futures::stream::unfold(
+        (listener.accepts, permits),
+        |(mut accepts, permits)| async move {
+            let permit = permits
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("the semaphore is never closed");
+            let accepted = accepts.next().await?.map(|(stream, info)| Connection {
                 stream,
+                info,
                 _permit: permit,
-            })
-        });
-        Some((accepted, (listener, permits)))
-    })
+            });
+            Some((accepted, (accepts, permits)))
+        },
+    )
 }
 
 impl Connected for Connection {
     type ConnectInfo = TcpConnectInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.stream.connect_info()
+        self.info.clone()
     }
 }
 

@@ -23,7 +23,7 @@ pub fn load_or_create(dir: &Path) -> io::Result<SigningKey> {
             Ok(SigningKey::from_bytes(bytes))
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            let key = SigningKey::generate();
+            let key = crate::entropy::signing_key()?;
             store(dir, &key)?;
             tracing::info!(path = %path.display(), "created the sequencer signing key");
             Ok(key)

@@ -12,6 +12,7 @@
 
 pub mod backup;
 pub mod cluster;
+mod entropy;
 mod files;
 pub mod grpc;
 mod identity;
@@ -25,11 +26,13 @@ pub mod node;
 pub mod peer;
 pub mod peer_service;
 pub mod raft_types;
+pub mod runtime;
 pub mod service;
 pub mod state_machine;
 pub mod wal;
 
 pub use files::{SECRET_FILE_MODE, write_file_atomically};
+pub use incoming::Listener;
 pub use limits::CONNECTIONS_MAX;
 
 use std::net::SocketAddr;
@@ -126,20 +129,72 @@ pub async fn serve(args: ServerConfig) -> Result<(), ServeError> {
     server.run_until(shutdown_signal()).await
 }
 
+/// Where the server's blocking file work runs: the log's writes and fsyncs, and snapshots.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Blocking {
+    /// On threads of its own: the log's writer thread and tokio's blocking pool. Production.
+    #[default]
+    Threads,
+    /// On the task that asks for it, blocking the runtime meanwhile, so that a single-threaded
+    /// deterministic simulation orders every file write among its other events.
+    Inline,
+}
+
+impl Blocking {
+    /// Runs `work` where this says.
+    pub(crate) async fn run<T: Send + 'static>(
+        self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> std::io::Result<T> {
+        match self {
+            Blocking::Threads => tokio::task::spawn_blocking(work)
+                .await
+                .map_err(std::io::Error::other),
+            Blocking::Inline => Ok(work()),
+        }
+    }
+}
+
 /// Requests one client connection may have in flight at once.
 pub const CONCURRENT_REQUESTS_PER_CONNECTION_MAX: usize = 1_024;
+
+/// What a server runs on besides its configuration: its clock, its network, and where its
+/// blocking file work runs. [`Platform::default`] is production; a deterministic simulation
+/// supplies its own.
+#[derive(Debug)]
+pub struct Platform {
+    /// Where the node reads time.
+    pub clock: palisade_clock::SharedClock,
+    /// Where it accepts connections; `None` binds [`ServerConfig::listen`] over TCP.
+    pub listener: Option<Listener>,
+    /// How it connects to its peers; TCP when `None`.
+    pub dialer: Option<palisade_proto::transport::Dialer>,
+    /// Where the log's writes and the snapshots run.
+    pub blocking: Blocking,
+}
+
+impl Default for Platform {
+    fn default() -> Self {
+        Platform {
+            clock: palisade_clock::TokioClock::shared(),
+            listener: None,
+            dialer: None,
+            blocking: Blocking::Threads,
+        }
+    }
+}
 
 /// A started lock service: recovered, leader, and listening.
 #[derive(Debug)]
 pub struct Server {
     node: Arc<node::Node>,
-    listener: tokio::net::TcpListener,
+    listener: Listener,
 }
 
 impl Server {
     /// Recovers the node from `args.data_dir` and binds `args.listen` (port 0 picks a free one).
     pub async fn start(args: &ServerConfig) -> Result<Server, ServeError> {
-        Server::start_with_clock(args, palisade_clock::TokioClock::shared()).await
+        Server::start_on(args, Platform::default()).await
     }
 
     /// [`Server::start`], reading time from `clock`: tests drive a
@@ -148,35 +203,46 @@ impl Server {
         args: &ServerConfig,
         clock: palisade_clock::SharedClock,
     ) -> Result<Server, ServeError> {
+        Server::start_on(
+            args,
+            Platform {
+                clock,
+                ..Platform::default()
+            },
+        )
+        .await
+    }
+
+    /// [`Server::start`] on `platform`.
+    pub async fn start_on(args: &ServerConfig, platform: Platform) -> Result<Server, ServeError> {
         let limits = palisade_core::Limits {
             lock_delay_ms: palisade_core::DurationMs::from_duration_floor(args.lock_delay),
             ..Default::default()
         };
         limits.validate().map_err(ServeError::InvalidLockDelay)?;
-        let listener = tokio::net::TcpListener::bind(args.listen)
-            .await
-            .map_err(|source| ServeError::Listen {
-                listen: args.listen,
-                source,
-            })?;
-        let advertise = match &args.advertise {
-            Some(advertise) => advertise.clone(),
-            None => listener
-                .local_addr()
+        let listener = match platform.listener {
+            Some(listener) => listener,
+            None => Listener::bind(args.listen)
+                .await
                 .map_err(|source| ServeError::Listen {
                     listen: args.listen,
                     source,
-                })?
-                .to_string(),
+                })?,
+        };
+        let advertise = match &args.advertise {
+            Some(advertise) => advertise.clone(),
+            None => listener.local_addr().to_string(),
         };
         let node = node::Node::start(node::NodeConfig {
             node_id: args.node_id,
             data_dir: args.data_dir.clone(),
             limits,
-            clock,
+            clock: platform.clock,
             advertise,
             initial_cluster: args.initial_cluster.clone(),
             join: args.join,
+            dialer: platform.dialer,
+            blocking: platform.blocking,
         })
         .await
         .map_err(|source| ServeError::Start {
@@ -187,9 +253,7 @@ impl Server {
     }
 
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .expect("a bound listener has an address")
+        self.listener.local_addr()
     }
 
     pub fn node(&self) -> &Arc<node::Node> {

@@ -19,15 +19,16 @@ use std::io;
 use std::ops::RangeBounds;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, mpsc};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, RaftLogStorage};
 use openraft::type_config::alias::{LogIdOf, VoteOf};
 use openraft::{LogState, OptionalSend, RaftLogReader};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
+use crate::Blocking;
 use crate::raft_types::{C, Entry};
 use crate::wal::{self, Record, Wal};
 
@@ -177,14 +178,14 @@ enum Message {
     /// For tests: take nothing more until a signal arrives (or its sender is gone), so that the
     /// writes queued meanwhile go to the disk in one batch, at a moment the test chooses.
     #[cfg(test)]
-    Hold(mpsc::Receiver<()>),
+    Hold(std::sync::mpsc::Receiver<()>),
 }
 
 /// The Raft log store. Cheap to clone: clones share the in-memory log and the writer.
 #[derive(Clone)]
 pub struct LogStore {
     state: Arc<Mutex<wal::LogState>>,
-    writer: mpsc::Sender<Message>,
+    writer: mpsc::UnboundedSender<Message>,
     writer_thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
     durable: DurableIndex,
 }
@@ -198,22 +199,36 @@ impl Debug for LogStore {
 }
 
 impl LogStore {
-    /// Opens (or creates) the log file at `path`, loading every unpurged entry into memory.
+    /// Opens (or creates) the log file at `path`, loading every unpurged entry into memory,
+    /// with its writer on a thread of its own.
     pub fn open(path: &Path) -> io::Result<LogStore> {
+        LogStore::open_with(path, Blocking::Threads)
+    }
+
+    /// [`LogStore::open`], with the writer where `blocking` says. [`Blocking::Inline`] must be
+    /// called within a tokio runtime.
+    pub fn open_with(path: &Path, blocking: Blocking) -> io::Result<LogStore> {
         let (wal, state) = Wal::open(path)?;
         let durable =
             DurableIndex::starting_at(state.entries.keys().next_back().map_or(0, |last| last + 1));
         let state = Arc::new(Mutex::new(state));
-        let (writer, queue) = mpsc::channel();
-        let thread_durable = durable.clone();
-        let thread_state = state.clone();
-        let writer_thread = std::thread::Builder::new()
-            .name("palisade-log-writer".into())
-            .spawn(move || write_loop(wal, queue, thread_durable, thread_state))?;
+        let (writer, queue) = mpsc::unbounded_channel();
+        let background = Writer::new(wal, durable.clone(), state.clone());
+        let writer_thread = match blocking {
+            Blocking::Threads => Some(
+                std::thread::Builder::new()
+                    .name("palisade-log-writer".into())
+                    .spawn(move || background.run_on_thread(queue))?,
+            ),
+            Blocking::Inline => {
+                tokio::spawn(background.run_as_task(queue));
+                None
+            }
+        };
         Ok(LogStore {
             state,
             writer,
-            writer_thread: Arc::new(Mutex::new(Some(writer_thread))),
+            writer_thread: Arc::new(Mutex::new(writer_thread)),
             durable,
         })
     }
@@ -269,28 +284,61 @@ fn lock_state(state: &Mutex<wal::LogState>) -> MutexGuard<'_, wal::LogState> {
     state.lock().expect("log state lock poisoned")
 }
 
-/// The writer thread: drains the queue, appends it with one fdatasync, reports, compacts.
-fn write_loop(
-    mut wal: Wal,
-    queue: mpsc::Receiver<Message>,
+/// The writer: drains the queue, appends it with one fdatasync, reports, compacts.
+struct Writer {
+    wal: Wal,
     durable: DurableIndex,
     state: Arc<Mutex<wal::LogState>>,
-) {
-    /// However the writer ends (stopped, a failed write, a panic), waiters learn it.
-    struct Stopped(DurableIndex);
-    impl Drop for Stopped {
-        fn drop(&mut self) {
-            self.0.writer_stopped();
+    encoded: Vec<u8>,
+    written_committed: Option<LogIdOf<C>>,
+}
+
+/// However the writer ends (stopped, a failed write, a panic, a dropped task), waiters learn
+/// it.
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.durable.writer_stopped();
+    }
+}
+
+impl Writer {
+    fn new(wal: Wal, durable: DurableIndex, state: Arc<Mutex<wal::LogState>>) -> Writer {
+        let written_committed = lock_state(&state).committed;
+        Writer {
+            wal,
+            durable,
+            state,
+            encoded: Vec::new(),
+            written_committed,
         }
     }
-    let _stopped = Stopped(durable.clone());
-    let mut encoded = Vec::new();
-    let mut stopping = false;
-    let mut written_committed = lock_state(&state).committed;
-    while !stopping {
-        let Ok(first) = queue.recv() else { return };
+
+    /// On a thread of its own: the production writer.
+    fn run_on_thread(mut self, mut queue: mpsc::UnboundedReceiver<Message>) {
+        while let Some(first) = queue.blocking_recv() {
+            if !self.write(first, &mut queue) {
+                return;
+            }
+        }
+    }
+
+    /// As a task of the runtime, for a single-threaded simulation ([`Blocking::Inline`]): the
+    /// file is written and synced inside the task's poll, so no other task runs meanwhile.
+    async fn run_as_task(mut self, mut queue: mpsc::UnboundedReceiver<Message>) {
+        while let Some(first) = queue.recv().await {
+            if !self.write(first, &mut queue) {
+                return;
+            }
+        }
+    }
+
+    /// Writes `first` and everything queued behind it as one frame. False once the writer must
+    /// stop (asked to, or a write failed).
+    fn write(&mut self, first: Message, queue: &mut mpsc::UnboundedReceiver<Message>) -> bool {
+        let mut stopping = false;
         let mut batch = Vec::new();
-        for message in std::iter::once(first).chain(queue.try_iter()) {
+        let queued = std::iter::from_fn(|| queue.try_recv().ok());
+        for message in std::iter::once(first).chain(queued) {
             match message {
                 Message::Write(write) => batch.push(write),
                 Message::Stop => {
@@ -304,21 +352,21 @@ fn write_loop(
             }
         }
         if batch.is_empty() {
-            continue;
+            return !stopping;
         }
-        encoded.clear();
+        self.encoded.clear();
         let started = Instant::now();
         // Records nobody waits for (purges, the committed id) may reach the disk with the next
         // fsync: losing them in a crash only means re-applying or re-purging after the restart.
         let sync = batch.iter().any(|w| !matches!(w.done, Done::Nothing));
-        let committed = lock_state(&state).committed;
+        let committed = lock_state(&self.state).committed;
         let committed_record =
-            (committed != written_committed).then_some(Record::Committed(committed));
+            (committed != self.written_committed).then_some(Record::Committed(committed));
         let records = batch.iter().map(|w| &w.record).chain(&committed_record);
-        let result =
-            wal::encode_frame(records, &mut encoded).and_then(|()| wal.append(&encoded, sync));
+        let result = wal::encode_frame(records, &mut self.encoded)
+            .and_then(|()| self.wal.append(&self.encoded, sync));
         if result.is_ok() {
-            written_committed = committed;
+            self.written_committed = committed;
         }
         if sync {
             metrics::histogram!(crate::metrics::FSYNC_SECONDS)
@@ -336,8 +384,8 @@ fn write_loop(
             };
             if outcome.is_ok() {
                 match (&write.record, write.last_index) {
-                    (Record::TruncateFrom(from), _) => durable.truncate_written(*from),
-                    (_, Some(last)) => durable.entries_written(last),
+                    (Record::TruncateFrom(from), _) => self.durable.truncate_written(*from),
+                    (_, Some(last)) => self.durable.entries_written(last),
                     _ => {}
                 }
             }
@@ -351,17 +399,18 @@ fn write_loop(
             }
         }
         if result.is_err() {
-            return;
+            return false;
         }
         if purged {
             // The in-memory log may be ahead of the file by writes still queued; each of them
             // is an assignment that re-applies cleanly on top of the compacted state.
-            let state = lock_state(&state);
+            let state = lock_state(&self.state);
             let live_bytes = state.entries.len() as u64 * 256;
-            if let Err(e) = wal.maybe_compact(&state, live_bytes) {
+            if let Err(e) = self.wal.maybe_compact(&state, live_bytes) {
                 tracing::warn!(error = %e, "compacting the raft log failed; it keeps growing");
             }
         }
+        !stopping
     }
 }
 
@@ -486,8 +535,8 @@ mod tests {
     }
 
     /// Stops the writer thread before its next batch until the returned sender signals.
-    fn hold_writer(log: &LogStore) -> mpsc::Sender<()> {
-        let (release, held) = mpsc::channel();
+    fn hold_writer(log: &LogStore) -> std::sync::mpsc::Sender<()> {
+        let (release, held) = std::sync::mpsc::channel();
         log.writer.send(Message::Hold(held)).unwrap();
         release
     }

@@ -28,8 +28,10 @@ use openraft::vote::RaftLeaderId;
 use openraft::{ChangeMembers, Config, ReadPolicy, ServerState, SnapshotPolicy};
 use palisade_clock::SharedClock;
 use palisade_core::{Command, DurationMs, Input, Limits, Output, TimeMs};
+use palisade_proto::transport::Dialer;
 use palisade_sequencer::{KeyId, KeySet, PublicKey, SigningKey};
 
+use crate::Blocking;
 use crate::identity::Identity;
 use crate::keyring::{KeyChange, KeyRefusal, KeyRing, KeyView, Secret};
 use crate::log_store::LogStore;
@@ -149,6 +151,10 @@ pub struct NodeConfig {
     /// A new directory waits to be added to an existing cluster (`palisade cluster add`)
     /// instead of starting a one-member group.
     pub join: bool,
+    /// How connections to peers are made: TCP when `None`.
+    pub dialer: Option<Dialer>,
+    /// Where the log's writes and snapshots run: [`Blocking::Threads`] in production.
+    pub blocking: Blocking,
 }
 
 /// The name every node of a Palisade cluster carries in its peer requests.
@@ -218,6 +224,7 @@ pub struct Node {
     advertise: String,
     data_dir: PathBuf,
     network: PeerNetwork,
+    blocking: Blocking,
     /// The cluster's founding key: this node's own until it is admitted to a cluster, which
     /// hands it the cluster's (see [`crate::peer_service::Admission`]). It signs until the
     /// first rotation; then the replicated key ring says which key signs (see
@@ -275,7 +282,7 @@ impl Node {
 
         // The log takes the data directory's lock: nothing in it, the key included, is created
         // before this process knows it is the only one using the directory.
-        let log = LogStore::open(&data_dir.join(LOG_FILE))?;
+        let log = LogStore::open_with(&data_dir.join(LOG_FILE), config.blocking)?;
         // A directory from before node ids holds entries (or a vote) of node 1; an empty log is
         // only a first start that stopped before it wrote its identity.
         let had_log = {
@@ -290,8 +297,9 @@ impl Node {
             identity.node_id,
             identity.incarnation,
         )
-        .with_removal_signal(removed.clone());
-        let state_machine = StateMachine::open(data_dir, log.durable_index())?;
+        .with_removal_signal(removed.clone())
+        .with_dialer(config.dialer.clone());
+        let state_machine = StateMachine::open_with(data_dir, log.durable_index(), config.blocking)?;
         let shared = state_machine.shared();
         let raft = PalisadeRaft::new(
             identity.node_id,
@@ -318,6 +326,7 @@ impl Node {
             advertise: config.advertise.clone(),
             data_dir: data_dir.clone(),
             network,
+            blocking: config.blocking,
             founding_key: std::sync::RwLock::new(signing_key),
             leader_watch: std::sync::Mutex::new(LeaderWatch::default()),
         });
@@ -888,7 +897,7 @@ impl Node {
             tracing::warn!(error = %e, "raft shutdown reported an error");
         }
         let log = self.log.clone();
-        let _ = tokio::task::spawn_blocking(move || log.close()).await;
+        let _ = self.blocking.run(move || log.close()).await;
     }
 }
 
@@ -1018,7 +1027,7 @@ impl Node {
             match request {
                 KeyRequest::Add => KeyChange::Add {
                     founding: Secret::of(&self.founding_key()),
-                    key: Secret::of(&SigningKey::try_generate().map_err(|e| {
+                    key: Secret::of(&crate::entropy::signing_key().map_err(|e| {
                         MembershipError::Failed(format!("cannot generate a key: {e}"))
                     })?),
                 },
@@ -1272,6 +1281,8 @@ mod tests {
             advertise: "127.0.0.1:1".into(),
             initial_cluster: None,
             join: true,
+            dialer: None,
+            blocking: Blocking::Threads,
         }
     }
 
@@ -1298,13 +1309,8 @@ mod tests {
         lock.try_lock().unwrap();
 
         let refused = Node::start(NodeConfig {
-            node_id: 1,
-            data_dir: dir.path().to_path_buf(),
-            limits: Limits::default(),
-            clock: palisade_clock::TokioClock::shared(),
-            advertise: "127.0.0.1:1".into(),
-            initial_cluster: None,
             join: false,
+            ..config(dir.path(), 1)
         })
         .await
         .unwrap_err();

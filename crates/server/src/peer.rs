@@ -51,6 +51,7 @@ use palisade_proto::raft::v1::{
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use palisade_proto::transport::{self, Dialer};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::limits::{
@@ -124,6 +125,8 @@ pub struct PeerNetwork {
     channels: Arc<Mutex<HashMap<u64, PeerChannel>>>,
     /// Set when a member answers that this node was removed (see [`REMOVED_HEADER`]).
     removed: Option<tokio::sync::watch::Sender<bool>>,
+    /// How connections to peers are made; TCP when `None`.
+    dialer: Option<Dialer>,
 }
 
 /// Response metadata of a member refusing a vote or pre-vote from a node its state machine
@@ -147,7 +150,14 @@ impl PeerNetwork {
             local_incarnation,
             channels: Arc::new(Mutex::new(HashMap::new())),
             removed: None,
+            dialer: None,
         }
+    }
+
+    /// Connects to peers through `dialer` instead of TCP (a simulated network).
+    pub fn with_dialer(mut self, dialer: Option<Dialer>) -> PeerNetwork {
+        self.dialer = dialer;
+        self
     }
 
     /// Sets `removed` to true when a member answers that this node was removed.
@@ -220,7 +230,7 @@ impl PeerNetwork {
         {
             return Ok(cached.channel.clone());
         }
-        let channel = endpoint(addr)?.connect_lazy();
+        let channel = transport::connect_lazy(endpoint(addr)?, self.dialer.as_ref());
         channels.insert(
             target,
             PeerChannel {

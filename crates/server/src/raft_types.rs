@@ -15,6 +15,7 @@ openraft::declare_raft_types!(
         R = palisade_core::Output,
         NodeId = u64,
         Node = Member,
+        AsyncRuntime = crate::runtime::PalisadeRuntime,
 );
 
 /// What a normal log entry carries.

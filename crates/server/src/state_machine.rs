@@ -23,6 +23,7 @@ use palisade_core::{
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, broadcast, mpsc};
 
+use crate::Blocking;
 use crate::files::{SECRET_FILE_MODE, write_file_atomically};
 use crate::keyring::KeyRing;
 use crate::log_store::DurableIndex;
@@ -287,6 +288,8 @@ impl Shared {
 #[derive(Debug, Clone)]
 pub struct StateMachine {
     shared: Arc<Shared>,
+    /// Where snapshot files are written.
+    blocking: Blocking,
 }
 
 impl StateMachine {
@@ -296,6 +299,15 @@ impl StateMachine {
     /// come only from the snapshot and from `SetLimits` entries of the log; a replay after a
     /// restart with other flags then gives exactly the outcomes (and tokens) it gave before.
     pub fn open(dir: &Path, durable: DurableIndex) -> io::Result<StateMachine> {
+        StateMachine::open_with(dir, durable, Blocking::Threads)
+    }
+
+    /// [`StateMachine::open`], writing snapshots where `blocking` says.
+    pub fn open_with(
+        dir: &Path,
+        durable: DurableIndex,
+        blocking: Blocking,
+    ) -> io::Result<StateMachine> {
         let applied = match std::fs::read(dir.join(SNAPSHOT_FILE)) {
             Ok(bytes) => decode_snapshot(&bytes, &dir.join(SNAPSHOT_FILE).display().to_string())?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => Applied {
@@ -319,6 +331,7 @@ impl StateMachine {
                 durable,
                 dir: dir.to_path_buf(),
             }),
+            blocking,
         })
     }
 
@@ -406,11 +419,11 @@ impl RaftSnapshotBuilder<C> for StateMachine {
         };
         let dir = self.shared.dir.clone();
         let to_write = bytes.clone();
-        tokio::task::spawn_blocking(move || {
-            write_file_atomically(&dir, SNAPSHOT_FILE, &to_write, Some(SECRET_FILE_MODE))
-        })
-        .await
-        .map_err(io::Error::other)??;
+        self.blocking
+            .run(move || {
+                write_file_atomically(&dir, SNAPSHOT_FILE, &to_write, Some(SECRET_FILE_MODE))
+            })
+            .await??;
         Ok(SnapshotOf::<C, SnapshotData> {
             meta,
             snapshot: Cursor::new(bytes),
@@ -510,11 +523,9 @@ impl RaftStateMachine<C> for StateMachine {
         installed.membership = meta.last_membership.clone();
         let bytes = serde_json::to_vec(&installed).map_err(io::Error::other)?;
         let dir = self.shared.dir.clone();
-        tokio::task::spawn_blocking(move || {
-            write_file_atomically(&dir, SNAPSHOT_FILE, &bytes, Some(SECRET_FILE_MODE))
-        })
-        .await
-        .map_err(io::Error::other)??;
+        self.blocking
+            .run(move || write_file_atomically(&dir, SNAPSHOT_FILE, &bytes, Some(SECRET_FILE_MODE)))
+            .await??;
         self.shared.set_signing_key(&installed.keys);
         *self.shared.applied() = installed;
         // Only a follower installs a snapshot, and a node's queued acquires end when it stops
