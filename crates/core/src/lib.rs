@@ -9,6 +9,7 @@
 //! no randomness; it depends on no async runtime (`.ci/run` checks its dependency tree). That is
 //! what lets the Raft log replicate its inputs and the property tests drive it exhaustively.
 
+pub mod canary;
 pub mod duration;
 pub mod error_chain;
 mod ids;

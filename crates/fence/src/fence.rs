@@ -76,7 +76,11 @@ pub fn check(
             presented: sequencer.lock().to_owned(),
         });
     }
-    if sequencer.token() < accepted.token_max {
+    let refuse_equal =
+        palisade_core::canary::active(palisade_core::canary::Canary::FenceRefusesEqualToken);
+    if sequencer.token() < accepted.token_max
+        || (refuse_equal && sequencer.token() == accepted.token_max)
+    {
         return Err(FenceError::Stale {
             lock: accepted.lock.clone(),
             presented: sequencer.token(),

@@ -27,6 +27,7 @@ use openraft::type_config::alias::CommittedLeaderIdOf;
 use openraft::vote::RaftLeaderId;
 use openraft::{ChangeMembers, Config, ReadPolicy, ServerState, SnapshotPolicy};
 use palisade_clock::SharedClock;
+use palisade_core::canary::{self, Canary};
 use palisade_core::{Command, DurationMs, Input, Limits, Output, TimeMs};
 use palisade_proto::transport::Dialer;
 use palisade_sequencer::{KeyId, KeySet, PublicKey, SigningKey};
@@ -299,7 +300,8 @@ impl Node {
         )
         .with_removal_signal(removed.clone())
         .with_dialer(config.dialer.clone());
-        let state_machine = StateMachine::open_with(data_dir, log.durable_index(), config.blocking)?;
+        let state_machine =
+            StateMachine::open_with(data_dir, log.durable_index(), config.blocking)?;
         let shared = state_machine.shared();
         let raft = PalisadeRaft::new(
             identity.node_id,
@@ -540,16 +542,24 @@ impl Node {
         if !self.catch_up_as_leader(leader_id).await {
             return;
         }
+        let skip_leader_start = canary::active(Canary::SkipLeaderStart);
+        let table_now = if skip_leader_start {
+            TimeMs::from_millis(self.clock.now().as_millis() as u64)
+        } else {
+            self.shared.read(|t| t.now_ms())
+        };
         let term = Arc::new(Term {
             leader_id,
-            clock: LeaderClock::new(self.clock.clone(), self.shared.read(|t| t.now_ms())),
+            clock: LeaderClock::new(self.clock.clone(), table_now),
         });
         tracing::debug!(?leader_id, base_ms = term.clock.base_ms.as_millis(), base = ?term.clock.base, "taking over");
-        match self.propose_in(&term, Command::LeaderStart).await {
-            Ok((_, started)) => tracing::info!(result = ?started.result, "took over as leader"),
-            Err(e) => {
-                tracing::info!(error = %e, "could not take over");
-                return;
+        if !skip_leader_start {
+            match self.propose_in(&term, Command::LeaderStart).await {
+                Ok((_, started)) => tracing::info!(result = ?started.result, "took over as leader"),
+                Err(e) => {
+                    tracing::info!(error = %e, "could not take over");
+                    return;
+                }
             }
         }
         // New limits (e.g. another --lock-delay) take effect at this point of the log, never

@@ -49,9 +49,9 @@ use palisade_proto::raft::v1::raft_client::RaftClient;
 use palisade_proto::raft::v1::{
     AdmitRequest, Envelope, PeerReply, PeerRequest, SnapshotHeader, SnapshotPart, snapshot_part,
 };
+use palisade_proto::transport::{self, Dialer};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use palisade_proto::transport::{self, Dialer};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::limits::{

@@ -1,0 +1,66 @@
+//! Canaries: known bugs that can be switched back on, one at a time, to prove that the
+//! simulation's checker catches them (`crates/sim`, `palisade-sim --canary NAME`).
+//!
+//! Compiled only with the `canary` feature, which only the simulation enables; without it
+//! [`active`] is a constant `false` and every canary's code path folds away. With it, nothing
+//! is switched on until [`set`] is called, so the tests that share a build with the simulation
+//! run the real code.
+
+/// A bug class that once broke, or could break, a lock service like this one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Canary {
+    /// A new leader skips what its takeover does for leases: it neither re-anchors its clock
+    /// on the table's latest time nor proposes `LeaderStart`, so it compares its own clock's
+    /// absolute readings with deadlines another leader's clock stamped. (Either half alone is
+    /// harmless here: `LeaderStart` renews every lease after a jump forward, and the table's
+    /// clock never moves back.)
+    SkipLeaderStart,
+    /// The fence refuses a token equal to the one it accepted (`<` instead of `≤`), so a holder
+    /// that claimed a resource cannot write it.
+    FenceRefusesEqualToken,
+}
+
+impl Canary {
+    /// Every canary.
+    pub const ALL: [Canary; 2] = [Canary::SkipLeaderStart, Canary::FenceRefusesEqualToken];
+
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Canary::SkipLeaderStart => "skip-leader-start",
+            Canary::FenceRefusesEqualToken => "fence-refuses-equal-token",
+        }
+    }
+
+    /// The canary named `name`.
+    pub fn from_name(name: &str) -> Option<Canary> {
+        Canary::ALL.into_iter().find(|c| c.name() == name)
+    }
+}
+
+#[cfg(feature = "canary")]
+thread_local! {
+    /// Per thread, so that a simulation (which runs on one thread) switching one on leaves the
+    /// tests running beside it on other threads alone.
+    static ACTIVE: std::cell::Cell<Option<Canary>> = const { std::cell::Cell::new(None) };
+}
+
+/// Switches `canary` on (or every canary off, with `None`) for the current thread.
+#[cfg(feature = "canary")]
+pub fn set(canary: Option<Canary>) {
+    ACTIVE.with(|active| active.set(canary));
+}
+
+/// Whether `canary` is switched on.
+#[inline]
+pub fn active(canary: Canary) -> bool {
+    #[cfg(feature = "canary")]
+    {
+        ACTIVE.with(|active| active.get() == Some(canary))
+    }
+    #[cfg(not(feature = "canary"))]
+    {
+        let _ = canary;
+        false
+    }
+}

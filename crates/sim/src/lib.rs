@@ -1,0 +1,261 @@
+//! A deterministic simulation of a Palisade cluster: the real server (openraft, the lock table,
+//! the write-ahead log, tonic), the real client library and the fence's check at a resource,
+//! on turmoil's simulated network and time, under faults chosen by one seed.
+//!
+//! One seed decides everything: turmoil's network and each host's tokio runtime, every random
+//! draw of the server and the client (through [`palisade_clock::entropy`]), the workload and
+//! the faults. Running a seed twice gives the same [`Report::trace`].
+//!
+//! A run has a *safety phase*, in which the nemesis ([`nemesis`]) injects faults while clients
+//! take a lock and run read-modify-write sections at a fenced counter, and a *liveness phase*
+//! in which every fault is healed and each client must again be granted the lock and write.
+//! The record of the run ([`record`]) is then checked ([`check`]).
+
+pub mod check;
+pub mod clock;
+pub mod nemesis;
+pub mod net;
+pub mod record;
+mod workload;
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::Duration;
+
+use palisade_core::canary::{self, Canary};
+use palisade_server::{Blocking, Platform, Server, ServerConfig};
+use rand::rngs::SmallRng;
+use rand::{RngExt as _, SeedableRng as _};
+
+use crate::clock::DriftingClock;
+use crate::record::{Event, What};
+
+/// The port every simulated node listens on.
+pub const PORT: u16 = 7457;
+
+/// The lock every client takes.
+pub const LOCK: &str = "sim/counter";
+
+/// How a run is shaped.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Voting members of the cluster.
+    pub nodes: usize,
+    /// Clients, each a loop of acquire, read-modify-write at the resource, release.
+    pub clients: usize,
+    /// How long the nemesis injects faults.
+    pub safety: Duration,
+    /// How long after the healing every client must still be granted the lock and write.
+    pub liveness: Duration,
+    /// Whether the nemesis runs at all.
+    pub faults: bool,
+    /// A known bug switched back on for the run, which the checker must catch.
+    pub canary: Option<Canary>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            nodes: 3,
+            clients: 3,
+            safety: Duration::from_secs(20),
+            liveness: Duration::from_secs(15),
+            faults: true,
+            canary: None,
+        }
+    }
+}
+
+/// What a run found.
+#[derive(Debug)]
+pub struct Report {
+    pub seed: u64,
+    /// Everything that happened, one line per event.
+    pub trace: Vec<String>,
+    /// What the checker found wrong; empty for a passing run.
+    pub violations: Vec<String>,
+    /// Faults injected.
+    pub faults: usize,
+    /// Client operations completed (acquires, releases, resource operations).
+    pub operations: usize,
+    /// The counter's final value: one per accepted read-modify-write.
+    pub counter: u64,
+    /// Simulated time the run took.
+    pub simulated: Duration,
+}
+
+impl Report {
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+/// What the hosts of one run share: the record, the resource, the clocks the nemesis moves.
+pub(crate) struct World {
+    pub(crate) events: Vec<Event>,
+    pub(crate) resource: palisade_fence::MemoryResource<u64>,
+    pub(crate) keys: Option<palisade_sequencer::KeySet>,
+    pub(crate) client_clocks: BTreeMap<usize, DriftingClock>,
+    /// Per client: the simulated time of its last accepted write.
+    pub(crate) last_write: BTreeMap<usize, Duration>,
+}
+
+pub(crate) type Shared = Rc<RefCell<World>>;
+
+impl World {
+    pub(crate) fn record(&mut self, what: What) -> usize {
+        self.events.push(Event { at: now(), what });
+        self.events.len() - 1
+    }
+}
+
+/// Simulated time since the run began.
+pub(crate) fn now() -> Duration {
+    turmoil::sim_elapsed().unwrap_or_default()
+}
+
+/// The name of node `id` on the simulated network.
+pub fn node_name(id: u64) -> String {
+    format!("n{id}")
+}
+
+/// Runs `seed` and checks what happened.
+pub fn run(seed: u64, options: &Options) -> Report {
+    palisade_clock::entropy::seed_thread(Some(seed));
+    canary::set(options.canary);
+    let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed_0f_fa17);
+    let dir = tempfile::tempdir().expect("a temporary directory for the nodes' data");
+    let end = options.safety + options.liveness;
+    let mut sim = turmoil::Builder::new()
+        .rng_seed(seed)
+        .simulation_duration(end + Duration::from_secs(60))
+        .tick_duration(Duration::from_millis(1))
+        .min_message_latency(Duration::from_micros(200))
+        .max_message_latency(Duration::from_millis(rng.random_range(1..=20)))
+        .tcp_capacity(1 << 16)
+        .build();
+    let world: Shared = Rc::new(RefCell::new(World {
+        events: Vec::new(),
+        resource: palisade_fence::MemoryResource::bound_to(LOCK, 0),
+        keys: None,
+        client_clocks: BTreeMap::new(),
+        last_write: BTreeMap::new(),
+    }));
+    let members: BTreeMap<u64, String> = (1..=options.nodes as u64)
+        .map(|id| (id, format!("{}:{PORT}", node_name(id))))
+        .collect();
+    for id in 1..=options.nodes as u64 {
+        let data_dir = dir.path().join(node_name(id));
+        let members = members.clone();
+        // Within what the client's lease accounting allows for (0.2 % between two clocks).
+        let drift_ppm = rng.random_range(-900..=900);
+        let offset = Duration::from_millis(rng.random_range(0..=30_000));
+        let clock = DriftingClock::new(offset, drift_ppm);
+        sim.host(node_name(id), move || {
+            node(id, data_dir.clone(), members.clone(), clock.clone())
+        });
+    }
+    let endpoints: Vec<String> = members
+        .values()
+        .map(|addr| format!("http://{addr}"))
+        .collect();
+    for client in 1..=options.clients {
+        let drift_ppm = rng.random_range(-900..=900);
+        let plan = workload::Plan {
+            client,
+            endpoints: endpoints.clone(),
+            drift_ppm,
+            stop_at: end,
+            seed: rng.random(),
+        };
+        sim.client(format!("c{client}"), workload::run(plan, world.clone()));
+    }
+    let mut nemesis = nemesis::Nemesis::new(
+        rng.random(),
+        options.nodes,
+        options.clients,
+        options.safety,
+        options.faults,
+    );
+    let mut failure = None;
+    loop {
+        match sim.step() {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(e) => {
+                failure = Some(format!("the simulation stopped: {e}"));
+                break;
+            }
+        }
+        nemesis.step(&mut sim, &world);
+    }
+    let simulated = sim.elapsed();
+    drop(sim);
+    palisade_clock::entropy::seed_thread(None);
+    canary::set(None);
+    let world = Rc::try_unwrap(world)
+        .ok()
+        .expect("the simulation is over")
+        .into_inner();
+    let counter = world.resource.read(|v| *v).unwrap_or_default();
+    let mut violations = check::check(&world.events, counter);
+    violations.extend(check::liveness(
+        &world.last_write,
+        options.clients,
+        options.safety,
+    ));
+    violations.extend(failure);
+    let operations = world
+        .events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.what,
+                What::AcquireCompleted { .. }
+                    | What::ReleaseCompleted { .. }
+                    | What::Resource { .. }
+            )
+        })
+        .count();
+    Report {
+        seed,
+        trace: world.events.iter().map(ToString::to_string).collect(),
+        violations,
+        faults: nemesis.injected(),
+        operations,
+        counter,
+        simulated,
+    }
+}
+
+/// One start of node `id`: recovers its data directory, or bootstraps the cluster with
+/// `members`, and serves until the simulation crashes the host.
+async fn node(
+    id: u64,
+    data_dir: PathBuf,
+    members: BTreeMap<u64, String>,
+    clock: DriftingClock,
+) -> turmoil::Result {
+    let listener = net::listen(PORT).await?;
+    let config = ServerConfig {
+        data_dir,
+        listen: listener.local_addr(),
+        metrics_listen: None,
+        lock_delay: Duration::ZERO,
+        node_id: id,
+        advertise: Some(format!("{}:{PORT}", node_name(id))),
+        initial_cluster: Some(members),
+        join: false,
+    };
+    let platform = Platform {
+        clock: clock.shared(),
+        listener: Some(listener),
+        dialer: Some(net::dialer()),
+        blocking: Blocking::Inline,
+    };
+    let server = Server::start_on(&config, platform).await?;
+    server.run_until(std::future::pending()).await?;
+    Ok(())
+}

@@ -1,0 +1,139 @@
+//! What happened in a run, in the order it happened: the operations of the clients (invoked and
+//! completed, in simulated time), the resource's decisions, and the faults. The trace printed
+//! for a failing seed, and compared between two runs of one seed, is made from it.
+
+use std::fmt;
+use std::time::Duration;
+
+/// One line of the record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// Simulated time since the run began.
+    pub at: Duration,
+    pub what: What,
+}
+
+/// An operation's id: its invocation's place in the record.
+pub type OpId = usize;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum What {
+    /// A client asks for `lock` (waiting up to its wait), in session `session`.
+    AcquireInvoked {
+        client: usize,
+        session: u64,
+        lock: String,
+    },
+    /// The acquire `op` ended.
+    AcquireCompleted {
+        op: OpId,
+        outcome: Outcome,
+    },
+    /// A client believes its session holds the grant with `token` until `until` (simulated
+    /// time), from the lease its client library proved.
+    Belief {
+        client: usize,
+        session: u64,
+        token: u64,
+        until: Duration,
+    },
+    /// A client releases `lock`, held with `token`.
+    ReleaseInvoked {
+        client: usize,
+        session: u64,
+        lock: String,
+        token: u64,
+    },
+    ReleaseCompleted {
+        op: OpId,
+        outcome: Outcome,
+    },
+    /// The resource decided on a sequencer: a claim (`wrote: None`, reads the counter) or a
+    /// write of `wrote` after reading `read` in the claim.
+    Resource {
+        client: usize,
+        session: u64,
+        token: u64,
+        read: Option<u64>,
+        wrote: Option<u64>,
+        accepted: bool,
+    },
+    /// A fault injected or healed.
+    Fault(String),
+}
+
+/// How an operation ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Granted with this token (an acquire), or done (a release: `token` 0).
+    Ok { token: u64 },
+    /// Known not to have happened.
+    Failed(String),
+    /// May or may not have happened.
+    Unknown(String),
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:>9.3}s  ", self.at.as_secs_f64())?;
+        match &self.what {
+            What::AcquireInvoked {
+                client,
+                session,
+                lock,
+            } => write!(f, "c{client} s{session} acquire {lock}"),
+            What::AcquireCompleted { op, outcome } => write!(f, "   op {op} acquire: {outcome}"),
+            What::Belief {
+                client,
+                session,
+                token,
+                until,
+            } => write!(
+                f,
+                "c{client} s{session} believes it holds token {token} until {:.3}s",
+                until.as_secs_f64()
+            ),
+            What::ReleaseInvoked {
+                client,
+                session,
+                lock,
+                token,
+            } => write!(f, "c{client} s{session} release {lock} (token {token})"),
+            What::ReleaseCompleted { op, outcome } => write!(f, "   op {op} release: {outcome}"),
+            What::Resource {
+                client,
+                session,
+                token,
+                read,
+                wrote,
+                accepted,
+            } => {
+                let verdict = if *accepted { "accepted" } else { "refused" };
+                match (read, wrote) {
+                    (_, Some(wrote)) => write!(
+                        f,
+                        "c{client} s{session} resource write {wrote} (read {}) with token {token}: {verdict}",
+                        read.map_or("-".to_string(), |r| r.to_string())
+                    ),
+                    _ => write!(
+                        f,
+                        "c{client} s{session} resource claim with token {token}: {verdict}{}",
+                        read.map_or(String::new(), |r| format!(", read {r}"))
+                    ),
+                }
+            }
+            What::Fault(fault) => write!(f, "nemesis: {fault}"),
+        }
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Ok { token: 0 } => write!(f, "ok"),
+            Outcome::Ok { token } => write!(f, "granted, token {token}"),
+            Outcome::Failed(why) => write!(f, "failed ({why})"),
+            Outcome::Unknown(why) => write!(f, "unknown outcome ({why})"),
+        }
+    }
+}

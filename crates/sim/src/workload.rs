@@ -1,0 +1,220 @@
+//! A simulated client: the real client library, taking the one lock again and again and
+//! running a read-modify-write of the fenced counter under it, now and then paused in the
+//! middle as a process stopped by a garbage collector would be.
+
+use std::time::Duration;
+
+use palisade_client::{
+    AcquireError, AcquireOptions, Client, ClientOptions, ErrorClass, SessionOptions, Wait,
+};
+use rand::rngs::SmallRng;
+use rand::{RngExt as _, SeedableRng as _};
+
+use crate::clock::DriftingClock;
+use crate::record::{Outcome, What};
+use crate::{LOCK, Shared, now};
+
+/// The lease of every simulated session.
+pub const TTL: Duration = Duration::from_secs(3);
+
+/// What one client does.
+pub(crate) struct Plan {
+    pub(crate) client: usize,
+    pub(crate) endpoints: Vec<String>,
+    pub(crate) drift_ppm: i64,
+    pub(crate) stop_at: Duration,
+    pub(crate) seed: u64,
+}
+
+pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
+    let mut rng = SmallRng::seed_from_u64(plan.seed);
+    let clock = DriftingClock::new(Duration::ZERO, plan.drift_ppm);
+    world
+        .borrow_mut()
+        .client_clocks
+        .insert(plan.client, clock.clone());
+    let options = ClientOptions {
+        connect_timeout: Duration::from_secs(1),
+        request_timeout: Duration::from_secs(3),
+        retry_budget: Duration::from_secs(5),
+    };
+    let client = loop {
+        if now() >= plan.stop_at {
+            return Ok(());
+        }
+        match Client::connect_many_via(&plan.endpoints, options, Some(crate::net::dialer())).await {
+            Ok(client) => break client.with_clock(clock.shared()),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    };
+    while now() < plan.stop_at {
+        if world.borrow().keys.is_none() {
+            match client.public_keys().await {
+                Ok(keys) => world.borrow_mut().keys = Some(keys),
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            }
+        }
+        let session = match client.open_session(SessionOptions::with_ttl(TTL)).await {
+            Ok(session) => session,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let id = session.id().get();
+        while now() < plan.stop_at && session.ended().is_none() {
+            let op = world.borrow_mut().record(What::AcquireInvoked {
+                client: plan.client,
+                session: id,
+                lock: LOCK.to_string(),
+            });
+            let wait = Wait::For(Duration::from_millis(rng.random_range(500..=2_000)));
+            let guard = match session.acquire(LOCK, AcquireOptions::wait(wait)).await {
+                Ok(guard) => {
+                    let token = guard.token().get();
+                    world.borrow_mut().record(What::AcquireCompleted {
+                        op,
+                        outcome: Outcome::Ok { token },
+                    });
+                    guard
+                }
+                Err(e) => {
+                    // An acquire cut short by the loss of the session may have been granted.
+                    let unknown =
+                        e.outcome_unknown() || matches!(e, AcquireError::SessionLost { .. });
+                    let outcome = if unknown {
+                        Outcome::Unknown(e.to_string())
+                    } else {
+                        Outcome::Failed(e.to_string())
+                    };
+                    world
+                        .borrow_mut()
+                        .record(What::AcquireCompleted { op, outcome });
+                    if unknown || matches!(e, AcquireError::SessionNotFound { .. }) {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(rng.random_range(10..=200))).await;
+                    continue;
+                }
+            };
+            critical_section(&plan, &world, &clock, &mut rng, &session, &guard).await;
+            let token = guard.token().get();
+            let op = world.borrow_mut().record(What::ReleaseInvoked {
+                client: plan.client,
+                session: id,
+                lock: LOCK.to_string(),
+                token,
+            });
+            let outcome = match guard.release().await {
+                Ok(()) => Outcome::Ok { token: 0 },
+                Err(e)
+                    if matches!(e.class(), ErrorClass::OutcomeUnknown | ErrorClass::Internal) =>
+                {
+                    Outcome::Unknown(e.to_string())
+                }
+                Err(e) => Outcome::Failed(e.to_string()),
+            };
+            world
+                .borrow_mut()
+                .record(What::ReleaseCompleted { op, outcome });
+            tokio::time::sleep(Duration::from_millis(rng.random_range(0..=100))).await;
+        }
+        let _ = session.close().await;
+    }
+    Ok(())
+}
+
+/// Claims the counter with the grant's sequencer, reads it, maybe pauses, and writes it plus
+/// one. The resource refuses either step once a later holder has claimed it.
+async fn critical_section(
+    plan: &Plan,
+    world: &Shared,
+    clock: &DriftingClock,
+    rng: &mut SmallRng,
+    session: &palisade_client::Session,
+    guard: &palisade_client::LockGuard,
+) {
+    let keys = world
+        .borrow()
+        .keys
+        .clone()
+        .expect("fetched before any session");
+    let sequencer = palisade_sequencer::Sequencer::parse(guard.sequencer())
+        .expect("the service signs well-formed sequencers")
+        .verify(&keys)
+        .expect("the service signs with a key it publishes");
+    let session_id = session.id().get();
+    let token = guard.token().get();
+    believe(plan, world, clock, session, token);
+    let read = {
+        let mut world = world.borrow_mut();
+        let claimed = world.resource.write(&sequencer, |value| *value);
+        world.record(What::Resource {
+            client: plan.client,
+            session: session_id,
+            token,
+            read: claimed.as_ref().ok().copied(),
+            wrote: None,
+            accepted: claimed.is_ok(),
+        });
+        match claimed {
+            Ok(read) => read,
+            Err(_) => return,
+        }
+    };
+    if rng.random_ratio(1, 6) {
+        // Paused: nothing of this client reaches the cluster, its keepalives included, for
+        // longer than the lease may last; then it carries on as if nothing happened.
+        let pause = Duration::from_millis(rng.random_range(1_000..=6_000));
+        let me = format!("c{}", plan.client);
+        for id in 1..=plan.endpoints.len() as u64 {
+            turmoil::hold(me.as_str(), crate::node_name(id));
+        }
+        tokio::time::sleep(pause).await;
+        for id in 1..=plan.endpoints.len() as u64 {
+            turmoil::release(me.as_str(), crate::node_name(id));
+        }
+    } else {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..=50))).await;
+    }
+    believe(plan, world, clock, session, token);
+    let mut world = world.borrow_mut();
+    let wrote = world.resource.write(&sequencer, |value| {
+        *value = read + 1;
+    });
+    world.record(What::Resource {
+        client: plan.client,
+        session: session_id,
+        token,
+        read: Some(read),
+        wrote: Some(read + 1),
+        accepted: wrote.is_ok(),
+    });
+    if wrote.is_ok() {
+        let at = now();
+        world.last_write.insert(plan.client, at);
+    }
+}
+
+/// Records until when the client library says this session's lease is proven, in simulated
+/// time.
+fn believe(
+    plan: &Plan,
+    world: &Shared,
+    clock: &DriftingClock,
+    session: &palisade_client::Session,
+    token: u64,
+) {
+    if let Some(remaining) = session.lease_remaining() {
+        let until = now() + clock.to_simulated(remaining);
+        world.borrow_mut().record(What::Belief {
+            client: plan.client,
+            session: session.id().get(),
+            token,
+            until,
+        });
+    }
+}

@@ -1,0 +1,106 @@
+//! The fixed corpus of seeds `.ci/run` replays, and the check that a seed replays exactly.
+//!
+//! A seed that once failed is added to `CORPUS` with the fix, so it keeps being checked.
+
+use palisade_sim::{Options, Report, run};
+
+/// Seeds run on every CI run: a spread of random ones, plus every seed that ever failed.
+const CORPUS: &[u64] = &[1, 2, 3, 4, 5, 6, 7, 8];
+
+fn explain(report: &Report) -> String {
+    let mut text = format!(
+        "seed {} failed (replay: cargo run -p palisade-sim -- --seed {}):\n",
+        report.seed, report.seed
+    );
+    for violation in &report.violations {
+        text.push_str(&format!("  violation: {violation}\n"));
+    }
+    let tail = report.trace.len().saturating_sub(80);
+    text.push_str(&format!("  last {} events:\n", report.trace.len() - tail));
+    for line in &report.trace[tail..] {
+        text.push_str(&format!("  {line}\n"));
+    }
+    text
+}
+
+#[test]
+fn every_seed_of_the_corpus_passes() {
+    let options = Options::default();
+    let mut failures = Vec::new();
+    for &seed in CORPUS {
+        let report = run(seed, &options);
+        println!(
+            "seed {seed}: {} faults, {} operations, counter {}: {}",
+            report.faults,
+            report.operations,
+            report.counter,
+            if report.passed() { "passed" } else { "FAILED" }
+        );
+        if !report.passed() {
+            failures.push(explain(&report));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn a_seed_replays_exactly() {
+    let options = Options::default();
+    let first = run(11, &options);
+    let second = run(11, &options);
+    assert!(
+        first.faults > 0 && first.operations > 0,
+        "the run did nothing"
+    );
+    if first.trace != second.trace {
+        let diverged = first
+            .trace
+            .iter()
+            .zip(&second.trace)
+            .position(|(a, b)| a != b)
+            .unwrap_or(first.trace.len().min(second.trace.len()));
+        panic!(
+            "seed 11 ran differently the second time, from event {diverged}:\n first: {:?}\nsecond: {:?}",
+            first.trace.get(diverged),
+            second.trace.get(diverged)
+        );
+    }
+}
+
+/// How many seeds each canary may take to be caught, with the shorter runs of
+/// [`canary_options`]. The runs are deterministic, so the count each needs is fixed; the budget
+/// leaves room for a change of the workload or the nemesis to move it.
+const CANARY_SEED_BUDGET: u64 = 16;
+
+fn canary_options(canary: palisade_core::canary::Canary) -> Options {
+    Options {
+        safety: std::time::Duration::from_secs(15),
+        liveness: std::time::Duration::from_secs(5),
+        canary: Some(canary),
+        ..Options::default()
+    }
+}
+
+#[test]
+fn the_checker_catches_every_canary_within_its_seed_budget() {
+    let mut missed = Vec::new();
+    for canary in palisade_core::canary::Canary::ALL {
+        let options = canary_options(canary);
+        let caught = (1..=CANARY_SEED_BUDGET).find_map(|seed| {
+            let report = run(seed, &options);
+            (!report.passed()).then_some((seed, report.violations))
+        });
+        match caught {
+            Some((seed, violations)) => println!(
+                "canary {}: caught at seed {seed} of {CANARY_SEED_BUDGET}: {}",
+                canary.name(),
+                violations[0]
+            ),
+            None => missed.push(canary.name()),
+        }
+    }
+    assert!(
+        missed.is_empty(),
+        "canaries not caught within {CANARY_SEED_BUDGET} seeds: {missed:?}"
+    );
+}
