@@ -292,8 +292,10 @@ fn tokens_grow(grants: &[Granted<'_>], found: &mut Found<'_>) {
                 *entry = earlier;
             }
         }
+        // The same grant acknowledged twice (a retried request) is one grant.
         if let Some(earlier) = largest.get(later.lock)
-            && earlier.grant.token >= later.grant.token
+            && (earlier.grant.token > later.grant.token
+                || (earlier.grant.token == later.grant.token && earlier.grant != later.grant))
         {
             found.report(Violation::TokenNotAboveEarlierGrant {
                 earlier: found.op(earlier.id),
