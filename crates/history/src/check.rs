@@ -470,6 +470,8 @@ fn fence_order(accesses: &Accesses<'_>, found: &mut Found<'_>) {
             continue;
         }
         let presented = grant_of(refused).expect("a stale reply answers a fenced access");
+        // A cause invoked no later than the refusal completed may have come first (equal
+        // times order nothing).
         let caused = accesses.iter().any(|&(_, cause)| {
             let Some(g) = grant_of(cause) else {
                 return false;
@@ -478,7 +480,7 @@ fn fence_order(accesses: &Accesses<'_>, found: &mut Found<'_>) {
                 || (g.token == presented.token && g.session != presented.session);
             let may_have_applied = matches!(cause.outcome, Outcome::Ok(Reply::Accepted { .. }))
                 || cause.outcome == Outcome::Unknown;
-            supersedes && may_have_applied && cause.invoke_ns < refused.effect_by_ns()
+            supersedes && may_have_applied && cause.invoke_ns <= refused.effect_by_ns()
         });
         if !caused {
             found.report(Violation::RefusedWithoutCause {
@@ -544,7 +546,7 @@ fn no_lost_update(accesses: &Accesses<'_>, found: &mut Found<'_>) {
         }
         let reachable = |v: i64| {
             writes.iter().any(|(_, w, wv)| {
-                *wv == v && may_have_applied(w) && w.invoke_ns < read.effect_by_ns()
+                *wv == v && may_have_applied(w) && w.invoke_ns <= read.effect_by_ns()
             })
         };
         // Bounded by the number of writes: a value above it cannot be reached.

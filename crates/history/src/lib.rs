@@ -42,7 +42,9 @@
 //!    writes invoked before it (accepted or of unknown outcome) cannot have built.
 //!
 //! Every check is sound: it reports only what no execution consistent with the history avoids.
-//! Checks 5 and 6 need every access to the resource in the history.
+//! Checks 5 and 6 need every access to the resource in the history. A session closed by its
+//! client gives up its locks: record the close as a release of each lock it held, or check 4
+//! counts on a lease the client gave up.
 //!
 //! [`model::linearize`] is a brute-force search of small histories against a fenced mutex with
 //! leases; the tests cross-check checks 1–4 with it (a history they reject has no

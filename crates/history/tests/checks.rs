@@ -335,7 +335,20 @@ fn a_larger_token_of_unknown_outcome_may_justify_a_refusal() {
     access(&mut h, 1, Some(grant(1, 5)), write(1), (20, 30), STALE);
     assert_eq!(checks(&h), []);
 
-    // But not one invoked only after the refusal came back.
+    // Nor one invoked the instant the refusal came back,
+    let mut tie = history();
+    access(&mut tie, 1, Some(grant(1, 5)), write(1), (20, 30), STALE);
+    access(
+        &mut tie,
+        2,
+        Some(grant(2, 6)),
+        Access::Claim,
+        (30, 40),
+        Outcome::Unknown,
+    );
+    assert_eq!(checks(&tie), []);
+
+    // but not one invoked only after the refusal came back.
     let mut late = history();
     access(&mut late, 1, Some(grant(1, 5)), write(1), (20, 30), STALE);
     access(
