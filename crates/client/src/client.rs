@@ -12,11 +12,11 @@ use std::time::Duration;
 use palisade_core::error_chain::error_chain;
 use palisade_core::limits::{LOCK_NAME_BYTES_MAX, validate_lock_name};
 use palisade_core::{SessionId, Token};
+use palisade_proto::transport::{self, Dialer};
 use palisade_proto::v1::locks_client::LocksClient;
 use palisade_proto::{DEFAULT_ENDPOINT, MESSAGE_BYTES_MAX, v1 as pb};
 use palisade_sequencer::{KeySet, PublicKey};
 use tokio::time::Instant;
-use palisade_proto::transport::{self, Dialer};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{

@@ -1,0 +1,566 @@
+//! The direct checks of a history: each looks for one kind of [`Violation`] and reports it with
+//! the operations, and their times, that prove it.
+//!
+//! Every check is sound: it reports only what no execution consistent with the history could
+//! avoid. Where the history leaves an order open (overlapping operations, equal times, unknown
+//! outcomes), the check assumes the order that explains the history.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use palisade_core::{SessionId, Token};
+
+use crate::history::{Access, Action, Grant, History, Op, OpId, Outcome, Reply};
+
+/// At most this many violations of one check are reported; the rest are counted.
+pub const VIOLATIONS_PER_CHECK_MAX: usize = 20;
+
+/// The checks, named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Check {
+    /// 1: per lock, a grant that follows another in real time has a larger token.
+    TokensGrowPerLock,
+    /// 2: no two acknowledged grants share a token, across all locks.
+    TokensUnique,
+    /// 3: a grant's token is above every token acknowledged, for any lock, before it was
+    /// invoked (Palisade's tokens come from one counter).
+    TokensGrowAcrossLocks,
+    /// 4: no other grant of a lock completes while its holder still believes in its lease.
+    LeaseBelief,
+    /// 5: a fenced resource accepts tokens in order and refuses only superseded ones.
+    FenceOrder,
+    /// 6: read-modify-write sections at a fenced resource lose no acknowledged increment.
+    NoLostUpdate,
+}
+
+/// One operation of a violation, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpRef {
+    pub id: OpId,
+    pub op: Op,
+}
+
+impl fmt::Display for OpRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{} {}", self.id.0, self.op)
+    }
+}
+
+/// Something the history proves went wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Violation {
+    /// Check 1: `later` was invoked after `earlier` completed, on the same lock, and its token
+    /// is not larger.
+    TokenNotAboveEarlierGrant { earlier: OpRef, later: OpRef },
+    /// Check 2: two different grants (lock or session differ) with one token.
+    DuplicateToken { first: OpRef, second: OpRef },
+    /// Check 3: `later` was invoked after `earlier` completed, on another lock, and its token
+    /// is not larger.
+    TokenNotAboveEarlierLock { earlier: OpRef, later: OpRef },
+    /// Check 4: `other` was granted (larger token) and acknowledged at a time when `holder`'s
+    /// client, told by `renewal`, still believed its lease ran until `belief_end_ns`, and had
+    /// not begun to release.
+    LeaseOutlasted {
+        holder: OpRef,
+        renewal: OpRef,
+        belief_end_ns: u64,
+        other: OpRef,
+    },
+    /// Check 5: the resource accepted `lower` after it had accepted the larger token of
+    /// `higher`.
+    FenceWentBack { higher: OpRef, lower: OpRef },
+    /// Check 5: the resource accepted one token from two sessions.
+    EqualTokenOtherSession { first: OpRef, second: OpRef },
+    /// Check 5: the resource refused a grant as stale though no larger token (nor the same
+    /// token of another session) can have reached it before.
+    RefusedWithoutCause { refused: OpRef },
+    /// Check 6: two accepted writes of one counter value: both read the value below it, and one
+    /// increment was lost.
+    IncrementWrittenTwice { first: OpRef, second: OpRef },
+    /// Check 6: a read returned less than a write acknowledged before it was invoked.
+    StaleRead { write: OpRef, read: OpRef },
+    /// Check 6: a read returned a value the counter cannot have reached: `missing` (at most the
+    /// value read) was written by no write invoked before the read completed.
+    UnwrittenValue { read: OpRef, missing: i64 },
+}
+
+impl Violation {
+    pub fn check(&self) -> Check {
+        match self {
+            Violation::TokenNotAboveEarlierGrant { .. } => Check::TokensGrowPerLock,
+            Violation::DuplicateToken { .. } => Check::TokensUnique,
+            Violation::TokenNotAboveEarlierLock { .. } => Check::TokensGrowAcrossLocks,
+            Violation::LeaseOutlasted { .. } => Check::LeaseBelief,
+            Violation::FenceWentBack { .. }
+            | Violation::EqualTokenOtherSession { .. }
+            | Violation::RefusedWithoutCause { .. } => Check::FenceOrder,
+            Violation::IncrementWrittenTwice { .. }
+            | Violation::StaleRead { .. }
+            | Violation::UnwrittenValue { .. } => Check::NoLostUpdate,
+        }
+    }
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Violation::TokenNotAboveEarlierGrant { earlier, later } => write!(
+                f,
+                "a later grant of the lock has no larger token:\n  earlier {earlier}\n  later   {later}"
+            ),
+            Violation::DuplicateToken { first, second } => {
+                write!(f, "two grants share a token:\n  {first}\n  {second}")
+            }
+            Violation::TokenNotAboveEarlierLock { earlier, later } => write!(
+                f,
+                "a grant's token is not above one acknowledged before it was invoked:\n  \
+                 earlier {earlier}\n  later   {later}"
+            ),
+            Violation::LeaseOutlasted {
+                holder,
+                renewal,
+                belief_end_ns,
+                other,
+            } => write!(
+                f,
+                "another grant completed while the holder believed in its lease (until \
+                 {belief_end_ns} ns) and had not released:\n  holder  {holder}\n  renewal \
+                 {renewal}\n  other   {other}"
+            ),
+            Violation::FenceWentBack { higher, lower } => write!(
+                f,
+                "the resource accepted a lower token after a higher one:\n  higher {higher}\n  \
+                 lower  {lower}"
+            ),
+            Violation::EqualTokenOtherSession { first, second } => write!(
+                f,
+                "the resource accepted one token from two sessions:\n  {first}\n  {second}"
+            ),
+            Violation::RefusedWithoutCause { refused } => write!(
+                f,
+                "the resource refused a grant as stale with no larger token before it:\n  \
+                 {refused}"
+            ),
+            Violation::IncrementWrittenTwice { first, second } => write!(
+                f,
+                "one counter value was written twice, an increment was lost:\n  {first}\n  \
+                 {second}"
+            ),
+            Violation::StaleRead { write, read } => write!(
+                f,
+                "a read returned less than a write acknowledged before it:\n  write {write}\n  \
+                 read  {read}"
+            ),
+            Violation::UnwrittenValue { read, missing } => write!(
+                f,
+                "a read returned a value the counter cannot have reached ({missing} was never \
+                 written before it):\n  {read}"
+            ),
+        }
+    }
+}
+
+/// The verdict on a history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// How many operations the history holds.
+    pub ops: usize,
+    /// The violations found, at most [`VIOLATIONS_PER_CHECK_MAX`] per check.
+    pub violations: Vec<Violation>,
+    /// Violations found beyond that limit, not reported.
+    pub violations_unreported: usize,
+}
+
+impl Report {
+    pub fn is_clean(&self) -> bool {
+        self.violations.is_empty()
+    }
+
+    /// The violations of one check.
+    pub fn of(&self, check: Check) -> impl Iterator<Item = &Violation> {
+        self.violations.iter().filter(move |v| v.check() == check)
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_clean() {
+            return write!(f, "{} operations, no violation", self.ops);
+        }
+        write!(
+            f,
+            "{} operations, {} violations",
+            self.ops,
+            self.violations.len() + self.violations_unreported
+        )?;
+        if self.violations_unreported > 0 {
+            write!(f, " ({} not shown)", self.violations_unreported)?;
+        }
+        for violation in &self.violations {
+            write!(f, "\n{:?}: {violation}", violation.check())?;
+        }
+        Ok(())
+    }
+}
+
+/// Collects violations, at most [`VIOLATIONS_PER_CHECK_MAX`] per check.
+struct Found<'h> {
+    history: &'h History,
+    violations: Vec<Violation>,
+    per_check: BTreeMap<Check, usize>,
+    unreported: usize,
+}
+
+impl Found<'_> {
+    fn op(&self, id: OpId) -> OpRef {
+        OpRef {
+            id,
+            op: self.history.ops()[id.0].clone(),
+        }
+    }
+
+    fn report(&mut self, violation: Violation) {
+        let count = self.per_check.entry(violation.check()).or_default();
+        if *count < VIOLATIONS_PER_CHECK_MAX {
+            *count += 1;
+            self.violations.push(violation);
+        } else {
+            self.unreported += 1;
+        }
+    }
+}
+
+/// An acknowledged grant.
+struct Granted<'h> {
+    id: OpId,
+    op: &'h Op,
+    lock: &'h str,
+    grant: Grant,
+}
+
+/// Runs every check on `history`.
+pub fn check(history: &History) -> Report {
+    let mut found = Found {
+        history,
+        violations: Vec::new(),
+        per_check: BTreeMap::new(),
+        unreported: 0,
+    };
+    let grants: Vec<Granted<'_>> = history
+        .ops()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, op)| match (&op.action, op.granted()) {
+            (Action::Acquire { lock, .. }, Some(grant)) => Some(Granted {
+                id: OpId(i),
+                op,
+                lock,
+                grant,
+            }),
+            _ => None,
+        })
+        .collect();
+    tokens_grow(&grants, &mut found);
+    tokens_unique(&grants, &mut found);
+    lease_belief(history, &grants, &mut found);
+    for accesses in resource_scopes(history).values() {
+        fence_order(accesses, &mut found);
+        no_lost_update(accesses, &mut found);
+    }
+    Report {
+        ops: history.ops().len(),
+        violations: found.violations,
+        violations_unreported: found.unreported,
+    }
+}
+
+/// Checks 1 and 3. For each grant, the earlier grant with the largest token among those that
+/// completed before it was invoked, on its lock (check 1) and on any other (check 3).
+fn tokens_grow(grants: &[Granted<'_>], found: &mut Found<'_>) {
+    let mut by_completion: Vec<&Granted<'_>> = grants.iter().collect();
+    by_completion.sort_by_key(|g| g.op.effect_by_ns());
+    let mut by_invocation: Vec<&Granted<'_>> = grants.iter().collect();
+    by_invocation.sort_by_key(|g| g.op.invoke_ns);
+    // The completed grant with the largest token so far, per lock.
+    let mut largest: HashMap<&str, &Granted<'_>> = HashMap::new();
+    let mut completed = by_completion.iter().peekable();
+    for later in by_invocation {
+        while let Some(earlier) = completed.next_if(|e| e.op.precedes(later.op)) {
+            let entry = largest.entry(earlier.lock).or_insert(earlier);
+            if earlier.grant.token > entry.grant.token {
+                *entry = earlier;
+            }
+        }
+        // The same grant acknowledged twice (a retried request) is one grant.
+        if let Some(earlier) = largest.get(later.lock)
+            && (earlier.grant.token > later.grant.token
+                || (earlier.grant.token == later.grant.token && earlier.grant != later.grant))
+        {
+            found.report(Violation::TokenNotAboveEarlierGrant {
+                earlier: found.op(earlier.id),
+                later: found.op(later.id),
+            });
+        }
+        let other_lock = largest
+            .values()
+            .filter(|e| e.lock != later.lock)
+            .max_by_key(|e| e.grant.token);
+        if let Some(earlier) = other_lock
+            && earlier.grant.token >= later.grant.token
+        {
+            found.report(Violation::TokenNotAboveEarlierLock {
+                earlier: found.op(earlier.id),
+                later: found.op(later.id),
+            });
+        }
+    }
+}
+
+/// Check 2. The same grant acknowledged twice (one lock, session and token: a retried request
+/// answered with its first outcome) is one grant.
+fn tokens_unique(grants: &[Granted<'_>], found: &mut Found<'_>) {
+    let mut first: HashMap<Token, &Granted<'_>> = HashMap::new();
+    for grant in grants {
+        match first.get(&grant.grant.token) {
+            None => {
+                first.insert(grant.grant.token, grant);
+            }
+            Some(earlier) if earlier.lock == grant.lock && earlier.grant == grant.grant => {}
+            Some(earlier) => found.report(Violation::DuplicateToken {
+                first: found.op(earlier.id),
+                second: found.op(grant.id),
+            }),
+        }
+    }
+}
+
+/// Check 4. The holder of grant `g` believes its session lives until the latest
+/// `sent + ttl·(1 − ρ)` of its acknowledged renewals; the service may end it no earlier. So a
+/// later grant of the lock (larger token) acknowledged before that time is a violation, unless
+/// the holder had begun to release `g` by then (a release acknowledged or of unknown outcome,
+/// invoked before the other grant completed).
+fn lease_belief(history: &History, grants: &[Granted<'_>], found: &mut Found<'_>) {
+    let mut belief: HashMap<SessionId, (u64, OpId)> = HashMap::new();
+    let mut release_from: HashMap<(&str, Grant), u64> = HashMap::new();
+    for (i, op) in history.ops().iter().enumerate() {
+        match (&op.action, op.outcome) {
+            (Action::Renew { session, ttl_ns }, Outcome::Ok(Reply::Renewed)) => {
+                let end_ns = history.belief_end_ns(op.invoke_ns, *ttl_ns);
+                let entry = belief.entry(*session).or_insert((end_ns, OpId(i)));
+                if end_ns > entry.0 {
+                    *entry = (end_ns, OpId(i));
+                }
+            }
+            (
+                Action::Release {
+                    lock,
+                    session,
+                    token,
+                },
+                Outcome::Ok(_) | Outcome::Unknown,
+            ) => {
+                let grant = Grant {
+                    session: *session,
+                    token: *token,
+                };
+                let entry = release_from
+                    .entry((lock.as_str(), grant))
+                    .or_insert(op.invoke_ns);
+                *entry = (*entry).min(op.invoke_ns);
+            }
+            _ => {}
+        }
+    }
+    for holder in grants {
+        let Some(&(belief_end_ns, renewal)) = belief.get(&holder.grant.session) else {
+            continue;
+        };
+        let released_ns = release_from
+            .get(&(holder.lock, holder.grant))
+            .copied()
+            .unwrap_or(u64::MAX);
+        let first = grants.iter().find(|other| {
+            other.lock == holder.lock
+                && other.grant.token > holder.grant.token
+                && other.op.effect_by_ns() < belief_end_ns
+                && other.op.effect_by_ns() < released_ns
+        });
+        if let Some(other) = first {
+            found.report(Violation::LeaseOutlasted {
+                holder: found.op(holder.id),
+                renewal: found.op(renewal),
+                belief_end_ns,
+                other: found.op(other.id),
+            });
+        }
+    }
+}
+
+/// Accesses to one scope of one resource.
+type Accesses<'h> = Vec<(OpId, &'h Op)>;
+
+fn resource_scopes(history: &History) -> BTreeMap<(&str, &str), Accesses<'_>> {
+    let mut scopes: BTreeMap<(&str, &str), Accesses<'_>> = BTreeMap::new();
+    for (i, op) in history.ops().iter().enumerate() {
+        if let Action::Resource {
+            resource, scope, ..
+        } = &op.action
+        {
+            scopes
+                .entry((resource.as_str(), scope.as_str()))
+                .or_default()
+                .push((OpId(i), op));
+        }
+    }
+    scopes
+}
+
+fn grant_of(op: &Op) -> Option<Grant> {
+    match &op.action {
+        Action::Resource { grant, .. } => *grant,
+        _ => None,
+    }
+}
+
+fn accepted_position(op: &Op) -> Option<Option<u64>> {
+    match op.outcome {
+        Outcome::Ok(Reply::Accepted { position, .. }) => Some(position),
+        _ => None,
+    }
+}
+
+/// Whether the resource certainly applied `a` before `b`: by their positions in its apply order
+/// if both have one, else by real time.
+fn applied_before(a: &Op, b: &Op) -> bool {
+    match (
+        accepted_position(a).flatten(),
+        accepted_position(b).flatten(),
+    ) {
+        (Some(pa), Some(pb)) => pa < pb,
+        _ => a.precedes(b),
+    }
+}
+
+/// Check 5, on one scope.
+fn fence_order(accesses: &Accesses<'_>, found: &mut Found<'_>) {
+    let accepted: Vec<(OpId, &Op, Grant)> = accesses
+        .iter()
+        .filter(|(_, op)| accepted_position(op).is_some())
+        .filter_map(|&(id, op)| grant_of(op).map(|g| (id, op, g)))
+        .collect();
+    for &(a_id, a, a_grant) in &accepted {
+        for &(b_id, b, b_grant) in &accepted {
+            if b_grant.token < a_grant.token && applied_before(a, b) {
+                found.report(Violation::FenceWentBack {
+                    higher: found.op(a_id),
+                    lower: found.op(b_id),
+                });
+            }
+            if a_id < b_id && a_grant.token == b_grant.token && a_grant.session != b_grant.session {
+                found.report(Violation::EqualTokenOtherSession {
+                    first: found.op(a_id),
+                    second: found.op(b_id),
+                });
+            }
+        }
+    }
+    for &(refused_id, refused) in accesses {
+        if refused.outcome != Outcome::Ok(Reply::Stale) {
+            continue;
+        }
+        let presented = grant_of(refused).expect("a stale reply answers a fenced access");
+        // A cause invoked no later than the refusal completed may have come first (equal
+        // times order nothing).
+        let caused = accesses.iter().any(|&(_, cause)| {
+            let Some(g) = grant_of(cause) else {
+                return false;
+            };
+            let supersedes = g.token > presented.token
+                || (g.token == presented.token && g.session != presented.session);
+            let may_have_applied = matches!(cause.outcome, Outcome::Ok(Reply::Accepted { .. }))
+                || cause.outcome == Outcome::Unknown;
+            supersedes && may_have_applied && cause.invoke_ns <= refused.effect_by_ns()
+        });
+        if !caused {
+            found.report(Violation::RefusedWithoutCause {
+                refused: found.op(refused_id),
+            });
+        }
+    }
+}
+
+/// Check 6, on one scope read as a counter from 0 (see [`Access`]).
+fn no_lost_update(accesses: &Accesses<'_>, found: &mut Found<'_>) {
+    let writes: Vec<(OpId, &Op, i64)> = accesses
+        .iter()
+        .filter_map(|&(id, op)| match op.action {
+            Action::Resource {
+                access: Access::Write { value },
+                ..
+            } => Some((id, op, value)),
+            _ => None,
+        })
+        .collect();
+    let is_accepted = |op: &Op| accepted_position(op).is_some();
+    let may_have_applied = |op: &Op| is_accepted(op) || op.outcome == Outcome::Unknown;
+
+    let mut first_of_value: HashMap<i64, OpId> = HashMap::new();
+    for &(id, _, value) in writes.iter().filter(|(_, op, _)| is_accepted(op)) {
+        match first_of_value.get(&value) {
+            Some(&first) => found.report(Violation::IncrementWrittenTwice {
+                first: found.op(first),
+                second: found.op(id),
+            }),
+            None => {
+                first_of_value.insert(value, id);
+            }
+        }
+    }
+
+    for &(read_id, read) in accesses {
+        let Outcome::Ok(Reply::Accepted { value, .. }) = read.outcome else {
+            continue;
+        };
+        if !matches!(
+            read.action,
+            Action::Resource {
+                access: Access::Read,
+                ..
+            }
+        ) {
+            continue;
+        }
+        let value = value.unwrap_or(0);
+        let newest_before = writes
+            .iter()
+            .filter(|(_, w, _)| is_accepted(w) && w.precedes(read))
+            .max_by_key(|(_, _, v)| *v);
+        if let Some(&(write_id, _, written)) = newest_before
+            && written > value
+        {
+            found.report(Violation::StaleRead {
+                write: found.op(write_id),
+                read: found.op(read_id),
+            });
+        }
+        let reachable = |v: i64| {
+            writes.iter().any(|(_, w, wv)| {
+                *wv == v && may_have_applied(w) && w.invoke_ns <= read.effect_by_ns()
+            })
+        };
+        // Bounded by the number of writes: a value above it cannot be reached.
+        let limit = i64::try_from(writes.len()).unwrap_or(i64::MAX);
+        let missing = if value < 0 {
+            (!reachable(value)).then_some(value)
+        } else {
+            (1..=value.min(limit.saturating_add(1))).find(|&v| !reachable(v))
+        };
+        if let Some(missing) = missing {
+            found.report(Violation::UnwrittenValue {
+                read: found.op(read_id),
+                missing,
+            });
+        }
+    }
+}

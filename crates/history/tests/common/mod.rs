@@ -1,0 +1,128 @@
+//! Building hand-made histories in a line each.
+
+#![allow(dead_code)]
+
+use palisade_core::{SessionId, Token};
+use palisade_history::{
+    Access, Action, ClientId, Grant, History, Op, OpId, Outcome, Reply, Violation,
+};
+
+pub const TTL_NS: u64 = 1_000;
+
+pub fn grant(session: u64, token: u64) -> Grant {
+    Grant {
+        session: SessionId::new(session),
+        token: Token::new(token),
+    }
+}
+
+pub fn granted(session: u64, token: u64) -> Outcome {
+    Outcome::Ok(Reply::Granted(grant(session, token)))
+}
+
+pub fn accepted() -> Outcome {
+    Outcome::Ok(Reply::Accepted {
+        value: None,
+        position: None,
+    })
+}
+
+pub fn read(value: i64) -> Outcome {
+    Outcome::Ok(Reply::Accepted {
+        value: Some(value),
+        position: None,
+    })
+}
+
+pub fn at(position: u64) -> Outcome {
+    Outcome::Ok(Reply::Accepted {
+        value: None,
+        position: Some(position),
+    })
+}
+
+pub const STALE: Outcome = Outcome::Ok(Reply::Stale);
+
+fn push(
+    h: &mut History,
+    client: u64,
+    action: Action,
+    (invoke_ns, complete_ns): (u64, u64),
+    outcome: Outcome,
+) -> OpId {
+    h.push(Op {
+        client: ClientId(client),
+        action,
+        invoke_ns,
+        complete_ns: Some(complete_ns),
+        outcome,
+    })
+    .unwrap()
+}
+
+pub fn acquire(
+    h: &mut History,
+    client: u64,
+    lock: &str,
+    span: (u64, u64),
+    outcome: Outcome,
+) -> OpId {
+    let action = Action::Acquire {
+        lock: lock.into(),
+        ttl_ns: TTL_NS,
+    };
+    push(h, client, action, span, outcome)
+}
+
+pub fn release(
+    h: &mut History,
+    client: u64,
+    lock: &str,
+    held: Grant,
+    span: (u64, u64),
+    outcome: Outcome,
+) -> OpId {
+    let action = Action::Release {
+        lock: lock.into(),
+        session: held.session,
+        token: held.token,
+    };
+    push(h, client, action, span, outcome)
+}
+
+pub fn renew(h: &mut History, client: u64, session: u64, ttl_ns: u64, span: (u64, u64)) -> OpId {
+    let action = Action::Renew {
+        session: SessionId::new(session),
+        ttl_ns,
+    };
+    push(h, client, action, span, Outcome::Ok(Reply::Renewed))
+}
+
+/// An access to scope `counter` of resource `store`.
+pub fn access(
+    h: &mut History,
+    client: u64,
+    grant: Option<Grant>,
+    access: Access,
+    span: (u64, u64),
+    outcome: Outcome,
+) -> OpId {
+    let action = Action::Resource {
+        resource: "store".into(),
+        scope: "counter".into(),
+        grant,
+        access,
+    };
+    push(h, client, action, span, outcome)
+}
+
+pub fn write(value: i64) -> Access {
+    Access::Write { value }
+}
+
+/// The violations of `h`, after printing the report (a failing test shows it).
+pub fn violations(h: &History) -> Vec<Violation> {
+    let report = h.check();
+    eprintln!("{report}");
+    report.violations
+}
