@@ -1,114 +1,172 @@
-//! The checks a run's record must pass.
+//! The checks a run's record must pass: the record is fed to the history checker
+//! (`palisade-history`), which every test of Palisade's histories shares, plus this
+//! simulation's liveness check.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::record::{Event, Outcome, What};
+use palisade_core::{SessionId, Token};
+use palisade_history::{Access, Action, ClientId, Grant, History, Op, Outcome, Reply};
 
-/// An acknowledged grant.
-#[derive(Debug, Clone, Copy)]
-struct Grant {
-    client: usize,
-    session: u64,
-    token: u64,
-    invoked: Duration,
-    completed: Duration,
+use crate::record::{self, Event, What};
+
+/// The resource's name in the history.
+const RESOURCE: &str = "counter";
+
+/// The record of a run as a history: acquires and releases as invoked and completed, each
+/// belief of a client in its lease as an acknowledged renewal (already in simulated time, with
+/// the client's margins taken off, so the drift bound is 0), the resource's decisions as
+/// fenced reads and writes in its apply order, and a final unfenced read of `counter`.
+pub fn history(events: &[Event], counter: u64) -> History {
+    let mut history = History::new(0).expect("0 is a valid drift bound");
+    let mut ids = BTreeMap::new();
+    let ns = |at: Duration| at.as_nanos() as u64;
+    let mut position = 0;
+    let push = |history: &mut History, op: Op| {
+        history
+            .push(op)
+            .expect("the simulation records well-formed operations");
+    };
+    for (index, event) in events.iter().enumerate() {
+        let at = ns(event.at);
+        match &event.what {
+            What::AcquireInvoked { client, lock, .. } => {
+                let action = Action::Acquire {
+                    lock: lock.clone(),
+                    ttl_ns: ns(crate::workload::TTL),
+                };
+                ids.insert(index, history.invoke(ClientId(*client as u64), at, action));
+            }
+            What::ReleaseInvoked {
+                client,
+                session,
+                lock,
+                token,
+            } => {
+                let action = Action::Release {
+                    lock: lock.clone(),
+                    session: SessionId::new(*session),
+                    token: Token::new(*token),
+                };
+                ids.insert(index, history.invoke(ClientId(*client as u64), at, action));
+            }
+            What::AcquireCompleted { op, outcome } | What::ReleaseCompleted { op, outcome } => {
+                let Some(id) = ids.get(op) else { continue };
+                let session = match &events[*op].what {
+                    What::AcquireInvoked { session, .. } => *session,
+                    _ => 0,
+                };
+                let outcome = match outcome {
+                    record::Outcome::Ok { token: 0 } => Outcome::Ok(Reply::Released),
+                    record::Outcome::Ok { token } => Outcome::Ok(Reply::Granted(Grant {
+                        session: SessionId::new(session),
+                        token: Token::new(*token),
+                    })),
+                    record::Outcome::Failed(_) => Outcome::Failed,
+                    // Never completed: the history counts it as possibly applied at any time.
+                    record::Outcome::Unknown(_) => continue,
+                };
+                history
+                    .complete(*id, at, outcome)
+                    .expect("an operation completes once, after its invocation");
+            }
+            What::Belief {
+                client,
+                session,
+                until,
+                ..
+            } => push(
+                &mut history,
+                Op {
+                    client: ClientId(*client as u64),
+                    action: Action::Renew {
+                        session: SessionId::new(*session),
+                        ttl_ns: ns(*until).saturating_sub(at),
+                    },
+                    invoke_ns: at,
+                    complete_ns: Some(at),
+                    outcome: Outcome::Ok(Reply::Renewed),
+                },
+            ),
+            What::Resource {
+                client,
+                session,
+                token,
+                read,
+                wrote,
+                accepted,
+            } => {
+                let access = match wrote {
+                    Some(value) => Access::Write {
+                        value: *value as i64,
+                    },
+                    None => Access::Read,
+                };
+                let reply = if *accepted {
+                    Reply::Accepted {
+                        value: if wrote.is_none() {
+                            read.map(|v| v as i64)
+                        } else {
+                            None
+                        },
+                        position: Some(position),
+                    }
+                } else {
+                    Reply::Stale
+                };
+                position += 1;
+                push(
+                    &mut history,
+                    Op {
+                        client: ClientId(*client as u64),
+                        action: Action::Resource {
+                            resource: RESOURCE.to_string(),
+                            scope: crate::LOCK.to_string(),
+                            grant: Some(Grant {
+                                session: SessionId::new(*session),
+                                token: Token::new(*token),
+                            }),
+                            access,
+                        },
+                        invoke_ns: at,
+                        complete_ns: Some(at),
+                        outcome: Outcome::Ok(reply),
+                    },
+                );
+            }
+            What::Fault(_) => {}
+        }
+    }
+    let end = events.last().map_or(0, |e| ns(e.at)) + 1;
+    push(
+        &mut history,
+        Op {
+            client: ClientId(0),
+            action: Action::Resource {
+                resource: RESOURCE.to_string(),
+                scope: crate::LOCK.to_string(),
+                grant: None,
+                access: Access::Read,
+            },
+            invoke_ns: end,
+            complete_ns: Some(end),
+            outcome: Outcome::Ok(Reply::Accepted {
+                value: Some(counter as i64),
+                position: Some(position),
+            }),
+        },
+    );
+    history
 }
 
-/// Checks the record of a run whose counter ended at `counter`. Each violation is one line.
+/// Every violation the history checker finds in the record, one per entry.
 pub fn check(events: &[Event], counter: u64) -> Vec<String> {
-    let mut violations = Vec::new();
-    let grants = grants(events);
-    // No two acknowledged grants share a token.
-    let mut by_token: BTreeMap<u64, &Grant> = BTreeMap::new();
-    for grant in &grants {
-        if let Some(other) = by_token.insert(grant.token, grant) {
-            violations.push(format!(
-                "token {} granted twice: to c{} (session {}) and c{} (session {})",
-                grant.token, other.client, other.session, grant.client, grant.session
-            ));
-        }
-    }
-    // A grant acknowledged before another was asked for has the smaller token.
-    for a in &grants {
-        for b in &grants {
-            if a.completed < b.invoked && a.token >= b.token {
-                violations.push(format!(
-                    "token {} granted at {:?} to c{}, then token {} asked for at {:?} by c{}: tokens must grow",
-                    a.token, a.completed, a.client, b.token, b.invoked, b.client
-                ));
-            }
-        }
-    }
-    // The lease a client believes in never outlasts the server's: no other session is
-    // granted the lock before it ends, unless the believer had begun releasing.
-    for event in events {
-        let What::Belief {
-            client,
-            session,
-            token,
-            until,
-        } = &event.what
-        else {
-            continue;
-        };
-        let released = release_invoked(events, *session, *token);
-        for other in &grants {
-            if other.session != *session
-                && other.token > *token
-                && other.completed < *until
-                && released.is_none_or(|at| at > other.completed)
-            {
-                violations.push(format!(
-                    "c{client} believed at {:?} that it held token {token} until {until:?}, but c{} was granted token {} by {:?}",
-                    event.at, other.client, other.token, other.completed
-                ));
-            }
-        }
-    }
-    // The resource accepts no token below one it accepted, nor an equal one from another
-    // session, and no read-modify-write loses an update.
-    let mut highest: Option<(u64, u64)> = None;
-    let mut value = 0;
-    let mut writes = 0;
-    for event in events {
-        let What::Resource {
-            client,
-            session,
-            token,
-            read,
-            wrote,
-            accepted: true,
-        } = &event.what
-        else {
-            continue;
-        };
-        if let Some((top, top_session)) = highest
-            && (*token < top || (*token == top && *session != top_session))
-        {
-            violations.push(format!(
-                "the resource accepted token {token} of c{client} (session {session}) at {:?} after token {top} (session {top_session})",
-                event.at
-            ));
-        }
-        highest = Some((*token, *session));
-        if let Some(wrote) = wrote {
-            if *read != Some(value) {
-                violations.push(format!(
-                    "lost update: c{client} wrote {wrote} at {:?} from a read of {read:?}, but the counter was {value}",
-                    event.at
-                ));
-            }
-            value = *wrote;
-            writes += 1;
-        }
-    }
-    if counter != writes {
-        violations.push(format!(
-            "the counter ended at {counter}, but {writes} read-modify-writes were accepted"
-        ));
-    }
-    violations
+    history(events, counter)
+        .check()
+        .violations
+        .iter()
+        .map(ToString::to_string)
+        .collect()
 }
 
 /// Every client wrote at least once in the liveness phase.
@@ -121,40 +179,4 @@ pub fn liveness(
         .filter(|c| last_write.get(c).is_none_or(|at| *at < safety_end))
         .map(|c| format!("c{c} wrote nothing after every fault was healed at {safety_end:?}"))
         .collect()
-}
-
-fn grants(events: &[Event]) -> Vec<Grant> {
-    events
-        .iter()
-        .filter_map(|event| match &event.what {
-            What::AcquireCompleted {
-                op,
-                outcome: Outcome::Ok { token },
-            } => match &events[*op].what {
-                What::AcquireInvoked {
-                    client, session, ..
-                } => Some(Grant {
-                    client: *client,
-                    session: *session,
-                    token: *token,
-                    invoked: events[*op].at,
-                    completed: event.at,
-                }),
-                _ => None,
-            },
-            _ => None,
-        })
-        .collect()
-}
-
-/// When `session` began releasing the grant with `token`, if it did.
-fn release_invoked(events: &[Event], session: u64, token: u64) -> Option<Duration> {
-    events.iter().find_map(|event| match &event.what {
-        What::ReleaseInvoked {
-            session: s,
-            token: t,
-            ..
-        } if *s == session && *t == token => Some(event.at),
-        _ => None,
-    })
 }
