@@ -409,9 +409,12 @@ fn run_job(
                 let row = table
                     .get(key.as_str())?
                     .map(|row| Row::from_value(row.value()));
-                if let Some(row) = &row {
-                    check_binding(key, (&row.lock, row.token), sequencer).map_err(refused)?;
-                }
+                check_binding(
+                    key,
+                    row.as_ref().map(|row| (row.lock.as_str(), row.token)),
+                    sequencer,
+                )
+                .map_err(refused)?;
                 row.and_then(|row| row.into_entry(key))
             };
             state.dirty |= advance.write(txn).map_err(fence_failure)?;
@@ -486,13 +489,17 @@ impl Row {
     }
 }
 
-/// A key bound to another lock refuses the sequencer (invariant 4).
-/// `lock` and `token` are the key's stored binding, read in place (no copy of the row).
+/// A key bound to another lock refuses the sequencer (invariant 4). `stored` is the key's
+/// row's lock and token, read in place (no copy of the row); `None` for a key that never
+/// existed, which any lock may write.
 fn check_binding(
     key: &str,
-    (lock, token): (&str, u64),
+    stored: Option<(&str, u64)>,
     sequencer: &VerifiedSequencer,
 ) -> Result<(), StoreError> {
+    let Some((lock, token)) = stored else {
+        return Ok(());
+    };
     if lock != sequencer.lock() {
         return Err(StoreError::WrongLock {
             key: Some(key.to_owned()),
@@ -500,14 +507,18 @@ fn check_binding(
             presented: sequencer.lock().to_owned(),
         });
     }
-    // Pair of the fence's own assertion: a key's token never exceeds its lock's accepted
-    // maximum, which the sequencer's token has just reached.
+    assert_token_fenced(key, lock, token, sequencer);
+    Ok(())
+}
+
+/// Pair of the fence's own assertion: a key's token never exceeds its lock's accepted maximum,
+/// which the sequencer's token (of that lock) has just reached.
+fn assert_token_fenced(key: &str, lock: &str, token: u64, sequencer: &VerifiedSequencer) {
     assert!(
         token <= sequencer.token().get(),
         "store invariant broken: key {key:?} holds token {token}, above the accepted token {} of lock {lock:?}",
         sequencer.token(),
     );
-    Ok(())
 }
 
 fn run_txn(
@@ -547,10 +558,12 @@ fn run_txn(
                 .get(condition.key())?
                 .map(|row| Row::from_value(row.value()));
             let current = row.as_ref().filter(|row| row.live);
-            if let Some(row) = &row {
-                check_binding(condition.key(), (&row.lock, row.token), sequencer)
-                    .map_err(refused)?;
-            }
+            check_binding(
+                condition.key(),
+                row.as_ref().map(|row| (row.lock.as_str(), row.token)),
+                sequencer,
+            )
+            .map_err(refused)?;
             if !condition.holds(current.map(|row| (row.value.as_slice(), row.revision))) {
                 return Err(refused(StoreError::CompareFailed {
                     compare: index as u64,
@@ -560,10 +573,12 @@ fn run_txn(
             }
         }
         for op in ops {
-            if let Some(stored) = table.get(op.key())? {
+            let stored = table.get(op.key())?;
+            let binding = stored.as_ref().map(|stored| {
                 let (lock, token, ..) = stored.value();
-                check_binding(op.key(), (lock, token), sequencer).map_err(refused)?;
-            }
+                (lock, token)
+            });
+            check_binding(op.key(), binding, sequencer).map_err(refused)?;
         }
     }
 
