@@ -30,8 +30,8 @@ use palisade_client::{AttemptFailure, RetryPolicy, retry_until_known};
 use palisade_sequencer::KeySet;
 
 use palisade_store::{
-    BatchOp, BatchRequest, ClaimAck, Compare, OpKind, Store, StoreClient, StoreError, StoreServer,
-    WriteAck,
+    BatchOp, BatchRequest, Bindings, ClaimAck, Compare, OpKind, Store, StoreClient, StoreError,
+    StoreServer, WriteAck,
 };
 
 /// The store URL clients use when neither `--store` nor `PALISADE_STORE` is given.
@@ -108,7 +108,55 @@ pub struct ServeArgs {
     /// a restart. A file that does not parse on SIGHUP is reported and the keys stay as they were
     #[arg(long, env = "PALISADE_PUBLIC_KEY_FILE")]
     pub public_key_file: Option<PathBuf>,
+    /// Give every key starting with PREFIX to LOCK alone (`--bind 'reports/=jobs/nightly'`;
+    /// repeatable; the longest matching prefix wins; an empty prefix covers every other key).
+    /// With any binding, a key no binding covers is refused to every sequencer. Without, a key
+    /// is bound to the lock of its first fenced write, for ever
+    #[arg(
+        long = "bind",
+        value_name = "PREFIX=LOCK",
+        conflicts_with = "bindings_file"
+    )]
+    pub bind: Vec<String>,
+    /// A file of bindings, one `PREFIX=LOCK` per line (`#` comment lines), as `--bind`
+    #[arg(long, env = "PALISADE_STORE_BINDINGS_FILE", value_name = "FILE")]
+    pub bindings_file: Option<PathBuf>,
 }
+
+impl ServeArgs {
+    /// The configured bindings, or `None` for first-writer binding.
+    fn bindings(&self) -> anyhow::Result<Option<Bindings>> {
+        if let Some(path) = &self.bindings_file {
+            use std::io::Read as _;
+            let mut text = String::new();
+            std::fs::File::open(path)
+                .and_then(|file| file.take(BINDINGS_FILE_BYTES_MAX).read_to_string(&mut text))
+                .with_context(|| format!("cannot read the bindings file {}", path.display()))?;
+            if text.len() as u64 == BINDINGS_FILE_BYTES_MAX {
+                anyhow::bail!(
+                    "the bindings file {} is larger than {BINDINGS_FILE_BYTES_MAX} bytes",
+                    path.display()
+                );
+            }
+            let bindings = Bindings::parse(&text).map_err(|error| {
+                anyhow::anyhow!(
+                    "the bindings file {} is not usable: {error}",
+                    path.display()
+                )
+            })?;
+            return Ok(Some(bindings));
+        }
+        if self.bind.is_empty() {
+            return Ok(None);
+        }
+        let bindings = Bindings::from_rules(self.bind.iter().map(String::as_str))
+            .map_err(|error| anyhow::anyhow!("bad --bind: {error}"))?;
+        Ok(Some(bindings))
+    }
+}
+
+/// Largest bindings file read.
+const BINDINGS_FILE_BYTES_MAX: u64 = 4 << 20;
 
 /// Where the store is.
 #[derive(Debug, Clone, clap::Args)]
@@ -356,10 +404,23 @@ pub async fn serve(
         (None, Some(path)) => read_key_file(path)?,
         (None, None) => unreachable!("clap requires --public-key or --public-key-file"),
     };
-    let store = tokio::task::spawn_blocking(move || Store::open(&data_dir, public_keys))
-        .await
-        .context("opening the store panicked")?
-        .with_context(|| format!("cannot open the store in {}", args.data_dir.display()))?;
+    let bindings = args.bindings()?;
+    match &bindings {
+        Some(bindings) => {
+            for (prefix, lock) in bindings.rules() {
+                tracing::info!(prefix, lock, "key binding");
+            }
+        }
+        None => tracing::warn!(
+            "no key bindings configured: each key is bound to the lock of its first fenced write, so any lock holder can take a key first (--bind PREFIX=LOCK or --bindings-file)"
+        ),
+    }
+    let store = tokio::task::spawn_blocking(move || {
+        Store::open_with_bindings(&data_dir, public_keys, bindings)
+    })
+    .await
+    .context("opening the store panicked")?
+    .with_context(|| format!("cannot open the store in {}", args.data_dir.display()))?;
     let store = Arc::new(store);
     if let Some(path) = args.public_key_file.clone() {
         reload_keys_on_hangup(store.clone(), path)?;
@@ -530,6 +591,7 @@ pub fn exit_status(error: &StoreError) -> (u8, &'static str) {
     match error {
         StoreError::Stale { .. } => (EXIT_STALE, "refused: "),
         StoreError::WrongLock { .. }
+        | StoreError::Unbound { .. }
         | StoreError::Missing
         | StoreError::Malformed { .. }
         | StoreError::Forged { .. } => (EXIT_REFUSED, "refused: "),

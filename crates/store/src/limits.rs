@@ -47,6 +47,9 @@ pub const REQUEST_IDS_RETAINED_MAX: u64 = 100_000;
 /// Largest request body on `PUT /v1/kv/{key}`: the raw value.
 pub const PUT_BODY_BYTES_MAX: usize = VALUE_BYTES_MAX;
 
+/// Most key-prefix bindings (`palisade store serve --bind`, `--bindings-file`).
+pub const BINDINGS_MAX: usize = 10_000;
+
 /// Base64 text length (with padding) of `bytes` bytes.
 pub const fn base64_padded_len(bytes: usize) -> usize {
     bytes.div_ceil(3) * 4

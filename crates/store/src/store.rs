@@ -67,6 +67,7 @@ use redb::{
 };
 
 use crate::StoreError;
+use crate::bindings::Bindings;
 use crate::limits::{
     BATCH_OPS_MAX, COMPARES_MAX, KEY_BYTES_MAX, REQUEST_ID_BYTES_MAX, VALUE_BYTES_MAX,
 };
@@ -132,6 +133,16 @@ impl Store {
         dir: impl AsRef<Path>,
         public_keys: impl Into<KeySet>,
     ) -> Result<Store, StoreError> {
+        Store::open_with_bindings(dir, public_keys, None)
+    }
+
+    /// [`Store::open`], with the keys each lock may write set by `bindings` (see
+    /// [`Bindings`]) instead of by each key's first writer when they are given.
+    pub fn open_with_bindings(
+        dir: impl AsRef<Path>,
+        public_keys: impl Into<KeySet>,
+        bindings: Option<Bindings>,
+    ) -> Result<Store, StoreError> {
         let dir = dir.as_ref();
         std::fs::create_dir_all(dir).map_err(|error| StoreError::Storage {
             message: format!("cannot create data directory {}: {error}", dir.display()),
@@ -152,7 +163,7 @@ impl Store {
         txn.commit()?;
         let fence = Arc::new(RedbFence::new(db));
         Ok(Store {
-            writer: Writer::start(fence.clone())?,
+            writer: Writer::start(fence.clone(), bindings.map(Arc::new))?,
             fence,
             verifier: Verifier::new(public_keys),
             path,

@@ -33,6 +33,7 @@ use palisade_sequencer::VerifiedSequencer;
 use redb::{Durability, ReadableTable, ReadableTableMetadata, WriteTransaction};
 
 use crate::StoreError;
+use crate::bindings::Bindings;
 use crate::limits::{
     GROUP_BYTES_MAX, GROUP_JOBS_MAX, REQUEST_IDS_RETAINED_MAX, WRITE_QUEUE_BYTES_MAX,
     WRITE_QUEUE_JOBS_MAX,
@@ -149,14 +150,17 @@ pub(crate) struct Writer {
 
 impl Writer {
     /// Starts the writer thread of `fence`'s database.
-    pub(crate) fn start(fence: Arc<RedbFence>) -> Result<Writer, StoreError> {
+    pub(crate) fn start(
+        fence: Arc<RedbFence>,
+        bindings: Option<Arc<Bindings>>,
+    ) -> Result<Writer, StoreError> {
         let (jobs, queue) = std::sync::mpsc::sync_channel(WRITE_QUEUE_JOBS_MAX);
         let queued_bytes = Arc::new(AtomicUsize::new(0));
         let thread = std::thread::Builder::new()
             .name("palisade-store-writer".into())
             .spawn({
                 let queued_bytes = queued_bytes.clone();
-                move || run(&fence, &queue, &queued_bytes)
+                move || run(&fence, bindings.as_deref(), &queue, &queued_bytes)
             })
             .map_err(|error| StoreError::Storage {
                 message: format!("cannot start the store's writer thread: {error}"),
@@ -249,7 +253,12 @@ impl Drop for AbortOnPanic {
     }
 }
 
-fn run(fence: &RedbFence, queue: &Receiver<Job>, queued_bytes: &AtomicUsize) {
+fn run(
+    fence: &RedbFence,
+    bindings: Option<&Bindings>,
+    queue: &Receiver<Job>,
+    queued_bytes: &AtomicUsize,
+) {
     let _abort = AbortOnPanic;
     while let Ok(first) = queue.recv() {
         let mut bytes = first.bytes;
@@ -264,7 +273,7 @@ fn run(fence: &RedbFence, queue: &Receiver<Job>, queued_bytes: &AtomicUsize) {
             }
         }
         queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
-        let outcomes = run_group(fence, &group);
+        let outcomes = run_group(fence, bindings, &group);
         debug_assert_eq!(outcomes.len(), group.len());
         for (job, outcome) in group.into_iter().zip(outcomes) {
             job.reply.send(outcome);
@@ -300,7 +309,7 @@ fn fence_failure(error: FenceError) -> Failure {
 }
 
 /// Runs every job of `group` in one transaction; one outcome per job, in order.
-fn run_group(fence: &RedbFence, group: &[Job]) -> Vec<Outcome> {
+fn run_group(fence: &RedbFence, bindings: Option<&Bindings>, group: &[Job]) -> Vec<Outcome> {
     let all_failed = |error: &StoreError| group.iter().map(|_| Err(error.clone())).collect();
     let mut txn = match fence.database().begin_write() {
         Ok(txn) => txn,
@@ -315,7 +324,7 @@ fn run_group(fence: &RedbFence, group: &[Job]) -> Vec<Outcome> {
     };
     let mut outcomes = Vec::with_capacity(group.len());
     for job in group {
-        match run_job(fence, &txn, &mut group_state, &job.work) {
+        match run_job(fence, bindings, &txn, &mut group_state, &job.work) {
             Ok(done) => outcomes.push(Ok(done)),
             Err(Failure::Refused(error)) => outcomes.push(Err(error)),
             Err(Failure::Storage(error)) => {
@@ -380,6 +389,7 @@ impl GroupState {
 
 fn run_job(
     fence: &RedbFence,
+    bindings: Option<&Bindings>,
     txn: &WriteTransaction,
     state: &mut GroupState,
     work: &Work,
@@ -392,6 +402,7 @@ fn run_job(
             request_id,
         } => run_txn(
             fence,
+            bindings,
             txn,
             state,
             sequencer,
@@ -410,6 +421,7 @@ fn run_job(
                     .get(key.as_str())?
                     .map(|row| Row::from_value(row.value()));
                 check_binding(
+                    bindings,
                     key,
                     row.as_ref().map(|row| (row.lock.as_str(), row.token)),
                     sequencer,
@@ -489,14 +501,27 @@ impl Row {
     }
 }
 
-/// A key bound to another lock refuses the sequencer (invariant 4). `stored` is the key's
-/// row's lock and token, read in place (no copy of the row); `None` for a key that never
-/// existed, which any lock may write.
+/// A key bound to another lock refuses the sequencer (invariant 4): bound by the operator's
+/// `bindings` when there are any (a key they do not cover is refused, whatever its row says),
+/// else by the key's row. `stored` is the row's lock and token, read in place (no copy of the
+/// row); `None` for a key that never existed.
 fn check_binding(
+    bindings: Option<&Bindings>,
     key: &str,
     stored: Option<(&str, u64)>,
     sequencer: &VerifiedSequencer,
 ) -> Result<(), StoreError> {
+    if let Some(bindings) = bindings {
+        bindings.check(key, sequencer.lock())?;
+        // A row written by another lock before the bindings were set is overwritten by this
+        // lock's write; only a row of this lock is under its fence.
+        if let Some((lock, token)) = stored
+            && lock == sequencer.lock()
+        {
+            assert_token_fenced(key, lock, token, sequencer);
+        }
+        return Ok(());
+    }
     let Some((lock, token)) = stored else {
         return Ok(());
     };
@@ -523,6 +548,7 @@ fn assert_token_fenced(key: &str, lock: &str, token: u64, sequencer: &VerifiedSe
 
 fn run_txn(
     fence: &RedbFence,
+    bindings: Option<&Bindings>,
     txn: &WriteTransaction,
     state: &mut GroupState,
     sequencer: &VerifiedSequencer,
@@ -559,6 +585,7 @@ fn run_txn(
                 .map(|row| Row::from_value(row.value()));
             let current = row.as_ref().filter(|row| row.live);
             check_binding(
+                bindings,
                 condition.key(),
                 row.as_ref().map(|row| (row.lock.as_str(), row.token)),
                 sequencer,
@@ -578,7 +605,7 @@ fn run_txn(
                 let (lock, token, ..) = stored.value();
                 (lock, token)
             });
-            check_binding(op.key(), binding, sequencer).map_err(refused)?;
+            check_binding(bindings, op.key(), binding, sequencer).map_err(refused)?;
         }
     }
 
