@@ -29,6 +29,7 @@ use anyhow::Context as _;
 use palisade_client::{AttemptFailure, RetryPolicy, retry_until_known};
 use palisade_sequencer::KeySet;
 
+use palisade_store::server::ServeLimits;
 use palisade_store::{
     BatchOp, BatchRequest, Bindings, ClaimAck, Compare, OpKind, Store, StoreClient, StoreError,
     StoreServer, WriteAck,
@@ -121,6 +122,9 @@ pub struct ServeArgs {
     /// A file of bindings, one `PREFIX=LOCK` per line (`#` comment lines), as `--bind`
     #[arg(long, env = "PALISADE_STORE_BINDINGS_FILE", value_name = "FILE")]
     pub bindings_file: Option<PathBuf>,
+    /// Most connections served at once; further clients wait in the accept backlog
+    #[arg(long, default_value_t = palisade_store::limits::CONNECTIONS_MAX)]
+    pub connections_max: usize,
 }
 
 impl ServeArgs {
@@ -427,7 +431,11 @@ pub async fn serve(
     }
     let server = StoreServer::bind(store.clone(), args.listen)
         .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
+        .with_context(|| format!("cannot listen on {}", args.listen))?
+        .with_limits(ServeLimits {
+            connections_max: args.connections_max,
+            ..ServeLimits::default()
+        });
     let addr = server.local_addr()?;
     println!("palisade store: listening on http://{addr}");
     tracing::info!(

@@ -3,8 +3,10 @@
 //! the connection cap, a slowloris header, and huge bodies that never arrive. Every test runs
 //! a real store process.
 
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use palisade_store::{StoreClient, StoreError};
 use palisade_testkit::{ServerProcess, ServiceKey};
@@ -124,4 +126,103 @@ fn a_bindings_file_is_read_and_bad_bindings_stop_the_store_with_the_reason() {
     let ran = palisade_testkit::run(command);
     assert!(!ran.status.success());
     assert!(ran.stderr.contains("line 2"), "{}", ran.stderr);
+}
+
+/// Whether the server closed `socket` within `timeout` (reads end or fail), reading and
+/// discarding whatever it answers first.
+fn closed_within(socket: &mut TcpStream, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    let mut buffer = [0u8; 4096];
+    while Instant::now() < deadline {
+        socket
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        match socket.read(&mut buffer) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+#[test]
+fn a_slowloris_and_an_idle_connection_are_closed_after_the_header_timeout() {
+    let service = ServiceKey::new();
+    let dir = tempfile::tempdir().unwrap();
+    let server = store(&service, dir.path(), &[]);
+
+    let mut idle = TcpStream::connect(server.addr()).unwrap();
+    let mut slow = TcpStream::connect(server.addr()).unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: store\r\n")
+        .unwrap();
+    // The header is never finished. Generous: the timeout is 10 s.
+    assert!(
+        closed_within(&mut slow, Duration::from_secs(60)),
+        "a connection sending half a header was kept open"
+    );
+    assert!(
+        closed_within(&mut idle, Duration::from_secs(60)),
+        "a connection sending nothing was kept open"
+    );
+}
+
+#[test]
+fn idle_slow_and_huge_body_connections_past_the_cap_do_not_stop_an_honest_writer() {
+    let service = ServiceKey::new();
+    let dir = tempfile::tempdir().unwrap();
+    let server = store(&service, dir.path(), &["--connections-max", "8"]);
+
+    // Past the cap: idle sockets, half headers, and batches announcing 8 MiB bodies that never
+    // come.
+    let mut hostile = Vec::new();
+    for index in 0..24 {
+        let mut socket = TcpStream::connect(server.addr()).unwrap();
+        match index % 3 {
+            0 => {}
+            1 => socket.write_all(b"PUT /v1/kv/x HTTP/1.1\r\nHost: s").unwrap(),
+            _ => socket
+                .write_all(
+                    b"POST /v1/txn HTTP/1.1\r\nHost: store\r\nContent-Type: application/json\r\nContent-Length: 8388608\r\n\r\n{\"ops\":[",
+                )
+                .unwrap(),
+        }
+        hostile.push(socket);
+    }
+
+    // An honest holder's fenced writes are answered all the same, retried as a client does
+    // when the store is busy (generous bound: the hostile connections are closed within the
+    // header and body timeouts, 10 s and 30 s).
+    let sequencer = service.grant("jobs/nightly", 7, 1);
+    let client = StoreClient::new(&server.endpoint()).unwrap();
+    let rt = runtime();
+    for round in 0..3 {
+        let key = format!("report/{round}");
+        let request_id = format!("honest-{round}");
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut attempts = 0;
+        let ack = loop {
+            attempts += 1;
+            let written =
+                rt.block_on(client.put(&key, b"honest", Some(&sequencer), Some(&request_id)));
+            match written {
+                Ok(ack) => break ack,
+                Err(error)
+                    if (error.is_retryable() || error.is_outcome_unknown())
+                        && Instant::now() < deadline
+                        && attempts < 20 =>
+                {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(error) => panic!("the honest write failed after {attempts} attempts: {error}"),
+            }
+        };
+        assert!(ack.revision > 0);
+    }
+    drop(hostile);
 }
