@@ -173,9 +173,14 @@ pub struct StoreAddress {
 /// What a fenced write presents.
 #[derive(Debug, Clone, clap::Args)]
 pub struct WriteArgs {
-    /// The lock holder's sequencer (set by `palisade lock NAME -- …`)
+    /// The lock holder's sequencer (set by `palisade lock NAME -- …`). Prefer the
+    /// environment variable or --sequencer-file: a flag's value is visible to every user in
+    /// `ps`, and a sequencer is a write capability until the next grant
     #[arg(long, env = "PALISADE_SEQUENCER", hide_env_values = true)]
     pub sequencer: Option<String>,
+    /// Read the sequencer from this file (`-`: standard input) instead
+    #[arg(long, value_name = "FILE")]
+    pub sequencer_file: Option<PathBuf>,
     /// Request id for retries: a repeated write with the same sequencer and request id is
     /// applied once (default: a fresh id, reused by this command's own retries)
     #[arg(long)]
@@ -212,6 +217,10 @@ pub struct GetArgs {
     /// lock's accepted token so no older grant can write after it (set by `palisade lock`)
     #[arg(long, env = "PALISADE_SEQUENCER", hide_env_values = true)]
     pub sequencer: Option<String>,
+    /// Read the sequencer from this file (`-`: standard input) instead of the environment or
+    /// --sequencer (which `ps` shows)
+    #[arg(long, value_name = "FILE")]
+    pub sequencer_file: Option<PathBuf>,
     /// Only look: present no sequencer even if $PALISADE_SEQUENCER is set
     #[arg(long)]
     pub unfenced: bool,
@@ -243,6 +252,10 @@ pub struct ClaimArgs {
     /// The lock holder's sequencer (set by `palisade lock NAME -- …`)
     #[arg(long, env = "PALISADE_SEQUENCER", hide_env_values = true)]
     pub sequencer: Option<String>,
+    /// Read the sequencer from this file (`-`: standard input) instead of the environment or
+    /// --sequencer (which `ps` shows)
+    #[arg(long, value_name = "FILE")]
+    pub sequencer_file: Option<PathBuf>,
     /// Print the store's answer as JSON
     #[arg(long)]
     pub json: bool,
@@ -460,6 +473,12 @@ pub async fn execute(
     stdout: &mut impl Write,
     stderr: &mut impl Write,
 ) -> u8 {
+    let mut command = command;
+    if let Err(error) = read_sequencer_file(&mut command) {
+        let (status, prefix) = exit_status(&error);
+        let _ = writeln!(stderr, "palisade: {prefix}{error}");
+        return status;
+    }
     let (json, outcome) = match command {
         StoreCommand::Serve(_) => {
             let _ = writeln!(stderr, "palisade: `store serve` runs through store::run");
@@ -589,6 +608,46 @@ pub async fn execute(
             status
         }
     }
+}
+
+/// Replaces the command's sequencer with the contents of its `--sequencer-file`, if given
+/// (that file wins over `--sequencer` and `$PALISADE_SEQUENCER`).
+fn read_sequencer_file(command: &mut StoreCommand) -> Result<(), StoreError> {
+    let (sequencer, file) = match command {
+        StoreCommand::Put(args) => (&mut args.write.sequencer, &args.write.sequencer_file),
+        StoreCommand::Delete(args) => (&mut args.write.sequencer, &args.write.sequencer_file),
+        StoreCommand::Txn(args) => (&mut args.write.sequencer, &args.write.sequencer_file),
+        StoreCommand::Get(args) => (&mut args.sequencer, &args.sequencer_file),
+        StoreCommand::Claim(args) => (&mut args.sequencer, &args.sequencer_file),
+        StoreCommand::Serve(_) | StoreCommand::Fence(_) => return Ok(()),
+    };
+    let Some(path) = file else {
+        return Ok(());
+    };
+    use std::io::Read as _;
+    // A sequencer, a line end and some white space: anything longer is not one.
+    let bytes_max = palisade_sequencer::SEQUENCER_BYTES_MAX as u64 + 64;
+    let mut text = String::new();
+    let read = if path.as_os_str() == "-" {
+        io::stdin().take(bytes_max + 1).read_to_string(&mut text)
+    } else {
+        std::fs::File::open(&*path)
+            .and_then(|file| file.take(bytes_max + 1).read_to_string(&mut text))
+    };
+    read.map_err(|error| StoreError::InvalidRequest {
+        message: format!("cannot read the sequencer file {}: {error}", path.display()),
+    })?;
+    if text.len() as u64 > bytes_max {
+        return Err(StoreError::Malformed {
+            message: format!(
+                "the sequencer file {} holds more than a sequencer ({} bytes at most)",
+                path.display(),
+                palisade_sequencer::SEQUENCER_BYTES_MAX
+            ),
+        });
+    }
+    *sequencer = Some(text.trim().to_owned());
+    Ok(())
 }
 
 /// The exit status of a failed command, and how its message starts. Every error of today is

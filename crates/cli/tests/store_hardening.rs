@@ -226,3 +226,65 @@ fn idle_slow_and_huge_body_connections_past_the_cap_do_not_stop_an_honest_writer
     }
     drop(hostile);
 }
+
+#[test]
+fn a_sequencer_from_a_file_or_standard_input_fences_a_write_without_showing_in_ps() {
+    let service = ServiceKey::new();
+    let dir = tempfile::tempdir().unwrap();
+    let server = store(&service, dir.path(), &[]);
+    let put = |value: &str, file: &str| {
+        let mut command = palisade_testkit::command(BIN);
+        command.args([
+            "store",
+            "put",
+            "report",
+            value,
+            "--store",
+            &server.endpoint(),
+            "--sequencer-file",
+            file,
+        ]);
+        command
+    };
+
+    let file = dir.path().join("sequencer");
+    std::fs::write(&file, format!("{}\n", service.grant("jobs/nightly", 5, 1))).unwrap();
+    let ran = palisade_testkit::run(put("from a file", file.to_str().unwrap()));
+    assert!(ran.status.success(), "{}", ran.stderr);
+
+    let mut command = put("from stdin", "-");
+    command
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = palisade_testkit::Running::spawn(command);
+    child
+        .child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(service.grant("jobs/nightly", 6, 1).as_bytes())
+        .unwrap();
+    let status = child.wait(Duration::from_secs(60));
+    assert!(status.success(), "{}", child.stderr());
+    let entry = runtime()
+        .block_on(StoreClient::new(&server.endpoint()).unwrap().get("report"))
+        .unwrap()
+        .expect("written");
+    assert_eq!(
+        (entry.value.as_slice(), entry.token),
+        (&b"from stdin"[..], 6)
+    );
+
+    // The file's sequencer is checked like any other: an older grant is stale (exit status 3).
+    std::fs::write(&file, service.grant("jobs/nightly", 4, 1)).unwrap();
+    let ran = palisade_testkit::run(put("stale", file.to_str().unwrap()));
+    assert_eq!(ran.status.code(), Some(3), "{}", ran.stderr);
+    let ran = palisade_testkit::run(put("missing", dir.path().join("none").to_str().unwrap()));
+    assert!(!ran.status.success());
+    assert!(
+        ran.stderr.contains("cannot read the sequencer file"),
+        "{}",
+        ran.stderr
+    );
+}
