@@ -1,5 +1,7 @@
-//! `palisade lock`: the command does not outlive palisade — a `kill -9` of palisade, and a
-//! forwarded signal the command ignores (issue #14).
+//! `palisade lock`: the command does not outlive palisade, nor palisade's hold on the lock — a
+//! `kill -9` of palisade, a forwarded signal the command ignores, a lease that can no longer be
+//! proven while the command takes long to die, and a grandchild that left the command's process
+//! group (issue #14).
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -9,6 +11,9 @@ use nix::unistd::Pid;
 use palisade_testkit::{Lines, Palisade, Running};
 
 const BIN: &str = env!("CARGO_BIN_EXE_palisade");
+
+/// `palisade lock`'s exit status when the lock was lost while the command ran.
+const LOCK_LOST: i32 = 76;
 
 /// True once `pid` has exited (gone, or a zombie nobody reaped yet).
 fn exited(pid: Pid) -> bool {
@@ -77,4 +82,51 @@ fn a_forwarded_sigterm_the_command_ignores_is_escalated_after_the_grace() {
     assert!(message.contains("SIGKILL"), "{message}");
     let status = server.run_json(&["status", "jobs/stubborn"]);
     assert!(status["holder"].is_null(), "{status}");
+}
+
+/// Waits (bounded) until `pid` has exited; true if it did.
+fn wait_exited(pid: Pid, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while !exited(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    exited(pid)
+}
+
+#[test]
+fn a_grandchild_that_left_the_process_group_is_stopped_with_the_command() {
+    let server = Palisade::start(BIN);
+    // The command starts a grandchild in a session (and so a process group) of its own, which
+    // ignores SIGTERM and prints its pid.
+    let script = "setsid sh -c 'trap \"\" TERM; echo $$; while :; do sleep 0.1; done' & wait";
+    let mut command = server.command(&[
+        "lock",
+        "jobs/escapee",
+        "--ttl",
+        "2s",
+        "--kill-grace",
+        "1s",
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]);
+    command.stdout(Stdio::piped()).stderr(Stdio::null());
+    let mut holder = Running::spawn(command);
+    let lines = Lines::new(holder.child.stdout.take().unwrap());
+    let grandchild = Pid::from_raw(lines.next(Duration::from_secs(20)).trim().parse().unwrap());
+
+    // The lock is lost: the service freezes past the lease. Generous: the lease is 2 s.
+    server.locks.pause();
+    let survived = !wait_exited(grandchild, Duration::from_secs(30));
+    server.locks.resume();
+    if survived {
+        let _ = kill(grandchild, Signal::SIGKILL);
+    }
+    let status = holder.wait(Duration::from_secs(60));
+    assert!(
+        !survived,
+        "a grandchild in a session of its own outlived the lost lock"
+    );
+    assert_eq!(status.code(), Some(LOCK_LOST));
 }
