@@ -27,6 +27,13 @@
 //! by then); only palisade's own children are, whose pids stay palisade's until it reaps them.
 //! Not covered: the command's children when palisade itself is killed (the parent-death signal
 //! reaches the command alone), and what the command leaves running when it exits normally.
+//!
+//! The lease must not end while the command may still run: once the service expires it, it
+//! can grant the lock to the next waiter. So when the lease palisade can prove
+//! ([`Session::lease_remaining`]) is down to `min(--kill-grace, ttl/3)` with no renewal
+//! acknowledged, palisade stops the command then, SIGKILL landing [`KILL_MARGIN`] before that
+//! lease ends, and exits with [`exit::LOCK_LOST`]. The service's lease is at least the proven
+//! one, so no next holder is granted while the command runs — unless palisade itself is frozen.
 
 use std::ffi::OsString;
 use std::io::ErrorKind;
@@ -217,10 +224,16 @@ pub async fn run(args: LockArgs, global: &Global) -> anyhow::Result<ExitCode> {
     tokio::pin!(lost);
     // Set by a forwarded SIGTERM or SIGINT: when the command must be gone, or gets SIGKILL.
     let mut escalate_at: Option<Instant> = None;
+    // The lease must not run out while the command may still run: when less than this is left
+    // of what palisade can prove, the command is stopped, SIGKILL landing before the lease ends.
+    let lease_stop_budget = lease_stop_budget(args.kill_grace, session.ttl());
     let outcome = loop {
         tokio::select! {
             biased;
             reason = &mut lost => break Outcome::Lost(reason),
+            remaining = lease_running_out(&session, lease_stop_budget) => {
+                break Outcome::LeaseEnding(remaining)
+            }
             status = child.wait() => break Outcome::Exited(status),
             () = sleep_until(escalate_at) => {
                 escalate_at = None;
@@ -271,6 +284,57 @@ pub async fn run(args: LockArgs, global: &Global) -> anyhow::Result<ExitCode> {
             )
             .into())
         }
+        Outcome::LeaseEnding(remaining) => {
+            // Once the proven lease is over, the service may expire the session and grant the
+            // lock to the next waiter at any moment: the command must be gone by then, so it
+            // gets what is left, less a margin for SIGKILL to take effect.
+            let grace = remaining.saturating_sub(KILL_MARGIN);
+            eprintln!(
+                "palisade: the lease of lock {:?} (token {}) could not be renewed and ends within {}; stopping the command (SIGTERM, then SIGKILL after {})",
+                args.name,
+                guard.token(),
+                human_duration(remaining),
+                human_duration(grace),
+            );
+            stop(&mut child, target, grace).await;
+            drop(guard);
+            close_quietly(session).await;
+            Err(Exit::new(
+                exit::LOCK_LOST,
+                format!(
+                    "lock {:?} could not be renewed before its lease ran out while the command ran; the command was stopped",
+                    args.name
+                ),
+            )
+            .into())
+        }
+    }
+}
+
+/// Time SIGKILL is given to take effect before a lease ends.
+const KILL_MARGIN: Duration = Duration::from_millis(100);
+
+/// How much proven lease is left when palisade starts stopping the command: the kill grace,
+/// but at most a third of the ttl. A healthy session renews every third of its ttl and so
+/// never has less than about two thirds left; a third is left only once a whole renewal has
+/// gone unanswered, so a passing delay or a failover does not stop the command.
+fn lease_stop_budget(kill_grace: Duration, ttl: Duration) -> Duration {
+    kill_grace.saturating_add(KILL_MARGIN).min(ttl / 3)
+}
+
+/// Resolves, with what is left of it, once the lease this process can prove is down to
+/// `budget`; never while the session has ended (its `lost()` reports that).
+///
+/// The proven lease only grows between two looks (a renewal moves its end later), so sleeping
+/// until it would reach `budget` and looking again is exact; each look either resolves or
+/// sleeps until a later end, so the loop ends.
+async fn lease_running_out(session: &Session, budget: Duration) -> Duration {
+    loop {
+        match session.lease_remaining() {
+            None => return std::future::pending().await,
+            Some(remaining) if remaining <= budget => return remaining,
+            Some(remaining) => tokio::time::sleep(remaining - budget).await,
+        }
     }
 }
 
@@ -301,6 +365,8 @@ async fn claim_stores(args: &LockArgs, guard: &LockGuard) -> anyhow::Result<()> 
 enum Outcome {
     Exited(std::io::Result<ExitStatus>),
     Lost(SessionLost),
+    /// The proven lease is down to this, with no renewal acknowledged meanwhile.
+    LeaseEnding(Duration),
 }
 
 /// Starts the command with the grant in its environment.
