@@ -30,7 +30,7 @@
 //!
 //! The lease must not end while the command may still run: once the service expires it, it
 //! can grant the lock to the next waiter. So when the lease palisade can prove
-//! ([`Session::lease_remaining`]) is down to `min(--kill-grace, ttl/3)` with no renewal
+//! ([`Session::lease_remaining`]) is down to `min(--kill-grace, ttl/4)` with no renewal
 //! acknowledged, palisade stops the command then, SIGKILL landing [`KILL_MARGIN`] before that
 //! lease ends, and exits with [`exit::LOCK_LOST`]. The service's lease is at least the proven
 //! one, so no next holder is granted while the command runs — unless palisade itself is frozen.
@@ -231,10 +231,11 @@ pub async fn run(args: LockArgs, global: &Global) -> anyhow::Result<ExitCode> {
         tokio::select! {
             biased;
             reason = &mut lost => break Outcome::Lost(reason),
+            // A command that has finished is not stopped: its status is passed on.
+            status = child.wait() => break Outcome::Exited(status),
             remaining = lease_running_out(&session, lease_stop_budget) => {
                 break Outcome::LeaseEnding(remaining)
             }
-            status = child.wait() => break Outcome::Exited(status),
             () = sleep_until(escalate_at) => {
                 escalate_at = None;
                 eprintln!(
@@ -290,7 +291,7 @@ pub async fn run(args: LockArgs, global: &Global) -> anyhow::Result<ExitCode> {
             // gets what is left, less a margin for SIGKILL to take effect.
             let grace = remaining.saturating_sub(KILL_MARGIN);
             eprintln!(
-                "palisade: the lease of lock {:?} (token {}) could not be renewed and ends within {}; stopping the command (SIGTERM, then SIGKILL after {})",
+                "palisade: lock {:?} (token {}) is being lost: no renewal of its lease was acknowledged and it ends within {}; stopping the command (SIGTERM, then SIGKILL after {})",
                 args.name,
                 guard.token(),
                 human_duration(remaining),
@@ -302,7 +303,7 @@ pub async fn run(args: LockArgs, global: &Global) -> anyhow::Result<ExitCode> {
             Err(Exit::new(
                 exit::LOCK_LOST,
                 format!(
-                    "lock {:?} could not be renewed before its lease ran out while the command ran; the command was stopped",
+                    "lock {:?} was lost while the command ran (its lease could not be renewed); the command was stopped before the lease ended",
                     args.name
                 ),
             )
@@ -315,11 +316,14 @@ pub async fn run(args: LockArgs, global: &Global) -> anyhow::Result<ExitCode> {
 const KILL_MARGIN: Duration = Duration::from_millis(100);
 
 /// How much proven lease is left when palisade starts stopping the command: the kill grace,
-/// but at most a third of the ttl. A healthy session renews every third of its ttl and so
-/// never has less than about two thirds left; a third is left only once a whole renewal has
-/// gone unanswered, so a passing delay or a failover does not stop the command.
+/// but at most a quarter of the ttl. A healthy session renews every third of its ttl and so
+/// never has less than about two thirds left; a quarter is left only once renewals have gone
+/// unanswered for three quarters of the ttl, so a passing delay or a failover (which the
+/// keepalive rides out well within that) does not stop the command. Safety does not depend on
+/// the fraction: SIGKILL lands before the proven lease ends whatever it is; it only sets how
+/// long the command may take to stop on its own.
 fn lease_stop_budget(kill_grace: Duration, ttl: Duration) -> Duration {
-    kill_grace.saturating_add(KILL_MARGIN).min(ttl / 3)
+    kill_grace.saturating_add(KILL_MARGIN).min(ttl / 4)
 }
 
 /// Resolves, with what is left of it, once the lease this process can prove is down to
