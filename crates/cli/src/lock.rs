@@ -288,8 +288,13 @@ pub async fn run(args: LockArgs, global: &Global) -> anyhow::Result<ExitCode> {
         Outcome::LeaseEnding(remaining) => {
             // Once the proven lease is over, the service may expire the session and grant the
             // lock to the next waiter at any moment: the command must be gone by then, so it
-            // gets what is left, less a margin for SIGKILL to take effect.
-            let grace = remaining.saturating_sub(KILL_MARGIN);
+            // gets what is left, less a margin for SIGKILL to take effect. If that is nothing,
+            // palisade itself was held up (paused, starved) past the point where it could still
+            // beat the lease: rushing gains nothing, and the command gets its usual grace.
+            let grace = match remaining.checked_sub(KILL_MARGIN) {
+                Some(grace) if !grace.is_zero() => grace,
+                _ => args.kill_grace,
+            };
             eprintln!(
                 "palisade: lock {:?} (token {}) is being lost: no renewal of its lease was acknowledged and it ends within {}; stopping the command (SIGTERM, then SIGKILL after {})",
                 args.name,
