@@ -631,7 +631,7 @@ fn read_sequencer_file(command: &mut StoreCommand) -> Result<(), StoreError> {
     let read = if path.as_os_str() == "-" {
         io::stdin().take(bytes_max + 1).read_to_string(&mut text)
     } else {
-        std::fs::File::open(&*path)
+        std::fs::File::open(path)
             .and_then(|file| file.take(bytes_max + 1).read_to_string(&mut text))
     };
     read.map_err(|error| StoreError::InvalidRequest {

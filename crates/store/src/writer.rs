@@ -405,10 +405,12 @@ fn run_job(
             bindings,
             txn,
             state,
-            sequencer,
-            compare,
-            ops,
-            request_id.as_deref(),
+            TxnRequest {
+                sequencer,
+                compare,
+                ops,
+                request_id: request_id.as_deref(),
+            },
         )
         .map(Done::Write),
         Work::Read { sequencer, key } => {
@@ -546,16 +548,27 @@ fn assert_token_fenced(key: &str, lock: &str, token: u64, sequencer: &VerifiedSe
     );
 }
 
+/// What one transaction asks for: its sequencer, compares, operations and request id.
+struct TxnRequest<'a> {
+    sequencer: &'a VerifiedSequencer,
+    compare: &'a [Compare],
+    ops: &'a [BatchOp],
+    request_id: Option<&'a str>,
+}
+
 fn run_txn(
     fence: &RedbFence,
     bindings: Option<&Bindings>,
     txn: &WriteTransaction,
     state: &mut GroupState,
-    sequencer: &VerifiedSequencer,
-    compare: &[Compare],
-    ops: &[BatchOp],
-    request_id: Option<&str>,
+    request: TxnRequest<'_>,
 ) -> Result<WriteAck, Failure> {
+    let TxnRequest {
+        sequencer,
+        compare,
+        ops,
+        request_id,
+    } = request;
     let request = request_id.map(|request_id| RequestKey {
         key: format!("{} {request_id}", sequencer.as_str()),
         request_id,
