@@ -89,7 +89,13 @@ const KIB: u64 = 1024;
 /// on with its body in memory. The route's own body limit still applies after this.
 async fn bounded_body(State(budget): State<BodyBudget>, request: Request, next: Next) -> Response {
     let hint = request.body().size_hint();
-    if hint.exact() == Some(0) {
+    // No body, or one declared larger than any route takes, which the route's own limit refuses
+    // from the header alone, without reading it.
+    if hint.exact() == Some(0)
+        || hint
+            .exact()
+            .is_some_and(|size| size > BATCH_BODY_BYTES_MAX as u64)
+    {
         return next.run(request).await;
     }
     // A request reserves what it declares, and the largest body any route takes when it does
@@ -116,6 +122,16 @@ async fn bounded_body(State(budget): State<BodyBudget>, request: Request, next: 
             .await
         {
             Ok(Ok(bytes)) => bytes,
+            // A body that did not say how long it is and turned out longer than any route
+            // takes: the refusal its route would give.
+            Ok(Err(_)) if hint.exact().is_none() => {
+                let (what, limit, size_max) = if parts.uri.path().starts_with("/v1/kv/") {
+                    ("value", "value_bytes_max", PUT_BODY_BYTES_MAX)
+                } else {
+                    ("batch body", "batch_body_bytes_max", BATCH_BODY_BYTES_MAX)
+                };
+                return StoreError::too_large(what, limit, None, size_max).into_response();
+            }
             Ok(Err(error)) => {
                 return StoreError::InvalidRequest {
                     message: format!("cannot read the request body: {error}"),
