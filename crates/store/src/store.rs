@@ -6,8 +6,11 @@
 //! The fence scope of a write is **the sequencer's lock**: the store keeps one accepted maximum
 //! per lock, in the fence table, and a write with token `t` of lock `L` is refused as stale if
 //! any write of `L` with a larger token was ever accepted — whichever keys that write touched.
-//! On top of that, **each key is bound to the lock of its first fenced write**, and a sequencer
-//! of any other lock is refused as `wrong_lock` (invariant 4).
+//! On top of that, **each key is bound to one lock**, and a sequencer of any other lock is
+//! refused as `wrong_lock` (invariant 4): the lock the operator's [`Bindings`] give the key's
+//! prefix when the store was opened with bindings (a key they do not cover is refused to
+//! everyone as `unbound`), else the lock of the key's first fenced write — whoever holds any
+//! lock first can then take a key, which is why bindings exist.
 //!
 //! Why per lock and not per key: once the store has seen token 9 of `jobs/nightly`, every grant
 //! with an older token is known to be over, so anything it sends is a zombie write. With a
