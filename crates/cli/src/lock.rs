@@ -19,6 +19,21 @@
 //! The command gets SIGKILL if palisade itself dies (`PR_SET_PDEATHSIG`), so a `kill -9` or an
 //! OOM kill of palisade does not leave it running without a lease. A forwarded SIGTERM or SIGINT
 //! that the command ignores is followed by SIGKILL after `--kill-grace`.
+//!
+//! palisade is a child subreaper (`PR_SET_CHILD_SUBREAPER`): an orphan among the command's
+//! descendants, one that left its process group with `setsid()` included, is adopted by
+//! palisade rather than by init, so stopping the command stops those too. Once the command is
+//! reaped, its pid and group id are never signalled again (another process may have the number
+//! by then); only palisade's own children are, whose pids stay palisade's until it reaps them.
+//! Not covered: the command's children when palisade itself is killed (the parent-death signal
+//! reaches the command alone), and what the command leaves running when it exits normally.
+//!
+//! The lease must not end while the command may still run: once the service expires it, it
+//! can grant the lock to the next waiter. So when the lease palisade can prove
+//! ([`Session::lease_remaining`]) is down to `min(--kill-grace, ttl/4)` with no renewal
+//! acknowledged, palisade stops the command then, SIGKILL landing [`KILL_MARGIN`] before that
+//! lease ends, and exits with [`exit::LOCK_LOST`]. The service's lease is at least the proven
+//! one, so no next holder is granted while the command runs — unless palisade itself is frozen.
 
 use std::ffi::OsString;
 use std::io::ErrorKind;
@@ -43,7 +58,7 @@ use crate::exit::{self, Exit};
 use crate::oneshot;
 use crate::output::human_duration;
 
-/// How often to check whether a stopped command's process group is gone.
+/// How often to look whether what a stopped command left behind is gone.
 const GROUP_POLL_INTERVAL: Duration = Duration::from_millis(20);
 
 #[derive(Debug, clap::Args)]
@@ -167,19 +182,11 @@ impl Target {
             }
         }
     }
-
-    /// True while some process of the target exists.
-    fn alive(self) -> bool {
-        let result = match self {
-            Target::Group(group) => killpg(group, None),
-            Target::Process(pid) => kill(pid, None),
-        };
-        !matches!(result, Err(Errno::ESRCH))
-    }
 }
 
 pub async fn run(args: LockArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let mut signals = Signals::install()?;
+    adopted::become_subreaper().context("cannot become a child subreaper")?;
     let client = global.connect().await?;
     let session = client
         .open_session(SessionOptions::with_ttl(args.ttl))
@@ -217,11 +224,18 @@ pub async fn run(args: LockArgs, global: &Global) -> anyhow::Result<ExitCode> {
     tokio::pin!(lost);
     // Set by a forwarded SIGTERM or SIGINT: when the command must be gone, or gets SIGKILL.
     let mut escalate_at: Option<Instant> = None;
+    // The lease must not run out while the command may still run: when less than this is left
+    // of what palisade can prove, the command is stopped, SIGKILL landing before the lease ends.
+    let lease_stop_budget = lease_stop_budget(args.kill_grace, session.ttl());
     let outcome = loop {
         tokio::select! {
             biased;
             reason = &mut lost => break Outcome::Lost(reason),
+            // A command that has finished is not stopped: its status is passed on.
             status = child.wait() => break Outcome::Exited(status),
+            remaining = lease_running_out(&session, lease_stop_budget) => {
+                break Outcome::LeaseEnding(remaining)
+            }
             () = sleep_until(escalate_at) => {
                 escalate_at = None;
                 eprintln!(
@@ -271,6 +285,65 @@ pub async fn run(args: LockArgs, global: &Global) -> anyhow::Result<ExitCode> {
             )
             .into())
         }
+        Outcome::LeaseEnding(remaining) => {
+            // Once the proven lease is over, the service may expire the session and grant the
+            // lock to the next waiter at any moment: the command must be gone by then, so it
+            // gets what is left, less a margin for SIGKILL to take effect. If that is nothing,
+            // palisade itself was held up (paused, starved) past the point where it could still
+            // beat the lease: rushing gains nothing, and the command gets its usual grace.
+            let grace = match remaining.checked_sub(KILL_MARGIN) {
+                Some(grace) if !grace.is_zero() => grace,
+                _ => args.kill_grace,
+            };
+            eprintln!(
+                "palisade: lock {:?} (token {}) is being lost: no renewal of its lease was acknowledged and it ends within {}; stopping the command (SIGTERM, then SIGKILL after {})",
+                args.name,
+                guard.token(),
+                human_duration(remaining),
+                human_duration(grace),
+            );
+            stop(&mut child, target, grace).await;
+            drop(guard);
+            close_quietly(session).await;
+            Err(Exit::new(
+                exit::LOCK_LOST,
+                format!(
+                    "lock {:?} was lost while the command ran (its lease could not be renewed); the command was stopped before the lease ended",
+                    args.name
+                ),
+            )
+            .into())
+        }
+    }
+}
+
+/// Time SIGKILL is given to take effect before a lease ends.
+const KILL_MARGIN: Duration = Duration::from_millis(100);
+
+/// How much proven lease is left when palisade starts stopping the command: the kill grace,
+/// but at most a quarter of the ttl. A healthy session renews every third of its ttl and so
+/// never has less than about two thirds left; a quarter is left only once renewals have gone
+/// unanswered for three quarters of the ttl, so a passing delay or a failover (which the
+/// keepalive rides out well within that) does not stop the command. Safety does not depend on
+/// the fraction: SIGKILL lands before the proven lease ends whatever it is; it only sets how
+/// long the command may take to stop on its own.
+fn lease_stop_budget(kill_grace: Duration, ttl: Duration) -> Duration {
+    kill_grace.saturating_add(KILL_MARGIN).min(ttl / 4)
+}
+
+/// Resolves, with what is left of it, once the lease this process can prove is down to
+/// `budget`; never while the session has ended (its `lost()` reports that).
+///
+/// The proven lease only grows between two looks (a renewal moves its end later), so sleeping
+/// until it would reach `budget` and looking again is exact; each look either resolves or
+/// sleeps until a later end, so the loop ends.
+async fn lease_running_out(session: &Session, budget: Duration) -> Duration {
+    loop {
+        match session.lease_remaining() {
+            None => return std::future::pending().await,
+            Some(remaining) if remaining <= budget => return remaining,
+            Some(remaining) => tokio::time::sleep(remaining - budget).await,
+        }
     }
 }
 
@@ -301,6 +374,8 @@ async fn claim_stores(args: &LockArgs, guard: &LockGuard) -> anyhow::Result<()> 
 enum Outcome {
     Exited(std::io::Result<ExitStatus>),
     Lost(SessionLost),
+    /// The proven lease is down to this, with no renewal acknowledged meanwhile.
+    LeaseEnding(Duration),
 }
 
 /// Starts the command with the grant in its environment.
@@ -328,8 +403,9 @@ fn spawn(args: &LockArgs, client: &Client, guard: &LockGuard) -> anyhow::Result<
     unsafe {
         command.pre_exec(move || {
             // If palisade dies (SIGKILL, OOM), the command dies with it rather than run on
-            // without a lease. (The signal fires when the spawning thread ends: a runtime
-            // worker, which lives as long as palisade.)
+            // without a lease. (The signal fires when the thread that forked ends, not the
+            // process: that is the thread running the runtime's `block_on` or one of its
+            // workers, and both live as long as palisade.)
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
             // palisade may have died before the prctl: then the child was reparented already.
             if nix::unistd::getppid() != parent {
@@ -361,11 +437,15 @@ fn spawn(args: &LockArgs, client: &Client, guard: &LockGuard) -> anyhow::Result<
     Ok((child, target))
 }
 
-/// SIGTERM, then SIGKILL to what is left after `grace`.
+/// SIGTERM, then SIGKILL to what is left after `grace`: the command (its process group), and
+/// every process it left behind that palisade adopted.
 ///
-/// Once the command is reaped its pid is free, and once its group is seen empty the group's id
-/// is free too: from then on nothing is signalled, so an unrelated process or group that got
-/// the number is never hit.
+/// The command's pid, and so its group's id, is signalled only while the command is not
+/// reaped, when neither can have been reused. Once it is reaped, nothing is sent to either
+/// again (an unrelated process or group may get the number): what is left of the command's
+/// processes then descends from palisade's own children (palisade is a child subreaper, so it
+/// adopts every orphan among them, those that left the group with `setsid()` included), whose
+/// pids stay palisade's until it reaps them.
 async fn stop(child: &mut Child, target: Target, grace: Duration) {
     let deadline = Instant::now() + grace;
     target.send(Signal::SIGTERM);
@@ -376,28 +456,147 @@ async fn stop(child: &mut Child, target: Target, grace: Duration) {
         // Not reaped: the pid, and so the group's id, is still ours.
         eprintln!("palisade: the command did not stop within the grace period; sending SIGKILL");
         target.send(Signal::SIGKILL);
-    } else if let Target::Group(_) = target {
-        // The command is gone; other processes of its group may live on, and keep its id
-        // taken while they do. Poll until the group is empty or the grace is over.
-        let mut gone = !target.alive();
-        while !gone && Instant::now() < deadline {
-            tokio::time::sleep(GROUP_POLL_INTERVAL).await;
-            gone = !target.alive();
-        }
-        if !gone {
-            eprintln!(
-                "palisade: the command's process group did not stop within the grace period; sending SIGKILL"
-            );
-            target.send(Signal::SIGKILL);
-            while target.alive() && Instant::now() < deadline + grace {
-                tokio::time::sleep(GROUP_POLL_INTERVAL).await;
-            }
-        }
     }
     if let Err(error) = child.wait().await {
         tracing::warn!(%error, "cannot wait for the stopped command");
     }
+    // The command is reaped. What it left behind got the group's SIGTERM, except what left the
+    // group: those get theirs as they are adopted. Whatever runs at the deadline gets SIGKILL.
+    let mut warned = false;
+    let mut terminated = Vec::new();
+    for _ in 0..ORPHAN_POLLS_MAX {
+        let orphans = adopted::children();
+        if orphans.is_empty() || Instant::now() >= deadline {
+            break;
+        }
+        for pid in orphans {
+            if !terminated.contains(&pid) {
+                if !warned {
+                    eprintln!(
+                        "palisade: the command left processes behind; stopping them (SIGTERM, then SIGKILL at the end of the grace period)"
+                    );
+                    warned = true;
+                }
+                adopted::signal(pid, Signal::SIGTERM);
+                terminated.push(pid);
+            }
+        }
+        tokio::time::sleep(
+            GROUP_POLL_INTERVAL.min(deadline.saturating_duration_since(Instant::now())),
+        )
+        .await;
+        adopted::reap_exited();
+    }
+    adopted::kill_all().await;
 }
+
+/// The processes palisade adopted as a child subreaper: what the command left behind.
+///
+/// Each function here touches only palisade's own children: listed from `/proc`, their pids
+/// cannot be reused before palisade reaps them, so a signal never reaches a stranger. The
+/// command itself is reaped (by tokio) before any of this runs, and palisade starts no other
+/// child, so reaping here never takes a status tokio waits for.
+mod adopted {
+    use std::time::Duration;
+
+    use nix::errno::Errno;
+    use nix::sys::signal::{Signal, kill};
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    use nix::unistd::Pid;
+    use tokio::time::Instant;
+
+    /// Rounds of SIGKILL in [`kill_all`]: each takes one generation of the adopted processes'
+    /// descendants (adopted in turn as their parents die).
+    const KILL_ROUNDS_MAX: usize = 64;
+    /// How long [`kill_all`] waits for the processes it killed to be gone.
+    const KILL_WAIT_MAX: Duration = Duration::from_secs(10);
+    /// Processes looked at in `/proc`: far above any system's pid limit.
+    const PROC_ENTRIES_MAX: usize = 4 << 20;
+
+    /// Makes this process a child subreaper: an orphan among its descendants is adopted by it
+    /// rather than by init, so the command's processes stay within reach.
+    pub fn become_subreaper() -> nix::Result<()> {
+        nix::sys::prctl::set_child_subreaper(true)
+    }
+
+    /// This process's living (not zombie) children.
+    pub fn children() -> Vec<Pid> {
+        let me = nix::unistd::getpid().as_raw();
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        let mut children = Vec::new();
+        for entry in entries.take(PROC_ENTRIES_MAX).flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            // `pid (comm) state ppid …`: the command name may hold anything but ends at the
+            // last parenthesis.
+            let Some((_, rest)) = stat.rsplit_once(')') else {
+                continue;
+            };
+            let mut fields = rest.split_whitespace();
+            let state = fields.next();
+            let ppid = fields.next().and_then(|p| p.parse::<i32>().ok());
+            if ppid == Some(me) && state != Some("Z") {
+                children.push(Pid::from_raw(pid));
+            }
+        }
+        children
+    }
+
+    pub fn signal(pid: Pid, signal: Signal) {
+        match kill(pid, signal) {
+            Ok(()) | Err(Errno::ESRCH) => {}
+            Err(error) => tracing::warn!(%pid, %signal, %error, "cannot signal a leftover process"),
+        }
+    }
+
+    /// Reaps every child that has exited, without waiting.
+    pub fn reap_exited() {
+        for _ in 0..super::ORPHAN_POLLS_MAX {
+            match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// SIGKILL to every child, and to their descendants as they are adopted, until none is
+    /// left or the bounds are reached.
+    pub async fn kill_all() {
+        let deadline = Instant::now() + KILL_WAIT_MAX;
+        for _ in 0..KILL_ROUNDS_MAX {
+            reap_exited();
+            let children = children();
+            if children.is_empty() {
+                return;
+            }
+            if Instant::now() >= deadline {
+                tracing::warn!(
+                    left = children.len(),
+                    "leftover processes did not die in time"
+                );
+                return;
+            }
+            for pid in children {
+                signal(pid, Signal::SIGKILL);
+            }
+            tokio::time::sleep(super::GROUP_POLL_INTERVAL).await;
+        }
+    }
+}
+
+/// Looks at the processes the command left behind at most this many times (each a
+/// [`GROUP_POLL_INTERVAL`] apart, and never past the grace).
+const ORPHAN_POLLS_MAX: usize = 100_000;
 
 /// Sleeps until `deadline`; never wakes without one.
 async fn sleep_until(deadline: Option<Instant>) {

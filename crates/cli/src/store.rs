@@ -29,9 +29,10 @@ use anyhow::Context as _;
 use palisade_client::{AttemptFailure, RetryPolicy, retry_until_known};
 use palisade_sequencer::KeySet;
 
+use palisade_store::server::ServeLimits;
 use palisade_store::{
-    BatchOp, BatchRequest, ClaimAck, Compare, OpKind, Store, StoreClient, StoreError, StoreServer,
-    WriteAck,
+    BatchOp, BatchRequest, Bindings, ClaimAck, Compare, OpKind, Store, StoreClient, StoreError,
+    StoreServer, WriteAck,
 };
 
 /// The store URL clients use when neither `--store` nor `PALISADE_STORE` is given.
@@ -108,7 +109,58 @@ pub struct ServeArgs {
     /// a restart. A file that does not parse on SIGHUP is reported and the keys stay as they were
     #[arg(long, env = "PALISADE_PUBLIC_KEY_FILE")]
     pub public_key_file: Option<PathBuf>,
+    /// Give every key starting with PREFIX to LOCK alone (`--bind 'reports/=jobs/nightly'`;
+    /// repeatable; the longest matching prefix wins; an empty prefix covers every other key).
+    /// With any binding, a key no binding covers is refused to every sequencer. Without, a key
+    /// is bound to the lock of its first fenced write, for ever
+    #[arg(
+        long = "bind",
+        value_name = "PREFIX=LOCK",
+        conflicts_with = "bindings_file"
+    )]
+    pub bind: Vec<String>,
+    /// A file of bindings, one `PREFIX=LOCK` per line (`#` comment lines), as `--bind`
+    #[arg(long, env = "PALISADE_STORE_BINDINGS_FILE", value_name = "FILE")]
+    pub bindings_file: Option<PathBuf>,
+    /// Most connections served at once; further clients wait in the accept backlog
+    #[arg(long, default_value_t = palisade_store::limits::CONNECTIONS_MAX)]
+    pub connections_max: usize,
 }
+
+impl ServeArgs {
+    /// The configured bindings, or `None` for first-writer binding.
+    fn bindings(&self) -> anyhow::Result<Option<Bindings>> {
+        if let Some(path) = &self.bindings_file {
+            use std::io::Read as _;
+            let mut text = String::new();
+            std::fs::File::open(path)
+                .and_then(|file| file.take(BINDINGS_FILE_BYTES_MAX).read_to_string(&mut text))
+                .with_context(|| format!("cannot read the bindings file {}", path.display()))?;
+            if text.len() as u64 == BINDINGS_FILE_BYTES_MAX {
+                anyhow::bail!(
+                    "the bindings file {} is larger than {BINDINGS_FILE_BYTES_MAX} bytes",
+                    path.display()
+                );
+            }
+            let bindings = Bindings::parse(&text).map_err(|error| {
+                anyhow::anyhow!(
+                    "the bindings file {} is not usable: {error}",
+                    path.display()
+                )
+            })?;
+            return Ok(Some(bindings));
+        }
+        if self.bind.is_empty() {
+            return Ok(None);
+        }
+        let bindings = Bindings::from_rules(self.bind.iter().map(String::as_str))
+            .map_err(|error| anyhow::anyhow!("bad --bind: {error}"))?;
+        Ok(Some(bindings))
+    }
+}
+
+/// Largest bindings file read.
+const BINDINGS_FILE_BYTES_MAX: u64 = 4 << 20;
 
 /// Where the store is.
 #[derive(Debug, Clone, clap::Args)]
@@ -121,9 +173,14 @@ pub struct StoreAddress {
 /// What a fenced write presents.
 #[derive(Debug, Clone, clap::Args)]
 pub struct WriteArgs {
-    /// The lock holder's sequencer (set by `palisade lock NAME -- …`)
+    /// The lock holder's sequencer (set by `palisade lock NAME -- …`). Prefer the
+    /// environment variable or --sequencer-file: a flag's value is visible to every user in
+    /// `ps`, and a sequencer is a write capability until the next grant
     #[arg(long, env = "PALISADE_SEQUENCER", hide_env_values = true)]
     pub sequencer: Option<String>,
+    /// Read the sequencer from this file (`-`: standard input) instead
+    #[arg(long, value_name = "FILE")]
+    pub sequencer_file: Option<PathBuf>,
     /// Request id for retries: a repeated write with the same sequencer and request id is
     /// applied once (default: a fresh id, reused by this command's own retries)
     #[arg(long)]
@@ -160,6 +217,10 @@ pub struct GetArgs {
     /// lock's accepted token so no older grant can write after it (set by `palisade lock`)
     #[arg(long, env = "PALISADE_SEQUENCER", hide_env_values = true)]
     pub sequencer: Option<String>,
+    /// Read the sequencer from this file (`-`: standard input) instead of the environment or
+    /// --sequencer (which `ps` shows)
+    #[arg(long, value_name = "FILE")]
+    pub sequencer_file: Option<PathBuf>,
     /// Only look: present no sequencer even if $PALISADE_SEQUENCER is set
     #[arg(long)]
     pub unfenced: bool,
@@ -191,6 +252,10 @@ pub struct ClaimArgs {
     /// The lock holder's sequencer (set by `palisade lock NAME -- …`)
     #[arg(long, env = "PALISADE_SEQUENCER", hide_env_values = true)]
     pub sequencer: Option<String>,
+    /// Read the sequencer from this file (`-`: standard input) instead of the environment or
+    /// --sequencer (which `ps` shows)
+    #[arg(long, value_name = "FILE")]
+    pub sequencer_file: Option<PathBuf>,
     /// Print the store's answer as JSON
     #[arg(long)]
     pub json: bool,
@@ -356,17 +421,34 @@ pub async fn serve(
         (None, Some(path)) => read_key_file(path)?,
         (None, None) => unreachable!("clap requires --public-key or --public-key-file"),
     };
-    let store = tokio::task::spawn_blocking(move || Store::open(&data_dir, public_keys))
-        .await
-        .context("opening the store panicked")?
-        .with_context(|| format!("cannot open the store in {}", args.data_dir.display()))?;
+    let bindings = args.bindings()?;
+    match &bindings {
+        Some(bindings) => {
+            for (prefix, lock) in bindings.rules() {
+                tracing::info!(prefix, lock, "key binding");
+            }
+        }
+        None => tracing::warn!(
+            "no key bindings configured: each key is bound to the lock of its first fenced write, so any lock holder can take a key first (--bind PREFIX=LOCK or --bindings-file)"
+        ),
+    }
+    let store = tokio::task::spawn_blocking(move || {
+        Store::open_with_bindings(&data_dir, public_keys, bindings)
+    })
+    .await
+    .context("opening the store panicked")?
+    .with_context(|| format!("cannot open the store in {}", args.data_dir.display()))?;
     let store = Arc::new(store);
     if let Some(path) = args.public_key_file.clone() {
         reload_keys_on_hangup(store.clone(), path)?;
     }
     let server = StoreServer::bind(store.clone(), args.listen)
         .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
+        .with_context(|| format!("cannot listen on {}", args.listen))?
+        .with_limits(ServeLimits {
+            connections_max: args.connections_max,
+            ..ServeLimits::default()
+        });
     let addr = server.local_addr()?;
     println!("palisade store: listening on http://{addr}");
     tracing::info!(
@@ -391,6 +473,12 @@ pub async fn execute(
     stdout: &mut impl Write,
     stderr: &mut impl Write,
 ) -> u8 {
+    let mut command = command;
+    if let Err(error) = read_sequencer_file(&mut command) {
+        let (status, prefix) = exit_status(&error);
+        let _ = writeln!(stderr, "palisade: {prefix}{error}");
+        return status;
+    }
     let (json, outcome) = match command {
         StoreCommand::Serve(_) => {
             let _ = writeln!(stderr, "palisade: `store serve` runs through store::run");
@@ -522,6 +610,46 @@ pub async fn execute(
     }
 }
 
+/// Replaces the command's sequencer with the contents of its `--sequencer-file`, if given
+/// (that file wins over `--sequencer` and `$PALISADE_SEQUENCER`).
+fn read_sequencer_file(command: &mut StoreCommand) -> Result<(), StoreError> {
+    let (sequencer, file) = match command {
+        StoreCommand::Put(args) => (&mut args.write.sequencer, &args.write.sequencer_file),
+        StoreCommand::Delete(args) => (&mut args.write.sequencer, &args.write.sequencer_file),
+        StoreCommand::Txn(args) => (&mut args.write.sequencer, &args.write.sequencer_file),
+        StoreCommand::Get(args) => (&mut args.sequencer, &args.sequencer_file),
+        StoreCommand::Claim(args) => (&mut args.sequencer, &args.sequencer_file),
+        StoreCommand::Serve(_) | StoreCommand::Fence(_) => return Ok(()),
+    };
+    let Some(path) = file else {
+        return Ok(());
+    };
+    use std::io::Read as _;
+    // A sequencer, a line end and some white space: anything longer is not one.
+    let bytes_max = palisade_sequencer::SEQUENCER_BYTES_MAX as u64 + 64;
+    let mut text = String::new();
+    let read = if path.as_os_str() == "-" {
+        io::stdin().take(bytes_max + 1).read_to_string(&mut text)
+    } else {
+        std::fs::File::open(path)
+            .and_then(|file| file.take(bytes_max + 1).read_to_string(&mut text))
+    };
+    read.map_err(|error| StoreError::InvalidRequest {
+        message: format!("cannot read the sequencer file {}: {error}", path.display()),
+    })?;
+    if text.len() as u64 > bytes_max {
+        return Err(StoreError::Malformed {
+            message: format!(
+                "the sequencer file {} holds more than a sequencer ({} bytes at most)",
+                path.display(),
+                palisade_sequencer::SEQUENCER_BYTES_MAX
+            ),
+        });
+    }
+    *sequencer = Some(text.trim().to_owned());
+    Ok(())
+}
+
 /// The exit status of a failed command, and how its message starts. Every error of today is
 /// named; `StoreError` is `#[non_exhaustive]` and lives in another crate, so a variant added
 /// later falls back to the store's own classes (outcome unknown, retryable, or refused) until
@@ -530,6 +658,7 @@ pub fn exit_status(error: &StoreError) -> (u8, &'static str) {
     match error {
         StoreError::Stale { .. } => (EXIT_STALE, "refused: "),
         StoreError::WrongLock { .. }
+        | StoreError::Unbound { .. }
         | StoreError::Missing
         | StoreError::Malformed { .. }
         | StoreError::Forged { .. } => (EXIT_REFUSED, "refused: "),

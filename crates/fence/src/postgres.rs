@@ -46,6 +46,16 @@
 //! whether a failed commit left the outcome unknown.
 //!
 //! `holder_session` is a `u64` stored bit-for-bit in a `bigint`.
+//!
+//! The table name is not schema-qualified, so PostgreSQL resolves `palisade_fence` through the
+//! session's `search_path`, which lets a deployment keep it in the schema of its choice. It
+//! also means that a role able to create tables in a schema that comes earlier in the
+//! `search_path` than the real table's (`"$user"`, or `public` where every role may create in
+//! it, as before PostgreSQL 15) can put a `palisade_fence` of its own in front of it and decide
+//! what the fence accepts. Keep the fence table in a schema only trusted roles can create in:
+//! `REVOKE CREATE ON SCHEMA public FROM PUBLIC` (the default since PostgreSQL 15), or give the
+//! writers' roles a fixed `search_path` (`ALTER ROLE ... SET search_path = app`) with no schema
+//! others can write to before it.
 
 use palisade_sequencer::VerifiedSequencer;
 use tokio_postgres::error::SqlState;

@@ -9,6 +9,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// which carry the keys of a rotation. Owner only.
 pub const SECRET_FILE_MODE: u32 = 0o600;
 
+/// Permissions of the data directory: owner only, so no other user can list it, read a file
+/// created in it before its mode was set, or swap a file for a link to one of theirs.
+pub const DATA_DIR_MODE: u32 = 0o700;
+
+/// Creates the data directory `dir` if needed, and leaves it (new or not) with
+/// [`DATA_DIR_MODE`].
+pub fn create_data_dir(dir: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(dir)?.permissions().mode() & 0o777;
+        if mode != DATA_DIR_MODE {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(DATA_DIR_MODE))?;
+            tracing::info!(dir = %dir.display(), "data directory made owner-only (was {mode:o})");
+        }
+    }
+    Ok(())
+}
+
 /// Writes `bytes` to `dir/name` through a temporary file in the same directory: written,
 /// fsynced, renamed over the old file, then the directory fsynced so the rename is durable.
 /// `mode` sets the permissions of the new file on Unix ([`SECRET_FILE_MODE`] for secrets).
@@ -52,6 +72,22 @@ pub fn write_file_atomically(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn the_data_directory_is_owner_only_whether_new_or_found_open() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let parent = tempfile::tempdir().unwrap();
+        let mode = |dir: &Path| std::fs::metadata(dir).unwrap().permissions().mode() & 0o777;
+        let new = parent.path().join("new/data");
+        create_data_dir(&new).unwrap();
+        assert_eq!(mode(&new), DATA_DIR_MODE);
+        let open = parent.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+        create_data_dir(&open).unwrap();
+        assert_eq!(mode(&open), DATA_DIR_MODE);
+    }
 
     #[test]
     fn a_replaced_file_holds_the_new_bytes_with_the_mode_asked_for_and_no_temporary_is_left() {

@@ -279,7 +279,7 @@ impl Node {
         // corrected command finds it as it was.
         check_initial_cluster(&config)?;
         let data_dir = &config.data_dir;
-        std::fs::create_dir_all(data_dir)?;
+        crate::files::create_data_dir(data_dir)?;
 
         // The log takes the data directory's lock: nothing in it, the key included, is created
         // before this process knows it is the only one using the directory.

@@ -46,6 +46,11 @@ pub enum StoreError {
         expected: String,
         presented: String,
     },
+    /// The store's bindings give the key to no lock, so no sequencer may write it.
+    #[error(
+        "key {key:?} is not bound to any lock by the store's bindings: no holder may write it; ask the store's operator to bind its prefix to your lock"
+    )]
+    Unbound { key: String },
     /// No sequencer was presented for a write.
     #[error(
         "no sequencer presented: writes need the lock holder's sequencer (run under `palisade lock NAME -- …`, pass --sequencer, or send the Palisade-Sequencer header)"
@@ -180,6 +185,7 @@ impl StoreError {
         match self {
             StoreError::Stale { .. } => "stale",
             StoreError::WrongLock { .. } => "wrong_lock",
+            StoreError::Unbound { .. } => "unbound",
             StoreError::Missing => "missing",
             StoreError::Malformed { .. } => "malformed",
             StoreError::Forged { .. } => "forged",
@@ -201,7 +207,8 @@ impl StoreError {
 
     /// The HTTP status the server answers with.
     ///
-    /// 400 malformed input, 401 missing sequencer, 403 forged or another lock's sequencer,
+    /// 400 malformed input, 401 missing sequencer, 403 forged, another lock's sequencer or a key
+    /// bound to no lock,
     /// 404 not found, 409 stale, 412 compare failed, 413 too large, 422 request id reused,
     /// 500 corrupt, 503 storage failure or a full write queue, 504 outcome unknown.
     pub fn http_status(&self) -> u16 {
@@ -210,7 +217,9 @@ impl StoreError {
             | StoreError::InvalidKey { .. }
             | StoreError::InvalidRequest { .. } => 400,
             StoreError::Missing => 401,
-            StoreError::Forged { .. } | StoreError::WrongLock { .. } => 403,
+            StoreError::Forged { .. }
+            | StoreError::WrongLock { .. }
+            | StoreError::Unbound { .. } => 403,
             StoreError::NotFound { .. } | StoreError::NoSuchRoute { .. } => 404,
             StoreError::MethodNotAllowed { .. } => 405,
             StoreError::Stale { .. } => 409,
@@ -236,6 +245,7 @@ impl StoreError {
             self,
             StoreError::Stale { .. }
                 | StoreError::WrongLock { .. }
+                | StoreError::Unbound { .. }
                 | StoreError::Missing
                 | StoreError::Malformed { .. }
                 | StoreError::Forged { .. }

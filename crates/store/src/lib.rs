@@ -50,6 +50,7 @@
 //! [`RedbFence::begin`](palisade_fence::RedbFence::begin) in the same transaction, apart from
 //! the benchmark-only [`Store::put_unfenced`], which writes a separate table no read consults.
 
+pub mod bindings;
 pub mod client;
 mod error;
 pub mod limits;
@@ -58,6 +59,7 @@ pub mod store;
 mod types;
 mod writer;
 
+pub use bindings::Bindings;
 pub use client::StoreClient;
 pub use error::StoreError;
 pub use server::StoreServer;

@@ -47,6 +47,29 @@ pub const REQUEST_IDS_RETAINED_MAX: u64 = 100_000;
 /// Largest request body on `PUT /v1/kv/{key}`: the raw value.
 pub const PUT_BODY_BYTES_MAX: usize = VALUE_BYTES_MAX;
 
+/// Most key-prefix bindings (`palisade store serve --bind`, `--bindings-file`).
+pub const BINDINGS_MAX: usize = 10_000;
+
+/// Most connections the HTTP server serves at once; further clients wait in the listener's
+/// accept backlog until one closes. (`palisade store serve --connections-max` lowers or raises
+/// it.)
+pub const CONNECTIONS_MAX: usize = 1024;
+
+/// How long a client may take to send a request's headers, counted from when the server
+/// starts waiting for them: on a new connection, and on a kept-alive one between requests. A
+/// connection that sends nothing, or a header a byte at a time (slowloris), is closed then.
+pub const HEADER_READ_TIMEOUT_MS: u64 = 10_000;
+
+/// How long a client may take to send a request's body once its headers arrived; then the
+/// request is refused as unavailable (nothing applied) and the connection closed.
+pub const BODY_READ_TIMEOUT_MS: u64 = 30_000;
+
+/// Most bytes of request bodies being received or held in memory at once, over all
+/// connections. A request reserves its declared `Content-Length` (the route's largest body
+/// when it declares none) before its body is read, and waits up to
+/// [`BODY_READ_TIMEOUT_MS`] for room.
+pub const BODY_BYTES_IN_FLIGHT_MAX: usize = 64 * 1024 * 1024;
+
 /// Base64 text length (with padding) of `bytes` bytes.
 pub const fn base64_padded_len(bytes: usize) -> usize {
     bytes.div_ceil(3) * 4
@@ -75,3 +98,8 @@ const _: () = assert!(REQUEST_IDS_RETAINED_MAX >= 1);
 const _: () = assert!(BATCH_BODY_BYTES_MAX <= GROUP_BYTES_MAX);
 const _: () = assert!(GROUP_BYTES_MAX <= WRITE_QUEUE_BYTES_MAX);
 const _: () = assert!(GROUP_JOBS_MAX <= WRITE_QUEUE_JOBS_MAX);
+// Any one request's body fits in the bodies in flight.
+const _: () = assert!(BATCH_BODY_BYTES_MAX <= BODY_BYTES_IN_FLIGHT_MAX);
+// A header takes less time than a body to arrive.
+const _: () = assert!(HEADER_READ_TIMEOUT_MS <= BODY_READ_TIMEOUT_MS);
+const _: () = assert!(CONNECTIONS_MAX >= 1);

@@ -4,24 +4,38 @@
 //! Every handler runs the store call on a blocking thread (redb blocks on fsync). A panic there
 //! means a broken invariant, and a broken invariant stops the server: the process aborts rather
 //! than keep serving from state it no longer trusts.
+//!
+//! What a client can hold is bounded, so neither idle nor slow clients nor huge bodies exhaust
+//! the server (see [`ServeLimits`]): at most `connections_max` connections (further clients
+//! wait in the accept backlog), a header read timeout (a connection that sends no request, or
+//! sends it a byte at a time, is closed), a body read timeout, and a budget of body bytes in
+//! memory at once that a request reserves before its body is read. The writer's queue behind
+//! all this is bounded too ([`crate::limits::WRITE_QUEUE_JOBS_MAX`]).
 
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes, HttpBody as _};
 use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
+use axum::extract::{DefaultBodyLimit, Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::ListenerExt as _;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use serde::Serialize;
 use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
 
-use crate::limits::{BATCH_BODY_BYTES_MAX, PUT_BODY_BYTES_MAX};
+use crate::limits::{
+    BATCH_BODY_BYTES_MAX, BODY_BYTES_IN_FLIGHT_MAX, BODY_READ_TIMEOUT_MS, CONNECTIONS_MAX,
+    HEADER_READ_TIMEOUT_MS, PUT_BODY_BYTES_MAX,
+};
 use crate::types::{BatchOp, BatchRequest, Compare};
 use crate::{Store, StoreError};
 
@@ -36,8 +50,120 @@ pub const LOCK_HEADER: &str = "palisade-lock";
 /// Raw reads carry the key's revision in this header (and as the `ETag`).
 pub const REVISION_HEADER: &str = "palisade-revision";
 
-/// The HTTP routes of the store.
+/// What the server lets its clients hold (module docs); [`ServeLimits::default`] is the
+/// limits of [`crate::limits`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeLimits {
+    /// Connections served at once.
+    pub connections_max: usize,
+    /// Time to send a request's headers.
+    pub header_read_timeout: Duration,
+    /// Time to send a request's body.
+    pub body_read_timeout: Duration,
+    /// Bytes of request bodies in memory at once.
+    pub body_bytes_in_flight_max: usize,
+}
+
+impl Default for ServeLimits {
+    fn default() -> Self {
+        ServeLimits {
+            connections_max: CONNECTIONS_MAX,
+            header_read_timeout: Duration::from_millis(HEADER_READ_TIMEOUT_MS),
+            body_read_timeout: Duration::from_millis(BODY_READ_TIMEOUT_MS),
+            body_bytes_in_flight_max: BODY_BYTES_IN_FLIGHT_MAX,
+        }
+    }
+}
+
+/// The body budget: one permit per KiB of [`ServeLimits::body_bytes_in_flight_max`].
+#[derive(Debug, Clone)]
+struct BodyBudget {
+    kib: Arc<Semaphore>,
+    kib_max: u32,
+    read_timeout: Duration,
+}
+
+const KIB: u64 = 1024;
+
+/// Reads a request's body within the budget and the body read timeout, then passes the request
+/// on with its body in memory. The route's own body limit still applies after this.
+async fn bounded_body(State(budget): State<BodyBudget>, request: Request, next: Next) -> Response {
+    let hint = request.body().size_hint();
+    // No body, or one declared larger than any route takes, which the route's own limit refuses
+    // from the header alone, without reading it.
+    if hint.exact() == Some(0)
+        || hint
+            .exact()
+            .is_some_and(|size| size > BATCH_BODY_BYTES_MAX as u64)
+    {
+        return next.run(request).await;
+    }
+    // A request reserves what it declares, and the largest body any route takes when it does
+    // not say; either way no more than that largest body.
+    let declared = hint.exact().unwrap_or(BATCH_BODY_BYTES_MAX as u64);
+    let reserved = declared.min(BATCH_BODY_BYTES_MAX as u64);
+    let kib = u32::try_from(reserved.div_ceil(KIB).max(1))
+        .unwrap_or(budget.kib_max)
+        .min(budget.kib_max);
+    let deadline = tokio::time::Instant::now() + budget.read_timeout;
+    let Ok(Ok(_permit)) = tokio::time::timeout_at(deadline, budget.kib.acquire_many(kib)).await
+    else {
+        return StoreError::Unavailable {
+            message: format!(
+                "the store is receiving too many request bodies at once; nothing was applied, retry (in-flight body budget {} bytes)",
+                u64::from(budget.kib_max) * KIB
+            ),
+        }
+        .into_response();
+    };
+    let (parts, body) = request.into_parts();
+    let bytes =
+        match tokio::time::timeout_at(deadline, axum::body::to_bytes(body, BATCH_BODY_BYTES_MAX))
+            .await
+        {
+            Ok(Ok(bytes)) => bytes,
+            // A body that did not say how long it is and turned out longer than any route
+            // takes: the refusal its route would give.
+            Ok(Err(_)) if hint.exact().is_none() => {
+                let (what, limit, size_max) = if parts.uri.path().starts_with("/v1/kv/") {
+                    ("value", "value_bytes_max", PUT_BODY_BYTES_MAX)
+                } else {
+                    ("batch body", "batch_body_bytes_max", BATCH_BODY_BYTES_MAX)
+                };
+                return StoreError::too_large(what, limit, None, size_max).into_response();
+            }
+            Ok(Err(error)) => {
+                return StoreError::InvalidRequest {
+                    message: format!("cannot read the request body: {error}"),
+                }
+                .into_response();
+            }
+            Err(_) => {
+                let mut response = StoreError::Unavailable {
+                    message: format!(
+                        "the request body did not arrive within {} ms; nothing was applied",
+                        budget.read_timeout.as_millis()
+                    ),
+                }
+                .into_response();
+                response
+                    .headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                return response;
+            }
+        };
+    // The permit is held until the answer: the body stays in memory until then.
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}
+
+/// The HTTP routes of the store, with the default [`ServeLimits`].
 pub fn router(store: Arc<Store>) -> Router {
+    router_with(store, &ServeLimits::default())
+}
+
+/// The HTTP routes of the store, bounding request bodies as `limits` say.
+pub fn router_with(store: Arc<Store>, limits: &ServeLimits) -> Router {
     let kv = Router::new()
         .route(
             "/v1/kv/{*key}",
@@ -59,6 +185,21 @@ pub fn router(store: Arc<Store>) -> Router {
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(store)
+        .layer(axum::middleware::from_fn_with_state(
+            body_budget(limits),
+            bounded_body,
+        ))
+}
+
+fn body_budget(limits: &ServeLimits) -> BodyBudget {
+    let kib_max = u32::try_from((limits.body_bytes_in_flight_max as u64 / KIB).max(1))
+        .unwrap_or(u32::MAX)
+        .min(Semaphore::MAX_PERMITS as u32);
+    BodyBudget {
+        kib: Arc::new(Semaphore::new(kib_max as usize)),
+        kib_max,
+        read_timeout: limits.body_read_timeout,
+    }
 }
 
 /// A bound, not yet serving, store server.
@@ -66,13 +207,28 @@ pub fn router(store: Arc<Store>) -> Router {
 pub struct StoreServer {
     listener: TcpListener,
     store: Arc<Store>,
+    limits: ServeLimits,
 }
+
+/// Pause after a failed accept (out of file descriptors, say) before the next.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 
 impl StoreServer {
     /// Binds `addr` (port 0 picks a free port) for `store`.
     pub async fn bind(store: Arc<Store>, addr: SocketAddr) -> io::Result<StoreServer> {
         let listener = TcpListener::bind(addr).await?;
-        Ok(StoreServer { listener, store })
+        Ok(StoreServer {
+            listener,
+            store,
+            limits: ServeLimits::default(),
+        })
+    }
+
+    /// Serves with these limits instead of the defaults. A `connections_max` of 0 is taken
+    /// as 1.
+    pub fn with_limits(mut self, limits: ServeLimits) -> StoreServer {
+        self.limits = limits;
+        self
     }
 
     /// The address it listens on.
@@ -80,20 +236,72 @@ impl StoreServer {
         self.listener.local_addr()
     }
 
-    /// Serves until `shutdown` completes, then finishes the requests in flight.
+    /// Serves until `shutdown` completes, then finishes the requests in flight (each bounded
+    /// by the read timeouts) and closes idle connections.
     pub async fn run_until(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> io::Result<()> {
-        let listener = self.listener.tap_io(|stream| {
+        let limits = self.limits;
+        let connections_max = limits.connections_max.clamp(1, u32::MAX as usize);
+        let connections = Arc::new(Semaphore::new(connections_max));
+        let app = router_with(self.store, &limits);
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(TokioTimer::new())
+            .header_read_timeout(limits.header_read_timeout);
+        let (stopping, stop) = watch::channel(false);
+        tokio::pin!(shutdown);
+        loop {
+            // A connection is accepted only with a permit: beyond the cap, clients wait in
+            // the accept backlog.
+            let permit = tokio::select! {
+                () = &mut shutdown => break,
+                permit = connections.clone().acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_) => break,
+                },
+            };
+            let stream = tokio::select! {
+                () = &mut shutdown => break,
+                accepted = self.listener.accept() => match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(error) => {
+                        tracing::warn!("cannot accept a connection: {error}");
+                        tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                        continue;
+                    }
+                },
+            };
             // Small request/response pairs: do not let Nagle hold an answer back.
             if let Err(error) = stream.set_nodelay(true) {
                 tracing::debug!("cannot set TCP_NODELAY: {error}");
             }
-        });
-        axum::serve(listener, router(self.store))
-            .with_graceful_shutdown(shutdown)
-            .await
+            let connection =
+                http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+            let mut stop = stop.clone();
+            tokio::spawn(async move {
+                let _permit = permit;
+                tokio::pin!(connection);
+                tokio::select! {
+                    result = connection.as_mut() => {
+                        if let Err(error) = result {
+                            tracing::debug!("connection ended: {error}");
+                        }
+                        return;
+                    }
+                    _ = stop.wait_for(|stopping| *stopping) => {}
+                }
+                connection.as_mut().graceful_shutdown();
+                if let Err(error) = connection.await {
+                    tracing::debug!("connection ended: {error}");
+                }
+            });
+        }
+        drop(self.listener);
+        let _ = stopping.send(true);
+        // Every connection holds a permit until it ends: all of them back means all ended.
+        let _ = connections.acquire_many(connections_max as u32).await;
+        Ok(())
     }
 }
 

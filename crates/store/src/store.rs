@@ -6,8 +6,11 @@
 //! The fence scope of a write is **the sequencer's lock**: the store keeps one accepted maximum
 //! per lock, in the fence table, and a write with token `t` of lock `L` is refused as stale if
 //! any write of `L` with a larger token was ever accepted — whichever keys that write touched.
-//! On top of that, **each key is bound to the lock of its first fenced write**, and a sequencer
-//! of any other lock is refused as `wrong_lock` (invariant 4).
+//! On top of that, **each key is bound to one lock**, and a sequencer of any other lock is
+//! refused as `wrong_lock` (invariant 4): the lock the operator's [`Bindings`] give the key's
+//! prefix when the store was opened with bindings (a key they do not cover is refused to
+//! everyone as `unbound`), else the lock of the key's first fenced write — whoever holds any
+//! lock first can then take a key, which is why bindings exist.
 //!
 //! Why per lock and not per key: once the store has seen token 9 of `jobs/nightly`, every grant
 //! with an older token is known to be over, so anything it sends is a zombie write. With a
@@ -67,6 +70,7 @@ use redb::{
 };
 
 use crate::StoreError;
+use crate::bindings::Bindings;
 use crate::limits::{
     BATCH_OPS_MAX, COMPARES_MAX, KEY_BYTES_MAX, REQUEST_ID_BYTES_MAX, VALUE_BYTES_MAX,
 };
@@ -132,6 +136,16 @@ impl Store {
         dir: impl AsRef<Path>,
         public_keys: impl Into<KeySet>,
     ) -> Result<Store, StoreError> {
+        Store::open_with_bindings(dir, public_keys, None)
+    }
+
+    /// [`Store::open`], with the keys each lock may write set by `bindings` (see
+    /// [`Bindings`]) instead of by each key's first writer when they are given.
+    pub fn open_with_bindings(
+        dir: impl AsRef<Path>,
+        public_keys: impl Into<KeySet>,
+        bindings: Option<Bindings>,
+    ) -> Result<Store, StoreError> {
         let dir = dir.as_ref();
         std::fs::create_dir_all(dir).map_err(|error| StoreError::Storage {
             message: format!("cannot create data directory {}: {error}", dir.display()),
@@ -152,7 +166,7 @@ impl Store {
         txn.commit()?;
         let fence = Arc::new(RedbFence::new(db));
         Ok(Store {
-            writer: Writer::start(fence.clone())?,
+            writer: Writer::start(fence.clone(), bindings.map(Arc::new))?,
             fence,
             verifier: Verifier::new(public_keys),
             path,

@@ -33,6 +33,7 @@ use palisade_sequencer::VerifiedSequencer;
 use redb::{Durability, ReadableTable, ReadableTableMetadata, WriteTransaction};
 
 use crate::StoreError;
+use crate::bindings::Bindings;
 use crate::limits::{
     GROUP_BYTES_MAX, GROUP_JOBS_MAX, REQUEST_IDS_RETAINED_MAX, WRITE_QUEUE_BYTES_MAX,
     WRITE_QUEUE_JOBS_MAX,
@@ -149,14 +150,17 @@ pub(crate) struct Writer {
 
 impl Writer {
     /// Starts the writer thread of `fence`'s database.
-    pub(crate) fn start(fence: Arc<RedbFence>) -> Result<Writer, StoreError> {
+    pub(crate) fn start(
+        fence: Arc<RedbFence>,
+        bindings: Option<Arc<Bindings>>,
+    ) -> Result<Writer, StoreError> {
         let (jobs, queue) = std::sync::mpsc::sync_channel(WRITE_QUEUE_JOBS_MAX);
         let queued_bytes = Arc::new(AtomicUsize::new(0));
         let thread = std::thread::Builder::new()
             .name("palisade-store-writer".into())
             .spawn({
                 let queued_bytes = queued_bytes.clone();
-                move || run(&fence, &queue, &queued_bytes)
+                move || run(&fence, bindings.as_deref(), &queue, &queued_bytes)
             })
             .map_err(|error| StoreError::Storage {
                 message: format!("cannot start the store's writer thread: {error}"),
@@ -249,7 +253,12 @@ impl Drop for AbortOnPanic {
     }
 }
 
-fn run(fence: &RedbFence, queue: &Receiver<Job>, queued_bytes: &AtomicUsize) {
+fn run(
+    fence: &RedbFence,
+    bindings: Option<&Bindings>,
+    queue: &Receiver<Job>,
+    queued_bytes: &AtomicUsize,
+) {
     let _abort = AbortOnPanic;
     while let Ok(first) = queue.recv() {
         let mut bytes = first.bytes;
@@ -264,7 +273,7 @@ fn run(fence: &RedbFence, queue: &Receiver<Job>, queued_bytes: &AtomicUsize) {
             }
         }
         queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
-        let outcomes = run_group(fence, &group);
+        let outcomes = run_group(fence, bindings, &group);
         debug_assert_eq!(outcomes.len(), group.len());
         for (job, outcome) in group.into_iter().zip(outcomes) {
             job.reply.send(outcome);
@@ -300,7 +309,7 @@ fn fence_failure(error: FenceError) -> Failure {
 }
 
 /// Runs every job of `group` in one transaction; one outcome per job, in order.
-fn run_group(fence: &RedbFence, group: &[Job]) -> Vec<Outcome> {
+fn run_group(fence: &RedbFence, bindings: Option<&Bindings>, group: &[Job]) -> Vec<Outcome> {
     let all_failed = |error: &StoreError| group.iter().map(|_| Err(error.clone())).collect();
     let mut txn = match fence.database().begin_write() {
         Ok(txn) => txn,
@@ -315,7 +324,7 @@ fn run_group(fence: &RedbFence, group: &[Job]) -> Vec<Outcome> {
     };
     let mut outcomes = Vec::with_capacity(group.len());
     for job in group {
-        match run_job(fence, &txn, &mut group_state, &job.work) {
+        match run_job(fence, bindings, &txn, &mut group_state, &job.work) {
             Ok(done) => outcomes.push(Ok(done)),
             Err(Failure::Refused(error)) => outcomes.push(Err(error)),
             Err(Failure::Storage(error)) => {
@@ -380,6 +389,7 @@ impl GroupState {
 
 fn run_job(
     fence: &RedbFence,
+    bindings: Option<&Bindings>,
     txn: &WriteTransaction,
     state: &mut GroupState,
     work: &Work,
@@ -392,12 +402,15 @@ fn run_job(
             request_id,
         } => run_txn(
             fence,
+            bindings,
             txn,
             state,
-            sequencer,
-            compare,
-            ops,
-            request_id.as_deref(),
+            TxnRequest {
+                sequencer,
+                compare,
+                ops,
+                request_id: request_id.as_deref(),
+            },
         )
         .map(Done::Write),
         Work::Read { sequencer, key } => {
@@ -409,9 +422,13 @@ fn run_job(
                 let row = table
                     .get(key.as_str())?
                     .map(|row| Row::from_value(row.value()));
-                if let Some(row) = &row {
-                    check_binding(key, (&row.lock, row.token), sequencer).map_err(refused)?;
-                }
+                check_binding(
+                    bindings,
+                    key,
+                    row.as_ref().map(|row| (row.lock.as_str(), row.token)),
+                    sequencer,
+                )
+                .map_err(refused)?;
                 row.and_then(|row| row.into_entry(key))
             };
             state.dirty |= advance.write(txn).map_err(fence_failure)?;
@@ -486,13 +503,30 @@ impl Row {
     }
 }
 
-/// A key bound to another lock refuses the sequencer (invariant 4).
-/// `lock` and `token` are the key's stored binding, read in place (no copy of the row).
+/// A key bound to another lock refuses the sequencer (invariant 4): bound by the operator's
+/// `bindings` when there are any (a key they do not cover is refused, whatever its row says),
+/// else by the key's row. `stored` is the row's lock and token, read in place (no copy of the
+/// row); `None` for a key that never existed.
 fn check_binding(
+    bindings: Option<&Bindings>,
     key: &str,
-    (lock, token): (&str, u64),
+    stored: Option<(&str, u64)>,
     sequencer: &VerifiedSequencer,
 ) -> Result<(), StoreError> {
+    if let Some(bindings) = bindings {
+        bindings.check(key, sequencer.lock())?;
+        // A row written by another lock before the bindings were set is overwritten by this
+        // lock's write; only a row of this lock is under its fence.
+        if let Some((lock, token)) = stored
+            && lock == sequencer.lock()
+        {
+            assert_token_fenced(key, lock, token, sequencer);
+        }
+        return Ok(());
+    }
+    let Some((lock, token)) = stored else {
+        return Ok(());
+    };
     if lock != sequencer.lock() {
         return Err(StoreError::WrongLock {
             key: Some(key.to_owned()),
@@ -500,25 +534,41 @@ fn check_binding(
             presented: sequencer.lock().to_owned(),
         });
     }
-    // Pair of the fence's own assertion: a key's token never exceeds its lock's accepted
-    // maximum, which the sequencer's token has just reached.
+    assert_token_fenced(key, lock, token, sequencer);
+    Ok(())
+}
+
+/// Pair of the fence's own assertion: a key's token never exceeds its lock's accepted maximum,
+/// which the sequencer's token (of that lock) has just reached.
+fn assert_token_fenced(key: &str, lock: &str, token: u64, sequencer: &VerifiedSequencer) {
     assert!(
         token <= sequencer.token().get(),
         "store invariant broken: key {key:?} holds token {token}, above the accepted token {} of lock {lock:?}",
         sequencer.token(),
     );
-    Ok(())
+}
+
+/// What one transaction asks for: its sequencer, compares, operations and request id.
+struct TxnRequest<'a> {
+    sequencer: &'a VerifiedSequencer,
+    compare: &'a [Compare],
+    ops: &'a [BatchOp],
+    request_id: Option<&'a str>,
 }
 
 fn run_txn(
     fence: &RedbFence,
+    bindings: Option<&Bindings>,
     txn: &WriteTransaction,
     state: &mut GroupState,
-    sequencer: &VerifiedSequencer,
-    compare: &[Compare],
-    ops: &[BatchOp],
-    request_id: Option<&str>,
+    request: TxnRequest<'_>,
 ) -> Result<WriteAck, Failure> {
+    let TxnRequest {
+        sequencer,
+        compare,
+        ops,
+        request_id,
+    } = request;
     let request = request_id.map(|request_id| RequestKey {
         key: format!("{} {request_id}", sequencer.as_str()),
         request_id,
@@ -547,10 +597,13 @@ fn run_txn(
                 .get(condition.key())?
                 .map(|row| Row::from_value(row.value()));
             let current = row.as_ref().filter(|row| row.live);
-            if let Some(row) = &row {
-                check_binding(condition.key(), (&row.lock, row.token), sequencer)
-                    .map_err(refused)?;
-            }
+            check_binding(
+                bindings,
+                condition.key(),
+                row.as_ref().map(|row| (row.lock.as_str(), row.token)),
+                sequencer,
+            )
+            .map_err(refused)?;
             if !condition.holds(current.map(|row| (row.value.as_slice(), row.revision))) {
                 return Err(refused(StoreError::CompareFailed {
                     compare: index as u64,
@@ -560,10 +613,12 @@ fn run_txn(
             }
         }
         for op in ops {
-            if let Some(stored) = table.get(op.key())? {
+            let stored = table.get(op.key())?;
+            let binding = stored.as_ref().map(|stored| {
                 let (lock, token, ..) = stored.value();
-                check_binding(op.key(), (lock, token), sequencer).map_err(refused)?;
-            }
+                (lock, token)
+            });
+            check_binding(bindings, op.key(), binding, sequencer).map_err(refused)?;
         }
     }
 

@@ -1,0 +1,290 @@
+//! `palisade store serve` against clients that do not play fair (issue #14): key squatting by
+//! the holder of another lock (bindings set by the operator), idle and slow connections past
+//! the connection cap, a slowloris header, and huge bodies that never arrive. Every test runs
+//! a real store process.
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use palisade_store::{StoreClient, StoreError};
+use palisade_testkit::{ServerProcess, ServiceKey};
+
+const BIN: &str = env!("CARGO_BIN_EXE_palisade");
+
+/// A store process trusting `service`, with these extra flags.
+fn store(service: &ServiceKey, dir: &Path, flags: &[&str]) -> ServerProcess {
+    let key = service.key.public_key().to_string();
+    let mut store = ServerProcess::store(BIN, dir.join("store-data"), &key);
+    for flag in flags {
+        store = store.arg(*flag);
+    }
+    store.start();
+    store
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A fenced put of `key` under `sequencer`.
+fn put(store: &ServerProcess, key: &str, sequencer: &str) -> Result<(), StoreError> {
+    let client = StoreClient::new(&store.endpoint()).unwrap();
+    runtime()
+        .block_on(client.put(key, b"value", Some(sequencer), None))
+        .map(|_| ())
+}
+
+#[test]
+fn a_holder_of_another_lock_cannot_take_a_key_the_bindings_give_to_a_lock() {
+    let service = ServiceKey::new();
+    let dir = tempfile::tempdir().unwrap();
+    let squatter = service.grant("x", 5, 1);
+    let owner = service.grant("jobs/nightly", 6, 2);
+
+    // Without bindings the first writer binds the key: the holder of `x` takes `report`.
+    let mut unbound = store(&service, dir.path(), &[]);
+    put(&unbound, "report", &squatter).expect("first writer binds the key");
+    let error = put(&unbound, "report", &owner).unwrap_err();
+    assert_eq!(error.kind(), "wrong_lock", "{error}");
+    unbound.terminate();
+
+    // The operator gives `report` to `jobs/nightly`: the squatter's binding no longer counts.
+    let bound = store(
+        &service,
+        dir.path(),
+        &["--bind", "report=jobs/nightly", "--bind", "shared/=x"],
+    );
+    let error = put(&bound, "report", &squatter).unwrap_err();
+    match &error {
+        StoreError::WrongLock {
+            expected,
+            presented,
+            ..
+        } => {
+            assert_eq!(expected, "jobs/nightly");
+            assert_eq!(presented, "x");
+        }
+        other => panic!("expected wrong_lock, got {other}"),
+    }
+    put(&bound, "report", &owner).expect("the bound lock writes its key");
+    put(&bound, "shared/a", &squatter).expect("x writes what the bindings give it");
+
+    // Default-deny: a key no binding covers is nobody's.
+    let error = put(&bound, "elsewhere", &owner).unwrap_err();
+    assert_eq!(error.kind(), "unbound", "{error}");
+    assert!(
+        error.to_string().contains("not bound to any lock"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_bindings_file_is_read_and_bad_bindings_stop_the_store_with_the_reason() {
+    let service = ServiceKey::new();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bindings");
+    std::fs::write(
+        &file,
+        "# reports belong to the nightly job\nreports/=jobs/nightly\n",
+    )
+    .unwrap();
+    let bound = store(
+        &service,
+        dir.path(),
+        &["--bindings-file", file.to_str().unwrap()],
+    );
+    put(
+        &bound,
+        "reports/today",
+        &service.grant("jobs/nightly", 3, 1),
+    )
+    .unwrap();
+    let error = put(&bound, "reports/today", &service.grant("x", 4, 2)).unwrap_err();
+    assert_eq!(error.kind(), "wrong_lock", "{error}");
+    drop(bound);
+
+    std::fs::write(&file, "reports/=jobs/nightly\nno equals sign\n").unwrap();
+    let key = service.key.public_key().to_string();
+    let mut command = palisade_testkit::command(BIN);
+    command.args([
+        "store",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--public-key",
+        &key,
+        "--data-dir",
+        dir.path().join("other").to_str().unwrap(),
+        "--bindings-file",
+        file.to_str().unwrap(),
+    ]);
+    let ran = palisade_testkit::run(command);
+    assert!(!ran.status.success());
+    assert!(ran.stderr.contains("line 2"), "{}", ran.stderr);
+}
+
+/// Whether the server closed `socket` within `timeout` (reads end or fail), reading and
+/// discarding whatever it answers first.
+fn closed_within(socket: &mut TcpStream, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    let mut buffer = [0u8; 4096];
+    while Instant::now() < deadline {
+        socket
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        match socket.read(&mut buffer) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+#[test]
+fn a_slowloris_and_an_idle_connection_are_closed_after_the_header_timeout() {
+    let service = ServiceKey::new();
+    let dir = tempfile::tempdir().unwrap();
+    let server = store(&service, dir.path(), &[]);
+
+    let mut idle = TcpStream::connect(server.addr()).unwrap();
+    let mut slow = TcpStream::connect(server.addr()).unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: store\r\n")
+        .unwrap();
+    // The header is never finished. Generous: the timeout is 10 s.
+    assert!(
+        closed_within(&mut slow, Duration::from_secs(60)),
+        "a connection sending half a header was kept open"
+    );
+    assert!(
+        closed_within(&mut idle, Duration::from_secs(60)),
+        "a connection sending nothing was kept open"
+    );
+}
+
+#[test]
+fn idle_slow_and_huge_body_connections_past_the_cap_do_not_stop_an_honest_writer() {
+    let service = ServiceKey::new();
+    let dir = tempfile::tempdir().unwrap();
+    let server = store(&service, dir.path(), &["--connections-max", "8"]);
+
+    // Past the cap: idle sockets, half headers, and batches announcing 8 MiB bodies that never
+    // come.
+    let mut hostile = Vec::new();
+    for index in 0..24 {
+        let mut socket = TcpStream::connect(server.addr()).unwrap();
+        match index % 3 {
+            0 => {}
+            1 => socket.write_all(b"PUT /v1/kv/x HTTP/1.1\r\nHost: s").unwrap(),
+            _ => socket
+                .write_all(
+                    b"POST /v1/txn HTTP/1.1\r\nHost: store\r\nContent-Type: application/json\r\nContent-Length: 8388608\r\n\r\n{\"ops\":[",
+                )
+                .unwrap(),
+        }
+        hostile.push(socket);
+    }
+
+    // An honest holder's fenced writes are answered all the same, retried as a client does
+    // when the store is busy (generous bound: the hostile connections are closed within the
+    // header and body timeouts, 10 s and 30 s).
+    let sequencer = service.grant("jobs/nightly", 7, 1);
+    let client = StoreClient::new(&server.endpoint()).unwrap();
+    let rt = runtime();
+    for round in 0..3 {
+        let key = format!("report/{round}");
+        let request_id = format!("honest-{round}");
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut attempts = 0;
+        let ack = loop {
+            attempts += 1;
+            let written =
+                rt.block_on(client.put(&key, b"honest", Some(&sequencer), Some(&request_id)));
+            match written {
+                Ok(ack) => break ack,
+                Err(error)
+                    if (error.is_retryable() || error.is_outcome_unknown())
+                        && Instant::now() < deadline
+                        && attempts < 20 =>
+                {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(error) => panic!("the honest write failed after {attempts} attempts: {error}"),
+            }
+        };
+        assert!(ack.revision > 0);
+    }
+    drop(hostile);
+}
+
+#[test]
+fn a_sequencer_from_a_file_or_standard_input_fences_a_write_without_showing_in_ps() {
+    let service = ServiceKey::new();
+    let dir = tempfile::tempdir().unwrap();
+    let server = store(&service, dir.path(), &[]);
+    let put = |value: &str, file: &str| {
+        let mut command = palisade_testkit::command(BIN);
+        command.args([
+            "store",
+            "put",
+            "report",
+            value,
+            "--store",
+            &server.endpoint(),
+            "--sequencer-file",
+            file,
+        ]);
+        command
+    };
+
+    let file = dir.path().join("sequencer");
+    std::fs::write(&file, format!("{}\n", service.grant("jobs/nightly", 5, 1))).unwrap();
+    let ran = palisade_testkit::run(put("from a file", file.to_str().unwrap()));
+    assert!(ran.status.success(), "{}", ran.stderr);
+
+    let mut command = put("from stdin", "-");
+    command
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = palisade_testkit::Running::spawn(command);
+    child
+        .child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(service.grant("jobs/nightly", 6, 1).as_bytes())
+        .unwrap();
+    let status = child.wait(Duration::from_secs(60));
+    assert!(status.success(), "{}", child.stderr());
+    let entry = runtime()
+        .block_on(StoreClient::new(&server.endpoint()).unwrap().get("report"))
+        .unwrap()
+        .expect("written");
+    assert_eq!(
+        (entry.value.as_slice(), entry.token),
+        (&b"from stdin"[..], 6)
+    );
+
+    // The file's sequencer is checked like any other: an older grant is stale (exit status 3).
+    std::fs::write(&file, service.grant("jobs/nightly", 4, 1)).unwrap();
+    let ran = palisade_testkit::run(put("stale", file.to_str().unwrap()));
+    assert_eq!(ran.status.code(), Some(3), "{}", ran.stderr);
+    let ran = palisade_testkit::run(put("missing", dir.path().join("none").to_str().unwrap()));
+    assert!(!ran.status.success());
+    assert!(
+        ran.stderr.contains("cannot read the sequencer file"),
+        "{}",
+        ran.stderr
+    );
+}
