@@ -64,7 +64,7 @@ pub fn load_or_create(dir: &Path, node_id: u64, had_log: bool) -> io::Result<Ide
 
 fn random_incarnation() -> io::Result<u64> {
     let mut bytes = [0u8; 8];
-    getrandom::fill(&mut bytes).map_err(|e| io::Error::other(format!("no randomness: {e}")))?;
+    crate::entropy::fill(&mut bytes).map_err(io::Error::other)?;
     // 0 is what members recorded before incarnations existed carry: never drawn.
     Ok(u64::from_le_bytes(bytes).max(1))
 }

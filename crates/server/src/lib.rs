@@ -12,6 +12,7 @@
 
 pub mod backup;
 pub mod cluster;
+mod entropy;
 mod files;
 pub mod grpc;
 mod identity;
