@@ -477,7 +477,7 @@ async fn a_takes_the_lock_and_pauses(
 ) -> anyhow::Result<PausedHolder> {
     let lease = client.open_session_without_keepalive(args.ttl).await?;
     let grant = client
-        .acquire(lease.session, DEMO_LOCK, AcquireOptions::wait(Wait::Try))
+        .acquire(lease.credential, DEMO_LOCK, AcquireOptions::wait(Wait::Try))
         .await?;
     timeline.log(
         "A",

@@ -390,7 +390,7 @@ fn spawn(args: &LockArgs, client: &Client, guard: &LockGuard) -> anyhow::Result<
         .env("PALISADE_LOCK", guard.lock())
         .env("PALISADE_TOKEN", guard.token().to_string())
         .env("PALISADE_SEQUENCER", guard.sequencer())
-        .env("PALISADE_SESSION", guard.session_id().to_string())
+        .env("PALISADE_SESSION", guard.session_credential().to_string())
         .env("PALISADE_ENDPOINT", client.endpoints().join(","));
     if !args.foreground {
         command.process_group(0);

@@ -9,11 +9,17 @@
 //! palisade store put report "$(date)" --sequencer "$PALISADE_SEQUENCER"
 //! palisade release "$PALISADE_LOCK" --session "$PALISADE_SESSION"
 //! ```
+//!
+//! `PALISADE_SESSION` is the session's credential, `<id>.<secret>`: the id alone acts for
+//! nothing (only whoever opened a session may act for it), so keep the value as secret as the
+//! lock. A bare id, the form before session secrets, is refused with an error that says so.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use palisade_client::{AcquireError, AcquireOptions, Client, ReleaseError, SessionId, Wait};
+use palisade_client::{
+    AcquireError, AcquireOptions, Client, ReleaseError, SessionCredential, SessionId, Wait,
+};
 use palisade_core::{HeldBy, holder_clause};
 use serde_json::json;
 
@@ -42,9 +48,10 @@ pub struct AcquireArgs {
 #[derive(Debug, clap::Args)]
 #[command(after_help = exit::HELP)]
 pub struct RenewArgs {
-    /// The session to renew (from `palisade acquire`).
-    #[arg(long, env = "PALISADE_SESSION")]
-    pub session: SessionId,
+    /// The session to renew: the value `palisade acquire` printed as PALISADE_SESSION
+    /// (`<id>.<secret>`, a secret: whoever has it acts for the session).
+    #[arg(long, env = "PALISADE_SESSION", hide_env_values = true)]
+    pub session: SessionCredential,
     /// Print a JSON object.
     #[arg(long)]
     pub json: bool,
@@ -56,9 +63,10 @@ pub struct ReleaseArgs {
     /// Name of the lock.
     #[arg(env = "PALISADE_LOCK")]
     pub name: String,
-    /// The session holding the lock (from `palisade acquire`).
-    #[arg(long, env = "PALISADE_SESSION")]
-    pub session: SessionId,
+    /// The session holding the lock: the value `palisade acquire` printed as PALISADE_SESSION
+    /// (`<id>.<secret>`).
+    #[arg(long, env = "PALISADE_SESSION", hide_env_values = true)]
+    pub session: SessionCredential,
     /// Print a JSON object.
     #[arg(long)]
     pub json: bool,
@@ -67,19 +75,19 @@ pub struct ReleaseArgs {
 pub async fn acquire(args: AcquireArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let client = global.connect().await?;
     let lease = client.open_session_without_keepalive(args.ttl).await?;
-    let session = lease.session;
+    let credential = lease.credential;
     // Keep the session alive while waiting in the queue, not after: a wait longer than the ttl
     // must not end with a grant to an expired session.
-    let acquire = client.acquire(session, &args.name, AcquireOptions::wait(args.wait));
+    let acquire = client.acquire(credential, &args.name, AcquireOptions::wait(args.wait));
     let result = tokio::select! {
         result = acquire => result,
-        () = renew_forever(&client, session, lease.ttl / 3) => unreachable_renewal(),
+        () = renew_forever(&client, credential, lease.ttl / 3) => unreachable_renewal(),
     };
     let grant = match result {
         Ok(grant) => grant,
         Err(error) => {
-            let closed = client.close_session(session).await;
-            return Err(not_acquired(&client, session, args.wait, error, closed).await);
+            let closed = client.close_session(credential).await;
+            return Err(not_acquired(&client, lease.session, args.wait, error, closed).await);
         }
     };
     if args.json {
@@ -88,6 +96,7 @@ pub async fn acquire(args: AcquireArgs, global: &Global) -> anyhow::Result<ExitC
             "token": grant.token,
             "sequencer": grant.sequencer,
             "session": grant.session,
+            "session_credential": credential.to_string(),
             "ttl_ms": u64::try_from(lease.ttl.as_millis()).unwrap_or(u64::MAX),
         });
         println!("{object}");
@@ -98,7 +107,7 @@ pub async fn acquire(args: AcquireArgs, global: &Global) -> anyhow::Result<ExitC
                 ("PALISADE_LOCK", grant.lock.clone()),
                 ("PALISADE_TOKEN", grant.token.to_string()),
                 ("PALISADE_SEQUENCER", grant.sequencer.clone()),
-                ("PALISADE_SESSION", grant.session.to_string()),
+                ("PALISADE_SESSION", credential.to_string()),
             ])
         );
     }
@@ -107,11 +116,11 @@ pub async fn acquire(args: AcquireArgs, global: &Global) -> anyhow::Result<ExitC
 
 /// Renews `session` every `interval` until cancelled; failures are left to the acquire to
 /// report (a session that is gone ends the wait with its own error).
-async fn renew_forever(client: &Client, session: SessionId, interval: Duration) {
+async fn renew_forever(client: &Client, session: SessionCredential, interval: Duration) {
     loop {
         tokio::time::sleep(interval).await;
         if let Err(error) = client.renew(session).await {
-            tracing::warn!(session = session.get(), %error, "renewing the session while waiting failed");
+            tracing::warn!(session = session.id().get(), %error, "renewing the session while waiting failed");
         }
     }
 }
@@ -173,14 +182,14 @@ pub async fn renew(args: RenewArgs, global: &Global) -> anyhow::Result<ExitCode>
     let remaining = client.renew(args.session).await?;
     if args.json {
         let object = json!({
-            "session": args.session,
+            "session": args.session.id(),
             "lease_remaining_ms": u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
         });
         println!("{object}");
     } else {
         println!(
             "session {} renewed: {} remaining",
-            args.session,
+            args.session.id(),
             human_duration(remaining)
         );
     }
@@ -217,7 +226,7 @@ pub async fn release(args: ReleaseArgs, global: &Global) -> anyhow::Result<ExitC
     if args.json {
         let object = json!({
             "lock": args.name,
-            "session": args.session,
+            "session": args.session.id(),
             "token": token,
         });
         println!("{object}");
@@ -226,7 +235,8 @@ pub async fn release(args: ReleaseArgs, global: &Global) -> anyhow::Result<ExitC
             Some(token) => println!("released lock {:?} (token {token})", args.name),
             None => println!(
                 "withdrew the wait of session {} for lock {:?}",
-                args.session, args.name
+                args.session.id(),
+                args.name
             ),
         }
     }

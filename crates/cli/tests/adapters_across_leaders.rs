@@ -43,6 +43,8 @@ struct Grant {
     token: u64,
     sequencer: String,
     session: u64,
+    /// What acts for the session: `PALISADE_SESSION`, `<id>.<secret>`.
+    credential: String,
 }
 
 /// `palisade acquire LOCK` at `endpoints`, parsed from its `KEY=VALUE` lines.
@@ -54,7 +56,11 @@ fn acquire(cluster: &LocalCluster, endpoints: &str, lock: &str) -> Grant {
         lock: lock.to_owned(),
         token: printed["PALISADE_TOKEN"].parse().expect("a token"),
         sequencer: printed["PALISADE_SEQUENCER"].clone(),
-        session: printed["PALISADE_SESSION"].parse().expect("a session id"),
+        session: printed["PALISADE_SESSION"]
+            .split_once('.')
+            .and_then(|(id, _)| id.parse().ok())
+            .expect("PALISADE_SESSION is <id>.<secret>"),
+        credential: printed["PALISADE_SESSION"].clone(),
     }
 }
 
@@ -63,12 +69,7 @@ fn release(cluster: &LocalCluster, endpoints: &str, grant: &Grant) {
     cluster
         .palisade(
             endpoints,
-            &[
-                "release",
-                &grant.lock,
-                "--session",
-                &grant.session.to_string(),
-            ],
+            &["release", &grant.lock, "--session", &grant.credential],
         )
         .expect_success();
 }

@@ -278,16 +278,18 @@ fn a_frozen_leader_that_wakes_after_an_election_grants_nothing() {
     // is asked first, it must not grant. Asked directly (no client that follows the leader),
     // with a session the real leader opened.
     let (_, _, session) = acquire_in_session(&mut cluster, "keeps-a-session", "30s");
+    let credential: palisade_client::SessionCredential = session.parse().unwrap();
     cluster.node(old).process.resume();
     let answer = tokio::runtime::Runtime::new().unwrap().block_on(async {
         let mut client = palisade_testkit::locks_client(&format!("http://{old_address}")).await;
         client
             .acquire(palisade_proto::v1::AcquireRequest {
-                session: session.parse().unwrap(),
+                session: credential.id().get(),
                 lock: "fresh".into(),
                 request_id: 1,
                 wait_ms: 0,
                 wait_forever: false,
+                session_secret: credential.secret().as_bytes().to_vec(),
             })
             .await
     });

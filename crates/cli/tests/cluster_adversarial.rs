@@ -180,6 +180,7 @@ fn grants_stay_exclusive_ordered_and_durable_across_repeated_leader_kills() {
                 let json = ran.json();
                 let token = json["token"].as_u64().expect("a token");
                 let session = session_arg(&json["session"]);
+                let credential = session_arg(&json["session_credential"]);
                 let sequencer = json["sequencer"].as_str().expect("a sequencer").to_owned();
                 if let Err(e) = key.verify(&sequencer) {
                     bad.lock()
@@ -204,7 +205,7 @@ fn grants_stay_exclusive_ordered_and_durable_across_repeated_leader_kills() {
                 };
                 std::thread::sleep(Duration::from_millis(30));
                 let release_start = Instant::now();
-                let released = palisade(&endpoints, &["release", lock, "--session", &session]);
+                let released = palisade(&endpoints, &["release", lock, "--session", &credential]);
                 let release_end = Instant::now();
                 let mut g = grants.lock().unwrap();
                 g[index].release_start = Some(release_start);
@@ -806,8 +807,8 @@ fn a_frozen_follower_catches_up_after_sigcont() {
         let lock = format!("frozen/{i}");
         let ran = palisade(&leader_addr, &["acquire", &lock, "--ttl", "30s", "--json"]);
         ran.expect_success();
-        let session = session_arg(&ran.json()["session"]);
-        palisade(&leader_addr, &["release", &lock, "--session", &session]).expect_success();
+        let credential = session_arg(&ran.json()["session_credential"]);
+        palisade(&leader_addr, &["release", &lock, "--session", &credential]).expect_success();
     }
     let target = member(&status_json(&leader_addr), leader)["applied_index"]
         .as_u64()
@@ -899,8 +900,8 @@ fn watch_keeps_reporting_and_every_leader_signs_with_the_first_key() {
             ));
             break;
         }
-        let session = session_arg(&grant["session"]);
-        palisade(&endpoints, &["release", "w", "--session", &session]).expect_success();
+        let credential = session_arg(&grant["session_credential"]);
+        palisade(&endpoints, &["release", "w", "--session", &credential]).expect_success();
         let deadline = Instant::now() + Duration::from_secs(15);
         let mut released = false;
         while let Some(ev) = next_event(&lines, deadline) {
@@ -982,7 +983,12 @@ fn an_acquire_queued_on_a_killed_leader_is_granted_by_the_next_one() {
     cluster.node(leader).process.start();
     palisade(
         &endpoints,
-        &["release", "q", "--session", &session_arg(&held["session"])],
+        &[
+            "release",
+            "q",
+            "--session",
+            &session_arg(&held["session_credential"]),
+        ],
     )
     .expect_success();
 

@@ -58,6 +58,8 @@ fn others(cluster: &LocalCluster, id: u64) -> Vec<u64> {
 struct Grant {
     token: u64,
     session: String,
+    /// What acts for the session (`session_credential`, `<id>.<secret>`).
+    credential: String,
 }
 
 fn grant_of(ran: &Ran) -> Grant {
@@ -69,6 +71,10 @@ fn grant_of(ran: &Ran) -> Grant {
             Value::String(s) => s.clone(),
             other => other.to_string(),
         },
+        credential: json["session_credential"]
+            .as_str()
+            .expect("a session credential")
+            .to_owned(),
     }
 }
 
@@ -81,7 +87,11 @@ fn acquire(endpoints: &str, lock: &str, ttl: &str) -> Grant {
 }
 
 fn release(endpoints: &str, lock: &str, grant: &Grant) {
-    palisade(endpoints, &["release", lock, "--session", &grant.session]).expect_success();
+    palisade(
+        endpoints,
+        &["release", lock, "--session", &grant.credential],
+    )
+    .expect_success();
 }
 
 /// `palisade status LOCK --json` (`--stale` if asked) through `endpoints`, which must succeed.

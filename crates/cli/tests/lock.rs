@@ -38,7 +38,13 @@ fn the_command_sees_its_lock_token_and_sequencer() {
     assert_eq!(fields[0], "jobs/env");
     assert!(token_of(fields[1]) >= 1);
     assert!(fields[2].starts_with("pal2."), "{stdout}");
-    assert!(fields[3].parse::<u64>().is_ok(), "{stdout}");
+    // PALISADE_SESSION is the session's credential, `<id>.<secret>`, which acts for it.
+    assert!(
+        fields[3]
+            .parse::<palisade_client::SessionCredential>()
+            .is_ok(),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -128,8 +134,8 @@ fn a_waiting_lock_runs_its_command_once_the_holder_releases() {
         s["waiters"].as_array().is_some_and(|w| !w.is_empty())
     });
 
-    let session = holder["session"].to_string();
-    server.run_ok(&["release", "jobs/handoff", "--session", &session]);
+    let credential = holder["session_credential"].as_str().unwrap();
+    server.run_ok(&["release", "jobs/handoff", "--session", credential]);
 
     let status = waiter.wait(Duration::from_secs(20));
     let mut stdout = String::new();

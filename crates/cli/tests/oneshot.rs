@@ -53,7 +53,10 @@ fn acquire_prints_assignments_a_shell_can_eval() {
     assert_eq!(fields[0], "reports/q 1");
     let status = server.run_json(&["status", "reports/q 1"]);
     assert_eq!(status["holder"]["token"].to_string(), fields[1]);
-    assert_eq!(status["holder"]["session"].to_string(), fields[2]);
+    // PALISADE_SESSION is the session's credential, `<id>.<secret>`.
+    let (id, secret) = fields[2].split_once('.').expect("an id and a secret");
+    assert_eq!(status["holder"]["session"].to_string(), id);
+    assert_eq!(secret.len(), 64, "{stdout}");
 }
 
 #[test]
@@ -66,7 +69,7 @@ fn release_by_a_wrong_session_fails_and_names_the_holder() {
         "release",
         "files/a",
         "--session",
-        &other["session"].to_string(),
+        other["session_credential"].as_str().unwrap(),
     ]);
 
     assert_eq!(output.status.code(), Some(1), "{}", output.stderr);
@@ -85,7 +88,7 @@ fn release_by_a_wrong_session_fails_and_names_the_holder() {
         "release",
         "files/a",
         "--session",
-        &holder["session"].to_string(),
+        holder["session_credential"].as_str().unwrap(),
     ]);
     assert_eq!(released["token"], holder["token"]);
     let status = server.run_json(&["status", "files/a"]);
@@ -115,10 +118,10 @@ fn a_busy_lock_is_not_acquired_and_leaves_no_session_behind() {
 fn renew_keeps_a_one_shot_session_past_its_ttl() {
     let server = Palisade::start(BIN);
     let grant = server.run_json(&["acquire", "renew/a", "--ttl", "3s"]);
-    let session = grant["session"].to_string();
+    let session = grant["session_credential"].as_str().unwrap();
 
     std::thread::sleep(Duration::from_secs(2));
-    let renewed = server.run_json(&["renew", "--session", &session]);
+    let renewed = server.run_json(&["renew", "--session", session]);
     assert_eq!(renewed["session"], grant["session"]);
     std::thread::sleep(Duration::from_secs(2));
 
@@ -130,7 +133,7 @@ fn renew_keeps_a_one_shot_session_past_its_ttl() {
     server.wait_for_status("renew/a", Duration::from_secs(10), |s| {
         s["holder"].is_null()
     });
-    let output = server.run(&["renew", "--session", &session]);
+    let output = server.run(&["renew", "--session", session]);
     assert_eq!(output.status.code(), Some(1), "{}", output.stderr);
     assert!(
         output.stderr.contains("does not exist"),
@@ -158,7 +161,12 @@ fn watch_streams_grants_and_releases() {
     assert_eq!(granted["session"], grant["session"]);
     assert_eq!(granted["token"], grant["token"]);
 
-    server.run_ok(&["release", "w/a", "--session", &grant["session"].to_string()]);
+    server.run_ok(&[
+        "release",
+        "w/a",
+        "--session",
+        grant["session_credential"].as_str().unwrap(),
+    ]);
     let released = event(lines.next(Duration::from_secs(10)));
     assert_eq!(released["kind"], "released");
     assert_eq!(released["token"], grant["token"]);

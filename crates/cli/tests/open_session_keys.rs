@@ -18,26 +18,27 @@ async fn connect(service: &ServerProcess) -> LocksClient<Channel> {
     LocksClient::connect(service.endpoint()).await.unwrap()
 }
 
-/// An open with every field but the TTL left at its default.
-async fn open_with_defaults(client: &mut LocksClient<Channel>) -> u64 {
-    client
+/// An open with every field but the TTL left at its default: the session and its secret.
+async fn open_with_defaults(client: &mut LocksClient<Channel>) -> (u64, Vec<u8>) {
+    let opened = client
         .open_session(OpenSessionRequest {
             ttl_ms: TTL_MS,
             ..Default::default()
         })
         .await
         .unwrap()
-        .into_inner()
-        .session
+        .into_inner();
+    (opened.session, opened.session_secret)
 }
 
-fn try_acquire(session: u64, lock: &str) -> AcquireRequest {
+fn try_acquire((session, secret): &(u64, Vec<u8>), lock: &str) -> AcquireRequest {
     AcquireRequest {
-        session,
+        session: *session,
         lock: lock.into(),
         request_id: 0,
         wait_ms: 0,
         wait_forever: false,
+        session_secret: secret.clone(),
     }
 }
 
@@ -52,8 +53,9 @@ async fn two_clients_opening_with_default_fields_get_separate_sessions_and_only_
     // way. They must not be handed the same session.
     let mut alice = connect(&service).await;
     let mut bob = connect(&service).await;
-    let alice_session = open_with_defaults(&mut alice).await;
-    let bob_session = open_with_defaults(&mut bob).await;
+    let alice_opened = open_with_defaults(&mut alice).await;
+    let bob_opened = open_with_defaults(&mut bob).await;
+    let (alice_session, bob_session) = (alice_opened.0, bob_opened.0);
     assert_ne!(
         alice_session, bob_session,
         "two clients that sent OpenSession with default fields share a session"
@@ -62,13 +64,13 @@ async fn two_clients_opening_with_default_fields_get_separate_sessions_and_only_
     // Phase 2: both try to take the same lock. Alice holds it; Bob is told it is busy, and told
     // by whom — not handed Alice's grant and token.
     let granted = alice
-        .acquire(try_acquire(alice_session, "jobs/nightly"))
+        .acquire(try_acquire(&alice_opened, "jobs/nightly"))
         .await
         .unwrap()
         .into_inner();
     assert_eq!(granted.session, alice_session);
     let refused = bob
-        .acquire(try_acquire(bob_session, "jobs/nightly"))
+        .acquire(try_acquire(&bob_opened, "jobs/nightly"))
         .await
         .unwrap_err();
     assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
@@ -103,11 +105,12 @@ async fn two_clients_opening_with_default_fields_get_separate_sessions_and_only_
             lock: "jobs/nightly".into(),
             // Request ids are per session: 0 is taken by Bob's acquire.
             request_id: 1,
+            session_secret: bob_opened.1.clone(),
         })
         .await
         .unwrap_err();
     assert_eq!(release.code(), Code::PermissionDenied, "{release:?}");
-    let third = open_with_defaults(&mut bob).await;
+    let (third, _) = open_with_defaults(&mut bob).await;
     assert!(
         third != alice_session && third != bob_session,
         "a third default open got session {third}, already in use"
@@ -130,13 +133,17 @@ async fn an_open_retried_with_its_key_gets_its_session_and_keys_that_cannot_be_r
 
     // Phase 1: the reply to an open was lost; the retry carries the same key and gets the same
     // session, which still holds what the first attempt's session took.
-    let first = client
+    let opened = client
         .open_session(open_with_key(&key))
         .await
         .unwrap()
-        .into_inner()
-        .session;
-    client.acquire(try_acquire(first, "reports")).await.unwrap();
+        .into_inner();
+    let first = opened.session;
+    let first_opened = (first, opened.session_secret);
+    client
+        .acquire(try_acquire(&first_opened, "reports"))
+        .await
+        .unwrap();
     let retried = client
         .open_session(open_with_key(&key))
         .await
@@ -162,7 +169,10 @@ async fn an_open_retried_with_its_key_gets_its_session_and_keys_that_cannot_be_r
 
     // Phase 3: once the session is closed, its key opens a new session, holding nothing.
     client
-        .close_session(CloseSessionRequest { session: first })
+        .close_session(CloseSessionRequest {
+            session: first,
+            session_secret: first_opened.1.clone(),
+        })
         .await
         .unwrap();
     let reopened = client

@@ -12,8 +12,15 @@ use tonic::transport::Channel;
 
 const BIN: &str = env!("CARGO_BIN_EXE_palisade");
 
-async fn open(client: &mut LocksClient<Channel>, request_id: u64, ttl_ms: u64) -> u64 {
-    client
+/// A session as its opener holds it: its id, and the secret every call for it presents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Session {
+    id: u64,
+    secret: [u8; 32],
+}
+
+async fn open(client: &mut LocksClient<Channel>, request_id: u64, ttl_ms: u64) -> Session {
+    let opened = client
         .open_session(OpenSessionRequest {
             request_id,
             ttl_ms,
@@ -21,25 +28,37 @@ async fn open(client: &mut LocksClient<Channel>, request_id: u64, ttl_ms: u64) -
         })
         .await
         .unwrap()
-        .into_inner()
-        .session
+        .into_inner();
+    Session {
+        id: opened.session,
+        secret: opened.session_secret.try_into().expect("a 32-byte secret"),
+    }
 }
 
-fn try_acquire(session: u64, lock: &str, request_id: u64) -> AcquireRequest {
+fn waiting_acquire(session: Session, lock: &str, request_id: u64) -> AcquireRequest {
     AcquireRequest {
-        session,
+        wait_forever: true,
+        ..try_acquire(session, lock, request_id)
+    }
+}
+
+fn try_acquire(session: Session, lock: &str, request_id: u64) -> AcquireRequest {
+    AcquireRequest {
+        session: session.id,
         lock: lock.into(),
         request_id,
         wait_ms: 0,
         wait_forever: false,
+        session_secret: session.secret.to_vec(),
     }
 }
 
-fn release(session: u64, lock: &str, request_id: u64) -> ReleaseRequest {
+fn release(session: Session, lock: &str, request_id: u64) -> ReleaseRequest {
     ReleaseRequest {
-        session,
+        session: session.id,
         lock: lock.into(),
         request_id,
+        session_secret: session.secret.to_vec(),
     }
 }
 
@@ -49,7 +68,7 @@ async fn tokens_strictly_increase_across_repeated_kill_9_in_the_middle_of_a_stre
     let dir = tempfile::tempdir().unwrap();
     let mut service = ServerProcess::lock_service(BIN, dir.path().join("data"));
     let mut acknowledged: Vec<u64> = Vec::new();
-    let mut kept: Vec<(u64, String, u64)> = Vec::new(); // (session, lock, token) never released
+    let mut kept: Vec<(Session, String, u64)> = Vec::new(); // (session, lock, token) never released
 
     for round in 0..ROUNDS {
         service.start();
@@ -70,7 +89,7 @@ async fn tokens_strictly_increase_across_repeated_kill_9_in_the_middle_of_a_stre
                 .unwrap_or_else(|| panic!("{lock} lost its holder in round {round}"));
             assert_eq!(
                 (holder.session, holder.token),
-                (*session, *token),
+                (session.id, *token),
                 "{lock} after restart"
             );
         }
@@ -177,13 +196,7 @@ async fn a_silent_holder_loses_its_lock_and_a_waiter_whose_session_ended_is_neve
     for session in [doomed, second, third] {
         let mut waiter = client.clone();
         waits.push(tokio::spawn(async move {
-            let request = AcquireRequest {
-                session,
-                lock: "q".into(),
-                request_id: 7,
-                wait_ms: 0,
-                wait_forever: true,
-            };
+            let request = waiting_acquire(session, "q", 7);
             waiter.acquire(request).await
         }));
         // Queue in a known order.
@@ -213,7 +226,7 @@ async fn a_silent_holder_loses_its_lock_and_a_waiter_whose_session_ended_is_neve
         matches!(
             palisade_proto::error::core_from_status(&refused),
             Some(palisade_core::CoreError::NotHolder { holder_session, .. })
-                if holder_session == Some(palisade_core::SessionId::new(holder))
+                if holder_session == Some(palisade_core::SessionId::new(holder.id))
         ),
         "names the holder: {refused:?}"
     );
@@ -224,7 +237,7 @@ async fn a_silent_holder_loses_its_lock_and_a_waiter_whose_session_ended_is_neve
 
     // Phase 4: the silent holder's lease runs out; the next live waiter gets a higher token.
     let granted_second = second_wait.await.unwrap().unwrap().into_inner();
-    assert_eq!(granted_second.session, second);
+    assert_eq!(granted_second.session, second.id);
     assert!(granted_second.token > first.token);
     let late_release = client.release(release(holder, "q", 2)).await.unwrap_err();
     assert_eq!(
@@ -240,7 +253,7 @@ async fn a_silent_holder_loses_its_lock_and_a_waiter_whose_session_ended_is_neve
     // Phase 5: a clean release hands the lock to the third, in order.
     client.release(release(second, "q", 8)).await.unwrap();
     let granted_third = third_wait.await.unwrap().unwrap().into_inner();
-    assert_eq!(granted_third.session, third);
+    assert_eq!(granted_third.session, third.id);
     assert!(granted_third.token > granted_second.token);
 }
 
@@ -283,11 +296,8 @@ async fn hostile_input_gets_clear_errors_and_loses_nothing() {
         assert!(status.message().contains("ttl"), "{}", status.message());
     }
     let request = AcquireRequest {
-        session,
-        lock: "w".into(),
-        request_id: 4,
         wait_ms: u64::MAX,
-        wait_forever: false,
+        ..try_acquire(session, "w", 4)
     };
     assert_eq!(
         client.acquire(request).await.unwrap_err().code(),
@@ -326,9 +336,11 @@ async fn hostile_input_gets_clear_errors_and_loses_nothing() {
             opened.push(task.await.unwrap());
         }
     }
+    let mut ids: Vec<u64> = opened.iter().map(|s| s.id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 3_000, "every session got its own id");
     opened.sort_unstable();
-    opened.dedup();
-    assert_eq!(opened.len(), 3_000, "every session got its own id");
 
     // Nothing acknowledged was lost, and the server still serves.
     let status = client
@@ -341,7 +353,7 @@ async fn hostile_input_gets_clear_errors_and_loses_nothing() {
         .into_inner();
     assert_eq!(
         status.holder.map(|h| (h.session, h.token)),
-        Some((session, held.token))
+        Some((session.id, held.token))
     );
     let next = client
         .acquire(try_acquire(opened[0], "after", 6))
@@ -393,7 +405,13 @@ async fn metrics_are_served_and_sigterm_shuts_down_cleanly() {
     // Phase 2: long-lived calls are open: a keepalive stream, a watch, an acquire waiting in
     // line. SIGTERM still stops the server, with status 0, instead of waiting for their clients.
     let (pings, ping_source) = tokio::sync::mpsc::channel(4);
-    pings.send(KeepAliveRequest { session }).await.unwrap();
+    pings
+        .send(KeepAliveRequest {
+            session: session.id,
+            session_secret: session.secret.to_vec(),
+        })
+        .await
+        .unwrap();
     let mut keepalive = client
         .keep_alive(tokio_stream::wrappers::ReceiverStream::new(ping_source))
         .await
@@ -418,13 +436,7 @@ async fn metrics_are_served_and_sigterm_shuts_down_cleanly() {
     let waiting = tokio::spawn({
         let mut client = client.clone();
         async move {
-            let request = AcquireRequest {
-                session: waiter,
-                lock: "m".into(),
-                request_id: 1,
-                wait_ms: 0,
-                wait_forever: true,
-            };
+            let request = waiting_acquire(waiter, "m", 1);
             client.acquire(request).await
         }
     });

@@ -19,6 +19,7 @@ use palisade_sequencer::{KeySet, PublicKey};
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::credential::{SESSION_SECRET_BYTES, SessionCredential, SessionSecret};
 use crate::error::{
     AcquireError, CloseError, ConnectError, Failure, QueryError, ReleaseError, RenewError,
     SessionError,
@@ -128,6 +129,9 @@ pub(crate) struct Current {
 #[non_exhaustive]
 pub struct SessionLease {
     pub session: SessionId,
+    /// What acts for the session: every call for it presents it. Its text form is what
+    /// `palisade acquire` prints as `PALISADE_SESSION`.
+    pub credential: SessionCredential,
     /// The lease length the server granted.
     pub ttl: Duration,
 }
@@ -510,22 +514,28 @@ impl Client {
                 response.session, response.ttl_ms
             )));
         }
+        let session = SessionId::new(response.session);
+        let Some(secret) = SessionSecret::from_bytes(&response.session_secret) else {
+            return Err(SessionError::Protocol(format!(
+                "session {session} came with a secret of {} bytes instead of {SESSION_SECRET_BYTES} (a server from before session secrets sends none: upgrade every member before its clients)",
+                response.session_secret.len()
+            )));
+        };
         let lease = SessionLease {
-            session: SessionId::new(response.session),
+            session,
+            credential: SessionCredential::new(session, secret),
             ttl: Duration::from_millis(response.ttl_ms),
         };
         Ok((lease, first_sent_at))
     }
 
     /// Renews a session's lease once; returns the lease remaining as the server applied it.
-    pub async fn renew(&self, session: SessionId) -> Result<Duration, RenewError> {
+    pub async fn renew(&self, credential: SessionCredential) -> Result<Duration, RenewError> {
+        let session = credential.id();
         let response = self
-            .call_with_retries(|mut raw| async move {
-                raw.renew(pb::KeepAliveRequest {
-                    session: session.get(),
-                })
-                .await
-            })
+            .call_with_retries(
+                |mut raw| async move { raw.renew(keep_alive_request(&credential)).await },
+            )
             .await
             .map_err(|f| RenewError::from_failure(f, session))?;
         if response.session != session.get() {
@@ -538,10 +548,12 @@ impl Client {
     }
 
     /// Ends a session: releases its locks and withdraws its waits.
-    pub async fn close_session(&self, session: SessionId) -> Result<(), CloseError> {
+    pub async fn close_session(&self, credential: SessionCredential) -> Result<(), CloseError> {
+        let session = credential.id();
         self.call_with_retries(|mut raw| async move {
             raw.close_session(pb::CloseSessionRequest {
                 session: session.get(),
+                session_secret: credential.secret().as_bytes().to_vec(),
             })
             .await
         })
@@ -554,10 +566,11 @@ impl Client {
     /// reuse one request id, so they cannot grant twice.
     pub async fn acquire(
         &self,
-        session: SessionId,
+        credential: SessionCredential,
         lock: &str,
         options: AcquireOptions,
     ) -> Result<Grant, AcquireError> {
+        let session = credential.id();
         validate_lock_name(lock, LOCK_NAME_BYTES_MAX)
             .map_err(|e| AcquireError::InvalidArgument(invalid_name(lock, &e)))?;
         let request_id = request_id();
@@ -575,6 +588,7 @@ impl Client {
                 request_id: request_id.get(),
                 wait_ms: remaining.map_or(0, |r| u64::try_from(r.as_millis()).unwrap_or(u64::MAX)),
                 wait_forever: options.wait == Wait::Forever,
+                session_secret: credential.secret().as_bytes().to_vec(),
             };
             // A wait forever has no deadline of its own: a dead connection is found by HTTP/2
             // keepalive, and a lost session by the session's keepalive.
@@ -595,15 +609,17 @@ impl Client {
     /// that ended, or `None` if a wait was withdrawn.
     pub async fn release(
         &self,
-        session: SessionId,
+        credential: SessionCredential,
         lock: &str,
     ) -> Result<Option<Token>, ReleaseError> {
+        let session = credential.id();
         validate_lock_name(lock, LOCK_NAME_BYTES_MAX)
             .map_err(|e| ReleaseError::InvalidArgument(invalid_name(lock, &e)))?;
         let request = pb::ReleaseRequest {
             session: session.get(),
             lock: lock.to_string(),
             request_id: request_id().get(),
+            session_secret: credential.secret().as_bytes().to_vec(),
         };
         let response = self
             .call_with_retries(|mut raw| {
@@ -844,6 +860,14 @@ async fn bounded<T>(
     result
         .map(tonic::Response::into_inner)
         .map_err(|status| Failure::from_status(&status))
+}
+
+/// One renewal of the session `credential` acts for, as `Renew` and each keepalive ping send it.
+pub(crate) fn keep_alive_request(credential: &SessionCredential) -> pb::KeepAliveRequest {
+    pb::KeepAliveRequest {
+        session: credential.id().get(),
+        session_secret: credential.secret().as_bytes().to_vec(),
+    }
 }
 
 /// Checks an acquire response against the request and its own sequencer: the grant a caller

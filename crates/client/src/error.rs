@@ -401,7 +401,8 @@ fn unnamed(core: CoreError) -> Unnamed {
         | ErrorCategory::NotHolder
         | ErrorCategory::WaitEnded
         | ErrorCategory::Exhausted
-        | ErrorCategory::Internal => Unnamed::Refused(core),
+        | ErrorCategory::Internal
+        | ErrorCategory::Unauthenticated => Unnamed::Refused(core),
     }
 }
 

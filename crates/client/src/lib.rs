@@ -37,7 +37,11 @@
 //! to the next address after a short pause. Sessions' keepalives and watches follow the same
 //! way, so a failover shorter than a session's lease does not lose the session.
 //!
-//! Scripts that pass a session id between processes use the one-shot operations on [`Client`]
+//! **Sessions belong to whoever opened them.** Opening a session returns a secret with its id
+//! ([`SessionCredential`]); every call for the session presents it, and the service refuses a
+//! call with the id alone. The ids `status`, `locks` and `watch` show are no credential.
+//!
+//! Scripts that pass a session credential between processes use the one-shot operations on [`Client`]
 //! instead ([`Client::open_session_without_keepalive`], [`Client::acquire`], [`Client::renew`],
 //! [`Client::release`]), plus the reads [`Client::status`], [`Client::list_locks`],
 //! [`Client::watch`] and [`Client::public_key`].
@@ -53,6 +57,7 @@
 //! does not advance) is a `Protocol` error.
 
 mod client;
+mod credential;
 mod error;
 mod retry;
 mod session;
@@ -62,6 +67,7 @@ pub use client::{
     Client, ClientOptions, ENDPOINT_ENV, ENDPOINTS_MAX, Grant, Holder, LockStatus, Read,
     SessionLease, parse_endpoints,
 };
+pub use credential::{CredentialError, SESSION_SECRET_BYTES, SessionCredential, SessionSecret};
 pub use error::{
     AcquireError, CloseError, ConnectError, ErrorClass, QueryError, ReleaseError, RenewError,
     SessionError,

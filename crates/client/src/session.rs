@@ -35,8 +35,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::client::{Client, Grant};
-use crate::error::{AcquireError, CloseError, Failure, ReleaseError, SessionError};
+use crate::client::{Client, Grant, keep_alive_request};
+use crate::credential::SessionCredential;
+use crate::error::{AcquireError, CloseError, Failure, ReleaseError, RenewError, SessionError};
 use crate::retry::Backoff;
 
 /// Pings that may wait for their acknowledgement at once; a stream is reopened long before
@@ -146,6 +147,7 @@ impl State {
 struct Shared {
     client: Client,
     id: SessionId,
+    credential: SessionCredential,
     ttl: Duration,
     state: Arc<watch::Sender<State>>,
     keepalive: JoinHandle<()>,
@@ -193,13 +195,14 @@ impl Shared {
         let mut cleanups = self.cleanups.lock().unwrap_or_else(|e| e.into_inner());
         let earlier = cleanups.remove(&lock);
         let client = self.client.clone();
+        let credential = self.credential;
         let session = self.id;
         let name = lock.clone();
         let task = runtime.spawn(async move {
             if let Some(earlier) = earlier {
                 let _ = earlier.await;
             }
-            if let Err(error) = client.release(session, &name).await {
+            if let Err(error) = client.release(credential, &name).await {
                 tracing::debug!(session = session.get(), lock = name, %error, "background release failed");
             }
         });
@@ -230,9 +233,10 @@ impl Drop for Shared {
         ) && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             let client = self.client.clone();
+            let credential = self.credential;
             let session = self.id;
             runtime.spawn(async move {
-                if let Err(error) = client.close_session(session).await {
+                if let Err(error) = client.close_session(credential).await {
                     tracing::debug!(session = session.get(), %error, "closing a dropped session failed");
                 }
             });
@@ -264,7 +268,7 @@ impl Session {
         let state = Arc::new(watch::Sender::new(State::Alive { lease_deadline }));
         let keepalive = tokio::spawn(keepalive(
             client.clone(),
-            lease.session,
+            lease.credential,
             ttl,
             interval,
             state.clone(),
@@ -273,6 +277,7 @@ impl Session {
             shared: Arc::new(Shared {
                 client,
                 id: lease.session,
+                credential: lease.credential,
                 ttl,
                 state,
                 keepalive,
@@ -281,9 +286,15 @@ impl Session {
         })
     }
 
-    /// The session's id.
+    /// The session's id: it names the session (in `status`, in errors) but acts for nothing.
     pub fn id(&self) -> SessionId {
         self.shared.id
+    }
+
+    /// What acts for the session (its id and secret), to hand to another process that must
+    /// act for it, such as a child given `PALISADE_SESSION`.
+    pub fn credential(&self) -> SessionCredential {
+        self.shared.credential
     }
 
     /// The lease length the server granted.
@@ -336,7 +347,7 @@ impl Session {
         let result = tokio::select! {
             biased;
             reason = self.shared.lost() => Err(lost(reason)),
-            result = self.shared.client.acquire(session, lock, options) => result,
+            result = self.shared.client.acquire(self.shared.credential, lock, options) => result,
         };
         cancel.lock = None;
         let grant = result?;
@@ -358,7 +369,10 @@ impl Session {
                 session: self.shared.id,
             });
         }
-        self.shared.client.close_session(self.shared.id).await
+        self.shared
+            .client
+            .close_session(self.shared.credential)
+            .await
     }
 }
 
@@ -410,6 +424,11 @@ impl LockGuard {
         self.grant.session
     }
 
+    /// What acts for the holding session (see [`Session::credential`]).
+    pub fn session_credential(&self) -> SessionCredential {
+        self.shared.credential
+    }
+
     /// The grant, as the server gave it.
     pub fn grant(&self) -> &Grant {
         &self.grant
@@ -443,7 +462,7 @@ impl LockGuard {
         match self
             .shared
             .client
-            .release(session, &self.grant.lock)
+            .release(self.shared.credential, &self.grant.lock)
             .await?
         {
             Some(token) if token == self.grant.token => Ok(()),
@@ -468,7 +487,7 @@ impl Drop for LockGuard {
 /// Keeps `session` alive until it is lost, then records why.
 async fn keepalive(
     client: Client,
-    session: SessionId,
+    session: SessionCredential,
     ttl: Duration,
     interval: Duration,
     state: Arc<watch::Sender<State>>,
@@ -498,21 +517,21 @@ async fn keepalive(
     });
     if ended_now {
         // The application hears of it through `lost()`; it decides how loudly to log.
-        tracing::info!(session = session.get(), %reason, "session lost");
+        tracing::info!(session = session.id().get(), %reason, "session lost");
     }
     if reason == SessionLost::LeaseUnproven {
         // The server may still hold the session: keep renewing it, without a deadline, until
         // the owner closes or drops it (which aborts this task). Closing it here would free its
         // locks for the next holder while the owner is still stopping.
         let reason = pinger.until_lost(None).await;
-        tracing::debug!(session = session.get(), %reason, "stopped renewing a lost session");
+        tracing::debug!(session = session.id().get(), %reason, "stopped renewing a lost session");
     }
 }
 
 /// The keepalive pings of one session, over one stream after another.
 struct Pinger<'a> {
     client: &'a Client,
-    session: SessionId,
+    session: SessionCredential,
     ttl: Duration,
     interval: Duration,
     state: &'a watch::Sender<State>,
@@ -551,13 +570,14 @@ impl Pinger<'_> {
         backoff: &mut Backoff,
     ) -> StreamEnd {
         // As the wire and the logs spell it.
-        let session = self.session.get();
+        let session = self.session.id().get();
+        let ping = keep_alive_request(&self.session);
         let clock = &self.client.clock;
         let (pings, receiver) = mpsc::channel::<pb::KeepAliveRequest>(PINGS_OUTSTANDING_MAX);
         let mut sent_at: VecDeque<Duration> = VecDeque::new();
         // The first ping goes out with the stream, so a fresh stream renews at once.
         sent_at.push_back(clock.now());
-        let _ = pings.try_send(pb::KeepAliveRequest { session });
+        let _ = pings.try_send(ping.clone());
         // The stream goes to the client's current endpoint, the leader as far as it knows.
         let used = self.client.endpoints.current();
         let mut raw = used.target.raw;
@@ -571,6 +591,12 @@ impl Pinger<'_> {
             Err(status) => {
                 if session_gone(&status) {
                     return StreamEnd::Lost(SessionLost::NotFound);
+                }
+                if status.code() == tonic::Code::ResourceExhausted {
+                    // The server's budget of keepalive streams is taken (or this connection's):
+                    // renew with one call instead, and try a stream again an interval later.
+                    tracing::debug!(session, %status, "no keepalive stream; renewing by Renew");
+                    return self.renew_by_call(lease_deadline, backoff).await;
                 }
                 tracing::debug!(session, %status, endpoint = %used.target.url, "keepalive stream did not open");
                 let failure = Failure::from_status(&status);
@@ -606,7 +632,7 @@ impl Pinger<'_> {
                     let unanswered = sent_at
                         .front()
                         .is_some_and(|sent| clock.now().saturating_sub(*sent) >= self.interval);
-                    if unanswered || pings.try_send(pb::KeepAliveRequest { session }).is_err() {
+                    if unanswered || pings.try_send(ping.clone()).is_err() {
                         tracing::debug!(session, "keepalive stream is stuck; reopening");
                         break Failure::Unknown("the keepalive stream is stuck".to_string());
                     }
@@ -648,7 +674,7 @@ impl Pinger<'_> {
         backoff: &mut Backoff,
     ) {
         // As the wire and the logs spell it.
-        let session = self.session.get();
+        let session = self.session.id().get();
         if ack.session != session {
             tracing::warn!(
                 session,
@@ -663,8 +689,18 @@ impl Pinger<'_> {
             tracing::warn!(session, "keepalive answer without a ping; ignored");
             return;
         };
-        let remaining = Duration::from_millis(ack.ttl_remaining_ms).min(self.ttl);
-        let proven = sent + proven_lease(remaining);
+        self.proven(
+            sent,
+            Duration::from_millis(ack.ttl_remaining_ms),
+            lease_deadline,
+        );
+        backoff.reset(self.ttl);
+    }
+
+    /// A renewal sent at `sent` was applied with `remaining` of the lease left: the lease is
+    /// proven until the send time plus that remainder.
+    fn proven(&self, sent: Duration, remaining: Duration, lease_deadline: &mut Option<Duration>) {
+        let proven = sent + proven_lease(remaining.min(self.ttl));
         if let Some(deadline) = lease_deadline.as_mut()
             && proven > *deadline
         {
@@ -673,7 +709,38 @@ impl Pinger<'_> {
                 lease_deadline: proven,
             });
         }
-        backoff.reset(self.ttl);
+    }
+
+    /// One renewal by the unary `Renew` call, for when the server has no keepalive stream to
+    /// spare; then, an interval later, a stream is tried again.
+    async fn renew_by_call(
+        &self,
+        lease_deadline: &mut Option<Duration>,
+        backoff: &mut Backoff,
+    ) -> StreamEnd {
+        let clock = &self.client.clock;
+        let sent = clock.now();
+        let renewed = tokio::select! {
+            biased;
+            () = sleep_until(clock, *lease_deadline) => return StreamEnd::Lost(SessionLost::LeaseUnproven),
+            renewed = self.client.renew(self.session) => renewed,
+        };
+        match renewed {
+            Ok(remaining) => {
+                self.proven(sent, remaining, lease_deadline);
+                backoff.reset(self.ttl);
+                tokio::select! {
+                    biased;
+                    () = sleep_until(clock, *lease_deadline) => StreamEnd::Lost(SessionLost::LeaseUnproven),
+                    () = clock.sleep_until(sent + self.interval) => StreamEnd::Reopen,
+                }
+            }
+            Err(RenewError::SessionNotFound { .. }) => StreamEnd::Lost(SessionLost::NotFound),
+            Err(error) => {
+                tracing::debug!(session = self.session.id().get(), %error, "renewal by Renew failed");
+                self.pause(backoff, *lease_deadline).await
+            }
+        }
     }
 
     /// The pause before the next stream; the session is lost if its lease ran out meanwhile.

@@ -175,7 +175,7 @@ async fn a_session_closed_elsewhere_is_lost_and_its_guards_hear_of_it() {
         .await
         .unwrap();
 
-    client.close_session(session.id()).await.unwrap();
+    client.close_session(session.credential()).await.unwrap();
 
     let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost())
         .await
@@ -281,10 +281,10 @@ async fn the_one_shot_calls_work_without_a_keepalive() {
     assert_eq!(lease.ttl, Duration::from_secs(5));
 
     let grant = client
-        .acquire(lease.session, "one/a", AcquireOptions::wait(Wait::Try))
+        .acquire(lease.credential, "one/a", AcquireOptions::wait(Wait::Try))
         .await
         .unwrap();
-    let remaining = client.renew(lease.session).await.unwrap();
+    let remaining = client.renew(lease.credential).await.unwrap();
     assert!(remaining > Duration::from_secs(4) && remaining <= Duration::from_secs(5));
     let listed = client.list_locks("one/").await.unwrap();
     assert_eq!(listed.len(), 1);
@@ -294,7 +294,7 @@ async fn the_one_shot_calls_work_without_a_keepalive() {
         .open_session_without_keepalive(Duration::from_secs(5))
         .await
         .unwrap();
-    let refused = client.release(other.session, "one/a").await.unwrap_err();
+    let refused = client.release(other.credential, "one/a").await.unwrap_err();
     assert_eq!(
         refused,
         ReleaseError::NotHolder {
@@ -304,7 +304,7 @@ async fn the_one_shot_calls_work_without_a_keepalive() {
         }
     );
     assert_eq!(
-        client.release(lease.session, "one/a").await.unwrap(),
+        client.release(lease.credential, "one/a").await.unwrap(),
         Some(grant.token)
     );
     assert!(client.public_key().await.unwrap().starts_with("ed25519:"));
@@ -479,4 +479,42 @@ async fn a_session_cut_off_is_lost_exactly_when_its_proven_lease_ends_on_the_cli
         .await
         .expect("lost once the proven lease ended on the client's clock");
     assert_eq!(lost, SessionLost::LeaseUnproven);
+}
+
+/// A process with more sessions than the server allows keepalive streams on one connection (all
+/// of a `Client`'s sessions share its connection): the sessions whose stream is refused are
+/// renewed by `Renew` instead, and none is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_refused_a_keepalive_stream_are_renewed_by_renew_and_not_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LockServer::start(dir.path()).await;
+    let client = Client::connect(&server.endpoint()).await.unwrap();
+    // A lease long enough to outlast opening them all on a slow machine.
+    let ttl = Duration::from_secs(30);
+    let sessions_max = palisade_server::limits::LONG_LIVED_CALLS_PER_CONNECTION_MAX + 1;
+    let mut opening = Vec::new();
+    for _ in 0..sessions_max {
+        let client = client.clone();
+        opening.push(tokio::spawn(async move {
+            client.open_session(SessionOptions::with_ttl(ttl)).await
+        }));
+    }
+    let mut sessions = Vec::new();
+    for task in opening {
+        sessions.push(task.await.unwrap().unwrap());
+    }
+
+    // Past a whole lease after the last open: a session that could not renew is lost by then.
+    tokio::time::sleep(ttl + Duration::from_secs(5)).await;
+    let lost: Vec<_> = sessions
+        .iter()
+        .filter_map(|s| s.ended().map(|reason| (s.id(), reason)))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} sessions lost, the first: {:?}",
+        lost.len(),
+        sessions.len(),
+        &lost[..lost.len().min(5)]
+    );
 }

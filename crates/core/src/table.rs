@@ -26,6 +26,10 @@ struct Session {
     /// The key of the [`Command::OpenSession`] that opened it, if it carried one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     open_key: Option<OpenKey>,
+    /// The digest of the secret whoever opened the session holds; `None` for a session opened
+    /// before session secrets (from an older log or snapshot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    secret_digest: Option<SecretDigest>,
     held: BTreeSet<String>,
     waiting: BTreeSet<String>,
     /// Outcomes of recent acquires and releases, oldest first, for retried requests.
@@ -194,14 +198,18 @@ impl LockTable {
         self.now_ms = self.now_ms.max(input.now_ms);
         self.pass_time(&mut events);
         let result = match input.command {
-            Command::OpenSession { open_key, ttl_ms } => match open_key {
-                Some(key) => self.open_session_with_key(key, ttl_ms),
-                None => self.open_session(Opener::Nobody, ttl_ms),
+            Command::OpenSession {
+                open_key,
+                ttl_ms,
+                secret_digest,
+            } => match open_key {
+                Some(key) => self.open_session_with_key(key, ttl_ms, secret_digest),
+                None => self.open_session(Opener::Nobody, ttl_ms, secret_digest),
             },
             Command::OpenSessionByRequestId { request_id, ttl_ms } => {
                 match self.open_requests.get(&request_id) {
                     Some(&id) => Ok(self.opened(id)),
-                    None => self.open_session(Opener::RequestId(request_id), ttl_ms),
+                    None => self.open_session(Opener::RequestId(request_id), ttl_ms, None),
                 }
             }
             Command::KeepAlive { session } => self.keep_alive(session),
@@ -280,14 +288,18 @@ impl LockTable {
 
     // ----- sessions -----
 
+    /// A retry finds the session the key opened, with the digest it was opened with: the
+    /// retry's own digest is ignored (the server derives a keyed open's secret from its key, so
+    /// the two are the same).
     fn open_session_with_key(
         &mut self,
         key: OpenKey,
         ttl_ms: DurationMs,
+        secret_digest: Option<SecretDigest>,
     ) -> Result<Reply, CoreError> {
         match self.open_keys.get(&key) {
             Some(&id) => Ok(self.opened(id)),
-            None => self.open_session(Opener::Key(key), ttl_ms),
+            None => self.open_session(Opener::Key(key), ttl_ms, secret_digest),
         }
     }
 
@@ -302,7 +314,12 @@ impl LockTable {
     }
 
     /// Opens a new session; the caller has checked that `opener` is not a retry.
-    fn open_session(&mut self, opener: Opener, ttl_ms: DurationMs) -> Result<Reply, CoreError> {
+    fn open_session(
+        &mut self,
+        opener: Opener,
+        ttl_ms: DurationMs,
+        secret_digest: Option<SecretDigest>,
+    ) -> Result<Reply, CoreError> {
         let (ttl_ms_min, ttl_ms_max) = (
             self.limits.session_ttl_ms_min,
             self.limits.session_ttl_ms_max,
@@ -345,6 +362,7 @@ impl LockTable {
                 expires_at_ms,
                 open_request_id,
                 open_key,
+                secret_digest,
                 held: BTreeSet::new(),
                 waiting: BTreeSet::new(),
                 recent: VecDeque::new(),
@@ -880,6 +898,13 @@ impl LockTable {
                 .map(|g| self.sessions[&g.session].expires_at_ms),
             available_at_ms: l.available_at_ms,
         }
+    }
+
+    /// What the session `id` was opened with to prove its owner: `None` if there is no such
+    /// session, `Some(None)` for a session opened before session secrets (acted for by its id
+    /// alone, as then, until it ends), else the digest of its secret.
+    pub fn session_secret_digest(&self, id: SessionId) -> Option<Option<SecretDigest>> {
+        self.sessions.get(&id).map(|s| s.secret_digest)
     }
 
     pub fn session_status(&self, id: SessionId) -> Option<SessionStatus> {

@@ -41,23 +41,85 @@ impl TryFrom<String> for OpenKey {
     type Error = OpenKeyError;
 
     fn try_from(hex: String) -> Result<OpenKey, OpenKeyError> {
-        let digit = |c: u8| (c as char).to_digit(16).filter(|_| !c.is_ascii_uppercase());
-        if !hex.len().is_multiple_of(2) {
-            return Err(OpenKeyError::NotHex);
-        }
-        let bytes = hex
-            .as_bytes()
-            .chunks(2)
-            .map(|pair| Some((digit(pair[0])? * 16 + digit(pair[1])?) as u8))
-            .collect::<Option<Vec<u8>>>()
-            .ok_or(OpenKeyError::NotHex)?;
+        let bytes = from_lowercase_hex(&hex).ok_or(OpenKeyError::NotHex)?;
         OpenKey::new(&bytes)
     }
 }
 
 impl From<OpenKey> for String {
     fn from(key: OpenKey) -> String {
-        key.0.iter().map(|b| format!("{b:02x}")).collect()
+        to_lowercase_hex(&key.0)
+    }
+}
+
+/// Bytes as lowercase hex, two digits each.
+fn to_lowercase_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Lowercase hex back to bytes; `None` for anything else (odd length, another character).
+fn from_lowercase_hex(hex: &str) -> Option<Vec<u8>> {
+    let digit = |c: u8| (c as char).to_digit(16).filter(|_| !c.is_ascii_uppercase());
+    if !hex.len().is_multiple_of(2) {
+        return None;
+    }
+    hex.as_bytes()
+        .chunks(2)
+        .map(|pair| Some((digit(pair[0])? * 16 + digit(pair[1])?) as u8))
+        .collect()
+}
+
+/// The SHA-256 digest of a session's secret: all the lock table keeps of it.
+///
+/// The secret is what a client presents to act for its session (renew, acquire, release,
+/// close). The leader draws it, and only its digest enters the log, the table and the
+/// snapshots; the server checks a presented secret against it before proposing anything for
+/// the session. The table itself never checks it (it does no hashing and sees no secrets), it
+/// only keeps the digest with the session, so that every member, and every later leader, can.
+///
+/// Serialised as 64 lowercase hex digits.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct SecretDigest([u8; SecretDigest::BYTES]);
+
+impl SecretDigest {
+    /// The length of a digest: SHA-256's.
+    pub const BYTES: usize = 32;
+
+    pub fn new(bytes: [u8; SecretDigest::BYTES]) -> SecretDigest {
+        SecretDigest(bytes)
+    }
+
+    pub fn as_bytes(&self) -> &[u8; SecretDigest::BYTES] {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for SecretDigest {
+    type Error = String;
+
+    fn try_from(hex: String) -> Result<SecretDigest, String> {
+        from_lowercase_hex(&hex)
+            .and_then(|bytes| <[u8; SecretDigest::BYTES]>::try_from(bytes).ok())
+            .map(SecretDigest)
+            .ok_or_else(|| {
+                format!(
+                    "a secret digest is {} lowercase hex digits",
+                    2 * SecretDigest::BYTES
+                )
+            })
+    }
+}
+
+impl From<SecretDigest> for String {
+    fn from(digest: SecretDigest) -> String {
+        to_lowercase_hex(&digest.0)
+    }
+}
+
+impl std::fmt::Debug for SecretDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SecretDigest({}…)", to_lowercase_hex(&self.0[..4]))
     }
 }
 
@@ -106,10 +168,18 @@ pub enum Command {
     /// Serialised under a name of its own, so that a log entry of an older version (which
     /// deduplicated opens by request id across every client) is never read as this command,
     /// and an older version refuses an entry of this one instead of misreading it.
+    ///
+    /// `secret_digest` is the digest of the secret the leader handed the opener; the session
+    /// keeps it. An entry written before session secrets has none, and its session is acted for
+    /// by its id alone, as it was then (see [`LockTable::session_secret_digest`]).
+    ///
+    /// [`LockTable::session_secret_digest`]: crate::LockTable::session_secret_digest
     #[serde(rename = "OpenSessionWithKey")]
     OpenSession {
         open_key: Option<OpenKey>,
         ttl_ms: DurationMs,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        secret_digest: Option<SecretDigest>,
     },
     /// The open of versions before open keys, as their log entries spell it: deduplicated by
     /// `request_id` across every client, so two clients sending the same id shared a session.
@@ -241,6 +311,17 @@ pub enum CoreError {
     InvalidLimits { message: String },
     #[error("request id {request_id} was already used for a different command in this session")]
     RequestIdConflict { request_id: RequestId },
+    /// A call for a session came without the session's secret. Found by the server before it
+    /// proposes anything, never by the table (which sees no secrets).
+    #[error(
+        "session {session} needs its secret: present the secret the session was opened with (a session id alone is no credential)"
+    )]
+    SessionSecretMissing { session: SessionId },
+    /// A call for a session came with a secret that is not the session's.
+    #[error(
+        "the secret presented for session {session} is not the session's: only whoever opened the session may act for it"
+    )]
+    SessionSecretWrong { session: SessionId },
 }
 
 fn describe_busy(
@@ -326,6 +407,8 @@ impl CoreError {
             CoreError::WaitEnded { .. } => "wait_ended",
             CoreError::InvalidLimits { .. } => "invalid_limits",
             CoreError::RequestIdConflict { .. } => "request_id_conflict",
+            CoreError::SessionSecretMissing { .. } => "session_secret_missing",
+            CoreError::SessionSecretWrong { .. } => "session_secret_wrong",
         }
     }
 
@@ -349,6 +432,9 @@ impl CoreError {
             CoreError::WaitEnded { .. } => ErrorCategory::WaitEnded,
             CoreError::TokensExhausted { .. } => ErrorCategory::Exhausted,
             CoreError::InvalidLimits { .. } => ErrorCategory::Internal,
+            CoreError::SessionSecretMissing { .. } | CoreError::SessionSecretWrong { .. } => {
+                ErrorCategory::Unauthenticated
+            }
         }
     }
 
@@ -424,6 +510,12 @@ impl CoreError {
             CoreError::RequestIdConflict {
                 request_id: RequestId::new(11),
             },
+            CoreError::SessionSecretMissing {
+                session: SessionId::new(5),
+            },
+            CoreError::SessionSecretWrong {
+                session: SessionId::new(5),
+            },
         ]
     }
 }
@@ -451,6 +543,9 @@ pub enum ErrorCategory {
     Exhausted,
     /// The lock table's own configuration is wrong; no request of a client causes this.
     Internal,
+    /// A call for a session without the session's secret, or with another: only whoever opened
+    /// a session acts for it. Sent again unchanged it is refused again.
+    Unauthenticated,
 }
 
 impl ErrorCategory {
@@ -463,7 +558,8 @@ impl ErrorCategory {
             | ErrorCategory::NotHolder
             | ErrorCategory::WaitEnded
             | ErrorCategory::Exhausted
-            | ErrorCategory::Internal => false,
+            | ErrorCategory::Internal
+            | ErrorCategory::Unauthenticated => false,
         }
     }
 
@@ -478,6 +574,7 @@ impl ErrorCategory {
             ErrorCategory::WaitEnded => "wait_ended",
             ErrorCategory::Exhausted => "exhausted",
             ErrorCategory::Internal => "internal",
+            ErrorCategory::Unauthenticated => "unauthenticated",
         }
     }
 }
@@ -605,20 +702,22 @@ mod tests {
             CoreError::WaitEnded { .. } => 15,
             CoreError::InvalidLimits { .. } => 16,
             CoreError::RequestIdConflict { .. } => 17,
+            CoreError::SessionSecretMissing { .. } => 18,
+            CoreError::SessionSecretWrong { .. } => 19,
         }
     }
 
     #[test]
     fn the_examples_cover_every_variant_and_reason() {
         let slots: HashSet<usize> = CoreError::examples().iter().map(example_slot).collect();
-        assert_eq!(slots, (0..18).collect::<HashSet<usize>>());
+        assert_eq!(slots, (0..20).collect::<HashSet<usize>>());
     }
 
     #[test]
     fn every_variant_has_its_own_stable_code() {
         let examples = CoreError::examples();
         let codes: HashSet<&str> = examples.iter().map(CoreError::code).collect();
-        assert_eq!(codes.len(), 14, "one code per variant: {codes:?}");
+        assert_eq!(codes.len(), 16, "one code per variant: {codes:?}");
         for code in codes {
             assert!(
                 code.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),

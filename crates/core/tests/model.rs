@@ -138,9 +138,9 @@ impl Model {
         self.now_ms = self.now_ms.max(input.now_ms);
         self.pass_time(&mut events);
         let result = match input.command {
-            Command::OpenSession { open_key, ttl_ms } => {
-                self.open(open_key.map(Opener::Key), ttl_ms)
-            }
+            Command::OpenSession {
+                open_key, ttl_ms, ..
+            } => self.open(open_key.map(Opener::Key), ttl_ms),
             Command::OpenSessionByRequestId { request_id, ttl_ms } => {
                 self.open(Some(Opener::RequestId(request_id)), ttl_ms)
             }
@@ -1023,6 +1023,7 @@ impl Driver {
             Op::Open { key, ttl } => Command::OpenSession {
                 open_key: self.open_key(key),
                 ttl_ms: ttl_ms(ttl),
+                secret_digest: None,
             },
             Op::OpenByRequestId { request_id, ttl } => {
                 let used = self.open_request_ids.clone();

@@ -8,7 +8,7 @@
 use palisade_core::limits::{OPEN_KEY_BYTES_MAX, OPEN_KEY_BYTES_MIN, OpenKeyError};
 use palisade_core::{
     Command, CoreError, DurationMs, Input, Limits, LockTable, OpenKey, Output, Reply, RequestId,
-    SessionId, TimeMs, Token, Wait,
+    SecretDigest, SessionId, TimeMs, Token, Wait,
 };
 
 const TTL_MS: DurationMs = DurationMs::from_millis(10_000);
@@ -30,6 +30,7 @@ fn open(table: &mut LockTable, now_ms: u64, open_key: Option<OpenKey>) -> Sessio
     let command = Command::OpenSession {
         open_key,
         ttl_ms: TTL_MS,
+        secret_digest: None,
     };
     match apply(table, now_ms, command).result {
         Ok(Reply::SessionOpened { session, .. }) => session,
@@ -89,6 +90,7 @@ fn an_open_retried_with_the_same_key_returns_the_same_session_unchanged() {
         Command::OpenSession {
             open_key: Some(key(1)),
             ttl_ms: TTL_MS,
+            secret_digest: None,
         },
     );
 
@@ -99,6 +101,7 @@ fn an_open_retried_with_the_same_key_returns_the_same_session_unchanged() {
         Command::OpenSession {
             open_key: Some(key(1)),
             ttl_ms: DurationMs::from_millis(2 * TTL_MS.as_millis()),
+            secret_digest: None,
         },
     );
     assert_eq!(
@@ -177,6 +180,7 @@ fn open_keys_that_cannot_be_random_are_refused() {
     let logged = Command::OpenSession {
         open_key: Some(OpenKey::new(&shortest).unwrap()),
         ttl_ms: DurationMs::from_millis(1000),
+        secret_digest: None,
     };
     let hex = "0102030405060708090a0b0c0d0e0f10";
     assert_eq!(serde_json::to_string(&logged).unwrap(), entry(hex));
@@ -268,8 +272,58 @@ fn a_log_entry_written_before_open_keys_replays_as_it_was_first_applied() {
     let current = Command::OpenSession {
         open_key: None,
         ttl_ms: DurationMs::from_millis(10_000),
+        secret_digest: None,
     };
     let json = serde_json::to_string(&current).unwrap();
     assert!(json.starts_with(r#"{"OpenSessionWithKey":"#), "{json}");
     assert_eq!(serde_json::from_str::<Command>(&json).unwrap(), current);
+}
+
+/// The digest of the opener's secret is kept with the session, through a snapshot, and a
+/// retried open leaves it as it was; entries and snapshots from before secrets load with none
+/// (their sessions are acted for by id alone, which the server decides, not the table).
+#[test]
+fn a_session_keeps_the_digest_it_was_opened_with_and_older_forms_load_without_one() {
+    let digest = |byte: u8| SecretDigest::new([byte; SecretDigest::BYTES]);
+    let mut table = LockTable::new(Limits::default());
+    let open_with = |table: &mut LockTable, key: Option<OpenKey>, byte: u8| {
+        let command = Command::OpenSession {
+            open_key: key,
+            ttl_ms: TTL_MS,
+            secret_digest: Some(digest(byte)),
+        };
+        match apply(table, 1_000, command).result {
+            Ok(Reply::SessionOpened { session, .. }) => session,
+            other => panic!("open failed: {other:?}"),
+        }
+    };
+
+    // Phase 1: each open keeps its own digest; a retry with the same key finds the session
+    // with the first digest, whatever digest the retry carried.
+    let keyless = open_with(&mut table, None, 1);
+    let keyed = open_with(&mut table, Some(key(9)), 2);
+    assert_eq!(open_with(&mut table, Some(key(9)), 3), keyed);
+    assert_eq!(table.session_secret_digest(keyless), Some(Some(digest(1))));
+    assert_eq!(table.session_secret_digest(keyed), Some(Some(digest(2))));
+    assert_eq!(table.session_secret_digest(SessionId::new(99)), None);
+
+    // Phase 2: a snapshot keeps them, as 64 hex digits.
+    let json = serde_json::to_string(&table).unwrap();
+    assert!(json.contains(&"02".repeat(SecretDigest::BYTES)), "{json}");
+    let restored: LockTable = serde_json::from_str(&json).unwrap();
+    restored.validate().unwrap();
+    assert_eq!(restored, table);
+
+    // Phase 3: an entry written before secrets opens a session without a digest, and so does
+    // a snapshot written before them.
+    let mut table = LockTable::new(Limits::default());
+    let old_entry: Command =
+        serde_json::from_str(r#"{"OpenSessionWithKey":{"open_key":null,"ttl_ms":1000}}"#).unwrap();
+    let Ok(Reply::SessionOpened { session, .. }) = apply(&mut table, 0, old_entry).result else {
+        panic!("an entry of before secrets does not open");
+    };
+    assert_eq!(table.session_secret_digest(session), Some(None));
+    let old: LockTable = serde_json::from_str(SNAPSHOT_BEFORE_OPEN_KEYS).unwrap();
+    assert_eq!(old.session_secret_digest(SessionId::new(1)), Some(None));
+    assert!(serde_json::from_str::<SecretDigest>(r#""0102""#).is_err());
 }

@@ -42,6 +42,7 @@ impl Story {
         let command = Command::OpenSession {
             open_key: None,
             ttl_ms: DurationMs::from_millis(ttl_ms),
+            secret_digest: None,
         };
         match self.apply(now_ms, command).result {
             Ok(Reply::SessionOpened { session, .. }) => session,

@@ -188,6 +188,7 @@ fn ids_and_times_are_stored_as_the_bare_numbers_they_were() {
                 command: Command::OpenSession {
                     open_key: None,
                     ttl_ms: DurationMs::from_millis(10_000),
+                    secret_digest: None,
                 },
             },
         ),

@@ -53,6 +53,7 @@ pub fn grpc_code(category: ErrorCategory) -> Code {
         ErrorCategory::WaitEnded => Code::DeadlineExceeded,
         ErrorCategory::Exhausted => Code::OutOfRange,
         ErrorCategory::Internal => Code::Internal,
+        ErrorCategory::Unauthenticated => Code::Unauthenticated,
     }
 }
 
@@ -183,6 +184,9 @@ pub fn detail_from_core(error: &CoreError) -> ErrorDetail {
         }
         CoreError::InvalidLimits { message } => detail.limits_problem = message.clone(),
         CoreError::RequestIdConflict { request_id } => detail.request_id = request_id.get(),
+        CoreError::SessionSecretMissing { session } | CoreError::SessionSecretWrong { session } => {
+            detail.session = session.get()
+        }
         // `CoreError` is `#[non_exhaustive]`. A new variant is still sent with its `kind` and
         // `category` (both exhaustive in core) and its status code; the round-trip test over
         // `CoreError::examples()` fails until its fields are added here and to the schema.
@@ -278,6 +282,12 @@ pub fn core_from_detail(detail: &ErrorDetail) -> Result<CoreError, DetailError> 
         "request_id_conflict" => CoreError::RequestIdConflict {
             request_id: RequestId::new(detail.request_id),
         },
+        "session_secret_missing" => CoreError::SessionSecretMissing {
+            session: SessionId::new(detail.session),
+        },
+        "session_secret_wrong" => CoreError::SessionSecretWrong {
+            session: SessionId::new(detail.session),
+        },
         // Strings, not an enum: a kind from a newer server is data, not a bug.
         _ => {
             return Err(DetailError::UnknownKind {
@@ -352,6 +362,8 @@ mod tests {
             ("wait_ended", Code::DeadlineExceeded),
             ("tokens_exhausted", Code::OutOfRange),
             ("invalid_limits", Code::Internal),
+            ("session_secret_missing", Code::Unauthenticated),
+            ("session_secret_wrong", Code::Unauthenticated),
         ];
         let proto = include_str!("../proto/palisade.proto");
         for error in CoreError::examples() {

@@ -28,6 +28,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .propose(palisade_core::Command::OpenSession {
                 open_key: None,
                 ttl_ms: palisade_core::DurationMs::from_millis(30_000),
+                secret_digest: None,
             })
             .await?;
         let Ok(palisade_core::Reply::SessionOpened { session, .. }) = opened.result else {
@@ -87,12 +88,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     request_id,
                     wait_ms: 0,
                     wait_forever: false,
+                    // Opened by a proposal without a digest, as before session secrets: the
+                    // session is acted for by its id alone.
+                    session_secret: Vec::new(),
                 };
                 client.acquire(acquire).await.unwrap();
                 let release = ReleaseRequest {
                     session,
                     lock: lock.clone(),
                     request_id: request_id + 1,
+                    session_secret: Vec::new(),
                 };
                 client.release(release).await.unwrap();
                 cycles += 1;

@@ -1,5 +1,9 @@
-//! The server's random draws, through the randomness seam ([`palisade_clock::entropy`]), so a
+//! The server's random draws (a data directory's incarnation, new signing keys, the session
+//! secrets a leader draws), through the randomness seam ([`palisade_clock::entropy`]), so a
 //! deterministic simulation that seeded its thread replays them.
+//!
+//! **Architecture Invariant:** nothing else in the server calls the operating system's random
+//! number generator.
 
 use std::io;
 

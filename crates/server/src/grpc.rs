@@ -17,7 +17,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::node::LeaderHint;
 use crate::service::{
-    ChangeKind, LockChange, LockService, LockView, Renewal, ServiceError, SignedGrant,
+    ChangeKind, LockChange, LockService, LockView, Renewal, ServiceError, SessionProof, SignedGrant,
 };
 
 /// The `Locks` gRPC service over the lock service.
@@ -75,7 +75,7 @@ pub fn status(e: ServiceError) -> Status {
         }
         ServiceError::ShuttingDown => Status::unavailable(e.to_string()),
         ServiceError::OutcomeUnknown(_) => Status::unknown(e.to_string()),
-        ServiceError::TooManyOpenCalls => Status::resource_exhausted(e.to_string()),
+        ServiceError::TooManyOpenCalls { .. } => Status::resource_exhausted(e.to_string()),
         ServiceError::WatchLagged { .. } => Status::data_loss(e.to_string()),
         ServiceError::Internal(_) => Status::internal(e.to_string()),
     }
@@ -170,6 +170,10 @@ impl Locks for GrpcLocks {
         Ok(Response::new(OpenSessionResponse {
             session: opened.session.get(),
             ttl_ms: opened.ttl_ms.as_millis(),
+            session_secret: opened
+                .secret
+                .map(|secret| secret.as_bytes().to_vec())
+                .unwrap_or_default(),
         }))
     }
 
@@ -179,6 +183,7 @@ impl Locks for GrpcLocks {
         &self,
         request: Request<Streaming<KeepAliveRequest>>,
     ) -> Result<Response<Self::KeepAliveStream>, Status> {
+        let connection = request.remote_addr();
         // The pings end at the client's first error, which only the client can act on.
         let pings = request
             .into_inner()
@@ -188,8 +193,16 @@ impl Locks for GrpcLocks {
                 }
                 std::future::ready(ping.is_ok())
             })
-            .filter_map(|ping| std::future::ready(ping.ok().map(|p| SessionId::new(p.session))));
-        let renewals = self.service.keep_alive(Box::pin(pings)).map_err(status)?;
+            .filter_map(|ping| {
+                std::future::ready(
+                    ping.ok()
+                        .map(|p| SessionProof::new(SessionId::new(p.session), p.session_secret)),
+                )
+            });
+        let renewals = self
+            .service
+            .keep_alive(connection, Box::pin(pings))
+            .map_err(status)?;
         Ok(Response::new(Box::pin(renewals.map(|renewal| {
             renewal.map(keep_alive_response).map_err(status)
         }))))
@@ -200,9 +213,13 @@ impl Locks for GrpcLocks {
         request: Request<KeepAliveRequest>,
     ) -> Result<Response<KeepAliveResponse>, Status> {
         let _timer = Timer::start("renew");
+        let r = request.into_inner();
         let renewal = self
             .service
-            .renew(SessionId::new(request.into_inner().session))
+            .renew(&SessionProof::new(
+                SessionId::new(r.session),
+                r.session_secret,
+            ))
             .await
             .map_err(status)?;
         Ok(Response::new(keep_alive_response(renewal)))
@@ -213,8 +230,12 @@ impl Locks for GrpcLocks {
         request: Request<CloseSessionRequest>,
     ) -> Result<Response<CloseSessionResponse>, Status> {
         let _timer = Timer::start("close_session");
+        let r = request.into_inner();
         self.service
-            .close_session(SessionId::new(request.into_inner().session))
+            .close_session(&SessionProof::new(
+                SessionId::new(r.session),
+                r.session_secret,
+            ))
             .await
             .map_err(status)?;
         Ok(Response::new(CloseSessionResponse {}))
@@ -225,12 +246,14 @@ impl Locks for GrpcLocks {
         request: Request<AcquireRequest>,
     ) -> Result<Response<AcquireResponse>, Status> {
         let _timer = Timer::start("acquire");
+        let connection = request.remote_addr();
         let r = request.into_inner();
         let wait = wait_of(&r);
         let grant = self
             .service
             .acquire(
-                SessionId::new(r.session),
+                connection,
+                &SessionProof::new(SessionId::new(r.session), r.session_secret),
                 r.lock,
                 RequestId::new(r.request_id),
                 wait,
@@ -249,7 +272,7 @@ impl Locks for GrpcLocks {
         let token = self
             .service
             .release(
-                SessionId::new(r.session),
+                &SessionProof::new(SessionId::new(r.session), r.session_secret),
                 r.lock,
                 RequestId::new(r.request_id),
             )
@@ -295,9 +318,10 @@ impl Locks for GrpcLocks {
         &self,
         request: Request<WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
+        let connection = request.remote_addr();
         let changes = self
             .service
-            .watch(request.into_inner().lock)
+            .watch(connection, request.into_inner().lock)
             .await
             .map_err(status)?;
         Ok(Response::new(Box::pin(

@@ -4,7 +4,13 @@
 //! A connection holds a permit for its whole life. When all permits are taken, the server stops
 //! accepting, and further clients wait in the kernel's accept backlog until a connection closes,
 //! instead of each costing the server a task and buffers.
+//!
+//! So that idle sockets cannot hold the permits for ever, a connection must deliver the HTTP/2
+//! client preface (its first [`PREFACE_BYTES`] bytes, which every gRPC client sends at once)
+//! within [`CONNECTION_PREFACE_TIMEOUT`] of being accepted, or it is closed. Past the preface,
+//! the server's HTTP/2 keepalive pings (`lib.rs`) close a connection whose peer stops answering.
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -16,9 +22,13 @@ use futures::stream::BoxStream;
 use palisade_proto::transport::BoxedConnection;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Sleep;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
-use crate::limits::CONNECTIONS_MAX;
+use crate::limits::{CONNECTION_PREFACE_TIMEOUT, CONNECTIONS_MAX};
+
+/// The length of the HTTP/2 client connection preface (RFC 9113, section 3.4).
+pub const PREFACE_BYTES: usize = 24;
 
 /// Where a server accepts its connections.
 pub struct Listener {
@@ -88,6 +98,8 @@ pub struct Connection {
     stream: BoxedConnection,
     info: TcpConnectInfo,
     _permit: OwnedSemaphorePermit,
+    /// Until the preface is in: when it is due, and how many of its bytes are still to come.
+    preface: Option<(Pin<Box<Sleep>>, usize)>,
 }
 
 /// The connections `listener` accepts, at most `CONNECTIONS_MAX` open at once.
@@ -106,6 +118,10 @@ pub fn limited(listener: Listener) -> impl Stream<Item = io::Result<Connection>>
                 stream,
                 info,
                 _permit: permit,
+                preface: Some((
+                    Box::pin(tokio::time::sleep(CONNECTION_PREFACE_TIMEOUT)),
+                    PREFACE_BYTES,
+                )),
             });
             Some((accepted, (accepts, permits)))
         },
@@ -126,7 +142,28 @@ impl AsyncRead for Connection {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+        let this = self.get_mut();
+        let Some((due, missing)) = &mut this.preface else {
+            return Pin::new(&mut this.stream).poll_read(cx, buf);
+        };
+        // Polled first, so that a read that waits also waits for the deadline.
+        if due.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "no HTTP/2 preface within {CONNECTION_PREFACE_TIMEOUT:?} of connecting; closed"
+                ),
+            )));
+        }
+        let filled = buf.filled().len();
+        let read = Pin::new(&mut this.stream).poll_read(cx, buf);
+        let arrived = buf.filled().len() - filled;
+        if arrived >= *missing {
+            this.preface = None;
+        } else {
+            *missing -= arrived;
+        }
+        read
     }
 }
 

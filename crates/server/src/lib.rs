@@ -28,6 +28,7 @@ pub mod peer_service;
 pub mod raft_types;
 pub mod runtime;
 pub mod service;
+pub mod session_secret;
 pub mod state_machine;
 pub mod wal;
 
@@ -287,6 +288,9 @@ impl Server {
         let (stopped, stop) = tokio::sync::oneshot::channel::<()>();
         let serving = tonic::transport::Server::builder()
             .concurrency_limit_per_connection(CONCURRENT_REQUESTS_PER_CONNECTION_MAX)
+            // A peer that stops answering pings loses its connection, and its permit.
+            .http2_keepalive_interval(Some(limits::HTTP2_KEEPALIVE_INTERVAL))
+            .http2_keepalive_timeout(Some(limits::HTTP2_KEEPALIVE_TIMEOUT))
             .add_service(service)
             .add_service(peers)
             .add_service(cluster)

@@ -11,9 +11,33 @@ pub use palisade_proto::MESSAGE_BYTES_MAX;
 /// Client connections served at once.
 pub const CONNECTIONS_MAX: usize = 4_096;
 
-/// Keepalive streams, watches and queued acquires open at once, over all connections. Each
-/// holds a task and buffers; a server under this many is still far from its memory limit.
-pub const LONG_LIVED_CALLS_MAX: usize = 20_000;
+/// How long a new connection has to send the HTTP/2 client preface, which a gRPC client sends
+/// as soon as it connects, before it is closed and its permit freed: idle sockets cannot keep
+/// honest clients in the accept backlog for longer than this.
+pub const CONNECTION_PREFACE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How often the server pings a client connection over HTTP/2, and how long it waits for the
+/// answer before it closes the connection (and frees its permit). The Rust client pings every
+/// second itself; this catches peers that stopped answering.
+pub const HTTP2_KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+pub const HTTP2_KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The budgets of calls that stay open, each over all connections. Each call holds a task and
+/// buffers; a server with every budget full is still far from its memory limit. Each kind of
+/// call has a budget of its own, so that no number of watches keeps an acquire from waiting in
+/// a queue, and neither keeps a session from being renewed.
+///
+/// Keepalive streams: one per live session at most is what honest clients need.
+pub const KEEPALIVE_STREAMS_MAX: usize = 20_000;
+/// Watches.
+pub const WATCHES_MAX: usize = 20_000;
+/// Acquires waiting in a lock's queue.
+pub const WAITING_ACQUIRES_MAX: usize = 20_000;
+
+/// How many calls of each of those budgets one client connection may have open at once.
+/// HTTP/2's own limit on concurrent streams does not cover a stream once its response has
+/// begun, so without this one connection could take a whole budget.
+pub const LONG_LIVED_CALLS_PER_CONNECTION_MAX: usize = 1_000;
 
 /// Most locks one `ListLocks` page returns. Small enough that a page of locks with names of
 /// the longest length fits in one message (see [`LOCK_INFO_BYTES_MAX`]).
@@ -92,11 +116,20 @@ const _: () = assert!(
 );
 // A page holds at least one lock, or a listing could never advance.
 const _: () = assert!(LIST_PAGE_LOCKS_MAX >= 1);
-// One lock's full queue can wait over gRPC at once: otherwise the table's waiter limit is
-// unreachable and the service's limit answers first with a less precise error.
-const _: () = assert!(LONG_LIVED_CALLS_MAX >= WAITERS_PER_LOCK_MAX);
-// Every connection can hold at least one long-lived call.
-const _: () = assert!(LONG_LIVED_CALLS_MAX >= CONNECTIONS_MAX);
+// One lock's full queue can wait over gRPC at once (over several connections): otherwise the
+// table's waiter limit is unreachable and the service's limit answers first with a less
+// precise error.
+const _: () = assert!(WAITING_ACQUIRES_MAX >= WAITERS_PER_LOCK_MAX);
+// Every connection can hold at least one call of each kind.
+const _: () = assert!(KEEPALIVE_STREAMS_MAX >= CONNECTIONS_MAX);
+const _: () = assert!(WATCHES_MAX >= CONNECTIONS_MAX);
+const _: () = assert!(WAITING_ACQUIRES_MAX >= CONNECTIONS_MAX);
+// One connection cannot take a whole budget.
+const _: () = assert!(LONG_LIVED_CALLS_PER_CONNECTION_MAX < KEEPALIVE_STREAMS_MAX);
+const _: () = assert!(LONG_LIVED_CALLS_PER_CONNECTION_MAX < WATCHES_MAX);
+const _: () = assert!(LONG_LIVED_CALLS_PER_CONNECTION_MAX < WAITING_ACQUIRES_MAX);
+// An honest client's pings are answered long before the server gives up on them.
+const _: () = assert!(HTTP2_KEEPALIVE_TIMEOUT.as_secs() >= 1);
 /// How long a snapshot's whole stream to a follower may take.
 pub const INSTALL_SNAPSHOT_TIMEOUT_MS: u64 = 30_000;
 /// How often a node bootstrapping a cluster retries a member that has not started yet.

@@ -705,7 +705,7 @@ impl Node {
     }
 
     /// The cluster's founding key (this node's own until it is admitted to a cluster).
-    fn founding_key(&self) -> SigningKey {
+    pub(crate) fn founding_key(&self) -> SigningKey {
         self.founding_key.read().expect("founding key lock").clone()
     }
 
@@ -748,6 +748,20 @@ impl Node {
         tokio::time::timeout(timeout, self.propose_in(&term, command))
             .await
             .unwrap_or(Err(ProposeError::NotCommittedInTime))
+    }
+
+    /// Reads the table if this node leads, as the checks before a proposal need it: a node
+    /// leads only once it has applied every entry committed before its term (`take_over`), so
+    /// the table holds every session any client was told of. `NotLeader` otherwise, as a
+    /// proposal would answer.
+    pub fn read_as_leader<T>(
+        &self,
+        read: impl FnOnce(&palisade_core::LockTable) -> T,
+    ) -> Result<T, ProposeError> {
+        if self.leading.borrow().is_none() {
+            return Err(self.not_leader());
+        }
+        Ok(self.shared.read(read))
     }
 
     /// Why this node, not leading, does nothing: with the leader to go to, if it knows another.

@@ -8,20 +8,26 @@
 //! and [`ServiceError`] to its status codes, so a second transport, or the peer RPC service of a
 //! cluster, is a thin adapter.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 
 use futures::{Stream, StreamExt};
-use palisade_core::limits::{LOCK_NAME_BYTES_MAX, validate_lock_name};
+use palisade_core::limits::{LOCK_NAME_BYTES_MAX, WAIT_MS_MAX, validate_lock_name};
 use palisade_core::{
-    Command, CoreError, DurationMs, Event, LockStatus, OpenKey, ReleaseCause, Reply, RequestId,
-    SessionId, Token, Wait, WaitEndCause,
+    Command, CoreError, DurationMs, Event, LockStatus, LockTable, OpenKey, ReleaseCause, Reply,
+    RequestId, SecretDigest, SessionId, Token, Wait, WaitEndCause,
 };
 use palisade_sequencer::{KeySet, PublicKey, Sequencer};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::limits::{KEEPALIVE_BUFFER_RESPONSES, LIST_PAGE_LOCKS_MAX, LONG_LIVED_CALLS_MAX};
+use crate::limits::{
+    KEEPALIVE_BUFFER_RESPONSES, KEEPALIVE_STREAMS_MAX, LIST_PAGE_LOCKS_MAX,
+    LONG_LIVED_CALLS_PER_CONNECTION_MAX, WAITING_ACQUIRES_MAX, WATCHES_MAX,
+};
 use crate::node::{LeaderHint, Node, ProposeError};
+use crate::session_secret::{self, SessionSecret};
 use crate::state_machine::{WATCH_BUFFER_EVENTS, WaitOutcome};
 
 /// Why an operation did not succeed. Each variant says whether the operation took effect, so a
@@ -48,18 +54,34 @@ pub enum ServiceError {
     /// retry with the same request id picks it up.)
     #[error("the lock service is shutting down; retry")]
     ShuttingDown,
-    /// Every permit for calls that stay open is taken.
+    /// Every permit of a budget for calls that stay open is taken: over all connections, or on
+    /// the caller's connection.
     #[error(
-        "{LONG_LIVED_CALLS_MAX} keepalive streams, watches and waiting acquires are open, the \
-         limit of this server; close unused ones or retry later"
+        "{limit} {calls} are open{scope}, the limit of this server; close unused ones or retry \
+         later",
+        calls = .budget.calls(),
+        scope = scope(*.per_connection)
     )]
-    TooManyOpenCalls,
+    TooManyOpenCalls {
+        budget: Budget,
+        limit: usize,
+        per_connection: bool,
+    },
     /// A watcher fell behind the events and was cut off; it may watch again.
     #[error("the watch fell {missed} events behind and was stopped; watch again to resume")]
     WatchLagged { missed: u64 },
     /// A bug: the table answered a command with a reply of another command, or signing failed.
     #[error("{0}")]
     Internal(String),
+}
+
+/// Where a budget ran out, as its refusal says it.
+fn scope(per_connection: bool) -> &'static str {
+    if per_connection {
+        " on this connection"
+    } else {
+        ""
+    }
 }
 
 impl From<ProposeError> for ServiceError {
@@ -91,10 +113,39 @@ pub enum Read {
 }
 
 /// A session just opened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionOpened {
     pub session: SessionId,
     pub ttl_ms: DurationMs,
+    /// What acts for the session: presented with every call for it. `None` only for a session
+    /// opened before session secrets, found again by a retried open.
+    pub secret: Option<SessionSecret>,
+}
+
+/// A call for a session: its id, and the secret that proves the caller opened it (empty if the
+/// caller sent none).
+#[derive(Clone, PartialEq, Eq)]
+pub struct SessionProof {
+    pub session: SessionId,
+    pub secret: Vec<u8>,
+}
+
+impl SessionProof {
+    pub fn new(session: SessionId, secret: impl Into<Vec<u8>>) -> SessionProof {
+        SessionProof {
+            session,
+            secret: secret.into(),
+        }
+    }
+}
+
+impl std::fmt::Debug for SessionProof {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionProof")
+            .field("session", &self.session)
+            .field("secret_bytes", &self.secret.len())
+            .finish()
+    }
 }
 
 /// A lock granted, with the sequencer that proves it to a resource.
@@ -167,19 +218,126 @@ pub struct LockChange {
     pub waiters: u64,
 }
 
+/// The budgets of calls that stay open, one per kind of call, so that no number of watches
+/// keeps an acquire from waiting or a session from being renewed, and no number of waiting
+/// acquires keeps a session from being renewed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Budget {
+    KeepAlive,
+    Watch,
+    WaitingAcquire,
+}
+
+impl Budget {
+    fn calls(self) -> &'static str {
+        match self {
+            Budget::KeepAlive => "keepalive streams",
+            Budget::Watch => "watches",
+            Budget::WaitingAcquire => "acquires waiting in a queue",
+        }
+    }
+}
+
+/// The connection a call came in on, for the per-connection budgets: its peer's address
+/// (`None` if the transport has none, which counts only toward the budgets of all connections).
+pub type ConnectionId = Option<SocketAddr>;
+
+/// How many calls of one budget each connection has open.
+type OpenPerConnection = Arc<Mutex<HashMap<SocketAddr, usize>>>;
+
+/// One budget of calls that stay open: at most `total` over all connections, at most
+/// `per_connection` on any one.
+#[derive(Debug)]
+struct Permits {
+    budget: Budget,
+    total: Arc<Semaphore>,
+    total_max: usize,
+    per_connection_max: usize,
+    per_connection: OpenPerConnection,
+}
+
+/// A call's place in a budget, given back when dropped.
+#[derive(Debug)]
+struct Permit {
+    _total: OwnedSemaphorePermit,
+    connection: Option<(OpenPerConnection, SocketAddr)>,
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if let Some((counts, addr)) = &self.connection {
+            let mut counts = counts.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(open) = counts.get_mut(addr) {
+                *open -= 1;
+                if *open == 0 {
+                    counts.remove(addr);
+                }
+            }
+        }
+    }
+}
+
+impl Permits {
+    fn new(budget: Budget, total_max: usize) -> Permits {
+        Permits {
+            budget,
+            total: Arc::new(Semaphore::new(total_max)),
+            total_max,
+            per_connection_max: LONG_LIVED_CALLS_PER_CONNECTION_MAX,
+            per_connection: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    fn take(&self, connection: ConnectionId) -> Result<Permit> {
+        let refused = |limit, per_connection| ServiceError::TooManyOpenCalls {
+            budget: self.budget,
+            limit,
+            per_connection,
+        };
+        let total = self
+            .total
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| refused(self.total_max, false))?;
+        let connection = match connection {
+            None => None,
+            Some(addr) => {
+                let mut counts = self
+                    .per_connection
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                let open = counts.entry(addr).or_insert(0);
+                if *open >= self.per_connection_max {
+                    return Err(refused(self.per_connection_max, true));
+                }
+                *open += 1;
+                Some((self.per_connection.clone(), addr))
+            }
+        };
+        Ok(Permit {
+            _total: total,
+            connection,
+        })
+    }
+}
+
 /// The lock service over one node. Clones share the node and the permits.
 #[derive(Debug, Clone)]
 pub struct LockService {
     node: Arc<Node>,
-    /// Permits for calls that stay open: keepalive streams, watches, queued acquires.
-    long_lived: Arc<Semaphore>,
+    /// Permits for the calls that stay open, by kind.
+    keepalive: Arc<Permits>,
+    watches: Arc<Permits>,
+    waiting_acquires: Arc<Permits>,
 }
 
 impl LockService {
     pub fn new(node: Arc<Node>) -> Self {
         LockService {
             node,
-            long_lived: Arc::new(Semaphore::new(LONG_LIVED_CALLS_MAX)),
+            keepalive: Arc::new(Permits::new(Budget::KeepAlive, KEEPALIVE_STREAMS_MAX)),
+            watches: Arc::new(Permits::new(Budget::Watch, WATCHES_MAX)),
+            waiting_acquires: Arc::new(Permits::new(Budget::WaitingAcquire, WAITING_ACQUIRES_MAX)),
         }
     }
 
@@ -188,25 +346,93 @@ impl LockService {
     }
 
     /// Opens a session. `open_key` (if not empty) makes a retried open return the session the
-    /// first attempt opened instead of a second one.
+    /// first attempt opened, and the same secret, instead of a second one.
     pub async fn open_session(&self, open_key: &[u8], ttl_ms: DurationMs) -> Result<SessionOpened> {
         let open_key = match open_key {
             [] => None,
             bytes => Some(OpenKey::new(bytes).map_err(CoreError::InvalidOpenKey)?),
         };
-        match self
-            .apply(Command::OpenSession { open_key, ttl_ms })
-            .await?
-        {
+        // Checked before proposing, so a refused open costs no log entry.
+        let (ttl_ms_min, ttl_ms_max) = self.node.read_as_leader(|t| {
+            let limits = t.limits();
+            (limits.session_ttl_ms_min, limits.session_ttl_ms_max)
+        })?;
+        if !(ttl_ms_min..=ttl_ms_max).contains(&ttl_ms) {
+            return Err(CoreError::TtlOutOfRange {
+                ttl_ms,
+                ttl_ms_min,
+                ttl_ms_max,
+            }
+            .into());
+        }
+        let secret = match &open_key {
+            None => SessionSecret::draw().map_err(|e| ServiceError::Internal(e.to_string()))?,
+            Some(key) => SessionSecret::for_open_key(&self.node.founding_key(), key),
+        };
+        let command = Command::OpenSession {
+            open_key,
+            ttl_ms,
+            secret_digest: Some(secret.digest()),
+        };
+        let (session, ttl_ms) = match self.apply(command).await? {
             Reply::SessionOpened {
                 session, ttl_ms, ..
-            } => Ok(SessionOpened { session, ttl_ms }),
-            other => Err(unexpected(other)),
+            } => (session, ttl_ms),
+            other => return Err(unexpected(other)),
+        };
+        // A retried open finds the session its key opened, with the digest it was opened with.
+        let stored = self
+            .node
+            .shared()
+            .read(|t| t.session_secret_digest(session));
+        let secret = match stored {
+            Some(Some(digest)) if digest != secret.digest() => {
+                return Err(ServiceError::Internal(format!(
+                    "session {session} was opened with another secret than its open key gives"
+                )));
+            }
+            // Ended already, or opened with this secret.
+            None | Some(Some(_)) => Some(secret),
+            // Opened before session secrets: acted for by its id alone.
+            Some(None) => None,
+        };
+        Ok(SessionOpened {
+            session,
+            ttl_ms,
+            secret,
+        })
+    }
+
+    /// Checks, before anything is proposed for a session, that the caller opened it: the
+    /// session exists and `proof` carries its secret. Read on the leader, whose table holds
+    /// every session a client was told of; a session it does not know is looked for again
+    /// after a linearizable read (this node may have been deposed without knowing it yet),
+    /// and refused as not found only then. A session's digest never changes and ids are never
+    /// reused, so nothing can change the outcome between this check and the proposal.
+    ///
+    /// `read` picks what else the caller needs to check from the same table.
+    async fn authorize<T>(
+        &self,
+        proof: &SessionProof,
+        read: impl Fn(&LockTable) -> T,
+    ) -> Result<T> {
+        let look = |t: &LockTable| (t.session_secret_digest(proof.session), read(t));
+        let (mut stored, mut other) = self.node.read_as_leader(look)?;
+        if stored.is_none() {
+            self.node.linearizable_read().await?;
+            (stored, other) = self.node.read_as_leader(look)?;
         }
+        let stored: Option<SecretDigest> = stored.ok_or(CoreError::SessionNotFound {
+            session: proof.session,
+        })?;
+        session_secret::check(proof.session, &proof.secret, stored)?;
+        Ok(other)
     }
 
     /// Renews a session's lease once.
-    pub async fn renew(&self, session: SessionId) -> Result<Renewal> {
+    pub async fn renew(&self, proof: &SessionProof) -> Result<Renewal> {
+        self.authorize(proof, |_| ()).await?;
+        let session = proof.session;
         match self.apply(Command::KeepAlive { session }).await? {
             Reply::KeptAlive {
                 session,
@@ -223,20 +449,21 @@ impl LockService {
     /// ends after the first failure, when `pings` ends, or with [`ServiceError::ShuttingDown`].
     pub fn keep_alive<S>(
         &self,
+        connection: ConnectionId,
         mut pings: S,
     ) -> Result<impl Stream<Item = Result<Renewal>> + use<S>>
     where
-        S: Stream<Item = SessionId> + Send + Unpin + 'static,
+        S: Stream<Item = SessionProof> + Send + Unpin + 'static,
     {
-        let permit = self.long_lived_permit()?;
+        let permit = self.keepalive.take(connection)?;
         let (tx, rx) = mpsc::channel(KEEPALIVE_BUFFER_RESPONSES);
         let service = self.clone();
         tokio::spawn(async move {
             let _permit = permit;
             loop {
-                let session = tokio::select! {
+                let proof = tokio::select! {
                     next = pings.next() => match next {
-                        Some(session) => session,
+                        Some(proof) => proof,
                         None => return,
                     },
                     () = service.node.stopping() => {
@@ -244,7 +471,7 @@ impl LockService {
                         return;
                     }
                 };
-                let answer = service.renew(session).await;
+                let answer = service.renew(&proof).await;
                 let failed = answer.is_err();
                 if tx.send(answer).await.is_err() || failed {
                     return;
@@ -255,7 +482,9 @@ impl LockService {
     }
 
     /// Closes a session, releasing its locks and ending its waits.
-    pub async fn close_session(&self, session: SessionId) -> Result<()> {
+    pub async fn close_session(&self, proof: &SessionProof) -> Result<()> {
+        self.authorize(proof, |_| ()).await?;
+        let session = proof.session;
         match self.apply(Command::CloseSession { session }).await? {
             Reply::SessionClosed { .. } => Ok(()),
             other => Err(unexpected(other)),
@@ -267,14 +496,31 @@ impl LockService {
     /// wait) instead of acquiring again.
     pub async fn acquire(
         &self,
-        session: SessionId,
+        connection: ConnectionId,
+        proof: &SessionProof,
         lock: String,
         request_id: RequestId,
         wait: Wait,
     ) -> Result<SignedGrant> {
+        let session = proof.session;
+        // Checked before proposing, as the table would check them: a refused acquire costs no
+        // log entry.
+        let name_bytes_max = self
+            .authorize(proof, |t| t.limits().lock_name_bytes_max)
+            .await?;
+        validate_lock_name(&lock, name_bytes_max as usize).map_err(CoreError::InvalidLockName)?;
+        if let Wait::ForMs(wait_ms) = wait
+            && wait_ms > WAIT_MS_MAX
+        {
+            return Err(CoreError::WaitOutOfRange {
+                wait_ms,
+                wait_ms_max: WAIT_MS_MAX,
+            }
+            .into());
+        }
         // Taken before proposing, so a refused wait is never left queued in the table.
         let _permit = (wait != Wait::Try)
-            .then(|| self.long_lived_permit())
+            .then(|| self.waiting_acquires.take(connection))
             .transpose()?;
         // Register before proposing: a grant from the queue may be applied at any moment after.
         let waiters = self.node.shared().waiters();
@@ -331,10 +577,15 @@ impl LockService {
     /// released, or `None` if the session was only waiting.
     pub async fn release(
         &self,
-        session: SessionId,
+        proof: &SessionProof,
         lock: String,
         request_id: RequestId,
     ) -> Result<Option<Token>> {
+        let session = proof.session;
+        let name_bytes_max = self
+            .authorize(proof, |t| t.limits().lock_name_bytes_max)
+            .await?;
+        validate_lock_name(&lock, name_bytes_max as usize).map_err(CoreError::InvalidLockName)?;
         match self
             .apply(Command::Release {
                 session,
@@ -407,10 +658,11 @@ impl LockService {
     /// [`ServiceError::ShuttingDown`].
     pub async fn watch(
         &self,
+        connection: ConnectionId,
         lock: String,
     ) -> Result<impl Stream<Item = Result<LockChange>> + use<>> {
         validate_lock_name(&lock, LOCK_NAME_BYTES_MAX).map_err(CoreError::InvalidLockName)?;
-        let permit = self.long_lived_permit()?;
+        let permit = self.watches.take(connection)?;
         // Subscribe before reading the current state, so no change falls in between.
         let mut events = self.node.shared().subscribe_events();
         let mut installs = self.node.shared().subscribe_installs();
@@ -479,13 +731,6 @@ impl LockService {
     pub async fn public_keys(&self) -> Result<(PublicKey, KeySet)> {
         self.node.linearizable_read().await?;
         Ok((self.node.public_key(), self.node.published_keys()))
-    }
-
-    fn long_lived_permit(&self) -> Result<OwnedSemaphorePermit> {
-        self.long_lived
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| ServiceError::TooManyOpenCalls)
     }
 
     async fn apply(&self, command: Command) -> Result<Reply> {

@@ -593,6 +593,7 @@ mod tests {
             Command::OpenSession {
                 open_key: None,
                 ttl_ms: DurationMs::from_millis(10_000),
+                secret_digest: None,
             },
             Command::Acquire {
                 session: SessionId::new(1),

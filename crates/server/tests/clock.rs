@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use palisade_clock::ManualClock;
 use palisade_core::{CoreError, DurationMs, RequestId, Wait};
-use palisade_server::service::{ChangeKind, LockService, Read, ServiceError};
+use palisade_server::service::{ChangeKind, LockService, Read, ServiceError, SessionProof};
 use palisade_server::{Server, ServerConfig};
 
 struct Running {
@@ -28,6 +28,16 @@ async fn start() -> Running {
         clock,
         _dir: dir,
     }
+}
+
+/// Opens a session: what acts for it, its id and its secret.
+async fn open(service: &LockService, ttl_ms: u64) -> SessionProof {
+    let opened = service
+        .open_session(b"", DurationMs::from_millis(ttl_ms))
+        .await
+        .unwrap();
+    let secret = opened.secret.expect("a new session has a secret");
+    SessionProof::new(opened.session, secret.as_bytes())
 }
 
 /// Polls (in real time, boundedly) until `lock` has no holder; false if it still has one.
@@ -68,13 +78,9 @@ async fn wait_for_waiters(service: &LockService, lock: &str, n: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_ends_when_the_clock_passes_its_ttl_and_not_a_millisecond_before() {
     let Running { service, clock, .. } = start().await;
-    let session = service
-        .open_session(b"", DurationMs::from_millis(1_000))
-        .await
-        .unwrap()
-        .session;
+    let session = open(&service, 1_000).await;
     let grant = service
-        .acquire(session, "l".into(), RequestId::new(1), Wait::Try)
+        .acquire(None, &session, "l".into(), RequestId::new(1), Wait::Try)
         .await
         .unwrap();
 
@@ -97,9 +103,9 @@ async fn a_lease_ends_when_the_clock_passes_its_ttl_and_not_a_millisecond_before
         "the lease outlived its TTL"
     );
     assert_eq!(
-        service.renew(session).await,
+        service.renew(&session).await,
         Err(ServiceError::Refused(CoreError::SessionNotFound {
-            session
+            session: session.session
         }))
     );
 }
@@ -109,24 +115,28 @@ async fn a_lease_ends_when_the_clock_passes_its_ttl_and_not_a_millisecond_before
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shorter_lease_opened_while_the_driver_sleeps_expires_on_time() {
     let Running { service, clock, .. } = start().await;
-    let long = service
-        .open_session(b"", DurationMs::from_millis(600_000))
-        .await
-        .unwrap()
-        .session;
+    let long = open(&service, 600_000).await;
     service
-        .acquire(long, "held-long".into(), RequestId::new(1), Wait::Try)
+        .acquire(
+            None,
+            &long,
+            "held-long".into(),
+            RequestId::new(1),
+            Wait::Try,
+        )
         .await
         .unwrap();
     // The driver now sleeps until the long lease's end.
     clock.advance(Duration::from_millis(10));
-    let short = service
-        .open_session(b"", DurationMs::from_millis(1_000))
-        .await
-        .unwrap()
-        .session;
+    let short = open(&service, 1_000).await;
     service
-        .acquire(short, "held-briefly".into(), RequestId::new(2), Wait::Try)
+        .acquire(
+            None,
+            &short,
+            "held-briefly".into(),
+            RequestId::new(2),
+            Wait::Try,
+        )
         .await
         .unwrap();
     clock.advance(Duration::from_millis(1_000));
@@ -139,39 +149,29 @@ async fn a_shorter_lease_opened_while_the_driver_sleeps_expires_on_time() {
         .await
         .unwrap()
         .holder;
-    assert_eq!(long_holder.map(|h| h.session), Some(long));
+    assert_eq!(long_holder.map(|h| h.session), Some(long.session));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_granted_in_the_order_they_queued_and_a_watch_sees_each_handover() {
     let Running { service, .. } = start().await;
-    let first = service
-        .open_session(b"", DurationMs::from_millis(60_000))
-        .await
-        .unwrap()
-        .session;
-    let second = service
-        .open_session(b"", DurationMs::from_millis(60_000))
-        .await
-        .unwrap()
-        .session;
-    let third = service
-        .open_session(b"", DurationMs::from_millis(60_000))
-        .await
-        .unwrap()
-        .session;
+    let first = open(&service, 60_000).await;
+    let second = open(&service, 60_000).await;
+    let third = open(&service, 60_000).await;
     let held = service
-        .acquire(first, "q".into(), RequestId::new(1), Wait::Try)
+        .acquire(None, &first, "q".into(), RequestId::new(1), Wait::Try)
         .await
         .unwrap();
-    let mut changes = Box::pin(service.watch("q".into()).await.unwrap());
+    let mut changes = Box::pin(service.watch(None, "q".into()).await.unwrap());
 
-    let queue = |session, request_id| {
+    let queue = |session: &SessionProof, request_id| {
         let service = service.clone();
+        let session = session.clone();
         tokio::spawn(async move {
             service
                 .acquire(
-                    session,
+                    None,
+                    &session,
                     "q".into(),
                     RequestId::new(request_id),
                     Wait::Forever,
@@ -179,9 +179,9 @@ async fn waiters_are_granted_in_the_order_they_queued_and_a_watch_sees_each_hand
                 .await
         })
     };
-    let second_waits = queue(second, 2);
+    let second_waits = queue(&second, 2);
     wait_for_waiters(&service, "q", 1).await;
-    let third_waits = queue(third, 3);
+    let third_waits = queue(&third, 3);
     wait_for_waiters(&service, "q", 2).await;
     assert_eq!(
         service
@@ -189,21 +189,21 @@ async fn waiters_are_granted_in_the_order_they_queued_and_a_watch_sees_each_hand
             .await
             .unwrap()
             .waiters,
-        vec![second, third]
+        vec![second.session, third.session]
     );
 
     service
-        .release(first, "q".into(), RequestId::new(4))
+        .release(&first, "q".into(), RequestId::new(4))
         .await
         .unwrap();
     let second_grant = second_waits.await.unwrap().unwrap();
-    assert_eq!(second_grant.session, second);
+    assert_eq!(second_grant.session, second.session);
     service
-        .release(second, "q".into(), RequestId::new(5))
+        .release(&second, "q".into(), RequestId::new(5))
         .await
         .unwrap();
     let third_grant = third_waits.await.unwrap().unwrap();
-    assert_eq!(third_grant.session, third);
+    assert_eq!(third_grant.session, third.session);
     assert!(held.token < second_grant.token && second_grant.token < third_grant.token);
     assert_eq!(third_grant.sequencer.token(), third_grant.token);
 
@@ -220,11 +220,11 @@ async fn waiters_are_granted_in_the_order_they_queued_and_a_watch_sees_each_hand
     assert_eq!(
         seen,
         vec![
-            (ChangeKind::Snapshot, first, held.token),
-            (ChangeKind::Released, first, held.token),
-            (ChangeKind::Granted, second, second_grant.token),
-            (ChangeKind::Released, second, second_grant.token),
-            (ChangeKind::Granted, third, third_grant.token),
+            (ChangeKind::Snapshot, first.session, held.token),
+            (ChangeKind::Released, first.session, held.token),
+            (ChangeKind::Granted, second.session, second_grant.token),
+            (ChangeKind::Released, second.session, second_grant.token),
+            (ChangeKind::Granted, third.session, third_grant.token),
         ]
     );
 }
@@ -241,7 +241,11 @@ async fn a_lock_name_the_table_would_refuse_is_refused_by_status_and_watch_alike
             matches!(status, ServiceError::Refused(CoreError::InvalidLockName(_))),
             "status of {bad:?}: {status:?}"
         );
-        let watch = service.watch(bad.into()).await.err().expect("refused");
+        let watch = service
+            .watch(None, bad.into())
+            .await
+            .err()
+            .expect("refused");
         assert!(
             matches!(watch, ServiceError::Refused(CoreError::InvalidLockName(_))),
             "watch of {bad:?}: {watch:?}"

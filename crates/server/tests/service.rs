@@ -10,8 +10,15 @@ use palisade_server::limits::{LIST_PAGE_LOCKS_MAX, LOCK_NAME_BYTES_MAX};
 use palisade_testkit::{LockServer, locks_client};
 use tonic::transport::Channel;
 
-async fn open(client: &mut LocksClient<Channel>, request_id: u64, ttl_ms: u64) -> u64 {
-    client
+/// A session as its opener holds it: its id, and the secret every call for it presents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Session {
+    id: u64,
+    secret: Vec<u8>,
+}
+
+async fn open(client: &mut LocksClient<Channel>, request_id: u64, ttl_ms: u64) -> Session {
+    let opened = client
         .open_session(OpenSessionRequest {
             request_id,
             ttl_ms,
@@ -19,17 +26,21 @@ async fn open(client: &mut LocksClient<Channel>, request_id: u64, ttl_ms: u64) -
         })
         .await
         .unwrap()
-        .into_inner()
-        .session
+        .into_inner();
+    Session {
+        id: opened.session,
+        secret: opened.session_secret,
+    }
 }
 
-fn acquire(session: u64, lock: &str, request_id: u64, wait_ms: u64) -> AcquireRequest {
+fn acquire(session: &Session, lock: &str, request_id: u64, wait_ms: u64) -> AcquireRequest {
     AcquireRequest {
-        session,
+        session: session.id,
         lock: lock.into(),
         request_id,
         wait_ms,
         wait_forever: false,
+        session_secret: session.secret.clone(),
     }
 }
 
@@ -46,7 +57,7 @@ async fn tokens_grow_across_release_queue_handoff_and_restart() {
     let session_a = open(&mut a, 1, 30_000).await;
     let session_b = open(&mut b, 2, 30_000).await;
     let first = a
-        .acquire(acquire(session_a, "jobs/nightly", 10, 0))
+        .acquire(acquire(&session_a, "jobs/nightly", 10, 0))
         .await
         .unwrap()
         .into_inner();
@@ -58,7 +69,7 @@ async fn tokens_grow_across_release_queue_handoff_and_restart() {
     );
 
     let busy = b
-        .acquire(acquire(session_b, "jobs/nightly", 20, 0))
+        .acquire(acquire(&session_b, "jobs/nightly", 20, 0))
         .await
         .unwrap_err();
     assert_eq!(busy.code(), tonic::Code::FailedPrecondition, "{busy:?}");
@@ -66,7 +77,7 @@ async fn tokens_grow_across_release_queue_handoff_and_restart() {
         palisade_proto::error::core_from_status(&busy),
         Some(CoreError::Busy {
             lock: "jobs/nightly".into(),
-            holder_session: Some(SessionId::new(session_a)),
+            holder_session: Some(SessionId::new(session_a.id)),
             holder_token: Some(Token::new(first.token)),
             available_at_ms: None,
         }),
@@ -76,12 +87,13 @@ async fn tokens_grow_across_release_queue_handoff_and_restart() {
     // A live session that does not hold the lock cannot release it; a session that does not
     // exist is told so, not that it is not the holder.
     let bystander = open(&mut b, 3, 30_000).await;
-    let release = |session| ReleaseRequest {
-        session,
+    let release = |session: &Session| ReleaseRequest {
+        session: session.id,
         lock: "jobs/nightly".into(),
         request_id: 5,
+        session_secret: session.secret.clone(),
     };
-    let not_holder = b.release(release(bystander)).await.unwrap_err();
+    let not_holder = b.release(release(&bystander)).await.unwrap_err();
     assert_eq!(
         not_holder.code(),
         tonic::Code::PermissionDenied,
@@ -91,12 +103,18 @@ async fn tokens_grow_across_release_queue_handoff_and_restart() {
         palisade_proto::error::core_from_status(&not_holder),
         Some(CoreError::NotHolder {
             lock: "jobs/nightly".into(),
-            session: SessionId::new(bystander),
-            holder_session: Some(SessionId::new(session_a)),
+            session: SessionId::new(bystander.id),
+            holder_session: Some(SessionId::new(session_a.id)),
         })
     );
-    let no_session = session_a.max(session_b).max(bystander) + 100;
-    let not_found = b.release(release(no_session)).await.unwrap_err();
+    let no_session = session_a.id.max(session_b.id).max(bystander.id) + 100;
+    let not_found = b
+        .release(release(&Session {
+            id: no_session,
+            secret: Vec::new(),
+        }))
+        .await
+        .unwrap_err();
     assert_eq!(not_found.code(), tonic::Code::NotFound, "{not_found:?}");
     assert_eq!(
         palisade_proto::error::core_from_status(&not_found),
@@ -107,8 +125,9 @@ async fn tokens_grow_across_release_queue_handoff_and_restart() {
 
     let waiting = tokio::spawn({
         let mut b = b.clone();
+        let session_b = session_b.clone();
         async move {
-            b.acquire(acquire(session_b, "jobs/nightly", 21, 10_000))
+            b.acquire(acquire(&session_b, "jobs/nightly", 21, 10_000))
                 .await
         }
     });
@@ -116,14 +135,15 @@ async fn tokens_grow_across_release_queue_handoff_and_restart() {
     // the real one; ordering this without one needs a clock the test controls.
     tokio::time::sleep(Duration::from_millis(200)).await;
     a.release(ReleaseRequest {
-        session: session_a,
+        session: session_a.id,
         lock: "jobs/nightly".into(),
         request_id: 11,
+        session_secret: session_a.secret.clone(),
     })
     .await
     .unwrap();
     let handed_over = waiting.await.unwrap().unwrap().into_inner();
-    assert_eq!(handed_over.session, session_b);
+    assert_eq!(handed_over.session, session_b.id);
     tokens.push(handed_over.token);
 
     let status = a
@@ -136,7 +156,7 @@ async fn tokens_grow_across_release_queue_handoff_and_restart() {
         .into_inner();
     assert_eq!(
         status.holder.map(|h| (h.session, h.token)),
-        Some((session_b, handed_over.token))
+        Some((session_b.id, handed_over.token))
     );
     running.stop().await;
 
@@ -158,16 +178,19 @@ async fn tokens_grow_across_release_queue_handoff_and_restart() {
     );
     let session_c = open(&mut c, 3, 30_000).await;
     let other = c
-        .acquire(acquire(session_c, "jobs/other", 30, 0))
+        .acquire(acquire(&session_c, "jobs/other", 30, 0))
         .await
         .unwrap()
         .into_inner();
     tokens.push(other.token);
-    c.close_session(CloseSessionRequest { session: session_b })
-        .await
-        .unwrap();
+    c.close_session(CloseSessionRequest {
+        session: session_b.id,
+        session_secret: session_b.secret.clone(),
+    })
+    .await
+    .unwrap();
     let again = c
-        .acquire(acquire(session_c, "jobs/nightly", 31, 0))
+        .acquire(acquire(&session_c, "jobs/nightly", 31, 0))
         .await
         .unwrap()
         .into_inner();
@@ -191,25 +214,29 @@ async fn a_restart_with_another_lock_delay_replays_the_log_under_the_limits_it_w
     let silent = open(&mut client, 1, 1_000).await;
     let second = open(&mut client, 2, 60_000).await;
     let third = open(&mut client, 3, 60_000).await;
-    client.acquire(acquire(silent, "l", 1, 0)).await.unwrap();
-    let forever = |session| AcquireRequest {
-        session,
+    client.acquire(acquire(&silent, "l", 1, 0)).await.unwrap();
+    let forever = |session: &Session| AcquireRequest {
+        session: session.id,
         lock: "l".into(),
         request_id: 2,
         wait_ms: 0,
         wait_forever: true,
+        session_secret: session.secret.clone(),
     };
     let mut waiter = client.clone();
-    let second_granted = tokio::spawn(async move { waiter.acquire(forever(second)).await });
+    let request = forever(&second);
+    let second_granted = tokio::spawn(async move { waiter.acquire(request).await });
     tokio::time::sleep(Duration::from_millis(100)).await;
     let mut waiter = client.clone();
-    let third_granted = tokio::spawn(async move { waiter.acquire(forever(third)).await });
+    let request = forever(&third);
+    let third_granted = tokio::spawn(async move { waiter.acquire(request).await });
     second_granted.await.unwrap().unwrap();
     client
         .release(ReleaseRequest {
-            session: second,
+            session: second.id,
             lock: "l".into(),
             request_id: 3,
+            session_secret: second.secret.clone(),
         })
         .await
         .unwrap();
@@ -233,11 +260,11 @@ async fn a_restart_with_another_lock_delay_replays_the_log_under_the_limits_it_w
         .into_inner();
     assert_eq!(
         status.holder.map(|h| (h.session, h.token)),
-        Some((third, token)),
+        Some((third.id, token)),
         "the log replayed under other limits gave another outcome"
     );
     let next = client
-        .acquire(acquire(second, "other", 4, 0))
+        .acquire(acquire(&second, "other", 4, 0))
         .await
         .unwrap()
         .into_inner();
@@ -257,7 +284,7 @@ async fn a_shorter_lease_opened_while_the_driver_sleeps_expires_on_time() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let short = open(client, 2, 1_000).await;
     client
-        .acquire(acquire(short, "held-briefly", 3, 0))
+        .acquire(acquire(&short, "held-briefly", 3, 0))
         .await
         .unwrap();
     let started = std::time::Instant::now();
@@ -297,7 +324,7 @@ async fn a_full_page_of_the_longest_lock_names_is_listed_and_paginates() {
         .collect();
     for (i, name) in names.iter().enumerate() {
         client
-            .acquire(acquire(session, name, i as u64 + 10, 0))
+            .acquire(acquire(&session, name, i as u64 + 10, 0))
             .await
             .unwrap();
     }

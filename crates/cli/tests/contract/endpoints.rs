@@ -52,7 +52,7 @@ fn a_list_whose_first_endpoint_is_dead_reaches_the_live_one() {
         "release",
         "ep/a",
         "--session",
-        &id_string(&grant["session"]),
+        grant["session_credential"].as_str().unwrap(),
     ]);
     run(release).expect_success();
     assert!(p.status("ep/a")["holder"].is_null());

@@ -61,7 +61,7 @@ fn status_and_locks_show_holder_token_waiters_and_lease() {
     assert_eq!(all.as_array().unwrap().len(), 3, "{all}");
 
     // Hand-over to the waiter.
-    p.run(&["release", "team/a", "--session", &a.session])
+    p.run(&["release", "team/a", "--session", &a.credential])
         .expect_success();
     waiter.join().unwrap().expect_success();
 }
@@ -70,7 +70,7 @@ fn status_and_locks_show_holder_token_waiters_and_lease() {
 fn status_of_a_free_lock_still_reports_its_last_token() {
     let p = Palisade::start(BIN);
     let a = p.acquire("history/a", "10s");
-    p.run(&["release", "history/a", "--session", &a.session])
+    p.run(&["release", "history/a", "--session", &a.credential])
         .expect_success();
     let s = p.status("history/a");
     assert!(s["holder"].is_null());

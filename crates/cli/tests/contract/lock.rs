@@ -101,7 +101,7 @@ fn lock_not_acquired_within_wait_exits_75_without_running_the_command() {
         .expect_code(75);
 
     // Once the holder lets go, the same command runs.
-    p.run(&["release", "jobs/busy", "--session", &holder.session])
+    p.run(&["release", "jobs/busy", "--session", &holder.credential])
         .expect_success();
     p.run(&[
         "lock",
@@ -138,7 +138,7 @@ fn lock_waits_in_line_and_runs_once_the_holder_releases() {
             .as_array()
             .is_some_and(|w| w.len() == 1)
     });
-    p.run(&["release", "queue/a", "--session", &holder.session])
+    p.run(&["release", "queue/a", "--session", &holder.credential])
         .expect_success();
     let out = waiter.join().unwrap();
     out.expect_success();

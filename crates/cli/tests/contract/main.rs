@@ -55,6 +55,8 @@ struct Grant {
     token: u64,
     sequencer: String,
     session: String,
+    /// What acts for the session: `PALISADE_SESSION`, `<id>.<secret>`.
+    credential: String,
 }
 
 impl Grant {
@@ -64,6 +66,10 @@ impl Grant {
             token: v["token"].as_u64().expect("token is a number"),
             sequencer: v["sequencer"].as_str().expect("sequencer").to_owned(),
             session: id_string(&v["session"]),
+            credential: v["session_credential"]
+                .as_str()
+                .expect("session_credential")
+                .to_owned(),
         }
     }
 }

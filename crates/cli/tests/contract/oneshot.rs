@@ -45,26 +45,32 @@ fn acquire_prints_the_grant_and_only_the_holding_session_may_release_or_renew_it
         .expect_code(75);
 
     // renew: the holding session's lease is renewed; an unknown session is refused.
-    p.run(&["renew", "--session", &a.session]).expect_success();
+    p.run(&["renew", "--session", &a.credential])
+        .expect_success();
     let mut renew = p.command(&["renew"]);
-    renew.env("PALISADE_SESSION", &a.session);
+    renew.env("PALISADE_SESSION", &a.credential);
     run(renew).expect_success();
-    let out = p.run(&["renew", "--session", "999999"]);
+    let unknown = format!("999999.{}", "0".repeat(64));
+    let out = p.run(&["renew", "--session", &unknown]);
     out.expect_code(1);
     assert!(out.stderr.starts_with("palisade: "), "{out:?}");
+    // A bare id, without the secret that proves the session is the caller's, is no session.
+    let out = p.run(&["renew", "--session", &a.session]);
+    out.expect_code(2);
+    assert!(out.stderr.contains("bare session id"), "{out:?}");
 
     // release by another (live) session: refused, names the holder, lock still held.
     let out = p.run(&["release", "oneshot/a", "--session", &b_session]);
     out.expect_code(1);
     assert!(out.stderr.contains(&a.session), "names the holder: {out:?}");
-    p.run(&["release", "oneshot/a", "--session", "999999"])
+    p.run(&["release", "oneshot/a", "--session", &unknown])
         .expect_code(1);
     let status = p.status("oneshot/a");
     assert_eq!(id_string(&status["holder"]["session"]), a.session);
     assert_eq!(status["holder"]["token"], a.token);
 
     // release by the holder.
-    p.run(&["release", "oneshot/a", "--session", &a.session])
+    p.run(&["release", "oneshot/a", "--session", &a.credential])
         .expect_success();
     assert!(p.status("oneshot/a")["holder"].is_null());
 
@@ -95,8 +101,13 @@ fn an_unrenewed_one_shot_grant_expires_and_the_next_grant_has_a_larger_token() {
     assert!(second.token > first.token);
     assert_ne!(second.session, first.session);
     // The expired session can no longer renew or release.
-    p.run(&["renew", "--session", &first.session])
+    p.run(&["renew", "--session", &first.credential])
         .expect_code(1);
-    p.run(&["release", "oneshot/expiring", "--session", &first.session])
-        .expect_code(1);
+    p.run(&[
+        "release",
+        "oneshot/expiring",
+        "--session",
+        &first.credential,
+    ])
+    .expect_code(1);
 }

@@ -164,7 +164,7 @@ fn store_http_rejections_have_documented_statuses_and_kinds() {
     assert_eq!(body["presented"], "http/other");
 
     // 409 stale, after a newer grant of the lock has written.
-    p.run(&["release", "http/e", "--session", &old.session])
+    p.run(&["release", "http/e", "--session", &old.credential])
         .expect_success();
     let new = p.acquire("http/e", "20s");
     assert!(new.token > old.token);
