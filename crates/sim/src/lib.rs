@@ -125,7 +125,7 @@ pub fn node_name(id: u64) -> String {
 pub fn run(seed: u64, options: &Options) -> Report {
     palisade_clock::entropy::seed_thread(Some(seed));
     canary::set(options.canary);
-    let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed_0f_fa17);
+    let mut rng = SmallRng::seed_from_u64(seed ^ 0x005e_ed0f_fa17);
     let dir = tempfile::tempdir().expect("a temporary directory for the nodes' data");
     let end = options.safety + options.liveness;
     let mut sim = turmoil::Builder::new()
