@@ -234,7 +234,14 @@ fn record_section(h: &mut History, section: &Section, tally: &mut Tally) {
     let granted_ns = parse_uptime(&granted[0]) + TICK_NS;
     let grant = Grant {
         token: Token::new(granted[1].parse().expect("PALISADE_TOKEN")),
-        session: SessionId::new(granted[2].parse().expect("PALISADE_SESSION")),
+        // PALISADE_SESSION is the session's credential, `<id>.<secret>`.
+        session: SessionId::new(
+            granted[2]
+                .split_once('.')
+                .map_or(granted[2].as_str(), |(id, _)| id)
+                .parse()
+                .expect("PALISADE_SESSION starts with the session id"),
+        ),
     };
     let renew = Action::Renew {
         session: grant.session,

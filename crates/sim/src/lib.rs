@@ -106,7 +106,13 @@ pub(crate) type Shared = Rc<RefCell<World>>;
 
 impl World {
     pub(crate) fn record(&mut self, what: What) -> usize {
-        self.events.push(Event { at: now(), what });
+        self.record_at(now(), what)
+    }
+
+    /// Records `what` at `at`: the nemesis, which runs between the simulation's steps, outside
+    /// any host, passes the simulation's time.
+    pub(crate) fn record_at(&mut self, at: Duration, what: What) -> usize {
+        self.events.push(Event { at, what });
         self.events.len() - 1
     }
 }

@@ -22,6 +22,9 @@ struct Args {
     /// Seconds of simulated time after the faults are healed.
     #[arg(long, default_value_t = 15)]
     liveness_secs: u64,
+    /// Voting members of the simulated cluster (3 to 5).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(3..=5))]
+    nodes: u64,
     /// Run without faults.
     #[arg(long)]
     no_faults: bool,
@@ -48,6 +51,7 @@ fn main() -> ExitCode {
         liveness: Duration::from_secs(args.liveness_secs),
         faults: !args.no_faults,
         canary: args.canary,
+        nodes: args.nodes as usize,
         ..palisade_sim::Options::default()
     };
     let seeds: Vec<u64> = match args.seed {

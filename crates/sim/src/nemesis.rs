@@ -1,8 +1,9 @@
 //! The nemesis: faults chosen by the run's seed, injected during the safety phase, each healed
 //! after a while, and all healed when the liveness phase begins.
 //!
-//! - partitions: a node cut off from all others (a minority), one link cut (with three nodes,
-//!   a bridge through the third), a link cut one way, a client cut off from one node;
+//! - partitions: a node cut off from all others (a minority), with four or more nodes a split
+//!   of several nodes from the majority, one link cut (a bridge through the others), a link cut
+//!   one way, a client cut off from one node;
 //! - delays: the messages of a link held and then released at once (late, in a burst), a slow
 //!   link;
 //! - a node crashed and restarted from its data directory;
@@ -85,11 +86,12 @@ impl Nemesis {
                     heal(sim, undo);
                     world
                         .borrow_mut()
-                        .record(What::Fault(format!("healed: {fault}")));
+                        .record_at(now, What::Fault(format!("healed: {fault}")));
                 }
-                world
-                    .borrow_mut()
-                    .record(What::Fault("every fault healed: liveness phase".into()));
+                world.borrow_mut().record_at(
+                    now,
+                    What::Fault("every fault healed: liveness phase".into()),
+                );
             }
             return;
         }
@@ -100,7 +102,7 @@ impl Nemesis {
                 heal(sim, undo);
                 world
                     .borrow_mut()
-                    .record(What::Fault(format!("healed: {fault}")));
+                    .record_at(now, What::Fault(format!("healed: {fault}")));
             } else {
                 i += 1;
             }
@@ -109,7 +111,9 @@ impl Nemesis {
             self.next_at = now + Duration::from_millis(self.rng.random_range(200..=2_000));
             let (undo, fault) = self.inject(sim, world);
             self.injected += 1;
-            world.borrow_mut().record(What::Fault(fault.clone()));
+            world
+                .borrow_mut()
+                .record_at(now, What::Fault(fault.clone()));
             let lasts = Duration::from_millis(self.rng.random_range(300..=5_000));
             self.active.push((now + lasts, undo, fault));
         }
@@ -126,7 +130,9 @@ impl Nemesis {
     }
 
     fn inject(&mut self, sim: &mut turmoil::Sim<'_>, world: &Shared) -> (Undo, String) {
-        match self.rng.random_range(0..9) {
+        // A split into a minority and a majority of several nodes needs four or more.
+        let kinds = if self.nodes >= 4 { 10 } else { 9 };
+        match self.rng.random_range(0..kinds) {
             0 => {
                 let cut = self.node();
                 let mut links = Vec::new();
@@ -191,6 +197,21 @@ impl Nemesis {
                 }
                 let fault = format!("{node} paused");
                 (Undo::Release(links), fault)
+            }
+            9 => {
+                let ids: Vec<u64> = (1..=self.nodes as u64).collect();
+                let minority: Vec<u64> =
+                    ids.sample(&mut self.rng, self.nodes / 2).copied().collect();
+                let mut links = Vec::new();
+                for &a in &minority {
+                    for b in ids.iter().filter(|b| !minority.contains(b)) {
+                        sim.partition(node_name(a).as_str(), node_name(*b).as_str());
+                        links.push((node_name(a), node_name(*b)));
+                    }
+                }
+                let names: Vec<String> = minority.iter().map(|&id| node_name(id)).collect();
+                let fault = format!("{} split from the majority", names.join(","));
+                (Undo::RepairAll(links), fault)
             }
             _ => {
                 let client = self.rng.random_range(1..=self.clients);

@@ -100,8 +100,26 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
                     continue;
                 }
             };
-            critical_section(&plan, &world, &clock, &mut rng, &session, &guard).await;
+            // When the client library gives the lease up (it could not prove it, its clock
+            // having run ahead), the holder has been told it lost the lock: for the checker, it
+            // began releasing then.
             let token = guard.token().get();
+            let gave_up = {
+                let world = world.clone();
+                let lost = guard.lost();
+                let client = plan.client;
+                tokio::task::spawn_local(async move {
+                    lost.await;
+                    world.borrow_mut().record(What::ReleaseInvoked {
+                        client,
+                        session: id,
+                        lock: LOCK.to_string(),
+                        token,
+                    });
+                })
+            };
+            critical_section(&plan, &world, &clock, &mut rng, &session, &guard).await;
+            gave_up.abort();
             let op = world.borrow_mut().record(What::ReleaseInvoked {
                 client: plan.client,
                 session: id,

@@ -43,6 +43,24 @@ fn every_seed_of_the_corpus_passes() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Seeds run with five nodes, where a split can cut several nodes from the majority.
+const CORPUS_FIVE_NODES: &[u64] = &[1, 2];
+
+#[test]
+fn every_seed_of_the_five_node_corpus_passes() {
+    let options = Options {
+        nodes: 5,
+        ..Options::default()
+    };
+    let failures: Vec<String> = CORPUS_FIVE_NODES
+        .iter()
+        .map(|&seed| run(seed, &options))
+        .filter(|report| !report.passed())
+        .map(|report| explain(&report))
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 #[test]
 fn a_seed_replays_exactly() {
     let options = Options::default();
