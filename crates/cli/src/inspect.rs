@@ -189,11 +189,21 @@ fn event_text(event: &LockEvent) -> String {
 }
 
 /// Prints the keys resources must trust: one line, the keys joined by commas (one key unless a
-/// rotation is under way), which `--public-key` of a resource takes as it is.
+/// rotation is under way), which `--public-key` of a resource takes as it is. Standard error
+/// gets each key's id and fingerprint, to compare out of band before trusting the key: the key
+/// travels without TLS, and a key planted on the way could sign any token.
 pub async fn pubkey(args: PubkeyArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let client = global.connect().await?;
     let signing = client.public_key().await?;
     let published = client.public_keys().await?;
+    for key in published.keys() {
+        let role = if key.to_string() == signing {
+            " (signing)"
+        } else {
+            ""
+        };
+        eprintln!("key {} fingerprint {}{role}", key.id(), key.fingerprint());
+    }
     if args.json {
         let keys: Vec<_> = published
             .keys()
@@ -201,6 +211,7 @@ pub async fn pubkey(args: PubkeyArgs, global: &Global) -> anyhow::Result<ExitCod
             .map(|key| {
                 json!({
                     "key_id": key.id().to_string(),
+                    "fingerprint": key.fingerprint(),
                     "public_key": key.to_string(),
                     "signing": key.to_string() == signing,
                 })

@@ -247,3 +247,52 @@ fn key_commands_refuse_what_would_break_verification_and_change_nothing() {
         "the rotated key signs after a restart"
     );
 }
+
+/// 64 lowercase hex digits of the SHA-256 of `bytes`.
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+#[test]
+fn pubkey_shows_each_keys_fingerprint_to_compare_out_of_band_and_keeps_its_output_for_scripts() {
+    let palisade = Palisade::start(BIN);
+
+    // Standard output stays one line a resource's `--public-key` takes as it is.
+    let ran = palisade.run(&["pubkey"]);
+    ran.expect_success();
+    let public_key = ran.stdout.trim().to_string();
+    assert_eq!(ran.stdout.lines().count(), 1, "{:?}", ran.stdout);
+    let hex = public_key
+        .strip_prefix("ed25519:")
+        .unwrap_or_else(|| panic!("{public_key:?}"));
+
+    // Standard error names the key by id and SHA-256 fingerprint, which an operator computes
+    // alike from the key's bytes on a trusted host.
+    let bytes: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect();
+    let fingerprint = format!("SHA256:{}", sha256_hex(&bytes));
+    let key_id = palisade.run_json(&["keys", "list"])[0]["key_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        ran.stderr.trim(),
+        format!("key {key_id} fingerprint {fingerprint} (signing)"),
+        "{}",
+        ran.stderr
+    );
+    assert!(
+        fingerprint[7..].starts_with(&key_id),
+        "the id is the fingerprint's start"
+    );
+
+    // `--json` carries it too.
+    let json = palisade.run_json(&["pubkey"]);
+    assert_eq!(json["keys"][0]["fingerprint"], fingerprint.as_str());
+}

@@ -871,6 +871,18 @@ impl LockTable {
         self.locks.get(lock).map(|l| self.status_of(lock, l))
     }
 
+    /// The current holding of `lock`, if any, without copying its queue.
+    pub fn holder(&self, lock: &str) -> Option<Grant> {
+        self.locks.get(lock).and_then(|l| l.holder.clone())
+    }
+
+    /// How many sessions wait for `lock` (0 if the table does not know it). Costs the same
+    /// however long the queue is: a watcher's count must not copy a queue of up to
+    /// `waiters_per_lock_max` sessions.
+    pub fn waiter_count(&self, lock: &str) -> usize {
+        self.locks.get(lock).map_or(0, |l| l.waiters.len())
+    }
+
     /// Locks whose names start with `prefix`, in name order, after `start_after`, at most `limit`.
     pub fn locks(&self, prefix: &str, start_after: Option<&str>, limit: usize) -> Vec<LockStatus> {
         use std::ops::Bound;

@@ -157,6 +157,16 @@ impl PublicKey {
         KeyId(id)
     }
 
+    /// This key's fingerprint, `SHA256:` and the 64 hex digits of the SHA-256 of
+    /// [`PublicKey::to_bytes`] (so it begins with the key id), for an operator to compare over a
+    /// channel other than the one the key came by.
+    pub fn fingerprint(&self) -> String {
+        use sha2::Digest as _;
+        let digest = sha2::Sha256::digest(self.to_bytes());
+        let hex: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
+        format!("SHA256:{hex}")
+    }
+
     /// Parses `ed25519:<64 hex digits>`.
     pub fn parse(text: &str) -> Result<PublicKey, PublicKeyError> {
         let hex = text

@@ -179,6 +179,9 @@ enum Message {
     /// writes queued meanwhile go to the disk in one batch, at a moment the test chooses.
     #[cfg(test)]
     Hold(std::sync::mpsc::Receiver<()>),
+    /// For tests: see `Writer::compaction_hold`.
+    #[cfg(test)]
+    HoldCompaction(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>),
 }
 
 /// The Raft log store. Cheap to clone: clones share the in-memory log and the writer.
@@ -291,6 +294,10 @@ struct Writer {
     state: Arc<Mutex<wal::LogState>>,
     encoded: Vec<u8>,
     written_committed: Option<LogIdOf<C>>,
+    /// For tests: compact after the next purge whatever the file's size, announcing the copy
+    /// on the first channel and waiting on the second before rewriting the file.
+    #[cfg(test)]
+    compaction_hold: Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>,
 }
 
 /// However the writer ends (stopped, a failed write, a panic, a dropped task), waiters learn
@@ -310,6 +317,8 @@ impl Writer {
             state,
             encoded: Vec::new(),
             written_committed,
+            #[cfg(test)]
+            compaction_hold: None,
         }
     }
 
@@ -348,6 +357,10 @@ impl Writer {
                 #[cfg(test)]
                 Message::Hold(release) => {
                     let _ = release.recv();
+                }
+                #[cfg(test)]
+                Message::HoldCompaction(reached, release) => {
+                    self.compaction_hold = Some((reached, release));
                 }
             }
         }
@@ -402,15 +415,43 @@ impl Writer {
             return false;
         }
         if purged {
-            // The in-memory log may be ahead of the file by writes still queued; each of them
-            // is an assignment that re-applies cleanly on top of the compacted state.
+            self.maybe_compact();
+        }
+        !stopping
+    }
+
+    /// Rewrites the file without its purged records if they make up most of it. The state is
+    /// copied under the log's lock and written without it, so appends and readers of the
+    /// in-memory log go on during the rewrite and its fsync (finding M5). The copy may be ahead
+    /// of the file by writes still queued, and writes made during the rewrite are queued behind
+    /// it: each is an assignment that re-applies cleanly on top of the compacted state, in the
+    /// order it was made.
+    fn maybe_compact(&mut self) {
+        let image = {
             let state = lock_state(&self.state);
             let live_bytes = state.entries.len() as u64 * 256;
-            if let Err(e) = self.wal.maybe_compact(&state, live_bytes) {
+            #[cfg(test)]
+            let due = self.compaction_hold.is_some() || self.wal.compaction_due(live_bytes);
+            #[cfg(not(test))]
+            let due = self.wal.compaction_due(live_bytes);
+            due.then(|| wal::Compaction::of(&state))
+        };
+        let Some(image) = image else {
+            return;
+        };
+        #[cfg(test)]
+        if let Some((reached, release)) = self.compaction_hold.take() {
+            let _ = reached.send(());
+            let _ = release.recv();
+        }
+        match self.wal.compact(&image) {
+            // The file now holds the copy's committed id: the next frame repeats it only once
+            // it changes.
+            Ok(()) => self.written_committed = image.committed,
+            Err(e) => {
                 tracing::warn!(error = %e, "compacting the raft log failed; it keeps growing");
             }
         }
-        !stopping
     }
 }
 
@@ -576,6 +617,58 @@ mod tests {
         append_durably(&mut log, blank_entries(2, 2..=3)).await;
         assert_eq!(durable.end(), 4);
         log.close();
+    }
+
+    #[tokio::test]
+    async fn appends_and_reads_go_on_while_a_compaction_rewrites_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("raft.wal");
+        let mut log = LogStore::open(&path).unwrap();
+        append_durably(&mut log, blank_entries(1, 1..=10)).await;
+
+        // Phase 1: a purge starts a compaction, which stops once it has copied the log.
+        let (reached, at_rewrite) = std::sync::mpsc::channel();
+        let (release, held) = std::sync::mpsc::channel();
+        log.writer
+            .send(Message::HoldCompaction(reached, held))
+            .unwrap();
+        log.purge(log_id::<C>(1, 1, 5)).await.unwrap();
+        at_rewrite
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("the writer copies the log for a compaction");
+
+        // Phase 2: with the rewrite not yet done, an append goes into the log and is read back
+        // (on a thread of its own, so that a log lock held by the rewrite fails the test).
+        let (appended, read) = std::sync::mpsc::channel();
+        let mut appending = log.clone();
+        std::thread::spawn(move || {
+            futures::executor::block_on(async {
+                appending
+                    .append(blank_entries(1, 11..=12), IOFlushed::noop())
+                    .await
+                    .unwrap();
+                let read = appending.try_get_log_entries(6..=12).await.unwrap();
+                let _ = appended.send(read);
+            })
+        });
+        let read = read
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("an append and a read finish while the compaction rewrites the file");
+        assert_eq!(
+            read.iter().map(|e| e.index()).collect::<Vec<_>>(),
+            (6..=12).collect::<Vec<_>>()
+        );
+
+        // Phase 3: the rewrite finishes; the append queued behind it lands on the new file.
+        release.send(()).unwrap();
+        append_durably(&mut log, blank_entries(1, 13..=13)).await;
+        log.close();
+        let (_wal, replayed) = wal::Wal::open(&path).unwrap();
+        assert_eq!(
+            replayed.entries.keys().copied().collect::<Vec<_>>(),
+            (6..=13).collect::<Vec<_>>()
+        );
+        assert_eq!(replayed.last_purged, Some(log_id::<C>(1, 1, 5)));
     }
 
     #[tokio::test]

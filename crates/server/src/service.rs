@@ -28,7 +28,7 @@ use crate::limits::{
 };
 use crate::node::{LeaderHint, Node, ProposeError};
 use crate::session_secret::{self, SessionSecret};
-use crate::state_machine::{WATCH_BUFFER_EVENTS, WaitOutcome};
+use crate::state_machine::{Published, WATCH_BUFFER_EVENTS, WaitOutcome};
 
 /// Why an operation did not succeed. Each variant says whether the operation took effect, so a
 /// transport maps it to a status without guessing.
@@ -700,15 +700,11 @@ impl LockService {
                         return;
                     }
                 };
+                // Built from the event alone: the table is not taken, and the cost does not
+                // grow with the lock's queue (finding M4).
                 let change = match received {
-                    Ok(event) => match change_of(&event, &lock) {
-                        Some((kind, session, token)) => LockChange {
-                            kind,
-                            lock: lock.clone(),
-                            session,
-                            token,
-                            waiters: waiting_on(&node, &lock),
-                        },
+                    Ok(published) => match change_of(&published, &lock) {
+                        Some(change) => change,
                         None => continue,
                     },
                     Err(broadcast::error::RecvError::Lagged(missed)) => {
@@ -781,22 +777,39 @@ impl LockService {
 
 /// The state of `lock` as the table holds it now, as a watch's `Snapshot` change.
 fn snapshot_change(node: &Node, lock: &str) -> LockChange {
-    let current = node.shared().read(|t| t.lock_status(lock));
-    let holder = current.as_ref().and_then(|s| s.holder.as_ref());
+    // The holder and the count only: the queue itself is not copied.
+    let (holder, waiters) = node.shared().read(|t| {
+        let holder = t.holder(lock);
+        (holder, t.waiter_count(lock) as u64)
+    });
     LockChange {
         kind: ChangeKind::Snapshot,
         lock: lock.to_string(),
-        session: holder.map_or(SessionId::new(0), |g| g.session),
-        token: holder.map_or(Token::ZERO, |g| g.token),
-        waiters: current.as_ref().map_or(0, |s| s.waiters.len() as u64),
+        session: holder.as_ref().map_or(SessionId::new(0), |g| g.session),
+        token: holder.as_ref().map_or(Token::ZERO, |g| g.token),
+        waiters,
     }
 }
 
-/// What a watcher of `lock` hears of `event`, if anything.
-fn change_of(event: &Event, lock: &str) -> Option<(ChangeKind, SessionId, Token)> {
+/// What a watcher of `lock` hears of `published`, if anything: a watcher of another lock stops
+/// at comparing the name.
+fn change_of(published: &Published, lock: &str) -> Option<LockChange> {
+    let event = &published.event;
     if event.lock() != Some(lock) {
         return None;
     }
+    let (kind, session, token) = change_kind(event)?;
+    Some(LockChange {
+        kind,
+        lock: lock.to_string(),
+        session,
+        token,
+        waiters: published.waiters,
+    })
+}
+
+/// The change a watcher of `event`'s lock hears of it, if any.
+fn change_kind(event: &Event) -> Option<(ChangeKind, SessionId, Token)> {
     match *event {
         Event::Granted { session, token, .. } => Some((ChangeKind::Granted, session, token)),
         Event::Released {
@@ -815,11 +828,37 @@ fn change_of(event: &Event, lock: &str) -> Option<(ChangeKind, SessionId, Token)
     }
 }
 
-fn waiting_on(node: &Node, lock: &str) -> u64 {
-    node.shared()
-        .read(|t| t.lock_status(lock).map_or(0, |s| s.waiters.len() as u64))
-}
-
 fn unexpected(reply: Reply) -> ServiceError {
     ServiceError::Internal(format!("unexpected reply from the lock table: {reply:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watcher_reads_the_queue_length_from_the_event_and_other_locks_pass_by() {
+        let published = |lock: &str, waiters| Published {
+            event: Event::Granted {
+                lock: lock.into(),
+                session: SessionId::new(2),
+                token: Token::new(7),
+                request_id: palisade_core::RequestId::new(1),
+            },
+            waiters,
+        };
+        // No table here: the change comes from the event alone, whatever the queue's length.
+        let change = change_of(&published("l", 10_000), "l").expect("a change of the lock");
+        assert_eq!(
+            change,
+            LockChange {
+                kind: ChangeKind::Granted,
+                lock: "l".into(),
+                session: SessionId::new(2),
+                token: Token::new(7),
+                waiters: 10_000,
+            }
+        );
+        assert_eq!(change_of(&published("m", 10_000), "l"), None);
+    }
 }

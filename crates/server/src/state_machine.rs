@@ -163,7 +163,7 @@ pub struct Shared {
     /// grant does not take the lock the apply path holds.
     signing_key: std::sync::RwLock<Option<palisade_sequencer::SigningKey>>,
     waiters: Waiters,
-    events: broadcast::Sender<Event>,
+    events: broadcast::Sender<Published>,
     lease_alarm: LeaseAlarm,
     /// How many snapshots this node has installed since it started. A snapshot replaces the
     /// table without events, so a watcher that sees this change reads the lock's state afresh.
@@ -227,8 +227,8 @@ impl Shared {
         &self.waiters
     }
 
-    /// Every event of every applied entry from now on.
-    pub fn subscribe_events(&self) -> broadcast::Receiver<Event> {
+    /// Every event of every applied entry from now on, each with its lock's queue length.
+    pub fn subscribe_events(&self) -> broadcast::Receiver<Published> {
         self.events.subscribe()
     }
 
@@ -339,8 +339,15 @@ impl StateMachine {
         self.shared.clone()
     }
 
-    fn publish(&self, output: &Output, index: u64) {
-        for event in &output.events {
+    /// Completes the waits `output` ends and sends its events to the watchers, the `i`th with
+    /// `waiters[i]`, its lock's queue length once the entry was applied.
+    fn publish(&self, output: &Output, waiters: &[u64], index: u64) {
+        assert_eq!(
+            output.events.len(),
+            waiters.len(),
+            "every published event carries its lock's queue length"
+        );
+        for (event, &waiters) in output.events.iter().zip(waiters) {
             match event {
                 Event::Granted {
                     lock,
@@ -380,9 +387,35 @@ impl StateMachine {
                 Event::SessionEnded { .. } => {}
             }
             // No watcher is not an error.
-            let _ = self.shared.events.send(event.clone());
+            let _ = self.shared.events.send(Published {
+                event: event.clone(),
+                waiters,
+            });
         }
     }
+}
+
+/// An applied event as watchers receive it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    pub event: Event,
+    /// How many sessions wait for the event's lock once the entry that made the event was
+    /// applied (0 for an event of no lock). Carried here so that a watcher's work per event does
+    /// not grow with the queue, and never takes the lock the apply path holds.
+    pub waiters: u64,
+}
+
+/// The queue length of each event's lock in `table`, in the events' order. One look-up per
+/// event, whatever the queue's length.
+fn waiter_counts(table: &LockTable, events: &[Event]) -> Vec<u64> {
+    events
+        .iter()
+        .map(|event| {
+            event
+                .lock()
+                .map_or(0, |lock| table.waiter_count(lock) as u64)
+        })
+        .collect()
 }
 
 /// Decodes a snapshot from outside this process (`source` names it in errors) and refuses it
@@ -456,10 +489,10 @@ impl RaftStateMachine<C> for StateMachine {
                 "applying log entry {} before it is durable",
                 entry.log_id.index
             );
-            let output = {
+            let (output, waiters) = {
                 let mut applied = self.shared.applied();
                 applied.last_applied = Some(entry.log_id);
-                match entry.payload {
+                let output = match entry.payload {
                     EntryPayload::Blank => None,
                     EntryPayload::Normal(Proposal::Lock(input)) => Some(applied.table.apply(input)),
                     EntryPayload::Normal(Proposal::Keys { keys }) => {
@@ -486,10 +519,17 @@ impl RaftStateMachine<C> for StateMachine {
                         applied.membership = StoredMembership::new(Some(entry.log_id), membership);
                         None
                     }
-                }
+                };
+                // Counted here, once per event, while the table is at hand: a watcher then
+                // reads the count from the event and never takes the table (finding M4).
+                let waiters = output
+                    .as_ref()
+                    .map(|output| waiter_counts(&applied.table, &output.events))
+                    .unwrap_or_default();
+                (output, waiters)
             };
             if let Some(output) = &output {
-                self.publish(output, entry.log_id.index);
+                self.publish(output, &waiters, entry.log_id.index);
             }
             if let Some(responder) = responder {
                 responder.send(output.unwrap_or(Output {
@@ -583,6 +623,57 @@ mod tests {
         );
         drop(registration);
         assert_eq!(waiters.count(), 0, "a dropped registration is gone");
+    }
+
+    #[test]
+    fn a_handoff_publishes_the_queue_length_after_it_without_a_copy_of_the_queue() {
+        use palisade_core::{Command, DurationMs, Input, RequestId, Wait};
+        let mut table = LockTable::new(Limits::default());
+        let now_ms = TimeMs::from_millis(1);
+        let mut apply = |command| table.apply(Input { now_ms, command });
+        // Phase 1: session 1 holds "l", sessions 2 to 4 queue behind it, 5 holds "m".
+        for _ in 1..=5 {
+            let command = Command::OpenSession {
+                open_key: None,
+                ttl_ms: DurationMs::from_millis(10_000),
+                secret_digest: None,
+            };
+            apply(command).result.unwrap();
+        }
+        for (session, lock, wait) in [
+            (1, "l", Wait::Try),
+            (2, "l", Wait::Forever),
+            (3, "l", Wait::Forever),
+            (4, "l", Wait::Forever),
+            (5, "m", Wait::Try),
+        ] {
+            let command = Command::Acquire {
+                session: SessionId::new(session),
+                lock: lock.into(),
+                request_id: RequestId::new(session),
+                wait,
+            };
+            apply(command).result.unwrap();
+        }
+        // Phase 2: the release hands "l" to session 2; both events carry the two still waiting.
+        let output = apply(Command::Release {
+            session: SessionId::new(1),
+            lock: "l".into(),
+            request_id: RequestId::new(10),
+        });
+        output.result.unwrap();
+        assert!(
+            matches!(
+                output.events.as_slice(),
+                [Event::Released { .. }, Event::Granted { .. }]
+            ),
+            "{:?}",
+            output.events
+        );
+        assert_eq!(waiter_counts(&table, &output.events), vec![2, 2]);
+        assert_eq!(table.lock_status("l").unwrap().waiters.len(), 2);
+        assert_eq!(table.waiter_count("m"), 0);
+        assert_eq!(table.waiter_count("unknown"), 0);
     }
 
     /// A snapshot of one session holding one lock, as JSON to tamper with.

@@ -121,6 +121,27 @@ impl LogState {
     }
 }
 
+/// What a compaction writes: a copy of the log's state, taken under the log's lock so that the
+/// rewrite and its fsync happen without it (finding M5).
+#[derive(Debug, Clone)]
+pub struct Compaction {
+    pub entries: Vec<Entry>,
+    pub vote: Option<VoteOf<C>>,
+    pub committed: Option<LogIdOf<C>>,
+    pub last_purged: Option<LogIdOf<C>>,
+}
+
+impl Compaction {
+    pub fn of(state: &LogState) -> Compaction {
+        Compaction {
+            entries: state.entries.values().cloned().collect(),
+            vote: state.vote,
+            committed: state.committed,
+            last_purged: state.last_purged,
+        }
+    }
+}
+
 /// The open file, owned by the log writer thread.
 #[derive(Debug)]
 pub struct Wal {
@@ -273,18 +294,27 @@ impl Wal {
         Ok(())
     }
 
+    /// Whether purged records make up most of the file, so that a rewrite is worth its cost.
+    pub fn compaction_due(&self, live_bytes_estimate: u64) -> bool {
+        self.bytes >= COMPACT_FILE_BYTES_MIN && self.bytes >= 2 * live_bytes_estimate
+    }
+
     /// Rewrites the file from `state` if purged records make up most of it.
     pub fn maybe_compact(&mut self, state: &LogState, live_bytes_estimate: u64) -> io::Result<()> {
-        if self.bytes < COMPACT_FILE_BYTES_MIN || self.bytes < 2 * live_bytes_estimate {
+        if !self.compaction_due(live_bytes_estimate) {
             return Ok(());
         }
-        let mut head = vec![Record::Committed(state.committed)];
-        head.extend(state.vote.map(Record::Vote));
-        head.extend(state.last_purged.map(Record::Purge));
+        self.compact(&Compaction::of(state))
+    }
+
+    /// Replaces the file with `image`, durably. Takes no lock: the image is a copy.
+    pub fn compact(&mut self, image: &Compaction) -> io::Result<()> {
+        let mut head = vec![Record::Committed(image.committed)];
+        head.extend(image.vote.map(Record::Vote));
+        head.extend(image.last_purged.map(Record::Purge));
         let mut encoded = Vec::new();
         encode_frame(&head, &mut encoded)?;
-        let entries: Vec<Entry> = state.entries.values().cloned().collect();
-        for chunk in entries.chunks(COMPACT_ENTRIES_PER_FRAME) {
+        for chunk in image.entries.chunks(COMPACT_ENTRIES_PER_FRAME) {
             encode_frame(&[Record::Entries(chunk.to_vec())], &mut encoded)?;
         }
         let name = self

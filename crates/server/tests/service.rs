@@ -357,3 +357,76 @@ async fn a_full_page_of_the_longest_lock_names_is_listed_and_paginates() {
     assert!(rest.next_start_after.is_empty());
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_hears_each_handoff_with_the_queue_left_behind_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = LockServer::start(dir.path()).await;
+    let client = locks_client(&running.endpoint()).await;
+
+    // Phase 1: A holds the lock, B and C queue behind it in that order.
+    let mut a = client.clone();
+    let holder = open(&mut a, 1, 30_000).await;
+    a.acquire(acquire(&holder, "jobs/queue", 10, 0))
+        .await
+        .unwrap();
+    let mut queued = Vec::new();
+    for (n, request_id) in [(2u64, 20u64), (3, 30)] {
+        let mut c = client.clone();
+        let session = open(&mut c, n, 30_000).await;
+        let waiting = tokio::spawn(async move {
+            c.acquire(acquire(&session, "jobs/queue", request_id, 60_000))
+                .await
+                .map(|granted| (session, granted.into_inner().token))
+        });
+        queued.push(waiting);
+        let mut status = client.clone();
+        for attempt in 0.. {
+            let info = status
+                .status(StatusRequest {
+                    lock: "jobs/queue".into(),
+                    stale: false,
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            if info.waiters.len() as u64 == n - 1 {
+                break;
+            }
+            assert!(attempt < 3_000, "waiter {n} never queued: {info:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    // Phase 2: a watcher starts with the lock's state, then hears the release and the handoff,
+    // each with the one session still waiting.
+    let mut watcher = client.clone();
+    let mut events = watcher
+        .watch(WatchRequest {
+            lock: "jobs/queue".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = events.message().await.unwrap().unwrap();
+    assert_eq!(first.kind(), watch_event::Kind::Snapshot);
+    assert_eq!((first.session, first.waiters), (holder.id, 2));
+    a.release(ReleaseRequest {
+        session: holder.id,
+        lock: "jobs/queue".into(),
+        request_id: 11,
+        session_secret: holder.secret.clone(),
+    })
+    .await
+    .unwrap();
+    let released = events.message().await.unwrap().unwrap();
+    assert_eq!(released.kind(), watch_event::Kind::Released);
+    assert_eq!((released.session, released.waiters), (holder.id, 1));
+    let granted = events.message().await.unwrap().unwrap();
+    let (next, token) = queued.remove(0).await.unwrap().unwrap();
+    assert_eq!(granted.kind(), watch_event::Kind::Granted);
+    assert_eq!(
+        (granted.session, granted.token, granted.waiters),
+        (next.id, token, 1)
+    );
+}
