@@ -12,17 +12,6 @@ mod common;
 use common::*;
 use palisade_history::{Access, Check, History, Outcome, Reply};
 
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
-
 const HOLDERS: u64 = 5;
 
 /// The resource: the accepted token and the counter.

@@ -35,17 +35,6 @@ const BUGS: [Bug; 5] = [
     Bug::ShortLease,
 ];
 
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
-
 /// The leases of the simulated service: a few steps long.
 const GEN_TTL_NS: u64 = 60;
 

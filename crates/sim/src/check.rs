@@ -57,8 +57,8 @@ pub fn history(events: &[Event], counter: u64) -> History {
                     _ => 0,
                 };
                 let outcome = match outcome {
-                    record::Outcome::Ok { token: 0 } => Outcome::Ok(Reply::Released),
-                    record::Outcome::Ok { token } => Outcome::Ok(Reply::Granted(Grant {
+                    record::Outcome::Released => Outcome::Ok(Reply::Released),
+                    record::Outcome::Granted { token } => Outcome::Ok(Reply::Granted(Grant {
                         session: SessionId::new(session),
                         token: Token::new(*token),
                     })),

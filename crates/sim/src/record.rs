@@ -65,8 +65,10 @@ pub enum What {
 /// How an operation ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    /// Granted with this token (an acquire), or done (a release: `token` 0).
-    Ok { token: u64 },
+    /// An acquire granted with this token.
+    Granted { token: u64 },
+    /// A release done.
+    Released,
     /// Known not to have happened.
     Failed(String),
     /// May or may not have happened.
@@ -130,8 +132,8 @@ impl fmt::Display for Event {
 impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Outcome::Ok { token: 0 } => write!(f, "ok"),
-            Outcome::Ok { token } => write!(f, "granted, token {token}"),
+            Outcome::Released => write!(f, "ok"),
+            Outcome::Granted { token } => write!(f, "granted, token {token}"),
             Outcome::Failed(why) => write!(f, "failed ({why})"),
             Outcome::Unknown(why) => write!(f, "unknown outcome ({why})"),
         }

@@ -77,7 +77,7 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
                     let token = guard.token().get();
                     world.borrow_mut().record(What::AcquireCompleted {
                         op,
-                        outcome: Outcome::Ok { token },
+                        outcome: Outcome::Granted { token },
                     });
                     guard
                 }
@@ -127,7 +127,7 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
                 token,
             });
             let outcome = match guard.release().await {
-                Ok(()) => Outcome::Ok { token: 0 },
+                Ok(()) => Outcome::Released,
                 Err(e)
                     if matches!(e.class(), ErrorClass::OutcomeUnknown | ErrorClass::Internal) =>
                 {

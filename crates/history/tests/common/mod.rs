@@ -9,6 +9,19 @@ use palisade_history::{
 
 pub const TTL_NS: u64 = 1_000;
 
+/// A xorshift generator: the generated histories are the same on every run.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// A number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
 pub fn grant(session: u64, token: u64) -> Grant {
     Grant {
         session: SessionId::new(session),
