@@ -18,17 +18,25 @@ pub enum Canary {
     /// The fence refuses a token equal to the one it accepted (`<` instead of `≤`), so a holder
     /// that claimed a resource cannot write it.
     FenceRefusesEqualToken,
+    /// The log acknowledges what it wrote without an `fdatasync`: Raft counts a vote or an
+    /// entry that a crash can take back.
+    AckBeforeFsync,
 }
 
 impl Canary {
     /// Every canary.
-    pub const ALL: [Canary; 2] = [Canary::SkipLeaderStart, Canary::FenceRefusesEqualToken];
+    pub const ALL: [Canary; 3] = [
+        Canary::SkipLeaderStart,
+        Canary::FenceRefusesEqualToken,
+        Canary::AckBeforeFsync,
+    ];
 
     /// Its name on the command line.
     pub fn name(self) -> &'static str {
         match self {
             Canary::SkipLeaderStart => "skip-leader-start",
             Canary::FenceRefusesEqualToken => "fence-refuses-equal-token",
+            Canary::AckBeforeFsync => "ack-before-fsync",
         }
     }
 

@@ -12,6 +12,7 @@
 
 pub mod backup;
 pub mod cluster;
+pub mod disk;
 mod entropy;
 mod files;
 pub mod grpc;
@@ -172,6 +173,8 @@ pub struct Platform {
     pub dialer: Option<palisade_proto::transport::Dialer>,
     /// Where the log's writes and the snapshots run.
     pub blocking: Blocking,
+    /// How the log's file meets the disk.
+    pub disk: disk::Disk,
 }
 
 impl Default for Platform {
@@ -181,6 +184,7 @@ impl Default for Platform {
             listener: None,
             dialer: None,
             blocking: Blocking::Threads,
+            disk: disk::Disk::direct(),
         }
     }
 }
@@ -244,6 +248,7 @@ impl Server {
             join: args.join,
             dialer: platform.dialer,
             blocking: platform.blocking,
+            disk: platform.disk,
         })
         .await
         .map_err(|source| ServeError::Start {

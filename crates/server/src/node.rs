@@ -156,6 +156,8 @@ pub struct NodeConfig {
     pub dialer: Option<Dialer>,
     /// Where the log's writes and snapshots run: [`Blocking::Threads`] in production.
     pub blocking: Blocking,
+    /// How the log's file meets the disk: [`crate::disk::Disk::direct`] in production.
+    pub disk: crate::disk::Disk,
 }
 
 /// The name every node of a Palisade cluster carries in its peer requests.
@@ -283,7 +285,7 @@ impl Node {
 
         // The log takes the data directory's lock: nothing in it, the key included, is created
         // before this process knows it is the only one using the directory.
-        let log = LogStore::open_with(&data_dir.join(LOG_FILE), config.blocking)?;
+        let log = LogStore::open_with(&data_dir.join(LOG_FILE), config.blocking, config.disk.clone())?;
         // A directory from before node ids holds entries (or a vote) of node 1; an empty log is
         // only a first start that stopped before it wrote its identity.
         let had_log = {
@@ -1307,6 +1309,7 @@ mod tests {
             join: true,
             dialer: None,
             blocking: Blocking::Threads,
+            disk: crate::disk::Disk::direct(),
         }
     }
 

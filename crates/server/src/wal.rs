@@ -36,13 +36,13 @@
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use openraft::entry::RaftEntry;
 use openraft::type_config::alias::{LogIdOf, VoteOf};
 use serde::{Deserialize, Serialize};
 
+use crate::disk::{Disk, LogFile};
 use crate::files::write_file_atomically;
 use crate::limits::RECORD_BYTES_MAX;
 use crate::raft_types::{C, Entry};
@@ -146,7 +146,8 @@ impl Compaction {
 #[derive(Debug)]
 pub struct Wal {
     path: PathBuf,
-    file: File,
+    disk: Disk,
+    file: Box<dyn LogFile>,
     /// Where the data ends and the next frame goes.
     bytes: u64,
     /// The file's length: zeros, durable, from `bytes` up to here.
@@ -193,6 +194,11 @@ fn encode_frame_within<'a>(
 impl Wal {
     /// Opens the file at `path` (creating it), replays it, and cuts off a torn tail.
     pub fn open(path: &Path) -> io::Result<(Wal, LogState)> {
+        Wal::open_on(path, Disk::direct())
+    }
+
+    /// [`Wal::open`], writing through `disk`.
+    pub fn open_on(path: &Path, disk: Disk) -> io::Result<(Wal, LogState)> {
         let lock = OpenOptions::new()
             .create(true)
             .append(true)
@@ -253,7 +259,8 @@ impl Wal {
         }
         let wal = Wal {
             path: path.to_path_buf(),
-            file,
+            file: disk.open(file),
+            disk,
             bytes: offset as u64,
             allocated,
             _lock: lock,
@@ -261,16 +268,18 @@ impl Wal {
         Ok((wal, state))
     }
 
-    /// Appends encoded records; with `sync`, makes them (and everything before) durable with
-    /// one `fdatasync`.
-    pub fn append(&mut self, encoded: &[u8], sync: bool) -> io::Result<()> {
+    /// Appends encoded records and makes them (and everything before) durable with one
+    /// `fdatasync`. Every frame is synced before the next is written, even one that nobody
+    /// waits for: two frames written without a sync between them could reach the disk in
+    /// either order, and a crash that kept only the later one would look like corruption.
+    pub fn append(&mut self, encoded: &[u8]) -> io::Result<()> {
         let end = self.bytes + encoded.len() as u64;
         if end > self.allocated {
             self.preallocate(end + PREALLOCATE_BYTES)?;
         }
-        self.file.write_all_at(encoded, self.bytes)?;
-        if sync {
-            self.file.sync_data()?;
+        self.file.write(encoded, self.bytes)?;
+        if !palisade_core::canary::active(palisade_core::canary::Canary::AckBeforeFsync) {
+            self.file.sync()?;
         }
         self.bytes = end;
         Ok(())
@@ -286,10 +295,10 @@ impl Wal {
         let mut at = self.allocated;
         while at < to {
             let n = (to - at).min(CHUNK as u64) as usize;
-            self.file.write_all_at(&zeros[..n], at)?;
+            self.file.write(&zeros[..n], at)?;
             at += n as u64;
         }
-        self.file.sync_data()?;
+        self.file.sync()?;
         self.allocated = to;
         Ok(())
     }
@@ -328,7 +337,9 @@ impl Wal {
             &encoded,
             Some(crate::files::SECRET_FILE_MODE),
         )?;
-        self.file = OpenOptions::new().write(true).open(&self.path)?;
+        self.file = self
+            .disk
+            .open(OpenOptions::new().write(true).open(&self.path)?);
         tracing::info!(
             from_bytes = self.bytes,
             to_bytes = encoded.len(),
@@ -385,6 +396,8 @@ fn decode_at(contents: &[u8], offset: usize) -> Option<(Vec<Record>, usize)> {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::FileExt;
+
     use super::*;
 
     fn entry(index: u64) -> Entry {
@@ -394,7 +407,7 @@ mod tests {
     fn write(wal: &mut Wal, records: Vec<Record>) {
         let mut encoded = Vec::new();
         encode_frame(&records, &mut encoded).unwrap();
-        wal.append(&encoded, true).unwrap();
+        wal.append(&encoded).unwrap();
     }
 
     /// Where the data ends in the log at `path`, and the whole file.
@@ -600,7 +613,7 @@ mod tests {
         let mut encoded = Vec::new();
         encode_frame(&records, &mut encoded).unwrap();
         records.into_iter().for_each(|record| state.apply(record));
-        wal.append(&encoded, true).unwrap();
+        wal.append(&encoded).unwrap();
         wal.bytes = COMPACT_FILE_BYTES_MIN; // pretend the file is large
         wal.maybe_compact(&state, 1).unwrap();
         drop(wal);
