@@ -15,16 +15,18 @@ pub mod check;
 pub mod clock;
 pub mod nemesis;
 pub mod net;
+pub mod operator;
 pub mod record;
 mod workload;
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Duration;
 
 use palisade_core::canary::{self, Canary};
+use palisade_server::disk::{Disk, OnCrash};
 use palisade_server::{Blocking, Platform, Server, ServerConfig};
 use rand::rngs::SmallRng;
 use rand::{RngExt as _, SeedableRng as _};
@@ -34,6 +36,10 @@ use crate::record::{Event, What};
 
 /// The port every simulated node listens on.
 pub const PORT: u16 = 7457;
+
+/// Nodes started empty, waiting to be added to the cluster by the operator's churn, each
+/// under an id never used before.
+pub const SPARE_NODES: usize = 4;
 
 /// The lock every client takes.
 pub const LOCK: &str = "sim/counter";
@@ -100,6 +106,10 @@ pub(crate) struct World {
     pub(crate) client_clocks: BTreeMap<usize, DriftingClock>,
     /// Per client: the simulated time of its last accepted write.
     pub(crate) last_write: BTreeMap<usize, Duration>,
+    /// Per node: the operator's orders it has not looked at yet.
+    pub(crate) orders: BTreeMap<u64, Vec<operator::Order>>,
+    /// The voters, as the operator's changes left them.
+    pub(crate) members: BTreeSet<u64>,
 }
 
 pub(crate) type Shared = Rc<RefCell<World>>;
@@ -148,24 +158,35 @@ pub fn run(seed: u64, options: &Options) -> Report {
         keys: None,
         client_clocks: BTreeMap::new(),
         last_write: BTreeMap::new(),
+        orders: BTreeMap::new(),
+        members: (1..=options.nodes as u64).collect(),
     }));
     let members: BTreeMap<u64, String> = (1..=options.nodes as u64)
         .map(|id| (id, format!("{}:{PORT}", node_name(id))))
         .collect();
-    for id in 1..=options.nodes as u64 {
+    let hosts = (options.nodes + SPARE_NODES) as u64;
+    for id in 1..=hosts {
         let data_dir = dir.path().join(node_name(id));
-        let members = members.clone();
+        // The spares start empty and wait to be added.
+        let members = (id <= options.nodes as u64).then(|| members.clone());
+        let world = world.clone();
         // Within what the client's lease accounting allows for (0.2 % between two clocks).
         let drift_ppm = rng.random_range(-900..=900);
         let offset = Duration::from_millis(rng.random_range(0..=30_000));
         let clock = DriftingClock::new(offset, drift_ppm);
         sim.host(node_name(id), move || {
-            node(id, data_dir.clone(), members.clone(), clock.clone())
+            node(
+                id,
+                data_dir.clone(),
+                members.clone(),
+                clock.clone(),
+                world.clone(),
+            )
         });
     }
-    let endpoints: Vec<String> = members
-        .values()
-        .map(|addr| format!("http://{addr}"))
+    // Clients know every node that may become a member.
+    let endpoints: Vec<String> = (1..=hosts)
+        .map(|id| format!("http://{}:{PORT}", node_name(id)))
         .collect();
     for client in 1..=options.clients {
         let drift_ppm = rng.random_range(-900..=900);
@@ -237,12 +258,14 @@ pub fn run(seed: u64, options: &Options) -> Report {
 }
 
 /// One start of node `id`: recovers its data directory, or bootstraps the cluster with
-/// `members`, and serves until the simulation crashes the host.
+/// `members` (or, without them, waits to be added), carries out the operator's orders, and
+/// serves until the simulation crashes the host or the node is removed.
 async fn node(
     id: u64,
     data_dir: PathBuf,
-    members: BTreeMap<u64, String>,
+    members: Option<BTreeMap<u64, String>>,
     clock: DriftingClock,
+    world: Shared,
 ) -> turmoil::Result {
     let listener = net::listen(PORT).await?;
     let config = ServerConfig {
@@ -252,16 +275,19 @@ async fn node(
         lock_delay: Duration::ZERO,
         node_id: id,
         advertise: Some(format!("{}:{PORT}", node_name(id))),
-        initial_cluster: Some(members),
-        join: false,
+        join: members.is_none(),
+        initial_cluster: members,
     };
     let platform = Platform {
         clock: clock.shared(),
         listener: Some(listener),
         dialer: Some(net::dialer()),
         blocking: Blocking::Inline,
+        // A crash loses what the log did not sync, page by page.
+        disk: Disk::volatile(OnCrash::TearPages),
     };
     let server = Server::start_on(&config, platform).await?;
+    tokio::task::spawn_local(operator::carry_out(id, server.node().clone(), world));
     server.run_until(std::future::pending()).await?;
     Ok(())
 }

@@ -8,7 +8,12 @@
 //!   link;
 //! - a node crashed and restarted from its data directory;
 //! - a node paused: nothing in or out of it for a while, then everything queued arrives;
-//! - a client's clock jumping forward.
+//! - a lossy link: each message lost with some probability, which stalls the TCP connection
+//!   it belonged to (turmoil does not retransmit), as a dead connection does;
+//! - a client's clock jumping forward;
+//! - the operator's work ([`crate::operator`]): a node with a fresh id added, a member removed
+//!   (between three and five voters), leadership handed to another member, a snapshot and a
+//!   purge of the log on every node.
 
 use std::time::Duration;
 
@@ -16,16 +21,23 @@ use rand::rngs::SmallRng;
 use rand::seq::IndexedRandom as _;
 use rand::{RngExt as _, SeedableRng as _};
 
+use crate::operator::Order;
 use crate::record::What;
-use crate::{Shared, node_name};
+use crate::{SPARE_NODES, Shared, node_name};
 
 /// Most faults in effect at once.
 const ACTIVE_MAX: usize = 2;
+/// Voters the operator's churn keeps the cluster between.
+const VOTERS_MIN: usize = 3;
+const VOTERS_MAX: usize = 5;
 
 #[derive(Debug)]
 pub struct Nemesis {
     rng: SmallRng,
-    nodes: usize,
+    /// Every node host, members or not.
+    hosts: u64,
+    /// The next spare node's id: ids are never used twice.
+    next_spare: u64,
     clients: usize,
     safety_end: Duration,
     enabled: bool,
@@ -44,6 +56,7 @@ enum Undo {
     Release(Vec<(String, String)>),
     Bounce(String),
     Latency(String, String),
+    Lossless(String, String),
     Nothing,
 }
 
@@ -57,7 +70,8 @@ impl Nemesis {
     ) -> Nemesis {
         Nemesis {
             rng: SmallRng::seed_from_u64(seed),
-            nodes,
+            hosts: (nodes + SPARE_NODES) as u64,
+            next_spare: nodes as u64 + 1,
             clients,
             safety_end,
             enabled,
@@ -119,78 +133,121 @@ impl Nemesis {
         }
     }
 
-    fn node(&mut self) -> String {
-        node_name(self.rng.random_range(1..=self.nodes as u64))
+    fn members(world: &Shared) -> Vec<u64> {
+        world.borrow().members.iter().copied().collect()
     }
 
-    fn two_nodes(&mut self) -> (String, String) {
-        let ids: Vec<u64> = (1..=self.nodes as u64).collect();
-        let pair: Vec<u64> = ids.sample(&mut self.rng, 2).copied().collect();
+    fn node(&mut self, world: &Shared) -> String {
+        let members = Nemesis::members(world);
+        node_name(
+            *members
+                .choose(&mut self.rng)
+                .expect("a cluster has members"),
+        )
+    }
+
+    fn two_nodes(&mut self, world: &Shared) -> (String, String) {
+        let members = Nemesis::members(world);
+        let pair: Vec<u64> = members.sample(&mut self.rng, 2).copied().collect();
         (node_name(pair[0]), node_name(pair[1]))
     }
 
+    /// Every other node host, member or not.
+    fn others(&self, node: &str) -> Vec<String> {
+        (1..=self.hosts)
+            .map(node_name)
+            .filter(|other| other != node)
+            .collect()
+    }
+
+    /// Sends `order` to every member.
+    fn order(world: &Shared, order: Order) {
+        let mut world = world.borrow_mut();
+        let members: Vec<u64> = world.members.iter().copied().collect();
+        for id in members {
+            world.orders.entry(id).or_default().push(order);
+        }
+    }
+
     fn inject(&mut self, sim: &mut turmoil::Sim<'_>, world: &Shared) -> (Undo, String) {
+        let voters = world.borrow().members.len();
         // A split into a minority and a majority of several nodes needs four or more.
-        let kinds = if self.nodes >= 4 { 10 } else { 9 };
+        let kinds = if voters >= 4 { 14 } else { 13 };
         match self.rng.random_range(0..kinds) {
             0 => {
-                let cut = self.node();
+                let cut = self.node(world);
                 let mut links = Vec::new();
-                for id in 1..=self.nodes as u64 {
-                    let other = node_name(id);
-                    if other != cut {
-                        sim.partition(cut.as_str(), other.as_str());
-                        links.push((cut.clone(), other));
-                    }
+                for other in self.others(&cut) {
+                    sim.partition(cut.as_str(), other.as_str());
+                    links.push((cut.clone(), other));
                 }
                 let fault = format!("{cut} cut off from the other nodes");
                 (Undo::RepairAll(links), fault)
             }
             1 => {
-                let (a, b) = self.two_nodes();
+                let (a, b) = self.two_nodes(world);
                 sim.partition(a.as_str(), b.as_str());
                 let fault = format!("link {a} - {b} cut");
                 (Undo::Repair(a, b), fault)
             }
             2 => {
-                let (a, b) = self.two_nodes();
+                let (a, b) = self.two_nodes(world);
                 sim.partition_oneway(a.as_str(), b.as_str());
                 let fault = format!("link {a} -> {b} cut one way");
                 (Undo::RepairOneway(a, b), fault)
             }
             3 => {
                 let client = format!("c{}", self.rng.random_range(1..=self.clients));
-                let node = self.node();
+                let node = self.node(world);
                 sim.partition(client.as_str(), node.as_str());
                 let fault = format!("client {client} cut off from {node}");
                 (Undo::Repair(client, node), fault)
             }
             4 => {
-                let (a, b) = self.two_nodes();
+                let (a, b) = self.two_nodes(world);
                 sim.hold(a.as_str(), b.as_str());
                 let fault = format!("messages between {a} and {b} held");
                 (Undo::Release(vec![(a, b)]), fault)
             }
             5 => {
-                let (a, b) = self.two_nodes();
+                let (a, b) = self.two_nodes(world);
                 let latency = Duration::from_millis(self.rng.random_range(20..=400));
                 sim.set_link_latency(a.as_str(), b.as_str(), latency);
                 let fault = format!("link {a} - {b} slowed to {latency:?}");
                 (Undo::Latency(a, b), fault)
             }
             6 => {
-                let node = self.node();
+                let down: Vec<String> = self
+                    .active
+                    .iter()
+                    .filter_map(|(_, undo, _)| match undo {
+                        Undo::Bounce(node) => Some(node.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                let up: Vec<u64> = Nemesis::members(world)
+                    .into_iter()
+                    .filter(|&id| !down.contains(&node_name(id)))
+                    .collect();
+                // Another crash of a node that is down already would only restart it twice.
+                let Some(&id) = up.choose(&mut self.rng) else {
+                    return (
+                        Undo::Nothing,
+                        "asked: nothing (every member is down)".into(),
+                    );
+                };
+                let node = node_name(id);
                 sim.crash(node.as_str());
                 let fault = format!("{node} crashed");
                 (Undo::Bounce(node), fault)
             }
             7 => {
-                let node = self.node();
+                let node = self.node(world);
                 let mut links = Vec::new();
-                let others = (1..=self.nodes as u64)
-                    .map(node_name)
-                    .chain((1..=self.clients).map(|c| format!("c{c}")))
-                    .filter(|other| *other != node);
+                let others = self
+                    .others(&node)
+                    .into_iter()
+                    .chain((1..=self.clients).map(|c| format!("c{c}")));
                 for other in others {
                     sim.hold(node.as_str(), other.as_str());
                     links.push((node.clone(), other));
@@ -198,22 +255,7 @@ impl Nemesis {
                 let fault = format!("{node} paused");
                 (Undo::Release(links), fault)
             }
-            9 => {
-                let ids: Vec<u64> = (1..=self.nodes as u64).collect();
-                let minority: Vec<u64> =
-                    ids.sample(&mut self.rng, self.nodes / 2).copied().collect();
-                let mut links = Vec::new();
-                for &a in &minority {
-                    for b in ids.iter().filter(|b| !minority.contains(b)) {
-                        sim.partition(node_name(a).as_str(), node_name(*b).as_str());
-                        links.push((node_name(a), node_name(*b)));
-                    }
-                }
-                let names: Vec<String> = minority.iter().map(|&id| node_name(id)).collect();
-                let fault = format!("{} split from the majority", names.join(","));
-                (Undo::RepairAll(links), fault)
-            }
-            _ => {
+            8 => {
                 let client = self.rng.random_range(1..=self.clients);
                 let by = Duration::from_millis(self.rng.random_range(100..=3_000));
                 if let Some(clock) = world.borrow().client_clocks.get(&client) {
@@ -223,6 +265,57 @@ impl Nemesis {
                     Undo::Nothing,
                     format!("clock of c{client} jumped forward {by:?}"),
                 )
+            }
+            9 => {
+                let (a, b) = self.two_nodes(world);
+                let rate = self.rng.random_range(0.01..=0.2);
+                sim.set_link_fail_rate(a.as_str(), b.as_str(), rate);
+                let fault = format!("link {a} - {b} loses {:.0} % of messages", rate * 100.0);
+                (Undo::Lossless(a, b), fault)
+            }
+            10 => {
+                let to = self.node(world);
+                let id = to[1..].parse().expect("node names are n<id>");
+                Nemesis::order(world, Order::TransferLeader { to: id });
+                (Undo::Nothing, format!("asked: leadership to {to}"))
+            }
+            11 => {
+                Nemesis::order(world, Order::SnapshotAndPurge);
+                (Undo::Nothing, "asked: snapshot and purge the log".into())
+            }
+            12 => {
+                let grow =
+                    voters <= VOTERS_MIN || (voters < VOTERS_MAX && self.rng.random_bool(0.5));
+                if grow && self.next_spare <= self.hosts {
+                    let id = self.next_spare;
+                    self.next_spare += 1;
+                    Nemesis::order(world, Order::Add { id });
+                    (Undo::Nothing, format!("asked: add {}", node_name(id)))
+                } else if voters > VOTERS_MIN {
+                    let gone = self.node(world);
+                    let id = gone[1..].parse().expect("node names are n<id>");
+                    Nemesis::order(world, Order::Remove { id });
+                    (Undo::Nothing, format!("asked: remove {gone}"))
+                } else {
+                    (Undo::Nothing, "asked: nothing (no spare node left)".into())
+                }
+            }
+            _ => {
+                let members = Nemesis::members(world);
+                let minority: Vec<u64> = members
+                    .sample(&mut self.rng, members.len() / 2)
+                    .copied()
+                    .collect();
+                let mut links = Vec::new();
+                for &a in &minority {
+                    for b in members.iter().filter(|b| !minority.contains(b)) {
+                        sim.partition(node_name(a).as_str(), node_name(*b).as_str());
+                        links.push((node_name(a), node_name(*b)));
+                    }
+                }
+                let names: Vec<String> = minority.iter().map(|&id| node_name(id)).collect();
+                let fault = format!("{} split from the majority", names.join(","));
+                (Undo::RepairAll(links), fault)
             }
         }
     }
@@ -244,6 +337,7 @@ fn heal(sim: &mut turmoil::Sim<'_>, undo: Undo) {
         }
         Undo::Bounce(node) => sim.bounce(node.as_str()),
         Undo::Latency(a, b) => sim.set_link_latency(a.as_str(), b.as_str(), Duration::ZERO),
+        Undo::Lossless(a, b) => sim.set_link_fail_rate(a.as_str(), b.as_str(), 0.0),
         Undo::Nothing => {}
     }
 }
