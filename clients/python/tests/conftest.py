@@ -63,10 +63,12 @@ def free_port() -> int:
 class Server:
     """One `palisade serve` process on a free loopback port, with its own data directory."""
 
-    def __init__(self, binary: pathlib.Path, data_dir: pathlib.Path, *extra: str) -> None:
+    def __init__(
+        self, binary: pathlib.Path, data_dir: pathlib.Path, *extra: str, port: Optional[int] = None, ready: bool = True
+    ) -> None:
         self.binary = binary
         self.data_dir = data_dir
-        self.port = free_port()
+        self.port = port or free_port()
         self.endpoint = f"127.0.0.1:{self.port}"
         self.log_path = data_dir.parent / f"serve-{self.port}.log"
         self._log = open(self.log_path, "wb")
@@ -75,7 +77,8 @@ class Server:
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )
-        self._wait_ready()
+        if ready:
+            self._wait_ready()
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + SERVER_START_TIMEOUT_S
@@ -92,6 +95,11 @@ class Server:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:]
+
+    def kill(self) -> None:
+        """``kill -9``."""
+        self.process.kill()
+        self.process.wait()
 
     def pause(self) -> None:
         self.process.send_signal(signal.SIGSTOP)

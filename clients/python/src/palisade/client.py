@@ -532,8 +532,6 @@ class Session:
         with self._mutex:
             earlier = self.ended
             if earlier is not None:
-                if earlier == errors.LOST_LEASE_UNPROVEN and reason == errors.LOST_CLOSED:
-                    return earlier
                 return earlier
             self.ended = reason
             grants = list(self._grants)
@@ -568,7 +566,7 @@ class Session:
 
     def _until_lost(self, proving: bool) -> str:
         backoff = _core.Backoff(self.ttl)
-        while not self._stopping.is_set():
+        while not self._stopping.is_set() and not self._client._closed:
             end = self._one_stream(proving, backoff)
             if end is not None:
                 return end
