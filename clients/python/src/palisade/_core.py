@@ -1,0 +1,538 @@
+"""What the blocking client and the asyncio client share: endpoints, failures, retries, ids.
+
+This mirrors the Rust client (``crates/client``) rule for rule, so a Python program and a Rust
+program behave alike against a cluster:
+
+- **Endpoints.** Every attempt goes to the current endpoint. After a failure,
+  :meth:`Endpoints.after_failure` picks the next: an ``UNAVAILABLE`` naming the leader
+  (``palisade-leader-addr``) makes the leader current; any other retryable failure moves to the
+  next configured endpoint, wrapping around; a refusal moves nothing. A failure seen on an
+  endpoint that is no longer current moves nothing (another call already moved).
+- **Retries.** A failure that applied nothing is retried, at once after a leader hint (at most
+  :data:`RETRIES_AT_ONCE_MAX` in a row), else after a pause (50 ms doubling to 1 s, jittered),
+  within a time budget. An attempt whose outcome is unknown is retried only as the same request:
+  one request id (acquire, release) or open key (open session), which the service deduplicates;
+  if the budget ends after an unknown outcome, the call is reported unknown, never failed.
+- **Ids.** Request ids are 64 random bits from the OS, compared by the service only with the
+  same session's last few ids; open keys are 16 random bytes from the OS, with no fallback,
+  because the service compares them with every client's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import random
+import threading
+import time
+import unicodedata
+from typing import Any, Callable, Generic, Optional, TypeVar
+
+import grpc
+
+from . import errors
+from ._proto import palisade_pb2 as pb
+
+#: Most endpoints one client takes: a cluster has at most 9 members.
+ENDPOINTS_MAX = 16
+#: Longest endpoint text, in bytes (a member address is at most 255 bytes).
+ENDPOINT_BYTES_MAX = 512
+#: Longest lock name, in bytes of UTF-8 (the service's ``LOCK_NAME_BYTES_MAX``).
+LOCK_NAME_BYTES_MAX = 256
+#: Session TTLs the service accepts, in seconds.
+SESSION_TTL_MIN_S = 1.0
+SESSION_TTL_MAX_S = 86_400.0
+#: Longest wait the service accepts, in seconds.
+WAIT_MAX_S = 86_400.0
+#: Largest gRPC message either side accepts (the proto crate's ``MESSAGE_BYTES_MAX``).
+MESSAGE_BYTES_MAX = 64 * 1024
+#: The length of a session secret, in bytes.
+SESSION_SECRET_BYTES = 32
+#: The length of an open key drawn by this client, in bytes.
+OPEN_KEY_BYTES = 16
+#: HTTP/2 pings on every connection, and how long one may go unanswered, in milliseconds: a
+#: member that freezes with its sockets open fails the calls in flight within about two seconds.
+KEEPALIVE_PING_INTERVAL_MS = 1000
+KEEPALIVE_PING_TIMEOUT_MS = 1000
+#: Pauses between attempts, in seconds.
+BACKOFF_INITIAL_S = 0.05
+BACKOFF_MAX_S = 1.0
+#: Most attempts in a row made at once after leader hints.
+RETRIES_AT_ONCE_MAX = 3
+#: Most pages ``list_locks`` follows before deciding the server misbehaves.
+LIST_PAGES_MAX = 100_000
+#: Metadata a member that is not the leader sends with UNAVAILABLE.
+LEADER_ADDR_HEADER = "palisade-leader-addr"
+STATUS_DETAILS_HEADER = "grpc-status-details-bin"
+ERROR_DETAIL_TYPE = "type.googleapis.com/palisade.v1.ErrorDetail"
+
+#: Options of every channel the client makes.
+CHANNEL_OPTIONS = [
+    ("grpc.keepalive_time_ms", KEEPALIVE_PING_INTERVAL_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_PING_TIMEOUT_MS),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
+    ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
+    # One connection per channel, re-established by gRPC after it breaks.
+    ("grpc.enable_retries", 0),
+]
+
+
+# --- endpoints ------------------------------------------------------------------------------
+
+
+def parse_endpoints(endpoints: Any) -> list[str]:
+    """``host:port`` targets from a list of endpoints or a comma-separated string.
+
+    A scheme ``http://`` is accepted and dropped. Refuses an empty list or entry, more than
+    :data:`ENDPOINTS_MAX` entries, an entry without a host or a valid port, and ``https://``
+    (this client speaks plain gRPC only).
+    """
+    if isinstance(endpoints, str):
+        entries = endpoints.split(",")
+    else:
+        try:
+            entries = list(endpoints)
+        except TypeError:
+            raise errors.InvalidEndpoint(
+                f"endpoints must be a list of host:port strings, not {type(endpoints).__name__}"
+            ) from None
+    if not entries:
+        raise errors.InvalidEndpoint("no endpoint given; expected e.g. ['127.0.0.1:7457']")
+    if len(entries) > ENDPOINTS_MAX:
+        raise errors.InvalidEndpoint(
+            f"{len(entries)} endpoints given, at most {ENDPOINTS_MAX} are allowed"
+        )
+    targets = []
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, str):
+            raise errors.InvalidEndpoint(f"endpoint {index + 1} is {entry!r}, not a host:port string")
+        targets.append(_parse_endpoint(entry, index, len(entries)))
+    return targets
+
+
+def _parse_endpoint(entry: str, index: int, count: int) -> str:
+    text = entry.strip()
+    where = f"endpoint {index + 1} of {count}" if count > 1 else "endpoint"
+    if not text:
+        raise errors.InvalidEndpoint(
+            "no endpoint given" if count == 1 else f"{where} is empty; separate endpoints with single commas"
+        )
+    if len(text.encode()) > ENDPOINT_BYTES_MAX:
+        raise errors.InvalidEndpoint(f"{where} is over {ENDPOINT_BYTES_MAX} bytes")
+    if text.startswith("https://"):
+        raise errors.InvalidEndpoint(
+            f"{where} {text!r}: TLS is not supported by the Python client yet; use host:port"
+        )
+    if text.startswith("http://"):
+        text = text[len("http://") :].rstrip("/")
+    target = _host_port(text)
+    if target is None:
+        raise errors.InvalidEndpoint(f"{where} {entry!r} is not host:port (e.g. 127.0.0.1:7457)")
+    return target
+
+
+def _host_port(text: str) -> Optional[str]:
+    """``text`` if it is ``host:port`` with a port in 1..=65535, else ``None``."""
+    if not text or any(c in text for c in "/@,?#") or any(c.isspace() for c in text):
+        return None
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        return None
+    if host.startswith("[") != host.endswith("]"):
+        return None
+    if any(unicodedata.category(c) == "Cc" for c in text):
+        return None
+    return f"{host}:{int(port)}"
+
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class Current(Generic[T]):
+    """The endpoint in use: its target, a stub on its channel, and a generation bumped at every
+    switch so that a failure seen on an endpoint no longer current moves nothing."""
+
+    target: str
+    stub: T
+    generation: int
+    index: int
+
+
+class Endpoints(Generic[T]):
+    """The endpoints a client was given, and the one it sends to now (thread-safe)."""
+
+    def __init__(self, targets: list[str], first: int, make_stub: Callable[[str], T]) -> None:
+        self._make_stub = make_stub
+        self._stubs: dict[str, T] = {}
+        self.configured = list(targets)
+        self._mutex = threading.Lock()
+        self._current = Current(targets[first], self._stub(targets[first]), 0, first)
+
+    def _stub(self, target: str) -> T:
+        stub = self._stubs.get(target)
+        if stub is None:
+            stub = self._make_stub(target)
+            self._stubs[target] = stub
+        return stub
+
+    def current(self) -> Current[T]:
+        with self._mutex:
+            return self._current
+
+    def after_failure(self, used: int, failure: "Failure") -> None:
+        """Moves on after an attempt sent to generation ``used`` failed with ``failure``."""
+        with self._mutex:
+            current = self._current
+            if current.generation != used:
+                return  # another call already moved on from that endpoint
+            if failure.kind == Failure.NOT_LEADER and failure.leader != current.target:
+                leader = failure.leader
+                assert leader is not None
+                index = (
+                    self.configured.index(leader) if leader in self.configured else current.index
+                )
+                target = leader
+            elif failure.kind in (Failure.NOT_LEADER, Failure.NOT_APPLIED, Failure.UNKNOWN):
+                index = (current.index + 1) % len(self.configured)
+                target = self.configured[index]
+            else:
+                return  # an answer about the request itself: the member spoke for the cluster
+            if target == current.target and index == current.index:
+                return  # one endpoint: nowhere else to go
+            self._current = Current(target, self._stub(target), current.generation + 1, index)
+
+    def stubs(self) -> list[T]:
+        with self._mutex:
+            return list(self._stubs.values())
+
+
+# --- failures -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Failure:
+    """What a failed attempt means, before it is named for one operation."""
+
+    CORE = "core"  # the lock table refused, with an ErrorDetail: nothing changed
+    NOT_APPLIED = "not_applied"  # retrying may succeed
+    NOT_LEADER = "not_leader"  # not applied; `leader` is where to go
+    UNKNOWN = "unknown"  # may or may not have been applied
+    REJECTED = "rejected"  # any other status: final
+
+    kind: str
+    message: str
+    code: Optional[grpc.StatusCode] = None
+    detail: Any = None
+    leader: Optional[str] = None
+
+    @property
+    def final(self) -> bool:
+        return self.kind in (Failure.CORE, Failure.REJECTED)
+
+    def error(self, what: str) -> errors.PalisadeError:
+        """The exception for this failure of ``what`` (e.g. ``"acquire of lock 'a'"``)."""
+        if self.kind == Failure.CORE:
+            cls = errors.class_for_kind(self.detail.kind) or errors.class_for_code(self.code)
+            return cls(f"{what}: {self.message}", code=self.code, detail=self.detail)
+        if self.kind in (Failure.NOT_APPLIED, Failure.NOT_LEADER):
+            return errors.NotApplied(
+                f"the lock service is unavailable, {what} was not applied ({self.message}); retry later",
+                code=self.code,
+            )
+        if self.kind == Failure.UNKNOWN:
+            return errors.OutcomeUnknown(
+                f"{what} has an unknown outcome ({self.message}); it may have taken effect",
+                code=self.code,
+            )
+        cls = errors.class_for_code(self.code) if self.code is not None else errors.ProtocolError
+        if cls in (errors.NotApplied, errors.OutcomeUnknown):
+            cls = errors.Refused
+        return cls(f"{what} was refused ({_code_name(self.code)}): {self.message}", code=self.code)
+
+
+def _code_name(code: Optional[grpc.StatusCode]) -> str:
+    return code.name if code is not None else "no status"
+
+
+# Local transport failures whose request may have been sent: the connection broke mid-call.
+_BROKEN_CONNECTION = (
+    "socket closed",
+    "connection reset",
+    "broken pipe",
+    "goaway",
+    "keepalive",
+    "ping timeout",
+    "stream removed",
+    "end of tcp stream",
+    "eof",
+)
+
+
+def failure_from_status(
+    code: grpc.StatusCode, details: Optional[str], trailing: Any
+) -> Failure:
+    """Classifies a status (from the server, or made locally by gRPC) as the Rust client does."""
+    message = details or code.name
+    metadata = _metadata_dict(trailing)
+    detail = error_detail(metadata.get(STATUS_DETAILS_HEADER))
+    if detail is not None:
+        return Failure(Failure.CORE, message, code, detail)
+    if code is grpc.StatusCode.UNAVAILABLE:
+        leader = leader_hint(metadata.get(LEADER_ADDR_HEADER))
+        if leader is not None:
+            return Failure(
+                Failure.NOT_LEADER, f"{message} (the leader is at {leader})", code, leader=leader
+            )
+        lowered = message.lower()
+        if "failed to connect" in lowered or "connection refused" in lowered:
+            return Failure(Failure.NOT_APPLIED, message, code)
+        if any(marker in lowered for marker in _BROKEN_CONNECTION):
+            return Failure(Failure.UNKNOWN, message, code)
+        return Failure(Failure.NOT_APPLIED, message, code)
+    if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return Failure(Failure.NOT_APPLIED, message, code)
+    if code in (
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.ABORTED,
+    ):
+        return Failure(Failure.UNKNOWN, message, code)
+    return Failure(Failure.REJECTED, message, code)
+
+
+def failure_from_rpc_error(error: grpc.RpcError) -> Failure:
+    """Classifies a failed call of the blocking API."""
+    try:
+        code = error.code()  # type: ignore[attr-defined]
+        details = error.details()  # type: ignore[attr-defined]
+        trailing = error.trailing_metadata()  # type: ignore[attr-defined]
+    except Exception:  # not a call's error: the outcome cannot be told
+        return Failure(Failure.UNKNOWN, str(error))
+    return failure_from_status(code, details, trailing)
+
+
+def _metadata_dict(metadata: Any) -> dict[str, Any]:
+    if not metadata:
+        return {}
+    try:
+        return {key: value for key, value in metadata}
+    except (TypeError, ValueError):
+        return {}
+
+
+def error_detail(raw: Any) -> Optional[pb.ErrorDetail]:
+    """The ``ErrorDetail`` inside a ``grpc-status-details-bin`` value, if there is one."""
+    if not isinstance(raw, (bytes, bytearray)):
+        return None
+    from google.rpc import status_pb2  # from googleapis-common-protos, grpcio-status's dependency
+
+    status = status_pb2.Status()
+    try:
+        status.ParseFromString(bytes(raw))
+    except Exception:
+        return None
+    for any_detail in status.details:
+        if any_detail.type_url == ERROR_DETAIL_TYPE:
+            detail = pb.ErrorDetail()
+            try:
+                detail.ParseFromString(any_detail.value)
+            except Exception:
+                return None
+            return detail
+    return None
+
+
+def leader_hint(value: Any) -> Optional[str]:
+    """The ``host:port`` a member names as the leader, or ``None`` if it names none usable."""
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("ascii")
+        except UnicodeDecodeError:
+            return None
+    if not isinstance(value, str):
+        return None
+    return _host_port(value.strip())
+
+
+# --- retries --------------------------------------------------------------------------------
+
+
+class Backoff:
+    """Exponential backoff with jitter within a time budget, and a few attempts at once."""
+
+    def __init__(self, budget_s: float) -> None:
+        self._budget_s = budget_s
+        self.reset()
+
+    def reset(self) -> None:
+        self._next = BACKOFF_INITIAL_S
+        self._give_up_at = time.monotonic() + self._budget_s
+        self._at_once_left = RETRIES_AT_ONCE_MAX
+
+    def at_once(self) -> bool:
+        """True if the next attempt may go at once (counted)."""
+        if self._at_once_left == 0 or time.monotonic() >= self._give_up_at:
+            return False
+        self._at_once_left -= 1
+        return True
+
+    def next_delay(self) -> Optional[float]:
+        """The pause before the next attempt, or ``None`` when the budget is spent."""
+        now = time.monotonic()
+        if now >= self._give_up_at:
+            return None
+        delay = min(self._next * (0.5 + random.random() / 2), self._give_up_at - now)
+        self._next = min(self._next * 2, BACKOFF_MAX_S)
+        self._at_once_left = RETRIES_AT_ONCE_MAX
+        return delay
+
+
+class Retry:
+    """The bookkeeping of one call's retries: what to do after each failed attempt."""
+
+    AT_ONCE = "at_once"
+
+    def __init__(self, budget_s: float) -> None:
+        self.backoff = Backoff(budget_s)
+        self._earlier_unknown: Optional[Failure] = None
+
+    def after(self, failure: Failure) -> Any:
+        """``Retry.AT_ONCE``, a pause in seconds, or the ``Failure`` to report."""
+        if failure.final:
+            return failure
+        if failure.kind == Failure.NOT_LEADER and self.backoff.at_once():
+            return Retry.AT_ONCE
+        delay = self.backoff.next_delay()
+        if delay is None:
+            earlier = self._earlier_unknown
+            if earlier is not None and failure.kind in (Failure.NOT_APPLIED, Failure.NOT_LEADER):
+                return Failure(Failure.UNKNOWN, f"{earlier.message}; then {failure.message}", failure.code)
+            return failure
+        if failure.kind == Failure.UNKNOWN:
+            self._earlier_unknown = failure
+        return delay
+
+
+# --- ids and checks -------------------------------------------------------------------------
+
+_fallback_counter = itertools.count()
+
+
+def request_id() -> int:
+    """A fresh 64-bit request id for an acquire or a release.
+
+    The service compares it only with the same session's last few ids, so without OS randomness
+    a mix of the clock, a counter and the process id is enough (as in the Rust client).
+    """
+    try:
+        return int.from_bytes(os.urandom(8), "little")
+    except NotImplementedError:
+        nanos = time.time_ns() & 0xFFFF_FFFF_FFFF_FFFF
+        count = next(_fallback_counter)
+        rotate = lambda x, n: ((x << n) | (x >> (64 - n))) & 0xFFFF_FFFF_FFFF_FFFF  # noqa: E731
+        return nanos ^ rotate(count & 0xFFFF_FFFF_FFFF_FFFF, 48) ^ rotate(os.getpid(), 32)
+
+
+def open_key() -> bytes:
+    """A fresh open key from the OS's secure random source; no fallback (it is compared with
+    every client's keys, and whoever presents it is handed the session)."""
+    key = os.urandom(OPEN_KEY_BYTES)
+    if len(set(key)) == 1:  # the service refuses a key of one repeated byte
+        key = os.urandom(OPEN_KEY_BYTES)
+    return key
+
+
+def validate_lock_name(lock: Any) -> str:
+    """``lock`` if the service would accept it as a name, else :class:`errors.InvalidArgument`."""
+    if not isinstance(lock, str):
+        raise errors.InvalidArgument(f"a lock name is a str, not {type(lock).__name__}")
+    shown = repr(lock[:64]) + ("…" if len(lock) > 64 else "")
+    if not lock:
+        raise errors.InvalidArgument("invalid lock name '': lock name is empty")
+    size = len(lock.encode("utf-8", "surrogatepass"))
+    if size > LOCK_NAME_BYTES_MAX:
+        raise errors.InvalidArgument(
+            f"invalid lock name {shown}: lock name is {size} bytes, the limit is {LOCK_NAME_BYTES_MAX}"
+        )
+    if any(unicodedata.category(c) == "Cc" for c in lock):
+        raise errors.InvalidArgument(f"invalid lock name {shown}: lock name contains a control character")
+    return lock
+
+
+def ttl_ms(ttl: Any) -> int:
+    """A session TTL in seconds as milliseconds, refused outside what the service accepts."""
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
+        raise errors.InvalidArgument(f"ttl is in seconds (a number), not {ttl!r}")
+    if not SESSION_TTL_MIN_S <= ttl <= SESSION_TTL_MAX_S:
+        raise errors.InvalidArgument(
+            f"session ttl {ttl} s is outside the allowed range {SESSION_TTL_MIN_S:g}..={SESSION_TTL_MAX_S:g} s"
+        )
+    return int(round(ttl * 1000))
+
+
+def wait_seconds(wait: Any) -> Optional[float]:
+    """``None`` (wait until granted), ``0`` (try only) or a wait in seconds, checked."""
+    if wait is None:
+        return None
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or wait != wait:
+        raise errors.InvalidArgument(f"wait is None (forever) or seconds (a number), not {wait!r}")
+    if not 0 <= wait <= WAIT_MAX_S:
+        raise errors.InvalidArgument(f"wait {wait} s is outside 0..={WAIT_MAX_S:g} s")
+    return float(wait)
+
+
+def keep_alive_request(session: int, secret: bytes) -> pb.KeepAliveRequest:
+    return pb.KeepAliveRequest(session=session, session_secret=secret)
+
+
+def check_open(response: pb.OpenSessionResponse) -> tuple[int, bytes, float]:
+    """The session id, secret and TTL (s) of an open's answer, checked."""
+    if response.session == 0 or response.ttl_ms == 0:
+        raise errors.ProtocolError(
+            f"the lock service opened session {response.session} with ttl {response.ttl_ms} ms"
+        )
+    if len(response.session_secret) != SESSION_SECRET_BYTES:
+        raise errors.ProtocolError(
+            f"session {response.session} came with a secret of {len(response.session_secret)} bytes "
+            f"instead of {SESSION_SECRET_BYTES} (a server from before session secrets sends none: "
+            "upgrade every member before its clients)"
+        )
+    return response.session, bytes(response.session_secret), response.ttl_ms / 1000
+
+
+def check_grant(response: pb.AcquireResponse, session: int, lock: str) -> None:
+    """Checks an acquire's answer against the request and its own sequencer."""
+    from .sequencer import Sequencer, SequencerError
+
+    def protocol(what: str) -> errors.ProtocolError:
+        return errors.ProtocolError(
+            f"the lock service answered the acquire with an invalid response ({what}); "
+            "the lock may be held by this session: close the session"
+        )
+
+    if response.lock != lock or response.session != session:
+        raise protocol(
+            f"asked for lock {lock!r} in session {session}, granted lock {response.lock!r} in session {response.session}"
+        )
+    if response.token == 0:
+        raise protocol(f"lock {lock!r} granted with token 0")
+    try:
+        parsed = Sequencer.parse(response.sequencer)
+    except SequencerError as error:
+        raise protocol(f"grant of lock {lock!r}: {error}") from None
+    if (parsed.lock, parsed.token, parsed.session) != (lock, response.token, session):
+        raise protocol(
+            f"grant of lock {lock!r} with token {response.token} in session {session} came with a "
+            f"sequencer for lock {parsed.lock!r}, token {parsed.token}, session {parsed.session}"
+        )
+
+
+def proven_lease(remaining_s: float) -> float:
+    """How much of a lease the server reported this client counts on: less a margin for a late
+    timer (20 ms) and the two machines' clock rates differing (0.2 %)."""
+    return max(0.0, remaining_s - (0.020 + remaining_s * 0.002))

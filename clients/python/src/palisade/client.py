@@ -1,0 +1,710 @@
+"""The blocking client: :class:`Client`, :class:`Session` and :class:`Grant`.
+
+A :class:`Session` keeps its lease alive from a background thread, over one KeepAlive stream
+after another, as the Rust client does: a ping every ``ttl / 3``; the lease is *proven* until a
+ping's send time plus the remainder the service reported; a stream whose oldest ping has gone
+unanswered for a whole interval is stuck and reopened elsewhere; when the service has no
+keepalive stream to spare (``RESOURCE_EXHAUSTED``) the session is renewed by the unary ``Renew``
+once per interval and a stream tried again. When the lease can no longer be proven, or the
+service says the session is gone, the session is **lost**: every held grant's ``lost`` event is
+set and its ``on_lost`` callback runs. A session lost for want of a proven lease is not closed by
+the library: it is renewed best effort until its owner closes it, so its locks are not handed on
+while the owner is still stopping.
+
+Holding a lock is still advisory (a paused process learns of the loss late); what makes it safe
+is that resources check the grant's ``sequencer`` (see :mod:`palisade.fence`).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import logging
+import queue
+import threading
+import time
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
+
+import grpc
+
+from . import _core, errors
+from ._core import Failure
+from ._proto import palisade_pb2 as pb
+from ._proto import palisade_pb2_grpc as pb_grpc
+from .sequencer import KeySet, PublicKey
+
+log = logging.getLogger("palisade")
+
+OnLost = Callable[["Grant", str], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Holder:
+    session: int
+    token: int
+    #: Lease remaining on the holding session when the service answered, in seconds.
+    lease_remaining: float
+
+
+@dataclasses.dataclass(frozen=True)
+class LockStatus:
+    lock: str
+    #: ``None`` when the lock is free.
+    holder: Optional[Holder]
+    #: The last token granted for this lock (0 if none since the lock was last forgotten).
+    last_token: int
+    #: Waiting sessions, first in line first.
+    waiters: tuple[int, ...]
+    #: Time left in lock-delay after a holder's session expired, in seconds.
+    lock_delay_remaining: Optional[float]
+
+
+def lock_status(info: pb.LockInfo) -> LockStatus:
+    holder = None
+    if info.HasField("holder"):
+        if info.holder.token == 0 or info.holder.token > info.last_token:
+            raise errors.ProtocolError(
+                f"lock {info.lock!r} is held with token {info.holder.token} but its last token is {info.last_token}"
+            )
+        holder = Holder(info.holder.session, info.holder.token, info.holder.lease_remaining_ms / 1000)
+    delay = info.lock_delay_remaining_ms / 1000 if info.HasField("lock_delay_remaining_ms") else None
+    return LockStatus(info.lock, holder, info.last_token, tuple(info.waiters), delay)
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionCredential:
+    """A session's id and secret: what every call for the session presents.
+
+    Its text form ``<id>.<64 hex digits>`` is what ``palisade acquire`` prints as
+    ``PALISADE_SESSION``. Treat it as a password: whoever has it can release the session's locks.
+    """
+
+    id: int
+    secret: bytes = dataclasses.field(repr=False)
+
+    def __str__(self) -> str:
+        return f"{self.id}.{self.secret.hex()}"
+
+    @staticmethod
+    def parse(text: str) -> "SessionCredential":
+        text = text.strip()
+        ident, dot, digits = text.partition(".")
+        if not dot:
+            if ident.isascii() and ident.isdigit():
+                raise errors.InvalidArgument(
+                    f"{ident} is a bare session id, which no longer acts for a session: pass the whole "
+                    "PALISADE_SESSION value (<id>.<secret>)"
+                )
+            raise errors.InvalidArgument("not a session credential: expected <id>.<64 lowercase hex digits>")
+        canonical = ident.isascii() and ident.isdigit() and (ident == "0" or not ident.startswith("0"))
+        if (
+            not canonical
+            or int(ident) >= 1 << 64
+            or len(digits) != 2 * _core.SESSION_SECRET_BYTES
+            or any(c not in "0123456789abcdef" for c in digits)
+        ):
+            raise errors.InvalidArgument("not a session credential: expected <id>.<64 lowercase hex digits>")
+        return SessionCredential(int(ident), bytes.fromhex(digits))
+
+
+@dataclasses.dataclass(frozen=True)
+class AcquireResult:
+    """One grant of a lock, as the one-shot :meth:`Client.acquire` returns it."""
+
+    lock: str
+    session: int
+    token: int
+    sequencer: str
+
+
+class _Calls:
+    """The retry loop of the blocking API over one :class:`_core.Endpoints`."""
+
+    def __init__(self, endpoints: _core.Endpoints[pb_grpc.LocksStub], request_timeout: float, retry_budget: float):
+        self.endpoints = endpoints
+        self.request_timeout = request_timeout
+        self.retry_budget = retry_budget
+
+    def call(
+        self,
+        method: str,
+        request: Union[Any, Callable[[], tuple[Any, Optional[float]]]],
+        what: str,
+    ) -> Any:
+        """Calls ``method`` at the current endpoint, retried within the budget; ``request`` is a
+        message (same for every attempt) or a function giving each attempt's message and
+        timeout."""
+        retry = _core.Retry(self.retry_budget)
+        while True:
+            if callable(request):
+                message, timeout = request()
+            else:
+                message, timeout = request, self.request_timeout
+            current = self.endpoints.current()
+            try:
+                return getattr(current.stub, method)(message, timeout=timeout)
+            except grpc.RpcError as error:
+                failure = _core.failure_from_rpc_error(error)
+            self.endpoints.after_failure(current.generation, failure)
+            step = retry.after(failure)
+            if isinstance(step, Failure):
+                raise step.error(what) from None
+            if step is not _core.Retry.AT_ONCE:
+                time.sleep(step)
+
+
+class Client:
+    """A connection to the lock service: one server, or the members of a cluster.
+
+    ``endpoints`` is a list of ``host:port`` (or one comma-separated string), at most 16. The
+    client connects to the first that accepts a connection and keeps lazily connected channels
+    to the others; calls follow the leader (see :mod:`palisade._core`). Thread-safe.
+    """
+
+    def __init__(
+        self,
+        endpoints: Union[Sequence[str], str],
+        *,
+        connect_timeout: float = 5.0,
+        request_timeout: float = 10.0,
+        retry_budget: float = 10.0,
+    ) -> None:
+        targets = _core.parse_endpoints(endpoints)
+        for name, value in (
+            ("connect_timeout", connect_timeout),
+            ("request_timeout", request_timeout),
+            ("retry_budget", retry_budget),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 3600:
+                raise errors.InvalidArgument(f"{name} is seconds in (0, 3600], not {value!r}")
+        self._channels: dict[str, grpc.Channel] = {}
+        self._closed = False
+        failures = []
+        first = None
+        for index, target in enumerate(targets):
+            channel = self._channel(target)
+            try:
+                grpc.channel_ready_future(channel).result(timeout=connect_timeout)
+            except grpc.FutureTimeoutError:
+                failures.append(f"{target}: no connection within {connect_timeout:g} s")
+                continue
+            first = index
+            break
+        if first is None:
+            self.close()
+            raise errors.Unreachable(
+                f"cannot connect to the lock service at {','.join(targets)}: {'; '.join(failures)}; "
+                "is `palisade serve` running there?"
+            )
+        self._endpoints = _core.Endpoints(targets, first, lambda t: pb_grpc.LocksStub(self._channel(t)))
+        self._calls = _Calls(self._endpoints, request_timeout, retry_budget)
+
+    def _channel(self, target: str) -> grpc.Channel:
+        channel = self._channels.get(target)
+        if channel is None:
+            channel = grpc.insecure_channel(target, options=_core.CHANNEL_OPTIONS)
+            self._channels[target] = channel
+        return channel
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint calls go to now: the leader, as far as this client knows."""
+        return self._endpoints.current().target
+
+    @property
+    def endpoints(self) -> list[str]:
+        return list(self._endpoints.configured)
+
+    def close(self) -> None:
+        """Closes every channel. Sessions of this client stop being renewed."""
+        self._closed = True
+        for channel in list(self._channels.values()):
+            channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # --- sessions and locks ------------------------------------------------------------------
+
+    def session(self, ttl: float = 10.0, *, keepalive_interval: Optional[float] = None) -> "Session":
+        """Opens a session whose lease (``ttl`` seconds, 1 s to 1 day) is kept alive by a
+        background thread until it is closed."""
+        return Session(self, ttl, keepalive_interval)
+
+    @contextlib.contextmanager
+    def lock(
+        self,
+        name: str,
+        ttl: float = 10.0,
+        *,
+        wait: Optional[float] = None,
+        on_lost: Optional[OnLost] = None,
+    ) -> Iterator["Grant"]:
+        """Holds lock ``name`` for the ``with`` block, in a session of its own.
+
+        ``wait``: ``None`` waits until granted (FIFO), ``0`` tries once (:class:`errors.Busy` if
+        held), a number waits that many seconds (:class:`errors.WaitEnded`). The grant's
+        ``lost`` event is set, and ``on_lost(grant, reason)`` called from the keepalive thread,
+        if the session is lost while the block runs. On exit the lock is released and the
+        session closed.
+        """
+        session = self.session(ttl)
+        try:
+            with session.lock(name, wait=wait, on_lost=on_lost) as grant:
+                yield grant
+        finally:
+            try:
+                session.close()
+            except errors.PalisadeError as error:
+                log.debug("closing the session of lock %r failed: %s", name, error)
+
+    # --- one-shot operations -----------------------------------------------------------------
+
+    def open_session_without_keepalive(self, ttl: float) -> tuple[SessionCredential, float]:
+        """Opens a session that nothing renews: it expires ``ttl`` after it was opened or last
+        renewed with :meth:`renew`. Returns its credential and the TTL the service granted."""
+        credential, granted, _ = self._open_session(ttl)
+        return credential, granted
+
+    def _open_session(self, ttl: float) -> tuple[SessionCredential, float, float]:
+        # One key for every attempt: a retry after an unknown outcome gets the session the
+        # first attempt may have opened, not a second one.
+        request = pb.OpenSessionRequest(ttl_ms=_core.ttl_ms(ttl), open_key=_core.open_key())
+        first_sent_at = time.monotonic()
+        response = self._calls.call("OpenSession", request, "opening a session")
+        session, secret, granted = _core.check_open(response)
+        return SessionCredential(session, secret), granted, first_sent_at
+
+    def renew(self, credential: SessionCredential) -> float:
+        """Renews a session once; returns the lease remaining (seconds) as the service applied it."""
+        response = self._calls.call(
+            "Renew",
+            _core.keep_alive_request(credential.id, credential.secret),
+            f"renewal of session {credential.id}",
+        )
+        if response.session != credential.id:
+            raise errors.ProtocolError(
+                f"renewal of session {credential.id} answered for session {response.session}"
+            )
+        return response.ttl_remaining_ms / 1000
+
+    def close_session(self, credential: SessionCredential) -> None:
+        """Ends a session: releases its locks and withdraws its waits."""
+        self._calls.call(
+            "CloseSession",
+            pb.CloseSessionRequest(session=credential.id, session_secret=credential.secret),
+            f"closing session {credential.id}",
+        )
+
+    def acquire(self, credential: SessionCredential, lock: str, *, wait: Optional[float] = None) -> AcquireResult:
+        """Takes ``lock`` for the session, waiting as ``wait`` says (see :meth:`lock`). Every
+        retry reuses one random request id, so a retry cannot grant twice."""
+        _core.validate_lock_name(lock)
+        wait_s = _core.wait_seconds(wait)
+        request_id = _core.request_id()
+        deadline = None if wait_s is None else time.monotonic() + wait_s
+        request_timeout = self._calls.request_timeout
+
+        def attempt() -> tuple[pb.AcquireRequest, Optional[float]]:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            message = pb.AcquireRequest(
+                session=credential.id,
+                lock=lock,
+                request_id=request_id,
+                wait_ms=0 if remaining is None else int(remaining * 1000),
+                wait_forever=wait_s is None,
+                session_secret=credential.secret,
+            )
+            # A wait forever has no deadline of its own: a dead connection is found by HTTP/2
+            # keepalive, and a lost session by the session's keepalive.
+            return message, None if remaining is None else remaining + request_timeout
+
+        response = self._calls.call("Acquire", attempt, f"acquire of lock {lock!r} in session {credential.id}")
+        _core.check_grant(response, credential.id, lock)
+        return AcquireResult(response.lock, response.session, response.token, response.sequencer)
+
+    def release(self, credential: SessionCredential, lock: str) -> Optional[int]:
+        """Gives up ``lock`` (or withdraws a wait); returns the token of the grant that ended, or
+        ``None`` if a wait was withdrawn."""
+        _core.validate_lock_name(lock)
+        request = pb.ReleaseRequest(
+            session=credential.id, lock=lock, request_id=_core.request_id(), session_secret=credential.secret
+        )
+        response = self._calls.call("Release", request, f"release of lock {lock!r} by session {credential.id}")
+        if response.HasField("token") and response.token == 0:
+            raise errors.ProtocolError(f"release of lock {lock!r} reported token 0")
+        return response.token if response.HasField("token") else None
+
+    def status(self, lock: str, *, stale: bool = False) -> LockStatus:
+        """The state of one lock (linearizable unless ``stale``)."""
+        _core.validate_lock_name(lock)
+        info = self._calls.call("Status", pb.StatusRequest(lock=lock, stale=stale), f"status of lock {lock!r}")
+        status = lock_status(info)
+        if status.lock != lock:
+            raise errors.ProtocolError(f"status of lock {lock!r} answered for lock {status.lock!r}")
+        return status
+
+    def list_locks(self, prefix: str = "", *, stale: bool = False) -> list[LockStatus]:
+        """Every lock whose name starts with ``prefix``, in name order (follows pagination)."""
+        if len(prefix.encode()) > _core.LOCK_NAME_BYTES_MAX:
+            raise errors.InvalidArgument(f"a prefix is at most {_core.LOCK_NAME_BYTES_MAX} bytes")
+        locks: list[LockStatus] = []
+        start_after = ""
+        for _ in range(_core.LIST_PAGES_MAX):
+            page = self._calls.call(
+                "ListLocks",
+                pb.ListLocksRequest(prefix=prefix, start_after=start_after, stale=stale),
+                f"list of locks under {prefix!r}",
+            )
+            for info in page.locks:
+                status = lock_status(info)
+                in_order = (not locks or locks[-1].lock < status.lock) and (
+                    not start_after or start_after < status.lock
+                )
+                if not status.lock.startswith(prefix) or not in_order:
+                    raise errors.ProtocolError(
+                        f"lock list for prefix {prefix!r} returned {status.lock!r} out of order or outside the prefix"
+                    )
+                locks.append(status)
+            if not page.next_start_after:
+                return locks
+            if page.next_start_after <= start_after:
+                raise errors.ProtocolError(f"lock list did not advance past {start_after!r}")
+            start_after = page.next_start_after
+        raise errors.ProtocolError(f"lock list for prefix {prefix!r} did not end after {_core.LIST_PAGES_MAX} pages")
+
+    def public_keys(self) -> KeySet:
+        """Every key resources must trust now (the signing key, and during a rotation the key on
+        its way in or out): what to give :mod:`palisade.fence`."""
+        response = self._calls.call("PublicKey", pb.PublicKeyRequest(), "reading the public keys")
+        try:
+            signing = PublicKey.parse(response.public_key)
+            published = KeySet.parse(",".join(response.public_keys)) if response.public_keys else KeySet([signing])
+        except ValueError as error:
+            raise errors.ProtocolError(f"the lock service published an invalid key: {error}") from None
+        if published.get(signing.key_id) is None:
+            raise errors.ProtocolError(f"the signing key {signing} is not among the published keys {published}")
+        return published
+
+
+class Grant:
+    """One grant of a lock, held while its session lives.
+
+    ``token`` is the fencing token, ``sequencer`` the signed text to present to resources.
+    ``lost`` is a :class:`threading.Event` set when the session is lost or closed while the
+    grant is held: from then on another holder may have the lock, so stop writing.
+    """
+
+    def __init__(self, session: "Session", result: AcquireResult, on_lost: Optional[OnLost]) -> None:
+        self.lock = result.lock
+        self.token = result.token
+        self.sequencer = result.sequencer
+        self.session_id = result.session
+        self.lost = threading.Event()
+        #: Why the grant was lost (an ``errors.LOST_*`` reason), once ``lost`` is set.
+        self.lost_reason: Optional[str] = None
+        self._on_lost = on_lost
+        self._session = session
+        self.released = False
+
+    def _mark_lost(self, reason: str) -> None:
+        if self.released or self.lost.is_set():
+            return
+        self.lost_reason = reason
+        self.lost.set()
+        if self._on_lost is not None and reason != errors.LOST_CLOSED:
+            try:
+                self._on_lost(self, reason)
+            except Exception:  # a callback's failure must not stop the keepalive
+                log.exception("on_lost callback of lock %r failed", self.lock)
+
+    def release(self) -> None:
+        """Gives the lock up; raises if the service did not confirm it."""
+        if self.released:
+            return
+        self.released = True
+        self._session._forget(self)
+        if self.lost.is_set():
+            raise errors.SessionLost(self.lost_reason or errors.LOST_CLOSED)
+        token = self._session._client.release(self._session.credential, self.lock)
+        if token != self.token:
+            raise errors.ProtocolError(
+                f"release of lock {self.lock!r} with token {self.token} ended "
+                + ("a wait instead" if token is None else f"token {token}")
+            )
+
+    def __repr__(self) -> str:
+        return f"Grant(lock={self.lock!r}, token={self.token}, session={self.session_id}, lost={self.lost.is_set()})"
+
+
+class Session:
+    """A session whose lease is kept alive by a background thread until :meth:`close`."""
+
+    def __init__(self, client: Client, ttl: float, keepalive_interval: Optional[float] = None) -> None:
+        self._client = client
+        credential, granted, first_sent_at = client._open_session(ttl)
+        self.credential = credential
+        self.id = credential.id
+        self.ttl = granted
+        interval = granted / 3 if keepalive_interval is None else keepalive_interval
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)):
+            raise errors.InvalidArgument(f"keepalive_interval is seconds, not {keepalive_interval!r}")
+        self._interval = min(max(interval, 0.01), granted)
+        self._mutex = threading.Lock()
+        self._lease_deadline = first_sent_at + _core.proven_lease(granted)
+        #: Why the session ended (an ``errors.LOST_*`` reason), or ``None`` while it lives.
+        self.ended: Optional[str] = None
+        #: Set when the session ends: lost, or closed.
+        self.lost = threading.Event()
+        self._grants: list[Grant] = []
+        self._stopping = threading.Event()
+        self._wake: "queue.Queue[tuple[str, Any]]" = queue.Queue()
+        self._thread = threading.Thread(target=self._keepalive, name=f"palisade-keepalive-{self.id}", daemon=True)
+        self._thread.start()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        with contextlib.suppress(errors.PalisadeError):
+            self.close()
+
+    def lease_remaining(self) -> Optional[float]:
+        """The lease this process can prove, in seconds, or ``None`` once the session ended."""
+        with self._mutex:
+            if self.ended is not None:
+                return None
+            return max(0.0, self._lease_deadline - time.monotonic())
+
+    def acquire(self, name: str, *, wait: Optional[float] = None, on_lost: Optional[OnLost] = None) -> Grant:
+        """Takes lock ``name`` in this session (``wait`` as in :meth:`Client.lock`)."""
+        if self.ended is not None:
+            raise errors.SessionLost(self.ended)
+        result = self._client.acquire(self.credential, name, wait=wait)
+        grant = Grant(self, result, on_lost)
+        with self._mutex:
+            ended = self.ended
+            if ended is None:
+                self._grants.append(grant)
+        if ended is not None:
+            grant._mark_lost(ended)
+        return grant
+
+    @contextlib.contextmanager
+    def lock(self, name: str, *, wait: Optional[float] = None, on_lost: Optional[OnLost] = None) -> Iterator[Grant]:
+        """Holds lock ``name`` for the ``with`` block, releasing it on exit."""
+        grant = self.acquire(name, wait=wait, on_lost=on_lost)
+        try:
+            yield grant
+        finally:
+            if not grant.released and not grant.lost.is_set():
+                try:
+                    grant.release()
+                except errors.PalisadeError as error:
+                    log.debug("releasing lock %r failed: %s", name, error)
+            grant.released = True
+
+    def _forget(self, grant: Grant) -> None:
+        with self._mutex:
+            if grant in self._grants:
+                self._grants.remove(grant)
+
+    def close(self) -> None:
+        """Ends the session: stops the keepalive, releases every lock, withdraws every wait.
+        After a loss for want of a proven lease, this is what gives the locks up."""
+        self._stopping.set()
+        self._wake.put(("stop", None))
+        earlier = self._end(errors.LOST_CLOSED)
+        if earlier == errors.LOST_NOT_FOUND:
+            raise errors.SessionNotFound(f"session {self.id} does not exist (it had already expired or been closed)")
+        if earlier == errors.LOST_CLOSED:
+            return
+        self._client.close_session(self.credential)
+
+    # --- the keepalive -----------------------------------------------------------------------
+
+    def _end(self, reason: str) -> Optional[str]:
+        """Marks the session ended unless it already is; returns the earlier end if there was one."""
+        with self._mutex:
+            earlier = self.ended
+            if earlier is not None:
+                return earlier
+            self.ended = reason
+            grants = list(self._grants)
+            self._grants.clear()
+        self.lost.set()
+        for grant in grants:
+            grant._mark_lost(reason)
+        return None
+
+    def _keepalive(self) -> None:
+        try:
+            reason = self._until_lost(proving=True)
+            if self._end(reason) is None and reason != errors.LOST_CLOSED:
+                log.info("session %d lost: %s", self.id, errors.describe_lost(reason))
+            if reason == errors.LOST_LEASE_UNPROVEN:
+                # The service may still hold the session: keep renewing it until the owner
+                # closes it. Closing it here would free its locks while the owner still works.
+                self._until_lost(proving=False)
+        except Exception:  # never die silently: the session is lost as far as we can tell
+            log.exception("keepalive of session %d failed", self.id)
+            self._end(errors.LOST_LEASE_UNPROVEN)
+
+    def _deadline(self, proving: bool) -> Optional[float]:
+        with self._mutex:
+            return self._lease_deadline if proving else None
+
+    def _proven(self, sent: float, remaining_s: float) -> None:
+        proven = sent + _core.proven_lease(min(remaining_s, self.ttl))
+        with self._mutex:
+            if self.ended is None and proven > self._lease_deadline:
+                self._lease_deadline = proven
+
+    def _until_lost(self, proving: bool) -> str:
+        backoff = _core.Backoff(self.ttl)
+        while not self._stopping.is_set() and not self._client._closed:
+            end = self._one_stream(proving, backoff)
+            if end is not None:
+                return end
+        return errors.LOST_CLOSED
+
+    def _wait(self, until: float) -> Optional[tuple[str, Any]]:
+        """The next event of the stream before ``until`` (monotonic), or ``None``."""
+        try:
+            return self._wake.get(timeout=max(0.0, until - time.monotonic()))
+        except queue.Empty:
+            return None
+
+    def _one_stream(self, proving: bool, backoff: _core.Backoff) -> Optional[str]:
+        """One keepalive stream, pinged every interval until it fails, ends or gets stuck; then
+        the pause before the next. Returns a loss reason, or ``None`` to open another."""
+        ping = _core.keep_alive_request(self.id, self.credential.secret)
+        pings: "queue.Queue[Optional[pb.KeepAliveRequest]]" = queue.Queue()
+        sent_at: collections.deque[float] = collections.deque([time.monotonic()])
+        pings.put(ping)  # the first ping goes out with the stream
+
+        def requests() -> Iterator[pb.KeepAliveRequest]:
+            while True:
+                item = pings.get()
+                if item is None:
+                    return
+                yield item
+
+        self._wake = events = queue.Queue()
+        if self._stopping.is_set():
+            return errors.LOST_CLOSED
+        current = self._client._endpoints.current()
+        call = current.stub.KeepAlive(requests())
+
+        def read() -> None:
+            try:
+                for ack in call:
+                    events.put(("ack", ack))
+                events.put(("end", None))
+            except grpc.RpcError as error:
+                events.put(("error", error))
+            except Exception as error:  # the channel was closed under us
+                events.put(("error", error))
+
+        threading.Thread(target=read, name=f"palisade-keepalive-read-{self.id}", daemon=True).start()
+        next_ping = time.monotonic() + self._interval
+        failure: Optional[Failure] = None
+        try:
+            while True:
+                deadline = self._deadline(proving)
+                event = self._wait(next_ping if deadline is None else min(next_ping, deadline))
+                now = time.monotonic()
+                if event is not None and event[0] == "stop":
+                    return errors.LOST_CLOSED
+                if event is not None and event[0] == "ack":
+                    ack = event[1]
+                    if ack.session == self.id and sent_at:
+                        self._proven(sent_at.popleft(), ack.ttl_remaining_ms / 1000)
+                        backoff.reset()
+                    continue
+                if event is not None and event[0] == "end":
+                    failure = Failure(Failure.NOT_APPLIED, "the keepalive stream ended")
+                    break
+                if event is not None and event[0] == "error":
+                    error = event[1]
+                    failure = (
+                        _core.failure_from_rpc_error(error)
+                        if isinstance(error, grpc.RpcError)
+                        else Failure(Failure.NOT_APPLIED, str(error))
+                    )
+                    if _session_gone(failure):
+                        return errors.LOST_NOT_FOUND
+                    if failure.code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+                        # No keepalive stream to spare: renew by one call, a stream again later.
+                        return self._renew_by_call(proving, backoff)
+                    break
+                deadline = self._deadline(proving)
+                if deadline is not None and now >= deadline:
+                    return errors.LOST_LEASE_UNPROVEN
+                if now >= next_ping:
+                    # A renewal takes one commit; one unanswered for a whole interval will not be
+                    # answered in time, wherever it is stuck.
+                    if sent_at and now - sent_at[0] >= self._interval:
+                        failure = Failure(Failure.UNKNOWN, "the keepalive stream is stuck")
+                        break
+                    sent_at.append(now)
+                    pings.put(ping)
+                    next_ping = now + self._interval
+        finally:
+            pings.put(None)
+            call.cancel()
+        log.debug("keepalive stream of session %d failed: %s", self.id, failure.message)
+        self._client._endpoints.after_failure(current.generation, failure)
+        if failure.kind == Failure.NOT_LEADER and backoff.at_once():
+            return None
+        return self._pause(proving, backoff)
+
+    def _renew_by_call(self, proving: bool, backoff: _core.Backoff) -> Optional[str]:
+        sent = time.monotonic()
+        try:
+            remaining = self._client.renew(self.credential)
+        except errors.SessionNotFound:
+            return errors.LOST_NOT_FOUND
+        except errors.PalisadeError as error:
+            log.debug("renewal of session %d by Renew failed: %s", self.id, error)
+            return self._pause(proving, backoff)
+        self._proven(sent, remaining)
+        backoff.reset()
+        while True:
+            deadline = self._deadline(proving)
+            until = sent + self._interval
+            event = self._wait(until if deadline is None else min(until, deadline))
+            if event is not None and event[0] == "stop":
+                return errors.LOST_CLOSED
+            if deadline is not None and time.monotonic() >= deadline:
+                return errors.LOST_LEASE_UNPROVEN
+            if time.monotonic() >= until:
+                return None
+
+    def _pause(self, proving: bool, backoff: _core.Backoff) -> Optional[str]:
+        """The pause before the next stream; the session is lost if its lease ran out meanwhile."""
+        delay = backoff.next_delay()
+        if delay is None:
+            delay = _core.BACKOFF_MAX_S
+        if not proving:
+            delay = min(delay, self._interval)
+        wake = time.monotonic() + delay
+        while True:
+            deadline = self._deadline(proving)
+            event = self._wait(wake if deadline is None else min(wake, deadline))
+            if event is not None and event[0] == "stop":
+                return errors.LOST_CLOSED
+            if deadline is not None and time.monotonic() >= deadline:
+                return errors.LOST_LEASE_UNPROVEN
+            if time.monotonic() >= wake:
+                return None
+
+
+def _session_gone(failure: Failure) -> bool:
+    if failure.kind == Failure.CORE:
+        return failure.detail.kind == "session_not_found"
+    return failure.code is grpc.StatusCode.NOT_FOUND

@@ -1,0 +1,208 @@
+"""The blocking client against a real `palisade serve`."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import palisade
+from palisade import _core, errors
+from palisade._core import Endpoints, Failure
+
+
+def test_a_lock_gives_a_token_and_a_verifiable_sequencer_and_is_released_on_exit(client, unique):
+    keys = client.public_keys()
+    with client.lock(unique, ttl=5) as grant:
+        assert grant.token > 0
+        verified = palisade.verify(grant.sequencer, keys)
+        assert (verified.lock, verified.token, verified.session) == (unique, grant.token, grant.session_id)
+        status = client.status(unique)
+        assert status.holder is not None and status.holder.token == grant.token
+        assert not grant.lost.is_set()
+    assert client.status(unique).holder is None
+    with client.lock(unique, ttl=5) as second:
+        assert second.token > grant.token, "tokens only grow"
+
+
+def test_a_busy_lock_is_not_acquired_and_names_its_holder(client, unique):
+    with client.lock(unique, ttl=5) as grant:
+        with pytest.raises(palisade.Busy) as busy:
+            with client.lock(unique, ttl=5, wait=0):
+                pass
+        assert busy.value.error_class is palisade.ErrorClass.NOT_ACQUIRED
+        assert isinstance(busy.value, palisade.NotAcquired) and busy.value.retryable
+        assert busy.value.kind == "busy"
+        assert busy.value.holder_session == grant.session_id
+        assert busy.value.holder_token == grant.token
+        started = time.monotonic()
+        with pytest.raises(palisade.WaitEnded):
+            with client.lock(unique, ttl=5, wait=0.3):
+                pass
+        assert time.monotonic() - started >= 0.25
+
+
+def test_a_waiter_gets_the_lock_when_the_holder_releases(client, unique):
+    got = {}
+    holder = client.session(5)
+    first = holder.acquire(unique)
+
+    def wait_for_it() -> None:
+        with client.lock(unique, ttl=5, wait=10) as grant:
+            got["token"] = grant.token
+
+    waiter = threading.Thread(target=wait_for_it)
+    waiter.start()
+    time.sleep(0.3)
+    assert client.status(unique).waiters, "the second session waits in the queue"
+    first.release()
+    waiter.join(10)
+    assert got["token"] > first.token
+    holder.close()
+
+
+def test_the_session_outlives_its_ttl_while_the_keepalive_runs(client, unique):
+    with client.lock(unique, ttl=1) as grant:
+        time.sleep(2.5)
+        status = client.status(unique)
+        assert status.holder is not None and status.holder.session == grant.session_id
+        assert not grant.lost.is_set()
+
+
+def test_every_call_for_a_session_needs_its_secret(client, unique):
+    credential, _ = client.open_session_without_keepalive(5)
+    borrowed = palisade.SessionCredential(credential.id, bytes(32))
+    with pytest.raises(palisade.Unauthenticated) as refused:
+        client.acquire(borrowed, unique, wait=0)
+    assert refused.value.kind == "session_secret_wrong"
+    assert refused.value.error_class is palisade.ErrorClass.REFUSED
+    with pytest.raises(palisade.Unauthenticated):
+        client.renew(borrowed)
+    grant = client.acquire(credential, unique, wait=0)
+    with pytest.raises(palisade.Unauthenticated):
+        client.release(borrowed, unique)
+    assert client.status(unique).holder.token == grant.token, "the owner's grant stands"
+    assert client.release(credential, unique) == grant.token
+    text = str(credential)
+    assert palisade.SessionCredential.parse(text) == credential
+    with pytest.raises(palisade.InvalidArgument, match="bare session id"):
+        palisade.SessionCredential.parse(str(credential.id))
+    client.close_session(credential)
+    with pytest.raises(palisade.SessionNotFound):
+        client.renew(credential)
+
+
+def test_release_by_a_session_that_does_not_hold_the_lock_is_refused(client, unique):
+    owner, _ = client.open_session_without_keepalive(5)
+    other, _ = client.open_session_without_keepalive(5)
+    client.acquire(owner, unique, wait=0)
+    with pytest.raises(palisade.NotHolder) as refused:
+        client.release(other, unique)
+    assert refused.value.detail.holder_session == owner.id
+    client.close_session(owner)
+    client.close_session(other)
+
+
+def test_bad_input_is_refused_before_it_is_sent(client):
+    with pytest.raises(palisade.InvalidArgument, match="empty"):
+        client.status("")
+    with pytest.raises(palisade.InvalidArgument, match="257 bytes, the limit is 256"):
+        client.status("x" * 257)
+    with pytest.raises(palisade.InvalidArgument, match="control character"):
+        client.status("a\nb")
+    with pytest.raises(palisade.InvalidArgument, match="outside the allowed range"):
+        client.session(0.5)
+    with pytest.raises(palisade.InvalidArgument, match="wait"):
+        client.acquire(palisade.SessionCredential(1, bytes(32)), "a", wait=-1)
+    for bad, says in [
+        ([], "no endpoint"),
+        (["a:1", ""], "endpoint 2 of 2 is empty"),
+        (["x"] * 17, "17 endpoints given, at most 16"),
+        (["https://a:443"], "TLS is not supported"),
+        (["a:0"], "not host:port"),
+        (["a b:1"], "not host:port"),
+    ]:
+        with pytest.raises(palisade.errors.InvalidEndpoint, match=says):
+            palisade.Client(bad)
+
+
+def test_no_reachable_endpoint_is_reported_with_every_address():
+    dead = [f"127.0.0.1:{_free()}", f"127.0.0.1:{_free()}"]
+    with pytest.raises(palisade.errors.Unreachable) as unreachable:
+        palisade.Client(dead, connect_timeout=0.3)
+    assert all(address in str(unreachable.value) for address in dead)
+    assert unreachable.value.error_class is palisade.ErrorClass.UNAVAILABLE
+
+
+def test_a_client_given_a_dead_member_first_moves_on_to_a_live_one(server, unique):
+    with palisade.Client([f"127.0.0.1:{_free()}", server.endpoint], connect_timeout=0.5) as client:
+        assert client.endpoint == server.endpoint
+        with client.lock(unique, ttl=5) as grant:
+            assert grant.token > 0
+
+
+def test_a_session_is_lost_when_its_lease_cannot_be_proven(own_server, unique):
+    lost_calls = []
+    with palisade.Client([own_server.endpoint]) as client:
+        session = client.session(1)
+        grant = session.acquire(unique, on_lost=lambda g, reason: lost_calls.append((g.token, reason)))
+        own_server.pause()
+        try:
+            assert grant.lost.wait(3), "the grant is lost within the lease once renewals go unanswered"
+            assert grant.lost_reason == errors.LOST_LEASE_UNPROVEN
+            assert lost_calls == [(grant.token, errors.LOST_LEASE_UNPROVEN)]
+            assert session.lease_remaining() is None
+        finally:
+            own_server.resume()
+        with pytest.raises(palisade.SessionLost):
+            grant.release()
+        with pytest.raises(palisade.SessionLost):
+            session.acquire(unique)
+        session.close()
+        # After the close the lock is free for the next holder.
+        with client.lock(unique, ttl=5, wait=5) as next_grant:
+            assert next_grant.token > grant.token
+
+
+def test_a_session_closed_elsewhere_is_lost_as_not_found(client, unique):
+    session = client.session(3, keepalive_interval=0.1)
+    grant = session.acquire(unique)
+    client.close_session(session.credential)
+    assert grant.lost.wait(3)
+    assert grant.lost_reason == errors.LOST_NOT_FOUND
+    with pytest.raises(palisade.SessionNotFound):
+        session.close()
+
+
+def test_endpoints_follow_leader_hints_and_rotate_on_failures():
+    # The same rules as the Rust client's `Endpoints` tests.
+    endpoints = Endpoints(["10.0.0.1:7457", "10.0.0.2:7457", "10.0.0.3:7457"], 0, lambda target: target)
+    hint = lambda leader: Failure(Failure.NOT_LEADER, "not the leader", leader=leader)  # noqa: E731
+    endpoints.after_failure(0, hint("10.0.0.3:7457"))
+    current = endpoints.current()
+    assert (current.target, current.index, current.generation) == ("10.0.0.3:7457", 2, 1)
+    endpoints.after_failure(1, hint("10.0.0.9:7457"))
+    assert endpoints.current().target == "10.0.0.9:7457"
+    endpoints.after_failure(2, Failure(Failure.NOT_APPLIED, "connection refused"))
+    assert endpoints.current().target == "10.0.0.1:7457"
+    endpoints.after_failure(1, Failure(Failure.NOT_APPLIED, "late"))
+    assert endpoints.current().generation == 3, "a failure on an endpoint no longer current moves nothing"
+    endpoints.after_failure(3, Failure(Failure.CORE, "busy"))
+    assert endpoints.current().generation == 3, "a refusal moves nothing"
+    endpoints.after_failure(3, Failure(Failure.UNKNOWN, "reset"))
+    assert endpoints.current().target == "10.0.0.2:7457"
+
+
+def test_request_ids_and_open_keys_are_random():
+    assert len({_core.request_id() for _ in range(256)}) == 256
+    keys = {_core.open_key() for _ in range(256)}
+    assert len(keys) == 256 and all(len(k) == 16 for k in keys)
+
+
+def _free() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,0 +1,73 @@
+"""Following the leader of a real three-node cluster, and riding out a `kill -9` of it."""
+
+import time
+
+import pytest
+
+import palisade
+
+from .conftest import Server, free_port
+
+
+@pytest.fixture
+def cluster(palisade_bin, tmp_path):
+    ports = [free_port() for _ in range(3)]
+    members = ",".join(f"{i + 1}=127.0.0.1:{port}" for i, port in enumerate(ports))
+    nodes = [
+        Server(
+            palisade_bin,
+            tmp_path / f"node{i + 1}",
+            "--node-id",
+            str(i + 1),
+            "--initial-cluster",
+            members,
+            port=port,
+            ready=False,
+        )
+        for i, port in enumerate(ports)
+    ]
+    yield nodes
+    for node in nodes:
+        node.stop()
+
+
+def test_calls_follow_the_leader_and_a_session_survives_its_kill(cluster):
+    endpoints = [node.endpoint for node in cluster]
+    deadline = time.monotonic() + 30
+    while True:  # the cluster elects its first leader
+        try:
+            client = palisade.Client(endpoints, connect_timeout=1)
+            client.public_keys()
+            break
+        except palisade.PalisadeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    leader = client.endpoint
+    client.close()
+    followers = [e for e in endpoints if e != leader]
+
+    # A client given a follower first is sent to the leader by the follower's answer.
+    with palisade.Client(followers + [leader]) as follower_first:
+        assert follower_first.endpoint == followers[0]
+        with follower_first.lock("cluster/a", ttl=5) as grant:
+            assert follower_first.endpoint == leader, "the follower named the leader and the client went there"
+            assert grant.token > 0
+
+    # A holder keeps its lock across a kill -9 of the leader: the keepalive moves to the new one.
+    with palisade.Client(endpoints) as holder_client:
+        session = holder_client.session(5)
+        grant = session.acquire("cluster/b")
+        next(node for node in cluster if node.endpoint == leader).kill()
+        time.sleep(6)  # longer than the ttl: only renewals through the new leader keep it
+        assert not grant.lost.is_set(), grant.lost_reason
+        assert holder_client.endpoint != leader
+        status = holder_client.status("cluster/b")
+        assert status.holder is not None and status.holder.token == grant.token
+        with palisade.Client(followers) as other:
+            with other.session(5) as contender, pytest.raises(palisade.Busy):
+                contender.acquire("cluster/b", wait=0)
+            grant.release()
+            with other.lock("cluster/b", ttl=5, wait=5) as after:
+                assert after.token > grant.token, "tokens keep growing across the failover"
+        session.close()
