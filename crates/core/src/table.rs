@@ -234,6 +234,12 @@ impl LockTable {
                 Err(message) => Err(CoreError::InvalidLimits { message }),
             },
             Command::LeaderStart => Ok(self.leader_start()),
+            Command::RaiseTokenFloor { floor } => {
+                self.last_token = self.last_token.max(floor.min(self.limits.token_max));
+                Ok(Reply::TokenFloorRaised {
+                    last_token: self.last_token,
+                })
+            }
         };
         #[cfg(debug_assertions)]
         self.check_consistency();

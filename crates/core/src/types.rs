@@ -218,6 +218,10 @@ pub enum Command {
     /// A leader took over: every session's lease restarts its full TTL from now (invariant 6:
     /// leases are extended by a change of leader or a restart, never shortened).
     LeaderStart,
+    /// Raise the shared token counter to at least `floor` (never lowers it). Proposed after a
+    /// node cut a damaged tail off its log: the tail may have held grants whose tokens
+    /// resources already saw, and the floor lies above every token granted before the cut.
+    RaiseTokenFloor { floor: Token },
 }
 
 /// What a successful command did.
@@ -257,6 +261,10 @@ pub enum Reply {
     LimitsSet,
     LeaderStarted {
         sessions_extended: u32,
+    },
+    /// The shared counter after [`Command::RaiseTokenFloor`]: the next grant's token is above it.
+    TokenFloorRaised {
+        last_token: Token,
     },
 }
 

@@ -196,6 +196,12 @@ impl Model {
                     sessions_extended: extended,
                 })
             }
+            Command::RaiseTokenFloor { floor } => {
+                self.last_token = self.last_token.max(floor.min(self.limits.token_max));
+                Ok(Reply::TokenFloorRaised {
+                    last_token: self.last_token,
+                })
+            }
         };
         Output { result, events }
     }
@@ -830,6 +836,10 @@ enum Op {
     },
     Tick,
     LeaderStart,
+    /// Raise the token counter to at least this.
+    RaiseTokenFloor {
+        floor: u64,
+    },
     /// Snapshot the table and restore it from the snapshot (a restart).
     Restart,
 }
@@ -886,6 +896,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0usize..6).prop_map(|back| Op::Retry { back }),
         2 => Just(Op::Tick),
         1 => Just(Op::LeaderStart),
+        1 => (0u64..40).prop_map(|floor| Op::RaiseTokenFloor { floor }),
         1 => Just(Op::Restart),
     ]
 }
@@ -1074,6 +1085,9 @@ impl Driver {
             }
             Op::Tick => Command::Tick,
             Op::LeaderStart => Command::LeaderStart,
+            Op::RaiseTokenFloor { floor } => Command::RaiseTokenFloor {
+                floor: Token::new(floor),
+            },
             Op::Restart => return None,
         };
         if matches!(command, Command::Acquire { .. } | Command::Release { .. }) {

@@ -509,3 +509,33 @@ fn a_freed_lock_still_reports_its_last_token_and_its_next_grant_is_higher() {
     assert!(second > first);
     assert_eq!(story.table.last_token_of("jobs/a"), Some(second));
 }
+
+#[test]
+fn a_raised_token_floor_places_the_next_grant_above_it_and_never_lowers_the_counter() {
+    let mut story = Story::new(Limits::default());
+    let a = story.open(0, TTL_MS);
+    let before = story.take(1, a, "jobs/a");
+    assert_eq!(
+        story
+            .apply(
+                2,
+                Command::RaiseTokenFloor {
+                    floor: Token::new(1_000)
+                }
+            )
+            .result,
+        Ok(Reply::TokenFloorRaised {
+            last_token: Token::new(1_000)
+        })
+    );
+    let after = story.take(3, a, "jobs/b");
+    assert!(after > Token::new(1_000), "{after:?} after a floor of 1000");
+    // A lower floor (another node's older cut, say) changes nothing.
+    assert_eq!(
+        story
+            .apply(4, Command::RaiseTokenFloor { floor: before })
+            .result,
+        Ok(Reply::TokenFloorRaised { last_token: after })
+    );
+    assert!(story.take(5, a, "jobs/c") > after);
+}

@@ -568,6 +568,30 @@ impl Node {
                 }
             }
         }
+        // A cut of this node's log may have taken grants resources saw: no grant of this term
+        // comes before the floor kept for it is applied.
+        match crate::wal::pending_token_floor(&self.data_dir) {
+            Ok(None) => {}
+            Ok(Some(floor)) => match self
+                .propose_in(&term, Command::RaiseTokenFloor { floor })
+                .await
+            {
+                Ok((_, raised)) => {
+                    tracing::warn!(result = ?raised.result, floor = floor.get(), "raised the token counter above every token granted before this node's log was cut");
+                    if let Err(e) = crate::wal::forget_token_floor(&self.data_dir) {
+                        tracing::warn!(error = %e, "could not remove the applied token floor (it will be applied again, which changes nothing)");
+                    }
+                }
+                Err(e) => {
+                    tracing::info!(error = %e, "could not raise the token floor; not taking over");
+                    return;
+                }
+            },
+            Err(e) => {
+                tracing::error!(error = %e, "not taking over: the token floor left by a cut of the log cannot be read");
+                return;
+            }
+        }
         // New limits (e.g. another --lock-delay) take effect at this point of the log, never
         // retroactively for entries replayed above.
         if self.shared.read(|t| *t.limits()) != self.limits {

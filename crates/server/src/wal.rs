@@ -40,6 +40,8 @@ use std::path::{Path, PathBuf};
 
 use openraft::entry::RaftEntry;
 use openraft::type_config::alias::{LogIdOf, VoteOf};
+use palisade_core::Token;
+use palisade_core::limits::restore_token_floor;
 use serde::{Deserialize, Serialize};
 
 use crate::disk::{Disk, LogFile};
@@ -247,6 +249,17 @@ impl Wal {
         }
         let mut allocated = contents.len() as u64;
         if contents[offset..].iter().any(|b| *b != 0) {
+            // Nothing tells a torn write from a synced last frame that rotted since: the cut may
+            // take grants whose tokens resources saw. Before the cut, a floor above every token
+            // granted until now is kept durably for the next leadership to propose.
+            let floor = restore_token_floor(now_unix_secs());
+            let floor = pending_token_floor(directory_of(path))?.map_or(floor, |f| f.max(floor));
+            write_file_atomically(
+                directory_of(path),
+                TOKEN_FLOOR_FILE,
+                format!("{}\n", floor.get()).as_bytes(),
+                None,
+            )?;
             tracing::warn!(
                 path = %path.display(),
                 valid_bytes = offset,
@@ -352,6 +365,44 @@ impl Wal {
 }
 
 /// The directory holding `path` (`.` for a bare file name).
+/// The file, beside the log, holding a token floor still to be proposed: written before a
+/// damaged tail is cut off the log, removed once a leader applied the floor.
+pub const TOKEN_FLOOR_FILE: &str = "token-floor-pending";
+
+/// The token floor a cut of the log left to propose in `dir`, if any.
+pub fn pending_token_floor(dir: &Path) -> io::Result<Option<Token>> {
+    let text = match std::fs::read_to_string(dir.join(TOKEN_FLOOR_FILE)) {
+        Ok(text) => text,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let floor = text.trim().parse::<u64>().map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{} holds {text:?}, not a token ({e}); it is written by palisade after cutting a \
+                 damaged tail off the log: restore it or the data directory from a backup",
+                dir.join(TOKEN_FLOOR_FILE).display()
+            ),
+        )
+    })?;
+    Ok(Some(Token::new(floor)))
+}
+
+/// Removes the pending floor of `dir` once it is applied.
+pub fn forget_token_floor(dir: &Path) -> io::Result<()> {
+    match std::fs::remove_file(dir.join(TOKEN_FLOOR_FILE)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => File::open(dir)?.sync_all(),
+    }
+}
+
+fn now_unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs())
+}
+
 fn directory_of(path: &Path) -> &Path {
     path.parent()
         .filter(|dir| !dir.as_os_str().is_empty())

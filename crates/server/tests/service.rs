@@ -430,3 +430,69 @@ async fn a_watcher_hears_each_handoff_with_the_queue_left_behind_it() {
         (next.id, token, 1)
     );
 }
+
+/// The frames of a log file: (start, end) of each, header included, up to the first empty one.
+fn log_frames(bytes: &[u8]) -> Vec<(usize, usize)> {
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while at + 8 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        if len == 0 || at + 8 + len > bytes.len() {
+            break;
+        }
+        frames.push((at, at + 8 + len));
+        at += 8 + len;
+    }
+    frames
+}
+
+/// H6: the last frame of the log rots after it was synced and its grant reached a resource.
+/// On replay it looks exactly like a torn write and is cut, so the grant is forgotten: the node
+/// must still never hand that token, or a lower one, to anyone again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_cut_off_with_a_rotten_last_frame_is_never_granted_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = LockServer::start(dir.path()).await;
+    let mut client = locks_client(&running.endpoint()).await;
+    let session = open(&mut client, 1, 30_000).await;
+    let seen = client
+        .acquire(acquire(&session, "rot/a", 10, 0))
+        .await
+        .unwrap()
+        .into_inner()
+        .token;
+    running.stop().await;
+
+    // The grant's entry is in the last frame naming the lock: it becomes the log's last frame
+    // (as if the node had stopped right after syncing it) and one byte of it flips.
+    let path = dir.path().join("raft.wal");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let (start, end) = log_frames(&bytes)
+        .into_iter()
+        .filter(|&(start, end)| String::from_utf8_lossy(&bytes[start + 8..end]).contains("rot/a"))
+        .next_back()
+        .expect("a frame holds the acquire");
+    bytes[end..].fill(0);
+    bytes[(start + end) / 2] ^= 0x20;
+    std::fs::write(&path, &bytes).unwrap();
+
+    let running = LockServer::start(dir.path()).await;
+    let mut client = locks_client(&running.endpoint()).await;
+    let session = open(&mut client, 2, 30_000).await;
+    let next = client
+        .acquire(acquire(&session, "rot/a", 20, 5_000))
+        .await
+        .unwrap()
+        .into_inner()
+        .token;
+    running.stop().await;
+    assert!(
+        !dir.path().join("token-floor-pending").exists(),
+        "the floor kept for the cut is forgotten once applied"
+    );
+    assert!(
+        next > seen,
+        "token {seen} reached a resource before the log's last frame rotted; the next grant \
+         got {next}, which that resource refuses or, if equal, accepts for a second holder"
+    );
+}
