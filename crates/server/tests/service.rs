@@ -469,8 +469,7 @@ async fn a_grant_cut_off_with_a_rotten_last_frame_is_never_granted_again() {
     let mut bytes = std::fs::read(&path).unwrap();
     let (start, end) = log_frames(&bytes)
         .into_iter()
-        .filter(|&(start, end)| String::from_utf8_lossy(&bytes[start + 8..end]).contains("rot/a"))
-        .next_back()
+        .rfind(|&(start, end)| String::from_utf8_lossy(&bytes[start + 8..end]).contains("rot/a"))
         .expect("a frame holds the acquire");
     bytes[end..].fill(0);
     bytes[(start + end) / 2] ^= 0x20;
