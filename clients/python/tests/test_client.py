@@ -113,6 +113,8 @@ def test_bad_input_is_refused_before_it_is_sent(client):
         client.status("a\nb")
     with pytest.raises(palisade.InvalidArgument, match="outside the allowed range"):
         client.session(0.5)
+    with pytest.raises(palisade.InvalidArgument, match="keepalive_interval"):
+        client.session(5, keepalive_interval=0)
     with pytest.raises(palisade.InvalidArgument, match="wait"):
         client.acquire(palisade.SessionCredential(1, bytes(32)), "a", wait=-1)
     for bad, says in [

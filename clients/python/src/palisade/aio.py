@@ -29,7 +29,7 @@ from . import _core, errors
 from ._core import Failure
 from ._proto import palisade_pb2 as pb
 from ._proto import palisade_pb2_grpc as pb_grpc
-from .client import AcquireResult, LockStatus, SessionCredential, _session_gone, lock_status
+from .client import AcquireResult, LockStatus, SessionCredential, _check_interval, _session_gone, lock_status
 from .sequencer import KeySet, PublicKey
 
 log = logging.getLogger("palisade")
@@ -136,6 +136,7 @@ class Client:
 
     async def session(self, ttl: float = 10.0, *, keepalive_interval: Optional[float] = None) -> "Session":
         """Opens a session kept alive by a task on the running loop until it is closed."""
+        _check_interval(keepalive_interval)
         credential, granted, first_sent_at = await self._open_session(ttl)
         return Session(self, credential, granted, first_sent_at, keepalive_interval)
 
