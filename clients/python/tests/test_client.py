@@ -167,6 +167,24 @@ def test_a_session_is_lost_when_its_lease_cannot_be_proven(own_server, unique):
             assert next_grant.token > grant.token
 
 
+def test_a_call_in_flight_to_a_frozen_server_fails_within_seconds_as_unknown(own_server, unique):
+    """HTTP/2 pings every second: a member that freezes with its socket open does not hang a call
+    that has no deadline of its own (an acquire waiting forever)."""
+    with palisade.Client([own_server.endpoint], retry_budget=0.5) as client:
+        holder, _ = client.open_session_without_keepalive(30)
+        waiter, _ = client.open_session_without_keepalive(30)
+        client.acquire(holder, unique, wait=0)
+        own_server.pause()
+        started = time.monotonic()
+        try:
+            with pytest.raises(palisade.OutcomeUnknown) as unknown:
+                client.acquire(waiter, unique)  # waits forever: no deadline of its own
+        finally:
+            own_server.resume()
+        assert time.monotonic() - started < 5, "noticed by the connection's pings, not a timeout"
+        assert "ping" in str(unknown.value)
+
+
 def test_a_session_closed_elsewhere_is_lost_as_not_found(client, unique):
     session = client.session(3, keepalive_interval=0.1)
     grant = session.acquire(unique)
