@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+import grpc
 import pytest
 
 import palisade
@@ -226,3 +227,36 @@ def _free() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_a_session_renews_by_call_when_its_connection_has_no_keepalive_stream_to_spare(own_server, unique):
+    import queue
+
+    from palisade._proto import palisade_pb2 as pb
+
+    # The server's limit of keepalive streams per connection (LONG_LIVED_CALLS_PER_CONNECTION_MAX).
+    streams_max = 1000
+    with palisade.Client([own_server.endpoint]) as client:
+        stub = client._endpoints.current().stub
+        silence: "queue.Queue[None]" = queue.Queue()
+        hogs = [stub.KeepAlive(iter(silence.get, "never")) for _ in range(streams_max)]
+        try:
+            deadline = time.monotonic() + 20
+            while True:  # until the connection's budget is taken: a further stream is refused
+                probe = stub.KeepAlive(iter([pb.KeepAliveRequest()]))
+                try:
+                    next(probe)
+                except grpc.RpcError as error:
+                    if error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED:
+                        break
+                assert time.monotonic() < deadline, "the keepalive streams were never exhausted"
+                time.sleep(0.1)
+            with client.lock(unique, ttl=1) as grant:
+                time.sleep(3)
+                assert not grant.lost.is_set(), grant.lost_reason
+                assert client.status(unique).holder.token == grant.token
+        finally:
+            for hog in hogs:
+                hog.cancel()
+            for _ in hogs:
+                silence.put("never")
