@@ -21,6 +21,8 @@ async def test_an_async_lock_gives_a_verifiable_grant_and_queues_waiters(server,
             await asyncio.sleep(2.0)  # past the ttl: the keepalive task renews the lease
             status = await client.status(unique)
             assert status.holder.session == grant.session_id and status.waiters
+            listed = await client.list_locks(unique)
+            assert [(s.lock, s.holder.token) for s in listed] == [(unique, grant.token)]
             assert not grant.lost.is_set()
         assert await asyncio.wait_for(waiter, 10) > grant.token
 

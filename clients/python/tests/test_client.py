@@ -22,6 +22,7 @@ def test_a_lock_gives_a_token_and_a_verifiable_sequencer_and_is_released_on_exit
         status = client.status(unique)
         assert status.holder is not None and status.holder.token == grant.token
         assert not grant.lost.is_set()
+        assert [(s.lock, s.holder.token) for s in client.list_locks(unique)] == [(unique, grant.token)]
     assert client.status(unique).holder is None
     with client.lock(unique, ttl=5) as second:
         assert second.token > grant.token, "tokens only grow"
@@ -260,3 +261,16 @@ def test_a_session_renews_by_call_when_its_connection_has_no_keepalive_stream_to
                 hog.cancel()
             for _ in hogs:
                 silence.put("never")
+
+
+def test_list_locks_follows_the_pages(client, unique):
+    # More locks than one page holds (the server's LIST_PAGE_LOCKS_MAX is 128).
+    credential, _ = client.open_session_without_keepalive(30)
+    names = [f"{unique}/{i:03}" for i in range(130)]
+    for name in names:
+        client.acquire(credential, name, wait=0)
+    listed = client.list_locks(unique + "/")
+    assert [s.lock for s in listed] == names
+    assert all(s.holder.session == credential.id for s in listed)
+    client.close_session(credential)
+    assert all(s.holder is None for s in client.list_locks(unique + "/"))

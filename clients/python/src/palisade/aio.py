@@ -222,6 +222,33 @@ class Client:
             raise errors.ProtocolError(f"status of lock {lock!r} answered for lock {status.lock!r}")
         return status
 
+    async def list_locks(self, prefix: str = "", *, stale: bool = False) -> list[LockStatus]:
+        """Every lock whose name starts with ``prefix``, in name order (follows pagination)."""
+        if len(prefix.encode()) > _core.LOCK_NAME_BYTES_MAX:
+            raise errors.InvalidArgument(f"a prefix is at most {_core.LOCK_NAME_BYTES_MAX} bytes")
+        locks: list[LockStatus] = []
+        start_after = ""
+        for _ in range(_core.LIST_PAGES_MAX):
+            page = await self._call(
+                "ListLocks",
+                pb.ListLocksRequest(prefix=prefix, start_after=start_after, stale=stale),
+                f"list of locks under {prefix!r}",
+            )
+            for info in page.locks:
+                status = lock_status(info)
+                in_order = (not locks or locks[-1].lock < status.lock) and (not start_after or start_after < status.lock)
+                if not status.lock.startswith(prefix) or not in_order:
+                    raise errors.ProtocolError(
+                        f"lock list for prefix {prefix!r} returned {status.lock!r} out of order or outside the prefix"
+                    )
+                locks.append(status)
+            if not page.next_start_after:
+                return locks
+            if page.next_start_after <= start_after:
+                raise errors.ProtocolError(f"lock list did not advance past {start_after!r}")
+            start_after = page.next_start_after
+        raise errors.ProtocolError(f"lock list for prefix {prefix!r} did not end after {_core.LIST_PAGES_MAX} pages")
+
     async def public_keys(self) -> KeySet:
         response = await self._call("PublicKey", pb.PublicKeyRequest(), "reading the public keys")
         try:
