@@ -242,7 +242,8 @@ def test_a_session_renews_by_call_when_its_connection_has_no_keepalive_stream_to
         silence: "queue.Queue[None]" = queue.Queue()
         hogs = [stub.KeepAlive(iter(silence.get, "never")) for _ in range(streams_max)]
         try:
-            deadline = time.monotonic() + 20
+            # 1000 streams take a thread each in grpc's blocking API: seconds on a busy machine.
+            deadline = time.monotonic() + 60
             while True:  # until the connection's budget is taken: a further stream is refused
                 probe = stub.KeepAlive(iter([pb.KeepAliveRequest()]))
                 try:
