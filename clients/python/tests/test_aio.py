@@ -21,6 +21,8 @@ async def test_an_async_lock_gives_a_verifiable_grant_and_queues_waiters(server,
             await asyncio.sleep(2.0)  # past the ttl: the keepalive task renews the lease
             status = await client.status(unique)
             assert status.holder.session == grant.session_id and status.waiters
+            listed = await client.list_locks(unique)
+            assert [(s.lock, s.holder.token) for s in listed] == [(unique, grant.token)]
             assert not grant.lost.is_set()
         assert await asyncio.wait_for(waiter, 10) > grant.token
 
@@ -59,3 +61,34 @@ async def test_async_calls_for_a_session_need_its_secret(server, unique):
         await client.close_session(credential)
         with pytest.raises(palisade.SessionNotFound):
             await client.renew(credential)
+
+
+# The server's limit on keepalive streams (and watches, and waiting acquires) per connection:
+# palisade-server's LONG_LIVED_CALLS_PER_CONNECTION_MAX.
+KEEPALIVE_STREAMS_PER_CONNECTION_MAX = 1000
+
+
+async def test_a_session_renews_by_call_when_its_connection_has_no_keepalive_stream_to_spare(own_server, unique):
+    client = await aio.Client.connect([own_server.endpoint])
+    stub = client._endpoints.current().stub
+    # Streams that send nothing hold the connection's whole budget of keepalive streams.
+    hogs = [stub.KeepAlive() for _ in range(KEEPALIVE_STREAMS_PER_CONNECTION_MAX)]
+    try:
+        await asyncio.gather(*(hog.wait_for_connection() for hog in hogs))
+        probe = stub.KeepAlive()
+        with pytest.raises(Exception) as refused:
+            await probe.read()
+        assert refused.value.code().name == "RESOURCE_EXHAUSTED", refused.value
+        # A session on the same connection cannot open a stream: it is renewed by Renew calls,
+        # and outlives its ttl several times over.
+        session = await client.session(1)
+        grant = await session.acquire(unique)
+        await asyncio.sleep(2.2)  # over twice the ttl
+        assert not grant.lost.is_set(), grant.lost_reason
+        status = await client.status(unique)
+        assert status.holder is not None and status.holder.token == grant.token
+        await session.close()
+    finally:
+        for hog in hogs:
+            hog.cancel()
+        await client.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+import grpc
 import pytest
 
 import palisade
@@ -21,6 +22,7 @@ def test_a_lock_gives_a_token_and_a_verifiable_sequencer_and_is_released_on_exit
         status = client.status(unique)
         assert status.holder is not None and status.holder.token == grant.token
         assert not grant.lost.is_set()
+        assert [(s.lock, s.holder.token) for s in client.list_locks(unique)] == [(unique, grant.token)]
     assert client.status(unique).holder is None
     with client.lock(unique, ttl=5) as second:
         assert second.token > grant.token, "tokens only grow"
@@ -113,6 +115,8 @@ def test_bad_input_is_refused_before_it_is_sent(client):
         client.status("a\nb")
     with pytest.raises(palisade.InvalidArgument, match="outside the allowed range"):
         client.session(0.5)
+    with pytest.raises(palisade.InvalidArgument, match="keepalive_interval"):
+        client.session(5, keepalive_interval=0)
     with pytest.raises(palisade.InvalidArgument, match="wait"):
         client.acquire(palisade.SessionCredential(1, bytes(32)), "a", wait=-1)
     for bad, says in [
@@ -165,6 +169,24 @@ def test_a_session_is_lost_when_its_lease_cannot_be_proven(own_server, unique):
             assert next_grant.token > grant.token
 
 
+def test_a_call_in_flight_to_a_frozen_server_fails_within_seconds_as_unknown(own_server, unique):
+    """HTTP/2 pings every second: a member that freezes with its socket open does not hang a call
+    that has no deadline of its own (an acquire waiting forever)."""
+    with palisade.Client([own_server.endpoint], retry_budget=0.5) as client:
+        holder, _ = client.open_session_without_keepalive(30)
+        waiter, _ = client.open_session_without_keepalive(30)
+        client.acquire(holder, unique, wait=0)
+        own_server.pause()
+        started = time.monotonic()
+        try:
+            with pytest.raises(palisade.OutcomeUnknown) as unknown:
+                client.acquire(waiter, unique)  # waits forever: no deadline of its own
+        finally:
+            own_server.resume()
+        assert time.monotonic() - started < 5, "noticed by the connection's pings, not a timeout"
+        assert "ping" in str(unknown.value)
+
+
 def test_a_session_closed_elsewhere_is_lost_as_not_found(client, unique):
     session = client.session(3, keepalive_interval=0.1)
     grant = session.acquire(unique)
@@ -206,3 +228,50 @@ def _free() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_a_session_renews_by_call_when_its_connection_has_no_keepalive_stream_to_spare(own_server, unique):
+    import queue
+
+    from palisade._proto import palisade_pb2 as pb
+
+    # The server's limit of keepalive streams per connection (LONG_LIVED_CALLS_PER_CONNECTION_MAX).
+    streams_max = 1000
+    with palisade.Client([own_server.endpoint]) as client:
+        stub = client._endpoints.current().stub
+        silence: "queue.Queue[None]" = queue.Queue()
+        hogs = [stub.KeepAlive(iter(silence.get, "never")) for _ in range(streams_max)]
+        try:
+            # 1000 streams take a thread each in grpc's blocking API: seconds on a busy machine.
+            deadline = time.monotonic() + 60
+            while True:  # until the connection's budget is taken: a further stream is refused
+                probe = stub.KeepAlive(iter([pb.KeepAliveRequest()]))
+                try:
+                    next(probe)
+                except grpc.RpcError as error:
+                    if error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED:
+                        break
+                assert time.monotonic() < deadline, "the keepalive streams were never exhausted"
+                time.sleep(0.1)
+            with client.lock(unique, ttl=1) as grant:
+                time.sleep(2.2)  # over twice the ttl
+                assert not grant.lost.is_set(), grant.lost_reason
+                assert client.status(unique).holder.token == grant.token
+        finally:
+            for hog in hogs:
+                hog.cancel()
+            for _ in hogs:
+                silence.put("never")
+
+
+def test_list_locks_follows_the_pages(client, unique):
+    # More locks than one page holds (the server's LIST_PAGE_LOCKS_MAX is 128).
+    credential, _ = client.open_session_without_keepalive(30)
+    names = [f"{unique}/{i:03}" for i in range(130)]
+    for name in names:
+        client.acquire(credential, name, wait=0)
+    listed = client.list_locks(unique + "/")
+    assert [s.lock for s in listed] == names
+    assert all(s.holder.session == credential.id for s in listed)
+    client.close_session(credential)
+    assert all(s.holder is None for s in client.list_locks(unique + "/"))

@@ -16,7 +16,7 @@ mod serve;
 use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 use palisade_client::Client;
 use palisade_proto::DEFAULT_ENDPOINT;
 use tracing_subscriber::EnvFilter;
@@ -68,6 +68,35 @@ enum Command {
     Demo(palisade_bench::DemoArgs),
     /// Load generator: Palisade (or etcd) lock throughput and latency, and what fencing costs.
     Bench(palisade_bench::BenchArgs),
+    /// Print a shell completion script on stdout, e.g.
+    /// `palisade completions bash > /etc/bash_completion.d/palisade`.
+    Completions(CompletionsArgs),
+}
+
+/// `palisade completions SHELL`.
+#[derive(Debug, clap::Args)]
+struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    shell: CompletionShell,
+}
+
+/// The shells `palisade completions` writes scripts for.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum CompletionShell {
+    Bash,
+    Zsh,
+    Fish,
+}
+
+impl From<CompletionShell> for clap_complete::Shell {
+    fn from(shell: CompletionShell) -> clap_complete::Shell {
+        match shell {
+            CompletionShell::Bash => clap_complete::Shell::Bash,
+            CompletionShell::Zsh => clap_complete::Shell::Zsh,
+            CompletionShell::Fish => clap_complete::Shell::Fish,
+        }
+    }
 }
 
 /// What every client command needs: where the lock service is.
@@ -129,6 +158,16 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Demo(args) => palisade_bench::demo::run(args)
             .await
             .map(|()| ExitCode::SUCCESS),
+        Command::Completions(args) => {
+            let shell = clap_complete::Shell::from(args.shell);
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "palisade",
+                &mut std::io::stdout(),
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Bench(args) => palisade_bench::bench::run(args)
             .await
             .map(|()| ExitCode::SUCCESS),

@@ -71,6 +71,8 @@ ERROR_DETAIL_TYPE = "type.googleapis.com/palisade.v1.ErrorDetail"
 CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", KEEPALIVE_PING_INTERVAL_MS),
     ("grpc.keepalive_timeout_ms", KEEPALIVE_PING_TIMEOUT_MS),
+    # Without this, gRPC waits a minute for any ping's answer, whatever the keepalive timeout.
+    ("grpc.http2.ping_timeout_ms", KEEPALIVE_PING_TIMEOUT_MS),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),

@@ -29,7 +29,7 @@ from . import _core, errors
 from ._core import Failure
 from ._proto import palisade_pb2 as pb
 from ._proto import palisade_pb2_grpc as pb_grpc
-from .client import AcquireResult, LockStatus, SessionCredential, _session_gone, lock_status
+from .client import AcquireResult, LockStatus, SessionCredential, _check_interval, _session_gone, lock_status
 from .sequencer import KeySet, PublicKey
 
 log = logging.getLogger("palisade")
@@ -136,6 +136,7 @@ class Client:
 
     async def session(self, ttl: float = 10.0, *, keepalive_interval: Optional[float] = None) -> "Session":
         """Opens a session kept alive by a task on the running loop until it is closed."""
+        _check_interval(keepalive_interval)
         credential, granted, first_sent_at = await self._open_session(ttl)
         return Session(self, credential, granted, first_sent_at, keepalive_interval)
 
@@ -220,6 +221,33 @@ class Client:
         if status.lock != lock:
             raise errors.ProtocolError(f"status of lock {lock!r} answered for lock {status.lock!r}")
         return status
+
+    async def list_locks(self, prefix: str = "", *, stale: bool = False) -> list[LockStatus]:
+        """Every lock whose name starts with ``prefix``, in name order (follows pagination)."""
+        if len(prefix.encode()) > _core.LOCK_NAME_BYTES_MAX:
+            raise errors.InvalidArgument(f"a prefix is at most {_core.LOCK_NAME_BYTES_MAX} bytes")
+        locks: list[LockStatus] = []
+        start_after = ""
+        for _ in range(_core.LIST_PAGES_MAX):
+            page = await self._call(
+                "ListLocks",
+                pb.ListLocksRequest(prefix=prefix, start_after=start_after, stale=stale),
+                f"list of locks under {prefix!r}",
+            )
+            for info in page.locks:
+                status = lock_status(info)
+                in_order = (not locks or locks[-1].lock < status.lock) and (not start_after or start_after < status.lock)
+                if not status.lock.startswith(prefix) or not in_order:
+                    raise errors.ProtocolError(
+                        f"lock list for prefix {prefix!r} returned {status.lock!r} out of order or outside the prefix"
+                    )
+                locks.append(status)
+            if not page.next_start_after:
+                return locks
+            if page.next_start_after <= start_after:
+                raise errors.ProtocolError(f"lock list did not advance past {start_after!r}")
+            start_after = page.next_start_after
+        raise errors.ProtocolError(f"lock list for prefix {prefix!r} did not end after {_core.LIST_PAGES_MAX} pages")
 
     async def public_keys(self) -> KeySet:
         response = await self._call("PublicKey", pb.PublicKeyRequest(), "reading the public keys")

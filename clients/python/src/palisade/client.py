@@ -446,13 +446,12 @@ class Session:
 
     def __init__(self, client: Client, ttl: float, keepalive_interval: Optional[float] = None) -> None:
         self._client = client
+        _check_interval(keepalive_interval)
         credential, granted, first_sent_at = client._open_session(ttl)
         self.credential = credential
         self.id = credential.id
         self.ttl = granted
         interval = granted / 3 if keepalive_interval is None else keepalive_interval
-        if isinstance(interval, bool) or not isinstance(interval, (int, float)):
-            raise errors.InvalidArgument(f"keepalive_interval is seconds, not {keepalive_interval!r}")
         self._interval = min(max(interval, 0.01), granted)
         self._mutex = threading.Lock()
         self._lease_deadline = first_sent_at + _core.proven_lease(granted)
@@ -702,6 +701,14 @@ class Session:
                 return errors.LOST_LEASE_UNPROVEN
             if time.monotonic() >= wake:
                 return None
+
+
+def _check_interval(interval: Any) -> None:
+    """A keepalive interval: ``None`` (a third of the ttl) or seconds, at least 10 ms."""
+    if interval is None:
+        return
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0.01 <= interval <= 86_400:
+        raise errors.InvalidArgument(f"keepalive_interval is None or seconds in 0.01..=86400, not {interval!r}")
 
 
 def _session_gone(failure: Failure) -> bool:
