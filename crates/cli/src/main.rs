@@ -12,12 +12,13 @@ mod lock;
 mod oneshot;
 mod output;
 mod serve;
+mod token;
 
 use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use palisade_client::Client;
+use palisade_client::{AUTH_TOKEN_ENV, BearerToken, Client, ClientOptions};
 use palisade_proto::DEFAULT_ENDPOINT;
 use tracing_subscriber::EnvFilter;
 
@@ -29,6 +30,20 @@ struct Cli {
     /// (at most 16; the client follows the leader). `http://` is assumed without a scheme.
     #[arg(long, global = true, env = "PALISADE_ENDPOINT", default_value = DEFAULT_ENDPOINT)]
     endpoint: String,
+    /// The bearer token to authenticate with (`palisade token new`), sent with every call.
+    /// Prefer the environment variable or --token-file: a flag's value is visible in `ps`.
+    #[arg(
+        long,
+        global = true,
+        env = AUTH_TOKEN_ENV,
+        hide_env_values = true,
+        value_parser = BearerToken::new,
+        conflicts_with = "token_file"
+    )]
+    token: Option<BearerToken>,
+    /// Read the bearer token from this file (its first line).
+    #[arg(long, global = true, env = "PALISADE_AUTH_TOKEN_FILE")]
+    token_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -68,13 +83,18 @@ enum Command {
     Demo(palisade_bench::DemoArgs),
     /// Load generator: Palisade (or etcd) lock throughput and latency, and what fencing costs.
     Bench(palisade_bench::BenchArgs),
+    /// Bearer tokens for `palisade serve --tokens FILE`.
+    #[command(subcommand)]
+    Token(token::TokenCommand),
 }
 
-/// What every client command needs: where the lock service is.
+/// What every client command needs: where the lock service is, and how to authenticate.
 #[derive(Debug, Clone)]
 pub struct Global {
     /// One endpoint, or a comma-separated list of them.
     pub endpoint: String,
+    /// Sent with every call, if any.
+    pub bearer_token: Option<BearerToken>,
 }
 
 impl Global {
@@ -82,7 +102,19 @@ impl Global {
     /// connection, following the leader from there. A malformed list (an empty entry, more than
     /// 16 entries) is a usage error.
     pub async fn connect(&self) -> anyhow::Result<Client> {
-        Ok(Client::connect(&self.endpoint).await?)
+        Ok(Client::connect_with(
+            &self.endpoint,
+            ClientOptions {
+                bearer_token: self.bearer_token.clone(),
+                ..ClientOptions::default()
+            },
+        )
+        .await?)
+    }
+
+    /// What adds the bearer token to the cluster commands' calls.
+    pub fn bearer(&self) -> palisade_client::Bearer {
+        palisade_client::Bearer::new(self.bearer_token.clone())
     }
 }
 
@@ -103,8 +135,14 @@ impl Command {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let bearer_token = match (cli.token, &cli.token_file) {
+        (Some(token), _) => Some(token),
+        (None, Some(path)) => Some(token::read_token_file(path)?),
+        (None, None) => None,
+    };
     let global = Global {
         endpoint: cli.endpoint,
+        bearer_token,
     };
     match cli.command {
         Command::Serve(args) => serve::run(args).await.map(|()| ExitCode::SUCCESS),
@@ -119,12 +157,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Pubkey(args) => inspect::pubkey(args, &global).await,
         Command::Cluster(command) => {
             let endpoints = palisade_client::parse_endpoints(&global.endpoint)?;
-            cluster::run(command, &endpoints).await
+            cluster::run(command, &endpoints, &global.bearer()).await
         }
         Command::Restore(args) => cluster::restore(args),
         Command::Keys(command) => {
             let endpoints = palisade_client::parse_endpoints(&global.endpoint)?;
-            cluster::keys(command, &endpoints).await
+            cluster::keys(command, &endpoints, &global.bearer()).await
         }
         Command::Demo(args) => palisade_bench::demo::run(args)
             .await
@@ -132,6 +170,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(args) => palisade_bench::bench::run(args)
             .await
             .map(|()| ExitCode::SUCCESS),
+        Command::Token(command) => token::run(command),
     }
 }
 

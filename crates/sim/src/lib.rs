@@ -254,12 +254,18 @@ async fn node(
         advertise: Some(format!("{}:{PORT}", node_name(id))),
         initial_cluster: Some(members),
         join: false,
+        tokens_file: None,
+        policy_file: None,
+        insecure_listen_any: false,
     };
     let platform = Platform {
         clock: clock.shared(),
         listener: Some(listener),
         dialer: Some(net::dialer()),
         blocking: Blocking::Inline,
+        // The base commit added this field without updating the simulation: a direct disk
+        // keeps the simulation as it was (no modelled loss of unsynced writes).
+        disk: palisade_server::disk::Disk::direct(),
     };
     let server = Server::start_on(&config, platform).await?;
     server.run_until(std::future::pending()).await?;
