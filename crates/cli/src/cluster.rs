@@ -376,12 +376,29 @@ async fn status(endpoints: &[String], bearer: &Bearer, json: bool) -> anyhow::Re
     let mut first = None;
     let mut errors = Vec::new();
     for address in endpoints {
-        match view_of(address, bearer).await {
+        let mut client = match connect(address, STATUS_TIMEOUT, bearer).await {
+            Ok(client) => client,
+            Err(e) => {
+                errors.push(e.to_string());
+                continue;
+            }
+        };
+        match client.status(ClusterStatusRequest {}).await {
             Ok(view) => {
-                first = Some(view);
+                first = Some(view.into_inner());
                 break;
             }
-            Err(e) => errors.push(e),
+            // A refusal of the credential or the right is the answer: asking another member
+            // changes nothing.
+            Err(status)
+                if matches!(
+                    status.code(),
+                    tonic::Code::PermissionDenied | tonic::Code::Unauthenticated
+                ) =>
+            {
+                return Err(Exit::new(exit::REFUSED, status.message().to_string()).into());
+            }
+            Err(status) => errors.push(status.message().to_string()),
         }
     }
     let Some(first) = first else {

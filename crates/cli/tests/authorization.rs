@@ -542,7 +542,7 @@ async fn quotas_hold_one_identity_at_its_caps_while_another_still_works() {
         .await
         .unwrap();
     let _a = first
-        .acquire("q/a", AcquireOptions::default())
+        .acquire("q/a", AcquireOptions::wait(Wait::Try))
         .await
         .unwrap();
     let waiting = tokio::spawn(async move {
@@ -573,10 +573,10 @@ async fn quotas_hold_one_identity_at_its_caps_while_another_still_works() {
     assert_eq!(quota_of(&refused), Quota::Waiters);
     // A third lock fits; a fourth does not.
     let _b = third
-        .acquire("q/b", AcquireOptions::default())
+        .acquire("q/b", AcquireOptions::wait(Wait::Try))
         .await
         .unwrap();
-    let refused = refused_acquire(third.acquire("q/c", AcquireOptions::default()).await);
+    let refused = refused_acquire(third.acquire("q/c", AcquireOptions::wait(Wait::Try)).await);
     assert_eq!(quota_of(&refused), Quota::Locks);
     // Watches: one, then refused.
     let _watch = greedy.watch("q/a").await.unwrap();
