@@ -37,11 +37,11 @@ struct Cli {
         global = true,
         env = AUTH_TOKEN_ENV,
         hide_env_values = true,
-        value_parser = BearerToken::new,
-        conflicts_with = "token_file"
+        value_parser = BearerToken::new
     )]
     token: Option<BearerToken>,
-    /// Read the bearer token from this file (its first line).
+    /// Read the bearer token from this file (its first line); takes precedence over --token
+    /// and the environment variable.
     #[arg(long, global = true, env = "PALISADE_AUTH_TOKEN_FILE")]
     token_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
@@ -135,10 +135,9 @@ impl Command {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let bearer_token = match (cli.token, &cli.token_file) {
-        (Some(token), _) => Some(token),
-        (None, Some(path)) => Some(token::read_token_file(path)?),
-        (None, None) => None,
+    let bearer_token = match (&cli.token_file, cli.token) {
+        (Some(path), _) => Some(token::read_token_file(path)?),
+        (None, token) => token,
     };
     let global = Global {
         endpoint: cli.endpoint,
@@ -248,6 +247,21 @@ mod tests {
     fn the_endpoint_flag_is_accepted_after_the_command() {
         let cli = parse(&["status", "a", "--endpoint", "http://127.0.0.1:9"]).unwrap();
         assert_eq!(cli.endpoint, "http://127.0.0.1:9");
+    }
+
+    #[test]
+    fn a_token_file_and_a_token_may_both_be_given() {
+        let cli = parse(&[
+            "status",
+            "a",
+            "--token",
+            "pst_a",
+            "--token-file",
+            "/dev/null",
+        ])
+        .unwrap();
+        assert!(cli.token.is_some() && cli.token_file.is_some());
+        assert!(parse(&["status", "a", "--token", "has space"]).is_err());
     }
 
     #[test]
