@@ -94,12 +94,28 @@ pub enum Held {
     Etcd(Vec<u8>),
 }
 
+/// How the benchmark's clients connect to Palisade: with the bearer token in
+/// `PALISADE_AUTH_TOKEN`, if set (a service with `--tokens` and `--policy`).
+fn options() -> anyhow::Result<palisade_client::ClientOptions> {
+    let bearer_token = match std::env::var(palisade_client::AUTH_TOKEN_ENV) {
+        Ok(token) => Some(
+            palisade_client::BearerToken::new(&token)
+                .map_err(|e| anyhow::anyhow!("${}: {e}", palisade_client::AUTH_TOKEN_ENV))?,
+        ),
+        Err(_) => None,
+    };
+    Ok(palisade_client::ClientOptions {
+        bearer_token,
+        ..Default::default()
+    })
+}
+
 impl LockConn {
     /// Connects and opens a session (or lease) that lasts at least `ttl` without traffic.
     pub async fn open(target: &Target, ttl: Duration) -> anyhow::Result<LockConn> {
         match target {
             Target::Palisade { address } => {
-                let client = Client::connect(&format!("http://{address}"))
+                let client = Client::connect_with(&format!("http://{address}"), options()?)
                     .await
                     .with_context(|| format!("cannot connect to {target}"))?;
                 let session = client

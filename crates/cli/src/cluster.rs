@@ -8,6 +8,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use palisade_client::Bearer;
 use palisade_proto::v1::cluster_client::ClusterClient;
 use palisade_proto::v1::{
     AddKeyRequest, AddMemberRequest, BackupRequest, ClusterMember, ClusterStatusRequest,
@@ -16,6 +17,7 @@ use palisade_proto::v1::{
 };
 use palisade_sequencer::KeyId;
 use serde_json::{Value, json};
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::exit::{self, Exit};
@@ -108,17 +110,21 @@ pub enum KeysCommand {
     },
 }
 
-pub async fn keys(command: KeysCommand, endpoints: &[String]) -> anyhow::Result<ExitCode> {
+pub async fn keys(
+    command: KeysCommand,
+    endpoints: &[String],
+    bearer: &Bearer,
+) -> anyhow::Result<ExitCode> {
     let (keys, done, json) = match command {
         KeysCommand::List { json } => {
-            let keys = on_leader(endpoints, KEYS_TIMEOUT, |mut client| async move {
+            let keys = on_leader(endpoints, bearer, KEYS_TIMEOUT, |mut client| async move {
                 client.list_keys(ListKeysRequest {}).await
             })
             .await?;
             (keys, None, json)
         }
         KeysCommand::Add => {
-            let keys = on_leader(endpoints, KEYS_TIMEOUT, |mut client| async move {
+            let keys = on_leader(endpoints, bearer, KEYS_TIMEOUT, |mut client| async move {
                 client.add_key(AddKeyRequest {}).await
             })
             .await?;
@@ -132,7 +138,7 @@ pub async fn keys(command: KeysCommand, endpoints: &[String]) -> anyhow::Result<
         }
         KeysCommand::Rotate { key_id } => {
             let key_id = key_id.map(|k| k.to_string()).unwrap_or_default();
-            let keys = on_leader(endpoints, KEYS_TIMEOUT, |mut client| {
+            let keys = on_leader(endpoints, bearer, KEYS_TIMEOUT, |mut client| {
                 let key_id = key_id.clone();
                 async move { client.rotate_key(RotateKeyRequest { key_id }).await }
             })
@@ -145,7 +151,7 @@ pub async fn keys(command: KeysCommand, endpoints: &[String]) -> anyhow::Result<
             )
         }
         KeysCommand::Retire { key_id } => {
-            let keys = on_leader(endpoints, KEYS_TIMEOUT, |mut client| async move {
+            let keys = on_leader(endpoints, bearer, KEYS_TIMEOUT, |mut client| async move {
                 client
                     .retire_key(RetireKeyRequest {
                         key_id: key_id.to_string(),
@@ -193,11 +199,15 @@ fn keys_table(keys: &[PublishedKey]) -> String {
     table
 }
 
-pub async fn run(command: ClusterCommand, endpoints: &[String]) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    command: ClusterCommand,
+    endpoints: &[String],
+    bearer: &Bearer,
+) -> anyhow::Result<ExitCode> {
     match command {
-        ClusterCommand::Status { json } => status(endpoints, json).await,
+        ClusterCommand::Status { json } => status(endpoints, bearer, json).await,
         ClusterCommand::Add { id, address } => {
-            let members = on_leader(endpoints, ADD_TIMEOUT, |mut client| {
+            let members = on_leader(endpoints, bearer, ADD_TIMEOUT, |mut client| {
                 let address = address.clone();
                 async move {
                     client
@@ -212,7 +222,7 @@ pub async fn run(command: ClusterCommand, endpoints: &[String]) -> anyhow::Resul
             Ok(ExitCode::SUCCESS)
         }
         ClusterCommand::Remove { id } => {
-            let members = on_leader(endpoints, REMOVE_TIMEOUT, |mut client| async move {
+            let members = on_leader(endpoints, bearer, REMOVE_TIMEOUT, |mut client| async move {
                 client
                     .remove_member(RemoveMemberRequest { id })
                     .await
@@ -223,13 +233,17 @@ pub async fn run(command: ClusterCommand, endpoints: &[String]) -> anyhow::Resul
             print!("{}", members_table(&members));
             Ok(ExitCode::SUCCESS)
         }
-        ClusterCommand::Backup { file } => backup(endpoints, &file).await,
+        ClusterCommand::Backup { file } => backup(endpoints, bearer, &file).await,
     }
 }
 
-async fn backup(endpoints: &[String], file: &std::path::Path) -> anyhow::Result<ExitCode> {
+async fn backup(
+    endpoints: &[String],
+    bearer: &Bearer,
+    file: &std::path::Path,
+) -> anyhow::Result<ExitCode> {
     let limit = palisade_server::limits::SNAPSHOT_BYTES_MAX;
-    let bytes = on_leader(endpoints, BACKUP_TIMEOUT, |mut client| async move {
+    let bytes = on_leader(endpoints, bearer, BACKUP_TIMEOUT, |mut client| async move {
         let mut chunks = client.backup(BackupRequest {}).await?.into_inner();
         let mut bytes = Vec::new();
         while let Some(chunk) = chunks.message().await? {
@@ -328,8 +342,11 @@ fn endpoint(address: &str, timeout: Duration) -> anyhow::Result<Endpoint> {
         .timeout(timeout))
 }
 
-async fn connect(address: &str, timeout: Duration) -> anyhow::Result<ClusterClient<Channel>> {
-    Ok(ClusterClient::new(
+/// The cluster service on `address`, every call carrying the bearer token, if any.
+type Admin = ClusterClient<InterceptedService<Channel, Bearer>>;
+
+async fn connect(address: &str, timeout: Duration, bearer: &Bearer) -> anyhow::Result<Admin> {
+    Ok(ClusterClient::with_interceptor(
         endpoint(address, timeout)?.connect().await.map_err(|e| {
             Exit::new(
                 exit::UNAVAILABLE,
@@ -339,12 +356,13 @@ async fn connect(address: &str, timeout: Duration) -> anyhow::Result<ClusterClie
                 ),
             )
         })?,
+        bearer.clone(),
     ))
 }
 
 /// One node's own view, or why it could not be had.
-async fn view_of(address: &str) -> Result<ClusterStatusResponse, String> {
-    let mut client = connect(address, STATUS_TIMEOUT)
+async fn view_of(address: &str, bearer: &Bearer) -> Result<ClusterStatusResponse, String> {
+    let mut client = connect(address, STATUS_TIMEOUT, bearer)
         .await
         .map_err(|e| e.to_string())?;
     client
@@ -354,16 +372,33 @@ async fn view_of(address: &str) -> Result<ClusterStatusResponse, String> {
         .map_err(|s| s.message().to_string())
 }
 
-async fn status(endpoints: &[String], json: bool) -> anyhow::Result<ExitCode> {
+async fn status(endpoints: &[String], bearer: &Bearer, json: bool) -> anyhow::Result<ExitCode> {
     let mut first = None;
     let mut errors = Vec::new();
     for address in endpoints {
-        match view_of(address).await {
+        let mut client = match connect(address, STATUS_TIMEOUT, bearer).await {
+            Ok(client) => client,
+            Err(e) => {
+                errors.push(e.to_string());
+                continue;
+            }
+        };
+        match client.status(ClusterStatusRequest {}).await {
             Ok(view) => {
-                first = Some(view);
+                first = Some(view.into_inner());
                 break;
             }
-            Err(e) => errors.push(e),
+            // A refusal of the credential or the right is the answer: asking another member
+            // changes nothing.
+            Err(status)
+                if matches!(
+                    status.code(),
+                    tonic::Code::PermissionDenied | tonic::Code::Unauthenticated
+                ) =>
+            {
+                return Err(Exit::new(exit::REFUSED, status.message().to_string()).into());
+            }
+            Err(status) => errors.push(status.message().to_string()),
         }
     }
     let Some(first) = first else {
@@ -374,7 +409,7 @@ async fn status(endpoints: &[String], json: bool) -> anyhow::Result<ExitCode> {
         let view = if member.id == first.node_id {
             Ok(first.clone())
         } else {
-            view_of(&member.address).await
+            view_of(&member.address, bearer).await
         };
         rows.push((member.clone(), view));
     }
@@ -435,16 +470,21 @@ fn members_table(members: &[ClusterMember]) -> String {
 }
 
 /// Runs `call` on the leader: on each endpoint in turn, following a follower's hint once.
-async fn on_leader<T, F, Fut>(endpoints: &[String], timeout: Duration, call: F) -> anyhow::Result<T>
+async fn on_leader<T, F, Fut>(
+    endpoints: &[String],
+    bearer: &Bearer,
+    timeout: Duration,
+    call: F,
+) -> anyhow::Result<T>
 where
-    F: Fn(ClusterClient<Channel>) -> Fut,
+    F: Fn(Admin) -> Fut,
     Fut: std::future::Future<Output = Result<T, tonic::Status>>,
 {
     let mut last = String::from("no endpoint given");
     let mut queue: Vec<String> = endpoints.to_vec();
     let mut followed = 0;
     while let Some(address) = (!queue.is_empty()).then(|| queue.remove(0)) {
-        let client = match connect(&address, timeout).await {
+        let client = match connect(&address, timeout, bearer).await {
             Ok(client) => client,
             Err(e) => {
                 last = e.to_string();
@@ -467,7 +507,10 @@ where
             }
             Err(status) => {
                 let code = match status.code() {
-                    tonic::Code::FailedPrecondition | tonic::Code::InvalidArgument => exit::REFUSED,
+                    tonic::Code::FailedPrecondition
+                    | tonic::Code::InvalidArgument
+                    | tonic::Code::PermissionDenied
+                    | tonic::Code::Unauthenticated => exit::REFUSED,
                     tonic::Code::Unknown | tonic::Code::DeadlineExceeded => exit::OUTCOME_UNKNOWN,
                     _ => exit::INTERNAL,
                 };

@@ -12,12 +12,13 @@ mod lock;
 mod oneshot;
 mod output;
 mod serve;
+mod token;
 
 use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
 use clap::{CommandFactory as _, Parser, Subcommand};
-use palisade_client::Client;
+use palisade_client::{AUTH_TOKEN_ENV, BearerToken, Client, ClientOptions};
 use palisade_proto::DEFAULT_ENDPOINT;
 use tracing_subscriber::EnvFilter;
 
@@ -29,6 +30,20 @@ struct Cli {
     /// (at most 16; the client follows the leader). `http://` is assumed without a scheme.
     #[arg(long, global = true, env = "PALISADE_ENDPOINT", default_value = DEFAULT_ENDPOINT)]
     endpoint: String,
+    /// The bearer token to authenticate with (`palisade token new`), sent with every call.
+    /// Prefer the environment variable or --token-file: a flag's value is visible in `ps`.
+    #[arg(
+        long,
+        global = true,
+        env = AUTH_TOKEN_ENV,
+        hide_env_values = true,
+        value_parser = BearerToken::new
+    )]
+    token: Option<BearerToken>,
+    /// Read the bearer token from this file (its first line); takes precedence over --token
+    /// and the environment variable.
+    #[arg(long, global = true, env = "PALISADE_AUTH_TOKEN_FILE")]
+    token_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -68,6 +83,9 @@ enum Command {
     Demo(palisade_bench::DemoArgs),
     /// Load generator: Palisade (or etcd) lock throughput and latency, and what fencing costs.
     Bench(palisade_bench::BenchArgs),
+    /// Bearer tokens for `palisade serve --tokens FILE`.
+    #[command(subcommand)]
+    Token(token::TokenCommand),
     /// Print a shell completion script on stdout, e.g.
     /// `palisade completions bash > /etc/bash_completion.d/palisade`.
     Completions(CompletionsArgs),
@@ -99,11 +117,13 @@ impl From<CompletionShell> for clap_complete::Shell {
     }
 }
 
-/// What every client command needs: where the lock service is.
+/// What every client command needs: where the lock service is, and how to authenticate.
 #[derive(Debug, Clone)]
 pub struct Global {
     /// One endpoint, or a comma-separated list of them.
     pub endpoint: String,
+    /// Sent with every call, if any.
+    pub bearer_token: Option<BearerToken>,
 }
 
 impl Global {
@@ -111,7 +131,19 @@ impl Global {
     /// connection, following the leader from there. A malformed list (an empty entry, more than
     /// 16 entries) is a usage error.
     pub async fn connect(&self) -> anyhow::Result<Client> {
-        Ok(Client::connect(&self.endpoint).await?)
+        Ok(Client::connect_with(
+            &self.endpoint,
+            ClientOptions {
+                bearer_token: self.bearer_token.clone(),
+                ..ClientOptions::default()
+            },
+        )
+        .await?)
+    }
+
+    /// What adds the bearer token to the cluster commands' calls.
+    pub fn bearer(&self) -> palisade_client::Bearer {
+        palisade_client::Bearer::new(self.bearer_token.clone())
     }
 }
 
@@ -132,8 +164,13 @@ impl Command {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let bearer_token = match (&cli.token_file, cli.token) {
+        (Some(path), _) => Some(token::read_token_file(path)?),
+        (None, token) => token,
+    };
     let global = Global {
         endpoint: cli.endpoint,
+        bearer_token,
     };
     match cli.command {
         Command::Serve(args) => serve::run(args).await.map(|()| ExitCode::SUCCESS),
@@ -148,12 +185,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Pubkey(args) => inspect::pubkey(args, &global).await,
         Command::Cluster(command) => {
             let endpoints = palisade_client::parse_endpoints(&global.endpoint)?;
-            cluster::run(command, &endpoints).await
+            cluster::run(command, &endpoints, &global.bearer()).await
         }
         Command::Restore(args) => cluster::restore(args),
         Command::Keys(command) => {
             let endpoints = palisade_client::parse_endpoints(&global.endpoint)?;
-            cluster::keys(command, &endpoints).await
+            cluster::keys(command, &endpoints, &global.bearer()).await
         }
         Command::Demo(args) => palisade_bench::demo::run(args)
             .await
@@ -171,6 +208,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(args) => palisade_bench::bench::run(args)
             .await
             .map(|()| ExitCode::SUCCESS),
+        Command::Token(command) => token::run(command),
     }
 }
 
@@ -248,6 +286,21 @@ mod tests {
     fn the_endpoint_flag_is_accepted_after_the_command() {
         let cli = parse(&["status", "a", "--endpoint", "http://127.0.0.1:9"]).unwrap();
         assert_eq!(cli.endpoint, "http://127.0.0.1:9");
+    }
+
+    #[test]
+    fn a_token_file_and_a_token_may_both_be_given() {
+        let cli = parse(&[
+            "status",
+            "a",
+            "--token",
+            "pst_a",
+            "--token-file",
+            "/dev/null",
+        ])
+        .unwrap();
+        assert!(cli.token.is_some() && cli.token_file.is_some());
+        assert!(parse(&["status", "a", "--token", "has space"]).is_err());
     }
 
     #[test]

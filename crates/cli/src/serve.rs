@@ -44,6 +44,19 @@ pub struct ServeArgs {
     /// (`palisade cluster add ID ADDR` on the cluster), instead of as a one-member cluster.
     #[arg(long, env = "PALISADE_JOIN", conflicts_with = "initial_cluster")]
     pub join: bool,
+    /// The token file: one `NAME SHA256HEX` line per bearer token (`palisade token new NAME`
+    /// prints one), `#` comments. Read again on SIGHUP.
+    #[arg(long, env = "PALISADE_TOKENS")]
+    pub tokens: Option<PathBuf>,
+    /// The policy file: `grant IDENTITY RIGHTS PREFIX` and `quota IDENTITY NAME=N ...` lines
+    /// (docs/security.md). With one, whatever it does not grant is refused. Read again on
+    /// SIGHUP; a file with an error leaves the previous policy in force.
+    #[arg(long, env = "PALISADE_POLICY")]
+    pub policy: Option<PathBuf>,
+    /// Without --policy, listen on an address other than loopback anyway. Anyone who reaches
+    /// the listener may then take any lock and change the cluster: only on a network you trust.
+    #[arg(long, env = "PALISADE_INSECURE_LISTEN_ANY")]
+    pub insecure_listen_any: bool,
 }
 
 /// The most members `--initial-cluster` may name.
@@ -96,6 +109,9 @@ impl From<ServeArgs> for ServerConfig {
             advertise,
             initial_cluster,
             join,
+            tokens,
+            policy,
+            insecure_listen_any,
         } = args;
         ServerConfig {
             data_dir,
@@ -106,6 +122,9 @@ impl From<ServeArgs> for ServerConfig {
             advertise,
             initial_cluster,
             join,
+            tokens_file: tokens,
+            policy_file: policy,
+            insecure_listen_any,
         }
     }
 }

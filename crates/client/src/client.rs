@@ -17,7 +17,10 @@ use palisade_proto::v1::locks_client::LocksClient;
 use palisade_proto::{DEFAULT_ENDPOINT, MESSAGE_BYTES_MAX, v1 as pb};
 use palisade_sequencer::{KeySet, PublicKey};
 use tokio::time::Instant;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
+
+use crate::bearer::{AUTH_TOKEN_ENV, Bearer, BearerToken};
 
 use crate::credential::{SESSION_SECRET_BYTES, SessionCredential, SessionSecret};
 use crate::error::{
@@ -48,7 +51,7 @@ pub const KEEPALIVE_PING_TIMEOUT: Duration = Duration::from_secs(1);
 const LIST_PAGES_MAX: usize = 100_000;
 
 /// How a [`Client`] talks to the service.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientOptions {
     /// Longest time to establish a connection.
     pub connect_timeout: Duration,
@@ -56,6 +59,9 @@ pub struct ClientOptions {
     pub request_timeout: Duration,
     /// Longest time spent retrying a request that failed for a transient reason.
     pub retry_budget: Duration,
+    /// Sent as `authorization: Bearer <token>` with every call: what a lock service with a
+    /// token file authenticates the client by. `None` sends no credential.
+    pub bearer_token: Option<BearerToken>,
 }
 
 impl Default for ClientOptions {
@@ -64,6 +70,7 @@ impl Default for ClientOptions {
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(10),
             retry_budget: Duration::from_secs(10),
+            bearer_token: None,
         }
     }
 }
@@ -108,8 +115,11 @@ pub(crate) struct Endpoints {
 #[derive(Debug, Clone)]
 pub(crate) struct Target {
     pub(crate) url: String,
-    pub(crate) raw: LocksClient<Channel>,
+    pub(crate) raw: RawLocks,
 }
+
+/// The generated client over a channel that adds the bearer token to every call.
+pub(crate) type RawLocks = LocksClient<InterceptedService<Channel, Bearer>>;
 
 /// The endpoint in use.
 #[derive(Debug, Clone)]
@@ -248,7 +258,7 @@ fn lazy_target(
     let endpoint = channel_endpoint(url, options)?;
     Ok(Target {
         url: url.to_string(),
-        raw: locks_client(transport::connect_lazy(endpoint, dialer)),
+        raw: locks_client(transport::connect_lazy(endpoint, dialer), options),
     })
 }
 
@@ -266,8 +276,8 @@ fn channel_endpoint(url: &str, options: &ClientOptions) -> Result<Endpoint, Conn
         .keep_alive_while_idle(true))
 }
 
-fn locks_client(channel: Channel) -> LocksClient<Channel> {
-    LocksClient::new(channel)
+fn locks_client(channel: Channel, options: &ClientOptions) -> RawLocks {
+    LocksClient::with_interceptor(channel, Bearer::new(options.bearer_token.clone()))
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX)
 }
@@ -340,9 +350,28 @@ impl Client {
 
     /// Connects to the address or addresses in `PALISADE_ENDPOINT` (a comma-separated list), or
     /// the default loopback address.
+    ///
+    /// With `PALISADE_AUTH_TOKEN` set, every call carries that bearer token.
     pub async fn from_env() -> Result<Client, ConnectError> {
         let endpoint = std::env::var(ENDPOINT_ENV).unwrap_or_else(|_| DEFAULT_ENDPOINT.to_string());
-        Client::connect(&endpoint).await
+        let bearer_token =
+            match std::env::var(AUTH_TOKEN_ENV) {
+                Ok(token) => Some(BearerToken::new(&token).map_err(|reason| {
+                    ConnectError::InvalidEndpoint {
+                        endpoint: format!("${AUTH_TOKEN_ENV}"),
+                        reason,
+                    }
+                })?),
+                Err(_) => None,
+            };
+        Client::connect_with(
+            &endpoint,
+            ClientOptions {
+                bearer_token,
+                ..ClientOptions::default()
+            },
+        )
+        .await
     }
 
     /// [`Client::connect`] with explicit timeouts and retry budget.
@@ -432,7 +461,7 @@ impl Client {
                 if i == index {
                     Ok(Target {
                         url: url.clone(),
-                        raw: locks_client(channel.clone()),
+                        raw: locks_client(channel.clone(), &options),
                     })
                 } else {
                     lazy_target(url, &options, dialer.as_ref())
@@ -445,7 +474,7 @@ impl Client {
             index,
         };
         Ok(Client {
-            options,
+            options: options.clone(),
             clock: palisade_clock::TokioClock::shared(),
             endpoints: Arc::new(Endpoints {
                 configured,
@@ -781,7 +810,7 @@ impl Client {
     /// call idempotent (a fixed request id, or an operation that is idempotent by nature).
     pub(crate) async fn call_with_retries<T, F, Fut>(&self, mut call: F) -> Result<T, Failure>
     where
-        F: FnMut(LocksClient<Channel>) -> Fut,
+        F: FnMut(RawLocks) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let mut backoff = Backoff::new(self.options.retry_budget);
@@ -798,7 +827,7 @@ impl Client {
     pub(crate) fn attempt<T, Fut>(
         &self,
         timeout: Option<Duration>,
-        call: impl FnOnce(LocksClient<Channel>) -> Fut,
+        call: impl FnOnce(RawLocks) -> Fut,
     ) -> Attempt<'_, Fut>
     where
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
@@ -814,7 +843,7 @@ impl Client {
 
     async fn read_with_retries<T, F, Fut>(&self, call: F) -> Result<T, QueryError>
     where
-        F: FnMut(LocksClient<Channel>) -> Fut,
+        F: FnMut(RawLocks) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         self.call_with_retries(call)

@@ -402,7 +402,8 @@ fn unnamed(core: CoreError) -> Unnamed {
         | ErrorCategory::WaitEnded
         | ErrorCategory::Exhausted
         | ErrorCategory::Internal
-        | ErrorCategory::Unauthenticated => Unnamed::Refused(core),
+        | ErrorCategory::Unauthenticated
+        | ErrorCategory::PermissionDenied => Unnamed::Refused(core),
     }
 }
 
@@ -957,8 +958,12 @@ mod tests {
             );
             let acquire = AcquireError::from_failure(failure(), SessionId::new(1), "a");
             let expected = match core.category() {
+                // A quota is the caller's own to free: refused, like a request to fix.
                 ErrorCategory::Busy | ErrorCategory::LimitReached | ErrorCategory::WaitEnded
-                    if !matches!(core, CoreError::TooManySessions { .. }) =>
+                    if !matches!(
+                        core,
+                        CoreError::TooManySessions { .. } | CoreError::QuotaReached { .. }
+                    ) =>
                 {
                     ErrorClass::NotAcquired
                 }

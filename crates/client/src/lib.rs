@@ -56,6 +56,7 @@
 //! inconsistent answer (a grant whose sequencer names another lock, a token of 0, a page that
 //! does not advance) is a `Protocol` error.
 
+mod bearer;
 mod client;
 mod credential;
 mod error;
@@ -63,6 +64,7 @@ mod retry;
 mod session;
 mod watch;
 
+pub use bearer::{AUTH_TOKEN_ENV, BEARER_TOKEN_BYTES_MAX, Bearer, BearerToken};
 pub use client::{
     Client, ClientOptions, ENDPOINT_ENV, ENDPOINTS_MAX, Grant, Holder, LockStatus, Read,
     SessionLease, parse_endpoints,

@@ -11,6 +11,31 @@ use crate::{DurationMs, Token};
 /// Longest lock name, in bytes of UTF-8.
 pub const LOCK_NAME_BYTES_MAX: usize = 256;
 
+/// Longest identity name (an [`crate::Identity`]), in bytes.
+pub const IDENTITY_BYTES_MAX: usize = 64;
+
+/// Checks an identity name: 1 to [`IDENTITY_BYTES_MAX`] bytes of ASCII letters, digits and `.`,
+/// `_`, `-`, `@`, `:`. No white space (policy and token files separate fields with it) and no
+/// `*` (a policy's wildcard).
+pub fn validate_identity(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > IDENTITY_BYTES_MAX {
+        return Err(format!(
+            "an identity is 1 to {IDENTITY_BYTES_MAX} bytes, not {}",
+            name.len()
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@' | ':')))
+    {
+        return Err(format!(
+            "{c:?} in identity {:?}: an identity is made of ASCII letters, digits and . _ - @ :",
+            name.escape_debug().to_string()
+        ));
+    }
+    Ok(())
+}
+
 /// Largest fencing token the service will ever grant.
 ///
 /// `i64::MAX`, so that every resource backend (PostgreSQL `bigint`, SQLite `INTEGER`, Redis

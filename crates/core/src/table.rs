@@ -30,6 +30,10 @@ struct Session {
     /// before session secrets (from an older log or snapshot).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     secret_digest: Option<SecretDigest>,
+    /// The identity that opened the session, its owner; `None` for an unauthenticated open or
+    /// one from before identities.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owner: Option<Identity>,
     held: BTreeSet<String>,
     waiting: BTreeSet<String>,
     /// Outcomes of recent acquires and releases, oldest first, for retried requests.
@@ -110,6 +114,22 @@ pub struct LockTable {
     forgotten_order: BTreeMap<u64, String>,
     #[serde(default)]
     last_forgotten: u64,
+    /// The live sessions of each owner, so that an identity's use of its quotas is counted
+    /// from its own sessions ([`LockTable::usage_of`]) without a walk over every session.
+    /// Absent while empty, so a table without owners is stored as before.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    owners: BTreeMap<Identity, BTreeSet<SessionId>>,
+}
+
+/// How much of the table's capacity one identity's sessions take ([`LockTable::usage_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    /// Its live sessions.
+    pub sessions: usize,
+    /// Locks its sessions hold.
+    pub held: usize,
+    /// Locks its sessions wait for.
+    pub waiting: usize,
 }
 
 impl Default for LockTable {
@@ -142,6 +162,7 @@ impl LockTable {
             forgotten: BTreeMap::new(),
             forgotten_order: BTreeMap::new(),
             last_forgotten: 0,
+            owners: BTreeMap::new(),
         }
     }
 
@@ -170,6 +191,38 @@ impl LockTable {
         table.last_session = self.last_session;
         table.last_token = self.last_token.max(token_floor.min(self.limits.token_max));
         table
+    }
+
+    /// What the sessions `owner` opened take now: sessions, locks held and locks waited for.
+    /// Costs a look at each of its sessions, no walk over the table.
+    pub fn usage_of(&self, owner: &Identity) -> Usage {
+        let mut usage = Usage::default();
+        for id in self.owners.get(owner).into_iter().flatten() {
+            let session = &self.sessions[id];
+            usage.sessions += 1;
+            usage.held += session.held.len();
+            usage.waiting += session.waiting.len();
+        }
+        usage
+    }
+
+    /// True when session `id` holds `lock` or waits for it: an acquire of it by that session is
+    /// a retry or a repeat, which takes nothing more.
+    pub fn session_holds_or_waits(&self, id: SessionId, lock: &str) -> bool {
+        self.sessions
+            .get(&id)
+            .is_some_and(|s| s.held.contains(lock) || s.waiting.contains(lock))
+    }
+
+    /// The live session an open with `key` opened, if any: a retried open returns it.
+    pub fn session_opened_with(&self, key: &OpenKey) -> Option<SessionId> {
+        self.open_keys.get(key).copied()
+    }
+
+    /// The identity that opened session `id`: `None` if there is no such session, `Some(None)`
+    /// for a session opened without an identity (acted for with its secret alone).
+    pub fn session_owner(&self, id: SessionId) -> Option<Option<&Identity>> {
+        self.sessions.get(&id).map(|s| s.owner.as_ref())
     }
 
     pub fn session_count(&self) -> usize {
@@ -202,14 +255,15 @@ impl LockTable {
                 open_key,
                 ttl_ms,
                 secret_digest,
+                owner,
             } => match open_key {
-                Some(key) => self.open_session_with_key(key, ttl_ms, secret_digest),
-                None => self.open_session(Opener::Nobody, ttl_ms, secret_digest),
+                Some(key) => self.open_session_with_key(key, ttl_ms, secret_digest, owner),
+                None => self.open_session(Opener::Nobody, ttl_ms, secret_digest, owner),
             },
             Command::OpenSessionByRequestId { request_id, ttl_ms } => {
                 match self.open_requests.get(&request_id) {
                     Some(&id) => Ok(self.opened(id)),
-                    None => self.open_session(Opener::RequestId(request_id), ttl_ms, None),
+                    None => self.open_session(Opener::RequestId(request_id), ttl_ms, None, None),
                 }
             }
             Command::KeepAlive { session } => self.keep_alive(session),
@@ -302,10 +356,11 @@ impl LockTable {
         key: OpenKey,
         ttl_ms: DurationMs,
         secret_digest: Option<SecretDigest>,
+        owner: Option<Identity>,
     ) -> Result<Reply, CoreError> {
         match self.open_keys.get(&key) {
             Some(&id) => Ok(self.opened(id)),
-            None => self.open_session(Opener::Key(key), ttl_ms, secret_digest),
+            None => self.open_session(Opener::Key(key), ttl_ms, secret_digest, owner),
         }
     }
 
@@ -325,6 +380,7 @@ impl LockTable {
         opener: Opener,
         ttl_ms: DurationMs,
         secret_digest: Option<SecretDigest>,
+        owner: Option<Identity>,
     ) -> Result<Reply, CoreError> {
         let (ttl_ms_min, ttl_ms_max) = (
             self.limits.session_ttl_ms_min,
@@ -369,12 +425,16 @@ impl LockTable {
                 open_request_id,
                 open_key,
                 secret_digest,
+                owner: owner.clone(),
                 held: BTreeSet::new(),
                 waiting: BTreeSet::new(),
                 recent: VecDeque::new(),
             },
         );
         self.session_deadlines.insert((expires_at_ms, id));
+        if let Some(owner) = owner {
+            self.owners.entry(owner).or_default().insert(id);
+        }
         Ok(Reply::SessionOpened {
             session: id,
             ttl_ms,
@@ -426,6 +486,14 @@ impl LockTable {
         }
         if let Some(key) = &session.open_key {
             self.open_keys.remove(key);
+        }
+        if let Some(owner) = &session.owner
+            && let Some(owned) = self.owners.get_mut(owner)
+        {
+            owned.remove(&id);
+            if owned.is_empty() {
+                self.owners.remove(owner);
+            }
         }
         for lock in &session.waiting {
             let l = self.locks.get_mut(lock).expect("a waited-for lock exists");
@@ -1049,6 +1117,25 @@ impl LockTable {
             (opened_by_request_id.count(), opened_by_key.count())
                 == (self.open_requests.len(), self.open_keys.len()),
             "a session's open request id or key is not indexed"
+        );
+        for (owner, owned) in &self.owners {
+            ensure!(
+                !owned.is_empty(),
+                "owner {owner} is indexed without sessions"
+            );
+            for id in owned {
+                ensure!(
+                    self.sessions
+                        .get(id)
+                        .is_some_and(|s| s.owner.as_ref() == Some(owner)),
+                    "session {id} is indexed under owner {owner} but not owned by it"
+                );
+            }
+        }
+        let owned = self.sessions.values().filter(|s| s.owner.is_some()).count();
+        ensure!(
+            owned == self.owners.values().map(BTreeSet::len).sum::<usize>(),
+            "an owned session is not indexed under its owner"
         );
         Ok(())
     }

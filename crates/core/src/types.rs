@@ -129,6 +129,167 @@ impl std::fmt::Debug for OpenKey {
     }
 }
 
+/// Who a client is, as the server authenticated it (from a bearer token, or later a client
+/// certificate): the name a policy grants rights to and the owner a session is recorded with.
+///
+/// The type holds only names that pass [`crate::limits::validate_identity`] (1 to
+/// [`crate::limits::IDENTITY_BYTES_MAX`] bytes of ASCII letters, digits and `.`, `_`, `-`, `@`,
+/// `:`), including those read back from the log or a snapshot. Serialised as the bare string.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Identity(String);
+
+impl Identity {
+    /// An identity named `name`, refused unless it is a valid identity name.
+    pub fn new(name: &str) -> Result<Identity, String> {
+        crate::limits::validate_identity(name)?;
+        Ok(Identity(name.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for Identity {
+    type Error = String;
+
+    fn try_from(name: String) -> Result<Identity, String> {
+        crate::limits::validate_identity(&name)?;
+        Ok(Identity(name))
+    }
+}
+
+impl From<Identity> for String {
+    fn from(identity: Identity) -> String {
+        identity.0
+    }
+}
+
+impl std::fmt::Display for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::fmt::Debug for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Identity({:?})", self.0)
+    }
+}
+
+/// What a policy grants an identity on a lock-name prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Right {
+    /// Open sessions and take, wait for and release locks.
+    Lock,
+    /// Read a lock's state: `Status`, `ListLocks`, `Watch`.
+    Read,
+    /// The cluster's administration: membership, keys, backups. Granted on every lock (`*`).
+    Admin,
+}
+
+impl Right {
+    /// Every right, in the order policies list them.
+    pub const ALL: [Right; 3] = [Right::Lock, Right::Read, Right::Admin];
+
+    /// The right's name, as policy files and error messages spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Right::Lock => "lock",
+            Right::Read => "read",
+            Right::Admin => "admin",
+        }
+    }
+
+    /// The right named `name`, if any.
+    pub fn from_name(name: &str) -> Option<Right> {
+        Right::ALL.into_iter().find(|r| r.name() == name)
+    }
+}
+
+impl std::fmt::Display for Right {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One of the per-identity quotas: how much of the service's shared capacity one identity may
+/// take, so that one client cannot take the global caps from everyone else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Quota {
+    /// Sessions open at once.
+    Sessions,
+    /// Locks held, and waits that could become holds, at once.
+    Locks,
+    /// Acquires waiting in queues at once.
+    Waiters,
+    /// Watches open at once (on the member serving them).
+    Watches,
+}
+
+impl Quota {
+    pub const ALL: [Quota; 4] = [
+        Quota::Sessions,
+        Quota::Locks,
+        Quota::Waiters,
+        Quota::Watches,
+    ];
+
+    /// The quota's name, as policy files and error messages spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Quota::Sessions => "sessions",
+            Quota::Locks => "locks",
+            Quota::Waiters => "waiters",
+            Quota::Watches => "watches",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Quota> {
+        Quota::ALL.into_iter().find(|q| q.name() == name)
+    }
+}
+
+impl std::fmt::Display for Quota {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a caller could not be authenticated. Found by the server, never by the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum CredentialError {
+    /// No `authorization: Bearer <token>` header, and no other credential.
+    #[error(
+        "this service requires a credential: send `authorization: Bearer <token>` (palisade --token-file FILE or $PALISADE_AUTH_TOKEN)"
+    )]
+    Missing,
+    /// An `authorization` header that is not `Bearer <token>` with a token of printable ASCII
+    /// within the length limit.
+    #[error(
+        "the authorization header is not `Bearer <token>` with a token of 1 to 256 printable ASCII characters"
+    )]
+    Malformed,
+    /// A well-formed token that no entry of the service's token file has.
+    #[error(
+        "the bearer token is not one this service knows (revoked, mistyped, or for another service)"
+    )]
+    Unknown,
+}
+
+impl CredentialError {
+    /// The reason's stable name (the wire's `reason`).
+    pub fn code(self) -> &'static str {
+        match self {
+            CredentialError::Missing => "credential_missing",
+            CredentialError::Malformed => "credential_malformed",
+            CredentialError::Unknown => "credential_unknown",
+        }
+    }
+}
+
 /// One command together with the time at which it takes effect.
 ///
 /// The time is the leader's monotonic clock mapped onto the table's timeline; the table never
@@ -173,6 +334,9 @@ pub enum Command {
     /// keeps it. An entry written before session secrets has none, and its session is acted for
     /// by its id alone, as it was then (see [`LockTable::session_secret_digest`]).
     ///
+    /// A retried open (same key) returns the session as it was opened: its digest and owner are
+    /// the first open's.
+    ///
     /// [`LockTable::session_secret_digest`]: crate::LockTable::session_secret_digest
     #[serde(rename = "OpenSessionWithKey")]
     OpenSession {
@@ -180,6 +344,13 @@ pub enum Command {
         ttl_ms: DurationMs,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         secret_digest: Option<SecretDigest>,
+        /// The authenticated identity that opened the session, its owner: only that identity
+        /// acts for the session (the server checks it before proposing, beside the secret).
+        /// `None` for an open by an unauthenticated client (a service without tokens) and for
+        /// entries written before identities, whose sessions are acted for with their secret
+        /// alone, as then.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        owner: Option<Identity>,
     },
     /// The open of versions before open keys, as their log entries spell it: deduplicated by
     /// `request_id` across every client, so two clients sending the same id shared a session.
@@ -330,6 +501,35 @@ pub enum CoreError {
         "the secret presented for session {session} is not the session's: only whoever opened the session may act for it"
     )]
     SessionSecretWrong { session: SessionId },
+    /// The caller could not be authenticated, on a service that requires it. Found by the
+    /// server before anything else, never by the table.
+    #[error("not authenticated: {reason}")]
+    Unauthenticated { reason: CredentialError },
+    /// The policy grants the caller's identity no `right` on `scope`: a lock name, the prefix a
+    /// listing asked for, or `*` (every lock) for the admin right.
+    #[error(
+        "identity {identity:?} has no {right} right on {scope:?}: the policy grants {identity:?} {right} on no prefix covering it"
+    )]
+    PermissionDenied {
+        identity: String,
+        right: Right,
+        scope: String,
+    },
+    /// A call for a session, with its secret, from an identity other than the one that opened
+    /// it.
+    #[error(
+        "session {session} belongs to another identity: only the identity that opened a session acts for it"
+    )]
+    SessionNotOwned { session: SessionId },
+    /// The caller's identity is at its quota.
+    #[error(
+        "identity {identity:?} is at its quota of {quota_max} {quota}: end some, or ask for a larger quota in the policy"
+    )]
+    QuotaReached {
+        identity: String,
+        quota: Quota,
+        quota_max: u32,
+    },
 }
 
 fn describe_busy(
@@ -417,6 +617,10 @@ impl CoreError {
             CoreError::RequestIdConflict { .. } => "request_id_conflict",
             CoreError::SessionSecretMissing { .. } => "session_secret_missing",
             CoreError::SessionSecretWrong { .. } => "session_secret_wrong",
+            CoreError::Unauthenticated { .. } => "unauthenticated",
+            CoreError::PermissionDenied { .. } => "permission_denied",
+            CoreError::SessionNotOwned { .. } => "session_not_owned",
+            CoreError::QuotaReached { .. } => "quota_reached",
         }
     }
 
@@ -440,9 +644,13 @@ impl CoreError {
             CoreError::WaitEnded { .. } => ErrorCategory::WaitEnded,
             CoreError::TokensExhausted { .. } => ErrorCategory::Exhausted,
             CoreError::InvalidLimits { .. } => ErrorCategory::Internal,
-            CoreError::SessionSecretMissing { .. } | CoreError::SessionSecretWrong { .. } => {
-                ErrorCategory::Unauthenticated
+            CoreError::SessionSecretMissing { .. }
+            | CoreError::SessionSecretWrong { .. }
+            | CoreError::Unauthenticated { .. } => ErrorCategory::Unauthenticated,
+            CoreError::PermissionDenied { .. } | CoreError::SessionNotOwned { .. } => {
+                ErrorCategory::PermissionDenied
             }
+            CoreError::QuotaReached { .. } => ErrorCategory::LimitReached,
         }
     }
 
@@ -524,6 +732,28 @@ impl CoreError {
             CoreError::SessionSecretWrong {
                 session: SessionId::new(5),
             },
+            CoreError::Unauthenticated {
+                reason: CredentialError::Missing,
+            },
+            CoreError::Unauthenticated {
+                reason: CredentialError::Malformed,
+            },
+            CoreError::Unauthenticated {
+                reason: CredentialError::Unknown,
+            },
+            CoreError::PermissionDenied {
+                identity: "alice".into(),
+                right: Right::Lock,
+                scope: "jobs/nightly".into(),
+            },
+            CoreError::SessionNotOwned {
+                session: SessionId::new(5),
+            },
+            CoreError::QuotaReached {
+                identity: "alice".into(),
+                quota: Quota::Sessions,
+                quota_max: 10,
+            },
         ]
     }
 }
@@ -552,8 +782,13 @@ pub enum ErrorCategory {
     /// The lock table's own configuration is wrong; no request of a client causes this.
     Internal,
     /// A call for a session without the session's secret, or with another: only whoever opened
-    /// a session acts for it. Sent again unchanged it is refused again.
+    /// a session acts for it; or a call without a credential the service knows. Sent again
+    /// unchanged it is refused again.
     Unauthenticated,
+    /// The caller is authenticated but not allowed: the policy grants its identity no such
+    /// right there, or the session belongs to another identity. Sent again unchanged it is
+    /// refused again.
+    PermissionDenied,
 }
 
 impl ErrorCategory {
@@ -567,7 +802,8 @@ impl ErrorCategory {
             | ErrorCategory::WaitEnded
             | ErrorCategory::Exhausted
             | ErrorCategory::Internal
-            | ErrorCategory::Unauthenticated => false,
+            | ErrorCategory::Unauthenticated
+            | ErrorCategory::PermissionDenied => false,
         }
     }
 
@@ -583,6 +819,7 @@ impl ErrorCategory {
             ErrorCategory::Exhausted => "exhausted",
             ErrorCategory::Internal => "internal",
             ErrorCategory::Unauthenticated => "unauthenticated",
+            ErrorCategory::PermissionDenied => "permission_denied",
         }
     }
 }
@@ -712,20 +949,32 @@ mod tests {
             CoreError::RequestIdConflict { .. } => 17,
             CoreError::SessionSecretMissing { .. } => 18,
             CoreError::SessionSecretWrong { .. } => 19,
+            CoreError::Unauthenticated {
+                reason: CredentialError::Missing,
+            } => 20,
+            CoreError::Unauthenticated {
+                reason: CredentialError::Malformed,
+            } => 21,
+            CoreError::Unauthenticated {
+                reason: CredentialError::Unknown,
+            } => 22,
+            CoreError::PermissionDenied { .. } => 23,
+            CoreError::SessionNotOwned { .. } => 24,
+            CoreError::QuotaReached { .. } => 25,
         }
     }
 
     #[test]
     fn the_examples_cover_every_variant_and_reason() {
         let slots: HashSet<usize> = CoreError::examples().iter().map(example_slot).collect();
-        assert_eq!(slots, (0..20).collect::<HashSet<usize>>());
+        assert_eq!(slots, (0..26).collect::<HashSet<usize>>());
     }
 
     #[test]
     fn every_variant_has_its_own_stable_code() {
         let examples = CoreError::examples();
         let codes: HashSet<&str> = examples.iter().map(CoreError::code).collect();
-        assert_eq!(codes.len(), 16, "one code per variant: {codes:?}");
+        assert_eq!(codes.len(), 20, "one code per variant: {codes:?}");
         for code in codes {
             assert!(
                 code.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),

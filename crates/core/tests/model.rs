@@ -1035,6 +1035,7 @@ impl Driver {
                 open_key: self.open_key(key),
                 ttl_ms: ttl_ms(ttl),
                 secret_digest: None,
+                owner: None,
             },
             Op::OpenByRequestId { request_id, ttl } => {
                 let used = self.open_request_ids.clone();

@@ -31,6 +31,7 @@ fn open(table: &mut LockTable, now_ms: u64, open_key: Option<OpenKey>) -> Sessio
         open_key,
         ttl_ms: TTL_MS,
         secret_digest: None,
+        owner: None,
     };
     match apply(table, now_ms, command).result {
         Ok(Reply::SessionOpened { session, .. }) => session,
@@ -91,6 +92,7 @@ fn an_open_retried_with_the_same_key_returns_the_same_session_unchanged() {
             open_key: Some(key(1)),
             ttl_ms: TTL_MS,
             secret_digest: None,
+            owner: None,
         },
     );
 
@@ -102,6 +104,7 @@ fn an_open_retried_with_the_same_key_returns_the_same_session_unchanged() {
             open_key: Some(key(1)),
             ttl_ms: DurationMs::from_millis(2 * TTL_MS.as_millis()),
             secret_digest: None,
+            owner: None,
         },
     );
     assert_eq!(
@@ -181,6 +184,7 @@ fn open_keys_that_cannot_be_random_are_refused() {
         open_key: Some(OpenKey::new(&shortest).unwrap()),
         ttl_ms: DurationMs::from_millis(1000),
         secret_digest: None,
+        owner: None,
     };
     let hex = "0102030405060708090a0b0c0d0e0f10";
     assert_eq!(serde_json::to_string(&logged).unwrap(), entry(hex));
@@ -273,6 +277,7 @@ fn a_log_entry_written_before_open_keys_replays_as_it_was_first_applied() {
         open_key: None,
         ttl_ms: DurationMs::from_millis(10_000),
         secret_digest: None,
+        owner: None,
     };
     let json = serde_json::to_string(&current).unwrap();
     assert!(json.starts_with(r#"{"OpenSessionWithKey":"#), "{json}");
@@ -291,6 +296,7 @@ fn a_session_keeps_the_digest_it_was_opened_with_and_older_forms_load_without_on
             open_key: key,
             ttl_ms: TTL_MS,
             secret_digest: Some(digest(byte)),
+            owner: None,
         };
         match apply(table, 1_000, command).result {
             Ok(Reply::SessionOpened { session, .. }) => session,
@@ -326,4 +332,111 @@ fn a_session_keeps_the_digest_it_was_opened_with_and_older_forms_load_without_on
     let old: LockTable = serde_json::from_str(SNAPSHOT_BEFORE_OPEN_KEYS).unwrap();
     assert_eq!(old.session_secret_digest(SessionId::new(1)), Some(None));
     assert!(serde_json::from_str::<SecretDigest>(r#""0102""#).is_err());
+}
+
+fn open_owned(table: &mut LockTable, now_ms: u64, key: Option<OpenKey>, owner: &str) -> SessionId {
+    let command = Command::OpenSession {
+        open_key: key,
+        ttl_ms: TTL_MS,
+        secret_digest: None,
+        owner: Some(palisade_core::Identity::new(owner).unwrap()),
+    };
+    match apply(table, now_ms, command).result {
+        Ok(Reply::SessionOpened { session, .. }) => session,
+        other => panic!("open failed: {other:?}"),
+    }
+}
+
+#[test]
+fn a_session_keeps_its_owner_and_each_owner_counts_only_its_own_sessions_locks_and_waits() {
+    use palisade_core::{Identity, Usage};
+    let (alice, bob) = (
+        Identity::new("alice").unwrap(),
+        Identity::new("bob").unwrap(),
+    );
+    let mut table = LockTable::new(Limits::default());
+    let a1 = open_owned(&mut table, 0, Some(key(1)), "alice");
+    let a2 = open_owned(&mut table, 0, None, "alice");
+    let b1 = open_owned(&mut table, 0, None, "bob");
+    let anonymous = open(&mut table, 0, None);
+    assert_eq!(table.session_owner(a1), Some(Some(&alice)));
+    assert_eq!(table.session_owner(anonymous), Some(None));
+    assert_eq!(table.session_owner(SessionId::new(99)), None);
+
+    // A retried open returns the session with its first owner, whoever retries.
+    assert_eq!(open_owned(&mut table, 1, Some(key(1)), "bob"), a1);
+    assert_eq!(table.session_owner(a1), Some(Some(&alice)));
+    assert_eq!(table.session_opened_with(&key(1)), Some(a1));
+
+    apply(&mut table, 2, try_acquire(a1, 1)).result.unwrap();
+    let queued = apply(
+        &mut table,
+        3,
+        Command::Acquire {
+            session: b1,
+            lock: "jobs/nightly".into(),
+            request_id: RequestId::new(2),
+            wait: Wait::Forever,
+        },
+    );
+    assert!(matches!(queued.result, Ok(Reply::Queued { .. })));
+    assert!(table.session_holds_or_waits(a1, "jobs/nightly"));
+    assert!(table.session_holds_or_waits(b1, "jobs/nightly"));
+    assert!(!table.session_holds_or_waits(a2, "jobs/nightly"));
+    assert_eq!(
+        table.usage_of(&alice),
+        Usage {
+            sessions: 2,
+            held: 1,
+            waiting: 0
+        }
+    );
+    assert_eq!(
+        table.usage_of(&bob),
+        Usage {
+            sessions: 1,
+            held: 0,
+            waiting: 1
+        }
+    );
+
+    // The index survives a snapshot, and forgets a session that ends: closed or expired.
+    let stored = serde_json::to_string(&table).unwrap();
+    let mut restored: LockTable = serde_json::from_str(&stored).unwrap();
+    restored.validate().unwrap();
+    assert_eq!(restored.usage_of(&alice), table.usage_of(&alice));
+    apply(&mut restored, 4, Command::CloseSession { session: a1 })
+        .result
+        .unwrap();
+    assert_eq!(restored.usage_of(&alice).sessions, 1);
+    apply(&mut restored, 4 + TTL_MS.as_millis() + 1, Command::Tick);
+    assert_eq!(restored.usage_of(&alice), Usage::default());
+    assert_eq!(restored.usage_of(&bob), Usage::default());
+    assert!(!serde_json::to_string(&restored).unwrap().contains("owners"));
+}
+
+#[test]
+fn an_open_entry_without_an_owner_is_stored_as_before_and_one_with_an_owner_names_it() {
+    let before = Command::OpenSession {
+        open_key: None,
+        ttl_ms: TTL_MS,
+        secret_digest: None,
+        owner: None,
+    };
+    assert_eq!(
+        serde_json::to_string(&before).unwrap(),
+        r#"{"OpenSessionWithKey":{"open_key":null,"ttl_ms":10000}}"#
+    );
+    let owned = Command::OpenSession {
+        open_key: None,
+        ttl_ms: TTL_MS,
+        secret_digest: None,
+        owner: Some(palisade_core::Identity::new("alice").unwrap()),
+    };
+    let text = serde_json::to_string(&owned).unwrap();
+    assert_eq!(
+        text,
+        r#"{"OpenSessionWithKey":{"open_key":null,"ttl_ms":10000,"owner":"alice"}}"#
+    );
+    assert!(serde_json::from_str::<Command>(&text.replace("alice", "al ice")).is_err());
 }

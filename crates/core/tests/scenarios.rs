@@ -43,6 +43,7 @@ impl Story {
             open_key: None,
             ttl_ms: DurationMs::from_millis(ttl_ms),
             secret_digest: None,
+            owner: None,
         };
         match self.apply(now_ms, command).result {
             Ok(Reply::SessionOpened { session, .. }) => session,

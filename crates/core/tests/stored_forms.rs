@@ -189,6 +189,7 @@ fn ids_and_times_are_stored_as_the_bare_numbers_they_were() {
                     open_key: None,
                     ttl_ms: DurationMs::from_millis(10_000),
                     secret_digest: None,
+                    owner: None,
                 },
             },
         ),

@@ -13,7 +13,10 @@
 //! numbers, rather than compiled from Google's `.proto` files, to keep the build to one file.
 
 use palisade_core::limits::{LockNameError, OpenKeyError};
-use palisade_core::{CoreError, DurationMs, ErrorCategory, RequestId, SessionId, TimeMs, Token};
+use palisade_core::{
+    CoreError, CredentialError, DurationMs, ErrorCategory, Quota, RequestId, Right, SessionId,
+    TimeMs, Token,
+};
 use prost::Message;
 use tonic::{Code, Status};
 
@@ -54,6 +57,7 @@ pub fn grpc_code(category: ErrorCategory) -> Code {
         ErrorCategory::Exhausted => Code::OutOfRange,
         ErrorCategory::Internal => Code::Internal,
         ErrorCategory::Unauthenticated => Code::Unauthenticated,
+        ErrorCategory::PermissionDenied => Code::PermissionDenied,
     }
 }
 
@@ -184,8 +188,27 @@ pub fn detail_from_core(error: &CoreError) -> ErrorDetail {
         }
         CoreError::InvalidLimits { message } => detail.limits_problem = message.clone(),
         CoreError::RequestIdConflict { request_id } => detail.request_id = request_id.get(),
-        CoreError::SessionSecretMissing { session } | CoreError::SessionSecretWrong { session } => {
-            detail.session = session.get()
+        CoreError::SessionSecretMissing { session }
+        | CoreError::SessionSecretWrong { session }
+        | CoreError::SessionNotOwned { session } => detail.session = session.get(),
+        CoreError::Unauthenticated { reason } => detail.reason = reason.code().to_string(),
+        CoreError::PermissionDenied {
+            identity,
+            right,
+            scope,
+        } => {
+            detail.identity = identity.clone();
+            detail.right = right.name().to_string();
+            detail.scope = scope.clone();
+        }
+        CoreError::QuotaReached {
+            identity,
+            quota,
+            quota_max,
+        } => {
+            detail.identity = identity.clone();
+            detail.quota = quota.name().to_string();
+            detail.quota_max = u64::from(*quota_max);
         }
         // `CoreError` is `#[non_exhaustive]`. A new variant is still sent with its `kind` and
         // `category` (both exhaustive in core) and its status code; the round-trip test over
@@ -288,6 +311,33 @@ pub fn core_from_detail(detail: &ErrorDetail) -> Result<CoreError, DetailError> 
         "session_secret_wrong" => CoreError::SessionSecretWrong {
             session: SessionId::new(detail.session),
         },
+        "unauthenticated" => CoreError::Unauthenticated {
+            reason: match detail.reason.as_str() {
+                "credential_missing" => CredentialError::Missing,
+                "credential_malformed" => CredentialError::Malformed,
+                "credential_unknown" => CredentialError::Unknown,
+                _ => return Err(unknown_reason()),
+            },
+        },
+        "permission_denied" => CoreError::PermissionDenied {
+            identity: detail.identity.clone(),
+            right: Right::from_name(&detail.right).ok_or_else(|| DetailError::OutOfRange {
+                kind: detail.kind.clone(),
+                field: "right",
+            })?,
+            scope: detail.scope.clone(),
+        },
+        "session_not_owned" => CoreError::SessionNotOwned {
+            session: SessionId::new(detail.session),
+        },
+        "quota_reached" => CoreError::QuotaReached {
+            identity: detail.identity.clone(),
+            quota: Quota::from_name(&detail.quota).ok_or_else(|| DetailError::OutOfRange {
+                kind: detail.kind.clone(),
+                field: "quota",
+            })?,
+            quota_max: narrow(detail.quota_max, "quota_max")?,
+        },
         // Strings, not an enum: a kind from a newer server is data, not a bug.
         _ => {
             return Err(DetailError::UnknownKind {
@@ -364,6 +414,10 @@ mod tests {
             ("invalid_limits", Code::Internal),
             ("session_secret_missing", Code::Unauthenticated),
             ("session_secret_wrong", Code::Unauthenticated),
+            ("unauthenticated", Code::Unauthenticated),
+            ("permission_denied", Code::PermissionDenied),
+            ("session_not_owned", Code::PermissionDenied),
+            ("quota_reached", Code::ResourceExhausted),
         ];
         let proto = include_str!("../proto/palisade.proto");
         for error in CoreError::examples() {

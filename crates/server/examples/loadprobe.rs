@@ -29,6 +29,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 open_key: None,
                 ttl_ms: palisade_core::DurationMs::from_millis(30_000),
                 secret_digest: None,
+                owner: None,
             })
             .await?;
         let Ok(palisade_core::Reply::SessionOpened { session, .. }) = opened.result else {

@@ -2,6 +2,9 @@
 //! (`palisade cluster`, `palisade keys`). Any node answers `Status` from its own view; only the
 //! leader lists and changes the keys and changes the membership, and the others answer
 //! UNAVAILABLE with the leader's address in metadata, as `Locks` does.
+//!
+//! Once a policy is configured, every call needs the admin right (`grant IDENTITY admin *`):
+//! the membership decides who receives the signing key, and a backup holds it.
 
 use std::sync::Arc;
 
@@ -14,6 +17,7 @@ use palisade_proto::v1::{
 use palisade_sequencer::KeyId;
 use tonic::{Request, Response, Status};
 
+use crate::auth::Auth;
 use crate::keyring::KeyView;
 use crate::node::{ClusterView, KeyRequest, MemberView, MembershipError, Node};
 use crate::service::ServiceError;
@@ -22,11 +26,26 @@ use crate::service::ServiceError;
 #[derive(Debug, Clone)]
 pub struct GrpcCluster {
     node: Arc<Node>,
+    auth: Arc<Auth>,
 }
 
 impl GrpcCluster {
+    /// The service without authorization ([`Auth::open`]).
     pub fn new(node: Arc<Node>) -> GrpcCluster {
-        GrpcCluster { node }
+        GrpcCluster::with_auth(node, Arc::new(Auth::open()))
+    }
+
+    /// The service refusing every call of a caller without the admin right under `auth`.
+    pub fn with_auth(node: Arc<Node>, auth: Arc<Auth>) -> GrpcCluster {
+        GrpcCluster { node, auth }
+    }
+
+    /// Refuses `request` unless its caller has the admin right.
+    fn require_admin<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        self.auth
+            .identity(request)
+            .and_then(|caller| self.auth.require_admin(&caller))
+            .map_err(|e| palisade_proto::error::status_from_core(&e))
     }
 
     pub fn into_service(self) -> ClusterServer<GrpcCluster> {
@@ -88,8 +107,9 @@ impl Cluster for GrpcCluster {
 
     async fn backup(
         &self,
-        _request: Request<BackupRequest>,
+        request: Request<BackupRequest>,
     ) -> Result<Response<Self::BackupStream>, Status> {
+        self.require_admin(&request)?;
         let bytes = self.node.backup().await.map_err(status)?;
         let chunks: Vec<Result<BackupChunk, Status>> = bytes
             .chunks(BACKUP_CHUNK_BYTES)
@@ -104,8 +124,9 @@ impl Cluster for GrpcCluster {
 
     async fn status(
         &self,
-        _request: Request<ClusterStatusRequest>,
+        request: Request<ClusterStatusRequest>,
     ) -> Result<Response<ClusterStatusResponse>, Status> {
+        self.require_admin(&request)?;
         let view = self.node.cluster_view();
         Ok(Response::new(ClusterStatusResponse {
             node_id: view.node_id,
@@ -123,6 +144,7 @@ impl Cluster for GrpcCluster {
         &self,
         request: Request<AddMemberRequest>,
     ) -> Result<Response<MembershipResponse>, Status> {
+        self.require_admin(&request)?;
         let AddMemberRequest { id, address } = request.into_inner();
         palisade_proto::validate_member_address(&address).map_err(Status::invalid_argument)?;
         let view = self.node.add_member(id, address).await.map_err(status)?;
@@ -135,6 +157,7 @@ impl Cluster for GrpcCluster {
         &self,
         request: Request<RemoveMemberRequest>,
     ) -> Result<Response<MembershipResponse>, Status> {
+        self.require_admin(&request)?;
         let view = self
             .node
             .remove_member(request.into_inner().id)
@@ -147,15 +170,17 @@ impl Cluster for GrpcCluster {
 
     async fn list_keys(
         &self,
-        _request: Request<ListKeysRequest>,
+        request: Request<ListKeysRequest>,
     ) -> Result<Response<KeysResponse>, Status> {
+        self.require_admin(&request)?;
         Ok(keys(self.node.list_keys().await.map_err(status)?))
     }
 
     async fn add_key(
         &self,
-        _request: Request<AddKeyRequest>,
+        request: Request<AddKeyRequest>,
     ) -> Result<Response<KeysResponse>, Status> {
+        self.require_admin(&request)?;
         let views = self
             .node
             .change_keys(KeyRequest::Add)
@@ -168,6 +193,7 @@ impl Cluster for GrpcCluster {
         &self,
         request: Request<RotateKeyRequest>,
     ) -> Result<Response<KeysResponse>, Status> {
+        self.require_admin(&request)?;
         let text = request.into_inner().key_id;
         let to = if text.is_empty() {
             None
@@ -186,6 +212,7 @@ impl Cluster for GrpcCluster {
         &self,
         request: Request<RetireKeyRequest>,
     ) -> Result<Response<KeysResponse>, Status> {
+        self.require_admin(&request)?;
         let key = key_id(&request.into_inner().key_id)?;
         let views = self
             .node

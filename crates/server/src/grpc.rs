@@ -15,6 +15,7 @@ use palisade_proto::v1::locks_server::Locks;
 use palisade_proto::v1::*;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::auth::Caller;
 use crate::node::LeaderHint;
 use crate::service::{
     ChangeKind, LockChange, LockService, LockView, Renewal, ServiceError, SessionProof, SignedGrant,
@@ -29,6 +30,15 @@ pub struct GrpcLocks {
 impl GrpcLocks {
     pub fn new(service: LockService) -> Self {
         GrpcLocks { service }
+    }
+
+    /// Who sent `request` ([`crate::auth::Auth::identity`]); an unauthenticated caller of a
+    /// service that requires a credential is refused here, before anything else.
+    fn caller<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
+        self.service
+            .auth()
+            .identity(request)
+            .map_err(|e| core_status(&e))
     }
 }
 
@@ -159,12 +169,13 @@ impl Locks for GrpcLocks {
         request: Request<OpenSessionRequest>,
     ) -> Result<Response<OpenSessionResponse>, Status> {
         let _timer = Timer::start("open_session");
+        let caller = self.caller(&request)?;
         // `request_id` is ignored: it was compared across every client, so it could not tell
         // one client's retry from another client's open. An empty key opens a new session.
         let r = request.into_inner();
         let opened = self
             .service
-            .open_session(&r.open_key, DurationMs::from_millis(r.ttl_ms))
+            .open_session(&caller, &r.open_key, DurationMs::from_millis(r.ttl_ms))
             .await
             .map_err(status)?;
         Ok(Response::new(OpenSessionResponse {
@@ -184,6 +195,7 @@ impl Locks for GrpcLocks {
         request: Request<Streaming<KeepAliveRequest>>,
     ) -> Result<Response<Self::KeepAliveStream>, Status> {
         let connection = request.remote_addr();
+        let caller = self.caller(&request)?;
         // The pings end at the client's first error, which only the client can act on.
         let pings = request
             .into_inner()
@@ -201,7 +213,7 @@ impl Locks for GrpcLocks {
             });
         let renewals = self
             .service
-            .keep_alive(connection, Box::pin(pings))
+            .keep_alive(connection, caller, Box::pin(pings))
             .map_err(status)?;
         Ok(Response::new(Box::pin(renewals.map(|renewal| {
             renewal.map(keep_alive_response).map_err(status)
@@ -213,13 +225,14 @@ impl Locks for GrpcLocks {
         request: Request<KeepAliveRequest>,
     ) -> Result<Response<KeepAliveResponse>, Status> {
         let _timer = Timer::start("renew");
+        let caller = self.caller(&request)?;
         let r = request.into_inner();
         let renewal = self
             .service
-            .renew(&SessionProof::new(
-                SessionId::new(r.session),
-                r.session_secret,
-            ))
+            .renew(
+                &caller,
+                &SessionProof::new(SessionId::new(r.session), r.session_secret),
+            )
             .await
             .map_err(status)?;
         Ok(Response::new(keep_alive_response(renewal)))
@@ -230,12 +243,13 @@ impl Locks for GrpcLocks {
         request: Request<CloseSessionRequest>,
     ) -> Result<Response<CloseSessionResponse>, Status> {
         let _timer = Timer::start("close_session");
+        let caller = self.caller(&request)?;
         let r = request.into_inner();
         self.service
-            .close_session(&SessionProof::new(
-                SessionId::new(r.session),
-                r.session_secret,
-            ))
+            .close_session(
+                &caller,
+                &SessionProof::new(SessionId::new(r.session), r.session_secret),
+            )
             .await
             .map_err(status)?;
         Ok(Response::new(CloseSessionResponse {}))
@@ -247,12 +261,14 @@ impl Locks for GrpcLocks {
     ) -> Result<Response<AcquireResponse>, Status> {
         let _timer = Timer::start("acquire");
         let connection = request.remote_addr();
+        let caller = self.caller(&request)?;
         let r = request.into_inner();
         let wait = wait_of(&r);
         let grant = self
             .service
             .acquire(
                 connection,
+                &caller,
                 &SessionProof::new(SessionId::new(r.session), r.session_secret),
                 r.lock,
                 RequestId::new(r.request_id),
@@ -268,10 +284,12 @@ impl Locks for GrpcLocks {
         request: Request<ReleaseRequest>,
     ) -> Result<Response<ReleaseResponse>, Status> {
         let _timer = Timer::start("release");
+        let caller = self.caller(&request)?;
         let r = request.into_inner();
         let token = self
             .service
             .release(
+                &caller,
                 &SessionProof::new(SessionId::new(r.session), r.session_secret),
                 r.lock,
                 RequestId::new(r.request_id),
@@ -285,10 +303,11 @@ impl Locks for GrpcLocks {
 
     async fn status(&self, request: Request<StatusRequest>) -> Result<Response<LockInfo>, Status> {
         let _timer = Timer::start("status");
+        let caller = self.caller(&request)?;
         let request = request.into_inner();
         let view = self
             .service
-            .status(request.lock, read_of(request.stale))
+            .status(&caller, request.lock, read_of(request.stale))
             .await
             .map_err(status)?;
         Ok(Response::new(lock_info(view)))
@@ -299,11 +318,18 @@ impl Locks for GrpcLocks {
         request: Request<ListLocksRequest>,
     ) -> Result<Response<ListLocksResponse>, Status> {
         let _timer = Timer::start("list_locks");
+        let caller = self.caller(&request)?;
         let r = request.into_inner();
         let start_after = (!r.start_after.is_empty()).then_some(r.start_after.as_str());
         let page = self
             .service
-            .list(&r.prefix, start_after, r.limit as usize, read_of(r.stale))
+            .list(
+                &caller,
+                &r.prefix,
+                start_after,
+                r.limit as usize,
+                read_of(r.stale),
+            )
             .await
             .map_err(status)?;
         Ok(Response::new(ListLocksResponse {
@@ -319,9 +345,10 @@ impl Locks for GrpcLocks {
         request: Request<WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         let connection = request.remote_addr();
+        let caller = self.caller(&request)?;
         let changes = self
             .service
-            .watch(connection, request.into_inner().lock)
+            .watch(connection, &caller, request.into_inner().lock)
             .await
             .map_err(status)?;
         Ok(Response::new(Box::pin(
@@ -331,9 +358,10 @@ impl Locks for GrpcLocks {
 
     async fn public_key(
         &self,
-        _request: Request<PublicKeyRequest>,
+        request: Request<PublicKeyRequest>,
     ) -> Result<Response<PublicKeyResponse>, Status> {
-        let (signing, published) = self.service.public_keys().await.map_err(status)?;
+        let caller = self.caller(&request)?;
+        let (signing, published) = self.service.public_keys(&caller).await.map_err(status)?;
         Ok(Response::new(PublicKeyResponse {
             public_key: signing.to_string(),
             public_keys: published.keys().iter().map(ToString::to_string).collect(),

@@ -7,9 +7,11 @@
 //! - [`service`]: the lock service's operations, independent of any transport;
 //! - [`grpc`]: the `palisade.v1.Locks` gRPC service, a conversion layer over [`service`];
 //! - [`cluster`]: the `palisade.v1.Cluster` gRPC service (membership, for operators);
+//! - [`auth`]: bearer tokens, the policy file and per-identity quotas;
 //! - [`peer`] and [`peer_service`]: Raft traffic between nodes, sending and receiving;
 //! - [`metrics`]: Prometheus metric names and exporter.
 
+pub mod auth;
 pub mod backup;
 pub mod cluster;
 pub mod disk;
@@ -67,6 +69,15 @@ pub struct ServerConfig {
     /// A new data directory waits to be added to an existing cluster instead of starting a
     /// one-member cluster.
     pub join: bool,
+    /// The token file (`NAME SHA256HEX` lines, [`auth::tokens`]): who can authenticate. Read
+    /// at start and on SIGHUP.
+    pub tokens_file: Option<PathBuf>,
+    /// The policy file ([`auth::policy`]): what each identity may do. With one, everything it
+    /// does not grant is refused, unauthenticated callers first. Read at start and on SIGHUP.
+    pub policy_file: Option<PathBuf>,
+    /// Without a policy, listen on an address other than loopback anyway: every client that
+    /// reaches it may then do everything, the cluster's admin calls included.
+    pub insecure_listen_any: bool,
 }
 
 impl ServerConfig {
@@ -82,6 +93,9 @@ impl ServerConfig {
             advertise: None,
             initial_cluster: None,
             join: false,
+            tokens_file: None,
+            policy_file: None,
+            insecure_listen_any: false,
         }
     }
 }
@@ -113,6 +127,16 @@ pub enum ServeError {
     /// The gRPC transport failed while serving.
     #[error(transparent)]
     Transport(#[from] tonic::transport::Error),
+    /// The token file or the policy could not be loaded.
+    #[error(transparent)]
+    Auth(#[from] auth::FileError),
+    /// Without a policy, the listen address is not loopback and `insecure_listen_any` is not
+    /// set.
+    #[error(
+        "refusing to listen on {listen} without a policy: anyone who can reach it could take every lock and change the cluster; \
+         configure --tokens and --policy (see docs/security.md), listen on 127.0.0.1, or pass --insecure-listen-any on a network you trust"
+    )]
+    InsecureListen { listen: SocketAddr },
 }
 
 /// Runs the lock service until SIGTERM or SIGINT.
@@ -122,6 +146,7 @@ pub async fn serve(args: ServerConfig) -> Result<(), ServeError> {
         tracing::info!(%listen, "serving /metrics");
     }
     let server = Server::start(&args).await?;
+    reload_on_sighup(server.auth().clone());
     tracing::info!(
         listen = %server.local_addr(),
         data_dir = %args.data_dir.display(),
@@ -129,6 +154,30 @@ pub async fn serve(args: ServerConfig) -> Result<(), ServeError> {
         "palisade lock service ready"
     );
     server.run_until(shutdown_signal()).await
+}
+
+/// Reads the token file and the policy again on each SIGHUP. A file that fails to load is
+/// logged with the reason, and what was loaded before stays in force.
+fn reload_on_sighup(auth: Arc<auth::Auth>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangups = match signal(SignalKind::hangup()) {
+        Ok(hangups) => hangups,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGHUP; the policy is reloaded only by a restart");
+            return;
+        }
+    };
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            match auth.reload() {
+                Ok(()) => tracing::info!("SIGHUP: tokens and policy reloaded"),
+                Err(e) => tracing::error!(
+                    error = %e,
+                    "SIGHUP: reload failed; the tokens and policy loaded before stay in force"
+                ),
+            }
+        }
+    });
 }
 
 /// Where the server's blocking file work runs: the log's writes and fsyncs, and snapshots.
@@ -194,6 +243,7 @@ impl Default for Platform {
 pub struct Server {
     node: Arc<node::Node>,
     listener: Listener,
+    auth: Arc<auth::Auth>,
 }
 
 impl Server {
@@ -225,6 +275,25 @@ impl Server {
             ..Default::default()
         };
         limits.validate().map_err(ServeError::InvalidLockDelay)?;
+        let auth = Arc::new(auth::Auth::load(
+            args.tokens_file.as_deref(),
+            args.policy_file.as_deref(),
+        )?);
+        if !auth.has_policy() {
+            if platform.listener.is_none()
+                && !args.listen.ip().is_loopback()
+                && !args.insecure_listen_any
+            {
+                return Err(ServeError::InsecureListen {
+                    listen: args.listen,
+                });
+            }
+            tracing::warn!(
+                listen = %args.listen,
+                "NO POLICY CONFIGURED: every client that reaches this listener may open sessions, take and release any lock, \
+                 read every lock and change the cluster's membership and keys. Configure --tokens and --policy (docs/security.md)"
+            );
+        }
         let listener = match platform.listener {
             Some(listener) => listener,
             None => Listener::bind(args.listen)
@@ -255,7 +324,11 @@ impl Server {
             data_dir: args.data_dir.clone(),
             source,
         })?;
-        Ok(Server { node, listener })
+        Ok(Server {
+            node,
+            listener,
+            auth,
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -264,6 +337,12 @@ impl Server {
 
     pub fn node(&self) -> &Arc<node::Node> {
         &self.node
+    }
+
+    /// The server's authentication and authorization: [`auth::Auth::reload`] re-reads its
+    /// files.
+    pub fn auth(&self) -> &Arc<auth::Auth> {
+        &self.auth
     }
 
     /// Serves gRPC until `shutdown` resolves, or until this node sees itself removed from its
@@ -278,7 +357,7 @@ impl Server {
         let node = self.node.clone();
         let removed = self.node.clone();
         let service = palisade_proto::v1::locks_server::LocksServer::new(grpc::GrpcLocks::new(
-            service::LockService::new(self.node.clone()),
+            service::LockService::with_auth(self.node.clone(), self.auth.clone()),
         ))
         .max_decoding_message_size(palisade_proto::MESSAGE_BYTES_MAX)
         .max_encoding_message_size(palisade_proto::MESSAGE_BYTES_MAX);
@@ -289,7 +368,8 @@ impl Server {
         )
         .with_identity(self.node.incarnation(), self.node.clone())
         .into_service();
-        let cluster = cluster::GrpcCluster::new(self.node.clone()).into_service();
+        let cluster =
+            cluster::GrpcCluster::with_auth(self.node.clone(), self.auth.clone()).into_service();
         let (stopped, stop) = tokio::sync::oneshot::channel::<()>();
         let serving = tonic::transport::Server::builder()
             .concurrency_limit_per_connection(CONCURRENT_REQUESTS_PER_CONNECTION_MAX)

@@ -16,12 +16,13 @@ use futures::{Stream, StreamExt};
 use palisade_core::limits::{LOCK_NAME_BYTES_MAX, WAIT_MS_MAX, validate_lock_name};
 use palisade_core::{
     Command, CoreError, DurationMs, Event, LockStatus, LockTable, OpenKey, ReleaseCause, Reply,
-    RequestId, SecretDigest, SessionId, Token, Wait, WaitEndCause,
+    RequestId, Right, SecretDigest, SessionId, Token, Wait, WaitEndCause,
 };
 use palisade_sequencer::{KeySet, PublicKey, Sequencer};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 
+use crate::auth::{Ask, Auth, Caller};
 use crate::limits::{
     KEEPALIVE_BUFFER_RESPONSES, KEEPALIVE_STREAMS_MAX, LIST_PAGE_LOCKS_MAX,
     LONG_LIVED_CALLS_PER_CONNECTION_MAX, WAITING_ACQUIRES_MAX, WATCHES_MAX,
@@ -321,10 +322,12 @@ impl Permits {
     }
 }
 
-/// The lock service over one node. Clones share the node and the permits.
+/// The lock service over one node. Clones share the node, the permits and the [`Auth`].
 #[derive(Debug, Clone)]
 pub struct LockService {
     node: Arc<Node>,
+    /// Who may do what, and the per-identity quotas: checked before anything is proposed.
+    auth: Arc<Auth>,
     /// Permits for the calls that stay open, by kind.
     keepalive: Arc<Permits>,
     watches: Arc<Permits>,
@@ -332,9 +335,16 @@ pub struct LockService {
 }
 
 impl LockService {
+    /// The service without authentication or authorization ([`Auth::open`]).
     pub fn new(node: Arc<Node>) -> Self {
+        LockService::with_auth(node, Arc::new(Auth::open()))
+    }
+
+    /// The service checking every call against `auth`.
+    pub fn with_auth(node: Arc<Node>, auth: Arc<Auth>) -> Self {
         LockService {
             node,
+            auth,
             keepalive: Arc::new(Permits::new(Budget::KeepAlive, KEEPALIVE_STREAMS_MAX)),
             watches: Arc::new(Permits::new(Budget::Watch, WATCHES_MAX)),
             waiting_acquires: Arc::new(Permits::new(Budget::WaitingAcquire, WAITING_ACQUIRES_MAX)),
@@ -345,9 +355,23 @@ impl LockService {
         &self.node
     }
 
+    pub fn auth(&self) -> &Arc<Auth> {
+        &self.auth
+    }
+
     /// Opens a session. `open_key` (if not empty) makes a retried open return the session the
     /// first attempt opened, and the same secret, instead of a second one.
-    pub async fn open_session(&self, open_key: &[u8], ttl_ms: DurationMs) -> Result<SessionOpened> {
+    ///
+    /// The session belongs to `caller`'s identity, if it has one: only that identity acts for
+    /// it. Once a policy is configured, opening needs an authenticated caller (no right: the
+    /// locks taken in the session are checked one by one) and a place in its quota of sessions.
+    pub async fn open_session(
+        &self,
+        caller: &Caller,
+        open_key: &[u8],
+        ttl_ms: DurationMs,
+    ) -> Result<SessionOpened> {
+        self.auth.require_authenticated(caller)?;
         let open_key = match open_key {
             [] => None,
             bytes => Some(OpenKey::new(bytes).map_err(CoreError::InvalidOpenKey)?),
@@ -365,6 +389,20 @@ impl LockService {
             }
             .into());
         }
+        // A retried open (its key's session lives) takes nothing more: no quota is asked.
+        let retried = match &open_key {
+            Some(key) => self
+                .node
+                .read_as_leader(|t| t.session_opened_with(key).is_some())?,
+            None => false,
+        };
+        let _reservation = if retried {
+            None
+        } else {
+            self.auth.reserve(caller, Ask::Session, |owner| {
+                Ok::<_, ServiceError>(self.node.read_as_leader(|t| t.usage_of(owner))?)
+            })?
+        };
         let secret = match &open_key {
             None => SessionSecret::draw().map_err(|e| ServiceError::Internal(e.to_string()))?,
             Some(key) => SessionSecret::for_open_key(&self.node.founding_key(), key),
@@ -373,6 +411,7 @@ impl LockService {
             open_key,
             ttl_ms,
             secret_digest: Some(secret.digest()),
+            owner: caller.identity().cloned(),
         };
         let (session, ttl_ms) = match self.apply(command).await? {
             Reply::SessionOpened {
@@ -380,11 +419,15 @@ impl LockService {
             } => (session, ttl_ms),
             other => return Err(unexpected(other)),
         };
-        // A retried open finds the session its key opened, with the digest it was opened with.
-        let stored = self
-            .node
-            .shared()
-            .read(|t| t.session_secret_digest(session));
+        // A retried open finds the session its key opened, with the digest and the owner it
+        // was opened with: only its owner is handed it.
+        let (stored, owner) = self.node.shared().read(|t| {
+            (
+                t.session_secret_digest(session),
+                t.session_owner(session).flatten().cloned(),
+            )
+        });
+        Auth::check_owner(caller, session, owner.as_ref())?;
         let secret = match stored {
             Some(Some(digest)) if digest != secret.digest() => {
                 return Err(ServiceError::Internal(format!(
@@ -411,27 +454,38 @@ impl LockService {
     /// reused, so nothing can change the outcome between this check and the proposal.
     ///
     /// `read` picks what else the caller needs to check from the same table.
+    ///
+    /// Then the session's owner: a session opened by an identity is acted for by that identity
+    /// alone, whoever else holds its secret (`session_not_owned`).
     async fn authorize<T>(
         &self,
+        caller: &Caller,
         proof: &SessionProof,
         read: impl Fn(&LockTable) -> T,
     ) -> Result<T> {
-        let look = |t: &LockTable| (t.session_secret_digest(proof.session), read(t));
-        let (mut stored, mut other) = self.node.read_as_leader(look)?;
+        let look = |t: &LockTable| {
+            (
+                t.session_secret_digest(proof.session),
+                t.session_owner(proof.session).flatten().cloned(),
+                read(t),
+            )
+        };
+        let (mut stored, mut owner, mut other) = self.node.read_as_leader(look)?;
         if stored.is_none() {
             self.node.linearizable_read().await?;
-            (stored, other) = self.node.read_as_leader(look)?;
+            (stored, owner, other) = self.node.read_as_leader(look)?;
         }
         let stored: Option<SecretDigest> = stored.ok_or(CoreError::SessionNotFound {
             session: proof.session,
         })?;
         session_secret::check(proof.session, &proof.secret, stored)?;
+        Auth::check_owner(caller, proof.session, owner.as_ref())?;
         Ok(other)
     }
 
     /// Renews a session's lease once.
-    pub async fn renew(&self, proof: &SessionProof) -> Result<Renewal> {
-        self.authorize(proof, |_| ()).await?;
+    pub async fn renew(&self, caller: &Caller, proof: &SessionProof) -> Result<Renewal> {
+        self.authorize(caller, proof, |_| ()).await?;
         let session = proof.session;
         match self.apply(Command::KeepAlive { session }).await? {
             Reply::KeptAlive {
@@ -450,6 +504,7 @@ impl LockService {
     pub fn keep_alive<S>(
         &self,
         connection: ConnectionId,
+        caller: Caller,
         mut pings: S,
     ) -> Result<impl Stream<Item = Result<Renewal>> + use<S>>
     where
@@ -471,7 +526,7 @@ impl LockService {
                         return;
                     }
                 };
-                let answer = service.renew(&proof).await;
+                let answer = service.renew(&caller, &proof).await;
                 let failed = answer.is_err();
                 if tx.send(answer).await.is_err() || failed {
                     return;
@@ -482,8 +537,8 @@ impl LockService {
     }
 
     /// Closes a session, releasing its locks and ending its waits.
-    pub async fn close_session(&self, proof: &SessionProof) -> Result<()> {
-        self.authorize(proof, |_| ()).await?;
+    pub async fn close_session(&self, caller: &Caller, proof: &SessionProof) -> Result<()> {
+        self.authorize(caller, proof, |_| ()).await?;
         let session = proof.session;
         match self.apply(Command::CloseSession { session }).await? {
             Reply::SessionClosed { .. } => Ok(()),
@@ -494,9 +549,13 @@ impl LockService {
     /// Acquires `lock` for `session`, waiting in its queue as `wait` allows, and signs the
     /// grant. A retry with the same `request_id` returns the same grant (or joins the same
     /// wait) instead of acquiring again.
+    ///
+    /// Needs the lock right on `lock`, and a place in the identity's quotas of locks (and of
+    /// waiters, if it may wait), unless the session already holds or waits for it (a retry).
     pub async fn acquire(
         &self,
         connection: ConnectionId,
+        caller: &Caller,
         proof: &SessionProof,
         lock: String,
         request_id: RequestId,
@@ -506,9 +565,25 @@ impl LockService {
         // Checked before proposing, as the table would check them: a refused acquire costs no
         // log entry.
         let name_bytes_max = self
-            .authorize(proof, |t| t.limits().lock_name_bytes_max)
+            .authorize(caller, proof, |t| t.limits().lock_name_bytes_max)
             .await?;
         validate_lock_name(&lock, name_bytes_max as usize).map_err(CoreError::InvalidLockName)?;
+        self.auth.require(caller, Right::Lock, &lock)?;
+        let reservation = self.auth.reserve(
+            caller,
+            Ask::Lock {
+                waits: wait != Wait::Try,
+            },
+            |owner| {
+                Ok::<_, ServiceError>(self.node.read_as_leader(|t| {
+                    if t.session_holds_or_waits(session, &lock) {
+                        palisade_core::Usage::default()
+                    } else {
+                        t.usage_of(owner)
+                    }
+                })?)
+            },
+        )?;
         if let Wait::ForMs(wait_ms) = wait
             && wait_ms > WAIT_MS_MAX
         {
@@ -532,6 +607,8 @@ impl LockService {
             wait,
         };
         let (index, output) = self.node.propose_indexed(command).await?;
+        // Applied: the table counts the hold or the wait from here on.
+        drop(reservation);
         let (lock, token) = match output.result? {
             Reply::Granted { lock, token, .. } => (lock, token),
             Reply::Queued { lock, .. } => {
@@ -575,15 +652,19 @@ impl LockService {
 
     /// Releases `lock` held by `session`, or withdraws its wait for it: returns the token
     /// released, or `None` if the session was only waiting.
+    ///
+    /// Needs no right beyond owning the session: giving a lock up is always allowed, also after
+    /// the policy stopped granting it.
     pub async fn release(
         &self,
+        caller: &Caller,
         proof: &SessionProof,
         lock: String,
         request_id: RequestId,
     ) -> Result<Option<Token>> {
         let session = proof.session;
         let name_bytes_max = self
-            .authorize(proof, |t| t.limits().lock_name_bytes_max)
+            .authorize(caller, proof, |t| t.limits().lock_name_bytes_max)
             .await?;
         validate_lock_name(&lock, name_bytes_max as usize).map_err(CoreError::InvalidLockName)?;
         match self
@@ -600,8 +681,10 @@ impl LockService {
     }
 
     /// One lock's state, reflecting every write committed before the call.
-    pub async fn status(&self, lock: String, read: Read) -> Result<LockView> {
+    /// Needs the read right on `lock`.
+    pub async fn status(&self, caller: &Caller, lock: String, read: Read) -> Result<LockView> {
         validate_lock_name(&lock, LOCK_NAME_BYTES_MAX).map_err(CoreError::InvalidLockName)?;
+        self.auth.require(caller, Right::Read, &lock)?;
         self.before_read(read).await?;
         let (status, last_token) = self
             .node
@@ -628,13 +711,17 @@ impl LockService {
 
     /// Locks whose names start with `prefix`, in name order, after `start_after`; at most
     /// `limit` of them (0 or above the page limit: a full page).
+    ///
+    /// Needs the read right on every lock under `prefix`.
     pub async fn list(
         &self,
+        caller: &Caller,
         prefix: &str,
         start_after: Option<&str>,
         limit: usize,
         read: Read,
     ) -> Result<LockPage> {
+        self.auth.require_under(caller, Right::Read, prefix)?;
         let limit = match limit {
             0 => LIST_PAGE_LOCKS_MAX,
             n => n.min(LIST_PAGE_LOCKS_MAX),
@@ -656,12 +743,17 @@ impl LockService {
     /// The lock's state now, then each grant, release and expiry of it, in log order. The
     /// stream ends with [`ServiceError::WatchLagged`] if the watcher falls too far behind, or
     /// [`ServiceError::ShuttingDown`].
+    ///
+    /// Needs the read right on `lock`, and a place in the identity's quota of watches.
     pub async fn watch(
         &self,
         connection: ConnectionId,
+        caller: &Caller,
         lock: String,
     ) -> Result<impl Stream<Item = Result<LockChange>> + use<>> {
         validate_lock_name(&lock, LOCK_NAME_BYTES_MAX).map_err(CoreError::InvalidLockName)?;
+        self.auth.require(caller, Right::Read, &lock)?;
+        let quota_permit = self.auth.watch_permit(caller)?;
         let permit = self.watches.take(connection)?;
         // Subscribe before reading the current state, so no change falls in between.
         let mut events = self.node.shared().subscribe_events();
@@ -672,6 +764,7 @@ impl LockService {
         let node = self.node.clone();
         tokio::spawn(async move {
             let _permit = permit;
+            let _quota_permit = quota_permit;
             if tx.send(Ok(first)).await.is_err() {
                 return;
             }
@@ -724,7 +817,9 @@ impl LockService {
     /// The key that signs sequencers now, and every key resources must trust now. Read
     /// linearizably, like the lock table: a member that has not applied a retirement yet must
     /// not hand resources a key the cluster no longer publishes.
-    pub async fn public_keys(&self) -> Result<(PublicKey, KeySet)> {
+    /// Needs an authenticated caller once a policy is configured, and no right.
+    pub async fn public_keys(&self, caller: &Caller) -> Result<(PublicKey, KeySet)> {
+        self.auth.require_authenticated(caller)?;
         self.node.linearizable_read().await?;
         Ok((self.node.public_key(), self.node.published_keys()))
     }

@@ -637,6 +637,7 @@ mod tests {
                 open_key: None,
                 ttl_ms: DurationMs::from_millis(10_000),
                 secret_digest: None,
+                owner: None,
             };
             apply(command).result.unwrap();
         }
@@ -685,6 +686,7 @@ mod tests {
                 open_key: None,
                 ttl_ms: DurationMs::from_millis(10_000),
                 secret_digest: None,
+                owner: None,
             },
             Command::Acquire {
                 session: SessionId::new(1),

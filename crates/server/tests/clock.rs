@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use palisade_clock::ManualClock;
 use palisade_core::{CoreError, DurationMs, RequestId, Wait};
+use palisade_server::auth::Caller;
 use palisade_server::service::{ChangeKind, LockService, Read, ServiceError, SessionProof};
 use palisade_server::{Server, ServerConfig};
 
@@ -33,7 +34,7 @@ async fn start() -> Running {
 /// Opens a session: what acts for it, its id and its secret.
 async fn open(service: &LockService, ttl_ms: u64) -> SessionProof {
     let opened = service
-        .open_session(b"", DurationMs::from_millis(ttl_ms))
+        .open_session(&Caller::anonymous(), b"", DurationMs::from_millis(ttl_ms))
         .await
         .unwrap();
     let secret = opened.secret.expect("a new session has a secret");
@@ -44,7 +45,7 @@ async fn open(service: &LockService, ttl_ms: u64) -> SessionProof {
 async fn becomes_free(service: &LockService, lock: &str) -> bool {
     for _ in 0..200 {
         if service
-            .status(lock.into(), Read::Linearizable)
+            .status(&Caller::anonymous(), lock.into(), Read::Linearizable)
             .await
             .unwrap()
             .holder
@@ -61,7 +62,7 @@ async fn becomes_free(service: &LockService, lock: &str) -> bool {
 async fn wait_for_waiters(service: &LockService, lock: &str, n: usize) {
     for _ in 0..500 {
         if service
-            .status(lock.into(), Read::Linearizable)
+            .status(&Caller::anonymous(), lock.into(), Read::Linearizable)
             .await
             .unwrap()
             .waiters
@@ -80,7 +81,14 @@ async fn a_lease_ends_when_the_clock_passes_its_ttl_and_not_a_millisecond_before
     let Running { service, clock, .. } = start().await;
     let session = open(&service, 1_000).await;
     let grant = service
-        .acquire(None, &session, "l".into(), RequestId::new(1), Wait::Try)
+        .acquire(
+            None,
+            &Caller::anonymous(),
+            &session,
+            "l".into(),
+            RequestId::new(1),
+            Wait::Try,
+        )
         .await
         .unwrap();
 
@@ -88,7 +96,7 @@ async fn a_lease_ends_when_the_clock_passes_its_ttl_and_not_a_millisecond_before
     // However long the machine takes now, no time passes for the lease.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let held = service
-        .status("l".into(), Read::Linearizable)
+        .status(&Caller::anonymous(), "l".into(), Read::Linearizable)
         .await
         .unwrap();
     assert_eq!(held.holder.map(|h| h.token), Some(grant.token));
@@ -103,7 +111,7 @@ async fn a_lease_ends_when_the_clock_passes_its_ttl_and_not_a_millisecond_before
         "the lease outlived its TTL"
     );
     assert_eq!(
-        service.renew(&session).await,
+        service.renew(&Caller::anonymous(), &session).await,
         Err(ServiceError::Refused(CoreError::SessionNotFound {
             session: session.session
         }))
@@ -119,6 +127,7 @@ async fn a_shorter_lease_opened_while_the_driver_sleeps_expires_on_time() {
     service
         .acquire(
             None,
+            &Caller::anonymous(),
             &long,
             "held-long".into(),
             RequestId::new(1),
@@ -132,6 +141,7 @@ async fn a_shorter_lease_opened_while_the_driver_sleeps_expires_on_time() {
     service
         .acquire(
             None,
+            &Caller::anonymous(),
             &short,
             "held-briefly".into(),
             RequestId::new(2),
@@ -145,7 +155,7 @@ async fn a_shorter_lease_opened_while_the_driver_sleeps_expires_on_time() {
         "the 1 s session outlived its lease while the driver slept for the 600 s one"
     );
     let long_holder = service
-        .status("held-long".into(), Read::Linearizable)
+        .status(&Caller::anonymous(), "held-long".into(), Read::Linearizable)
         .await
         .unwrap()
         .holder;
@@ -159,10 +169,22 @@ async fn waiters_are_granted_in_the_order_they_queued_and_a_watch_sees_each_hand
     let second = open(&service, 60_000).await;
     let third = open(&service, 60_000).await;
     let held = service
-        .acquire(None, &first, "q".into(), RequestId::new(1), Wait::Try)
+        .acquire(
+            None,
+            &Caller::anonymous(),
+            &first,
+            "q".into(),
+            RequestId::new(1),
+            Wait::Try,
+        )
         .await
         .unwrap();
-    let mut changes = Box::pin(service.watch(None, "q".into()).await.unwrap());
+    let mut changes = Box::pin(
+        service
+            .watch(None, &Caller::anonymous(), "q".into())
+            .await
+            .unwrap(),
+    );
 
     let queue = |session: &SessionProof, request_id| {
         let service = service.clone();
@@ -171,6 +193,7 @@ async fn waiters_are_granted_in_the_order_they_queued_and_a_watch_sees_each_hand
             service
                 .acquire(
                     None,
+                    &Caller::anonymous(),
                     &session,
                     "q".into(),
                     RequestId::new(request_id),
@@ -185,7 +208,7 @@ async fn waiters_are_granted_in_the_order_they_queued_and_a_watch_sees_each_hand
     wait_for_waiters(&service, "q", 2).await;
     assert_eq!(
         service
-            .status("q".into(), Read::Linearizable)
+            .status(&Caller::anonymous(), "q".into(), Read::Linearizable)
             .await
             .unwrap()
             .waiters,
@@ -193,13 +216,13 @@ async fn waiters_are_granted_in_the_order_they_queued_and_a_watch_sees_each_hand
     );
 
     service
-        .release(&first, "q".into(), RequestId::new(4))
+        .release(&Caller::anonymous(), &first, "q".into(), RequestId::new(4))
         .await
         .unwrap();
     let second_grant = second_waits.await.unwrap().unwrap();
     assert_eq!(second_grant.session, second.session);
     service
-        .release(&second, "q".into(), RequestId::new(5))
+        .release(&Caller::anonymous(), &second, "q".into(), RequestId::new(5))
         .await
         .unwrap();
     let third_grant = third_waits.await.unwrap().unwrap();
@@ -234,7 +257,7 @@ async fn a_lock_name_the_table_would_refuse_is_refused_by_status_and_watch_alike
     let Running { service, .. } = start().await;
     for bad in ["", "tab\there", &"x".repeat(257)] {
         let status = service
-            .status(bad.into(), Read::Linearizable)
+            .status(&Caller::anonymous(), bad.into(), Read::Linearizable)
             .await
             .unwrap_err();
         assert!(
@@ -242,7 +265,7 @@ async fn a_lock_name_the_table_would_refuse_is_refused_by_status_and_watch_alike
             "status of {bad:?}: {status:?}"
         );
         let watch = service
-            .watch(None, bad.into())
+            .watch(None, &Caller::anonymous(), bad.into())
             .await
             .err()
             .expect("refused");

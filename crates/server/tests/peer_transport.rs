@@ -236,6 +236,7 @@ async fn open_session(nodes: &[TestNode], now_ms: u64, seed: u8) -> (u64, Sessio
         open_key: Some(open_key(seed)),
         ttl_ms: DurationMs::from_millis(3_600_000),
         secret_digest: None,
+        owner: None,
     };
     match propose(nodes, now_ms, command).await {
         (

@@ -277,6 +277,9 @@ async fn node(
         advertise: Some(format!("{}:{PORT}", node_name(id))),
         join: members.is_none(),
         initial_cluster: members,
+        tokens_file: None,
+        policy_file: None,
+        insecure_listen_any: false,
     };
     let platform = Platform {
         clock: clock.shared(),

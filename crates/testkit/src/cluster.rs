@@ -73,6 +73,12 @@ fn node_process(
                 .args(["--node-id", &id.to_string()])
                 .args(&flags)
                 .env("RUST_LOG", "info");
+            // A node in a network namespace listens on its namespace's address, not loopback:
+            // without a policy, `palisade serve` refuses that unless told the network is
+            // trusted (the test's namespaces are reachable from nothing else).
+            if !addr.ip().is_loopback() {
+                command.arg("--insecure-listen-any");
+            }
             command
         },
     )

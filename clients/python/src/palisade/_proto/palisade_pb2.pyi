@@ -198,7 +198,7 @@ class PublicKeyResponse(_message.Message):
     def __init__(self, public_key: _Optional[str] = ..., public_keys: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ErrorDetail(_message.Message):
-    __slots__ = ("kind", "category", "lock", "session", "holder_session", "holder_token", "available_at_ms", "request_id", "reason", "ttl_ms", "ttl_ms_min", "ttl_ms_max", "wait_ms", "wait_ms_max", "bytes", "bytes_min", "bytes_max", "sessions_max", "locks_max", "waiters_max", "limits_problem")
+    __slots__ = ("kind", "category", "lock", "session", "holder_session", "holder_token", "available_at_ms", "request_id", "reason", "ttl_ms", "ttl_ms_min", "ttl_ms_max", "wait_ms", "wait_ms_max", "bytes", "bytes_min", "bytes_max", "sessions_max", "locks_max", "waiters_max", "limits_problem", "identity", "right", "scope", "quota", "quota_max")
     KIND_FIELD_NUMBER: _ClassVar[int]
     CATEGORY_FIELD_NUMBER: _ClassVar[int]
     LOCK_FIELD_NUMBER: _ClassVar[int]
@@ -220,6 +220,11 @@ class ErrorDetail(_message.Message):
     LOCKS_MAX_FIELD_NUMBER: _ClassVar[int]
     WAITERS_MAX_FIELD_NUMBER: _ClassVar[int]
     LIMITS_PROBLEM_FIELD_NUMBER: _ClassVar[int]
+    IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    RIGHT_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_MAX_FIELD_NUMBER: _ClassVar[int]
     kind: str
     category: str
     lock: str
@@ -241,7 +246,12 @@ class ErrorDetail(_message.Message):
     locks_max: int
     waiters_max: int
     limits_problem: str
-    def __init__(self, kind: _Optional[str] = ..., category: _Optional[str] = ..., lock: _Optional[str] = ..., session: _Optional[int] = ..., holder_session: _Optional[int] = ..., holder_token: _Optional[int] = ..., available_at_ms: _Optional[int] = ..., request_id: _Optional[int] = ..., reason: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., ttl_ms_min: _Optional[int] = ..., ttl_ms_max: _Optional[int] = ..., wait_ms: _Optional[int] = ..., wait_ms_max: _Optional[int] = ..., bytes: _Optional[int] = ..., bytes_min: _Optional[int] = ..., bytes_max: _Optional[int] = ..., sessions_max: _Optional[int] = ..., locks_max: _Optional[int] = ..., waiters_max: _Optional[int] = ..., limits_problem: _Optional[str] = ...) -> None: ...
+    identity: str
+    right: str
+    scope: str
+    quota: str
+    quota_max: int
+    def __init__(self, kind: _Optional[str] = ..., category: _Optional[str] = ..., lock: _Optional[str] = ..., session: _Optional[int] = ..., holder_session: _Optional[int] = ..., holder_token: _Optional[int] = ..., available_at_ms: _Optional[int] = ..., request_id: _Optional[int] = ..., reason: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., ttl_ms_min: _Optional[int] = ..., ttl_ms_max: _Optional[int] = ..., wait_ms: _Optional[int] = ..., wait_ms_max: _Optional[int] = ..., bytes: _Optional[int] = ..., bytes_min: _Optional[int] = ..., bytes_max: _Optional[int] = ..., sessions_max: _Optional[int] = ..., locks_max: _Optional[int] = ..., waiters_max: _Optional[int] = ..., limits_problem: _Optional[str] = ..., identity: _Optional[str] = ..., right: _Optional[str] = ..., scope: _Optional[str] = ..., quota: _Optional[str] = ..., quota_max: _Optional[int] = ...) -> None: ...
 
 class BackupRequest(_message.Message):
     __slots__ = ()

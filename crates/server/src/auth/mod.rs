@@ -1,0 +1,553 @@
+//! Who a caller is, and what it may do: authentication by bearer tokens ([`tokens`]),
+//! authorization by a policy file ([`policy`]), and per-identity quotas.
+//!
+//! - [`Auth::identity`] reads a request's credential and returns its [`Caller`]: the one place
+//!   an identity comes from.
+//! - [`Auth::require`] and its siblings check a right before the service does anything.
+//! - [`Auth::check_owner`] keeps a session to the identity that opened it.
+//! - [`Auth::reserve`] and [`Auth::watch_permit`] hold an identity to its quotas, on the leader
+//!   before anything is proposed.
+//!
+//! Without a policy nothing is refused for want of a right or a quota (a loopback-only
+//! deployment, see `docs/security.md`); a token that is presented is still checked, and a
+//! session opened with one still belongs to its identity. Once a policy is configured,
+//! everything is denied that it does not grant, and a caller without a credential is refused.
+//!
+//! The files are read at start and again on [`Auth::reload`] (SIGHUP); a file that fails to
+//! load leaves what was loaded before in force.
+
+pub mod policy;
+pub mod tokens;
+
+use std::collections::HashMap;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+use palisade_core::{CoreError, CredentialError, Identity, Quota, Right, SessionId, Usage};
+
+pub use policy::{Policy, Quotas};
+pub use tokens::TokenFile;
+
+/// A token or policy file that could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FileError {
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{} is larger than {bytes_max} bytes", path.display())]
+    TooLarge { path: PathBuf, bytes_max: u64 },
+    #[error("{} is not UTF-8", path.display())]
+    NotUtf8 { path: PathBuf },
+    #[error("{} line {line}: {message}", path.display())]
+    Line {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+}
+
+/// Reads at most `bytes_max` bytes of the file at `path`, refusing a larger one.
+fn read_limited(path: &Path, bytes_max: u64) -> Result<String, FileError> {
+    let read_error = |source| FileError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(read_error)?;
+    let mut bytes = Vec::new();
+    file.take(bytes_max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_error)?;
+    if bytes.len() as u64 > bytes_max {
+        return Err(FileError::TooLarge {
+            path: path.to_path_buf(),
+            bytes_max,
+        });
+    }
+    String::from_utf8(bytes).map_err(|_| FileError::NotUtf8 {
+        path: path.to_path_buf(),
+    })
+}
+
+/// Who made a request: an authenticated identity, or nobody (allowed only without a policy).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Caller {
+    identity: Option<Identity>,
+}
+
+impl Caller {
+    /// A caller that presented no credential.
+    pub fn anonymous() -> Caller {
+        Caller { identity: None }
+    }
+
+    pub fn authenticated(identity: Identity) -> Caller {
+        Caller {
+            identity: Some(identity),
+        }
+    }
+
+    pub fn identity(&self) -> Option<&Identity> {
+        self.identity.as_ref()
+    }
+}
+
+/// The authentication and authorization of one server: its token file, its policy, and the
+/// quota accounting of the identities it serves.
+#[derive(Debug, Default)]
+pub struct Auth {
+    tokens_path: Option<PathBuf>,
+    policy_path: Option<PathBuf>,
+    tokens: RwLock<Arc<TokenFile>>,
+    policy: RwLock<Option<Arc<Policy>>>,
+    /// Sessions and locks each identity has asked for and not yet seen applied.
+    pending: Mutex<HashMap<Identity, Pending>>,
+    /// Watches each identity has open on this node.
+    watches: Arc<Mutex<HashMap<Identity, u32>>>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Pending {
+    sessions: usize,
+    locks: usize,
+    waiters: usize,
+}
+
+/// What an identity asks of its quotas ([`Auth::reserve`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ask {
+    /// A new session.
+    Session,
+    /// A new lock, held or (with `waits`) possibly waited for first.
+    Lock { waits: bool },
+}
+
+impl Auth {
+    /// Nothing configured: every caller may do everything, as before authentication existed.
+    pub fn open() -> Auth {
+        Auth::default()
+    }
+
+    /// Loads the token file and the policy, if given.
+    pub fn load(tokens: Option<&Path>, policy: Option<&Path>) -> Result<Auth, FileError> {
+        let auth = Auth {
+            tokens_path: tokens.map(Path::to_path_buf),
+            policy_path: policy.map(Path::to_path_buf),
+            ..Auth::default()
+        };
+        auth.reload()?;
+        Ok(auth)
+    }
+
+    /// Reads the token file and the policy again. Either file that fails to load is reported
+    /// and left as it was; the other still takes effect.
+    pub fn reload(&self) -> Result<(), FileError> {
+        let mut first_error = None;
+        if let Some(path) = &self.tokens_path {
+            match TokenFile::load(path) {
+                Ok(tokens) => {
+                    tracing::info!(path = %path.display(), tokens = tokens.len(), "tokens loaded");
+                    *self.tokens.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(tokens);
+                }
+                Err(e) => first_error = Some(e),
+            }
+        }
+        if let Some(path) = &self.policy_path {
+            match Policy::load(path) {
+                Ok(policy) => {
+                    tracing::info!(path = %path.display(), rules = policy.rule_count(), "policy loaded");
+                    *self.policy.write().unwrap_or_else(|e| e.into_inner()) =
+                        Some(Arc::new(policy));
+                }
+                Err(e) => first_error = first_error.or(Some(e)),
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// True once a policy is configured: default-deny.
+    pub fn has_policy(&self) -> bool {
+        self.policy_path.is_some()
+    }
+
+    /// True when a token file is configured.
+    pub fn has_tokens(&self) -> bool {
+        self.tokens_path.is_some()
+    }
+
+    fn policy(&self) -> Option<Arc<Policy>> {
+        self.policy
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Who sent `request`.
+    ///
+    /// Sources of identity, in order:
+    ///
+    /// 1. A verified client certificate. **This is where it plugs in:** once the listener
+    ///    speaks mutual TLS, read the certificate's name from the request's extensions
+    ///    (`request.extensions().get::<crate::tls::ClientCertName>()`), check it with
+    ///    [`Identity::new`], and return `Caller::authenticated` with it before looking at the
+    ///    header. A request with both a certificate and a token must then agree, or be refused.
+    /// 2. An `authorization: Bearer <token>` header whose token the token file has.
+    ///
+    /// A request with neither is anonymous, which is refused once a policy is configured. A
+    /// header that is present is always checked: a wrong token is refused, policy or not.
+    pub fn identity<T>(&self, request: &tonic::Request<T>) -> Result<Caller, CoreError> {
+        self.identity_from(request.metadata())
+    }
+
+    /// [`Auth::identity`] from a request's metadata alone.
+    pub fn identity_from(
+        &self,
+        metadata: &tonic::metadata::MetadataMap,
+    ) -> Result<Caller, CoreError> {
+        let refuse = |reason| CoreError::Unauthenticated { reason };
+        let Some(header) = metadata.get("authorization") else {
+            return if self.has_policy() {
+                Err(refuse(CredentialError::Missing))
+            } else {
+                Ok(Caller::anonymous())
+            };
+        };
+        let token = header
+            .to_str()
+            .ok()
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .filter(|token| tokens::valid_token(token))
+            .ok_or(refuse(CredentialError::Malformed))?;
+        let tokens = self
+            .tokens
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        tokens
+            .identify(token)
+            .map(Caller::authenticated)
+            .ok_or(refuse(CredentialError::Unknown))
+    }
+
+    /// Checks that `caller` has `right` on the lock `scope` (for [`Right::Admin`], `scope` is
+    /// ignored: admin is cluster-wide). Always allowed without a policy.
+    pub fn require(&self, caller: &Caller, right: Right, scope: &str) -> Result<(), CoreError> {
+        self.check(caller, right, scope, |policy, identity| {
+            policy.allows(identity, right, scope)
+        })
+    }
+
+    /// Checks that `caller` has `right` on every lock whose name starts with `prefix` (a
+    /// listing).
+    pub fn require_under(
+        &self,
+        caller: &Caller,
+        right: Right,
+        prefix: &str,
+    ) -> Result<(), CoreError> {
+        self.check(caller, right, prefix, |policy, identity| {
+            policy.allows_all_under(identity, right, prefix)
+        })
+    }
+
+    /// Checks that `caller` has the admin right.
+    pub fn require_admin(&self, caller: &Caller) -> Result<(), CoreError> {
+        self.require(caller, Right::Admin, "")
+    }
+
+    /// Checks that `caller` is authenticated when a policy is configured (a call that needs no
+    /// right, such as reading the public keys).
+    pub fn require_authenticated(&self, caller: &Caller) -> Result<(), CoreError> {
+        self.check(caller, Right::Read, "", |_, _| true)
+    }
+
+    fn check(
+        &self,
+        caller: &Caller,
+        right: Right,
+        scope: &str,
+        allowed: impl FnOnce(&Policy, &Identity) -> bool,
+    ) -> Result<(), CoreError> {
+        let Some(policy) = self.policy() else {
+            return Ok(());
+        };
+        let Some(identity) = caller.identity() else {
+            return Err(CoreError::Unauthenticated {
+                reason: CredentialError::Missing,
+            });
+        };
+        if allowed(&policy, identity) {
+            Ok(())
+        } else {
+            Err(CoreError::PermissionDenied {
+                identity: identity.to_string(),
+                right,
+                scope: if right == Right::Admin || scope.is_empty() {
+                    "*".to_string()
+                } else {
+                    scope.to_string()
+                },
+            })
+        }
+    }
+
+    /// Checks that `caller` may act for `session`, whose owner is `owner`: a session opened by
+    /// an identity is that identity's alone; one opened without an identity (no tokens then,
+    /// or an older version) is acted for with its secret alone, as when it was opened.
+    pub fn check_owner(
+        caller: &Caller,
+        session: SessionId,
+        owner: Option<&Identity>,
+    ) -> Result<(), CoreError> {
+        match owner {
+            None => Ok(()),
+            Some(owner) if caller.identity() == Some(owner) => Ok(()),
+            Some(_) => Err(CoreError::SessionNotOwned { session }),
+        }
+    }
+
+    /// The quotas `caller` is held to: `None` without a policy or without an identity.
+    pub fn quotas(&self, caller: &Caller) -> Option<Quotas> {
+        Some(self.policy()?.quotas(caller.identity()?))
+    }
+
+    /// Holds `caller` to its quotas for `ask`, before it is proposed: `usage` reads what the
+    /// identity's sessions take in the table now. The returned reservation counts the ask as
+    /// taken until it is dropped, which the caller does once the proposal was applied (and the
+    /// table counts it) or failed; so concurrent asks of one identity cannot together pass its
+    /// quota. `None` when no quota applies.
+    ///
+    /// `usage` is read under the reservations' lock, so a reservation given back after its
+    /// entry was applied is never missed by both counts.
+    pub fn reserve<E: From<CoreError>>(
+        &self,
+        caller: &Caller,
+        ask: Ask,
+        usage: impl FnOnce(&Identity) -> Result<Usage, E>,
+    ) -> Result<Option<Reservation<'_>>, E> {
+        let (Some(quotas), Some(identity)) = (self.quotas(caller), caller.identity()) else {
+            return Ok(None);
+        };
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let used = usage(identity)?;
+        let mine = pending.get(identity).copied().unwrap_or_default();
+        let reached = |quota: Quota| {
+            CoreError::QuotaReached {
+                identity: identity.to_string(),
+                quota,
+                quota_max: quotas.get(quota),
+            }
+            .into()
+        };
+        let taken = match ask {
+            Ask::Session => {
+                if used.sessions + mine.sessions >= quotas.sessions as usize {
+                    return Err(reached(Quota::Sessions));
+                }
+                Pending {
+                    sessions: 1,
+                    ..Pending::default()
+                }
+            }
+            Ask::Lock { waits } => {
+                // A wait may become a hold: it counts against the locks too, so no identity
+                // ever holds more than its quota of locks.
+                if used.held + used.waiting + mine.locks >= quotas.locks as usize {
+                    return Err(reached(Quota::Locks));
+                }
+                if waits && used.waiting + mine.waiters >= quotas.waiters as usize {
+                    return Err(reached(Quota::Waiters));
+                }
+                Pending {
+                    locks: 1,
+                    waiters: usize::from(waits),
+                    ..Pending::default()
+                }
+            }
+        };
+        let entry = pending.entry(identity.clone()).or_default();
+        entry.sessions += taken.sessions;
+        entry.locks += taken.locks;
+        entry.waiters += taken.waiters;
+        Ok(Some(Reservation {
+            auth: self,
+            identity: identity.clone(),
+            taken,
+        }))
+    }
+
+    /// Holds `caller` to its quota of watches on this node. The permit is given back when the
+    /// watch ends (dropped). `None` when no quota applies.
+    pub fn watch_permit(&self, caller: &Caller) -> Result<Option<WatchPermit>, CoreError> {
+        let (Some(quotas), Some(identity)) = (self.quotas(caller), caller.identity()) else {
+            return Ok(None);
+        };
+        let mut open = self.watches.lock().unwrap_or_else(|e| e.into_inner());
+        let count = open.entry(identity.clone()).or_insert(0);
+        if *count >= quotas.watches {
+            return Err(CoreError::QuotaReached {
+                identity: identity.to_string(),
+                quota: Quota::Watches,
+                quota_max: quotas.watches,
+            });
+        }
+        *count += 1;
+        Ok(Some(WatchPermit {
+            watches: self.watches.clone(),
+            identity: identity.clone(),
+        }))
+    }
+}
+
+/// An identity's ask counted against its quotas until dropped ([`Auth::reserve`]).
+#[derive(Debug)]
+pub struct Reservation<'a> {
+    auth: &'a Auth,
+    identity: Identity,
+    taken: Pending,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        let mut pending = self.auth.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = pending.get_mut(&self.identity) {
+            entry.sessions -= self.taken.sessions;
+            entry.locks -= self.taken.locks;
+            entry.waiters -= self.taken.waiters;
+            if entry.sessions == 0 && entry.locks == 0 && entry.waiters == 0 {
+                pending.remove(&self.identity);
+            }
+        }
+    }
+}
+
+/// One open watch of an identity ([`Auth::watch_permit`]).
+#[derive(Debug)]
+pub struct WatchPermit {
+    watches: Arc<Mutex<HashMap<Identity, u32>>>,
+    identity: Identity,
+}
+
+impl Drop for WatchPermit {
+    fn drop(&mut self) {
+        let mut open = self.watches.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = open.get_mut(&self.identity) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.identity);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn auth(tokens: &str, policy: &str) -> (tempfile::TempDir, Auth) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("tokens"), tokens).unwrap();
+        std::fs::write(dir.path().join("policy"), policy).unwrap();
+        let auth = Auth::load(
+            Some(&dir.path().join("tokens")),
+            Some(&dir.path().join("policy")),
+        )
+        .unwrap();
+        (dir, auth)
+    }
+
+    fn bearer(token: &str) -> tonic::metadata::MetadataMap {
+        let mut metadata = tonic::metadata::MetadataMap::new();
+        metadata.insert("authorization", format!("Bearer {token}").parse().unwrap());
+        metadata
+    }
+
+    #[test]
+    fn a_policy_refuses_the_anonymous_and_the_unknown() {
+        let alice = Identity::new("alice").unwrap();
+        let (_dir, auth) = auth(&tokens::token_file_line(&alice, "tok-a"), "");
+        let none = tonic::metadata::MetadataMap::new();
+        assert_eq!(
+            auth.identity_from(&none),
+            Err(CoreError::Unauthenticated {
+                reason: CredentialError::Missing
+            })
+        );
+        assert_eq!(
+            auth.identity_from(&bearer("tok-b")),
+            Err(CoreError::Unauthenticated {
+                reason: CredentialError::Unknown
+            })
+        );
+        let mut basic = tonic::metadata::MetadataMap::new();
+        basic.insert("authorization", "Basic YTpi".parse().unwrap());
+        assert_eq!(
+            auth.identity_from(&basic),
+            Err(CoreError::Unauthenticated {
+                reason: CredentialError::Malformed
+            })
+        );
+        let caller = auth.identity_from(&bearer("tok-a")).unwrap();
+        assert_eq!(caller.identity(), Some(&alice));
+        assert!(matches!(
+            auth.require(&caller, Right::Lock, "x"),
+            Err(CoreError::PermissionDenied { .. })
+        ));
+    }
+
+    #[test]
+    fn without_a_policy_the_anonymous_may_do_everything_but_a_wrong_token_is_refused() {
+        let auth = Auth::open();
+        let caller = auth
+            .identity_from(&tonic::metadata::MetadataMap::new())
+            .unwrap();
+        assert_eq!(caller, Caller::anonymous());
+        assert_eq!(auth.require_admin(&caller), Ok(()));
+        assert!(auth.identity_from(&bearer("made-up")).is_err());
+        assert!(auth.quotas(&caller).is_none());
+    }
+
+    #[test]
+    fn concurrent_asks_of_one_identity_cannot_pass_its_quota_together() {
+        let alice = Identity::new("alice").unwrap();
+        let (_dir, auth) = auth(
+            &tokens::token_file_line(&alice, "tok-a"),
+            "grant alice lock *\nquota alice sessions=2 locks=1 waiters=1\n",
+        );
+        let caller = Caller::authenticated(alice);
+        let none = |_: &Identity| Ok::<_, CoreError>(Usage::default());
+        let first = auth.reserve(&caller, Ask::Session, none).unwrap();
+        let second = auth.reserve(&caller, Ask::Session, none).unwrap();
+        assert!(first.is_some() && second.is_some());
+        let third = auth.reserve(&caller, Ask::Session, none).unwrap_err();
+        assert!(matches!(
+            third,
+            CoreError::QuotaReached {
+                quota: Quota::Sessions,
+                quota_max: 2,
+                ..
+            }
+        ));
+        drop(first);
+        assert!(auth.reserve(&caller, Ask::Session, none).is_ok());
+        let held = |_: &Identity| {
+            Ok::<_, CoreError>(Usage {
+                sessions: 1,
+                held: 1,
+                waiting: 0,
+            })
+        };
+        assert!(matches!(
+            auth.reserve(&caller, Ask::Lock { waits: false }, held),
+            Err(CoreError::QuotaReached {
+                quota: Quota::Locks,
+                ..
+            })
+        ));
+        let watch = auth.watch_permit(&caller).unwrap();
+        assert!(watch.is_some());
+    }
+}
