@@ -15,13 +15,13 @@ fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input "$here[test]"
 
 target="${CARGO_TARGET_DIR:-$repo/target}"
+# Built every time (a no-op when they are up to date): a binary older than the sources, say
+# from before a change of the proto, would test the wrong server.
+if [[ -z "${PALISADE_BIN:-}" ]]; then
+  (cd "$repo" && cargo build --quiet -p palisade-cli)
+fi
 export PALISADE_BIN="${PALISADE_BIN:-$target/debug/palisade}"
-if [[ ! -x "$PALISADE_BIN" ]]; then
-  (cd "$repo" && cargo build -p palisade-cli)
-fi
-if [[ ! -x "$target/debug/examples/protect_postgres" ]]; then
-  (cd "$repo" && cargo build -p palisade-fence --example protect_postgres)
-fi
+(cd "$repo" && cargo build --quiet -p palisade-fence --example protect_postgres)
 
 cd "$here"
 exec "$venv/bin/python" -m pytest "$@"
