@@ -71,6 +71,15 @@ impl FromStr for Target {
     }
 }
 
+/// TLS to palisade targets (the global `--tls-ca`, `--tls-cert`, `--tls-key`), set once by
+/// [`crate::bench::run`]: every benchmark client of the process uses it.
+static TLS: std::sync::OnceLock<palisade_tls::ClientTls> = std::sync::OnceLock::new();
+
+/// Connects palisade targets with `tls` from now on (once; later calls are ignored).
+pub fn set_tls(tls: palisade_tls::ClientTls) {
+    let _ = TLS.set(tls);
+}
+
 /// One benchmark client's connection and session (or lease).
 #[derive(Debug)]
 pub enum LockConn {
@@ -99,8 +108,17 @@ impl LockConn {
     pub async fn open(target: &Target, ttl: Duration) -> anyhow::Result<LockConn> {
         match target {
             Target::Palisade { address } => {
-                let client = Client::connect(&format!("http://{address}"))
-                    .await
+                let client = match TLS.get() {
+                    None => Client::connect(&format!("http://{address}")).await,
+                    Some(tls) => {
+                        let options = palisade_client::ClientOptions {
+                            tls: Some(tls.clone()),
+                            ..Default::default()
+                        };
+                        Client::connect_with(address, options).await
+                    }
+                };
+                let client = client
                     .with_context(|| format!("cannot connect to {target}"))?;
                 let session = client
                     .open_session(SessionOptions::with_ttl(ttl))

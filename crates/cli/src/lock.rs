@@ -351,7 +351,7 @@ async fn lease_running_out(session: &Session, budget: Duration) -> Duration {
 /// with that store's exit status (stale: 3, unreachable: 69, …).
 async fn claim_stores(args: &LockArgs, guard: &LockGuard) -> anyhow::Result<()> {
     for url in &args.claim {
-        let claimed = match palisade_store::StoreClient::new(url) {
+        let claimed = match palisade_cli::store::store_client(url) {
             Ok(store) => store.claim(Some(&args.name), Some(guard.sequencer())).await,
             Err(error) => Err(error),
         };

@@ -29,6 +29,18 @@ struct Cli {
     /// (at most 16; the client follows the leader). `http://` is assumed without a scheme.
     #[arg(long, global = true, env = "PALISADE_ENDPOINT", default_value = DEFAULT_ENDPOINT)]
     endpoint: String,
+    /// Connect with TLS, checking the service's certificate against this CA (PEM). Endpoints
+    /// without a scheme are then https://; http:// ones are refused. `palisade store` commands
+    /// use it for https:// store URLs.
+    #[arg(long = "tls-ca", global = true, env = "PALISADE_TLS_CA")]
+    tls_ca: Option<std::path::PathBuf>,
+    /// Mutual TLS: present this client certificate (PEM), with --tls-key. For `palisade serve`
+    /// and `palisade store serve`: the server's certificate, which turns TLS on.
+    #[arg(long = "tls-cert", global = true, env = "PALISADE_TLS_CERT")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long = "tls-key", global = true, env = "PALISADE_TLS_KEY")]
+    tls_key: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -68,6 +80,9 @@ enum Command {
     Demo(palisade_bench::DemoArgs),
     /// Load generator: Palisade (or etcd) lock throughput and latency, and what fencing costs.
     Bench(palisade_bench::BenchArgs),
+    /// TLS certificates: `palisade tls init DIR` makes a CA, a node and a client certificate.
+    #[command(subcommand)]
+    Tls(palisade_cli::tls::TlsCommand),
 }
 
 /// What every client command needs: where the lock service is.
@@ -75,6 +90,8 @@ enum Command {
 pub struct Global {
     /// One endpoint, or a comma-separated list of them.
     pub endpoint: String,
+    /// TLS to the lock service (`--tls-ca`, `--tls-cert`, `--tls-key`), or plaintext.
+    pub tls: Option<palisade_tls::ClientTls>,
 }
 
 impl Global {
@@ -82,8 +99,30 @@ impl Global {
     /// connection, following the leader from there. A malformed list (an empty entry, more than
     /// 16 entries) is a usage error.
     pub async fn connect(&self) -> anyhow::Result<Client> {
-        Ok(Client::connect(&self.endpoint).await?)
+        let options = palisade_client::ClientOptions {
+            tls: self.tls.clone(),
+            ..Default::default()
+        };
+        Ok(Client::connect_with(&self.endpoint, options).await?)
     }
+}
+
+/// The client TLS settings of the global flags, for `alpn`; `None` without `--tls-ca`. A
+/// certificate or key without a CA, or a bad file, is a usage error.
+fn client_tls(cli: &Cli, alpn: &[u8]) -> anyhow::Result<Option<palisade_tls::ClientTls>> {
+    let Some(ca) = &cli.tls_ca else {
+        if cli.tls_cert.is_some() || cli.tls_key.is_some() {
+            return Err(exit::Exit::new(
+                exit::USAGE,
+                "--tls-cert and --tls-key need --tls-ca (the CA to check the server's certificate with)",
+            )
+            .into());
+        }
+        return Ok(None);
+    };
+    palisade_tls::ClientTls::from_files(ca, cli.tls_cert.as_deref(), cli.tls_key.as_deref(), alpn)
+        .map(Some)
+        .map_err(|e| exit::Exit::new(exit::USAGE, e.to_string()).into())
 }
 
 impl Command {
@@ -103,12 +142,39 @@ impl Command {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    // `palisade serve` and `palisade store serve` take their own TLS flags; `tls init` none.
+    let serves = matches!(
+        cli.command,
+        Command::Serve(_)
+            | Command::Tls(_)
+            | Command::Store(palisade_cli::store::StoreCommand::Serve(_))
+    );
+    let global_tls = serve::GlobalTls {
+        ca: cli.tls_ca.clone(),
+        cert: cli.tls_cert.clone(),
+        key: cli.tls_key.clone(),
+    };
+    let (tls, store_tls) = if serves {
+        (None, None)
+    } else {
+        (
+            client_tls(&cli, palisade_tls::ALPN_H2)?,
+            client_tls(&cli, palisade_tls::ALPN_HTTP1)?,
+        )
+    };
+    cluster::set_tls(tls.clone());
+    palisade_cli::store::set_client_tls(store_tls);
     let global = Global {
         endpoint: cli.endpoint,
+        tls,
     };
     match cli.command {
-        Command::Serve(args) => serve::run(args).await.map(|()| ExitCode::SUCCESS),
-        Command::Store(command) => palisade_cli::store::run(command).await,
+        Command::Serve(args) => serve::run(args, global_tls)
+            .await
+            .map(|()| ExitCode::SUCCESS),
+        Command::Store(command) => {
+            palisade_cli::store::run(command, global_tls.cert, global_tls.key).await
+        }
         Command::Lock(args) => lock::run(args, &global).await,
         Command::Acquire(args) => oneshot::acquire(args, &global).await,
         Command::Renew(args) => oneshot::renew(args, &global).await,
@@ -129,9 +195,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Demo(args) => palisade_bench::demo::run(args)
             .await
             .map(|()| ExitCode::SUCCESS),
-        Command::Bench(args) => palisade_bench::bench::run(args)
-            .await
-            .map(|()| ExitCode::SUCCESS),
+        Command::Bench(mut args) => {
+            args.tls = global.tls.clone();
+            palisade_bench::bench::run(args)
+                .await
+                .map(|()| ExitCode::SUCCESS)
+        }
+        Command::Tls(command) => palisade_cli::tls::run(command),
     }
 }
 

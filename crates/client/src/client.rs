@@ -48,7 +48,7 @@ pub const KEEPALIVE_PING_TIMEOUT: Duration = Duration::from_secs(1);
 const LIST_PAGES_MAX: usize = 100_000;
 
 /// How a [`Client`] talks to the service.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientOptions {
     /// Longest time to establish a connection.
     pub connect_timeout: Duration,
@@ -56,6 +56,11 @@ pub struct ClientOptions {
     pub request_timeout: Duration,
     /// Longest time spent retrying a request that failed for a transient reason.
     pub retry_budget: Duration,
+    /// TLS to every endpoint (plaintext when `None`): the CAs the servers' certificates are
+    /// checked against and, for mutual TLS, the client's certificate. With it, an endpoint
+    /// without a scheme is `https://`; `http://` is refused. Without it, `https://` is
+    /// refused.
+    pub tls: Option<palisade_tls::ClientTls>,
 }
 
 impl Default for ClientOptions {
@@ -64,6 +69,7 @@ impl Default for ClientOptions {
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(10),
             retry_budget: Duration::from_secs(10),
+            tls: None,
         }
     }
 }
@@ -238,6 +244,28 @@ pub fn parse_endpoints(list: &str) -> Result<Vec<String>, ConnectError> {
         .collect()
 }
 
+/// `url`, the checked form of the endpoint `given`, with the scheme TLS calls for: with TLS,
+/// `https://` (an endpoint given without a scheme gets it; one given as `http://` is refused,
+/// since it asks for plaintext); without, `https://` is refused (there is nothing to check the
+/// server's certificate with).
+fn with_scheme(given: &str, url: &str, tls: bool) -> Result<String, ConnectError> {
+    let given = given.trim();
+    let invalid = |reason: &str| ConnectError::InvalidEndpoint {
+        endpoint: given.to_string(),
+        reason: reason.to_string(),
+    };
+    match (tls, url.split_once("://")) {
+        (true, Some(("http", rest))) if !given.starts_with("http://") => Ok(format!("https://{rest}")),
+        (true, Some(("http", _))) => Err(invalid(
+            "http:// asks for plaintext but TLS is configured; use https:// or leave the scheme out",
+        )),
+        (false, Some(("https", _))) => Err(invalid(
+            "https:// needs TLS settings: the CA to check the server's certificate with (--tls-ca or PALISADE_TLS_CA)",
+        )),
+        _ => Ok(url.to_string()),
+    }
+}
+
 /// A channel to `url` (already checked), connected on first use and re-established after it
 /// breaks.
 fn lazy_target(
@@ -273,6 +301,14 @@ fn locks_client(channel: Channel) -> LocksClient<Channel> {
 }
 
 impl Endpoints {
+    /// A leader hint (`http://host:port`) with this client's scheme: `https://` with TLS.
+    fn leader_url(&self, hint: &str) -> String {
+        match (&self.options.tls, hint.strip_prefix("http://")) {
+            (Some(_), Some(address)) => format!("https://{address}"),
+            _ => hint.to_string(),
+        }
+    }
+
     /// The endpoint the next attempt goes to.
     pub(crate) fn current(&self) -> Current {
         self.lock().clone()
@@ -290,7 +326,10 @@ impl Endpoints {
             return; // Another call has already moved on from that endpoint.
         }
         let next = match failure {
-            Failure::NotLeader { leader, .. } if *leader != current.target.url => {
+            Failure::NotLeader { leader, .. }
+                if self.leader_url(leader) != current.target.url =>
+            {
+                let leader = &self.leader_url(leader);
                 match self.configured.iter().position(|t| t.url == *leader) {
                     Some(index) => (self.configured[index].clone(), index),
                     None => match lazy_target(leader, &self.options, self.dialer.as_ref()) {
@@ -386,7 +425,7 @@ impl Client {
             .map(|e| {
                 let list = e.as_ref();
                 match parse_endpoints(list)?.as_slice() {
-                    [one] => Ok(one.clone()),
+                    [one] => with_scheme(list, one, options.tls.is_some()),
                     _ => Err(ConnectError::InvalidEndpoint {
                         endpoint: list.to_string(),
                         reason: "one endpoint per entry, not a list".to_string(),
@@ -403,6 +442,10 @@ impl Client {
                 ),
             });
         }
+        let dialer = match &options.tls {
+            Some(tls) => Some(transport::TlsDialer::new(tls.clone(), dialer)),
+            None => dialer,
+        };
         // Connect to one now, so that a wrong address is reported here rather than on the
         // first call; the others connect when first used.
         let mut failures = Vec::new();
@@ -445,7 +488,7 @@ impl Client {
             index,
         };
         Ok(Client {
-            options,
+            options: options.clone(),
             clock: palisade_clock::TokioClock::shared(),
             endpoints: Arc::new(Endpoints {
                 configured,

@@ -31,6 +31,7 @@ pub mod runtime;
 pub mod service;
 pub mod session_secret;
 pub mod state_machine;
+pub mod tls;
 pub mod wal;
 
 pub use files::{SECRET_FILE_MODE, write_file_atomically};
@@ -67,6 +68,8 @@ pub struct ServerConfig {
     /// A new data directory waits to be added to an existing cluster instead of starting a
     /// one-member cluster.
     pub join: bool,
+    /// TLS on the listener and the peer links (plaintext when `None`); see [`tls`].
+    pub tls: Option<tls::ServerTlsConfig>,
 }
 
 impl ServerConfig {
@@ -82,6 +85,7 @@ impl ServerConfig {
             advertise: None,
             initial_cluster: None,
             join: false,
+            tls: None,
         }
     }
 }
@@ -110,6 +114,9 @@ pub enum ServeError {
     /// The Prometheus exporter could not be installed.
     #[error(transparent)]
     Metrics(#[from] metrics_exporter_prometheus::BuildError),
+    /// A TLS file is missing, is not valid PEM, or a key does not match its certificate.
+    #[error("invalid TLS configuration: {0}")]
+    Tls(#[from] palisade_tls::TlsError),
     /// The gRPC transport failed while serving.
     #[error(transparent)]
     Transport(#[from] tonic::transport::Error),
@@ -194,6 +201,7 @@ impl Default for Platform {
 pub struct Server {
     node: Arc<node::Node>,
     listener: Listener,
+    tls: Option<tls::ServerTls>,
 }
 
 impl Server {
@@ -225,6 +233,12 @@ impl Server {
             ..Default::default()
         };
         limits.validate().map_err(ServeError::InvalidLockDelay)?;
+        // Every TLS file is read and checked before anything else starts.
+        let tls = args.tls.as_ref().map(tls::ServerTlsConfig::load).transpose()?;
+        let dialer = match &tls {
+            Some(loaded) => Some(tls::peer_dialer(loaded, platform.dialer)),
+            None => platform.dialer,
+        };
         let listener = match platform.listener {
             Some(listener) => listener,
             None => Listener::bind(args.listen)
@@ -246,7 +260,7 @@ impl Server {
             advertise,
             initial_cluster: args.initial_cluster.clone(),
             join: args.join,
-            dialer: platform.dialer,
+            dialer,
             blocking: platform.blocking,
             disk: platform.disk,
         })
@@ -255,7 +269,11 @@ impl Server {
             data_dir: args.data_dir.clone(),
             source,
         })?;
-        Ok(Server { node, listener })
+        Ok(Server {
+            node,
+            listener,
+            tls,
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -291,15 +309,19 @@ impl Server {
         .into_service();
         let cluster = cluster::GrpcCluster::new(self.node.clone()).into_service();
         let (stopped, stop) = tokio::sync::oneshot::channel::<()>();
+        let connection_layer = tls::ConnectionLayer {
+            peers_checked: self.tls.as_ref().is_some_and(tls::ServerTls::peers_checked),
+        };
         let serving = tonic::transport::Server::builder()
             .concurrency_limit_per_connection(CONCURRENT_REQUESTS_PER_CONNECTION_MAX)
             // A peer that stops answering pings loses its connection, and its permit.
             .http2_keepalive_interval(Some(limits::HTTP2_KEEPALIVE_INTERVAL))
             .http2_keepalive_timeout(Some(limits::HTTP2_KEEPALIVE_TIMEOUT))
+            .layer(connection_layer)
             .add_service(service)
             .add_service(peers)
             .add_service(cluster)
-            .serve_with_incoming_shutdown(incoming::limited(self.listener), async move {
+            .serve_with_incoming_shutdown(incoming::limited(self.listener, self.tls), async move {
                 tokio::select! {
                     () = shutdown => {}
                     () = removed.removed() => {}

@@ -254,6 +254,7 @@ async fn node(
         advertise: Some(format!("{}:{PORT}", node_name(id))),
         initial_cluster: Some(members),
         join: false,
+        tls: None,
     };
     let platform = Platform {
         clock: clock.shared(),

@@ -37,12 +37,13 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
         connect_timeout: Duration::from_secs(1),
         request_timeout: Duration::from_secs(3),
         retry_budget: Duration::from_secs(5),
+        ..ClientOptions::default()
     };
     let client = loop {
         if now() >= plan.stop_at {
             return Ok(());
         }
-        match Client::connect_many_via(&plan.endpoints, options, Some(crate::net::dialer())).await {
+        match Client::connect_many_via(&plan.endpoints, options.clone(), Some(crate::net::dialer())).await {
             Ok(client) => break client.with_clock(clock.shared()),
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }

@@ -164,17 +164,28 @@ impl fmt::Debug for Roots {
 impl Roots {
     /// Reads the CA certificates in `ca` (PEM); each must be usable as a trust anchor.
     pub fn from_file(ca: &Path) -> Result<Roots, TlsError> {
-        let certs = read_certs("CA", ca)?;
+        Roots::from_files(&[ca])
+    }
+
+    /// The CA certificates of all of `cas` (PEM files), trusted alike.
+    pub fn from_files(cas: &[&Path]) -> Result<Roots, TlsError> {
         let mut store = RootCertStore::empty();
-        for cert in certs {
-            store.add(cert).map_err(|e| TlsError::Ca {
-                path: ca.to_path_buf(),
-                reason: e.to_string(),
-            })?;
+        for ca in cas {
+            for cert in read_certs("CA", ca)? {
+                store.add(cert).map_err(|e| TlsError::Ca {
+                    path: ca.to_path_buf(),
+                    reason: e.to_string(),
+                })?;
+            }
         }
+        let path = cas
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(",");
         Ok(Roots {
             store: Arc::new(store),
-            path: ca.to_path_buf(),
+            path: PathBuf::from(path),
         })
     }
 
