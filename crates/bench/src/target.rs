@@ -118,8 +118,7 @@ impl LockConn {
                         Client::connect_with(address, options).await
                     }
                 };
-                let client = client
-                    .with_context(|| format!("cannot connect to {target}"))?;
+                let client = client.with_context(|| format!("cannot connect to {target}"))?;
                 let session = client
                     .open_session(SessionOptions::with_ttl(ttl))
                     .await

@@ -349,15 +349,17 @@ async fn connect(address: &str, timeout: Duration) -> anyhow::Result<ClusterClie
     let dialer = tls().map(|tls| palisade_proto::transport::TlsDialer::new(tls.clone(), None));
     let endpoint = endpoint(address, timeout)?;
     Ok(ClusterClient::new(
-        palisade_proto::transport::connect(endpoint, dialer.as_ref()).await.map_err(|e| {
-            Exit::new(
-                exit::UNAVAILABLE,
-                format!(
-                    "cannot reach {address}: {}",
-                    palisade_core::error_chain::error_chain(&e)
-                ),
-            )
-        })?,
+        palisade_proto::transport::connect(endpoint, dialer.as_ref())
+            .await
+            .map_err(|e| {
+                Exit::new(
+                    exit::UNAVAILABLE,
+                    format!(
+                        "cannot reach {address}: {}",
+                        palisade_core::error_chain::error_chain(&e)
+                    ),
+                )
+            })?,
     ))
 }
 

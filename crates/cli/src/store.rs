@@ -143,7 +143,9 @@ impl ServeArgs {
         let (cert, key) = match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => (cert, key),
             (None, None) if self.tls_client_ca.is_none() => return Ok(None),
-            (None, None) => anyhow::bail!("--tls-client-ca needs --tls-cert and --tls-key (the store's certificate)"),
+            (None, None) => anyhow::bail!(
+                "--tls-client-ca needs --tls-cert and --tls-key (the store's certificate)"
+            ),
             (Some(_), None) => anyhow::bail!("--tls-cert needs --tls-key"),
             (None, Some(_)) => anyhow::bail!("--tls-key needs --tls-cert"),
         };

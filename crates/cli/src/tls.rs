@@ -34,7 +34,11 @@ pub fn run(command: TlsCommand) -> anyhow::Result<ExitCode> {
     match command {
         TlsCommand::Init(args) => {
             let files = palisade_tls::generate::init(&args.dir, &args.hosts, &args.client_name)?;
-            println!("CA:          {} (key {})", files.ca_cert.display(), files.ca_key.display());
+            println!(
+                "CA:          {} (key {})",
+                files.ca_cert.display(),
+                files.ca_key.display()
+            );
             println!(
                 "node:        {} (key {}) for {}",
                 files.server_cert.display(),

@@ -255,7 +255,9 @@ fn with_scheme(given: &str, url: &str, tls: bool) -> Result<String, ConnectError
         reason: reason.to_string(),
     };
     match (tls, url.split_once("://")) {
-        (true, Some(("http", rest))) if !given.starts_with("http://") => Ok(format!("https://{rest}")),
+        (true, Some(("http", rest))) if !given.starts_with("http://") => {
+            Ok(format!("https://{rest}"))
+        }
         (true, Some(("http", _))) => Err(invalid(
             "http:// asks for plaintext but TLS is configured; use https:// or leave the scheme out",
         )),
@@ -326,9 +328,7 @@ impl Endpoints {
             return; // Another call has already moved on from that endpoint.
         }
         let next = match failure {
-            Failure::NotLeader { leader, .. }
-                if self.leader_url(leader) != current.target.url =>
-            {
+            Failure::NotLeader { leader, .. } if self.leader_url(leader) != current.target.url => {
                 let leader = &self.leader_url(leader);
                 match self.configured.iter().position(|t| t.url == *leader) {
                     Some(index) => (self.configured[index].clone(), index),
@@ -389,7 +389,10 @@ impl Client {
         endpoints: &str,
         options: ClientOptions,
     ) -> Result<Client, ConnectError> {
-        Client::connect_many(&parse_endpoints(endpoints)?, options).await
+        parse_endpoints(endpoints)?;
+        // Each entry as given: whether it named its scheme decides how TLS treats it.
+        let entries: Vec<&str> = endpoints.split(',').map(str::trim).collect();
+        Client::connect_many(&entries, options).await
     }
 
     /// Connects to the first of `endpoints` that accepts a connection, trying them in order,

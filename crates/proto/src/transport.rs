@@ -123,9 +123,7 @@ impl Dial for TlsDialer {
             let tls = connector
                 .connect(server_name, stream)
                 .await
-                .map_err(|e| {
-                    io::Error::new(e.kind(), format!("TLS handshake failed: {e}"))
-                })?;
+                .map_err(|e| io::Error::new(e.kind(), format!("TLS handshake failed: {e}")))?;
             Ok(Box::new(tls) as BoxedConnection)
         })
     }

@@ -155,7 +155,7 @@ pub(crate) fn limited(
                         match handshake(connection, &tls).await {
                             Ok(connection) => Some(Ok(connection)),
                             Err(error) => {
-                                tracing::debug!(?remote, "TLS handshake failed: {error}");
+                                tracing::info!(?remote, "TLS handshake failed: {error}");
                                 None
                             }
                         }

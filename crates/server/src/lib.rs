@@ -234,7 +234,11 @@ impl Server {
         };
         limits.validate().map_err(ServeError::InvalidLockDelay)?;
         // Every TLS file is read and checked before anything else starts.
-        let tls = args.tls.as_ref().map(tls::ServerTlsConfig::load).transpose()?;
+        let tls = args
+            .tls
+            .as_ref()
+            .map(tls::ServerTlsConfig::load)
+            .transpose()?;
         let dialer = match &tls {
             Some(loaded) => Some(tls::peer_dialer(loaded, platform.dialer)),
             None => platform.dialer,

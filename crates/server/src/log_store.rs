@@ -596,7 +596,10 @@ mod tests {
         drop(log);
         let (_wal, replayed) = wal::Wal::open(&path).unwrap();
         assert_eq!(replayed.last_purged, Some(log_id::<C>(1, 1, 2)));
-        assert_eq!(replayed.entries.keys().copied().collect::<Vec<_>>(), vec![3]);
+        assert_eq!(
+            replayed.entries.keys().copied().collect::<Vec<_>>(),
+            vec![3]
+        );
     }
 
     #[tokio::test]

@@ -285,7 +285,11 @@ impl Node {
 
         // The log takes the data directory's lock: nothing in it, the key included, is created
         // before this process knows it is the only one using the directory.
-        let log = LogStore::open_with(&data_dir.join(LOG_FILE), config.blocking, config.disk.clone())?;
+        let log = LogStore::open_with(
+            &data_dir.join(LOG_FILE),
+            config.blocking,
+            config.disk.clone(),
+        )?;
         // A directory from before node ids holds entries (or a vote) of node 1; an empty log is
         // only a first start that stopped before it wrote its identity.
         let had_log = {

@@ -99,7 +99,10 @@ impl ServerTlsConfig {
 
 impl ServerTls {
     /// What a connection's verified certificate chain (leaf first) says about it.
-    pub(crate) fn identify(&self, chain: Option<&[rustls::pki_types::CertificateDer<'static>]>) -> Peer {
+    pub(crate) fn identify(
+        &self,
+        chain: Option<&[rustls::pki_types::CertificateDer<'static>]>,
+    ) -> Peer {
         let Some(chain) = chain.filter(|c| !c.is_empty()) else {
             return Peer::default();
         };

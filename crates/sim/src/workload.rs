@@ -43,7 +43,9 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
         if now() >= plan.stop_at {
             return Ok(());
         }
-        match Client::connect_many_via(&plan.endpoints, options.clone(), Some(crate::net::dialer())).await {
+        match Client::connect_many_via(&plan.endpoints, options.clone(), Some(crate::net::dialer()))
+            .await
+        {
             Ok(client) => break client.with_clock(clock.shared()),
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }

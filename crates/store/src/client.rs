@@ -42,7 +42,10 @@ impl StoreClient {
     ) -> Result<StoreClient, StoreError> {
         let base_url = base_url.trim().trim_end_matches('/');
         let invalid = |message: String| StoreError::InvalidRequest { message };
-        match (tls.is_some(), base_url.split_once("://").map(|(scheme, _)| scheme)) {
+        match (
+            tls.is_some(),
+            base_url.split_once("://").map(|(scheme, _)| scheme),
+        ) {
             (false, Some("http")) | (true, Some("https")) => {}
             (false, Some("https")) => {
                 return Err(invalid(format!(
