@@ -92,6 +92,8 @@ pub struct Global {
     pub endpoint: String,
     /// TLS to the lock service (`--tls-ca`, `--tls-cert`, `--tls-key`), or plaintext.
     pub tls: Option<palisade_tls::ClientTls>,
+    /// The files of `tls`, as the environment variables `palisade lock` passes to its command.
+    pub tls_files: Vec<(&'static str, std::path::PathBuf)>,
 }
 
 impl Global {
@@ -164,9 +166,22 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     };
     cluster::set_tls(tls.clone());
     palisade_cli::store::set_client_tls(store_tls);
+    let tls_files = if tls.is_some() {
+        [
+            ("PALISADE_TLS_CA", &global_tls.ca),
+            ("PALISADE_TLS_CERT", &global_tls.cert),
+            ("PALISADE_TLS_KEY", &global_tls.key),
+        ]
+        .into_iter()
+        .filter_map(|(name, path)| Some((name, path.clone()?)))
+        .collect()
+    } else {
+        Vec::new()
+    };
     let global = Global {
         endpoint: cli.endpoint,
         tls,
+        tls_files,
     };
     match cli.command {
         Command::Serve(args) => serve::run(args, global_tls)
