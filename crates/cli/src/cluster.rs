@@ -346,7 +346,7 @@ fn endpoint(address: &str, timeout: Duration) -> anyhow::Result<Endpoint> {
 }
 
 async fn connect(address: &str, timeout: Duration) -> anyhow::Result<ClusterClient<Channel>> {
-    let dialer = tls().map(|tls| palisade_proto::transport::TlsDialer::new(tls.clone(), None));
+    let dialer = tls().map(|tls| palisade_proto::transport::TlsDialer::dialer(tls.clone(), None));
     let endpoint = endpoint(address, timeout)?;
     Ok(ClusterClient::new(
         palisade_proto::transport::connect(endpoint, dialer.as_ref())

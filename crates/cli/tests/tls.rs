@@ -372,7 +372,7 @@ fn three_nodes_with_tls_peer_links_elect_a_leader_and_keep_a_lock_past_the_leade
             palisade_tls::ALPN_H2,
         )
         .unwrap();
-        let dialer = palisade_proto::transport::TlsDialer::new(tls, None);
+        let dialer = palisade_proto::transport::TlsDialer::dialer(tls, None);
         let endpoint =
             tonic::transport::Endpoint::from_shared(format!("https://{survivor}")).unwrap();
         let channel = palisade_proto::transport::connect(endpoint, Some(&dialer))

@@ -446,7 +446,7 @@ impl Client {
             });
         }
         let dialer = match &options.tls {
-            Some(tls) => Some(transport::TlsDialer::new(tls.clone(), dialer)),
+            Some(tls) => Some(transport::TlsDialer::dialer(tls.clone(), dialer)),
             None => dialer,
         };
         // Connect to one now, so that a wrong address is reported here rather than on the

@@ -96,7 +96,7 @@ pub struct TlsDialer {
 
 impl TlsDialer {
     /// TLS with `tls` over `inner`'s connections, or over TCP (with `TCP_NODELAY`) without one.
-    pub fn new(tls: palisade_tls::ClientTls, inner: Option<Dialer>) -> Dialer {
+    pub fn dialer(tls: palisade_tls::ClientTls, inner: Option<Dialer>) -> Dialer {
         Arc::new(TlsDialer { tls, inner })
     }
 }

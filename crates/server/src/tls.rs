@@ -207,7 +207,7 @@ pub(crate) fn peer_dialer(
     inner: Option<palisade_proto::transport::Dialer>,
 ) -> palisade_proto::transport::Dialer {
     match &tls.peer_dialing {
-        Some(client) => palisade_proto::transport::TlsDialer::new(client.clone(), inner),
+        Some(client) => palisade_proto::transport::TlsDialer::dialer(client.clone(), inner),
         None => Arc::new(NoPeerCa),
     }
 }

@@ -261,6 +261,9 @@ async fn node(
         listener: Some(listener),
         dialer: Some(net::dialer()),
         blocking: Blocking::Inline,
+        // The log's file straight on the disk, as before the disk seam (the base of this
+        // branch left this field out, and the simulation did not build).
+        disk: palisade_server::disk::Disk::direct(),
     };
     let server = Server::start_on(&config, platform).await?;
     server.run_until(std::future::pending()).await?;
