@@ -297,6 +297,47 @@ mod tests {
     }
 
     #[test]
+    fn serve_takes_its_certificate_from_the_global_flags_and_refuses_a_bare_ca() {
+        let config = |args: &[&str]| {
+            let cli = parse(args).unwrap();
+            let global = serve::GlobalTls {
+                ca: cli.tls_ca.clone(),
+                cert: cli.tls_cert.clone(),
+                key: cli.tls_key.clone(),
+            };
+            let Command::Serve(serve) = cli.command else {
+                panic!("not serve")
+            };
+            serve.into_config(global)
+        };
+        let tls = config(&[
+            "serve",
+            "--tls-cert",
+            "s.pem",
+            "--tls-key",
+            "s.key",
+            "--tls-client-ca",
+            "ca.pem",
+        ])
+        .unwrap()
+        .tls
+        .unwrap();
+        assert_eq!(tls.cert, std::path::Path::new("s.pem"));
+        assert_eq!(
+            tls.client_ca.as_deref(),
+            Some(std::path::Path::new("ca.pem"))
+        );
+        assert_eq!(tls.peer_ca, None);
+        assert!(config(&["serve"]).unwrap().tls.is_none());
+        let refused = config(&["serve", "--tls-ca", "ca.pem"]).unwrap_err();
+        assert!(refused.contains("--tls-client-ca"), "{refused}");
+        let refused = config(&["serve", "--tls-client-ca", "ca.pem"]).unwrap_err();
+        assert!(refused.contains("need --tls-cert"), "{refused}");
+        let refused = config(&["serve", "--tls-cert", "s.pem"]).unwrap_err();
+        assert!(refused.contains("needs --tls-key"), "{refused}");
+    }
+
+    #[test]
     fn acquire_requires_a_ttl() {
         assert!(parse(&["acquire", "a"]).is_err());
         assert!(parse(&["acquire", "a", "--ttl", "5s", "--wait", "1s", "--json"]).is_ok());

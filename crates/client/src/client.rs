@@ -996,6 +996,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn tls_decides_the_scheme_and_refuses_the_other_one_given_explicitly() {
+        let url = |given: &str, tls: bool| {
+            let parsed = parse_endpoints(given).unwrap();
+            with_scheme(given, &parsed[0], tls)
+        };
+        assert_eq!(url("10.0.0.1:7457", true).unwrap(), "https://10.0.0.1:7457");
+        assert_eq!(url("https://c:443", true).unwrap(), "https://c:443");
+        assert_eq!(url("10.0.0.1:7457", false).unwrap(), "http://10.0.0.1:7457");
+        let refused = url("http://10.0.0.1:7457", true).unwrap_err().to_string();
+        assert!(refused.contains("asks for plaintext"), "{refused}");
+        let refused = url("https://c:443", false).unwrap_err().to_string();
+        assert!(refused.contains("--tls-ca"), "{refused}");
+    }
+
+    #[test]
     fn endpoints_without_a_scheme_get_http() {
         assert_eq!(
             normalize_endpoint("127.0.0.1:7457"),
