@@ -178,8 +178,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     } else {
         Vec::new()
     };
+    // The default endpoint names its scheme for plaintext; with TLS it is the same address
+    // over https://, not a refused http:// one.
+    let endpoint = match cli.endpoint.strip_prefix("http://") {
+        Some(address) if tls.is_some() && cli.endpoint == DEFAULT_ENDPOINT => address.to_string(),
+        _ => cli.endpoint,
+    };
     let global = Global {
-        endpoint: cli.endpoint,
+        endpoint,
         tls,
         tls_files,
     };
