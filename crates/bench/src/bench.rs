@@ -161,6 +161,10 @@ pub struct BenchArgs {
     /// Print a markdown comparison table (the default when there are two or more targets).
     #[arg(long)]
     pub markdown: bool,
+    /// TLS to palisade targets: the `palisade` binary sets it from the global `--tls-ca`,
+    /// `--tls-cert` and `--tls-key`.
+    #[arg(skip)]
+    pub tls: Option<palisade_tls::ClientTls>,
 }
 
 /// One workload run against one target.
@@ -225,6 +229,9 @@ impl BenchReport {
 
 /// Runs `palisade bench` and prints its report.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(tls) = &args.tls {
+        crate::target::set_tls(tls.clone());
+    }
     if args.workload == Workload::Floor {
         let dir = args.store_dir.clone().unwrap_or_else(std::env::temp_dir);
         let floor = tokio::task::spawn_blocking(move || crate::floor::measure(&dir)).await??;

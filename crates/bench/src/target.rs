@@ -71,6 +71,15 @@ impl FromStr for Target {
     }
 }
 
+/// TLS to palisade targets (the global `--tls-ca`, `--tls-cert`, `--tls-key`), set once by
+/// [`crate::bench::run`]: every benchmark client of the process uses it.
+static TLS: std::sync::OnceLock<palisade_tls::ClientTls> = std::sync::OnceLock::new();
+
+/// Connects palisade targets with `tls` from now on (once; later calls are ignored).
+pub fn set_tls(tls: palisade_tls::ClientTls) {
+    let _ = TLS.set(tls);
+}
+
 /// One benchmark client's connection and session (or lease).
 #[derive(Debug)]
 pub enum LockConn {
@@ -115,7 +124,15 @@ impl LockConn {
     pub async fn open(target: &Target, ttl: Duration) -> anyhow::Result<LockConn> {
         match target {
             Target::Palisade { address } => {
-                let client = Client::connect_with(&format!("http://{address}"), options()?)
+                let mut options = options()?;
+                let endpoint = match TLS.get() {
+                    None => format!("http://{address}"),
+                    Some(tls) => {
+                        options.tls = Some(tls.clone());
+                        address.to_string()
+                    }
+                };
+                let client = Client::connect_with(&endpoint, options)
                     .await
                     .with_context(|| format!("cannot connect to {target}"))?;
                 let session = client

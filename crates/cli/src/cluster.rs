@@ -330,11 +330,28 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The client TLS settings of the global flags, set once by `main` before a command runs:
+/// every cluster and keys call, and the leader hints they follow, use them.
+static TLS: std::sync::OnceLock<Option<palisade_tls::ClientTls>> = std::sync::OnceLock::new();
+
+/// Sets the TLS settings of this process's cluster calls (once; later calls are ignored).
+pub fn set_tls(tls: Option<palisade_tls::ClientTls>) {
+    let _ = TLS.set(tls);
+}
+
+fn tls() -> Option<&'static palisade_tls::ClientTls> {
+    TLS.get().and_then(Option::as_ref)
+}
+
 fn endpoint(address: &str, timeout: Duration) -> anyhow::Result<Endpoint> {
-    let uri = if address.contains("://") {
-        address.to_string()
-    } else {
-        format!("http://{address}")
+    let bare = address
+        .strip_prefix("http://")
+        .or_else(|| address.strip_prefix("https://"));
+    let uri = match (tls(), bare) {
+        (Some(_), Some(bare)) => format!("https://{bare}"),
+        (Some(_), None) => format!("https://{address}"),
+        (None, _) if address.contains("://") => address.to_string(),
+        (None, _) => format!("http://{address}"),
     };
     Ok(Endpoint::from_shared(uri)
         .map_err(|e| Exit::new(exit::USAGE, format!("{address:?} is not an endpoint: {e}")))?
@@ -346,16 +363,20 @@ fn endpoint(address: &str, timeout: Duration) -> anyhow::Result<Endpoint> {
 type Admin = ClusterClient<InterceptedService<Channel, Bearer>>;
 
 async fn connect(address: &str, timeout: Duration, bearer: &Bearer) -> anyhow::Result<Admin> {
+    let dialer = tls().map(|tls| palisade_proto::transport::TlsDialer::dialer(tls.clone(), None));
+    let endpoint = endpoint(address, timeout)?;
     Ok(ClusterClient::with_interceptor(
-        endpoint(address, timeout)?.connect().await.map_err(|e| {
-            Exit::new(
-                exit::UNAVAILABLE,
-                format!(
-                    "cannot reach {address}: {}",
-                    palisade_core::error_chain::error_chain(&e)
-                ),
-            )
-        })?,
+        palisade_proto::transport::connect(endpoint, dialer.as_ref())
+            .await
+            .map_err(|e| {
+                Exit::new(
+                    exit::UNAVAILABLE,
+                    format!(
+                        "cannot reach {address}: {}",
+                        palisade_core::error_chain::error_chain(&e)
+                    ),
+                )
+            })?,
         bearer.clone(),
     ))
 }

@@ -4,3 +4,4 @@
 //! library target only so that `tests/` can call them without spawning a process.
 
 pub mod store;
+pub mod tls;

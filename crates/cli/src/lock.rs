@@ -211,7 +211,7 @@ pub async fn run(args: LockArgs, global: &Global) -> anyhow::Result<ExitCode> {
         close_quietly(session).await;
         return Err(error);
     }
-    let target = match spawn(&args, &client, &guard) {
+    let target = match spawn(&args, &client, &guard, global) {
         Ok(spawned) => spawned,
         Err(error) => {
             release_quietly(guard).await;
@@ -351,7 +351,7 @@ async fn lease_running_out(session: &Session, budget: Duration) -> Duration {
 /// with that store's exit status (stale: 3, unreachable: 69, …).
 async fn claim_stores(args: &LockArgs, guard: &LockGuard) -> anyhow::Result<()> {
     for url in &args.claim {
-        let claimed = match palisade_store::StoreClient::new(url) {
+        let claimed = match palisade_cli::store::store_client(url) {
             Ok(store) => store.claim(Some(&args.name), Some(guard.sequencer())).await,
             Err(error) => Err(error),
         };
@@ -379,7 +379,12 @@ enum Outcome {
 }
 
 /// Starts the command with the grant in its environment.
-fn spawn(args: &LockArgs, client: &Client, guard: &LockGuard) -> anyhow::Result<(Child, Target)> {
+fn spawn(
+    args: &LockArgs,
+    client: &Client,
+    guard: &LockGuard,
+    global: &Global,
+) -> anyhow::Result<(Child, Target)> {
     let (program, rest) = args
         .command
         .split_first()
@@ -392,6 +397,10 @@ fn spawn(args: &LockArgs, client: &Client, guard: &LockGuard) -> anyhow::Result<
         .env("PALISADE_SEQUENCER", guard.sequencer())
         .env("PALISADE_SESSION", guard.session_credential().to_string())
         .env("PALISADE_ENDPOINT", client.endpoints().join(","));
+    // The command reaches the service (and an https:// store) with the same TLS files.
+    for (name, path) in &global.tls_files {
+        command.env(name, path);
+    }
     if !args.foreground {
         command.process_group(0);
     }

@@ -44,6 +44,18 @@ struct Cli {
     /// and the environment variable.
     #[arg(long, global = true, env = "PALISADE_AUTH_TOKEN_FILE")]
     token_file: Option<std::path::PathBuf>,
+    /// Connect with TLS, checking the service's certificate against this CA (PEM). Endpoints
+    /// without a scheme are then https://; http:// ones are refused. `palisade store` commands
+    /// use it for https:// store URLs.
+    #[arg(long = "tls-ca", global = true, env = "PALISADE_TLS_CA")]
+    tls_ca: Option<std::path::PathBuf>,
+    /// Mutual TLS: present this client certificate (PEM), with --tls-key. For `palisade serve`
+    /// and `palisade store serve`: the server's certificate, which turns TLS on.
+    #[arg(long = "tls-cert", global = true, env = "PALISADE_TLS_CERT")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long = "tls-key", global = true, env = "PALISADE_TLS_KEY")]
+    tls_key: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -89,6 +101,9 @@ enum Command {
     /// Print a shell completion script on stdout, e.g.
     /// `palisade completions bash > /etc/bash_completion.d/palisade`.
     Completions(CompletionsArgs),
+    /// TLS certificates: `palisade tls init DIR` makes a CA, a node and a client certificate.
+    #[command(subcommand)]
+    Tls(palisade_cli::tls::TlsCommand),
 }
 
 /// `palisade completions SHELL`.
@@ -124,6 +139,10 @@ pub struct Global {
     pub endpoint: String,
     /// Sent with every call, if any.
     pub bearer_token: Option<BearerToken>,
+    /// TLS to the lock service (`--tls-ca`, `--tls-cert`, `--tls-key`), or plaintext.
+    pub tls: Option<palisade_tls::ClientTls>,
+    /// The files of `tls`, as the environment variables `palisade lock` passes to its command.
+    pub tls_files: Vec<(&'static str, std::path::PathBuf)>,
 }
 
 impl Global {
@@ -131,20 +150,36 @@ impl Global {
     /// connection, following the leader from there. A malformed list (an empty entry, more than
     /// 16 entries) is a usage error.
     pub async fn connect(&self) -> anyhow::Result<Client> {
-        Ok(Client::connect_with(
-            &self.endpoint,
-            ClientOptions {
-                bearer_token: self.bearer_token.clone(),
-                ..ClientOptions::default()
-            },
-        )
-        .await?)
+        let options = ClientOptions {
+            bearer_token: self.bearer_token.clone(),
+            tls: self.tls.clone(),
+            ..ClientOptions::default()
+        };
+        Ok(Client::connect_with(&self.endpoint, options).await?)
     }
 
     /// What adds the bearer token to the cluster commands' calls.
     pub fn bearer(&self) -> palisade_client::Bearer {
         palisade_client::Bearer::new(self.bearer_token.clone())
     }
+}
+
+/// The client TLS settings of the global flags, for `alpn`; `None` without `--tls-ca`. A
+/// certificate or key without a CA, or a bad file, is a usage error.
+fn client_tls(cli: &Cli, alpn: &[u8]) -> anyhow::Result<Option<palisade_tls::ClientTls>> {
+    let Some(ca) = &cli.tls_ca else {
+        if cli.tls_cert.is_some() || cli.tls_key.is_some() {
+            return Err(exit::Exit::new(
+                exit::USAGE,
+                "--tls-cert and --tls-key need --tls-ca (the CA to check the server's certificate with)",
+            )
+            .into());
+        }
+        return Ok(None);
+    };
+    palisade_tls::ClientTls::from_files(ca, cli.tls_cert.as_deref(), cli.tls_key.as_deref(), alpn)
+        .map(Some)
+        .map_err(|e| exit::Exit::new(exit::USAGE, e.to_string()).into())
 }
 
 impl Command {
@@ -164,17 +199,63 @@ impl Command {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let bearer_token = match (&cli.token_file, cli.token) {
+    let bearer_token = match (&cli.token_file, cli.token.clone()) {
         (Some(path), _) => Some(token::read_token_file(path)?),
         (None, token) => token,
     };
+    // `palisade serve` and `palisade store serve` take their own TLS flags; `tls init` none.
+    let serves = matches!(
+        cli.command,
+        Command::Serve(_)
+            | Command::Tls(_)
+            | Command::Store(palisade_cli::store::StoreCommand::Serve(_))
+    );
+    let global_tls = serve::GlobalTls {
+        ca: cli.tls_ca.clone(),
+        cert: cli.tls_cert.clone(),
+        key: cli.tls_key.clone(),
+    };
+    let (tls, store_tls) = if serves {
+        (None, None)
+    } else {
+        (
+            client_tls(&cli, palisade_tls::ALPN_H2)?,
+            client_tls(&cli, palisade_tls::ALPN_HTTP1)?,
+        )
+    };
+    cluster::set_tls(tls.clone());
+    palisade_cli::store::set_client_tls(store_tls);
+    let tls_files = if tls.is_some() {
+        [
+            ("PALISADE_TLS_CA", &global_tls.ca),
+            ("PALISADE_TLS_CERT", &global_tls.cert),
+            ("PALISADE_TLS_KEY", &global_tls.key),
+        ]
+        .into_iter()
+        .filter_map(|(name, path)| Some((name, path.clone()?)))
+        .collect()
+    } else {
+        Vec::new()
+    };
+    // The default endpoint names its scheme for plaintext; with TLS it is the same address
+    // over https://, not a refused http:// one.
+    let endpoint = match cli.endpoint.strip_prefix("http://") {
+        Some(address) if tls.is_some() && cli.endpoint == DEFAULT_ENDPOINT => address.to_string(),
+        _ => cli.endpoint,
+    };
     let global = Global {
-        endpoint: cli.endpoint,
+        endpoint,
         bearer_token,
+        tls,
+        tls_files,
     };
     match cli.command {
-        Command::Serve(args) => serve::run(args).await.map(|()| ExitCode::SUCCESS),
-        Command::Store(command) => palisade_cli::store::run(command).await,
+        Command::Serve(args) => serve::run(args, global_tls)
+            .await
+            .map(|()| ExitCode::SUCCESS),
+        Command::Store(command) => {
+            palisade_cli::store::run(command, global_tls.cert, global_tls.key).await
+        }
         Command::Lock(args) => lock::run(args, &global).await,
         Command::Acquire(args) => oneshot::acquire(args, &global).await,
         Command::Renew(args) => oneshot::renew(args, &global).await,
@@ -205,10 +286,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Command::Bench(args) => palisade_bench::bench::run(args)
-            .await
-            .map(|()| ExitCode::SUCCESS),
         Command::Token(command) => token::run(command),
+        Command::Bench(mut args) => {
+            args.tls = global.tls.clone();
+            palisade_bench::bench::run(args)
+                .await
+                .map(|()| ExitCode::SUCCESS)
+        }
+        Command::Tls(command) => palisade_cli::tls::run(command),
     }
 }
 
@@ -301,6 +386,47 @@ mod tests {
         .unwrap();
         assert!(cli.token.is_some() && cli.token_file.is_some());
         assert!(parse(&["status", "a", "--token", "has space"]).is_err());
+    }
+
+    #[test]
+    fn serve_takes_its_certificate_from_the_global_flags_and_refuses_a_bare_ca() {
+        let config = |args: &[&str]| {
+            let cli = parse(args).unwrap();
+            let global = serve::GlobalTls {
+                ca: cli.tls_ca.clone(),
+                cert: cli.tls_cert.clone(),
+                key: cli.tls_key.clone(),
+            };
+            let Command::Serve(serve) = cli.command else {
+                panic!("not serve")
+            };
+            serve.into_config(global)
+        };
+        let tls = config(&[
+            "serve",
+            "--tls-cert",
+            "s.pem",
+            "--tls-key",
+            "s.key",
+            "--tls-client-ca",
+            "ca.pem",
+        ])
+        .unwrap()
+        .tls
+        .unwrap();
+        assert_eq!(tls.cert, std::path::Path::new("s.pem"));
+        assert_eq!(
+            tls.client_ca.as_deref(),
+            Some(std::path::Path::new("ca.pem"))
+        );
+        assert_eq!(tls.peer_ca, None);
+        assert!(config(&["serve"]).unwrap().tls.is_none());
+        let refused = config(&["serve", "--tls-ca", "ca.pem"]).unwrap_err();
+        assert!(refused.contains("--tls-client-ca"), "{refused}");
+        let refused = config(&["serve", "--tls-client-ca", "ca.pem"]).unwrap_err();
+        assert!(refused.contains("need --tls-cert"), "{refused}");
+        let refused = config(&["serve", "--tls-cert", "s.pem"]).unwrap_err();
+        assert!(refused.contains("needs --tls-key"), "{refused}");
     }
 
     #[test]

@@ -57,6 +57,56 @@ pub struct ServeArgs {
     /// the listener may then take any lock and change the cluster: only on a network you trust.
     #[arg(long, env = "PALISADE_INSECURE_LISTEN_ANY")]
     pub insecure_listen_any: bool,
+    #[command(flatten)]
+    pub tls: ServeTlsArgs,
+}
+
+/// TLS flags of `palisade serve` besides the global `--tls-cert` and `--tls-key`, which are the
+/// node's certificate and key here (see docs/security.md, "TLS"). Files are read at start;
+/// replacing them takes a restart.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ServeTlsArgs {
+    /// Mutual TLS: refuse clients that present no certificate chaining to this CA (PEM).
+    #[arg(long = "tls-client-ca", env = "PALISADE_TLS_CLIENT_CA")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// The CA of the cluster's nodes' certificates (PEM): peers are checked against it both
+    /// ways, and Raft calls are answered only for connections presenting one of its
+    /// certificates.
+    #[arg(long = "tls-peer-ca", env = "PALISADE_TLS_PEER_CA")]
+    pub tls_peer_ca: Option<PathBuf>,
+}
+
+/// The global TLS flags as `palisade serve` reads them: `--tls-cert` and `--tls-key` are the
+/// node's own; `--tls-ca` is refused (it would be unclear which peers it is for).
+#[derive(Debug, Clone, Default)]
+pub struct GlobalTls {
+    pub ca: Option<PathBuf>,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+}
+
+impl ServeTlsArgs {
+    /// The server's TLS settings; `None` (plaintext) without `--tls-cert`.
+    pub fn config(
+        self,
+        global: GlobalTls,
+    ) -> Result<Option<palisade_server::tls::ServerTlsConfig>, String> {
+        if global.ca.is_some() {
+            return Err("palisade serve does not take --tls-ca (PALISADE_TLS_CA): give --tls-client-ca for mutual TLS with clients and --tls-peer-ca for the peers".into());
+        }
+        match (global.cert, global.key) {
+            (Some(cert), Some(key)) => Ok(Some(palisade_server::tls::ServerTlsConfig {
+                cert,
+                key,
+                client_ca: self.tls_client_ca,
+                peer_ca: self.tls_peer_ca,
+            })),
+            (None, None) if self.tls_client_ca.is_none() && self.tls_peer_ca.is_none() => Ok(None),
+            (None, None) => Err("--tls-client-ca and --tls-peer-ca need --tls-cert and --tls-key (the node's certificate)".into()),
+            (Some(_), None) => Err("--tls-cert needs --tls-key".into()),
+            (None, Some(_)) => Err("--tls-key needs --tls-cert".into()),
+        }
+    }
 }
 
 /// The most members `--initial-cluster` may name.
@@ -98,8 +148,10 @@ fn parse_initial_cluster(text: &str) -> Result<BTreeMap<u64, String>, String> {
     Ok(members)
 }
 
-impl From<ServeArgs> for ServerConfig {
-    fn from(args: ServeArgs) -> ServerConfig {
+impl ServeArgs {
+    /// The server's configuration, with the global TLS flags.
+    pub fn into_config(self, global: GlobalTls) -> Result<ServerConfig, String> {
+        let args = self;
         let ServeArgs {
             data_dir,
             listen,
@@ -112,8 +164,9 @@ impl From<ServeArgs> for ServerConfig {
             tokens,
             policy,
             insecure_listen_any,
+            tls,
         } = args;
-        ServerConfig {
+        Ok(ServerConfig {
             data_dir,
             listen,
             metrics_listen,
@@ -125,11 +178,15 @@ impl From<ServeArgs> for ServerConfig {
             tokens_file: tokens,
             policy_file: policy,
             insecure_listen_any,
-        }
+            tls: tls.config(global)?,
+        })
     }
 }
 
 /// Runs the lock service until SIGTERM or SIGINT.
-pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    Ok(palisade_server::serve(args.into()).await?)
+pub async fn run(args: ServeArgs, global: GlobalTls) -> anyhow::Result<()> {
+    let config = args
+        .into_config(global)
+        .map_err(|e| crate::exit::Exit::new(crate::exit::USAGE, e))?;
+    Ok(palisade_server::serve(config).await?)
 }

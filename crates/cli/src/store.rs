@@ -125,9 +125,42 @@ pub struct ServeArgs {
     /// Most connections served at once; further clients wait in the accept backlog
     #[arg(long, default_value_t = palisade_store::limits::CONNECTIONS_MAX)]
     pub connections_max: usize,
+    /// Mutual TLS: refuse clients without a certificate chaining to this CA (PEM). TLS itself
+    /// is on with the global --tls-cert and --tls-key (the store's certificate)
+    #[arg(long = "tls-client-ca", env = "PALISADE_STORE_TLS_CLIENT_CA")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// The store's certificate chain (PEM), from the global --tls-cert
+    #[arg(skip)]
+    pub tls_cert: Option<PathBuf>,
+    /// Its key (PEM), from the global --tls-key
+    #[arg(skip)]
+    pub tls_key: Option<PathBuf>,
 }
 
 impl ServeArgs {
+    /// The store's TLS configuration, `None` for plaintext; bad files stop the store at start.
+    fn tls(&self) -> anyhow::Result<Option<Arc<rustls::ServerConfig>>> {
+        let (cert, key) = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => (cert, key),
+            (None, None) if self.tls_client_ca.is_none() => return Ok(None),
+            (None, None) => anyhow::bail!(
+                "--tls-client-ca needs --tls-cert and --tls-key (the store's certificate)"
+            ),
+            (Some(_), None) => anyhow::bail!("--tls-cert needs --tls-key"),
+            (None, Some(_)) => anyhow::bail!("--tls-key needs --tls-cert"),
+        };
+        let identity = palisade_tls::Identity::from_files(cert, key)?;
+        let verifier = match &self.tls_client_ca {
+            Some(ca) => Some(palisade_tls::Roots::from_file(ca)?.client_verifier(false)?),
+            None => None,
+        };
+        Ok(Some(palisade_tls::server_config(
+            &identity,
+            verifier,
+            palisade_tls::ALPN_HTTP1,
+        )?))
+    }
+
     /// The configured bindings, or `None` for first-writer binding.
     fn bindings(&self) -> anyhow::Result<Option<Bindings>> {
         if let Some(path) = &self.bindings_file {
@@ -360,9 +393,33 @@ pub struct FenceArgs {
 }
 
 /// Runs one `palisade store` subcommand and returns the process exit code.
-pub async fn run(command: StoreCommand) -> anyhow::Result<ExitCode> {
+/// The client TLS settings of `palisade store` commands (the global `--tls-ca`, `--tls-cert`,
+/// `--tls-key`), set once by the binary before it runs a command.
+static CLIENT_TLS: std::sync::OnceLock<Option<palisade_tls::ClientTls>> =
+    std::sync::OnceLock::new();
+
+/// Sets the TLS settings every store client of this process uses (once; later calls are
+/// ignored).
+pub fn set_client_tls(tls: Option<palisade_tls::ClientTls>) {
+    let _ = CLIENT_TLS.set(tls);
+}
+
+/// A client of the store at `url`, with the process's TLS settings.
+pub fn store_client(url: &str) -> Result<StoreClient, StoreError> {
+    StoreClient::with_tls(url, CLIENT_TLS.get().and_then(Option::as_ref))
+}
+
+/// Runs a `palisade store` command; `tls_cert` and `tls_key` are the global flags, the
+/// store's certificate for `serve`.
+pub async fn run(
+    command: StoreCommand,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
     match command {
-        StoreCommand::Serve(args) => {
+        StoreCommand::Serve(mut args) => {
+            args.tls_cert = tls_cert;
+            args.tls_key = tls_key;
             serve(args, palisade_server::shutdown_signal()).await?;
             Ok(ExitCode::SUCCESS)
         }
@@ -442,15 +499,20 @@ pub async fn serve(
     if let Some(path) = args.public_key_file.clone() {
         reload_keys_on_hangup(store.clone(), path)?;
     }
-    let server = StoreServer::bind(store.clone(), args.listen)
+    let tls = args.tls()?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut server = StoreServer::bind(store.clone(), args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?
         .with_limits(ServeLimits {
             connections_max: args.connections_max,
             ..ServeLimits::default()
         });
+    if let Some(tls) = tls {
+        server = server.with_tls(tls);
+    }
     let addr = server.local_addr()?;
-    println!("palisade store: listening on http://{addr}");
+    println!("palisade store: listening on {scheme}://{addr}");
     tracing::info!(
         %addr,
         data_dir = %args.data_dir.display(),
@@ -573,7 +635,7 @@ pub async fn execute(
             (args.json, outcome)
         }
         StoreCommand::Fence(args) => {
-            let outcome = match StoreClient::new(&args.address.store) {
+            let outcome = match store_client(&args.address.store) {
                 Ok(client) => client.fence(&args.lock).await.map(|view| {
                     if args.json {
                         json_line(&view)
@@ -716,7 +778,7 @@ where
     F: FnMut(StoreClient) -> Fut,
     Fut: Future<Output = Result<T, StoreError>>,
 {
-    let client = StoreClient::new(&address.store)?;
+    let client = store_client(&address.store)?;
     retry_until_known(&mut StoreRetries::new(), || attempt(client.clone())).await
 }
 

@@ -62,6 +62,11 @@ pub struct ClientOptions {
     /// Sent as `authorization: Bearer <token>` with every call: what a lock service with a
     /// token file authenticates the client by. `None` sends no credential.
     pub bearer_token: Option<BearerToken>,
+    /// TLS to every endpoint (plaintext when `None`): the CAs the servers' certificates are
+    /// checked against and, for mutual TLS, the client's certificate. With it, an endpoint
+    /// without a scheme is `https://`; `http://` is refused. Without it, `https://` is
+    /// refused.
+    pub tls: Option<palisade_tls::ClientTls>,
 }
 
 impl Default for ClientOptions {
@@ -71,6 +76,7 @@ impl Default for ClientOptions {
             request_timeout: Duration::from_secs(10),
             retry_budget: Duration::from_secs(10),
             bearer_token: None,
+            tls: None,
         }
     }
 }
@@ -248,6 +254,30 @@ pub fn parse_endpoints(list: &str) -> Result<Vec<String>, ConnectError> {
         .collect()
 }
 
+/// `url`, the checked form of the endpoint `given`, with the scheme TLS calls for: with TLS,
+/// `https://` (an endpoint given without a scheme gets it; one given as `http://` is refused,
+/// since it asks for plaintext); without, `https://` is refused (there is nothing to check the
+/// server's certificate with).
+fn with_scheme(given: &str, url: &str, tls: bool) -> Result<String, ConnectError> {
+    let given = given.trim();
+    let invalid = |reason: &str| ConnectError::InvalidEndpoint {
+        endpoint: given.to_string(),
+        reason: reason.to_string(),
+    };
+    match (tls, url.split_once("://")) {
+        (true, Some(("http", rest))) if !given.starts_with("http://") => {
+            Ok(format!("https://{rest}"))
+        }
+        (true, Some(("http", _))) => Err(invalid(
+            "http:// asks for plaintext but TLS is configured; use https:// or leave the scheme out",
+        )),
+        (false, Some(("https", _))) => Err(invalid(
+            "https:// needs TLS settings: the CA to check the server's certificate with (--tls-ca or PALISADE_TLS_CA)",
+        )),
+        _ => Ok(url.to_string()),
+    }
+}
+
 /// A channel to `url` (already checked), connected on first use and re-established after it
 /// breaks.
 fn lazy_target(
@@ -283,6 +313,14 @@ fn locks_client(channel: Channel, options: &ClientOptions) -> RawLocks {
 }
 
 impl Endpoints {
+    /// A leader hint (`http://host:port`) with this client's scheme: `https://` with TLS.
+    fn leader_url(&self, hint: &str) -> String {
+        match (&self.options.tls, hint.strip_prefix("http://")) {
+            (Some(_), Some(address)) => format!("https://{address}"),
+            _ => hint.to_string(),
+        }
+    }
+
     /// The endpoint the next attempt goes to.
     pub(crate) fn current(&self) -> Current {
         self.lock().clone()
@@ -300,7 +338,8 @@ impl Endpoints {
             return; // Another call has already moved on from that endpoint.
         }
         let next = match failure {
-            Failure::NotLeader { leader, .. } if *leader != current.target.url => {
+            Failure::NotLeader { leader, .. } if self.leader_url(leader) != current.target.url => {
+                let leader = &self.leader_url(leader);
                 match self.configured.iter().position(|t| t.url == *leader) {
                     Some(index) => (self.configured[index].clone(), index),
                     None => match lazy_target(leader, &self.options, self.dialer.as_ref()) {
@@ -379,7 +418,10 @@ impl Client {
         endpoints: &str,
         options: ClientOptions,
     ) -> Result<Client, ConnectError> {
-        Client::connect_many(&parse_endpoints(endpoints)?, options).await
+        parse_endpoints(endpoints)?;
+        // Each entry as given: whether it named its scheme decides how TLS treats it.
+        let entries: Vec<&str> = endpoints.split(',').map(str::trim).collect();
+        Client::connect_many(&entries, options).await
     }
 
     /// Connects to the first of `endpoints` that accepts a connection, trying them in order,
@@ -415,7 +457,7 @@ impl Client {
             .map(|e| {
                 let list = e.as_ref();
                 match parse_endpoints(list)?.as_slice() {
-                    [one] => Ok(one.clone()),
+                    [one] => with_scheme(list, one, options.tls.is_some()),
                     _ => Err(ConnectError::InvalidEndpoint {
                         endpoint: list.to_string(),
                         reason: "one endpoint per entry, not a list".to_string(),
@@ -432,6 +474,10 @@ impl Client {
                 ),
             });
         }
+        let dialer = match &options.tls {
+            Some(tls) => Some(transport::TlsDialer::dialer(tls.clone(), dialer)),
+            None => dialer,
+        };
         // Connect to one now, so that a wrong address is reported here rather than on the
         // first call; the others connect when first used.
         let mut failures = Vec::new();
@@ -977,6 +1023,21 @@ fn invalid_name(lock: &str, error: &palisade_core::limits::LockNameError) -> Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tls_decides_the_scheme_and_refuses_the_other_one_given_explicitly() {
+        let url = |given: &str, tls: bool| {
+            let parsed = parse_endpoints(given).unwrap();
+            with_scheme(given, &parsed[0], tls)
+        };
+        assert_eq!(url("10.0.0.1:7457", true).unwrap(), "https://10.0.0.1:7457");
+        assert_eq!(url("https://c:443", true).unwrap(), "https://c:443");
+        assert_eq!(url("10.0.0.1:7457", false).unwrap(), "http://10.0.0.1:7457");
+        let refused = url("http://10.0.0.1:7457", true).unwrap_err().to_string();
+        assert!(refused.contains("asks for plaintext"), "{refused}");
+        let refused = url("https://c:443", false).unwrap_err().to_string();
+        assert!(refused.contains("--tls-ca"), "{refused}");
+    }
 
     #[test]
     fn endpoints_without_a_scheme_get_http() {

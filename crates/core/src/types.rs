@@ -277,6 +277,15 @@ pub enum CredentialError {
         "the bearer token is not one this service knows (revoked, mistyped, or for another service)"
     )]
     Unknown,
+    /// A verified client certificate whose name (common name, else first DNS name) is not a
+    /// valid identity name.
+    #[error(
+        "the client certificate's name is not a valid identity (1 to 64 ASCII letters, digits and . _ - @ :)"
+    )]
+    CertificateName,
+    /// A client certificate and a bearer token that name different identities.
+    #[error("the client certificate and the bearer token name different identities")]
+    Conflict,
 }
 
 impl CredentialError {
@@ -286,6 +295,8 @@ impl CredentialError {
             CredentialError::Missing => "credential_missing",
             CredentialError::Malformed => "credential_malformed",
             CredentialError::Unknown => "credential_unknown",
+            CredentialError::CertificateName => "credential_certificate_name",
+            CredentialError::Conflict => "credential_conflict",
         }
     }
 }

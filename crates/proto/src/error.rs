@@ -316,6 +316,8 @@ pub fn core_from_detail(detail: &ErrorDetail) -> Result<CoreError, DetailError> 
                 "credential_missing" => CredentialError::Missing,
                 "credential_malformed" => CredentialError::Malformed,
                 "credential_unknown" => CredentialError::Unknown,
+                "credential_certificate_name" => CredentialError::CertificateName,
+                "credential_conflict" => CredentialError::Conflict,
                 _ => return Err(unknown_reason()),
             },
         },

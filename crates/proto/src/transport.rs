@@ -81,3 +81,50 @@ fn connector(
         async move { dialing.await.map(TokioIo::new) }
     })
 }
+
+/// A [`Dial`] that runs TLS over the connections of another dialer (or of TCP): the client's
+/// connections to a server that serves TLS, and a node's links to its peers.
+///
+/// The server's certificate is checked against the name the connection was dialed with (the
+/// endpoint's host, a DNS name or an IP address) and the configuration's trusted CAs. The
+/// handshake is part of connecting, so it falls under the endpoint's connect timeout.
+#[derive(Debug)]
+pub struct TlsDialer {
+    tls: palisade_tls::ClientTls,
+    inner: Option<Dialer>,
+}
+
+impl TlsDialer {
+    /// TLS with `tls` over `inner`'s connections, or over TCP (with `TCP_NODELAY`) without one.
+    pub fn dialer(tls: palisade_tls::ClientTls, inner: Option<Dialer>) -> Dialer {
+        Arc::new(TlsDialer { tls, inner })
+    }
+}
+
+impl Dial for TlsDialer {
+    fn dial(&self, host: &str, port: u16) -> Dialing {
+        let server_name = palisade_tls::server_name(host);
+        let connector = self.tls.connector();
+        let connecting = match &self.inner {
+            Some(inner) => inner.dial(host, port),
+            None => {
+                let address = format!("{}:{port}", host);
+                Box::pin(async move {
+                    let stream = tokio::net::TcpStream::connect(address).await?;
+                    stream.set_nodelay(true)?;
+                    Ok(Box::new(stream) as BoxedConnection)
+                })
+            }
+        };
+        Box::pin(async move {
+            let server_name =
+                server_name.map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+            let stream = connecting.await?;
+            let tls = connector
+                .connect(server_name, stream)
+                .await
+                .map_err(|e| io::Error::new(e.kind(), format!("TLS handshake failed: {e}")))?;
+            Ok(Box::new(tls) as BoxedConnection)
+        })
+    }
+}

@@ -9,6 +9,12 @@
 //! client preface (its first [`PREFACE_BYTES`] bytes, which every gRPC client sends at once)
 //! within [`CONNECTION_PREFACE_TIMEOUT`] of being accepted, or it is closed. Past the preface,
 //! the server's HTTP/2 keepalive pings (`lib.rs`) close a connection whose peer stops answering.
+//!
+//! With TLS ([`crate::tls`]), the handshake comes first and counts against the same deadline:
+//! from acceptance, a connection has [`CONNECTION_PREFACE_TIMEOUT`] to finish its handshake and
+//! send the preface (decrypted) over it. Handshakes run concurrently, each holding its
+//! connection's permit, so a client that stalls mid-handshake delays nobody else's and holds a
+//! permit no longer than a silent plaintext socket does.
 
 use std::future::Future;
 use std::io;
@@ -26,6 +32,7 @@ use tokio::time::Sleep;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
 use crate::limits::{CONNECTION_PREFACE_TIMEOUT, CONNECTIONS_MAX};
+use crate::tls::{ConnectionInfo, Peer, ServerTls};
 
 /// The length of the HTTP/2 client connection preface (RFC 9113, section 3.4).
 pub const PREFACE_BYTES: usize = 24;
@@ -96,17 +103,22 @@ impl Listener {
 /// An accepted connection and its permit.
 pub struct Connection {
     stream: BoxedConnection,
-    info: TcpConnectInfo,
+    info: ConnectionInfo,
     _permit: OwnedSemaphorePermit,
     /// Until the preface is in: when it is due, and how many of its bytes are still to come.
     preface: Option<(Pin<Box<Sleep>>, usize)>,
 }
 
-/// The connections `listener` accepts, at most `CONNECTIONS_MAX` open at once.
-pub fn limited(listener: Listener) -> impl Stream<Item = io::Result<Connection>> {
+/// The connections `listener` accepts, at most `CONNECTIONS_MAX` open at once; with `tls`,
+/// each once its handshake is done (within the preface deadline; one that fails or runs out of
+/// time is closed and logged, never yielded).
+pub(crate) fn limited(
+    listener: Listener,
+    tls: Option<ServerTls>,
+) -> BoxStream<'static, io::Result<Connection>> {
     use futures::StreamExt as _;
     let permits = Arc::new(Semaphore::new(CONNECTIONS_MAX));
-    futures::stream::unfold(
+    let accepted = futures::stream::unfold(
         (listener.accepts, permits),
         |(mut accepts, permits)| async move {
             let permit = permits
@@ -114,9 +126,12 @@ pub fn limited(listener: Listener) -> impl Stream<Item = io::Result<Connection>>
                 .acquire_owned()
                 .await
                 .expect("the semaphore is never closed");
-            let accepted = accepts.next().await?.map(|(stream, info)| Connection {
+            let accepted = accepts.next().await?.map(|(stream, tcp)| Connection {
                 stream,
-                info,
+                info: ConnectionInfo {
+                    tcp,
+                    peer: Peer::default(),
+                },
                 _permit: permit,
                 preface: Some((
                     Box::pin(tokio::time::sleep(CONNECTION_PREFACE_TIMEOUT)),
@@ -125,11 +140,71 @@ pub fn limited(listener: Listener) -> impl Stream<Item = io::Result<Connection>>
             });
             Some((accepted, (accepts, permits)))
         },
-    )
+    );
+    let Some(tls) = tls else {
+        return accepted.boxed();
+    };
+    accepted
+        .map(move |accepted| {
+            let tls = tls.clone();
+            async move {
+                match accepted {
+                    Err(error) => Some(Err(error)),
+                    Ok(connection) => {
+                        let remote = connection.info.tcp.remote_addr;
+                        match handshake(connection, &tls).await {
+                            Ok(connection) => Some(Ok(connection)),
+                            Err(error) => {
+                                tracing::info!(?remote, "TLS handshake failed: {error}");
+                                None
+                            }
+                        }
+                    }
+                }
+            }
+        })
+        // Every connection in a handshake holds a permit, so at most this many are.
+        .buffer_unordered(CONNECTIONS_MAX)
+        .filter_map(std::future::ready)
+        .boxed()
+}
+
+/// Runs the server's side of the TLS handshake on `connection` before its preface deadline,
+/// and returns the encrypted connection, still under that deadline for the preface.
+async fn handshake(connection: Connection, tls: &ServerTls) -> io::Result<Connection> {
+    let Connection {
+        stream,
+        info,
+        _permit,
+        preface,
+    } = connection;
+    let (due, _) = preface.expect("a new connection has its preface ahead");
+    let deadline = due.deadline();
+    let encrypted = match tokio::time::timeout_at(deadline, tls.acceptor.accept(stream)).await {
+        Ok(encrypted) => encrypted?,
+        Err(_) => {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "no TLS handshake and HTTP/2 preface within {CONNECTION_PREFACE_TIMEOUT:?} of connecting; closed"
+                ),
+            ));
+        }
+    };
+    let peer = tls.identify(encrypted.get_ref().1.peer_certificates());
+    Ok(Connection {
+        stream: Box::new(encrypted),
+        info: ConnectionInfo {
+            tcp: info.tcp,
+            peer,
+        },
+        _permit,
+        preface: Some((due, PREFACE_BYTES)),
+    })
 }
 
 impl Connected for Connection {
-    type ConnectInfo = TcpConnectInfo;
+    type ConnectInfo = ConnectionInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
         self.info.clone()

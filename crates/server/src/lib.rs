@@ -33,6 +33,7 @@ pub mod runtime;
 pub mod service;
 pub mod session_secret;
 pub mod state_machine;
+pub mod tls;
 pub mod wal;
 
 pub use files::{SECRET_FILE_MODE, write_file_atomically};
@@ -78,6 +79,8 @@ pub struct ServerConfig {
     /// Without a policy, listen on an address other than loopback anyway: every client that
     /// reaches it may then do everything, the cluster's admin calls included.
     pub insecure_listen_any: bool,
+    /// TLS on the listener and the peer links (plaintext when `None`); see [`tls`].
+    pub tls: Option<tls::ServerTlsConfig>,
 }
 
 impl ServerConfig {
@@ -96,6 +99,7 @@ impl ServerConfig {
             tokens_file: None,
             policy_file: None,
             insecure_listen_any: false,
+            tls: None,
         }
     }
 }
@@ -124,6 +128,9 @@ pub enum ServeError {
     /// The Prometheus exporter could not be installed.
     #[error(transparent)]
     Metrics(#[from] metrics_exporter_prometheus::BuildError),
+    /// A TLS file is missing, is not valid PEM, or a key does not match its certificate.
+    #[error("invalid TLS configuration: {0}")]
+    Tls(#[from] palisade_tls::TlsError),
     /// The gRPC transport failed while serving.
     #[error(transparent)]
     Transport(#[from] tonic::transport::Error),
@@ -244,6 +251,7 @@ pub struct Server {
     node: Arc<node::Node>,
     listener: Listener,
     auth: Arc<auth::Auth>,
+    tls: Option<tls::ServerTls>,
 }
 
 impl Server {
@@ -294,6 +302,16 @@ impl Server {
                  read every lock and change the cluster's membership and keys. Configure --tokens and --policy (docs/security.md)"
             );
         }
+        // Every TLS file is read and checked before anything else starts.
+        let tls = args
+            .tls
+            .as_ref()
+            .map(tls::ServerTlsConfig::load)
+            .transpose()?;
+        let dialer = match &tls {
+            Some(loaded) => Some(tls::peer_dialer(loaded, platform.dialer)),
+            None => platform.dialer,
+        };
         let listener = match platform.listener {
             Some(listener) => listener,
             None => Listener::bind(args.listen)
@@ -315,7 +333,7 @@ impl Server {
             advertise,
             initial_cluster: args.initial_cluster.clone(),
             join: args.join,
-            dialer: platform.dialer,
+            dialer,
             blocking: platform.blocking,
             disk: platform.disk,
         })
@@ -328,6 +346,7 @@ impl Server {
             node,
             listener,
             auth,
+            tls,
         })
     }
 
@@ -371,15 +390,19 @@ impl Server {
         let cluster =
             cluster::GrpcCluster::with_auth(self.node.clone(), self.auth.clone()).into_service();
         let (stopped, stop) = tokio::sync::oneshot::channel::<()>();
+        let connection_layer = tls::ConnectionLayer {
+            peers_checked: self.tls.as_ref().is_some_and(tls::ServerTls::peers_checked),
+        };
         let serving = tonic::transport::Server::builder()
             .concurrency_limit_per_connection(CONCURRENT_REQUESTS_PER_CONNECTION_MAX)
             // A peer that stops answering pings loses its connection, and its permit.
             .http2_keepalive_interval(Some(limits::HTTP2_KEEPALIVE_INTERVAL))
             .http2_keepalive_timeout(Some(limits::HTTP2_KEEPALIVE_TIMEOUT))
+            .layer(connection_layer)
             .add_service(service)
             .add_service(peers)
             .add_service(cluster)
-            .serve_with_incoming_shutdown(incoming::limited(self.listener), async move {
+            .serve_with_incoming_shutdown(incoming::limited(self.listener, self.tls), async move {
                 tokio::select! {
                     () = shutdown => {}
                     () = removed.removed() => {}

@@ -280,6 +280,7 @@ async fn node(
         tokens_file: None,
         policy_file: None,
         insecure_listen_any: false,
+        tls: None,
     };
     let platform = Platform {
         clock: clock.shared(),

@@ -37,7 +37,7 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
         connect_timeout: Duration::from_secs(1),
         request_timeout: Duration::from_secs(3),
         retry_budget: Duration::from_secs(5),
-        bearer_token: None,
+        ..ClientOptions::default()
     };
     let client = loop {
         if now() >= plan.stop_at {

@@ -30,17 +30,49 @@ pub struct StoreClient {
 impl StoreClient {
     /// A client of the store at `base_url` (`http://host:port`).
     pub fn new(base_url: &str) -> Result<StoreClient, StoreError> {
+        StoreClient::with_tls(base_url, None)
+    }
+
+    /// A client of the store at `base_url`: `http://host:port` without `tls`, `https://host:port`
+    /// with it (the CA the store's certificate is checked against and, for mutual TLS, the
+    /// client's certificate; build it with `palisade_tls::ALPN_HTTP1`).
+    pub fn with_tls(
+        base_url: &str,
+        tls: Option<&palisade_tls::ClientTls>,
+    ) -> Result<StoreClient, StoreError> {
         let base_url = base_url.trim().trim_end_matches('/');
-        if !base_url.starts_with("http://") {
-            return Err(StoreError::InvalidRequest {
-                message: format!(
+        let invalid = |message: String| StoreError::InvalidRequest { message };
+        match (
+            tls.is_some(),
+            base_url.split_once("://").map(|(scheme, _)| scheme),
+        ) {
+            (false, Some("http")) | (true, Some("https")) => {}
+            (false, Some("https")) => {
+                return Err(invalid(format!(
+                    "store URL {base_url:?} is https:// but no CA is given to check its certificate (--tls-ca or PALISADE_TLS_CA)"
+                )));
+            }
+            (true, _) => {
+                return Err(invalid(format!(
+                    "store URL {base_url:?} must start with https:// when TLS is configured (for example https://127.0.0.1:7458)"
+                )));
+            }
+            (false, _) => {
+                return Err(invalid(format!(
                     "store URL {base_url:?} must start with http:// (for example http://127.0.0.1:7458)"
-                ),
-            });
+                )));
+            }
         }
-        let http = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
-            .timeout(Duration::from_millis(REQUEST_TIMEOUT_MS))
+            .timeout(Duration::from_millis(REQUEST_TIMEOUT_MS));
+        let builder = match tls {
+            Some(tls) => builder
+                .https_only(true)
+                .use_preconfigured_tls(rustls::ClientConfig::clone(tls.config())),
+            None => builder,
+        };
+        let http = builder
             .build()
             .map_err(|error| StoreError::InvalidRequest {
                 message: format!("cannot build an HTTP client: {error}"),

@@ -11,6 +11,11 @@
 //! sends it a byte at a time, is closed), a body read timeout, and a budget of body bytes in
 //! memory at once that a request reserves before its body is read. The writer's queue behind
 //! all this is bounded too ([`crate::limits::WRITE_QUEUE_JOBS_MAX`]).
+//!
+//! With TLS ([`StoreServer::with_tls`]), a connection's handshake must finish within the header
+//! read timeout of its acceptance, so a client stalling in the handshake holds its permit no
+//! longer than one that sends no request. Certificates are read at start; replacing them takes
+//! a restart.
 
 use std::future::Future;
 use std::io;
@@ -208,7 +213,13 @@ pub struct StoreServer {
     listener: TcpListener,
     store: Arc<Store>,
     limits: ServeLimits,
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
+
+/// A connection the store serves: plain TCP or TLS over it.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> Io for T {}
 
 /// Pause after a failed accept (out of file descriptors, say) before the next.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
@@ -221,7 +232,15 @@ impl StoreServer {
             listener,
             store,
             limits: ServeLimits::default(),
+            tls: None,
         })
+    }
+
+    /// Serves TLS with `config` (see `palisade_tls::server_config`; mutual TLS if it
+    /// verifies client certificates) instead of plaintext HTTP.
+    pub fn with_tls(mut self, config: Arc<rustls::ServerConfig>) -> StoreServer {
+        self.tls = Some(config);
+        self
     }
 
     /// Serves with these limits instead of the defaults. A `connections_max` of 0 is taken
@@ -276,11 +295,34 @@ impl StoreServer {
             if let Err(error) = stream.set_nodelay(true) {
                 tracing::debug!("cannot set TCP_NODELAY: {error}");
             }
-            let connection =
-                http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+            let http = http.clone();
+            let app = app.clone();
+            let tls = self.tls.clone().map(tokio_rustls::TlsAcceptor::from);
+            let handshake_timeout = limits.header_read_timeout;
             let mut stop = stop.clone();
             tokio::spawn(async move {
                 let _permit = permit;
+                let stream: Box<dyn Io> = match tls {
+                    None => Box::new(stream),
+                    // The handshake shares the header read timeout's budget.
+                    Some(tls) => {
+                        match tokio::time::timeout(handshake_timeout, tls.accept(stream)).await {
+                            Ok(Ok(stream)) => Box::new(stream),
+                            Ok(Err(error)) => {
+                                tracing::debug!("TLS handshake failed: {error}");
+                                return;
+                            }
+                            Err(_) => {
+                                tracing::debug!(
+                                    "no TLS handshake within {handshake_timeout:?}; closed"
+                                );
+                                return;
+                            }
+                        }
+                    }
+                };
+                let connection =
+                    http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
                 tokio::pin!(connection);
                 tokio::select! {
                     result = connection.as_mut() => {

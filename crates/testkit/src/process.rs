@@ -32,7 +32,8 @@ pub enum Announce {
     /// `palisade serve`: the log line `palisade lock service ready listen=ADDR …`, written once
     /// the node has recovered, leads its group and listens.
     LockService,
-    /// `palisade store serve`: `palisade store: listening on http://ADDR` on standard output,
+    /// `palisade store serve`: `palisade store: listening on http://ADDR` (`https://` with
+    /// TLS) on standard output,
     /// written once the store is open and listening.
     Store,
 }
@@ -47,7 +48,11 @@ impl Announce {
                 }
                 line.split_once(" listen=")?.1
             }
-            Announce::Store => line.split_once("palisade store: listening on http://")?.1,
+            Announce::Store => {
+                line.split_once("palisade store: listening on http://")
+                    .or_else(|| line.split_once("palisade store: listening on https://"))?
+                    .1
+            }
         };
         rest.split_whitespace().next()?.parse().ok()
     }

@@ -187,32 +187,38 @@ impl Auth {
 
     /// Who sent `request`.
     ///
-    /// Sources of identity, in order:
+    /// Sources of identity:
     ///
-    /// 1. A verified client certificate. **This is where it plugs in:** once the listener
-    ///    speaks mutual TLS, read the certificate's name from the request's extensions
-    ///    (`request.extensions().get::<crate::tls::ClientCertName>()`), check it with
-    ///    [`Identity::new`], and return `Caller::authenticated` with it before looking at the
-    ///    header. A request with both a certificate and a token must then agree, or be refused.
+    /// 1. A verified client certificate (mutual TLS): its name, from the request's extensions
+    ///    ([`crate::tls::ClientCertName`]), checked with [`Identity::new`].
     /// 2. An `authorization: Bearer <token>` header whose token the token file has.
     ///
-    /// A request with neither is anonymous, which is refused once a policy is configured. A
-    /// header that is present is always checked: a wrong token is refused, policy or not.
+    /// A request with both must name the same identity with each, or it is refused. A request
+    /// with neither is anonymous, which is refused once a policy is configured. A header that
+    /// is present is always checked: a wrong token is refused, policy or not.
     pub fn identity<T>(&self, request: &tonic::Request<T>) -> Result<Caller, CoreError> {
-        self.identity_from(request.metadata())
+        let certificate = request
+            .extensions()
+            .get::<crate::tls::ClientCertName>()
+            .map(|name| name.0.as_str());
+        self.identity_of(certificate, request.metadata())
     }
 
-    /// [`Auth::identity`] from a request's metadata alone.
-    pub fn identity_from(
+    /// [`Auth::identity`] from a request's certificate name and metadata.
+    pub fn identity_of(
         &self,
+        certificate: Option<&str>,
         metadata: &tonic::metadata::MetadataMap,
     ) -> Result<Caller, CoreError> {
         let refuse = |reason| CoreError::Unauthenticated { reason };
+        let certified = certificate
+            .map(|name| Identity::new(name).map_err(|_| refuse(CredentialError::CertificateName)))
+            .transpose()?;
         let Some(header) = metadata.get("authorization") else {
-            return if self.has_policy() {
-                Err(refuse(CredentialError::Missing))
-            } else {
-                Ok(Caller::anonymous())
+            return match certified {
+                Some(identity) => Ok(Caller::authenticated(identity)),
+                None if self.has_policy() => Err(refuse(CredentialError::Missing)),
+                None => Ok(Caller::anonymous()),
             };
         };
         let token = header
@@ -226,10 +232,21 @@ impl Auth {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        tokens
+        let identity = tokens
             .identify(token)
-            .map(Caller::authenticated)
-            .ok_or(refuse(CredentialError::Unknown))
+            .ok_or(refuse(CredentialError::Unknown))?;
+        match certified {
+            Some(certified) if certified != identity => Err(refuse(CredentialError::Conflict)),
+            _ => Ok(Caller::authenticated(identity)),
+        }
+    }
+
+    /// [`Auth::identity`] from a request's metadata alone (no client certificate).
+    pub fn identity_from(
+        &self,
+        metadata: &tonic::metadata::MetadataMap,
+    ) -> Result<Caller, CoreError> {
+        self.identity_of(None, metadata)
     }
 
     /// Checks that `caller` has `right` on the lock `scope` (for [`Right::Admin`], `scope` is
