@@ -752,6 +752,12 @@ impl CoreError {
             CoreError::Unauthenticated {
                 reason: CredentialError::Unknown,
             },
+            CoreError::Unauthenticated {
+                reason: CredentialError::CertificateName,
+            },
+            CoreError::Unauthenticated {
+                reason: CredentialError::Conflict,
+            },
             CoreError::PermissionDenied {
                 identity: "alice".into(),
                 right: Right::Lock,
@@ -972,13 +978,19 @@ mod tests {
             CoreError::PermissionDenied { .. } => 23,
             CoreError::SessionNotOwned { .. } => 24,
             CoreError::QuotaReached { .. } => 25,
+            CoreError::Unauthenticated {
+                reason: CredentialError::CertificateName,
+            } => 26,
+            CoreError::Unauthenticated {
+                reason: CredentialError::Conflict,
+            } => 27,
         }
     }
 
     #[test]
     fn the_examples_cover_every_variant_and_reason() {
         let slots: HashSet<usize> = CoreError::examples().iter().map(example_slot).collect();
-        assert_eq!(slots, (0..26).collect::<HashSet<usize>>());
+        assert_eq!(slots, (0..28).collect::<HashSet<usize>>());
     }
 
     #[test]
