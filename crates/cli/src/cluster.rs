@@ -12,8 +12,8 @@ use palisade_client::Bearer;
 use palisade_proto::v1::cluster_client::ClusterClient;
 use palisade_proto::v1::{
     AddKeyRequest, AddMemberRequest, BackupRequest, ClusterMember, ClusterStatusRequest,
-    ClusterStatusResponse, ListKeysRequest, PublishedKey, RemoveMemberRequest, RetireKeyRequest,
-    RotateKeyRequest,
+    ClusterStatusResponse, ListKeysRequest, PublishedKey, RaiseTokenFloorRequest,
+    RemoveMemberRequest, RetireKeyRequest, RotateKeyRequest,
 };
 use palisade_sequencer::KeyId;
 use serde_json::{Value, json};
@@ -65,6 +65,15 @@ pub enum ClusterCommand {
     Backup {
         /// Where to write it; replaced atomically if it exists.
         file: std::path::PathBuf,
+    },
+    /// Raise the token counter so every later grant's token is above FLOOR (never lowers it):
+    /// after a resource accepted a token it should not have (a planted or leaked key, retired
+    /// since), honest holders' tokens pass it again. See docs/security.md.
+    #[command(after_help = exit::HELP)]
+    RaiseTokenFloor {
+        /// The largest token a resource accepted that the cluster did not grant.
+        #[arg(value_parser = clap::value_parser!(u64).range(1..=palisade_core::limits::TOKEN_MAX.get()))]
+        floor: u64,
     },
 }
 
@@ -234,6 +243,18 @@ pub async fn run(
             Ok(ExitCode::SUCCESS)
         }
         ClusterCommand::Backup { file } => backup(endpoints, bearer, &file).await,
+        ClusterCommand::RaiseTokenFloor { floor } => {
+            let last_token =
+                on_leader(endpoints, bearer, REMOVE_TIMEOUT, |mut client| async move {
+                    client
+                        .raise_token_floor(RaiseTokenFloorRequest { floor })
+                        .await
+                        .map(|r| r.into_inner().last_token)
+                })
+                .await?;
+            println!("token counter at {last_token}: every later grant's token is above it");
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

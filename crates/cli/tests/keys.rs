@@ -296,3 +296,83 @@ fn pubkey_shows_each_keys_fingerprint_to_compare_out_of_band_and_keeps_its_outpu
     let json = palisade.run_json(&["pubkey"]);
     assert_eq!(json["keys"][0]["fingerprint"], fingerprint.as_str());
 }
+
+/// A resource that trusted a key it should not have (another cluster's, pasted by mistake;
+/// or a leaked one) accepted a huge token, and refuses every honest holder since. The
+/// recovery: drop the key from the resource's set, and raise the cluster's token floor above
+/// the token it accepted. Honest holders write again; the wrong key's sequencers are refused.
+#[test]
+fn a_huge_token_from_a_wrong_key_is_recovered_from_by_retiring_the_key_and_raising_the_floor() {
+    let mut ours = LocalCluster::start(BIN, 1);
+    let ours_endpoints = ours.endpoints();
+    let mut other = LocalCluster::start(BIN, 1);
+    let other_endpoints = other.endpoints();
+    let our_key = ours.palisade(&ours_endpoints, &["pubkey"]);
+    our_key.expect_success();
+    let wrong_key = other.palisade(&other_endpoints, &["pubkey"]);
+    wrong_key.expect_success();
+
+    // The store trusts both: the wrong line was pasted beside ours.
+    let key_file = ours.dir().join("palisade.keys");
+    std::fs::write(&key_file, format!("{}{}", our_key.stdout, wrong_key.stdout)).unwrap();
+    let mut store = ServerProcess::store_with_key_file(BIN, ours.dir().join("store"), &key_file);
+    store.start();
+    let store_url = store.endpoint();
+
+    // The other cluster's counter is far ahead (here raised on purpose), and its holder writes.
+    let huge: u64 = 1 << 40;
+    other
+        .palisade(
+            &other_endpoints,
+            &["cluster", "raise-token-floor", &huge.to_string()],
+        )
+        .expect_success();
+    let intruder = grant(&other.palisade(&other_endpoints, &["acquire", "doc", "--ttl", "30s"]));
+    let intruder_token: u64 = intruder["PALISADE_TOKEN"].parse().unwrap();
+    assert!(intruder_token > huge, "{intruder:?}");
+    store_put(&store_url, &intruder["PALISADE_SEQUENCER"], "doc", "wrong").expect_success();
+
+    // Every honest holder is now refused as stale.
+    let honest = grant(&ours.palisade(&ours_endpoints, &["acquire", "doc", "--ttl", "30s"]));
+    let refused = store_put(&store_url, &honest["PALISADE_SEQUENCER"], "doc", "right");
+    assert_ne!(refused.code(), Some(0), "{refused:?}");
+    ours.palisade(
+        &ours_endpoints,
+        &["release", "doc", "--session", &honest["PALISADE_SESSION"]],
+    )
+    .expect_success();
+
+    // The recovery. 1: the resource drops the wrong key.
+    std::fs::write(&key_file, &our_key.stdout).unwrap();
+    store.hangup();
+    wait_until(
+        "the store drops the wrong key",
+        Duration::from_secs(10),
+        || {
+            let again = store_put(&store_url, &intruder["PALISADE_SEQUENCER"], "doc", "wrong");
+            again.code() != Some(0) && again.stderr.contains("does not trust")
+        },
+    );
+    // 2: the cluster's counter goes above the token the resource accepted.
+    let raised = ours.palisade(
+        &ours_endpoints,
+        &["cluster", "raise-token-floor", &intruder_token.to_string()],
+    );
+    raised.expect_success();
+    assert!(
+        raised.stdout.contains(&intruder_token.to_string()),
+        "{}",
+        raised.stdout
+    );
+    let recovered = grant(&ours.palisade(&ours_endpoints, &["acquire", "doc", "--ttl", "30s"]));
+    let token: u64 = recovered["PALISADE_TOKEN"].parse().unwrap();
+    assert!(token > intruder_token, "{recovered:?}");
+    store_put(&store_url, &recovered["PALISADE_SEQUENCER"], "doc", "right").expect_success();
+
+    // A floor past the largest token is refused, and changes nothing.
+    let past = ours.palisade(
+        &ours_endpoints,
+        &["cluster", "raise-token-floor", &u64::MAX.to_string()],
+    );
+    assert_eq!(past.code(), Some(2), "{past:?}");
+}

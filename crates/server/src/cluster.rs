@@ -12,7 +12,8 @@ use palisade_proto::v1::cluster_server::{Cluster, ClusterServer};
 use palisade_proto::v1::{
     AddKeyRequest, AddMemberRequest, BackupChunk, BackupRequest, ClusterMember,
     ClusterStatusRequest, ClusterStatusResponse, KeysResponse, ListKeysRequest, MembershipResponse,
-    PublishedKey, RemoveMemberRequest, RetireKeyRequest, RotateKeyRequest,
+    PublishedKey, RaiseTokenFloorRequest, RaiseTokenFloorResponse, RemoveMemberRequest,
+    RetireKeyRequest, RotateKeyRequest,
 };
 use palisade_sequencer::KeyId;
 use tonic::{Request, Response, Status};
@@ -220,5 +221,17 @@ impl Cluster for GrpcCluster {
             .await
             .map_err(status)?;
         Ok(keys(views))
+    }
+
+    async fn raise_token_floor(
+        &self,
+        request: Request<RaiseTokenFloorRequest>,
+    ) -> Result<Response<RaiseTokenFloorResponse>, Status> {
+        self.require_admin(&request)?;
+        let floor = palisade_core::Token::new(request.into_inner().floor);
+        let last_token = self.node.raise_token_floor(floor).await.map_err(status)?;
+        Ok(Response::new(RaiseTokenFloorResponse {
+            last_token: last_token.get(),
+        }))
     }
 }

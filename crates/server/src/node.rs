@@ -28,7 +28,7 @@ use openraft::vote::RaftLeaderId;
 use openraft::{ChangeMembers, Config, ReadPolicy, ServerState, SnapshotPolicy};
 use palisade_clock::SharedClock;
 use palisade_core::canary::{self, Canary};
-use palisade_core::{Command, DurationMs, Input, Limits, Output, TimeMs};
+use palisade_core::{Command, DurationMs, Input, Limits, Output, TimeMs, Token};
 use palisade_proto::transport::Dialer;
 use palisade_sequencer::{KeyId, KeySet, PublicKey, SigningKey};
 
@@ -1066,6 +1066,37 @@ impl Node {
             .await
             .map_err(MembershipError::NotLeader)?;
         Ok(self.key_views())
+    }
+
+    /// Raises the token counter to at least `floor` (never lowers it): every later grant's
+    /// token is above it. Returns the counter afterwards.
+    pub async fn raise_token_floor(&self, floor: Token) -> Result<Token, MembershipError> {
+        let token_max = self.shared.read(|t| t.limits().token_max);
+        if floor > token_max {
+            return Err(MembershipError::Refused(format!(
+                "a floor of {} is above the largest token the service grants ({}): no token could \
+                 follow it; reset the resource's stored token instead (docs/security.md)",
+                floor.get(),
+                token_max.get()
+            )));
+        }
+        let output = self
+            .propose(Command::RaiseTokenFloor { floor })
+            .await
+            .map_err(|e| match e {
+                ProposeError::NotLeader { .. } => MembershipError::NotLeader(e),
+                ProposeError::Discarded { .. }
+                | ProposeError::NotCommittedInTime
+                | ProposeError::Stopped(_) => MembershipError::Failed(format!(
+                    "{e}; the floor may or may not have been raised: raising it again is harmless"
+                )),
+            })?;
+        match output.result {
+            Ok(palisade_core::Reply::TokenFloorRaised { last_token }) => Ok(last_token),
+            other => Err(MembershipError::Failed(format!(
+                "unexpected answer to raising the token floor: {other:?}"
+            ))),
+        }
     }
 
     /// Changes the cluster's keys (see [`crate::keyring`]) and returns them as they are after.
