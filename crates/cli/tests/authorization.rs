@@ -373,6 +373,7 @@ async fn the_admin_right_is_needed_for_membership_and_keys() {
         &["keys", "add"][..],
         &["cluster", "status"][..],
         &["cluster", "remove", "9"][..],
+        &["cluster", "raise-token-floor", "1000"][..],
     ] {
         let ran = secured.palisade(Some("alice"), args);
         ran.expect_code(1);
@@ -399,6 +400,9 @@ async fn the_admin_right_is_needed_for_membership_and_keys() {
     secured
         .palisade(Some("ops"), &["cluster", "status"])
         .expect_success();
+    let raised = secured.palisade(Some("ops"), &["cluster", "raise-token-floor", "1000"]);
+    raised.expect_success();
+    assert!(raised.stdout.contains("at 1000"), "{raised:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
