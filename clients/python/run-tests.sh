@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the Python client's tests: a virtualenv in clients/python/.venv with the package and its
-# test extras from PyPI, the `palisade` binary the tests start (built if missing), then pytest.
+# test extras from PyPI, the `palisade` binary the tests start (built unless PALISADE_BIN names
+# one), then pytest.
 # Arguments go to pytest (e.g. -q, -k keepalive). PostgreSQL and Redis come from
 # PALISADE_TEST_POSTGRES and PALISADE_TEST_REDIS; their tests skip, saying so, without them.
 set -euo pipefail
@@ -16,12 +17,17 @@ fi
 
 target="${CARGO_TARGET_DIR:-$repo/target}"
 # Built every time (a no-op when they are up to date): a binary older than the sources, say
-# from before a change of the proto, would test the wrong server.
+# from before a change of the proto, would test the wrong server. With PALISADE_BIN set nothing
+# is built: the binary is the caller's, and the Rust example writer is taken from beside it
+# (its examples/protect_postgres) unless PALISADE_PROTECT_POSTGRES_BIN names it.
 if [[ -z "${PALISADE_BIN:-}" ]]; then
   (cd "$repo" && cargo build --quiet -p palisade-cli)
+  (cd "$repo" && cargo build --quiet -p palisade-fence --example protect_postgres)
+  export PALISADE_BIN="$target/debug/palisade"
+  export PALISADE_PROTECT_POSTGRES_BIN="${PALISADE_PROTECT_POSTGRES_BIN:-$target/debug/examples/protect_postgres}"
+else
+  export PALISADE_PROTECT_POSTGRES_BIN="${PALISADE_PROTECT_POSTGRES_BIN:-$(dirname "$PALISADE_BIN")/examples/protect_postgres}"
 fi
-export PALISADE_BIN="${PALISADE_BIN:-$target/debug/palisade}"
-(cd "$repo" && cargo build --quiet -p palisade-fence --example protect_postgres)
 
 cd "$here"
 exec "$venv/bin/python" -m pytest "$@"

@@ -28,6 +28,10 @@ REPO = PYTHON_CLIENT.parent.parent
 # How long a server gets to start answering.
 SERVER_START_TIMEOUT_S = 20.0
 
+# A bearer token in the environment would be sent by every client the tests make (and refused by
+# servers without a token file): the tests that want one set it themselves.
+os.environ.pop(palisade.AUTH_TOKEN_ENV, None)
+
 
 def target_dir() -> pathlib.Path:
     return pathlib.Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target")
@@ -64,9 +68,18 @@ class Server:
     """One `palisade serve` process on a free loopback port, with its own data directory."""
 
     def __init__(
-        self, binary: pathlib.Path, data_dir: pathlib.Path, *extra: str, port: Optional[int] = None, ready: bool = True
+        self,
+        binary: pathlib.Path,
+        data_dir: pathlib.Path,
+        *extra: str,
+        port: Optional[int] = None,
+        ready: bool = True,
+        token: Optional[str] = None,
     ) -> None:
+        """``token``: the bearer token to ask whether it is ready with (a server with a policy
+        answers no one without)."""
         self.binary = binary
+        self._token = token
         self.data_dir = data_dir
         self.port = port or free_port()
         self.endpoint = f"127.0.0.1:{self.port}"
@@ -86,7 +99,7 @@ class Server:
             if self.process.poll() is not None:
                 raise RuntimeError(f"palisade serve exited with {self.process.returncode}:\n{self.log()}")
             try:
-                with palisade.Client([self.endpoint], connect_timeout=0.5) as client:
+                with palisade.Client([self.endpoint], token=self._token, connect_timeout=0.5) as client:
                     client.public_keys()
                     return
             except palisade.PalisadeError:

@@ -108,7 +108,11 @@ def test_a_claim_must_start_its_transaction(client, db, unique):
 
 @pytest.fixture(scope="module")
 def protect_postgres():
-    return cargo_binary("examples/protect_postgres", ["-p", "palisade-fence", "--example", "protect_postgres"])
+    return cargo_binary(
+        "examples/protect_postgres",
+        ["-p", "palisade-fence", "--example", "protect_postgres"],
+        "PALISADE_PROTECT_POSTGRES_BIN",
+    )
 
 
 def run_rust_writer(binary, schema_dsn, public_key, sequencer, line):

@@ -2,7 +2,7 @@
 
     import palisade
 
-    client = palisade.Client(["127.0.0.1:7457"])
+    client = palisade.Client(["127.0.0.1:7457"])   # token=..., else $PALISADE_AUTH_TOKEN
     with client.lock("jobs/nightly", ttl=10) as grant:
         print(grant.token, grant.sequencer)   # present the sequencer to the resource
         if grant.lost.is_set(): ...           # the session was lost: stop writing
@@ -12,6 +12,7 @@ writes to PostgreSQL, SQLite and Redis with the same tables and script as the Ru
 """
 
 from . import errors
+from ._core import AUTH_TOKEN_ENV, BearerToken
 from .client import AcquireResult, Client, Grant, Holder, LockStatus, Session, SessionCredential
 from .errors import (
     Busy,
@@ -23,10 +24,13 @@ from .errors import (
     NotHolder,
     OutcomeUnknown,
     PalisadeError,
+    PermissionDenied,
     ProtocolError,
+    QuotaReached,
     Refused,
     SessionLost,
     SessionNotFound,
+    SessionNotOwned,
     Unauthenticated,
     Unavailable,
     WaitEnded,
@@ -34,7 +38,9 @@ from .errors import (
 from .sequencer import KeySet, PublicKey, Sequencer, VerifiedSequencer, verify
 
 __all__ = [
+    "AUTH_TOKEN_ENV",
     "AcquireResult",
+    "BearerToken",
     "Busy",
     "Client",
     "ErrorClass",
@@ -49,14 +55,17 @@ __all__ = [
     "NotHolder",
     "OutcomeUnknown",
     "PalisadeError",
+    "PermissionDenied",
     "ProtocolError",
     "PublicKey",
+    "QuotaReached",
     "Refused",
     "Sequencer",
     "Session",
     "SessionCredential",
     "SessionLost",
     "SessionNotFound",
+    "SessionNotOwned",
     "Unauthenticated",
     "Unavailable",
     "VerifiedSequencer",

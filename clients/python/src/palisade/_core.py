@@ -67,6 +67,12 @@ LEADER_ADDR_HEADER = "palisade-leader-addr"
 STATUS_DETAILS_HEADER = "grpc-status-details-bin"
 ERROR_DETAIL_TYPE = "type.googleapis.com/palisade.v1.ErrorDetail"
 
+#: Environment variable holding the bearer token (the Rust client's ``AUTH_TOKEN_ENV``). Not
+#: ``PALISADE_TOKEN``: that is the fencing token ``palisade lock`` gives its command.
+AUTH_TOKEN_ENV = "PALISADE_AUTH_TOKEN"
+#: Longest bearer token, in bytes (the server's limit too).
+BEARER_TOKEN_BYTES_MAX = 256
+
 #: Options of every channel the client makes.
 CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", KEEPALIVE_PING_INTERVAL_MS),
@@ -148,6 +154,96 @@ def _host_port(text: str) -> Optional[str]:
     if any(unicodedata.category(c) == "Cc" for c in text):
         return None
     return f"{host}:{int(port)}"
+
+
+# --- the bearer token -----------------------------------------------------------------------
+
+
+class BearerToken:
+    """A bearer token, sent as ``authorization: Bearer <token>`` with every call: what a lock
+    service with a token file (``palisade serve --tokens``) authenticates the client by.
+
+    1 to 256 printable ASCII characters without spaces, after surrounding white space (a file's
+    final newline) is dropped, as the Rust client's ``BearerToken::new`` checks. Neither ``repr``
+    nor ``str`` shows it.
+    """
+
+    __slots__ = ("_metadata",)
+
+    def __init__(self, token: str) -> None:
+        if not isinstance(token, str):
+            raise errors.Misconfigured(f"a bearer token is a str, not {type(token).__name__}")
+        token = token.strip()
+        size = len(token.encode("utf-8", "surrogatepass"))
+        if not token or size > BEARER_TOKEN_BYTES_MAX:
+            raise errors.Misconfigured(
+                f"a bearer token is 1 to {BEARER_TOKEN_BYTES_MAX} characters, not {size}"
+            )
+        if not all("\x21" <= c <= "\x7e" for c in token):
+            raise errors.Misconfigured("a bearer token is printable ASCII without spaces")
+        self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),)
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """The gRPC metadata that carries the token."""
+        return self._metadata
+
+    def __repr__(self) -> str:
+        return "BearerToken(…)"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BearerToken) and other._metadata == self._metadata
+
+    def __hash__(self) -> int:
+        return hash(self._metadata)
+
+    def __reduce__(self) -> Any:  # no pickling a secret into a file or another process by accident
+        raise TypeError("a BearerToken is not picklable")
+
+
+def bearer_token(token: Any) -> Optional[BearerToken]:
+    """The token a client sends: ``token`` if given (a ``str`` or a :class:`BearerToken`), else
+    ``$PALISADE_AUTH_TOKEN`` if it is set, else none (as the Rust client's ``from_env``). A set
+    but invalid variable is refused (:class:`errors.Misconfigured`), not ignored."""
+    if isinstance(token, BearerToken):
+        return token
+    if token is not None:
+        return BearerToken(token)
+    value = os.environ.get(AUTH_TOKEN_ENV)
+    if value is None:
+        return None
+    try:
+        return BearerToken(value)
+    except errors.Misconfigured as error:
+        raise errors.Misconfigured(f"${AUTH_TOKEN_ENV}: {error.message}") from None
+
+
+class AuthorizedStub:
+    """A ``LocksStub`` whose every method sends the bearer token's metadata (the Rust client's
+    ``Bearer`` interceptor): unary calls and the keepalive stream alike."""
+
+    __slots__ = ("_stub", "_metadata")
+
+    def __init__(self, stub: Any, token: Optional[BearerToken]) -> None:
+        self._stub = stub
+        self._metadata = token.metadata if token is not None else None
+
+    def __getattr__(self, method: str) -> Any:
+        call = getattr(self._stub, method)
+        metadata = self._metadata
+        if metadata is None:
+            return call
+
+        def with_token(*args: Any, **kwargs: Any) -> Any:
+            kwargs["metadata"] = tuple(kwargs.get("metadata") or ()) + metadata
+            return call(*args, **kwargs)
+
+        return with_token
+
+    def __repr__(self) -> str:
+        return f"AuthorizedStub({self._stub!r}, token={'set' if self._metadata else 'none'})"
 
 
 T = TypeVar("T")

@@ -58,13 +58,16 @@ class Client:
     async def connect(
         endpoints: Union[Sequence[str], str],
         *,
+        token: Union[str, _core.BearerToken, None] = None,
         connect_timeout: float = 5.0,
         request_timeout: float = 10.0,
         retry_budget: float = 10.0,
     ) -> "Client":
         """Connects to the first of ``endpoints`` (``host:port``, at most 16) that accepts a
-        connection; the others connect when first used."""
+        connection; the others connect when first used. ``token``: the bearer token every call
+        carries, else ``$PALISADE_AUTH_TOKEN`` if set (see :class:`palisade.Client`)."""
         targets = _core.parse_endpoints(endpoints)
+        bearer = _core.bearer_token(token)
         for name, value in (
             ("connect_timeout", connect_timeout),
             ("request_timeout", request_timeout),
@@ -96,7 +99,9 @@ class Client:
                 f"cannot connect to the lock service at {','.join(targets)}: {'; '.join(failures)}; "
                 "is `palisade serve` running there?"
             )
-        endpoints_ = _core.Endpoints(targets, first, lambda t: pb_grpc.LocksStub(channel(t)))
+        endpoints_ = _core.Endpoints(
+            targets, first, lambda t: _core.AuthorizedStub(pb_grpc.LocksStub(channel(t)), bearer)
+        )
         return Client(channels, endpoints_, request_timeout, retry_budget)
 
     @property

@@ -160,17 +160,26 @@ class Client:
     ``endpoints`` is a list of ``host:port`` (or one comma-separated string), at most 16. The
     client connects to the first that accepts a connection and keeps lazily connected channels
     to the others; calls follow the leader (see :mod:`palisade._core`). Thread-safe.
+
+    ``token`` is the bearer token every call carries (``authorization: Bearer <token>``), for a
+    lock service with a token file and a policy; when it is ``None``, ``$PALISADE_AUTH_TOKEN`` is
+    used if set, else no token is sent. The client never shows the token (``repr``, logs,
+    errors).
     """
 
     def __init__(
         self,
         endpoints: Union[Sequence[str], str],
         *,
+        token: Union[str, _core.BearerToken, None] = None,
         connect_timeout: float = 5.0,
         request_timeout: float = 10.0,
         retry_budget: float = 10.0,
     ) -> None:
+        self._channels: dict[str, grpc.Channel] = {}
+        self._closed = False
         targets = _core.parse_endpoints(endpoints)
+        bearer = _core.bearer_token(token)
         for name, value in (
             ("connect_timeout", connect_timeout),
             ("request_timeout", request_timeout),
@@ -178,8 +187,6 @@ class Client:
         ):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 3600:
                 raise errors.InvalidArgument(f"{name} is seconds in (0, 3600], not {value!r}")
-        self._channels: dict[str, grpc.Channel] = {}
-        self._closed = False
         failures = []
         first = None
         for index, target in enumerate(targets):
@@ -197,7 +204,9 @@ class Client:
                 f"cannot connect to the lock service at {','.join(targets)}: {'; '.join(failures)}; "
                 "is `palisade serve` running there?"
             )
-        self._endpoints = _core.Endpoints(targets, first, lambda t: pb_grpc.LocksStub(self._channel(t)))
+        self._endpoints = _core.Endpoints(
+            targets, first, lambda t: _core.AuthorizedStub(pb_grpc.LocksStub(self._channel(t)), bearer)
+        )
         self._calls = _Calls(self._endpoints, request_timeout, retry_budget)
 
     def _channel(self, target: str) -> grpc.Channel:

@@ -4,8 +4,8 @@ Every failed call raises a :class:`PalisadeError` whose class says what happened
 client's ``ErrorClass`` does:
 
 - :class:`Refused`: the service refused the request as made (no such session, not the holder,
-  invalid input, a missing or wrong session secret); sending it again unchanged fails again.
-  Nothing changed.
+  invalid input, a missing or wrong session secret or bearer token, a right the policy does not
+  grant, a quota reached); sending it again unchanged fails again. Nothing changed.
 - :class:`NotAcquired`: the lock was not acquired (busy, the wait ended, a limit on waiters or
   locks); trying again later may succeed. Nothing changed.
 - :class:`NotApplied` (also named ``Unavailable``): the request was not applied (no member could
@@ -19,8 +19,9 @@ client's ``ErrorClass`` does:
 A refusal of the lock table carries the service's ``ErrorDetail`` (``error.detail``, the
 generated message, and ``error.kind``, its stable snake_case name such as ``"busy"``); the
 common ones have subclasses: :class:`Busy`, :class:`WaitEnded`, :class:`SessionNotFound`,
-:class:`NotHolder`, :class:`Unauthenticated`, :class:`InvalidArgument`, :class:`LimitReached`,
-:class:`TokensExhausted`. A kind this client does not know is classified by its status code.
+:class:`NotHolder`, :class:`Unauthenticated`, :class:`PermissionDenied`, :class:`SessionNotOwned`,
+:class:`QuotaReached`, :class:`InvalidArgument`, :class:`LimitReached`, :class:`TokensExhausted`.
+A kind this client does not know is classified by its status code.
 """
 
 from __future__ import annotations
@@ -156,7 +157,69 @@ class NotHolder(Refused):
 
 
 class Unauthenticated(Refused):
-    """A call for a session came without the session's secret, or with another one."""
+    """The caller is not who it must be: a call for a session came without the session's secret
+    or with another one (kinds ``session_secret_missing``, ``session_secret_wrong``), or the
+    service requires a bearer token and got none, a malformed one or one it does not know (kind
+    ``unauthenticated``; :attr:`reason` says which)."""
+
+    @property
+    def reason(self) -> Optional[str]:
+        """Why a bearer credential was refused (kind ``unauthenticated``):
+        ``"credential_missing"``, ``"credential_malformed"``, ``"credential_unknown"``, or a
+        reason of a newer service; ``None`` for the other kinds."""
+        d = self.detail
+        if d is None or d.kind != "unauthenticated":
+            return None
+        return d.reason or None
+
+
+class PermissionDenied(Refused):
+    """The policy grants the caller's identity no such right there (kind ``permission_denied``).
+
+    :attr:`identity` is the authenticated identity, :attr:`right` the right it lacks
+    (``"lock"``, ``"read"`` or ``"admin"``) and :attr:`scope` what it was asked on: the lock, the
+    prefix a listing asked for, or ``"*"``. Nothing was done; ask the operator for the right.
+    """
+
+    @property
+    def identity(self) -> Optional[str]:
+        return self.detail.identity if self.detail is not None else None
+
+    @property
+    def right(self) -> Optional[str]:
+        return self.detail.right if self.detail is not None else None
+
+    @property
+    def scope(self) -> Optional[str]:
+        return self.detail.scope if self.detail is not None else None
+
+
+class SessionNotOwned(Refused):
+    """The session belongs to another identity (kind ``session_not_owned``): only the identity
+    that opened a session acts for it, even with its secret. :attr:`session` is its id."""
+
+    @property
+    def session(self) -> Optional[int]:
+        return self.detail.session if self.detail is not None else None
+
+
+class QuotaReached(Refused):
+    """The caller's identity is at one of its quotas (kind ``quota_reached``): :attr:`quota` is
+    ``"sessions"``, ``"locks"``, ``"waiters"`` or ``"watches"``, :attr:`quota_max` its value for
+    :attr:`identity`. Refused, not retried: free something of that identity's first (release a
+    lock, close a session), as the Rust client classifies it."""
+
+    @property
+    def identity(self) -> Optional[str]:
+        return self.detail.identity if self.detail is not None else None
+
+    @property
+    def quota(self) -> Optional[str]:
+        return self.detail.quota if self.detail is not None else None
+
+    @property
+    def quota_max(self) -> Optional[int]:
+        return self.detail.quota_max if self.detail is not None else None
 
 
 class InvalidArgument(Refused):
@@ -213,6 +276,10 @@ _BY_KIND: dict[str, type[PalisadeError]] = {
     "invalid_limits": ProtocolError,
     "session_secret_missing": Unauthenticated,
     "session_secret_wrong": Unauthenticated,
+    "unauthenticated": Unauthenticated,
+    "permission_denied": PermissionDenied,
+    "session_not_owned": SessionNotOwned,
+    "quota_reached": QuotaReached,
 }
 
 
