@@ -81,9 +81,10 @@ async def test_a_session_renews_by_call_when_its_connection_has_no_keepalive_str
         assert refused.value.code().name == "RESOURCE_EXHAUSTED", refused.value
         # A session on the same connection cannot open a stream: it is renewed by Renew calls,
         # and outlives its ttl several times over.
-        session = await client.session(1)
+        # A ttl of 3 s: a 1 s lease could go unproven on a busy machine through scheduling alone.
+        session = await client.session(3)
         grant = await session.acquire(unique)
-        await asyncio.sleep(2.2)  # over twice the ttl
+        await asyncio.sleep(6.5)  # over twice the ttl
         assert not grant.lost.is_set(), grant.lost_reason
         status = await client.status(unique)
         assert status.holder is not None and status.holder.token == grant.token

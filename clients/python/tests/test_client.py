@@ -253,8 +253,10 @@ def test_a_session_renews_by_call_when_its_connection_has_no_keepalive_stream_to
                         break
                 assert time.monotonic() < deadline, "the keepalive streams were never exhausted"
                 time.sleep(0.1)
-            with client.lock(unique, ttl=1) as grant:
-                time.sleep(2.2)  # over twice the ttl
+            # A ttl of 3 s: with 1000 idle streams' threads, a 1 s lease could go unproven on a
+            # busy machine through scheduling alone.
+            with client.lock(unique, ttl=3) as grant:
+                time.sleep(6.5)  # over twice the ttl
                 assert not grant.lost.is_set(), grant.lost_reason
                 assert client.status(unique).holder.token == grant.token
         finally:

@@ -551,6 +551,11 @@ class ClusterStub:
                 request_serializer=palisade_dot___proto_dot_palisade__pb2.BackupRequest.SerializeToString,
                 response_deserializer=palisade_dot___proto_dot_palisade__pb2.BackupChunk.FromString,
                 _registered_method=True)
+        self.RaiseTokenFloor = channel.unary_unary(
+                '/palisade.v1.Cluster/RaiseTokenFloor',
+                request_serializer=palisade_dot___proto_dot_palisade__pb2.RaiseTokenFloorRequest.SerializeToString,
+                response_deserializer=palisade_dot___proto_dot_palisade__pb2.RaiseTokenFloorResponse.FromString,
+                _registered_method=True)
 
 
 class ClusterServicer:
@@ -620,6 +625,16 @@ class ClusterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RaiseTokenFloor(self, request, context):
+        """Raises the cluster's token counter so every later grant's token is above `floor` (leader;
+        never lowers it). The recovery from a resource that accepted a huge token it should not
+        have (a planted or leaked key, a mistake): retire the key at the resources, then raise the
+        floor above that token, and honest holders' tokens are accepted again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -662,6 +677,11 @@ def add_ClusterServicer_to_server(servicer, server):
                     servicer.Backup,
                     request_deserializer=palisade_dot___proto_dot_palisade__pb2.BackupRequest.FromString,
                     response_serializer=palisade_dot___proto_dot_palisade__pb2.BackupChunk.SerializeToString,
+            ),
+            'RaiseTokenFloor': grpc.unary_unary_rpc_method_handler(
+                    servicer.RaiseTokenFloor,
+                    request_deserializer=palisade_dot___proto_dot_palisade__pb2.RaiseTokenFloorRequest.FromString,
+                    response_serializer=palisade_dot___proto_dot_palisade__pb2.RaiseTokenFloorResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -883,6 +903,33 @@ class Cluster:
             '/palisade.v1.Cluster/Backup',
             palisade_dot___proto_dot_palisade__pb2.BackupRequest.SerializeToString,
             palisade_dot___proto_dot_palisade__pb2.BackupChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RaiseTokenFloor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/palisade.v1.Cluster/RaiseTokenFloor',
+            palisade_dot___proto_dot_palisade__pb2.RaiseTokenFloorRequest.SerializeToString,
+            palisade_dot___proto_dot_palisade__pb2.RaiseTokenFloorResponse.FromString,
             options,
             channel_credentials,
             insecure,
