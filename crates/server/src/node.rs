@@ -1083,13 +1083,11 @@ impl Node {
         let output = self
             .propose(Command::RaiseTokenFloor { floor })
             .await
-            .map_err(|e| match e {
-                ProposeError::NotLeader { .. } => MembershipError::NotLeader(e),
-                ProposeError::Discarded { .. }
-                | ProposeError::NotCommittedInTime
-                | ProposeError::Stopped(_) => MembershipError::Failed(format!(
-                    "{e}; the floor may or may not have been raised: raising it again is harmless"
-                )),
+            .map_err(|e| {
+                administrative(
+                    e,
+                    "the floor may or may not have been raised: raising it again is harmless",
+                )
             })?;
         match output.result {
             Ok(palisade_core::Reply::TokenFloorRaised { last_token }) => Ok(last_token),
@@ -1136,13 +1134,11 @@ impl Node {
             },
         )
         .await
-        .map_err(|e| match e {
-            ProposeError::NotLeader { .. } => MembershipError::NotLeader(e),
-            ProposeError::Discarded { .. }
-            | ProposeError::NotCommittedInTime
-            | ProposeError::Stopped(_) => MembershipError::Failed(format!(
-                "{e}; the key change may or may not have taken effect: see `palisade keys list`"
-            )),
+        .map_err(|e| {
+            administrative(
+                e,
+                "the key change may or may not have taken effect: see `palisade keys list`",
+            )
         })?;
         // Add and retire leave a non-empty ring, so the ring alone says whether they applied.
         let done = self.shared.read_keys(|after| match &change {
@@ -1351,6 +1347,17 @@ fn hint_of(forward: &ForwardToLeader<C>) -> Option<LeaderHint> {
             .map(|m| m.addr.clone())
             .unwrap_or_default(),
     })
+}
+
+/// An operator's proposal that failed: not the leader (the caller goes there), or an outcome
+/// the caller cannot know, with what to do about it.
+fn administrative(e: ProposeError, unknown_outcome: &str) -> MembershipError {
+    match e {
+        ProposeError::NotLeader { .. } => MembershipError::NotLeader(e),
+        ProposeError::Discarded { .. }
+        | ProposeError::NotCommittedInTime
+        | ProposeError::Stopped(_) => MembershipError::Failed(format!("{e}; {unknown_outcome}")),
+    }
 }
 
 #[cfg(test)]
