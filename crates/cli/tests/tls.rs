@@ -71,6 +71,32 @@ fn lock_service(data_dir: &Path, flags: &[String]) -> ServerProcess {
     service
 }
 
+/// `palisade store serve` in `dir`, verifying sequencers with `key`, with the TLS `flags`.
+fn tls_store(dir: &Path, key: &str, flags: &[String]) -> ServerProcess {
+    let mut store = ServerProcess::custom(
+        "palisade store serve",
+        dir,
+        Announce::Store,
+        {
+            let dir = dir.to_path_buf();
+            let key = key.to_owned();
+            let flags = flags.to_vec();
+            move |ports| {
+                let mut cmd = command(BIN);
+                cmd.args(["store", "serve", "--listen", &ports.listen.to_string()])
+                    .arg("--data-dir")
+                    .arg(&dir)
+                    .args(["--public-key", &key])
+                    .args(&flags)
+                    .env("RUST_LOG", "info");
+                cmd
+            }
+        },
+    );
+    store.start();
+    store
+}
+
 /// `palisade` with `tls` flags against `endpoint`.
 fn palisade(endpoint: &str, tls: &[String], args: &[&str]) -> Ran {
     let mut cmd = command(BIN);
@@ -109,27 +135,7 @@ fn a_client_trusting_the_ca_locks_and_writes_to_the_fenced_store_over_tls() {
     // Phase 2: the fenced store over TLS, verifying the service's key.
     let key = palisade(&endpoint, &certs.trust(), &["pubkey"]);
     key.expect_success();
-    let mut store = ServerProcess::custom(
-        "palisade store serve",
-        dir.path().join("store"),
-        Announce::Store,
-        {
-            let dir = dir.path().join("store");
-            let key = key.stdout.trim().to_owned();
-            let node = certs.node();
-            move |ports| {
-                let mut cmd = command(BIN);
-                cmd.args(["store", "serve", "--listen", &ports.listen.to_string()])
-                    .arg("--data-dir")
-                    .arg(&dir)
-                    .args(["--public-key", &key])
-                    .args(&node)
-                    .env("RUST_LOG", "info");
-                cmd
-            }
-        },
-    );
-    store.start();
+    let store = tls_store(&dir.path().join("store"), key.stdout.trim(), &certs.node());
     let store_url = format!("https://{}", store.addr());
     let put = |tls: &[String]| {
         let mut cmd = command(BIN);
@@ -436,28 +442,9 @@ fn a_store_requiring_client_certificates_takes_a_write_only_from_a_client_of_its
     let key = palisade(&endpoint, &[], &["pubkey"]);
     key.expect_success();
 
-    let mut store = ServerProcess::custom(
-        "palisade store serve",
-        dir.path().join("store"),
-        Announce::Store,
-        {
-            let dir = dir.path().join("store");
-            let key = key.stdout.trim().to_owned();
-            let mut flags = certs.node();
-            flags.extend(["--tls-client-ca".into(), certs.file("ca.pem")]);
-            move |ports| {
-                let mut cmd = command(BIN);
-                cmd.args(["store", "serve", "--listen", &ports.listen.to_string()])
-                    .arg("--data-dir")
-                    .arg(&dir)
-                    .args(["--public-key", &key])
-                    .args(&flags)
-                    .env("RUST_LOG", "info");
-                cmd
-            }
-        },
-    );
-    store.start();
+    let mut flags = certs.node();
+    flags.extend(["--tls-client-ca".into(), certs.file("ca.pem")]);
+    let store = tls_store(&dir.path().join("store"), key.stdout.trim(), &flags);
     let store_url = format!("https://{}", store.addr());
     let put = |tls: &[String], value: &str| {
         let mut cmd = command(BIN);
