@@ -73,26 +73,21 @@ fn lock_service(data_dir: &Path, flags: &[String]) -> ServerProcess {
 
 /// `palisade store serve` in `dir`, verifying sequencers with `key`, with the TLS `flags`.
 fn tls_store(dir: &Path, key: &str, flags: &[String]) -> ServerProcess {
-    let mut store = ServerProcess::custom(
-        "palisade store serve",
-        dir,
-        Announce::Store,
-        {
-            let dir = dir.to_path_buf();
-            let key = key.to_owned();
-            let flags = flags.to_vec();
-            move |ports| {
-                let mut cmd = command(BIN);
-                cmd.args(["store", "serve", "--listen", &ports.listen.to_string()])
-                    .arg("--data-dir")
-                    .arg(&dir)
-                    .args(["--public-key", &key])
-                    .args(&flags)
-                    .env("RUST_LOG", "info");
-                cmd
-            }
-        },
-    );
+    let mut store = ServerProcess::custom("palisade store serve", dir, Announce::Store, {
+        let dir = dir.to_path_buf();
+        let key = key.to_owned();
+        let flags = flags.to_vec();
+        move |ports| {
+            let mut cmd = command(BIN);
+            cmd.args(["store", "serve", "--listen", &ports.listen.to_string()])
+                .arg("--data-dir")
+                .arg(&dir)
+                .args(["--public-key", &key])
+                .args(&flags)
+                .env("RUST_LOG", "info");
+            cmd
+        }
+    });
     store.start();
     store
 }
