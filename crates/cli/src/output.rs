@@ -56,10 +56,11 @@ fn ms(duration: Duration) -> u64 {
 pub fn status_json(status: &LockStatus) -> Value {
     json!({
         "lock": status.lock,
-        "holder": status.holder.map(|h| json!({
+        "holder": status.holder.as_ref().map(|h| json!({
             "session": h.session,
             "token": h.token,
             "lease_remaining_ms": ms(h.lease_remaining),
+            "value": h.value,
         })),
         "last_token": status.last_token,
         "waiters": status.waiters,
@@ -70,7 +71,7 @@ pub fn status_json(status: &LockStatus) -> Value {
 /// The human form of one lock's state: aligned `field value` lines.
 pub fn status_text(status: &LockStatus) -> String {
     let mut rows: Vec<(&str, String)> = vec![("lock", status.lock.clone())];
-    match status.holder {
+    match &status.holder {
         Some(holder) => {
             rows.push(("holder", format!("session {}", holder.session)));
             rows.push(("token", holder.token.to_string()));
@@ -78,6 +79,9 @@ pub fn status_text(status: &LockStatus) -> String {
                 "lease",
                 format!("{} remaining", human_duration(holder.lease_remaining)),
             ));
+            if let Some(value) = &holder.value {
+                rows.push(("value", value.clone()));
+            }
         }
         None => rows.push(("holder", "none (free)".to_string())),
     }
@@ -105,18 +109,40 @@ pub fn status_text(status: &LockStatus) -> String {
     text
 }
 
+/// Longest value a table cell shows, in characters; `status` and `--json` show it whole.
+const VALUE_CELL_CHARS_MAX: usize = 40;
+
+/// `value` cut to [`VALUE_CELL_CHARS_MAX`] characters, with `…` where it was cut.
+fn value_cell(value: &str) -> String {
+    if value.chars().count() <= VALUE_CELL_CHARS_MAX {
+        return value.to_string();
+    }
+    let kept: String = value.chars().take(VALUE_CELL_CHARS_MAX - 1).collect();
+    format!("{kept}…")
+}
+
 /// A table of locks for humans.
 pub fn locks_table(locks: &[LockStatus]) -> String {
-    let header = ["LOCK", "HOLDER", "TOKEN", "LAST TOKEN", "WAITERS", "LEASE"].map(String::from);
+    let header = [
+        "LOCK",
+        "HOLDER",
+        "TOKEN",
+        "LAST TOKEN",
+        "WAITERS",
+        "LEASE",
+        "VALUE",
+    ]
+    .map(String::from);
     let mut rows = vec![header];
     for status in locks {
-        let (holder, token, lease) = match status.holder {
+        let (holder, token, lease, value) = match &status.holder {
             Some(h) => (
                 h.session.to_string(),
                 h.token.to_string(),
                 human_duration(h.lease_remaining),
+                h.value.as_deref().map_or("-".to_string(), value_cell),
             ),
-            None => ("-".to_string(), "-".to_string(), "-".to_string()),
+            None => ("-".into(), "-".into(), "-".into(), "-".into()),
         };
         rows.push([
             status.lock.clone(),
@@ -125,9 +151,10 @@ pub fn locks_table(locks: &[LockStatus]) -> String {
             status.last_token.to_string(),
             status.waiters.len().to_string(),
             lease,
+            value,
         ]);
     }
-    let mut widths = [0usize; 6];
+    let mut widths = [0usize; 7];
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
@@ -174,6 +201,15 @@ mod tests {
             ("PALISADE_TOKEN", "3".to_string()),
         ]);
         assert_eq!(text, "PALISADE_LOCK='a b'\nPALISADE_TOKEN=3\n");
+    }
+
+    #[test]
+    fn a_long_value_is_cut_in_a_table_cell() {
+        assert_eq!(value_cell("10.0.0.1:5432"), "10.0.0.1:5432");
+        let long = "é".repeat(100);
+        let cell = value_cell(&long);
+        assert_eq!(cell.chars().count(), VALUE_CELL_CHARS_MAX);
+        assert!(cell.ends_with('…'));
     }
 
     #[test]

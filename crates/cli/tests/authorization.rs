@@ -438,6 +438,7 @@ async fn a_session_opened_by_one_identity_cannot_be_used_by_another_even_with_it
         wait_ms: 0,
         wait_forever: false,
         session_secret: secret.clone(),
+        value: String::new(),
     };
     not_owned(mallory.acquire(acquire("shared/a", 1)).await.unwrap_err());
     not_owned(

@@ -290,6 +290,7 @@ fn a_frozen_leader_that_wakes_after_an_election_grants_nothing() {
                 wait_ms: 0,
                 wait_forever: false,
                 session_secret: credential.secret().as_bytes().to_vec(),
+                value: String::new(),
             })
             .await
     });

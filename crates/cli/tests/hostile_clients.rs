@@ -64,6 +64,7 @@ async fn refused_requests_are_refused_as_before_and_never_reach_the_log() {
         wait_ms,
         wait_forever: false,
         session_secret: secret.clone(),
+        value: String::new(),
     };
     let release = |lock: String| ReleaseRequest {
         session,

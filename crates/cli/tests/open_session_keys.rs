@@ -39,6 +39,7 @@ fn try_acquire((session, secret): &(u64, Vec<u8>), lock: &str) -> AcquireRequest
         wait_ms: 0,
         wait_forever: false,
         session_secret: secret.clone(),
+        value: String::new(),
     }
 }
 

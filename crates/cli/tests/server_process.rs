@@ -50,6 +50,7 @@ fn try_acquire(session: Session, lock: &str, request_id: u64) -> AcquireRequest 
         wait_ms: 0,
         wait_forever: false,
         session_secret: session.secret.to_vec(),
+        value: String::new(),
     }
 }
 

@@ -53,6 +53,7 @@ fn acquire(session: &Opened, lock: &str, request_id: u64) -> AcquireRequest {
         wait_ms: 0,
         wait_forever: false,
         session_secret: session.secret.clone(),
+        value: String::new(),
     }
 }
 

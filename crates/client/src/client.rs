@@ -24,8 +24,8 @@ use crate::bearer::{AUTH_TOKEN_ENV, Bearer, BearerToken};
 
 use crate::credential::{SESSION_SECRET_BYTES, SessionCredential, SessionSecret};
 use crate::error::{
-    AcquireError, CloseError, ConnectError, Failure, QueryError, ReleaseError, RenewError,
-    SessionError,
+    AcquireError, CloseError, ConnectError, Failure, ProclaimError, QueryError, ReleaseError,
+    RenewError, SessionError,
 };
 use crate::retry::{Backoff, open_key, request_id, retry_until_known};
 use crate::session::{AcquireOptions, Session, SessionOptions, Wait};
@@ -192,13 +192,15 @@ pub struct LockStatus {
 }
 
 /// The current holder of a lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Holder {
     pub session: SessionId,
     pub token: Token,
     /// Lease remaining on the holding session when the server answered.
     pub lease_remaining: Duration,
+    /// What the holder attached to its grant (for a leader election, the leader's address).
+    pub value: Option<String>,
 }
 
 /// Turns `127.0.0.1:7457` into `http://127.0.0.1:7457`; leaves URLs with a scheme alone.
@@ -648,6 +650,8 @@ impl Client {
         let session = credential.id();
         validate_lock_name(lock, LOCK_NAME_BYTES_MAX)
             .map_err(|e| AcquireError::InvalidArgument(invalid_name(lock, &e)))?;
+        let value = wire_value(options.value.as_deref())
+            .map_err(|e| AcquireError::InvalidArgument(invalid_value(&e)))?;
         let request_id = request_id();
         let started = Instant::now();
         let wait_deadline = match options.wait {
@@ -664,6 +668,7 @@ impl Client {
                 wait_ms: remaining.map_or(0, |r| u64::try_from(r.as_millis()).unwrap_or(u64::MAX)),
                 wait_forever: options.wait == Wait::Forever,
                 session_secret: credential.secret().as_bytes().to_vec(),
+                value: value.clone(),
             };
             // A wait forever has no deadline of its own: a dead connection is found by HTTP/2
             // keepalive, and a lost session by the session's keepalive.
@@ -709,6 +714,38 @@ impl Client {
             )));
         }
         Ok(response.token.map(Token::new))
+    }
+
+    /// Replaces the value of `credential`'s grant `token` of `lock` (`None` removes it): what
+    /// a leader proclaims. Refused with [`ProclaimError::NotHolder`] unless that grant is the
+    /// lock's current holding. Setting a value twice is harmless, so failures of unknown outcome
+    /// are retried like reads.
+    pub async fn proclaim(
+        &self,
+        credential: SessionCredential,
+        lock: &str,
+        token: Token,
+        value: Option<&str>,
+    ) -> Result<(), ProclaimError> {
+        let session = credential.id();
+        validate_lock_name(lock, LOCK_NAME_BYTES_MAX)
+            .map_err(|e| ProclaimError::InvalidArgument(invalid_name(lock, &e)))?;
+        let value =
+            wire_value(value).map_err(|e| ProclaimError::InvalidArgument(invalid_value(&e)))?;
+        let request = pb::ProclaimRequest {
+            session: session.get(),
+            lock: lock.to_string(),
+            token: token.get(),
+            value,
+            session_secret: credential.secret().as_bytes().to_vec(),
+        };
+        self.call_with_retries(|mut raw| {
+            let request = request.clone();
+            async move { raw.proclaim(request).await }
+        })
+        .await
+        .map(|_| ())
+        .map_err(|f| ProclaimError::from_failure(f, session, lock))
     }
 
     /// The state of one lock.
@@ -1002,6 +1039,7 @@ pub(crate) fn lock_status(info: pb::LockInfo) -> Result<LockStatus, QueryError> 
             session: SessionId::new(h.session),
             token: Token::new(h.token),
             lease_remaining: Duration::from_millis(h.lease_remaining_ms),
+            value: (!h.value.is_empty()).then_some(h.value),
         }),
         lock: info.lock,
         last_token: Token::new(info.last_token),
@@ -1012,6 +1050,18 @@ pub(crate) fn lock_status(info: pb::LockInfo) -> Result<LockStatus, QueryError> 
 
 /// The message for a refused lock name, quoting at most its first 64 characters: an oversized
 /// name must not turn the error into a wall of text.
+/// A grant's value as the wire spells it (empty for none), checked as the server will.
+fn wire_value(value: Option<&str>) -> Result<String, palisade_core::limits::GrantValueError> {
+    match value {
+        None => Ok(String::new()),
+        Some(value) => palisade_core::GrantValue::new(value).map(String::from),
+    }
+}
+
+fn invalid_value(error: &palisade_core::limits::GrantValueError) -> String {
+    format!("invalid value: {error}")
+}
+
 fn invalid_name(lock: &str, error: &palisade_core::limits::LockNameError) -> String {
     const QUOTED_CHARS_MAX: usize = 64;
     match lock.char_indices().nth(QUOTED_CHARS_MAX) {
@@ -1303,6 +1353,7 @@ mod tests {
                 session: 1,
                 token: 5,
                 lease_remaining_ms: 900,
+                value: String::new(),
             }),
             last_token: 4,
             waiters: vec![],

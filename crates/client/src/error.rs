@@ -599,6 +599,87 @@ impl ReleaseError {
     }
 }
 
+/// Why a grant's value was not replaced ([`crate::Client::proclaim`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProclaimError {
+    /// The grant named is not the lock's holding any more (or never was this session's): a
+    /// leader that lost its leadership cannot proclaim.
+    #[error(
+        "session {session} does not hold lock {lock:?} with the grant it named{}",
+        describe_holder(*holder_session)
+    )]
+    NotHolder {
+        lock: String,
+        session: SessionId,
+        holder_session: Option<SessionId>,
+    },
+    #[error(
+        "session {session} does not exist (it expired or was closed), so it holds no lock any more"
+    )]
+    SessionNotFound { session: SessionId },
+    #[error("invalid proclaim request: {0}")]
+    InvalidArgument(String),
+    #[error(
+        "proclaiming a value for lock {lock:?} has an unknown outcome ({reason}); proclaim again (it is harmless) or read the lock"
+    )]
+    Unknown { lock: String, reason: String },
+    #[error("the lock service is unavailable, value not set ({0}); retry later")]
+    Unavailable(String),
+    #[error("the lock service refused the proclaim: {0}")]
+    Refused(CoreError),
+    #[error("the lock service answered the proclaim with an invalid response: {0}")]
+    Protocol(String),
+    #[error("the lock service refused the proclaim ({code:?}): {message}")]
+    Rejected { code: Code, message: String },
+}
+
+impl ProclaimError {
+    /// True when the same proclaim may succeed later.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            ProclaimError::Unknown { .. } | ProclaimError::Unavailable(_)
+        )
+    }
+
+    /// How a caller reacts.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            ProclaimError::Unavailable(_) => ErrorClass::Unavailable,
+            ProclaimError::Unknown { .. } => ErrorClass::OutcomeUnknown,
+            ProclaimError::Protocol(_) => ErrorClass::Internal,
+            ProclaimError::Rejected { code, .. } => ErrorClass::of_code(*code),
+            ProclaimError::NotHolder { .. }
+            | ProclaimError::SessionNotFound { .. }
+            | ProclaimError::InvalidArgument(_)
+            | ProclaimError::Refused(_) => ErrorClass::Refused,
+        }
+    }
+
+    pub(crate) fn from_failure(failure: Failure, session: SessionId, lock: &str) -> ProclaimError {
+        // The release's mapping names the same refusals; only the type differs.
+        match ReleaseError::from_failure(failure, session, lock) {
+            ReleaseError::NotHolder {
+                lock,
+                session,
+                holder_session,
+            } => ProclaimError::NotHolder {
+                lock,
+                session,
+                holder_session,
+            },
+            ReleaseError::SessionNotFound { session } => ProclaimError::SessionNotFound { session },
+            ReleaseError::InvalidArgument(message) => ProclaimError::InvalidArgument(message),
+            ReleaseError::Unknown { lock, reason } => ProclaimError::Unknown { lock, reason },
+            ReleaseError::Unavailable(message) => ProclaimError::Unavailable(message),
+            ReleaseError::Refused(core) => ProclaimError::Refused(core),
+            ReleaseError::Rejected { code, message } => ProclaimError::Rejected { code, message },
+            ReleaseError::Protocol(message) => ProclaimError::Protocol(message),
+        }
+    }
+}
+
 /// Why a session's lease was not renewed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

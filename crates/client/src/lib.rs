@@ -71,8 +71,8 @@ pub use client::{
 };
 pub use credential::{CredentialError, SESSION_SECRET_BYTES, SessionCredential, SessionSecret};
 pub use error::{
-    AcquireError, CloseError, ConnectError, ErrorClass, QueryError, ReleaseError, RenewError,
-    SessionError,
+    AcquireError, CloseError, ConnectError, ErrorClass, ProclaimError, QueryError, ReleaseError,
+    RenewError, SessionError,
 };
 pub use palisade_core::{DurationMs, RequestId, SessionId, Token};
 pub use retry::{AttemptFailure, RetryPolicy, request_id, retry_until_known};

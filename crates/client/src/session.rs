@@ -37,7 +37,9 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use crate::client::{Client, Grant, keep_alive_request};
 use crate::credential::SessionCredential;
-use crate::error::{AcquireError, CloseError, Failure, ReleaseError, RenewError, SessionError};
+use crate::error::{
+    AcquireError, CloseError, Failure, ProclaimError, ReleaseError, RenewError, SessionError,
+};
 use crate::retry::Backoff;
 
 /// Pings that may wait for their acknowledgement at once; a stream is reopened long before
@@ -85,15 +87,19 @@ pub enum Wait {
 }
 
 /// How to acquire a lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AcquireOptions {
     pub wait: Wait,
+    /// What the grant tells everyone who reads the lock (status, listings, watches): for a
+    /// leader election, the leader's address. 1 to 1024 bytes, no control characters.
+    pub value: Option<String>,
 }
 
 impl Default for AcquireOptions {
     fn default() -> Self {
         AcquireOptions {
             wait: Wait::Forever,
+            value: None,
         }
     }
 }
@@ -101,7 +107,15 @@ impl Default for AcquireOptions {
 impl AcquireOptions {
     /// Options with this wait.
     pub fn wait(wait: Wait) -> AcquireOptions {
-        AcquireOptions { wait }
+        AcquireOptions { wait, value: None }
+    }
+
+    /// The same options, with the grant carrying `value`.
+    pub fn with_value(self, value: impl Into<String>) -> AcquireOptions {
+        AcquireOptions {
+            value: Some(value.into()),
+            ..self
+        }
     }
 }
 
@@ -449,6 +463,26 @@ impl LockGuard {
     /// lock is given up when the session is closed or dropped (or the server expires it).
     pub fn lost(&self) -> impl Future<Output = SessionLost> + Send + 'static {
         self.shared.lost()
+    }
+
+    /// Replaces the value this grant carries (`None` removes it), as readers of the lock see
+    /// it: what a leader proclaims. Refused with [`ProclaimError::NotHolder`] once the grant has
+    /// ended.
+    pub async fn proclaim(&self, value: Option<&str>) -> Result<(), ProclaimError> {
+        if self.shared.ended().is_some() {
+            return Err(ProclaimError::SessionNotFound {
+                session: self.grant.session,
+            });
+        }
+        self.shared
+            .client
+            .proclaim(
+                self.shared.credential,
+                &self.grant.lock,
+                self.grant.token,
+                value,
+            )
+            .await
     }
 
     /// Gives the lock up and reports the outcome.

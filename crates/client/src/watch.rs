@@ -24,18 +24,22 @@ pub enum LockEventKind {
     Released,
     /// The holder's session expired.
     Expired,
+    /// The holder proclaimed a new value ([`LockEvent::value`]).
+    ValueSet,
     /// A kind this client does not know (from a newer server).
     Other(i32),
 }
 
 impl LockEventKind {
-    /// A lowercase name: `snapshot`, `granted`, `released`, `expired`, or `other`.
+    /// A lowercase name: `snapshot`, `granted`, `released`, `expired`, `value_set`, or
+    /// `other`.
     pub fn as_str(&self) -> &'static str {
         match self {
             LockEventKind::Snapshot => "snapshot",
             LockEventKind::Granted => "granted",
             LockEventKind::Released => "released",
             LockEventKind::Expired => "expired",
+            LockEventKind::ValueSet => "value_set",
             LockEventKind::Other(_) => "other",
         }
     }
@@ -54,6 +58,9 @@ pub struct LockEvent {
     pub token: Option<Token>,
     /// Sessions waiting for the lock.
     pub waiters: u64,
+    /// The holding's value after a snapshot, a grant or a proclaim; `None` if it has none, and
+    /// after a release or an expiry.
+    pub value: Option<String>,
 }
 
 /// The events of one lock, from [`crate::Client::watch`].
@@ -162,13 +169,17 @@ fn convert(lock: &str, event: pb::WatchEvent) -> Result<LockEvent, QueryError> {
         Ok(Kind::Granted) => LockEventKind::Granted,
         Ok(Kind::Released) => LockEventKind::Released,
         Ok(Kind::Expired) => LockEventKind::Expired,
+        Ok(Kind::ValueSet) => LockEventKind::ValueSet,
         Ok(Kind::Unspecified) | Err(_) => LockEventKind::Other(event.kind),
     };
     let held = event.session != 0;
-    if kind == LockEventKind::Granted && (!held || event.token == 0) {
+    let names_a_holding = matches!(kind, LockEventKind::Granted | LockEventKind::ValueSet);
+    if names_a_holding && (!held || event.token == 0) {
         return Err(QueryError::Protocol(format!(
-            "watch of lock {lock:?} sent a grant to session {} with token {}",
-            event.session, event.token
+            "watch of lock {lock:?} sent a {} of session {} with token {}",
+            kind.as_str(),
+            event.session,
+            event.token
         )));
     }
     Ok(LockEvent {
@@ -177,6 +188,7 @@ fn convert(lock: &str, event: pb::WatchEvent) -> Result<LockEvent, QueryError> {
         session: held.then_some(SessionId::new(event.session)),
         token: (event.token != 0).then_some(Token::new(event.token)),
         waiters: event.waiters,
+        value: (!event.value.is_empty()).then_some(event.value),
     })
 }
 
@@ -191,6 +203,7 @@ mod tests {
             session,
             token,
             waiters: 2,
+            value: String::new(),
         }
     }
 

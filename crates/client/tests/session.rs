@@ -87,8 +87,8 @@ async fn a_guard_carries_the_grant_and_release_frees_the_lock() {
     assert!(guard.sequencer().starts_with("pal2."));
     assert!(guard.ended().is_none());
     let status = client.status("jobs/a").await.unwrap();
-    assert_eq!(status.holder.unwrap().session, session.id());
-    assert_eq!(status.holder.unwrap().token, guard.token());
+    assert_eq!(status.holder.as_ref().unwrap().session, session.id());
+    assert_eq!(status.holder.as_ref().unwrap().token, guard.token());
 
     guard.release().await.unwrap();
     assert!(client.status("jobs/a").await.unwrap().holder.is_none());
@@ -161,7 +161,7 @@ async fn a_dropped_guard_is_released_before_the_next_acquire_of_its_lock() {
 
     assert!(second.token() > first_token);
     let status = client.status("jobs/c").await.unwrap();
-    assert_eq!(status.holder.unwrap().token, second.token());
+    assert_eq!(status.holder.as_ref().unwrap().token, second.token());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -234,8 +234,8 @@ async fn keepalive_rides_out_a_connection_outage_shorter_than_the_ttl() {
 
     assert!(guard.ended().is_none(), "{:?}", guard.ended());
     let status = client.status("jobs/f").await.unwrap();
-    assert_eq!(status.holder.unwrap().session, session.id());
-    assert_eq!(status.holder.unwrap().token, guard.token());
+    assert_eq!(status.holder.as_ref().unwrap().session, session.id());
+    assert_eq!(status.holder.as_ref().unwrap().token, guard.token());
     guard.release().await.unwrap();
 }
 
@@ -288,7 +288,7 @@ async fn the_one_shot_calls_work_without_a_keepalive() {
     assert!(remaining > Duration::from_secs(4) && remaining <= Duration::from_secs(5));
     let listed = client.list_locks("one/").await.unwrap();
     assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0].holder.unwrap().token, grant.token);
+    assert_eq!(listed[0].holder.as_ref().unwrap().token, grant.token);
 
     let other = client
         .open_session_without_keepalive(Duration::from_secs(5))
@@ -367,7 +367,7 @@ async fn a_dead_first_endpoint_is_skipped() {
         .await
         .unwrap();
     let status = client.status("many/a").await.unwrap();
-    assert_eq!(status.holder.unwrap().token, guard.token());
+    assert_eq!(status.holder.as_ref().unwrap().token, guard.token());
     guard.release().await.unwrap();
     session.close().await.unwrap();
 
@@ -430,7 +430,7 @@ async fn calls_keepalives_and_watches_move_to_the_next_endpoint_when_one_goes_aw
     );
     assert_eq!(client.endpoint(), second.endpoint());
     let status = client.status("move/a").await.unwrap();
-    assert_eq!(status.holder.unwrap().token, guard.token());
+    assert_eq!(status.holder.as_ref().unwrap().token, guard.token());
 
     // The watch reopened at the second endpoint: the release shows, as a release or as a
     // snapshot of a free lock taken after it.

@@ -11,6 +11,11 @@ use crate::{DurationMs, Token};
 /// Longest lock name, in bytes of UTF-8.
 pub const LOCK_NAME_BYTES_MAX: usize = 256;
 
+/// Longest value a holder may attach to its grant ([`crate::GrantValue`]), in bytes of UTF-8:
+/// room for an address, a URL or a small JSON object. Every held lock and every waiter may
+/// carry one, so the bound is what keeps a table at its `locks_max` within memory.
+pub const GRANT_VALUE_BYTES_MAX: usize = 1024;
+
 /// Longest identity name (an [`crate::Identity`]), in bytes.
 pub const IDENTITY_BYTES_MAX: usize = 64;
 
@@ -201,6 +206,47 @@ pub fn validate_lock_name(name: &str, bytes_max: usize) -> Result<(), LockNameEr
         return Err(LockNameError::ControlCharacter);
     }
     Ok(())
+}
+
+/// Checks a grant's value: 1..=[`GRANT_VALUE_BYTES_MAX`] bytes of UTF-8 with no control
+/// characters (a value is shown on terminals and web pages; binary data goes in base64).
+pub fn validate_grant_value(value: &str) -> Result<(), GrantValueError> {
+    if value.is_empty() {
+        return Err(GrantValueError::Empty);
+    }
+    if value.len() > GRANT_VALUE_BYTES_MAX {
+        return Err(GrantValueError::TooLong {
+            bytes: value.len() as u64,
+            bytes_max: GRANT_VALUE_BYTES_MAX as u64,
+        });
+    }
+    if value.chars().any(char::is_control) {
+        return Err(GrantValueError::ControlCharacter);
+    }
+    Ok(())
+}
+
+/// Why a grant's value was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum GrantValueError {
+    #[error("value is empty (send no value instead)")]
+    Empty,
+    #[error("value is {bytes} bytes, the limit is {bytes_max}")]
+    TooLong { bytes: u64, bytes_max: u64 },
+    #[error("value contains a control character (encode binary values, in base64 say)")]
+    ControlCharacter,
+}
+
+impl GrantValueError {
+    /// The reason's stable name, in `snake_case` (the wire's `ErrorDetail.reason`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            GrantValueError::Empty => "empty",
+            GrantValueError::TooLong { .. } => "too_long",
+            GrantValueError::ControlCharacter => "control_character",
+        }
+    }
 }
 
 /// Why a lock name was refused.

@@ -67,6 +67,9 @@ struct Waiter {
     session: SessionId,
     request_id: RequestId,
     deadline_ms: Option<TimeMs>,
+    /// The value the grant will carry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    value: Option<GrantValue>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -273,7 +276,14 @@ impl LockTable {
                 lock,
                 request_id,
                 wait,
-            } => self.acquire(session, lock, request_id, wait, &mut events),
+                value,
+            } => self.acquire(session, lock, request_id, wait, value, &mut events),
+            Command::SetValue {
+                session,
+                lock,
+                token,
+                value,
+            } => self.set_value(session, lock, token, value, &mut events),
             Command::Release {
                 session,
                 lock,
@@ -538,6 +548,7 @@ impl LockTable {
         lock: String,
         request_id: RequestId,
         wait: Wait,
+        value: Option<GrantValue>,
         events: &mut Vec<Event>,
     ) -> Result<Reply, CoreError> {
         let session = self
@@ -550,7 +561,7 @@ impl LockTable {
         if let Some(earlier) = remembered(session, request_id, RequestKind::Acquire, &lock)? {
             return earlier;
         }
-        let result = self.acquire_new(id, &lock, request_id, wait, events);
+        let result = self.acquire_new(id, &lock, request_id, wait, value, events);
         self.remember(id, request_id, RequestKind::Acquire, lock, &result);
         result
     }
@@ -561,6 +572,7 @@ impl LockTable {
         lock: &str,
         request_id: RequestId,
         wait: Wait,
+        value: Option<GrantValue>,
         events: &mut Vec<Event>,
     ) -> Result<Reply, CoreError> {
         let deadline_ms = self.wait_deadline(wait)?;
@@ -571,7 +583,7 @@ impl LockTable {
         }
         let free = l.holder.is_none() && l.available_at_ms.is_none() && l.waiters.is_empty();
         if free {
-            return self.grant_free(lock, id, request_id, events);
+            return self.grant_free(lock, id, request_id, value, events);
         }
         let busy = CoreError::Busy {
             lock: lock.to_string(),
@@ -582,7 +594,7 @@ impl LockTable {
         if wait == Wait::Try || deadline_ms.is_some_and(|d| d <= self.now_ms) {
             return Err(busy);
         }
-        self.enqueue(id, lock, request_id, deadline_ms)
+        self.enqueue(id, lock, request_id, deadline_ms, value)
     }
 
     /// When a wait of this length ends on the table's clock; `None` for no deadline.
@@ -627,6 +639,7 @@ impl LockTable {
         lock: &str,
         id: SessionId,
         request_id: RequestId,
+        value: Option<GrantValue>,
         events: &mut Vec<Event>,
     ) -> Result<Reply, CoreError> {
         if self.last_token >= self.limits.token_max {
@@ -635,7 +648,7 @@ impl LockTable {
                 lock: lock.to_string(),
             });
         }
-        let token = self.grant(lock, id, request_id, events);
+        let token = self.grant(lock, id, request_id, value, events);
         Ok(Reply::Granted {
             lock: lock.to_string(),
             session: id,
@@ -650,6 +663,7 @@ impl LockTable {
         lock: &str,
         request_id: RequestId,
         deadline_ms: Option<TimeMs>,
+        value: Option<GrantValue>,
     ) -> Result<Reply, CoreError> {
         let waiters_max = self.limits.waiters_per_lock_max;
         let l = self.locks.get_mut(lock).expect("the lock exists");
@@ -663,6 +677,7 @@ impl LockTable {
             session: id,
             request_id,
             deadline_ms,
+            value,
         });
         let position = queue_position(l.waiters.len() - 1);
         if let Some(deadline) = deadline_ms {
@@ -725,12 +740,52 @@ impl LockTable {
         result
     }
 
+    /// Replaces the value of `id`'s grant `token` of `lock`, if that is the lock's holding.
+    fn set_value(
+        &mut self,
+        id: SessionId,
+        lock: String,
+        token: Token,
+        value: Option<GrantValue>,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, CoreError> {
+        if !self.sessions.contains_key(&id) {
+            return Err(CoreError::SessionNotFound { session: id });
+        }
+        limits::validate_lock_name(&lock, self.limits.lock_name_bytes_max as usize)
+            .map_err(CoreError::InvalidLockName)?;
+        let holder = self.locks.get_mut(&lock).and_then(|l| l.holder.as_mut());
+        let grant = match holder {
+            Some(grant) if grant.session == id && grant.token == token => grant,
+            holder => {
+                return Err(CoreError::NotHolder {
+                    holder_session: holder.map(|g| g.session),
+                    lock,
+                    session: id,
+                });
+            }
+        };
+        grant.value = value.clone();
+        events.push(Event::ValueSet {
+            lock: lock.clone(),
+            session: id,
+            token,
+            value,
+        });
+        Ok(Reply::ValueSet {
+            lock,
+            session: id,
+            token,
+        })
+    }
+
     /// Grants a free lock to `id` with the next token.
     fn grant(
         &mut self,
         lock: &str,
         id: SessionId,
         request_id: RequestId,
+        value: Option<GrantValue>,
         events: &mut Vec<Event>,
     ) -> Token {
         let l = self.locks.get_mut(lock).expect("granted lock exists");
@@ -755,6 +810,7 @@ impl LockTable {
             token,
             granted_at_ms: self.now_ms,
             request_id,
+            value: value.clone(),
         });
         let session = self.sessions.get_mut(&id).expect("grantee session exists");
         session.waiting.remove(lock);
@@ -764,6 +820,7 @@ impl LockTable {
             session: id,
             token,
             request_id,
+            value,
         });
         token
     }
@@ -861,7 +918,7 @@ impl LockTable {
                     .expect("lock exists")
                     .waiters
                     .pop_front();
-                let token = self.grant(lock, next.session, next.request_id, events);
+                let token = self.grant(lock, next.session, next.request_id, next.value, events);
                 let granted = Ok(Reply::Granted {
                     lock: lock.to_string(),
                     session: next.session,

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::limits::{LockNameError, OpenKeyError};
+use crate::limits::{GrantValueError, LockNameError, OpenKeyError};
 
 pub use crate::ids::{RequestId, SessionId, Token};
 pub use crate::time::{DurationMs, TimeMs};
@@ -67,6 +67,57 @@ fn from_lowercase_hex(hex: &str) -> Option<Vec<u8>> {
         .chunks(2)
         .map(|pair| Some((digit(pair[0])? * 16 + digit(pair[1])?) as u8))
         .collect()
+}
+
+/// What a holder tells everyone about its grant: for a leader election, the leader's address.
+///
+/// Shown beside the holder by every read of the lock (status, listings, watches), set by the
+/// acquire that is granted and replaced by the holder alone ([`Command::SetValue`]). The type
+/// holds only values that pass [`crate::limits::validate_grant_value`] (1 to
+/// [`crate::limits::GRANT_VALUE_BYTES_MAX`] bytes, no control character), including those read
+/// back from the log or a snapshot. Serialised as its string.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct GrantValue(String);
+
+impl GrantValue {
+    pub fn new(value: impl Into<String>) -> Result<GrantValue, GrantValueError> {
+        let value = value.into();
+        crate::limits::validate_grant_value(&value)?;
+        Ok(GrantValue(value))
+    }
+
+    /// The wire's form, where an empty string means no value: `None` for `""`.
+    pub fn from_wire(value: &str) -> Result<Option<GrantValue>, GrantValueError> {
+        match value {
+            "" => Ok(None),
+            value => GrantValue::new(value).map(Some),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for GrantValue {
+    type Error = GrantValueError;
+
+    fn try_from(value: String) -> Result<GrantValue, GrantValueError> {
+        GrantValue::new(value)
+    }
+}
+
+impl From<GrantValue> for String {
+    fn from(value: GrantValue) -> String {
+        value.0
+    }
+}
+
+impl std::fmt::Display for GrantValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 /// The SHA-256 digest of a session's secret: all the lock table keeps of it.
@@ -378,12 +429,25 @@ pub enum Command {
     KeepAlive { session: SessionId },
     /// End a session: release its locks and withdraw its waits.
     CloseSession { session: SessionId },
-    /// Take `lock` for `session`, or queue behind its holder.
+    /// Take `lock` for `session`, or queue behind its holder. The grant carries `value`, if
+    /// any (a retry, or an acquire of a lock the session holds or waits for already, keeps the
+    /// value the first one brought).
     Acquire {
         session: SessionId,
         lock: String,
         request_id: RequestId,
         wait: Wait,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        value: Option<GrantValue>,
+    },
+    /// Replace the value of `session`'s grant `token` of `lock` (`None` removes it): what a
+    /// leader proclaims. Refused unless that grant is the lock's current holding. Setting the
+    /// same value twice is harmless, so a retry needs no request id.
+    SetValue {
+        session: SessionId,
+        lock: String,
+        token: Token,
+        value: Option<GrantValue>,
     },
     /// Give up `lock` (or withdraw the session's wait for it).
     Release {
@@ -439,6 +503,12 @@ pub enum Reply {
         session: SessionId,
         token: Option<Token>,
     },
+    /// The grant's value after [`Command::SetValue`].
+    ValueSet {
+        lock: String,
+        session: SessionId,
+        token: Token,
+    },
     Ticked,
     LimitsSet,
     LeaderStarted {
@@ -471,6 +541,8 @@ pub enum CoreError {
     InvalidLockName(LockNameError),
     #[error("invalid open key: {0}")]
     InvalidOpenKey(OpenKeyError),
+    #[error("invalid value: {0}")]
+    InvalidValue(GrantValueError),
     #[error("too many sessions: the limit is {sessions_max}; close unused sessions")]
     TooManySessions { sessions_max: u32 },
     #[error("too many locks: the limit is {locks_max}")]
@@ -617,6 +689,7 @@ impl CoreError {
             CoreError::WaitOutOfRange { .. } => "wait_out_of_range",
             CoreError::InvalidLockName(_) => "invalid_lock_name",
             CoreError::InvalidOpenKey(_) => "invalid_open_key",
+            CoreError::InvalidValue(_) => "invalid_value",
             CoreError::TooManySessions { .. } => "too_many_sessions",
             CoreError::TooManyLocks { .. } => "too_many_locks",
             CoreError::TooManyWaiters { .. } => "too_many_waiters",
@@ -646,6 +719,7 @@ impl CoreError {
             | CoreError::WaitOutOfRange { .. }
             | CoreError::InvalidLockName(_)
             | CoreError::InvalidOpenKey(_)
+            | CoreError::InvalidValue(_)
             | CoreError::RequestIdConflict { .. } => ErrorCategory::InvalidInput,
             CoreError::TooManySessions { .. }
             | CoreError::TooManyLocks { .. }
@@ -674,7 +748,7 @@ impl CoreError {
     /// set and unset: for tests of the mappings in other crates (the wire round-trip above
     /// all). A unit test here fails to compile until a new variant is added to it.
     pub fn examples() -> Vec<CoreError> {
-        use crate::limits::{LockNameError, OpenKeyError};
+        use crate::limits::{GrantValueError, LockNameError, OpenKeyError};
         vec![
             CoreError::SessionNotFound {
                 session: SessionId::new(7),
@@ -701,6 +775,12 @@ impl CoreError {
             }),
             CoreError::InvalidOpenKey(OpenKeyError::NotRandom),
             CoreError::InvalidOpenKey(OpenKeyError::NotHex),
+            CoreError::InvalidValue(GrantValueError::Empty),
+            CoreError::InvalidValue(GrantValueError::TooLong {
+                bytes: 2_000,
+                bytes_max: 1_024,
+            }),
+            CoreError::InvalidValue(GrantValueError::ControlCharacter),
             CoreError::TooManySessions { sessions_max: 100 },
             CoreError::TooManyLocks { locks_max: 200 },
             CoreError::TooManyWaiters {
@@ -865,6 +945,15 @@ pub enum Event {
         session: SessionId,
         token: Token,
         request_id: RequestId,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        value: Option<GrantValue>,
+    },
+    /// The holder replaced its grant's value.
+    ValueSet {
+        lock: String,
+        session: SessionId,
+        token: Token,
+        value: Option<GrantValue>,
     },
     Released {
         lock: String,
@@ -889,6 +978,7 @@ impl Event {
     pub fn lock(&self) -> Option<&str> {
         match self {
             Event::Granted { lock, .. }
+            | Event::ValueSet { lock, .. }
             | Event::Released { lock, .. }
             | Event::WaitEnded { lock, .. } => Some(lock),
             Event::SessionEnded { .. } => None,
@@ -910,6 +1000,9 @@ pub struct Grant {
     pub token: Token,
     pub granted_at_ms: TimeMs,
     pub request_id: RequestId,
+    /// What the holder attached to the grant, if anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<GrantValue>,
 }
 
 /// A read-only view of one lock.
@@ -940,7 +1033,7 @@ pub struct SessionStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limits::{LockNameError, OpenKeyError};
+    use crate::limits::{GrantValueError, LockNameError, OpenKeyError};
     use std::collections::HashSet;
 
     /// Adding a variant breaks this match, which sends its author to [`CoreError::examples`].
@@ -984,20 +1077,23 @@ mod tests {
             CoreError::Unauthenticated {
                 reason: CredentialError::Conflict,
             } => 27,
+            CoreError::InvalidValue(GrantValueError::Empty) => 28,
+            CoreError::InvalidValue(GrantValueError::TooLong { .. }) => 29,
+            CoreError::InvalidValue(GrantValueError::ControlCharacter) => 30,
         }
     }
 
     #[test]
     fn the_examples_cover_every_variant_and_reason() {
         let slots: HashSet<usize> = CoreError::examples().iter().map(example_slot).collect();
-        assert_eq!(slots, (0..28).collect::<HashSet<usize>>());
+        assert_eq!(slots, (0..31).collect::<HashSet<usize>>());
     }
 
     #[test]
     fn every_variant_has_its_own_stable_code() {
         let examples = CoreError::examples();
         let codes: HashSet<&str> = examples.iter().map(CoreError::code).collect();
-        assert_eq!(codes.len(), 20, "one code per variant: {codes:?}");
+        assert_eq!(codes.len(), 21, "one code per variant: {codes:?}");
         for code in codes {
             assert!(
                 code.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
@@ -1015,7 +1111,7 @@ mod tests {
             );
             assert_eq!(error.is_retryable(), expected, "{error:?}");
         }
-        let busy = &CoreError::examples()[12];
+        let busy = &CoreError::examples()[15];
         assert_eq!(busy.category(), ErrorCategory::Busy);
         assert_eq!(busy.category().name(), "busy");
     }

@@ -9,7 +9,8 @@
 //! lock, waiters are granted in the order they queued, no session is granted after its lease or
 //! wait ran out or after it ended, retries do not act twice, lock-delay is honoured after an
 //! expiry, leases are never shortened, limits hold. Random snapshot/restore (a serde_json round
-//! trip of the table) in the middle of a sequence models a restart.
+//! trip of the table) in the middle of a sequence models a restart. Grants carry values, which
+//! only their current holding's session and token may replace.
 //!
 //! `PROPTEST_CASES` overrides the number of sequences (2000 by default).
 
@@ -17,8 +18,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use palisade_core::limits::{LockNameError, REQUEST_IDS_PER_SESSION_MAX, TOKEN_MAX, WAIT_MS_MAX};
 use palisade_core::{
-    Command, CoreError, DurationMs, Event, Input, Limits, LockTable, OpenKey, Output, ReleaseCause,
-    Reply, RequestId, SessionId, TimeMs, Token, Wait, WaitEndCause,
+    Command, CoreError, DurationMs, Event, GrantValue, Input, Limits, LockTable, OpenKey, Output,
+    ReleaseCause, Reply, RequestId, SessionId, TimeMs, Token, Wait, WaitEndCause,
 };
 use proptest::prelude::*;
 
@@ -54,6 +55,7 @@ struct MWaiter {
     session: SessionId,
     request_id: RequestId,
     deadline_ms: Option<TimeMs>,
+    value: Option<GrantValue>,
 }
 
 #[derive(Debug, Clone)]
@@ -61,6 +63,8 @@ struct MLock {
     name: String,
     /// (session, token)
     holder: Option<(SessionId, Token)>,
+    /// The holding's value.
+    value: Option<GrantValue>,
     waiters: Vec<MWaiter>,
     available_at_ms: Option<TimeMs>,
     last_token: Token,
@@ -168,9 +172,16 @@ impl Model {
                 lock,
                 request_id,
                 wait,
+                value,
             } => self.deduplicated(session, request_id, true, lock, &mut events, |m, l, ev| {
-                m.acquire(session, l, request_id, wait, ev)
+                m.acquire(session, l, request_id, wait, value, ev)
             }),
+            Command::SetValue {
+                session,
+                lock,
+                token,
+                value,
+            } => self.set_value(session, lock, token, value, &mut events),
             Command::Release {
                 session,
                 lock,
@@ -327,12 +338,47 @@ impl Model {
         outcome
     }
 
+    fn set_value(
+        &mut self,
+        session: SessionId,
+        name: String,
+        token: Token,
+        value: Option<GrantValue>,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, CoreError> {
+        if self.session(session).is_none() {
+            return Err(CoreError::SessionNotFound { session });
+        }
+        validate_name(&name, self.limits.lock_name_bytes_max as usize)?;
+        let holder = self.lock(&name).and_then(|l| l.holder);
+        if holder != Some((session, token)) {
+            return Err(CoreError::NotHolder {
+                lock: name,
+                session,
+                holder_session: holder.map(|h| h.0),
+            });
+        }
+        self.lock_mut(&name).unwrap().value = value.clone();
+        events.push(Event::ValueSet {
+            lock: name.clone(),
+            session,
+            token,
+            value,
+        });
+        Ok(Reply::ValueSet {
+            lock: name,
+            session,
+            token,
+        })
+    }
+
     fn acquire(
         &mut self,
         session: SessionId,
         name: &str,
         request_id: RequestId,
         wait: Wait,
+        value: Option<GrantValue>,
         events: &mut Vec<Event>,
     ) -> Result<Reply, CoreError> {
         let deadline_ms = match wait {
@@ -367,11 +413,12 @@ impl Model {
             self.locks.push(MLock {
                 name: name.to_string(),
                 holder: None,
+                value: None,
                 waiters: Vec::new(),
                 available_at_ms: None,
                 last_token: Token::ZERO,
             });
-            return granted(self.grant(name, session, request_id, events));
+            return granted(self.grant(name, session, request_id, value, events));
         };
         if let Some((_, token)) = l.holder.filter(|h| h.0 == session) {
             return granted(token);
@@ -406,6 +453,7 @@ impl Model {
             session,
             request_id,
             deadline_ms,
+            value,
         });
         Ok(Reply::Queued {
             lock: name.to_string(),
@@ -489,6 +537,7 @@ impl Model {
         let delay = self.limits.lock_delay_ms;
         let l = self.lock_mut(name).unwrap();
         let (session, token) = l.holder.take().unwrap();
+        l.value = None;
         if cause == ReleaseCause::SessionExpired && delay > DurationMs::ZERO {
             l.available_at_ms = Some(after(now, delay));
         }
@@ -547,6 +596,7 @@ impl Model {
         name: &str,
         session: SessionId,
         request_id: RequestId,
+        value: Option<GrantValue>,
         events: &mut Vec<Event>,
     ) -> Token {
         assert!(self.last_token < self.limits.token_max);
@@ -554,12 +604,14 @@ impl Model {
         let token = self.last_token;
         let l = self.lock_mut(name).unwrap();
         l.holder = Some((session, token));
+        l.value = value.clone();
         l.last_token = token;
         events.push(Event::Granted {
             lock: name.to_string(),
             session,
             token,
             request_id,
+            value,
         });
         token
     }
@@ -580,7 +632,7 @@ impl Model {
             let wait_running = w.deadline_ms.is_none_or(|d| d > now);
             if lease_running && wait_running {
                 self.lock_mut(name).unwrap().waiters.remove(0);
-                let token = self.grant(name, w.session, w.request_id, events);
+                let token = self.grant(name, w.session, w.request_id, w.value, events);
                 self.resolve_queued(
                     w.session,
                     name,
@@ -665,6 +717,19 @@ impl Checker {
                         let until = after(self.expiry[session], limits.lock_delay_ms);
                         self.delay_until.insert(lock.clone(), until);
                     }
+                }
+                Event::ValueSet {
+                    lock,
+                    session,
+                    token,
+                    ..
+                } => {
+                    let holder = table.holder(lock).map(|g| (g.session, g.token));
+                    assert_eq!(
+                        holder,
+                        Some((*session, *token)),
+                        "the value of {lock:?} set by a grant that is not its holding"
+                    );
                 }
                 Event::WaitEnded { lock, session, .. } => {
                     let queue = self.queues.entry(lock.clone()).or_default();
@@ -824,6 +889,13 @@ enum Op {
         lock: u8,
         request_id: ReqId,
         wait: Wait,
+        value: u8,
+    },
+    /// Replace a grant's value, naming the n-th most recent grant seen (its session, lock and
+    /// token), mostly one that still holds.
+    SetValue {
+        grant: usize,
+        value: u8,
     },
     Release {
         session: usize,
@@ -885,9 +957,16 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(request_id, ttl)| Op::OpenByRequestId { request_id, ttl }),
         6 => session.clone().prop_map(|session| Op::KeepAlive { session }),
         1 => session.clone().prop_map(|session| Op::Close { session }),
-        8 => (session.clone(), lock(), req_id(), wait()).prop_map(
-            |(session, lock, request_id, wait)| Op::Acquire { session, lock, request_id, wait }
+        8 => (session.clone(), lock(), req_id(), wait(), 0u8..4).prop_map(
+            |(session, lock, request_id, wait, value)| Op::Acquire {
+                session,
+                lock,
+                request_id,
+                wait,
+                value
+            }
         ),
+        2 => (0usize..4, 0u8..4).prop_map(|(grant, value)| Op::SetValue { grant, value }),
         5 => (session, lock(), req_id()).prop_map(|(session, lock, request_id)| Op::Release {
             session,
             lock,
@@ -958,6 +1037,19 @@ struct Driver {
     request_ids_of: BTreeMap<SessionId, Vec<RequestId>>,
     sent: Vec<Command>,
     next_request_id: u64,
+    /// Every grant seen: (session, lock, token), oldest first.
+    grants: Vec<(SessionId, String, Token)>,
+}
+
+/// A value choice: none, two short ones, or the longest allowed.
+fn value_of(choice: u8) -> Option<GrantValue> {
+    let value = match choice {
+        0 => return None,
+        1 => "10.0.0.1:7000".to_string(),
+        2 => "{\"role\": \"primary\"}".to_string(),
+        _ => "v".repeat(palisade_core::limits::GRANT_VALUE_BYTES_MAX),
+    };
+    Some(GrantValue::new(value).expect("a valid value"))
 }
 
 impl Driver {
@@ -1057,6 +1149,7 @@ impl Driver {
                 lock,
                 request_id,
                 wait,
+                value,
             } => {
                 let session = self.session(session);
                 Command::Acquire {
@@ -1064,6 +1157,19 @@ impl Driver {
                     lock: lock_name(lock),
                     request_id: self.session_request_id(session, request_id),
                     wait,
+                    value: value_of(value),
+                }
+            }
+            Op::SetValue { grant, value } => {
+                let (session, lock, token) = match self.grants.len() {
+                    0 => (self.session(0), lock_name(0), Token::new(1)),
+                    n => self.grants[n - 1 - grant % n].clone(),
+                };
+                Command::SetValue {
+                    session,
+                    lock,
+                    token,
+                    value: value_of(value),
                 }
             }
             Op::Release {
@@ -1098,6 +1204,17 @@ impl Driver {
     }
 
     fn learn(&mut self, output: &Output) {
+        for event in &output.events {
+            if let Event::Granted {
+                lock,
+                session,
+                token,
+                ..
+            } = event
+            {
+                self.grants.push((*session, lock.clone(), *token));
+            }
+        }
         if let Ok(Reply::SessionOpened { session, .. }) = output.result
             && !self.sessions.contains(&session)
         {
@@ -1117,6 +1234,10 @@ fn compare_state(table: &LockTable, model: &Model) {
         assert_eq!(
             status.holder.as_ref().map(|g| (g.session, g.token)),
             l.holder
+        );
+        assert_eq!(
+            status.holder.as_ref().and_then(|g| g.value.clone()),
+            l.value
         );
         let waiters: Vec<SessionId> = l.waiters.iter().map(|w| w.session).collect();
         assert_eq!(status.waiters, waiters);

@@ -45,6 +45,7 @@ fn try_acquire(session: SessionId, request_id: u64) -> Command {
         lock: "jobs/nightly".into(),
         request_id: RequestId::new(request_id),
         wait: Wait::Try,
+        value: None,
     }
 }
 
@@ -377,6 +378,7 @@ fn a_session_keeps_its_owner_and_each_owner_counts_only_its_own_sessions_locks_a
             lock: "jobs/nightly".into(),
             request_id: RequestId::new(2),
             wait: Wait::Forever,
+            value: None,
         },
     );
     assert!(matches!(queued.result, Ok(Reply::Queued { .. })));

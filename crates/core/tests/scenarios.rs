@@ -66,6 +66,7 @@ impl Story {
                 lock: lock.to_string(),
                 request_id: RequestId::new(request_id),
                 wait,
+                value: None,
             },
         )
     }
@@ -539,4 +540,104 @@ fn a_raised_token_floor_places_the_next_grant_above_it_and_never_lowers_the_coun
         Ok(Reply::TokenFloorRaised { last_token: after })
     );
     assert!(story.take(5, a, "jobs/c") > after);
+}
+
+/// A leader election's story: each candidate brings its address to its acquire, a waiter's
+/// address becomes visible only when it is granted, only the holding may replace its value, and
+/// nothing of a former holder's value outlives its grant, across a restart too.
+#[test]
+fn a_grant_carries_its_holders_value_and_only_the_holding_replaces_it() {
+    use palisade_core::GrantValue;
+    let value = |v: &str| Some(GrantValue::new(v).expect("a valid value"));
+    let mut story = Story::new(Limits::default());
+    let a = story.open(0, 10_000);
+    let b = story.open(0, 10_000);
+    let campaign = |story: &mut Story, session, address: &str| {
+        let request_id = story.request_id();
+        story.apply(
+            10,
+            Command::Acquire {
+                session,
+                lock: "election/db".into(),
+                request_id: RequestId::new(request_id),
+                wait: Wait::Forever,
+                value: value(address),
+            },
+        )
+    };
+    let token_a = match campaign(&mut story, a, "10.0.0.1:5432").result {
+        Ok(Reply::Granted { token, .. }) => token,
+        other => panic!("a is not granted: {other:?}"),
+    };
+    assert!(matches!(
+        campaign(&mut story, b, "10.0.0.2:5432").result,
+        Ok(Reply::Queued { .. })
+    ));
+    let holder_value = |story: &Story| story.table.holder("election/db").and_then(|g| g.value);
+    assert_eq!(holder_value(&story), value("10.0.0.1:5432"));
+
+    // Another session, or the holder with a token that is not its holding's, changes nothing.
+    let set = |story: &mut Story, session, token, v: &str| {
+        story.apply(
+            20,
+            Command::SetValue {
+                session,
+                lock: "election/db".into(),
+                token,
+                value: value(v),
+            },
+        )
+    };
+    let refused = set(&mut story, b, token_a, "10.0.0.2:5432");
+    assert!(matches!(refused.result, Err(CoreError::NotHolder { .. })));
+    assert!(refused.events.is_empty());
+    let stale = set(&mut story, a, Token::new(token_a.get() - 1), "x");
+    assert!(matches!(stale.result, Err(CoreError::NotHolder { .. })));
+    assert_eq!(holder_value(&story), value("10.0.0.1:5432"));
+
+    // The holding proclaims a new value; watchers hear of it.
+    let proclaimed = set(&mut story, a, token_a, "10.0.0.1:6432");
+    assert_eq!(
+        proclaimed.events,
+        vec![Event::ValueSet {
+            lock: "election/db".into(),
+            session: a,
+            token: token_a,
+            value: value("10.0.0.1:6432"),
+        }]
+    );
+    story.restart();
+    assert_eq!(holder_value(&story), value("10.0.0.1:6432"));
+
+    // A resigns: b is granted with the value it queued with, not a's.
+    let request_id = story.request_id();
+    let released = story.release_with(30, a, "election/db", request_id);
+    let granted_b = released.events.iter().find_map(|e| match e {
+        Event::Granted { session, value, .. } if *session == b => Some(value.clone()),
+        _ => None,
+    });
+    assert_eq!(granted_b, Some(value("10.0.0.2:5432")));
+    assert_eq!(holder_value(&story), value("10.0.0.2:5432"));
+}
+
+#[test]
+fn a_value_is_refused_when_empty_too_long_or_with_a_control_character() {
+    use palisade_core::GrantValue;
+    use palisade_core::limits::{GRANT_VALUE_BYTES_MAX, GrantValueError};
+    assert_eq!(GrantValue::new(""), Err(GrantValueError::Empty));
+    assert_eq!(
+        GrantValue::new("é".repeat(GRANT_VALUE_BYTES_MAX / 2 + 1)),
+        Err(GrantValueError::TooLong {
+            bytes: (GRANT_VALUE_BYTES_MAX + 2) as u64,
+            bytes_max: GRANT_VALUE_BYTES_MAX as u64,
+        })
+    );
+    assert_eq!(
+        GrantValue::new("a\u{1b}[2J"),
+        Err(GrantValueError::ControlCharacter)
+    );
+    assert!(GrantValue::new("x".repeat(GRANT_VALUE_BYTES_MAX)).is_ok());
+    // Nor can a stored form smuggle one in.
+    assert!(serde_json::from_str::<GrantValue>("\"a\\u0007\"").is_err());
+    assert_eq!(GrantValue::from_wire(""), Ok(None));
 }

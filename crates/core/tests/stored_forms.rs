@@ -8,8 +8,8 @@
 
 use palisade_core::limits::{LockNameError, OpenKeyError};
 use palisade_core::{
-    Command, CoreError, DurationMs, Event, Input, Limits, LockTable, Output, ReleaseCause, Reply,
-    RequestId, SessionId, TimeMs, Token, Wait,
+    Command, CoreError, DurationMs, Event, GrantValue, Input, Limits, LockTable, Output,
+    ReleaseCause, Reply, RequestId, SessionId, TimeMs, Token, Wait,
 };
 
 /// A snapshot: limits of their own; session 1 holds `jobs/a` and session 2 waits for it; session
@@ -48,6 +48,7 @@ fn a_stored_snapshot_loads_answers_retries_as_before_and_is_written_the_same() {
             lock: lock.into(),
             request_id: RequestId::new(request_id),
             wait,
+            value: None,
         },
     };
     let queued = table.apply(retry(2, "jobs/a", 21, Wait::Forever)).result;
@@ -167,6 +168,32 @@ fn ids_and_times_are_stored_as_the_bare_numbers_they_were() {
                     lock: "jobs/a".into(),
                     request_id,
                     wait: Wait::ForMs(DurationMs::from_millis(5_000)),
+                    value: None,
+                },
+            },
+        ),
+        (
+            r#"{"now_ms":30,"command":{"Acquire":{"session":3,"lock":"jobs/a","request_id":33,"wait":"Forever","value":"10.0.0.1:7000"}}}"#,
+            Input {
+                now_ms: at(30),
+                command: Command::Acquire {
+                    session,
+                    lock: "jobs/a".into(),
+                    request_id: RequestId::new(33),
+                    wait: Wait::Forever,
+                    value: Some(GrantValue::new("10.0.0.1:7000").unwrap()),
+                },
+            },
+        ),
+        (
+            r#"{"now_ms":30,"command":{"SetValue":{"session":3,"lock":"jobs/a","token":4,"value":null}}}"#,
+            Input {
+                now_ms: at(30),
+                command: Command::SetValue {
+                    session,
+                    lock: "jobs/a".into(),
+                    token,
+                    value: None,
                 },
             },
         ),
@@ -221,6 +248,7 @@ fn ids_and_times_are_stored_as_the_bare_numbers_they_were() {
                 session: SessionId::new(2),
                 token,
                 request_id: RequestId::new(21),
+                value: None,
             },
             Event::Released {
                 lock: "jobs/b".into(),

@@ -12,7 +12,7 @@
 //! `ErrorDetail`. Those two standard messages are declared here by hand, with their field
 //! numbers, rather than compiled from Google's `.proto` files, to keep the build to one file.
 
-use palisade_core::limits::{LockNameError, OpenKeyError};
+use palisade_core::limits::{GrantValueError, LockNameError, OpenKeyError};
 use palisade_core::{
     CoreError, CredentialError, DurationMs, ErrorCategory, Quota, RequestId, Right, SessionId,
     TimeMs, Token,
@@ -155,6 +155,18 @@ pub fn detail_from_core(error: &CoreError) -> ErrorDetail {
                 _ => {}
             }
         }
+        CoreError::InvalidValue(reason) => {
+            detail.reason = reason.code().to_string();
+            match reason {
+                GrantValueError::TooLong { bytes, bytes_max } => {
+                    detail.bytes = *bytes;
+                    detail.bytes_max = *bytes_max;
+                }
+                GrantValueError::Empty | GrantValueError::ControlCharacter => {}
+                // As for lock names: the reason is named by `code()`, its fields added here.
+                _ => {}
+            }
+        }
         CoreError::TooManySessions { sessions_max } => {
             detail.sessions_max = u64::from(*sessions_max)
         }
@@ -274,6 +286,15 @@ pub fn core_from_detail(detail: &ErrorDetail) -> Result<CoreError, DetailError> 
             },
             "not_random" => OpenKeyError::NotRandom,
             "not_hex" => OpenKeyError::NotHex,
+            _ => return Err(unknown_reason()),
+        }),
+        "invalid_value" => CoreError::InvalidValue(match detail.reason.as_str() {
+            "empty" => GrantValueError::Empty,
+            "too_long" => GrantValueError::TooLong {
+                bytes: detail.bytes,
+                bytes_max: detail.bytes_max,
+            },
+            "control_character" => GrantValueError::ControlCharacter,
             _ => return Err(unknown_reason()),
         }),
         "too_many_sessions" => CoreError::TooManySessions {
@@ -405,6 +426,7 @@ mod tests {
             ("wait_out_of_range", Code::InvalidArgument),
             ("invalid_lock_name", Code::InvalidArgument),
             ("invalid_open_key", Code::InvalidArgument),
+            ("invalid_value", Code::InvalidArgument),
             ("request_id_conflict", Code::InvalidArgument),
             ("too_many_sessions", Code::ResourceExhausted),
             ("too_many_locks", Code::ResourceExhausted),

@@ -44,6 +44,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 lock: lock.clone(),
                 request_id: palisade_core::RequestId::new(10 + 2 * cycles),
                 wait: palisade_core::Wait::Try,
+                value: None,
             })
             .await?;
             node.propose(palisade_core::Command::Release {
@@ -92,6 +93,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     // Opened by a proposal without a digest, as before session secrets: the
                     // session is acted for by its id alone.
                     session_secret: Vec::new(),
+                    value: String::new(),
                 };
                 client.acquire(acquire).await.unwrap();
                 let release = ReleaseRequest {

@@ -10,7 +10,7 @@ use std::pin::Pin;
 use std::time::Instant;
 
 use futures::{Stream, StreamExt};
-use palisade_core::{CoreError, DurationMs, RequestId, SessionId, Token, Wait};
+use palisade_core::{CoreError, DurationMs, GrantValue, RequestId, SessionId, Token, Wait};
 use palisade_proto::v1::locks_server::Locks;
 use palisade_proto::v1::*;
 use tonic::{Request, Response, Status, Streaming};
@@ -129,6 +129,7 @@ fn lock_info(view: LockView) -> LockInfo {
             session: h.session.get(),
             token: h.token.get(),
             lease_remaining_ms: h.lease_remaining_ms.as_millis(),
+            value: wire_value(h.value),
         }),
         last_token: view.last_token.get(),
         waiters: view.waiters.into_iter().map(SessionId::get).collect(),
@@ -142,6 +143,7 @@ fn watch_event(change: LockChange) -> WatchEvent {
         ChangeKind::Granted => watch_event::Kind::Granted,
         ChangeKind::Released => watch_event::Kind::Released,
         ChangeKind::Expired => watch_event::Kind::Expired,
+        ChangeKind::ValueSet => watch_event::Kind::ValueSet,
     };
     WatchEvent {
         kind: kind as i32,
@@ -149,7 +151,18 @@ fn watch_event(change: LockChange) -> WatchEvent {
         session: change.session.get(),
         token: change.token.get(),
         waiters: change.waiters,
+        value: wire_value(change.value),
     }
+}
+
+/// A grant's value as the wire spells it: empty for none.
+fn wire_value(value: Option<GrantValue>) -> String {
+    value.map(String::from).unwrap_or_default()
+}
+
+/// A value from the wire, checked before anything is proposed.
+fn value_of(value: &str) -> Result<Option<GrantValue>, Status> {
+    GrantValue::from_wire(value).map_err(|e| core_status(&CoreError::InvalidValue(e)))
 }
 
 fn wait_of(r: &AcquireRequest) -> Wait {
@@ -264,6 +277,7 @@ impl Locks for GrpcLocks {
         let caller = self.caller(&request)?;
         let r = request.into_inner();
         let wait = wait_of(&r);
+        let value = value_of(&r.value)?;
         let grant = self
             .service
             .acquire(
@@ -273,10 +287,32 @@ impl Locks for GrpcLocks {
                 r.lock,
                 RequestId::new(r.request_id),
                 wait,
+                value,
             )
             .await
             .map_err(status)?;
         Ok(Response::new(grant_response(grant)))
+    }
+
+    async fn proclaim(
+        &self,
+        request: Request<ProclaimRequest>,
+    ) -> Result<Response<ProclaimResponse>, Status> {
+        let _timer = Timer::start("proclaim");
+        let caller = self.caller(&request)?;
+        let r = request.into_inner();
+        let value = value_of(&r.value)?;
+        self.service
+            .proclaim(
+                &caller,
+                &SessionProof::new(SessionId::new(r.session), r.session_secret),
+                r.lock,
+                Token::new(r.token),
+                value,
+            )
+            .await
+            .map_err(status)?;
+        Ok(Response::new(ProclaimResponse {}))
     }
 
     async fn release(

@@ -641,6 +641,7 @@ mod tests {
                     lock: "x".repeat(name_bytes),
                     request_id: RequestId::new(index),
                     wait: Wait::Try,
+                    value: None,
                 };
                 crate::raft_types::Entry::new_normal(
                     log_id::<C>(1, 1, index),

@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 use futures::{Stream, StreamExt};
 use palisade_core::limits::{LOCK_NAME_BYTES_MAX, WAIT_MS_MAX, validate_lock_name};
 use palisade_core::{
-    Command, CoreError, DurationMs, Event, LockStatus, LockTable, OpenKey, ReleaseCause, Reply,
-    RequestId, Right, SecretDigest, SessionId, Token, Wait, WaitEndCause,
+    Command, CoreError, DurationMs, Event, GrantValue, LockStatus, LockTable, OpenKey,
+    ReleaseCause, Reply, RequestId, Right, SecretDigest, SessionId, Token, Wait, WaitEndCause,
 };
 use palisade_sequencer::{KeySet, PublicKey, Sequencer};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc};
@@ -167,11 +167,13 @@ pub struct Renewal {
 }
 
 /// Who holds a lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HolderView {
     pub session: SessionId,
     pub token: Token,
     pub lease_remaining_ms: DurationMs,
+    /// What the holder attached to its grant.
+    pub value: Option<GrantValue>,
 }
 
 /// One lock as a client sees it, with durations measured from now.
@@ -204,6 +206,8 @@ pub enum ChangeKind {
     Released,
     /// The holder's session expired.
     Expired,
+    /// The holder proclaimed a new value.
+    ValueSet,
 }
 
 /// One change of a watched lock (or its state when the watch began).
@@ -217,6 +221,8 @@ pub struct LockChange {
     pub token: Token,
     /// Sessions waiting after the change.
     pub waiters: u64,
+    /// The holding's value after a snapshot, a grant or a proclaim; `None` after a release.
+    pub value: Option<GrantValue>,
 }
 
 /// The budgets of calls that stay open, one per kind of call, so that no number of watches
@@ -560,6 +566,7 @@ impl LockService {
         lock: String,
         request_id: RequestId,
         wait: Wait,
+        value: Option<GrantValue>,
     ) -> Result<SignedGrant> {
         let session = proof.session;
         // Checked before proposing, as the table would check them: a refused acquire costs no
@@ -605,6 +612,7 @@ impl LockService {
             lock,
             request_id,
             wait,
+            value,
         };
         let (index, output) = self.node.propose_indexed(command).await?;
         // Applied: the table counts the hold or the wait from here on.
@@ -676,6 +684,37 @@ impl LockService {
             .await?
         {
             Reply::Released { token, .. } => Ok(token),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Replaces the value of `session`'s grant `token` of `lock` (a leader's proclaim).
+    ///
+    /// Needs the lock right on `lock`: the value is part of holding it.
+    pub async fn proclaim(
+        &self,
+        caller: &Caller,
+        proof: &SessionProof,
+        lock: String,
+        token: Token,
+        value: Option<GrantValue>,
+    ) -> Result<()> {
+        let session = proof.session;
+        let name_bytes_max = self
+            .authorize(caller, proof, |t| t.limits().lock_name_bytes_max)
+            .await?;
+        validate_lock_name(&lock, name_bytes_max as usize).map_err(CoreError::InvalidLockName)?;
+        self.auth.require(caller, Right::Lock, &lock)?;
+        match self
+            .apply(Command::SetValue {
+                session,
+                lock,
+                token,
+                value,
+            })
+            .await?
+        {
+            Reply::ValueSet { .. } => Ok(()),
             other => Err(unexpected(other)),
         }
     }
@@ -859,6 +898,7 @@ impl LockService {
                     .holder_expires_at_ms
                     .unwrap_or(now)
                     .saturating_duration_since(now),
+                value: grant.value,
             }),
             last_token: status.last_token,
             waiters: status.waiters,
@@ -883,6 +923,7 @@ fn snapshot_change(node: &Node, lock: &str) -> LockChange {
         session: holder.as_ref().map_or(SessionId::new(0), |g| g.session),
         token: holder.as_ref().map_or(Token::ZERO, |g| g.token),
         waiters,
+        value: holder.and_then(|g| g.value),
     }
 }
 
@@ -893,32 +934,45 @@ fn change_of(published: &Published, lock: &str) -> Option<LockChange> {
     if event.lock() != Some(lock) {
         return None;
     }
-    let (kind, session, token) = change_kind(event)?;
+    let (kind, session, token, value) = change_kind(event)?;
     Some(LockChange {
         kind,
         lock: lock.to_string(),
         session,
         token,
         waiters: published.waiters,
+        value: value.clone(),
     })
 }
 
-/// The change a watcher of `event`'s lock hears of it, if any.
-fn change_kind(event: &Event) -> Option<(ChangeKind, SessionId, Token)> {
-    match *event {
-        Event::Granted { session, token, .. } => Some((ChangeKind::Granted, session, token)),
+/// The change a watcher of `event`'s lock hears of it, if any, with the holding's value.
+fn change_kind(event: &Event) -> Option<(ChangeKind, SessionId, Token, &Option<GrantValue>)> {
+    const NONE: &Option<GrantValue> = &None;
+    match event {
+        Event::Granted {
+            session,
+            token,
+            value,
+            ..
+        } => Some((ChangeKind::Granted, *session, *token, value)),
+        Event::ValueSet {
+            session,
+            token,
+            value,
+            ..
+        } => Some((ChangeKind::ValueSet, *session, *token, value)),
         Event::Released {
             session,
             token,
             cause: ReleaseCause::SessionExpired,
             ..
-        } => Some((ChangeKind::Expired, session, token)),
+        } => Some((ChangeKind::Expired, *session, *token, NONE)),
         Event::Released {
             session,
             token,
             cause: ReleaseCause::Released | ReleaseCause::SessionClosed,
             ..
-        } => Some((ChangeKind::Released, session, token)),
+        } => Some((ChangeKind::Released, *session, *token, NONE)),
         Event::WaitEnded { .. } | Event::SessionEnded { .. } => None,
     }
 }
@@ -939,6 +993,7 @@ mod tests {
                 session: SessionId::new(2),
                 token: Token::new(7),
                 request_id: palisade_core::RequestId::new(1),
+                value: GrantValue::new("10.0.0.1:7000").ok(),
             },
             waiters,
         };
@@ -952,6 +1007,7 @@ mod tests {
                 session: SessionId::new(2),
                 token: Token::new(7),
                 waiters: 10_000,
+                value: GrantValue::new("10.0.0.1:7000").ok(),
             }
         );
         assert_eq!(change_of(&published("m", 10_000), "l"), None);

@@ -384,7 +384,7 @@ impl StateMachine {
                 Event::SessionEnded { expired: true, .. } => {
                     metrics::counter!(crate::metrics::SESSION_EXPIRIES).increment(1);
                 }
-                Event::SessionEnded { .. } => {}
+                Event::SessionEnded { .. } | Event::ValueSet { .. } => {}
             }
             // No watcher is not an error.
             let _ = self.shared.events.send(Published {
@@ -653,6 +653,7 @@ mod tests {
                 lock: lock.into(),
                 request_id: RequestId::new(session),
                 wait,
+                value: None,
             };
             apply(command).result.unwrap();
         }
@@ -693,6 +694,7 @@ mod tests {
                 lock: "l".into(),
                 request_id: RequestId::new(1),
                 wait: palisade_core::Wait::Try,
+                value: None,
             },
         ] {
             let now_ms = TimeMs::from_millis(1);

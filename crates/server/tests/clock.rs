@@ -88,6 +88,7 @@ async fn a_lease_ends_when_the_clock_passes_its_ttl_and_not_a_millisecond_before
             "l".into(),
             RequestId::new(1),
             Wait::Try,
+            None,
         )
         .await
         .unwrap();
@@ -99,7 +100,7 @@ async fn a_lease_ends_when_the_clock_passes_its_ttl_and_not_a_millisecond_before
         .status(&Caller::anonymous(), "l".into(), Read::Linearizable)
         .await
         .unwrap();
-    assert_eq!(held.holder.map(|h| h.token), Some(grant.token));
+    assert_eq!(held.holder.as_ref().map(|h| h.token), Some(grant.token));
     assert_eq!(
         held.holder.map(|h| h.lease_remaining_ms),
         Some(DurationMs::from_millis(1))
@@ -132,6 +133,7 @@ async fn a_shorter_lease_opened_while_the_driver_sleeps_expires_on_time() {
             "held-long".into(),
             RequestId::new(1),
             Wait::Try,
+            None,
         )
         .await
         .unwrap();
@@ -146,6 +148,7 @@ async fn a_shorter_lease_opened_while_the_driver_sleeps_expires_on_time() {
             "held-briefly".into(),
             RequestId::new(2),
             Wait::Try,
+            None,
         )
         .await
         .unwrap();
@@ -176,6 +179,7 @@ async fn waiters_are_granted_in_the_order_they_queued_and_a_watch_sees_each_hand
             "q".into(),
             RequestId::new(1),
             Wait::Try,
+            None,
         )
         .await
         .unwrap();
@@ -198,6 +202,7 @@ async fn waiters_are_granted_in_the_order_they_queued_and_a_watch_sees_each_hand
                     "q".into(),
                     RequestId::new(request_id),
                     Wait::Forever,
+                    None,
                 )
                 .await
         })

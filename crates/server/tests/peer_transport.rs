@@ -262,6 +262,7 @@ async fn acquire(
         lock: lock.to_string(),
         request_id: RequestId::new(request_id),
         wait: Wait::Try,
+        value: None,
     };
     match propose(nodes, now_ms, command).await {
         (

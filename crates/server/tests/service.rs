@@ -41,6 +41,7 @@ fn acquire(session: &Session, lock: &str, request_id: u64, wait_ms: u64) -> Acqu
         wait_ms,
         wait_forever: false,
         session_secret: session.secret.clone(),
+        value: String::new(),
     }
 }
 
@@ -222,6 +223,7 @@ async fn a_restart_with_another_lock_delay_replays_the_log_under_the_limits_it_w
         wait_ms: 0,
         wait_forever: true,
         session_secret: session.secret.clone(),
+        value: String::new(),
     };
     let mut waiter = client.clone();
     let request = forever(&second);
