@@ -165,10 +165,12 @@ pub async fn serve(args: ServerConfig) -> Result<(), ServeError> {
     }
     let server = Server::start(&args).await?;
     reload_on_sighup(server.auth().clone());
-    let ui_listen = server.ui_addr().map(|addr| addr.to_string());
+    let ui_listen = server
+        .ui_addr()
+        .map_or_else(|| "off".to_string(), |addr| addr.to_string());
     tracing::info!(
         listen = %server.local_addr(),
-        ui_listen = ui_listen.as_deref().unwrap_or("off"),
+        ui_listen = %ui_listen,
         data_dir = %args.data_dir.display(),
         public_key = %server.node().public_key(),
         "palisade lock service ready"

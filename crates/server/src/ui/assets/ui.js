@@ -233,7 +233,8 @@
         lease.dataset.delayUntil = String(lock.receivedAt + lock.lock_delay_remaining_ms);
       }
       tr.append(lease);
-      const waiting = lock.waiting_sessions.join(", ") + (lock.waiters > lock.waiting_sessions.length ? ", …" : "");
+      const waiting = lock.waiting_sessions.map((session) => "s" + session).join(", ")
+        + (lock.waiters > lock.waiting_sessions.length ? ", …" : "");
       tr.append(el("td", lock.waiters ? lock.waiters + " (" + waiting + ")" : "0", "waiters"));
       // A holder's value (leader election: its address), when the server sends one.
       tr.append(el("td", holder && holder.value !== undefined && holder.value !== null ? holder.value : "", "value"));
