@@ -376,9 +376,12 @@ impl Server {
                     );
                 }
                 Some(
-                    ui::Ui::bind(listen, node.clone(), auth.clone())
-                        .await
-                        .map_err(|source| ServeError::UiListen { listen, source })?,
+                    ui::Ui::bind(
+                        listen,
+                        service::LockService::with_auth(node.clone(), auth.clone()),
+                    )
+                    .await
+                    .map_err(|source| ServeError::UiListen { listen, source })?,
                 )
             }
         };

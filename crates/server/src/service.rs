@@ -849,30 +849,26 @@ impl LockService {
         })
     }
 
-    fn view(&self, status: LockStatus) -> LockView {
-        lock_view(&self.node, status)
-    }
-}
-
-/// `status` as a client sees it, its durations measured from now on `node`'s clock (the web
-/// UI shows the same view).
-pub(crate) fn lock_view(node: &Node, status: LockStatus) -> LockView {
-    let now = node.now_ms();
-    LockView {
-        holder: status.holder.map(|grant| HolderView {
-            session: grant.session,
-            token: grant.token,
-            lease_remaining_ms: status
-                .holder_expires_at_ms
-                .unwrap_or(now)
-                .saturating_duration_since(now),
-        }),
-        last_token: status.last_token,
-        waiters: status.waiters,
-        lock_delay_remaining_ms: status
-            .available_at_ms
-            .map(|at| at.saturating_duration_since(now)),
-        lock: status.lock,
+    /// `status` as a client sees it, its durations measured from now (the web UI shows the
+    /// same view).
+    pub(crate) fn view(&self, status: LockStatus) -> LockView {
+        let now = self.node.now_ms();
+        LockView {
+            holder: status.holder.map(|grant| HolderView {
+                session: grant.session,
+                token: grant.token,
+                lease_remaining_ms: status
+                    .holder_expires_at_ms
+                    .unwrap_or(now)
+                    .saturating_duration_since(now),
+            }),
+            last_token: status.last_token,
+            waiters: status.waiters,
+            lock_delay_remaining_ms: status
+                .available_at_ms
+                .map(|at| at.saturating_duration_since(now)),
+            lock: status.lock,
+        }
     }
 }
 

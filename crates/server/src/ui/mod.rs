@@ -63,7 +63,7 @@ use crate::limits::{
     UI_REQUEST_HEAD_BYTES_MAX, UI_STREAMS_MAX, UI_WAITERS_SHOWN_MAX,
 };
 use crate::node::Node;
-use crate::service::{HolderView, LockView, lock_view};
+use crate::service::{HolderView, LockService, LockView};
 use timeline::{Entry, Timeline, unix_ms_now};
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
@@ -91,22 +91,22 @@ pub struct Ui {
 
 #[derive(Debug)]
 struct UiState {
-    node: Arc<Node>,
-    auth: Arc<Auth>,
+    /// For its node, its [`Auth`] and its view of a lock; its permits go unused.
+    service: LockService,
     timeline: Arc<Timeline>,
     streams: Arc<Semaphore>,
 }
 
 impl Ui {
-    /// Binds `listen` (port 0 picks a free one) and starts recording `node`'s timeline.
-    pub async fn bind(listen: SocketAddr, node: Arc<Node>, auth: Arc<Auth>) -> std::io::Result<Ui> {
+    /// Binds `listen` (port 0 picks a free one) and starts recording the timeline of
+    /// `service`'s node.
+    pub async fn bind(listen: SocketAddr, service: LockService) -> std::io::Result<Ui> {
         let listener = TcpListener::bind(listen).await?;
-        let timeline = Timeline::record_from(node.clone());
+        let timeline = Timeline::record_from(service.node().clone());
         Ok(Ui {
             listener,
             state: Arc::new(UiState {
-                node,
-                auth,
+                service,
                 timeline,
                 streams: Arc::new(Semaphore::new(UI_STREAMS_MAX)),
             }),
@@ -422,6 +422,14 @@ pub struct ChangeJson {
 }
 
 impl UiState {
+    fn node(&self) -> &Node {
+        self.service.node()
+    }
+
+    fn auth(&self) -> &Auth {
+        self.service.auth()
+    }
+
     fn caller(&self, headers: &HeaderMap) -> Result<Caller, UiError> {
         // Only the credential is copied into the form the gRPC side reads.
         let mut credential = HeaderMap::new();
@@ -429,7 +437,7 @@ impl UiState {
             credential.insert(header::AUTHORIZATION, value.clone());
         }
         let metadata = tonic::metadata::MetadataMap::from_headers(credential);
-        Ok(self.auth.identity_from(&metadata)?)
+        Ok(self.auth().identity_from(&metadata)?)
     }
 
     /// The page `ask` names, of the locks in `scope`.
@@ -439,7 +447,7 @@ impl UiState {
         let wanted = ask.limit + 1;
         let start_after = ask.start_after.as_deref();
         let mut rows: BTreeMap<String, Option<LockStatus>> = BTreeMap::new();
-        self.node.shared().read(|table| {
+        self.node().shared().read(|table| {
             for prefix in scope.prefixes() {
                 let found = table.locks(prefix, start_after, wanted - rows.len().min(wanted));
                 rows.extend(found.into_iter().map(|s| (s.lock.clone(), Some(s))));
@@ -464,7 +472,7 @@ impl UiState {
         let more = rows.len() > ask.limit;
         let rows: Vec<(String, Option<LockStatus>)> = rows.into_iter().take(ask.limit).collect();
         // Locks the timeline knows and the table no longer holds: free, with their last token.
-        let last_tokens: Vec<Option<Token>> = self.node.shared().read(|table| {
+        let last_tokens: Vec<Option<Token>> = self.node().shared().read(|table| {
             rows.iter()
                 .map(|(name, status)| match status {
                     Some(_) => None,
@@ -480,7 +488,7 @@ impl UiState {
             .zip(last_tokens)
             .map(|((name, status), last_token)| {
                 let view = match status {
-                    Some(status) => lock_view(&self.node, status),
+                    Some(status) => self.service.view(status),
                     None => LockView {
                         lock: name,
                         holder: None,
@@ -493,7 +501,7 @@ impl UiState {
                 LockJson::of(view, timeline)
             })
             .collect();
-        let cluster = self.node.cluster_view();
+        let cluster = self.node().cluster_view();
         PageJson {
             served_by: ServedByJson {
                 node_id: cluster.node_id,
@@ -528,7 +536,7 @@ async fn state_handler(
 ) -> Result<Response, UiError> {
     let caller = ui.caller(&headers)?;
     let ask = checked_query(query)?;
-    let scope = ui.auth.readable_under(&caller, &ask.prefix)?;
+    let scope = ui.auth().readable_under(&caller, &ask.prefix)?;
     Ok(axum::Json(ui.page(&caller, &scope, &ask, true)).into_response())
 }
 
@@ -546,8 +554,8 @@ async fn stream_handler(
 ) -> Result<Response, UiError> {
     let caller = ui.caller(&headers)?;
     let ask = checked_query(query)?;
-    let mut scope = ui.auth.readable_under(&caller, &ask.prefix)?;
-    let quota_permit = ui.auth.watch_permit(&caller)?;
+    let mut scope = ui.auth().readable_under(&caller, &ask.prefix)?;
+    let quota_permit = ui.auth().watch_permit(&caller)?;
     let permit = ui
         .streams
         .clone()
@@ -560,8 +568,8 @@ async fn stream_handler(
             ),
         })?;
     // Subscribe before reading the first page, so no change falls in between.
-    let mut events = ui.node.shared().subscribe_events();
-    let mut installs = ui.node.shared().subscribe_installs();
+    let mut events = ui.node().shared().subscribe_events();
+    let mut installs = ui.node().shared().subscribe_installs();
     let first = ui.page(&caller, &scope, &ask, true);
     let (tx, rx) = mpsc::channel::<Bytes>(STREAM_BUFFER_MESSAGES);
     tokio::spawn(async move {
@@ -601,7 +609,7 @@ async fn stream_handler(
                 Ok(()) = installs.changed() => sse("snapshot", &ui.page(&caller, &scope, &ask, true)),
                 _ = refresh.tick() => {
                     // The policy may have been reloaded (SIGHUP) since the view began.
-                    match ui.auth.readable_under(&caller, &ask.prefix) {
+                    match ui.auth().readable_under(&caller, &ask.prefix) {
                         Ok(now) => {
                             scope = now;
                             sse("refresh", &ui.page(&caller, &scope, &ask, false))
@@ -612,7 +620,7 @@ async fn stream_handler(
                         }
                     }
                 }
-                () = ui.node.stopping() => return,
+                () = ui.node().stopping() => return,
                 () = tx.closed() => return,
             };
             if tx.send(message).await.is_err() {
