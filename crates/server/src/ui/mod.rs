@@ -375,7 +375,9 @@ pub struct LockJson {
     pub timeline: Option<Vec<Entry>>,
 }
 
-/// Who holds a lock.
+/// Who holds a lock. When grants carry a value (leader election: the holder's address), it
+/// goes here as `value`, from [`HolderView`] in the conversion below; `ui.js` already shows
+/// `holder.value` when present.
 #[derive(Debug, Clone, Serialize)]
 pub struct HolderJson {
     pub session: SessionId,
