@@ -20,6 +20,11 @@ pub struct ServeArgs {
     /// Address of the Prometheus `/metrics` endpoint (off when not set).
     #[arg(long, env = "PALISADE_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
+    /// Address of the read-only web UI: members, leader, every lock and its recent grants,
+    /// live (off when not set; docs/web-ui.md). Without --policy it must be loopback unless
+    /// --insecure-listen-any; with one, its API asks for a bearer token with the read right.
+    #[arg(long, env = "PALISADE_UI_LISTEN")]
+    pub ui_listen: Option<SocketAddr>,
     /// After a holder's session expires, its locks are not granted again for this long.
     #[arg(
         long,
@@ -156,6 +161,7 @@ impl ServeArgs {
             data_dir,
             listen,
             metrics_listen,
+            ui_listen,
             lock_delay,
             node_id,
             advertise,
@@ -170,6 +176,7 @@ impl ServeArgs {
             data_dir,
             listen,
             metrics_listen,
+            ui_listen,
             lock_delay,
             node_id,
             advertise,

@@ -9,7 +9,8 @@
 //! - [`cluster`]: the `palisade.v1.Cluster` gRPC service (membership, for operators);
 //! - [`auth`]: bearer tokens, the policy file and per-identity quotas;
 //! - [`peer`] and [`peer_service`]: Raft traffic between nodes, sending and receiving;
-//! - [`metrics`]: Prometheus metric names and exporter.
+//! - [`metrics`]: Prometheus metric names and exporter;
+//! - [`ui`]: the read-only web UI (`--ui-listen`) and its timeline of grants.
 
 pub mod auth;
 pub mod backup;
@@ -34,6 +35,7 @@ pub mod service;
 pub mod session_secret;
 pub mod state_machine;
 pub mod tls;
+pub mod ui;
 pub mod wal;
 
 pub use files::{SECRET_FILE_MODE, write_file_atomically};
@@ -55,6 +57,8 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// Address of the Prometheus `/metrics` endpoint (off when `None`).
     pub metrics_listen: Option<SocketAddr>,
+    /// Address of the read-only web UI ([`ui`]; off when `None`; port 0 picks a free one).
+    pub ui_listen: Option<SocketAddr>,
     /// After a holder's session expires, its locks are not granted again for this long (in
     /// whole milliseconds, the lock table's unit: anything below one is dropped).
     pub lock_delay: Duration,
@@ -91,6 +95,7 @@ impl ServerConfig {
             data_dir,
             listen,
             metrics_listen: None,
+            ui_listen: None,
             lock_delay: Duration::ZERO,
             node_id: 1,
             advertise: None,
@@ -118,6 +123,12 @@ pub enum ServeError {
         listen: SocketAddr,
         source: std::io::Error,
     },
+    /// The web UI's address cannot be bound.
+    #[error("cannot listen on {listen} for the web UI")]
+    UiListen {
+        listen: SocketAddr,
+        source: std::io::Error,
+    },
     /// The node could not recover or take leadership in its data directory.
     #[error("cannot start the lock service in {}", data_dir.display())]
     Start {
@@ -137,8 +148,8 @@ pub enum ServeError {
     /// The token file or the policy could not be loaded.
     #[error(transparent)]
     Auth(#[from] auth::FileError),
-    /// Without a policy, the listen address is not loopback and `insecure_listen_any` is not
-    /// set.
+    /// Without a policy, the listen address (or the web UI's) is not loopback and
+    /// `insecure_listen_any` is not set.
     #[error(
         "refusing to listen on {listen} without a policy: anyone who can reach it could take every lock and change the cluster; \
          configure --tokens and --policy (see docs/security.md), listen on 127.0.0.1, or pass --insecure-listen-any on a network you trust"
@@ -154,8 +165,12 @@ pub async fn serve(args: ServerConfig) -> Result<(), ServeError> {
     }
     let server = Server::start(&args).await?;
     reload_on_sighup(server.auth().clone());
+    let ui_listen = server
+        .ui_addr()
+        .map_or_else(|| "off".to_string(), |addr| addr.to_string());
     tracing::info!(
         listen = %server.local_addr(),
+        ui_listen = %ui_listen,
         data_dir = %args.data_dir.display(),
         public_key = %server.node().public_key(),
         "palisade lock service ready"
@@ -252,6 +267,7 @@ pub struct Server {
     listener: Listener,
     auth: Arc<auth::Auth>,
     tls: Option<tls::ServerTls>,
+    ui: Option<ui::Ui>,
 }
 
 impl Server {
@@ -295,6 +311,13 @@ impl Server {
                 return Err(ServeError::InsecureListen {
                     listen: args.listen,
                 });
+            }
+            // The web UI shows every lock to whoever reaches it: the same rule.
+            if let Some(listen) = args.ui_listen
+                && !listen.ip().is_loopback()
+                && !args.insecure_listen_any
+            {
+                return Err(ServeError::InsecureListen { listen });
             }
             tracing::warn!(
                 listen = %args.listen,
@@ -342,16 +365,42 @@ impl Server {
             data_dir: args.data_dir.clone(),
             source,
         })?;
+        let ui = match args.ui_listen {
+            None => None,
+            Some(listen) => {
+                if auth.has_policy() && !listen.ip().is_loopback() {
+                    tracing::warn!(
+                        %listen,
+                        "the web UI serves plain HTTP: bearer tokens typed into it cross the network in clear text; \
+                         put a TLS-terminating proxy in front of it or listen on loopback"
+                    );
+                }
+                Some(
+                    ui::Ui::bind(
+                        listen,
+                        service::LockService::with_auth(node.clone(), auth.clone()),
+                    )
+                    .await
+                    .map_err(|source| ServeError::UiListen { listen, source })?,
+                )
+            }
+        };
         Ok(Server {
             node,
             listener,
             auth,
             tls,
+            ui,
         })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.listener.local_addr()
+    }
+
+    /// Where the web UI listens, if it was asked for.
+    pub fn ui_addr(&self) -> Option<SocketAddr> {
+        self.ui.as_ref().and_then(|ui| ui.local_addr().ok())
     }
 
     pub fn node(&self) -> &Arc<node::Node> {
@@ -389,6 +438,10 @@ impl Server {
         .into_service();
         let cluster =
             cluster::GrpcCluster::with_auth(self.node.clone(), self.auth.clone()).into_service();
+        if let Some(ui) = self.ui {
+            let node = self.node.clone();
+            tokio::spawn(ui.run_until(async move { node.stopping().await }));
+        }
         let (stopped, stop) = tokio::sync::oneshot::channel::<()>();
         let connection_layer = tls::ConnectionLayer {
             peers_checked: self.tls.as_ref().is_some_and(tls::ServerTls::peers_checked),

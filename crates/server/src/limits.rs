@@ -51,6 +51,29 @@ pub const LIST_PAGE_LOCKS_MAX: usize = 128;
 /// of locks with long queues can still be too large; only paginating by bytes would cover it.
 pub const LOCK_INFO_BYTES_MAX: usize = LOCK_NAME_BYTES_MAX + 3 + 96;
 
+/// The web UI (`palisade serve --ui-listen`, [`crate::ui`]): connections served at once; more
+/// wait in the accept backlog.
+pub const UI_CONNECTIONS_MAX: usize = 64;
+/// Live views (`/api/stream`) open at once over all connections; each also counts against its
+/// identity's quota of watches.
+pub const UI_STREAMS_MAX: usize = 32;
+/// How long a UI connection has to send a request's head before it is closed.
+pub const UI_HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Largest request head (request line, query included, and headers) the UI reads, in bytes.
+pub const UI_REQUEST_HEAD_BYTES_MAX: usize = 16 * 1024;
+/// Most locks one UI answer or live view shows; beyond it the answer says where the next page
+/// starts.
+pub const UI_PAGE_LOCKS_MAX: usize = 100;
+/// Most waiting sessions a UI answer names per lock (it always gives their number).
+pub const UI_WAITERS_SHOWN_MAX: usize = 8;
+/// How often a live view sends its page afresh: leases counting down, renewals (which make no
+/// event), membership and leader.
+pub const UI_REFRESH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+/// The timeline ([`crate::ui::timeline`]): grants, releases and expiries kept per lock…
+pub const TIMELINE_EVENTS_PER_LOCK_MAX: usize = 16;
+/// …for at most this many locks, the least recently active forgotten first.
+pub const TIMELINE_LOCKS_MAX: usize = 1_024;
+
 /// Keepalive responses buffered per stream before the renewals wait for the client to read.
 pub const KEEPALIVE_BUFFER_RESPONSES: usize = 16;
 
@@ -163,3 +186,11 @@ const _: () = assert!(APPEND_ENTRIES_BYTES_MAX + PEER_ENVELOPE_BYTES_MAX <= PEER
 const _: () = assert!(SNAPSHOT_CHUNK_BYTES_MAX + 16 <= PEER_MESSAGE_BYTES_MAX);
 // A chunk is a piece of a snapshot, never more than the whole.
 const _: () = assert!(SNAPSHOT_CHUNK_BYTES_MAX <= SNAPSHOT_BYTES_MAX);
+// A UI page fits within a gRPC listing page, so it costs no more to read than one `ListLocks`.
+const _: () = assert!(UI_PAGE_LOCKS_MAX <= LIST_PAGE_LOCKS_MAX);
+// Every live view can be open with connections to spare for the page and its JSON.
+const _: () = assert!(UI_STREAMS_MAX < UI_CONNECTIONS_MAX);
+// A prefix of the longest lock name, percent-encoded (3 bytes a byte), fits in a request head.
+const _: () = assert!(3 * LOCK_NAME_BYTES_MAX * 2 + 4096 <= UI_REQUEST_HEAD_BYTES_MAX);
+// hyper reads request heads into a buffer of at least 8 KiB.
+const _: () = assert!(UI_REQUEST_HEAD_BYTES_MAX >= 8192);

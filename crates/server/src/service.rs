@@ -888,7 +888,9 @@ impl LockService {
         })
     }
 
-    fn view(&self, status: LockStatus) -> LockView {
+    /// `status` as a client sees it, its durations measured from now (the web UI shows the
+    /// same view).
+    pub(crate) fn view(&self, status: LockStatus) -> LockView {
         let now = self.node.now_ms();
         LockView {
             holder: status.holder.map(|grant| HolderView {
@@ -946,7 +948,9 @@ fn change_of(published: &Published, lock: &str) -> Option<LockChange> {
 }
 
 /// The change a watcher of `event`'s lock hears of it, if any, with the holding's value.
-fn change_kind(event: &Event) -> Option<(ChangeKind, SessionId, Token, &Option<GrantValue>)> {
+pub(crate) fn change_kind(
+    event: &Event,
+) -> Option<(ChangeKind, SessionId, Token, &Option<GrantValue>)> {
     const NONE: &Option<GrantValue> = &None;
     match event {
         Event::Granted {

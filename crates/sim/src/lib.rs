@@ -272,6 +272,7 @@ async fn node(
         data_dir,
         listen: listener.local_addr(),
         metrics_listen: None,
+        ui_listen: None,
         lock_delay: Duration::ZERO,
         node_id: id,
         advertise: Some(format!("{}:{PORT}", node_name(id))),

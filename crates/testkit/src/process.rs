@@ -65,6 +65,9 @@ pub struct Ports {
     pub listen: SocketAddr,
     /// The Prometheus `/metrics` address, if the server was asked to serve one.
     pub metrics: Option<SocketAddr>,
+    /// The web UI's address, if the server was asked to serve one: port 0 on a first start,
+    /// the announced address after it.
+    pub ui: Option<SocketAddr>,
 }
 
 type Build = Box<dyn Fn(&Ports) -> Command + Send + Sync>;
@@ -81,6 +84,7 @@ pub struct ServerProcess {
     data_dir: PathBuf,
     log: PathBuf,
     metrics: bool,
+    ui: bool,
     /// `None` until the first start; then the addresses every restart asks for.
     ports: Option<Ports>,
     child: Option<Child>,
@@ -114,6 +118,9 @@ impl ServerProcess {
                     .env("RUST_LOG", "info");
                 if let Some(metrics) = ports.metrics {
                     command.args(["--metrics-listen", &metrics.to_string()]);
+                }
+                if let Some(ui) = ports.ui {
+                    command.args(["--ui-listen", &ui.to_string()]);
                 }
                 command
             },
@@ -186,6 +193,7 @@ impl ServerProcess {
             log: data_dir.with_extension("log"),
             data_dir,
             metrics: false,
+            ui: false,
             ports: None,
             child: None,
         }
@@ -196,6 +204,13 @@ impl ServerProcess {
     pub fn with_metrics(mut self) -> ServerProcess {
         assert!(self.ports.is_none(), "set before the first start");
         self.metrics = true;
+        self
+    }
+
+    /// Also serve the web UI (`palisade serve --ui-listen`), on a port the server picks and
+    /// announces; see [`ServerProcess::ui_addr`].
+    pub fn with_ui(mut self) -> ServerProcess {
+        self.ui = true;
         self
     }
 
@@ -219,10 +234,15 @@ impl ServerProcess {
                     metrics: self
                         .metrics
                         .then(|| SocketAddr::from((Ipv4Addr::LOCALHOST, crate::unused_port()))),
+                    ui: self.ui.then(|| SocketAddr::from((Ipv4Addr::LOCALHOST, 0))),
                 });
                 match self.try_start(&ports, deadline) {
-                    Ok(listen) => {
-                        self.ports = Some(Ports { listen, ..ports });
+                    Ok((listen, ui)) => {
+                        self.ports = Some(Ports {
+                            listen,
+                            ui: ports.ui.and(ui),
+                            ..ports
+                        });
                         return;
                     }
                     Err(Failed::PortInUse(_)) if Instant::now() < deadline => {
@@ -244,7 +264,13 @@ impl ServerProcess {
         })
     }
 
-    fn try_start(&mut self, ports: &Ports, deadline: Instant) -> Result<SocketAddr, Failed> {
+    /// Starts one attempt; returns the announced API address, and the web UI's if the
+    /// announcement names one.
+    fn try_start(
+        &mut self,
+        ports: &Ports,
+        deadline: Instant,
+    ) -> Result<(SocketAddr, Option<SocketAddr>), Failed> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -265,8 +291,12 @@ impl ServerProcess {
             let output = self.log_since(offset);
             // Only complete lines: the last one may still be being written.
             let complete = output.rsplit_once('\n').map_or("", |(lines, _)| lines);
-            if let Some(addr) = complete.lines().find_map(|l| self.announce.address(l)) {
-                return Ok(addr);
+            if let Some(ready) = complete
+                .lines()
+                .find(|l| self.announce.address(l).is_some())
+            {
+                let addr = self.announce.address(ready).expect("an announcement");
+                return Ok((addr, ui_address(ready)));
             }
             let child = self.child.as_mut().expect("spawned");
             if child.try_wait().expect("wait for the server").is_some() {
@@ -351,6 +381,11 @@ impl ServerProcess {
         format!("http://{}", self.addr())
     }
 
+    /// The web UI's address of a server started [with the UI](ServerProcess::with_ui).
+    pub fn ui_addr(&self) -> SocketAddr {
+        self.ports().ui.expect("started with_ui()")
+    }
+
     /// The `/metrics` address of a server started [with metrics](ServerProcess::with_metrics).
     pub fn metrics_addr(&self) -> SocketAddr {
         self.ports().metrics.expect("started with_metrics()")
@@ -378,6 +413,17 @@ impl Drop for ServerProcess {
             let _ = child.wait();
         }
     }
+}
+
+/// The web UI's address in `palisade serve`'s ready line (`ui_listen=ADDR`), if it has one.
+fn ui_address(ready: &str) -> Option<SocketAddr> {
+    ready
+        .split_once(" ui_listen=")?
+        .1
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Why one attempt to start failed, with the server's output of that attempt.
@@ -423,6 +469,14 @@ mod tests {
             Some("127.0.0.1:40124".parse().unwrap())
         );
         assert_eq!(Announce::Store.address(ready), None);
+        assert_eq!(ui_address(ready), None);
+        let with_ui = "INFO palisade_server: palisade lock service ready listen=127.0.0.1:40123 \
+                       ui_listen=127.0.0.1:40125 data_dir=/tmp/x";
+        assert_eq!(
+            ui_address(with_ui),
+            Some("127.0.0.1:40125".parse().unwrap())
+        );
+        assert_eq!(ui_address("ready listen=127.0.0.1:1 ui_listen=off"), None);
     }
 
     /// A stand-in server: `sh -c SCRIPT` with the address to listen on in `$LISTEN`.

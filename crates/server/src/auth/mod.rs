@@ -270,6 +270,25 @@ impl Auth {
         })
     }
 
+    /// The locks under `prefix` that `caller` may read, for a view that shows only those (the
+    /// web UI) where [`Auth::require_under`] refuses a listing of the whole prefix. Refused
+    /// only when the policy grants the caller the read right on no lock at all, or the caller
+    /// is anonymous under a policy; everything under `prefix` without a policy.
+    pub fn readable_under(&self, caller: &Caller, prefix: &str) -> Result<ReadScope, CoreError> {
+        self.check(caller, Right::Read, "", |policy, identity| {
+            policy
+                .prefixes_granting(identity, Right::Read)
+                .next()
+                .is_some()
+        })?;
+        Ok(match (self.policy(), caller.identity()) {
+            (Some(policy), Some(identity)) => {
+                ReadScope::under(prefix, policy.prefixes_granting(identity, Right::Read))
+            }
+            _ => ReadScope::under(prefix, std::iter::once("")),
+        })
+    }
+
     /// Checks that `caller` has the admin right.
     pub fn require_admin(&self, caller: &Caller) -> Result<(), CoreError> {
         self.require(caller, Right::Admin, "")
@@ -419,6 +438,57 @@ impl Auth {
     }
 }
 
+/// Which locks a caller may read under a prefix ([`Auth::readable_under`]): the locks whose
+/// names start with one of `prefixes`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadScope {
+    /// Sorted, none a prefix of another, so the locks under each form one run of names, the
+    /// runs disjoint and in the prefixes' order. Empty: no lock.
+    prefixes: Vec<String>,
+}
+
+impl ReadScope {
+    /// The part of `prefix` that `granted` (prefixes with the read right) covers.
+    fn under<'a>(prefix: &str, granted: impl Iterator<Item = &'a str>) -> ReadScope {
+        let mut narrower = Vec::new();
+        for granted in granted {
+            if prefix.starts_with(granted) {
+                return ReadScope {
+                    prefixes: vec![prefix.to_string()],
+                };
+            }
+            if granted.starts_with(prefix) {
+                narrower.push(granted);
+            }
+        }
+        narrower.sort_unstable();
+        let mut prefixes: Vec<String> = Vec::with_capacity(narrower.len());
+        for granted in narrower {
+            // Sorted, a prefix comes right before every name it covers.
+            if prefixes
+                .last()
+                .is_some_and(|kept| granted.starts_with(kept.as_str()))
+            {
+                continue;
+            }
+            prefixes.push(granted.to_string());
+        }
+        ReadScope { prefixes }
+    }
+
+    /// The prefixes, sorted, none covering another.
+    pub fn prefixes(&self) -> &[String] {
+        &self.prefixes
+    }
+
+    /// True if `lock` is in scope: one binary search, however many prefixes.
+    pub fn covers(&self, lock: &str) -> bool {
+        // The only prefix that can cover `lock` is the last one not after it.
+        let after = self.prefixes.partition_point(|p| p.as_str() <= lock);
+        after > 0 && lock.starts_with(self.prefixes[after - 1].as_str())
+    }
+}
+
 /// An identity's ask counted against its quotas until dropped ([`Auth::reserve`]).
 #[derive(Debug)]
 pub struct Reservation<'a> {
@@ -525,6 +595,50 @@ mod tests {
         assert_eq!(auth.require_admin(&caller), Ok(()));
         assert!(auth.identity_from(&bearer("made-up")).is_err());
         assert!(auth.quotas(&caller).is_none());
+    }
+
+    #[test]
+    fn a_read_scope_is_the_part_of_the_prefix_the_policy_lets_an_identity_read() {
+        let alice = Identity::new("alice").unwrap();
+        let bob = Identity::new("bob").unwrap();
+        let (_dir, auth) = auth(
+            &format!(
+                "{}\n{}",
+                tokens::token_file_line(&alice, "tok-a"),
+                tokens::token_file_line(&bob, "tok-b")
+            ),
+            "grant alice read a/\ngrant alice read a/x/\ngrant alice read c/\ngrant alice lock b/\n",
+        );
+        let alice = Caller::authenticated(alice);
+        let everything = auth.readable_under(&alice, "").unwrap();
+        assert_eq!(everything.prefixes(), ["a/", "c/"]);
+        assert!(everything.covers("a/1") && everything.covers("c/") && everything.covers("a/x/y"));
+        assert!(!everything.covers("b/x") && !everything.covers("a") && !everything.covers("d"));
+        assert_eq!(
+            auth.readable_under(&alice, "a/x").unwrap().prefixes(),
+            ["a/x"]
+        );
+        assert!(
+            auth.readable_under(&alice, "b/")
+                .unwrap()
+                .prefixes()
+                .is_empty()
+        );
+        assert!(matches!(
+            auth.readable_under(&Caller::authenticated(bob), ""),
+            Err(CoreError::PermissionDenied { .. })
+        ));
+        assert!(matches!(
+            auth.readable_under(&Caller::anonymous(), ""),
+            Err(CoreError::Unauthenticated { .. })
+        ));
+        assert_eq!(
+            Auth::open()
+                .readable_under(&Caller::anonymous(), "q")
+                .unwrap()
+                .prefixes(),
+            ["q"]
+        );
     }
 
     #[test]

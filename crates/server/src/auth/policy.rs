@@ -228,6 +228,19 @@ impl Policy {
         self.allows(identity, right, prefix)
     }
 
+    /// The prefixes on which some line grants `identity` the `right` (`""`: every lock), in
+    /// the file's order, repeats included.
+    pub fn prefixes_granting<'a>(
+        &'a self,
+        identity: &'a Identity,
+        right: Right,
+    ) -> impl Iterator<Item = &'a str> + 'a {
+        self.grants
+            .iter()
+            .filter(move |g| g.subject.covers(identity) && g.rights.contains(&right))
+            .map(|g| g.prefix.as_str())
+    }
+
     /// The quotas of `identity`.
     pub fn quotas(&self, identity: &Identity) -> Quotas {
         self.quotas
