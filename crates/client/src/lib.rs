@@ -29,6 +29,11 @@
 //! # }
 //! ```
 //!
+//! **Leader election.** [`Election`] campaigns for a lock with a value (the candidate's address,
+//! say), hands the leader a [`Leadership`] whose [`epoch`](Leadership::epoch) (its fencing
+//! token) fences the leader's side effects, and lets anyone read or follow the leader
+//! ([`Election::leader`], [`Election::observe`]).
+//!
 //! **A cluster.** Give every member's address, comma-separated
 //! (`Client::connect("10.0.0.1:7457,10.0.0.2:7457,10.0.0.3:7457")`) or as a slice
 //! ([`Client::connect_many`]). Calls go to one member at a time; a member that is not the
@@ -59,6 +64,7 @@
 mod bearer;
 mod client;
 mod credential;
+mod election;
 mod error;
 mod retry;
 mod session;
@@ -70,10 +76,12 @@ pub use client::{
     SessionLease, parse_endpoints,
 };
 pub use credential::{CredentialError, SESSION_SECRET_BYTES, SessionCredential, SessionSecret};
+pub use election::{Election, Leader, LeaderChanges, Leadership};
 pub use error::{
     AcquireError, CloseError, ConnectError, ErrorClass, ProclaimError, QueryError, ReleaseError,
     RenewError, SessionError,
 };
+pub use palisade_core::limits::GRANT_VALUE_BYTES_MAX;
 pub use palisade_core::{DurationMs, RequestId, SessionId, Token};
 pub use retry::{AttemptFailure, RetryPolicy, request_id, retry_until_known};
 pub use session::{AcquireOptions, LockGuard, Session, SessionLost, SessionOptions, Wait};

@@ -497,3 +497,141 @@ async fn a_grant_cut_off_with_a_rotten_last_frame_is_never_granted_again() {
          got {next}, which that resource refuses or, if equal, accepts for a second holder"
     );
 }
+
+/// A grant's value over the wire, as a client written from the `.proto` meets it: carried by
+/// the acquire, shown by Status, ListLocks and Watch, replaced only by the holding's own
+/// Proclaim, refused (before anything is proposed) when it is too long or holds a control
+/// character, and kept across a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grants_value_is_shown_replaced_only_by_its_holder_and_checked_on_the_wire() {
+    use palisade_core::limits::{GRANT_VALUE_BYTES_MAX, GrantValueError};
+    let dir = tempfile::tempdir().unwrap();
+    let running = LockServer::start(dir.path()).await;
+    let mut client = locks_client(&running.endpoint()).await;
+    let leader = open(&mut client, 1, 30_000).await;
+    let other = open(&mut client, 2, 30_000).await;
+    let with_value = |session: &Session, value: &str, request_id| AcquireRequest {
+        value: value.into(),
+        ..acquire(session, "elections/db", request_id, 0)
+    };
+
+    for (bad, reason) in [
+        ("v".repeat(GRANT_VALUE_BYTES_MAX + 1), "too_long"),
+        ("ok\u{7}".to_string(), "control_character"),
+    ] {
+        let refused = client
+            .acquire(with_value(&leader, &bad, 9))
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+        let Some(CoreError::InvalidValue(error)) =
+            palisade_proto::error::core_from_status(&refused)
+        else {
+            panic!("not an invalid value: {refused:?}");
+        };
+        assert_eq!(error.code(), reason);
+        if let GrantValueError::TooLong { bytes_max, .. } = error {
+            assert_eq!(bytes_max, GRANT_VALUE_BYTES_MAX as u64);
+        }
+    }
+    let status = |client: &mut LocksClient<Channel>| {
+        let mut client = client.clone();
+        async move {
+            client
+                .status(StatusRequest {
+                    lock: "elections/db".into(),
+                    stale: false,
+                })
+                .await
+                .unwrap()
+                .into_inner()
+        }
+    };
+    assert!(
+        status(&mut client).await.holder.is_none(),
+        "a refused acquire took the lock"
+    );
+
+    let granted = client
+        .acquire(with_value(&leader, "10.0.0.1:5432", 10))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut watch = client
+        .watch(WatchRequest {
+            lock: "elections/db".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let snapshot = watch.message().await.unwrap().unwrap();
+    assert_eq!(snapshot.value, "10.0.0.1:5432");
+    assert_eq!(
+        status(&mut client).await.holder.unwrap().value,
+        "10.0.0.1:5432"
+    );
+
+    let proclaim = |session: &Session, token, value: &str| ProclaimRequest {
+        session: session.id,
+        lock: "elections/db".into(),
+        token,
+        value: value.into(),
+        session_secret: session.secret.clone(),
+    };
+    // Another session, even naming the holding's token, is refused; so is a stale token.
+    let refused = client
+        .proclaim(proclaim(&other, granted.token, "10.0.0.2:5432"))
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        palisade_proto::error::core_from_status(&refused),
+        Some(CoreError::NotHolder { .. })
+    ));
+    let refused = client
+        .proclaim(proclaim(&leader, granted.token - 1, "x"))
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        palisade_proto::error::core_from_status(&refused),
+        Some(CoreError::NotHolder { .. })
+    ));
+    // Nor is a session's id enough without its secret.
+    let mut no_secret = proclaim(&leader, granted.token, "x");
+    no_secret.session_secret.clear();
+    let refused = client.proclaim(no_secret).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+
+    client
+        .proclaim(proclaim(&leader, granted.token, "10.0.0.1:6432"))
+        .await
+        .unwrap();
+    let changed = watch.message().await.unwrap().unwrap();
+    assert_eq!(changed.kind, watch_event::Kind::ValueSet as i32);
+    assert_eq!(
+        (changed.token, changed.value.as_str()),
+        (granted.token, "10.0.0.1:6432")
+    );
+    let listed = client
+        .list_locks(ListLocksRequest {
+            prefix: "elections/".into(),
+            ..ListLocksRequest::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        listed.locks[0].holder.as_ref().unwrap().value,
+        "10.0.0.1:6432"
+    );
+    drop(watch);
+    drop(client);
+
+    running.stop().await;
+    let restarted = LockServer::start(dir.path()).await;
+    let mut client = locks_client(&restarted.endpoint()).await;
+    let holder = status(&mut client).await.holder.unwrap();
+    assert_eq!(
+        (holder.token, holder.value.as_str()),
+        (granted.token, "10.0.0.1:6432")
+    );
+}
