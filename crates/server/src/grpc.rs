@@ -18,7 +18,8 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::auth::Caller;
 use crate::node::LeaderHint;
 use crate::service::{
-    ChangeKind, LockChange, LockService, LockView, Renewal, ServiceError, SessionProof, SignedGrant,
+    self, ChangeKind, LockChange, LockService, LockView, Renewal, ServiceError, SessionProof,
+    SignedGrant,
 };
 
 /// The `Locks` gRPC service over the lock service.
@@ -284,10 +285,12 @@ impl Locks for GrpcLocks {
                 connection,
                 &caller,
                 &SessionProof::new(SessionId::new(r.session), r.session_secret),
-                r.lock,
-                RequestId::new(r.request_id),
-                wait,
-                value,
+                service::AcquireRequest {
+                    lock: r.lock,
+                    request_id: RequestId::new(r.request_id),
+                    wait,
+                    value,
+                },
             )
             .await
             .map_err(status)?;

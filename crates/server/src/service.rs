@@ -149,6 +149,29 @@ impl std::fmt::Debug for SessionProof {
     }
 }
 
+/// What an acquire asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcquireRequest {
+    pub lock: String,
+    /// Identifies the acquire within its session: a retry with the same id acts once.
+    pub request_id: RequestId,
+    pub wait: Wait,
+    /// What the grant carries for everyone who reads the lock.
+    pub value: Option<GrantValue>,
+}
+
+impl AcquireRequest {
+    /// An acquire of `lock` without a value.
+    pub fn new(lock: impl Into<String>, request_id: RequestId, wait: Wait) -> AcquireRequest {
+        AcquireRequest {
+            lock: lock.into(),
+            request_id,
+            wait,
+            value: None,
+        }
+    }
+}
+
 /// A lock granted, with the sequencer that proves it to a resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SignedGrant {
@@ -552,9 +575,9 @@ impl LockService {
         }
     }
 
-    /// Acquires `lock` for `session`, waiting in its queue as `wait` allows, and signs the
-    /// grant. A retry with the same `request_id` returns the same grant (or joins the same
-    /// wait) instead of acquiring again.
+    /// Acquires the request's lock for `session`, waiting in its queue as the request's wait
+    /// allows, and signs the grant. A retry with the same request id returns the same grant (or
+    /// joins the same wait) instead of acquiring again.
     ///
     /// Needs the lock right on `lock`, and a place in the identity's quotas of locks (and of
     /// waiters, if it may wait), unless the session already holds or waits for it (a retry).
@@ -563,11 +586,14 @@ impl LockService {
         connection: ConnectionId,
         caller: &Caller,
         proof: &SessionProof,
-        lock: String,
-        request_id: RequestId,
-        wait: Wait,
-        value: Option<GrantValue>,
+        request: AcquireRequest,
     ) -> Result<SignedGrant> {
+        let AcquireRequest {
+            lock,
+            request_id,
+            wait,
+            value,
+        } = request;
         let session = proof.session;
         // Checked before proposing, as the table would check them: a refused acquire costs no
         // log entry.

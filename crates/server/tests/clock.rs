@@ -7,7 +7,9 @@ use std::time::Duration;
 use palisade_clock::ManualClock;
 use palisade_core::{CoreError, DurationMs, RequestId, Wait};
 use palisade_server::auth::Caller;
-use palisade_server::service::{ChangeKind, LockService, Read, ServiceError, SessionProof};
+use palisade_server::service::{
+    AcquireRequest, ChangeKind, LockService, Read, ServiceError, SessionProof,
+};
 use palisade_server::{Server, ServerConfig};
 
 struct Running {
@@ -85,10 +87,7 @@ async fn a_lease_ends_when_the_clock_passes_its_ttl_and_not_a_millisecond_before
             None,
             &Caller::anonymous(),
             &session,
-            "l".into(),
-            RequestId::new(1),
-            Wait::Try,
-            None,
+            AcquireRequest::new("l", RequestId::new(1), Wait::Try),
         )
         .await
         .unwrap();
@@ -130,10 +129,7 @@ async fn a_shorter_lease_opened_while_the_driver_sleeps_expires_on_time() {
             None,
             &Caller::anonymous(),
             &long,
-            "held-long".into(),
-            RequestId::new(1),
-            Wait::Try,
-            None,
+            AcquireRequest::new("held-long", RequestId::new(1), Wait::Try),
         )
         .await
         .unwrap();
@@ -145,10 +141,7 @@ async fn a_shorter_lease_opened_while_the_driver_sleeps_expires_on_time() {
             None,
             &Caller::anonymous(),
             &short,
-            "held-briefly".into(),
-            RequestId::new(2),
-            Wait::Try,
-            None,
+            AcquireRequest::new("held-briefly", RequestId::new(2), Wait::Try),
         )
         .await
         .unwrap();
@@ -176,10 +169,7 @@ async fn waiters_are_granted_in_the_order_they_queued_and_a_watch_sees_each_hand
             None,
             &Caller::anonymous(),
             &first,
-            "q".into(),
-            RequestId::new(1),
-            Wait::Try,
-            None,
+            AcquireRequest::new("q", RequestId::new(1), Wait::Try),
         )
         .await
         .unwrap();
@@ -199,10 +189,7 @@ async fn waiters_are_granted_in_the_order_they_queued_and_a_watch_sees_each_hand
                     None,
                     &Caller::anonymous(),
                     &session,
-                    "q".into(),
-                    RequestId::new(request_id),
-                    Wait::Forever,
-                    None,
+                    AcquireRequest::new("q", RequestId::new(request_id), Wait::Forever),
                 )
                 .await
         })
