@@ -84,7 +84,8 @@ pub struct Report {
     pub violations: Vec<String>,
     /// Faults injected.
     pub faults: usize,
-    /// Client operations completed (acquires, releases, resource operations).
+    /// Client operations completed (acquires, releases, reads of the lock, resource
+    /// operations).
     pub operations: usize,
     /// The counter's final value: one per accepted read-modify-write.
     pub counter: u64,
@@ -110,6 +111,8 @@ pub(crate) struct World {
     pub(crate) orders: BTreeMap<u64, Vec<operator::Order>>,
     /// The voters, as the operator's changes left them.
     pub(crate) members: BTreeSet<u64>,
+    /// Nodes whose data directory is wiped when they next start (`node-id-reuse` canary).
+    pub(crate) wiped: BTreeSet<u64>,
 }
 
 pub(crate) type Shared = Rc<RefCell<World>>;
@@ -160,6 +163,7 @@ pub fn run(seed: u64, options: &Options) -> Report {
         last_write: BTreeMap::new(),
         orders: BTreeMap::new(),
         members: (1..=options.nodes as u64).collect(),
+        wiped: BTreeSet::new(),
     }));
     let members: BTreeMap<u64, String> = (1..=options.nodes as u64)
         .map(|id| (id, format!("{}:{PORT}", node_name(id))))
@@ -205,6 +209,7 @@ pub fn run(seed: u64, options: &Options) -> Report {
         options.clients,
         options.safety,
         options.faults,
+        options.canary == Some(Canary::NodeIdReuse),
     );
     let mut failure = None;
     loop {
@@ -242,6 +247,7 @@ pub fn run(seed: u64, options: &Options) -> Report {
                 e.what,
                 What::AcquireCompleted { .. }
                     | What::ReleaseCompleted { .. }
+                    | What::ReadCompleted { .. }
                     | What::Resource { .. }
             )
         })
@@ -267,6 +273,14 @@ async fn node(
     clock: DriftingClock,
     world: Shared,
 ) -> turmoil::Result {
+    // Wiped by the operator (the `node-id-reuse` canary): an empty directory under the old id,
+    // waiting to be added, as `palisade serve --join --node-id <old id>` would start.
+    let members = if world.borrow_mut().wiped.remove(&id) {
+        std::fs::remove_dir_all(&data_dir)?;
+        None
+    } else {
+        members
+    };
     let listener = net::listen(PORT).await?;
     let config = ServerConfig {
         data_dir,
