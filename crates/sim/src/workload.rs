@@ -163,6 +163,11 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
                 lock: LOCK.to_string(),
                 token,
             });
+            // Now and then the answers to the release are lost, so that it is retried.
+            let answers_lost = rng.random_ratio(1, 10);
+            if answers_lost {
+                lose_answers(&plan, &mut rng);
+            }
             let credential = guard.session_credential();
             let request_id = palisade_client::request_id();
             let mut released = guard.release_with_id(request_id).await;
@@ -182,7 +187,11 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
                 Ok(()) => Outcome::Released,
                 // A session that ended between attempts may have ended after an attempt that
                 // released.
-                Err(e) if release_unknown(&e) || matches!(e, ReleaseError::SessionNotFound { .. }) => {
+                Err(e)
+                    if release_unknown(&e)
+                        || ((retries > 0 || answers_lost)
+                            && matches!(e, ReleaseError::SessionNotFound { .. })) =>
+                {
                     Outcome::Unknown(e.to_string())
                 }
                 Err(e) => Outcome::Failed(e.to_string()),
@@ -195,6 +204,24 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
         let _ = session.close().await;
     }
     Ok(())
+}
+
+/// The answers of every node to this client are lost for 1 to 2.5 s, from now: the client's
+/// next request is carried out, its answer never comes, and the client library retries it
+/// after its request timeout, with the same request id.
+fn lose_answers(plan: &Plan, rng: &mut SmallRng) {
+    let me = format!("c{}", plan.client);
+    let nodes = plan.endpoints.len() as u64;
+    for id in 1..=nodes {
+        turmoil::partition_oneway(crate::node_name(id), me.as_str());
+    }
+    let lasts = Duration::from_millis(rng.random_range(1_000..=2_500));
+    tokio::task::spawn_local(async move {
+        tokio::time::sleep(lasts).await;
+        for id in 1..=nodes {
+            turmoil::repair_oneway(crate::node_name(id), me.as_str());
+        }
+    });
 }
 
 /// Whether a release may or may not have been applied.
