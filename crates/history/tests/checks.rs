@@ -488,7 +488,14 @@ fn a_read_that_misses_a_grant_acknowledged_before_it_began_is_caught() {
 fn a_read_showing_a_released_holder_is_caught() {
     let mut h = history();
     acquire(&mut h, 1, "a", (0, 10), granted(1, 5));
-    let release = release(&mut h, 1, "a", common::grant(1, 5), (20, 30), Outcome::Ok(Reply::Released));
+    let release = release(
+        &mut h,
+        1,
+        "a",
+        common::grant(1, 5),
+        (20, 30),
+        Outcome::Ok(Reply::Released),
+    );
     let read = status(&mut h, 2, "a", (40, 50), Some(common::grant(1, 5)), 5);
 
     let found = violations(&h);
@@ -506,7 +513,14 @@ fn reads_overlapping_or_after_unknown_outcomes_may_show_the_older_state() {
     acquire(&mut h, 1, "a", (0, 10), granted(1, 5));
     // The grant of 7 completes after the read began; the release's outcome is unknown.
     acquire(&mut h, 2, "a", (20, 45), granted(2, 7));
-    release(&mut h, 1, "a", common::grant(1, 5), (15, 18), Outcome::Unknown);
+    release(
+        &mut h,
+        1,
+        "a",
+        common::grant(1, 5),
+        (15, 18),
+        Outcome::Unknown,
+    );
     status(&mut h, 3, "a", (40, 50), Some(common::grant(1, 5)), 5);
     // Equal times order nothing.
     status(&mut h, 3, "a", (45, 60), Some(common::grant(1, 5)), 5);

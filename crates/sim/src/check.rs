@@ -69,15 +69,13 @@ pub fn history(events: &[Event], counter: u64) -> History {
                         session: SessionId::new(session),
                         token: Token::new(*token),
                     })),
-                    record::Outcome::Status { holder, last_token } => {
-                        Outcome::Ok(Reply::Status {
-                            holder: holder.map(|(session, token)| Grant {
-                                session: SessionId::new(session),
-                                token: Token::new(token),
-                            }),
-                            last_token: Token::new(*last_token),
-                        })
-                    }
+                    record::Outcome::Status { holder, last_token } => Outcome::Ok(Reply::Status {
+                        holder: holder.map(|(session, token)| Grant {
+                            session: SessionId::new(session),
+                            token: Token::new(token),
+                        }),
+                        last_token: Token::new(*last_token),
+                    }),
                     record::Outcome::Failed(_) => Outcome::Failed,
                     // Never completed: the history counts it as possibly applied at any time.
                     record::Outcome::Unknown(_) => continue,

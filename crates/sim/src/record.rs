@@ -59,9 +59,15 @@ pub enum What {
         accepted: bool,
     },
     /// A client reads `lock`'s state linearizably from one node.
-    ReadInvoked { client: usize, lock: String },
+    ReadInvoked {
+        client: usize,
+        lock: String,
+    },
     /// The read `op` ended: [`Outcome::Status`], or failed (a read changes nothing).
-    ReadCompleted { op: OpId, outcome: Outcome },
+    ReadCompleted {
+        op: OpId,
+        outcome: Outcome,
+    },
     /// A grant's sequencer did not verify against the keys the cluster published.
     Unverifiable {
         client: usize,
