@@ -213,25 +213,46 @@ pub fn run(seed: u64, options: &Options) -> Report {
     );
     let mut failure = None;
     loop {
-        match sim.step() {
-            Ok(true) => break,
-            Ok(false) => {}
-            Err(e) => {
+        // A panic in a host (an assertion of openraft's, say) ends the run as a failure of the
+        // seed, with its record, instead of the process.
+        let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sim.step()));
+        match step {
+            Ok(Ok(true)) => break,
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) => {
                 failure = Some(format!("the simulation stopped: {e}"));
+                break;
+            }
+            Err(panic) => {
+                failure = Some(format!("a host panicked: {}", panic_message(&*panic)));
                 break;
             }
         }
         nemesis.step(&mut sim, &world);
     }
     let simulated = sim.elapsed();
-    drop(sim);
+    // Tearing down hosts a panic left behind may panic again: nothing more to learn there.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(sim)));
     palisade_clock::entropy::seed_thread(None);
     canary::set(None);
-    let world = Rc::try_unwrap(world)
-        .ok()
-        .expect("the simulation is over")
-        .into_inner();
-    let counter = world.resource.read(|v| *v).unwrap_or_default();
+    let counter = world.borrow().resource.read(|v| *v).unwrap_or_default();
+    let world = match Rc::try_unwrap(world) {
+        Ok(world) => world.into_inner(),
+        // Only after a panic: some host's task still holds the world.
+        Err(world) => {
+            let world = world.borrow();
+            World {
+                events: world.events.clone(),
+                resource: palisade_fence::MemoryResource::bound_to(LOCK, 0),
+                keys: None,
+                client_clocks: BTreeMap::new(),
+                last_write: world.last_write.clone(),
+                orders: BTreeMap::new(),
+                members: world.members.clone(),
+                wiped: BTreeSet::new(),
+            }
+        }
+    };
     let mut violations = check::check(&world.events, counter);
     violations.extend(check::liveness(
         &world.last_write,
@@ -261,6 +282,14 @@ pub fn run(seed: u64, options: &Options) -> Report {
         counter,
         simulated,
     }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_string()))
+        .unwrap_or_else(|| "(no message)".to_string())
 }
 
 /// One start of node `id`: recovers its data directory, or bootstraps the cluster with
