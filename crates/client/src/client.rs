@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use palisade_core::error_chain::error_chain;
 use palisade_core::limits::{LOCK_NAME_BYTES_MAX, validate_lock_name};
-use palisade_core::{SessionId, Token};
+use palisade_core::{RequestId, SessionId, Token};
 use palisade_proto::transport::{self, Dialer};
 use palisade_proto::v1::locks_client::LocksClient;
 use palisade_proto::{DEFAULT_ENDPOINT, MESSAGE_BYTES_MAX, v1 as pb};
@@ -647,12 +647,25 @@ impl Client {
         lock: &str,
         options: AcquireOptions,
     ) -> Result<Grant, AcquireError> {
+        self.acquire_with_id(credential, lock, options, request_id())
+            .await
+    }
+
+    /// [`Client::acquire`] with the caller's request id ([`crate::request_id`]): a caller that
+    /// got an unknown outcome retries with the same id and is answered with the first
+    /// attempt's outcome, never granted twice.
+    pub async fn acquire_with_id(
+        &self,
+        credential: SessionCredential,
+        lock: &str,
+        options: AcquireOptions,
+        request_id: RequestId,
+    ) -> Result<Grant, AcquireError> {
         let session = credential.id();
         validate_lock_name(lock, LOCK_NAME_BYTES_MAX)
             .map_err(|e| AcquireError::InvalidArgument(invalid_name(lock, &e)))?;
         let value = wire_value(options.value.as_deref())
             .map_err(|e| AcquireError::InvalidArgument(invalid_value(&e)))?;
-        let request_id = request_id();
         let started = Instant::now();
         let wait_deadline = match options.wait {
             Wait::For(wait) => Some(started + wait),
@@ -692,13 +705,24 @@ impl Client {
         credential: SessionCredential,
         lock: &str,
     ) -> Result<Option<Token>, ReleaseError> {
+        self.release_with_id(credential, lock, request_id()).await
+    }
+
+    /// [`Client::release`] with the caller's request id: a retry after an unknown outcome,
+    /// with the same id, is answered with the first attempt's outcome.
+    pub async fn release_with_id(
+        &self,
+        credential: SessionCredential,
+        lock: &str,
+        request_id: RequestId,
+    ) -> Result<Option<Token>, ReleaseError> {
         let session = credential.id();
         validate_lock_name(lock, LOCK_NAME_BYTES_MAX)
             .map_err(|e| ReleaseError::InvalidArgument(invalid_name(lock, &e)))?;
         let request = pb::ReleaseRequest {
             session: session.get(),
             lock: lock.to_string(),
-            request_id: request_id().get(),
+            request_id: request_id.get(),
             session_secret: credential.secret().as_bytes().to_vec(),
         };
         let response = self

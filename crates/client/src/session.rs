@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use palisade_clock::SharedClock;
 
-use palisade_core::{SessionId, Token};
+use palisade_core::{RequestId, SessionId, Token};
 use palisade_proto::v1 as pb;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -344,6 +344,19 @@ impl Session {
         lock: &str,
         options: AcquireOptions,
     ) -> Result<LockGuard, AcquireError> {
+        self.acquire_with_id(lock, options, crate::request_id())
+            .await
+    }
+
+    /// [`Session::acquire`] with the caller's request id ([`crate::request_id`]): after an
+    /// unknown outcome, an acquire with the same id is answered with the first attempt's
+    /// outcome (the same grant, or the same wait), never a second grant.
+    pub async fn acquire_with_id(
+        &self,
+        lock: &str,
+        options: AcquireOptions,
+        request_id: RequestId,
+    ) -> Result<LockGuard, AcquireError> {
         let session = self.shared.id;
         let lost = |reason| AcquireError::SessionLost {
             lock: lock.to_string(),
@@ -361,7 +374,7 @@ impl Session {
         let result = tokio::select! {
             biased;
             reason = self.shared.lost() => Err(lost(reason)),
-            result = self.shared.client.acquire(self.shared.credential, lock, options) => result,
+            result = self.shared.client.acquire_with_id(self.shared.credential, lock, options, request_id) => result,
         };
         cancel.lock = None;
         let grant = result?;
@@ -486,7 +499,14 @@ impl LockGuard {
     }
 
     /// Gives the lock up and reports the outcome.
-    pub async fn release(mut self) -> Result<(), ReleaseError> {
+    pub async fn release(self) -> Result<(), ReleaseError> {
+        self.release_with_id(crate::request_id()).await
+    }
+
+    /// [`LockGuard::release`] with the caller's request id: if the outcome is unknown, the
+    /// caller retries with [`Client::release_with_id`] and the same id, and is answered with
+    /// the first attempt's outcome.
+    pub async fn release_with_id(mut self, request_id: RequestId) -> Result<(), ReleaseError> {
         self.released = true;
         let session = self.grant.session;
         if let Some(reason) = self.shared.ended() {
@@ -496,7 +516,7 @@ impl LockGuard {
         match self
             .shared
             .client
-            .release(self.shared.credential, &self.grant.lock)
+            .release_with_id(self.shared.credential, &self.grant.lock, request_id)
             .await?
         {
             Some(token) if token == self.grant.token => Ok(()),

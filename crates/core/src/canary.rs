@@ -21,14 +21,35 @@ pub enum Canary {
     /// The log acknowledges what it wrote without an `fdatasync`: Raft counts a vote or an
     /// entry that a crash can take back.
     AckBeforeFsync,
+    /// The leader answers an acquire or a release from a speculative apply on a copy of its
+    /// table as soon as the entry is appended, before it is committed and applied: a leader
+    /// that loses its log tail has acknowledged what never happened, and two commands
+    /// answered from the same state both see it as it was.
+    ReplyBeforeApply,
+    /// A linearizable read (`Status`, `ListLocks`) is answered from the node's own copy, with
+    /// no ReadIndex round to confirm leadership: a follower or a deposed leader answers with
+    /// what it has applied so far.
+    LocalRead,
+    /// A node's id comes back with a wiped data directory: the peers accept it as the member
+    /// that id names (the incarnation checks of the peer transport are skipped), though it has
+    /// forgotten its log, its vote and the cluster's key. The simulation's operator wipes a
+    /// member under this canary only.
+    NodeIdReuse,
+    /// The lock table forgets request ids: a retried acquire or release is applied again
+    /// instead of answered with its first outcome.
+    DropRequestDedup,
 }
 
 impl Canary {
     /// Every canary.
-    pub const ALL: [Canary; 3] = [
+    pub const ALL: [Canary; 7] = [
         Canary::SkipLeaderStart,
         Canary::FenceRefusesEqualToken,
         Canary::AckBeforeFsync,
+        Canary::ReplyBeforeApply,
+        Canary::LocalRead,
+        Canary::NodeIdReuse,
+        Canary::DropRequestDedup,
     ];
 
     /// Its name on the command line.
@@ -37,6 +58,10 @@ impl Canary {
             Canary::SkipLeaderStart => "skip-leader-start",
             Canary::FenceRefusesEqualToken => "fence-refuses-equal-token",
             Canary::AckBeforeFsync => "ack-before-fsync",
+            Canary::ReplyBeforeApply => "reply-before-apply",
+            Canary::LocalRead => "local-read",
+            Canary::NodeIdReuse => "node-id-reuse",
+            Canary::DropRequestDedup => "drop-request-dedup",
         }
     }
 

@@ -1238,6 +1238,9 @@ fn remembered(
     kind: RequestKind,
     lock: &str,
 ) -> Result<Option<Result<Reply, CoreError>>, CoreError> {
+    if crate::canary::active(crate::canary::Canary::DropRequestDedup) {
+        return Ok(None);
+    }
     match session.recent.iter().find(|r| r.request_id == request_id) {
         None => Ok(None),
         Some(r) if r.kind == kind && r.lock == lock => Ok(Some(r.result.clone())),

@@ -31,6 +31,9 @@ pub enum Check {
     FenceOrder,
     /// 6: read-modify-write sections at a fenced resource lose no acknowledged increment.
     NoLostUpdate,
+    /// 7: a linearizable read of a lock's state reflects every grant and release of it
+    /// acknowledged before the read was invoked.
+    ReadsReflectAcknowledged,
 }
 
 /// One operation of a violation, as recorded.
@@ -83,6 +86,12 @@ pub enum Violation {
     /// Check 6: a read returned a value the counter cannot have reached: `missing` (at most the
     /// value read) was written by no write invoked before the read completed.
     UnwrittenValue { read: OpRef, missing: i64 },
+    /// Check 7: a read of the lock showed neither a holder nor a last token as large as the
+    /// token of `grant`, acknowledged before the read was invoked.
+    ReadMissedGrant { grant: OpRef, read: OpRef },
+    /// Check 7: a read showed as holder a grant whose release was acknowledged before the read
+    /// was invoked.
+    ReadShowedReleased { release: OpRef, read: OpRef },
 }
 
 impl Violation {
@@ -98,6 +107,9 @@ impl Violation {
             Violation::IncrementWrittenTwice { .. }
             | Violation::StaleRead { .. }
             | Violation::UnwrittenValue { .. } => Check::NoLostUpdate,
+            Violation::ReadMissedGrant { .. } | Violation::ReadShowedReleased { .. } => {
+                Check::ReadsReflectAcknowledged
+            }
         }
     }
 }
@@ -156,6 +168,16 @@ impl fmt::Display for Violation {
                 f,
                 "a read returned a value the counter cannot have reached ({missing} was never \
                  written before it):\n  {read}"
+            ),
+            Violation::ReadMissedGrant { grant, read } => write!(
+                f,
+                "a read of the lock missed a grant acknowledged before it began:\n  grant {grant}\n  \
+                 read  {read}"
+            ),
+            Violation::ReadShowedReleased { release, read } => write!(
+                f,
+                "a read of the lock showed a holder whose release was acknowledged before it \
+                 began:\n  release {release}\n  read    {read}"
             ),
         }
     }
@@ -264,6 +286,7 @@ pub fn check(history: &History) -> Report {
     tokens_grow(&grants, &mut found);
     tokens_unique(&grants, &mut found);
     lease_belief(history, &grants, &mut found);
+    reads_reflect_acknowledged(history, &grants, &mut found);
     for accesses in resource_scopes(history).values() {
         fence_order(accesses, &mut found);
         no_lost_update(accesses, &mut found);
@@ -392,6 +415,69 @@ fn lease_belief(history: &History, grants: &[Granted<'_>], found: &mut Found<'_>
                 renewal: found.op(renewal),
                 belief_end_ns,
                 other: found.op(other.id),
+            });
+        }
+    }
+}
+
+/// Check 7. A read of a lock invoked after a grant of it was acknowledged shows that grant's
+/// token or a larger one, as its holder's or as the lock's last token (tokens only grow, so
+/// this holds whatever happened in between). A read that shows no token at all (no holder,
+/// last token 0: the service forgot an idle lock's last token) says nothing about grants. A
+/// read invoked after the release of a grant was acknowledged does not show that grant as the
+/// holder (a grant never comes back). Unknown outcomes and operations overlapping the read
+/// order nothing.
+fn reads_reflect_acknowledged(history: &History, grants: &[Granted<'_>], found: &mut Found<'_>) {
+    let releases: Vec<(OpId, &Op, &str, Grant)> = history
+        .ops()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, op)| match (&op.action, op.outcome) {
+            (
+                Action::Release {
+                    lock,
+                    session,
+                    token,
+                },
+                Outcome::Ok(Reply::Released),
+            ) => Some((
+                OpId(i),
+                op,
+                lock.as_str(),
+                Grant {
+                    session: *session,
+                    token: *token,
+                },
+            )),
+            _ => None,
+        })
+        .collect();
+    for (i, read) in history.ops().iter().enumerate() {
+        let (Action::Status { lock }, Outcome::Ok(Reply::Status { holder, last_token })) =
+            (&read.action, read.outcome)
+        else {
+            continue;
+        };
+        let shown = holder.map_or(last_token, |g| g.token.max(last_token));
+        let missed = grants
+            .iter()
+            .filter(|g| g.lock == lock && g.op.precedes(read) && g.grant.token > shown)
+            .max_by_key(|g| g.grant.token);
+        if let Some(grant) = missed
+            && shown != Token::ZERO
+        {
+            found.report(Violation::ReadMissedGrant {
+                grant: found.op(grant.id),
+                read: found.op(OpId(i)),
+            });
+        }
+        let released = releases
+            .iter()
+            .find(|(_, op, l, g)| *l == lock && Some(*g) == holder && op.precedes(read));
+        if let Some(&(release, ..)) = released {
+            found.report(Violation::ReadShowedReleased {
+                release: found.op(release),
+                read: found.op(OpId(i)),
             });
         }
     }

@@ -41,6 +41,9 @@ pub enum Action {
     /// time; an acknowledged renewal makes the client believe its session lives until
     /// `invoke + ttl·(1 − ρ)`. Answered by [`Reply::Renewed`].
     Renew { session: SessionId, ttl_ns: u64 },
+    /// A linearizable read of `lock`'s state (`Status`, or one lock of `ListLocks`, not marked
+    /// stale); answered by [`Reply::Status`]. A stale read promises nothing: do not record it.
+    Status { lock: String },
     /// An access to `scope` (bound to one lock) at the fenced resource `resource`; answered by
     /// [`Reply::Accepted`] or [`Reply::Stale`].
     Resource {
@@ -71,6 +74,13 @@ pub enum Reply {
     Granted(Grant),
     Released,
     Renewed,
+    /// What a read of a lock's state showed: its holder, and the largest token the service
+    /// says it granted for the lock ([`Token::ZERO`] if it does not know: a service may forget
+    /// the last token of a lock idle for long).
+    Status {
+        holder: Option<Grant>,
+        last_token: Token,
+    },
     /// The resource applied the access. `value` is what a read returned (`None` if the scope
     /// had no value yet, read as 0). `position` is the access's place in the resource's apply
     /// order if the resource reports one (the simulation's resources do; the fenced store's
@@ -297,6 +307,7 @@ fn validate(
             Action::Acquire { .. } => matches!(reply, Reply::Granted(_)),
             Action::Release { .. } => reply == Reply::Released,
             Action::Renew { .. } => reply == Reply::Renewed,
+            Action::Status { .. } => matches!(reply, Reply::Status { .. }),
             Action::Resource { grant, access, .. } => match reply {
                 // Only a read returns a value.
                 Reply::Accepted { value, .. } => value.is_none() || *access == Access::Read,
@@ -325,6 +336,7 @@ impl fmt::Display for Op {
             Action::Renew { session, ttl_ns } => {
                 write!(f, "renew(session {session}, ttl {ttl_ns} ns)")?
             }
+            Action::Status { lock } => write!(f, "status({lock})")?,
             Action::Resource {
                 resource,
                 scope,
@@ -354,6 +366,13 @@ impl fmt::Display for Op {
             }
             Outcome::Ok(Reply::Released) => write!(f, "released"),
             Outcome::Ok(Reply::Renewed) => write!(f, "renewed"),
+            Outcome::Ok(Reply::Status { holder, last_token }) => {
+                match holder {
+                    Some(g) => write!(f, "held by session {} token {}", g.session, g.token)?,
+                    None => write!(f, "free")?,
+                }
+                write!(f, ", last token {last_token}")
+            }
             Outcome::Ok(Reply::Accepted { value, position }) => {
                 write!(f, "accepted")?;
                 if let Some(value) = value {

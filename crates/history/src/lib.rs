@@ -14,12 +14,14 @@
 //!   invocation time. Once acknowledged, the client believes its session, and every lock it
 //!   holds, lives until `sent + ttl·(1 − ρ)`, where ρ is the history's drift bound (in parts
 //!   per million) between the clocks that measure leases and the observer's;
+//! - `Status { lock }`: a linearizable read of a lock's state, answered by
+//!   `Status { holder, last_token }` (a stale read promises nothing and is not recorded);
 //! - `Resource { resource, scope, grant, access }`: a claim, read or write of a scope (bound to
 //!   one lock) at a fenced resource, presenting a grant (or none, for an observer's unfenced
 //!   read); answered `Accepted { value, position }` (the value read, and the place in the
 //!   resource's apply order if the resource reports it) or `Stale`.
 //!
-//! [`check()`] (or [`History::check`]) runs six checks and returns a [`Report`] whose
+//! [`check()`] (or [`History::check`]) runs seven checks and returns a [`Report`] whose
 //! [`Violation`]s name the operations, with their times, that prove each one:
 //!
 //! 1. [`Check::TokensGrowPerLock`]: per lock, a grant that follows another has a larger token.
@@ -40,6 +42,10 @@
 //!    by one (reads `v`, writes `v + 1`): no value is written twice by accepted writes, no read
 //!    returns less than a write acknowledged before it, and no read returns a value that the
 //!    writes invoked before it (accepted or of unknown outcome) cannot have built.
+//! 7. [`Check::ReadsReflectAcknowledged`]: a read of a lock invoked after a grant of it was
+//!    acknowledged shows that token or a larger one (as holder or last token; a read showing
+//!    no token at all says nothing), and never shows as holder a grant whose release was
+//!    acknowledged before the read was invoked.
 //!
 //! Every check is sound: it reports only what no execution consistent with the history avoids.
 //! Checks 5 and 6 need every access to the resource in the history. A session closed by its

@@ -467,6 +467,73 @@ fn a_superseded_holder_refused_loses_nothing() {
     assert_eq!(checks(&h), []);
 }
 
+// ----- 7: linearizable reads reflect what was acknowledged before them -----
+
+#[test]
+fn a_read_that_misses_a_grant_acknowledged_before_it_began_is_caught() {
+    let mut h = history();
+    acquire(&mut h, 1, "a", (0, 10), granted(1, 5));
+    let grant = acquire(&mut h, 2, "a", (20, 30), granted(2, 7));
+    let read = status(&mut h, 3, "a", (40, 50), Some(common::grant(1, 5)), 5);
+
+    let found = violations(&h);
+    assert!(
+        matches!(&found[..], [Violation::ReadMissedGrant { grant: g, read: r }]
+            if g.id == grant && r.id == read),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn a_read_showing_a_released_holder_is_caught() {
+    let mut h = history();
+    acquire(&mut h, 1, "a", (0, 10), granted(1, 5));
+    let release = release(
+        &mut h,
+        1,
+        "a",
+        common::grant(1, 5),
+        (20, 30),
+        Outcome::Ok(Reply::Released),
+    );
+    let read = status(&mut h, 2, "a", (40, 50), Some(common::grant(1, 5)), 5);
+
+    let found = violations(&h);
+    assert!(
+        matches!(&found[..], [Violation::ReadShowedReleased { release: rel, read: r }]
+            if rel.id == release && r.id == read),
+        "{found:?}"
+    );
+    assert_eq!(checks(&h), [Check::ReadsReflectAcknowledged]);
+}
+
+#[test]
+fn reads_overlapping_or_after_unknown_outcomes_may_show_the_older_state() {
+    let mut h = history();
+    acquire(&mut h, 1, "a", (0, 10), granted(1, 5));
+    // The grant of 7 completes after the read began; the release's outcome is unknown.
+    acquire(&mut h, 2, "a", (20, 45), granted(2, 7));
+    release(
+        &mut h,
+        1,
+        "a",
+        common::grant(1, 5),
+        (15, 18),
+        Outcome::Unknown,
+    );
+    status(&mut h, 3, "a", (40, 50), Some(common::grant(1, 5)), 5);
+    // Equal times order nothing.
+    status(&mut h, 3, "a", (45, 60), Some(common::grant(1, 5)), 5);
+    // A later read shows the grant of 7, or a larger token, or nothing it knows of.
+    status(&mut h, 3, "a", (60, 70), None, 7);
+    status(&mut h, 3, "a", (60, 70), None, 9);
+    status(&mut h, 3, "a", (60, 70), None, 0);
+    // Another lock's grants say nothing about this one.
+    acquire(&mut h, 4, "b", (50, 55), granted(4, 11));
+
+    assert_eq!(checks(&h), []);
+}
+
 // ----- bad input -----
 
 #[test]

@@ -813,7 +813,34 @@ impl Node {
             now_ms: term.clock.now_ms(),
             command,
         };
+        if canary::active(Canary::ReplyBeforeApply)
+            && matches!(
+                input.command,
+                Command::Acquire { .. } | Command::Release { .. }
+            )
+        {
+            return self.reply_before_apply(term, input).await;
+        }
         self.propose_payload(term, Proposal::Lock(input)).await
+    }
+
+    /// The `reply-before-apply` canary: the answer is the command applied to a copy of the
+    /// table as this node has applied it so far, given as soon as Raft took the entry, before
+    /// it is committed (index 0: a queued acquire then takes the first outcome it hears).
+    async fn reply_before_apply(
+        &self,
+        term: &Term,
+        input: Input,
+    ) -> Result<(u64, Output), ProposeError> {
+        let output = self.shared.read(|t| t.clone().apply(input.clone()));
+        let (responder, _answer) = ProgressResponder::complete_only();
+        self.raft
+            .write(Proposal::Lock(input))
+            .with_leader(term.leader_id)
+            .responder(responder)
+            .await
+            .map_err(|e| ProposeError::Stopped(e.to_string()))?;
+        Ok((0, output))
     }
 
     /// Proposes `proposal` in `term`; see [`Node::propose_in`].

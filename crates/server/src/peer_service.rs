@@ -20,6 +20,7 @@ use std::io::Cursor;
 
 use openraft::async_runtime::WatchReceiver;
 use openraft::type_config::alias::{SnapshotMetaOf, SnapshotOf, VoteOf};
+use palisade_core::canary::{self, Canary};
 use palisade_proto::raft::v1::raft_server::{Raft, RaftServer};
 use palisade_proto::raft::v1::{
     AdmitReply, AdmitRequest, Envelope, PeerReply, PeerRequest, SnapshotPart, snapshot_part,
@@ -151,6 +152,7 @@ impl RaftPeerServer {
         if to_incarnation != 0
             && self.local_incarnation != 0
             && to_incarnation != self.local_incarnation
+            && !canary::active(Canary::NodeIdReuse)
         {
             tracing::error!(
                 %from_node_id,
@@ -203,7 +205,8 @@ impl RaftPeerServer {
             Some(member)
                 if member.incarnation != 0
                     && from_incarnation != 0
-                    && member.incarnation != from_incarnation =>
+                    && member.incarnation != from_incarnation
+                    && !canary::active(Canary::NodeIdReuse) =>
             {
                 Err(Status::failed_precondition(format!(
                     "node {from} has a new data directory (incarnation {from_incarnation}, the \

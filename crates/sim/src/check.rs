@@ -13,10 +13,11 @@ use crate::record::{self, Event, What};
 /// The resource's name in the history.
 const RESOURCE: &str = "counter";
 
-/// The record of a run as a history: acquires and releases as invoked and completed, each
-/// belief of a client in its lease as an acknowledged renewal (already in simulated time, with
-/// the client's margins taken off, so the drift bound is 0), the resource's decisions as
-/// fenced reads and writes in its apply order, and a final unfenced read of `counter`.
+/// The record of a run as a history: acquires, releases and linearizable reads of the lock as
+/// invoked and completed, each belief of a client in its lease as an acknowledged renewal
+/// (already in simulated time, with the client's margins taken off, so the drift bound is 0),
+/// the resource's decisions as fenced reads and writes in its apply order, and a final
+/// unfenced read of `counter`.
 pub fn history(events: &[Event], counter: u64) -> History {
     let mut history = History::new(0).expect("0 is a valid drift bound");
     let mut ids = BTreeMap::new();
@@ -50,7 +51,13 @@ pub fn history(events: &[Event], counter: u64) -> History {
                 };
                 ids.insert(index, history.invoke(ClientId(*client as u64), at, action));
             }
-            What::AcquireCompleted { op, outcome } | What::ReleaseCompleted { op, outcome } => {
+            What::ReadInvoked { client, lock } => {
+                let action = Action::Status { lock: lock.clone() };
+                ids.insert(index, history.invoke(ClientId(*client as u64), at, action));
+            }
+            What::AcquireCompleted { op, outcome }
+            | What::ReleaseCompleted { op, outcome }
+            | What::ReadCompleted { op, outcome } => {
                 let Some(id) = ids.get(op) else { continue };
                 let session = match &events[*op].what {
                     What::AcquireInvoked { session, .. } => *session,
@@ -62,6 +69,13 @@ pub fn history(events: &[Event], counter: u64) -> History {
                         session: SessionId::new(session),
                         token: Token::new(*token),
                     })),
+                    record::Outcome::Status { holder, last_token } => Outcome::Ok(Reply::Status {
+                        holder: holder.map(|(session, token)| Grant {
+                            session: SessionId::new(session),
+                            token: Token::new(token),
+                        }),
+                        last_token: Token::new(*last_token),
+                    }),
                     record::Outcome::Failed(_) => Outcome::Failed,
                     // Never completed: the history counts it as possibly applied at any time.
                     record::Outcome::Unknown(_) => continue,
@@ -134,7 +148,7 @@ pub fn history(events: &[Event], counter: u64) -> History {
                     },
                 );
             }
-            What::Fault(_) => {}
+            What::Fault(_) | What::Unverifiable { .. } => {}
         }
     }
     let end = events.last().map_or(0, |e| ns(e.at)) + 1;
@@ -159,13 +173,22 @@ pub fn history(events: &[Event], counter: u64) -> History {
     history
 }
 
-/// Every violation the history checker finds in the record, one per entry.
+/// Every violation the history checker finds in the record, one per entry, and every grant
+/// whose sequencer a resource trusting the cluster's published keys could not verify.
 pub fn check(events: &[Event], counter: u64) -> Vec<String> {
+    let unverifiable = events.iter().filter_map(|e| match &e.what {
+        What::Unverifiable { client, token, why } => Some(format!(
+            "c{client} was granted token {token} with a sequencer the cluster's published keys \
+             do not verify: {why}"
+        )),
+        _ => None,
+    });
     history(events, counter)
         .check()
         .violations
         .iter()
         .map(ToString::to_string)
+        .chain(unverifiable)
         .collect()
 }
 

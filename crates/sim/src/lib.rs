@@ -84,7 +84,8 @@ pub struct Report {
     pub violations: Vec<String>,
     /// Faults injected.
     pub faults: usize,
-    /// Client operations completed (acquires, releases, resource operations).
+    /// Client operations completed (acquires, releases, reads of the lock, resource
+    /// operations).
     pub operations: usize,
     /// The counter's final value: one per accepted read-modify-write.
     pub counter: u64,
@@ -110,6 +111,8 @@ pub(crate) struct World {
     pub(crate) orders: BTreeMap<u64, Vec<operator::Order>>,
     /// The voters, as the operator's changes left them.
     pub(crate) members: BTreeSet<u64>,
+    /// Nodes whose data directory is wiped when they next start (`node-id-reuse` canary).
+    pub(crate) wiped: BTreeSet<u64>,
 }
 
 pub(crate) type Shared = Rc<RefCell<World>>;
@@ -160,6 +163,7 @@ pub fn run(seed: u64, options: &Options) -> Report {
         last_write: BTreeMap::new(),
         orders: BTreeMap::new(),
         members: (1..=options.nodes as u64).collect(),
+        wiped: BTreeSet::new(),
     }));
     let members: BTreeMap<u64, String> = (1..=options.nodes as u64)
         .map(|id| (id, format!("{}:{PORT}", node_name(id))))
@@ -205,28 +209,50 @@ pub fn run(seed: u64, options: &Options) -> Report {
         options.clients,
         options.safety,
         options.faults,
+        options.canary == Some(Canary::NodeIdReuse),
     );
     let mut failure = None;
     loop {
-        match sim.step() {
-            Ok(true) => break,
-            Ok(false) => {}
-            Err(e) => {
+        // A panic in a host (an assertion of openraft's, say) ends the run as a failure of the
+        // seed, with its record, instead of the process.
+        let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sim.step()));
+        match step {
+            Ok(Ok(true)) => break,
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) => {
                 failure = Some(format!("the simulation stopped: {e}"));
+                break;
+            }
+            Err(panic) => {
+                failure = Some(format!("a host panicked: {}", panic_message(&*panic)));
                 break;
             }
         }
         nemesis.step(&mut sim, &world);
     }
     let simulated = sim.elapsed();
-    drop(sim);
+    // Tearing down hosts a panic left behind may panic again: nothing more to learn there.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(sim)));
     palisade_clock::entropy::seed_thread(None);
     canary::set(None);
-    let world = Rc::try_unwrap(world)
-        .ok()
-        .expect("the simulation is over")
-        .into_inner();
-    let counter = world.resource.read(|v| *v).unwrap_or_default();
+    let counter = world.borrow().resource.read(|v| *v).unwrap_or_default();
+    let world = match Rc::try_unwrap(world) {
+        Ok(world) => world.into_inner(),
+        // Only after a panic: some host's task still holds the world.
+        Err(world) => {
+            let world = world.borrow();
+            World {
+                events: world.events.clone(),
+                resource: palisade_fence::MemoryResource::bound_to(LOCK, 0),
+                keys: None,
+                client_clocks: BTreeMap::new(),
+                last_write: world.last_write.clone(),
+                orders: BTreeMap::new(),
+                members: world.members.clone(),
+                wiped: BTreeSet::new(),
+            }
+        }
+    };
     let mut violations = check::check(&world.events, counter);
     violations.extend(check::liveness(
         &world.last_write,
@@ -242,6 +268,7 @@ pub fn run(seed: u64, options: &Options) -> Report {
                 e.what,
                 What::AcquireCompleted { .. }
                     | What::ReleaseCompleted { .. }
+                    | What::ReadCompleted { .. }
                     | What::Resource { .. }
             )
         })
@@ -257,6 +284,14 @@ pub fn run(seed: u64, options: &Options) -> Report {
     }
 }
 
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_string()))
+        .unwrap_or_else(|| "(no message)".to_string())
+}
+
 /// One start of node `id`: recovers its data directory, or bootstraps the cluster with
 /// `members` (or, without them, waits to be added), carries out the operator's orders, and
 /// serves until the simulation crashes the host or the node is removed.
@@ -267,6 +302,14 @@ async fn node(
     clock: DriftingClock,
     world: Shared,
 ) -> turmoil::Result {
+    // Wiped by the operator (the `node-id-reuse` canary): an empty directory under the old id,
+    // waiting to be added, as `palisade serve --join --node-id <old id>` would start.
+    let members = if world.borrow_mut().wiped.remove(&id) {
+        std::fs::remove_dir_all(&data_dir)?;
+        None
+    } else {
+        members
+    };
     let listener = net::listen(PORT).await?;
     let config = ServerConfig {
         data_dir,

@@ -29,7 +29,8 @@ struct Args {
     #[arg(long)]
     no_faults: bool,
     /// Switch a known bug back on (the checker must catch it): skip-leader-start,
-    /// fence-refuses-equal-token.
+    /// fence-refuses-equal-token, ack-before-fsync, reply-before-apply, local-read,
+    /// node-id-reuse, drop-request-dedup.
     #[arg(long, value_parser = parse_canary)]
     canary: Option<palisade_core::canary::Canary>,
 }

@@ -3,7 +3,8 @@
 //!
 //! - partitions: a node cut off from all others (a minority), with four or more nodes a split
 //!   of several nodes from the majority, one link cut (a bridge through the others), a link cut
-//!   one way, a client cut off from one node;
+//!   one way, a client cut off from one node, or only the answers of one node to a client lost
+//!   (its requests are carried out);
 //! - delays: the messages of a link held and then released at once (late, in a burst), a slow
 //!   link;
 //! - a node crashed and restarted from its data directory;
@@ -13,7 +14,8 @@
 //! - a client's clock jumping forward;
 //! - the operator's work ([`crate::operator`]): a node with a fresh id added, a member removed
 //!   (between three and five voters), leadership handed to another member, a snapshot and a
-//!   purge of the log on every node.
+//!   purge of the log on every node; under the `node-id-reuse` canary only, instead of the
+//!   churn, a member's data directory wiped and the node restarted empty under its id.
 
 use std::time::Duration;
 
@@ -45,6 +47,9 @@ pub struct Nemesis {
     active: Vec<(Duration, Undo, String)>,
     injected: usize,
     healed: bool,
+    /// The `node-id-reuse` canary: the operator's churn wipes a member's data directory and
+    /// restarts it under the same id instead of adding and removing members.
+    reuse_ids: bool,
 }
 
 /// How a fault is healed.
@@ -67,6 +72,7 @@ impl Nemesis {
         clients: usize,
         safety_end: Duration,
         enabled: bool,
+        reuse_ids: bool,
     ) -> Nemesis {
         Nemesis {
             rng: SmallRng::seed_from_u64(seed),
@@ -79,6 +85,7 @@ impl Nemesis {
             active: Vec::new(),
             injected: 0,
             healed: false,
+            reuse_ids,
         }
     }
 
@@ -199,9 +206,16 @@ impl Nemesis {
             3 => {
                 let client = format!("c{}", self.rng.random_range(1..=self.clients));
                 let node = self.node(world);
-                sim.partition(client.as_str(), node.as_str());
-                let fault = format!("client {client} cut off from {node}");
-                (Undo::Repair(client, node), fault)
+                if self.rng.random_bool(0.5) {
+                    sim.partition(client.as_str(), node.as_str());
+                    let fault = format!("client {client} cut off from {node}");
+                    (Undo::Repair(client, node), fault)
+                } else {
+                    // The requests arrive and are carried out; the answers are lost.
+                    sim.partition_oneway(node.as_str(), client.as_str());
+                    let fault = format!("answers of {node} to client {client} lost");
+                    (Undo::RepairOneway(node, client), fault)
+                }
             }
             4 => {
                 let (a, b) = self.two_nodes(world);
@@ -282,6 +296,15 @@ impl Nemesis {
             11 => {
                 Nemesis::order(world, Order::SnapshotAndPurge);
                 (Undo::Nothing, "asked: snapshot and purge the log".into())
+            }
+            12 if self.reuse_ids => {
+                let node = self.node(world);
+                let id = node[1..].parse().expect("node names are n<id>");
+                world.borrow_mut().wiped.insert(id);
+                sim.crash(node.as_str());
+                let fault =
+                    format!("{node} crashed, its data directory wiped, restarted under its id");
+                (Undo::Bounce(node), fault)
             }
             12 => {
                 let grow =

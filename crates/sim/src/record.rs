@@ -58,6 +58,22 @@ pub enum What {
         wrote: Option<u64>,
         accepted: bool,
     },
+    /// A client reads `lock`'s state linearizably from one node.
+    ReadInvoked {
+        client: usize,
+        lock: String,
+    },
+    /// The read `op` ended: [`Outcome::Status`], or failed (a read changes nothing).
+    ReadCompleted {
+        op: OpId,
+        outcome: Outcome,
+    },
+    /// A grant's sequencer did not verify against the keys the cluster published.
+    Unverifiable {
+        client: usize,
+        token: u64,
+        why: String,
+    },
     /// A fault injected or healed.
     Fault(String),
 }
@@ -73,6 +89,11 @@ pub enum Outcome {
     Failed(String),
     /// May or may not have happened.
     Unknown(String),
+    /// A read showed the lock held by `holder` (session, token), and its last token.
+    Status {
+        holder: Option<(u64, u64)>,
+        last_token: u64,
+    },
 }
 
 impl fmt::Display for Event {
@@ -124,6 +145,12 @@ impl fmt::Display for Event {
                     ),
                 }
             }
+            What::ReadInvoked { client, lock } => write!(f, "c{client} read {lock}"),
+            What::ReadCompleted { op, outcome } => write!(f, "   op {op} read: {outcome}"),
+            What::Unverifiable { client, token, why } => write!(
+                f,
+                "c{client} got a sequencer for token {token} that does not verify: {why}"
+            ),
             What::Fault(fault) => write!(f, "nemesis: {fault}"),
         }
     }
@@ -136,6 +163,17 @@ impl fmt::Display for Outcome {
             Outcome::Granted { token } => write!(f, "granted, token {token}"),
             Outcome::Failed(why) => write!(f, "failed ({why})"),
             Outcome::Unknown(why) => write!(f, "unknown outcome ({why})"),
+            Outcome::Status {
+                holder: Some((session, token)),
+                last_token,
+            } => write!(
+                f,
+                "held by s{session} with token {token}, last token {last_token}"
+            ),
+            Outcome::Status {
+                holder: None,
+                last_token,
+            } => write!(f, "free, last token {last_token}"),
         }
     }
 }

@@ -5,17 +5,23 @@
 use std::time::Duration;
 
 use palisade_client::{
-    AcquireError, AcquireOptions, Client, ClientOptions, ErrorClass, SessionOptions, Wait,
+    AcquireError, AcquireOptions, Client, ClientOptions, ErrorClass, ReleaseError, SessionOptions,
+    Wait,
 };
 use rand::rngs::SmallRng;
+use rand::seq::IndexedRandom as _;
 use rand::{RngExt as _, SeedableRng as _};
 
 use crate::clock::DriftingClock;
 use crate::record::{Outcome, What};
-use crate::{LOCK, Shared, now};
+use crate::{LOCK, PORT, Shared, node_name, now};
 
 /// The lease of every simulated session.
 pub const TTL: Duration = Duration::from_secs(3);
+
+/// How many more times a client sends an acquire or a release whose outcome the client library
+/// reported unknown, with the same request id, as long as its session lives.
+const UNKNOWN_RETRIES_MAX: u32 = 3;
 
 /// What one client does.
 pub(crate) struct Plan {
@@ -50,6 +56,12 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     };
+    tokio::task::spawn_local(reader(
+        plan.client,
+        plan.stop_at,
+        plan.seed ^ 0x7ead,
+        world.clone(),
+    ));
     while now() < plan.stop_at {
         if world.borrow().keys.is_none() {
             match client.public_keys().await {
@@ -75,7 +87,29 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
                 lock: LOCK.to_string(),
             });
             let wait = Wait::For(Duration::from_millis(rng.random_range(500..=2_000)));
-            let guard = match session.acquire(LOCK, AcquireOptions::wait(wait)).await {
+            // An outcome the client library could not learn within its retries is asked again
+            // with the same request id, as a real client does: the service answers with the
+            // first attempt's outcome instead of acquiring twice.
+            let request_id = palisade_client::request_id();
+            let mut retries = 0;
+            let acquired = loop {
+                let acquired = session
+                    .acquire_with_id(LOCK, AcquireOptions::wait(wait), request_id)
+                    .await;
+                match &acquired {
+                    Err(e)
+                        if e.outcome_unknown()
+                            && retries < UNKNOWN_RETRIES_MAX
+                            && session.ended().is_none() =>
+                    {
+                        retries += 1;
+                        tokio::time::sleep(Duration::from_millis(rng.random_range(100..=500)))
+                            .await;
+                    }
+                    _ => break acquired,
+                }
+            };
+            let guard = match acquired {
                 Ok(guard) => {
                     let token = guard.token().get();
                     world.borrow_mut().record(What::AcquireCompleted {
@@ -129,10 +163,34 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
                 lock: LOCK.to_string(),
                 token,
             });
-            let outcome = match guard.release().await {
+            // Now and then the answers to the release are lost, so that it is retried.
+            let answers_lost = rng.random_ratio(1, 10);
+            if answers_lost {
+                lose_answers(&plan, &mut rng);
+            }
+            let credential = guard.session_credential();
+            let request_id = palisade_client::request_id();
+            let mut released = guard.release_with_id(request_id).await;
+            let mut retries = 0;
+            while released.as_ref().is_err_and(release_unknown)
+                && retries < UNKNOWN_RETRIES_MAX
+                && session.ended().is_none()
+            {
+                retries += 1;
+                tokio::time::sleep(Duration::from_millis(rng.random_range(100..=500))).await;
+                released = client
+                    .release_with_id(credential, LOCK, request_id)
+                    .await
+                    .map(|_| ());
+            }
+            let outcome = match released {
                 Ok(()) => Outcome::Released,
+                // A session that ended between attempts may have ended after an attempt that
+                // released.
                 Err(e)
-                    if matches!(e.class(), ErrorClass::OutcomeUnknown | ErrorClass::Internal) =>
+                    if release_unknown(&e)
+                        || ((retries > 0 || answers_lost)
+                            && matches!(e, ReleaseError::SessionNotFound { .. })) =>
                 {
                     Outcome::Unknown(e.to_string())
                 }
@@ -146,6 +204,73 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
         let _ = session.close().await;
     }
     Ok(())
+}
+
+/// The answers of every node to this client are lost for 1 to 2.5 s, from now: the client's
+/// next request is carried out, its answer never comes, and the client library retries it
+/// after its request timeout, with the same request id.
+fn lose_answers(plan: &Plan, rng: &mut SmallRng) {
+    let me = format!("c{}", plan.client);
+    let nodes = plan.endpoints.len() as u64;
+    for id in 1..=nodes {
+        turmoil::partition_oneway(crate::node_name(id), me.as_str());
+    }
+    let lasts = Duration::from_millis(rng.random_range(1_000..=2_500));
+    tokio::task::spawn_local(async move {
+        tokio::time::sleep(lasts).await;
+        for id in 1..=nodes {
+            turmoil::repair_oneway(crate::node_name(id), me.as_str());
+        }
+    });
+}
+
+/// Whether a release may or may not have been applied.
+fn release_unknown(e: &ReleaseError) -> bool {
+    matches!(e.class(), ErrorClass::OutcomeUnknown | ErrorClass::Internal)
+}
+
+/// Reads the lock's state now and then, linearizably, from one member picked at random (which
+/// answers, or names the leader and the client goes there), as `palisade status` given one
+/// endpoint does.
+async fn reader(client: usize, stop_at: Duration, seed: u64, world: Shared) {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let options = ClientOptions {
+        connect_timeout: Duration::from_secs(1),
+        request_timeout: Duration::from_secs(1),
+        retry_budget: Duration::from_secs(2),
+        ..ClientOptions::default()
+    };
+    loop {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(200..=1_500))).await;
+        if now() >= stop_at {
+            return;
+        }
+        let members: Vec<u64> = world.borrow().members.iter().copied().collect();
+        let Some(&id) = members.choose(&mut rng) else {
+            continue;
+        };
+        let endpoint = format!("http://{}:{PORT}", node_name(id));
+        let Ok(reader) =
+            Client::connect_many_via(&[endpoint], options.clone(), Some(crate::net::dialer()))
+                .await
+        else {
+            continue;
+        };
+        let op = world.borrow_mut().record(What::ReadInvoked {
+            client,
+            lock: LOCK.to_string(),
+        });
+        let outcome = match reader.status(LOCK).await {
+            Ok(status) => Outcome::Status {
+                holder: status.holder.map(|h| (h.session.get(), h.token.get())),
+                last_token: status.last_token.get(),
+            },
+            Err(e) => Outcome::Failed(e.to_string()),
+        };
+        world
+            .borrow_mut()
+            .record(What::ReadCompleted { op, outcome });
+    }
 }
 
 /// Claims the counter with the grant's sequencer, reads it, maybe pauses, and writes it plus
@@ -163,12 +288,22 @@ async fn critical_section(
         .keys
         .clone()
         .expect("fetched before any session");
-    let sequencer = palisade_sequencer::Sequencer::parse(guard.sequencer())
-        .expect("the service signs well-formed sequencers")
-        .verify(&keys)
-        .expect("the service signs with a key it publishes");
     let session_id = session.id().get();
     let token = guard.token().get();
+    let verified = palisade_sequencer::Sequencer::parse(guard.sequencer())
+        .map_err(|e| e.to_string())
+        .and_then(|s| s.verify(&keys).map_err(|e| e.to_string()));
+    let sequencer = match verified {
+        Ok(sequencer) => sequencer,
+        Err(why) => {
+            world.borrow_mut().record(What::Unverifiable {
+                client: plan.client,
+                token,
+                why,
+            });
+            return;
+        }
+    };
     believe(plan, world, clock, session, token);
     let read = {
         let mut world = world.borrow_mut();

@@ -139,3 +139,20 @@ pub fn violations(h: &History) -> Vec<Violation> {
     eprintln!("{report}");
     report.violations
 }
+
+/// A linearizable read of `lock` showing `holder` and `last_token`.
+pub fn status(
+    h: &mut History,
+    client: u64,
+    lock: &str,
+    span: (u64, u64),
+    holder: Option<Grant>,
+    last_token: u64,
+) -> OpId {
+    let action = Action::Status { lock: lock.into() };
+    let outcome = Outcome::Ok(Reply::Status {
+        holder,
+        last_token: Token::new(last_token),
+    });
+    push(h, client, action, span, outcome)
+}
