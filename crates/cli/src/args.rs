@@ -24,6 +24,14 @@ pub fn parse_wait(text: &str) -> Result<Wait, String> {
     }
 }
 
+/// Checks a grant's value (`--value`) as the service will: 1 to 1024 bytes, no control
+/// characters.
+pub fn parse_value(text: &str) -> Result<String, String> {
+    palisade_core::GrantValue::new(text)
+        .map(String::from)
+        .map_err(|e| e.to_string())
+}
+
 /// A wait as a user wrote it, for messages: `forever`, `0s`, `1.5s`.
 pub fn describe_wait(wait: Wait) -> String {
     match wait {

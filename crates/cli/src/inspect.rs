@@ -4,12 +4,13 @@ use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use palisade_client::{LockEvent, LockEventKind, QueryError, Read};
+use palisade_client::{Election, Leader, LockEvent, LockEventKind, QueryError, Read};
 use serde_json::{Value, json};
+use tokio_stream::{Stream, StreamExt as _};
 
 use crate::Global;
 use crate::exit;
-use crate::output::{locks_table, status_json, status_text};
+use crate::output::{locks_table, shell_quote, status_json, status_text};
 
 /// Longest pause between attempts to resume an interrupted watch.
 const WATCH_RETRY_DELAY_MAX: Duration = Duration::from_secs(5);
@@ -49,6 +50,20 @@ pub struct WatchArgs {
     /// Name of the lock.
     pub name: String,
     /// Print one JSON object per line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = exit::HELP)]
+pub struct LeaderArgs {
+    /// Name of the election (its lock).
+    pub name: String,
+    /// Follow the leader: one line now, then one per change (a new leader, a new value, nobody
+    /// leading), until interrupted.
+    #[arg(long)]
+    pub watch: bool,
+    /// Print JSON objects, one per line.
     #[arg(long)]
     pub json: bool,
 }
@@ -96,35 +111,62 @@ pub async fn locks(args: LocksArgs, global: &Global) -> anyhow::Result<ExitCode>
 
 pub async fn watch(args: WatchArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let client = global.connect().await?;
-    // The first watch must work; after that, interruptions are ridden out (each new stream
-    // starts with a snapshot, so nothing is silently missed).
-    let mut events = client.watch(&args.name).await?;
+    let name = args.name.as_str();
+    follow(
+        name,
+        || client.watch(name),
+        |event: LockEvent| print_line(&event_line(&event, args.json)),
+    )
+    .await
+}
+
+/// `palisade leader NAME`: who leads the election, once or (`--watch`) as it changes.
+pub async fn leader(args: LeaderArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let client = global.connect().await?;
+    let election = Election::new(&client, args.name.as_str());
+    let print = |leader: Option<Leader>| print_line(&leader_line(&args.name, &leader, args.json));
+    if !args.watch {
+        print(election.leader().await?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    follow(&args.name, || election.observe(), print).await
+}
+
+/// Prints each item of the stream `open` gives, until interrupted. The first stream must open;
+/// after that, interruptions are ridden out (each new stream starts with the state as it is
+/// then, so nothing is silently missed).
+async fn follow<S, T, F>(
+    name: &str,
+    open: impl Fn() -> F,
+    mut print: impl FnMut(T) -> anyhow::Result<()>,
+) -> anyhow::Result<ExitCode>
+where
+    F: Future<Output = Result<S, QueryError>>,
+    S: Stream<Item = Result<T, QueryError>> + Unpin,
+{
+    let mut items = open().await?;
     let mut delay = Duration::from_millis(100);
     loop {
-        match events.next().await {
-            Some(Ok(event)) => {
-                print_event(&event, args.json)?;
+        match items.next().await {
+            Some(Ok(item)) => {
+                print(item)?;
                 delay = Duration::from_millis(100);
                 continue;
             }
             Some(Err(error)) if !resumable(&error) => return Err(error.into()),
             Some(Err(error)) => {
-                eprintln!(
-                    "palisade: watch of lock {:?} interrupted: {error}; resuming",
-                    args.name
-                );
+                eprintln!("palisade: watch of lock {name:?} interrupted: {error}; resuming");
             }
-            None => eprintln!(
-                "palisade: the lock service ended the watch of lock {:?}; resuming",
-                args.name
-            ),
+            None => {
+                eprintln!("palisade: the lock service ended the watch of lock {name:?}; resuming")
+            }
         }
         loop {
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(WATCH_RETRY_DELAY_MAX);
-            match client.watch(&args.name).await {
+            match open().await {
                 Ok(resumed) => {
-                    events = resumed;
+                    items = resumed;
                     break;
                 }
                 Err(error) if resumable(&error) => {
@@ -148,12 +190,44 @@ fn resumable(error: &QueryError) -> bool {
     }
 }
 
-fn print_event(event: &LockEvent, as_json: bool) -> anyhow::Result<()> {
-    let line = if as_json {
+fn event_line(event: &LockEvent, as_json: bool) -> String {
+    if as_json {
         event_json(event).to_string()
     } else {
         event_text(event)
-    };
+    }
+}
+
+/// `leader elections/db session=12 epoch=42 value=10.0.0.1:5432`, or `none elections/db`; as
+/// JSON, `{"election": …, "leader": null | {"session", "epoch", "value"}}`.
+fn leader_line(name: &str, leader: &Option<Leader>, as_json: bool) -> String {
+    if as_json {
+        let leader = leader.as_ref().map(|l| {
+            json!({
+                "session": l.session,
+                "epoch": l.epoch,
+                "value": l.value,
+            })
+        });
+        return json!({ "election": name, "leader": leader }).to_string();
+    }
+    match leader {
+        None => format!("none {name}"),
+        Some(l) => format!(
+            "leader {name} session={} epoch={}{}",
+            l.session,
+            l.epoch,
+            value_field(l.value.as_deref())
+        ),
+    }
+}
+
+/// ` value=…`, quoted for a shell where needed; nothing without a value.
+fn value_field(value: Option<&str>) -> String {
+    value.map_or(String::new(), |v| format!(" value={}", shell_quote(v)))
+}
+
+fn print_line(line: &str) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{line}")?;
     stdout.flush()?;
@@ -171,10 +245,12 @@ fn event_json(event: &LockEvent) -> Value {
         "session": event.session,
         "token": event.token,
         "waiters": event.waiters,
+        "value": event.value,
     })
 }
 
-/// `granted jobs/a session=12 token=42 waiters=0`, or `snapshot jobs/a free waiters=0`.
+/// `granted jobs/a session=12 token=42 waiters=0`, or `snapshot jobs/a free waiters=0`, with
+/// ` value=…` after it when the holding carries one.
 fn event_text(event: &LockEvent) -> String {
     let holder = match (event.session, event.token) {
         (Some(session), Some(token)) => format!("session={session} token={token}"),
@@ -185,7 +261,12 @@ fn event_text(event: &LockEvent) -> String {
         LockEventKind::Other(raw) => format!("other({raw})"),
         kind => kind.as_str().to_string(),
     };
-    format!("{kind} {} {holder} waiters={}", event.lock, event.waiters)
+    format!(
+        "{kind} {} {holder} waiters={}{}",
+        event.lock,
+        event.waiters,
+        value_field(event.value.as_deref())
+    )
 }
 
 /// Prints the keys resources must trust: one line, the keys joined by commas (one key unless a

@@ -2,7 +2,12 @@
 //!
 //! The session is kept alive while the command runs. The command gets the grant in its
 //! environment (`PALISADE_LOCK`, `PALISADE_TOKEN`, `PALISADE_SEQUENCER`, `PALISADE_SESSION`,
-//! `PALISADE_ENDPOINT`), so it can present the sequencer to the resources it writes.
+//! `PALISADE_ENDPOINT`, and `PALISADE_VALUE` with `--value`), so it can present the sequencer
+//! to the resources it writes.
+//!
+//! `palisade elect NAME -- CMD…` is the same with a wait as long as it takes: a candidate in
+//! the election NAME runs the command while it leads, with its epoch (the grant's token, higher
+//! than every earlier leader's) as `PALISADE_EPOCH`, and steps down when the command exits.
 //!
 //! If the lock is lost while the command runs, the command is stopped — SIGTERM, then SIGKILL
 //! after `--kill-grace` — and palisade exits with [`exit::LOCK_LOST`]. Stopping the command is
@@ -53,7 +58,7 @@ use tokio::signal::unix::{Signal as SignalStream, SignalKind, signal};
 use tokio::time::Instant;
 
 use crate::Global;
-use crate::args::{parse_duration, parse_wait};
+use crate::args::{parse_duration, parse_value, parse_wait};
 use crate::exit::{self, Exit};
 use crate::oneshot;
 use crate::output::human_duration;
@@ -85,6 +90,14 @@ pub struct LockArgs {
     /// starts, so no older holder can read or write there once it runs. Repeatable.
     #[arg(long, value_name = "STORE_URL")]
     pub claim: Vec<String>,
+    /// Attach this value to the grant: `status`, `locks`, `watch` and `leader` show it beside
+    /// the holder (1 to 1024 bytes, no control characters). The command gets it as
+    /// PALISADE_VALUE.
+    #[arg(long, value_parser = parse_value)]
+    pub value: Option<String>,
+    /// Set by `palisade elect`: the command also gets PALISADE_EPOCH.
+    #[arg(skip)]
+    pub election: bool,
     /// The command to run while holding the lock, and its arguments.
     #[arg(
         value_name = "CMD",
@@ -94,6 +107,60 @@ pub struct LockArgs {
         allow_hyphen_values = true
     )]
     pub command: Vec<OsString>,
+}
+
+/// `palisade elect NAME -- CMD…`: campaign in the election NAME, run the command while leading.
+#[derive(Debug, clap::Args)]
+#[command(after_help = exit::HELP)]
+pub struct ElectArgs {
+    /// Name of the election (its lock).
+    pub name: String,
+    /// What observers (`palisade leader`) see of this candidate once it leads: its address,
+    /// say (1 to 1024 bytes, no control characters). The command gets it as PALISADE_VALUE.
+    #[arg(long, value_parser = parse_value)]
+    pub value: Option<String>,
+    /// Session lease: if palisade cannot renew it for this long (crash, pause, partition), the
+    /// next candidate leads.
+    #[arg(long, env = "PALISADE_TTL", default_value = "10s", value_parser = parse_duration)]
+    pub ttl: Duration,
+    /// Time between SIGTERM and SIGKILL to the command: when leadership is lost, and after a
+    /// SIGTERM or SIGINT passed on to it.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub kill_grace: Duration,
+    /// Run the command in palisade's process group so it can use the terminal; on loss of
+    /// leadership only the command itself, not its children, is signalled.
+    #[arg(long)]
+    pub foreground: bool,
+    /// Claim the epoch at this fenced store (`palisade store serve`'s URL) before the command
+    /// starts, so no earlier leader can read or write there once it runs. Repeatable.
+    #[arg(long, value_name = "STORE_URL")]
+    pub claim: Vec<String>,
+    /// The command to run while leading, and its arguments.
+    #[arg(
+        value_name = "CMD",
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub command: Vec<OsString>,
+}
+
+impl From<ElectArgs> for LockArgs {
+    /// A campaign is a wait, as long as it takes, for the election's lock.
+    fn from(args: ElectArgs) -> LockArgs {
+        LockArgs {
+            name: args.name,
+            ttl: args.ttl,
+            wait: Wait::Forever,
+            kill_grace: args.kill_grace,
+            foreground: args.foreground,
+            claim: args.claim,
+            value: args.value,
+            election: true,
+            command: args.command,
+        }
+    }
 }
 
 /// Signals that palisade passes on to the command instead of dying of them.
@@ -192,7 +259,10 @@ pub async fn run(args: LockArgs, global: &Global) -> anyhow::Result<ExitCode> {
         .open_session(SessionOptions::with_ttl(args.ttl))
         .await?;
     let acquired = tokio::select! {
-        acquired = session.acquire(&args.name, AcquireOptions::wait(args.wait)) => acquired,
+        acquired = session.acquire(&args.name, AcquireOptions {
+            wait: args.wait,
+            value: args.value.clone(),
+        }) => acquired,
         signal = signals.recv() => {
             close_quietly(session).await;
             return Ok(ExitCode::from(128 + signal as u8));
@@ -397,6 +467,13 @@ fn spawn(
         .env("PALISADE_SEQUENCER", guard.sequencer())
         .env("PALISADE_SESSION", guard.session_credential().to_string())
         .env("PALISADE_ENDPOINT", client.endpoints().join(","));
+    if args.election {
+        // The epoch is the token: what the leader fences its side effects with.
+        command.env("PALISADE_EPOCH", guard.token().to_string());
+    }
+    if let Some(value) = &args.value {
+        command.env("PALISADE_VALUE", value);
+    }
     // The command reaches the service (and an https:// store) with the same TLS files.
     for (name, path) in &global.tls_files {
         command.env(name, path);

@@ -69,6 +69,11 @@ enum Command {
     Store(palisade_cli::store::StoreCommand),
     /// Wait for a lock, run a command while holding it, release it when the command exits.
     Lock(lock::LockArgs),
+    /// Campaign in an election, run a command while leading (its epoch in PALISADE_EPOCH),
+    /// step down when it exits.
+    Elect(lock::ElectArgs),
+    /// Show an election's leader (session, epoch, value), or follow it with --watch.
+    Leader(inspect::LeaderArgs),
     /// Take a lock once, for scripts: prints the grant; the session is not kept alive.
     Acquire(oneshot::AcquireArgs),
     /// Renew the lease of a session from `palisade acquire`.
@@ -257,6 +262,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             palisade_cli::store::run(command, global_tls.cert, global_tls.key).await
         }
         Command::Lock(args) => lock::run(args, &global).await,
+        Command::Elect(args) => lock::run(args.into(), &global).await,
+        Command::Leader(args) => inspect::leader(args, &global).await,
         Command::Acquire(args) => oneshot::acquire(args, &global).await,
         Command::Renew(args) => oneshot::renew(args, &global).await,
         Command::Release(args) => oneshot::release(args, &global).await,

@@ -24,7 +24,7 @@ use palisade_core::{HeldBy, holder_clause};
 use serde_json::json;
 
 use crate::Global;
-use crate::args::{describe_wait, parse_duration, parse_wait};
+use crate::args::{describe_wait, parse_duration, parse_value, parse_wait};
 use crate::exit::{self, Exit};
 use crate::output::{human_duration, shell_assignments};
 
@@ -40,6 +40,10 @@ pub struct AcquireArgs {
     /// session is renewed while waiting.
     #[arg(long, default_value = "0", value_parser = parse_wait)]
     pub wait: Wait,
+    /// Attach this value to the grant: `status`, `locks` and `watch` show it beside the
+    /// holder (1 to 1024 bytes, no control characters).
+    #[arg(long, value_parser = parse_value)]
+    pub value: Option<String>,
     /// Print a JSON object instead of `KEY=value` lines.
     #[arg(long)]
     pub json: bool,
@@ -78,7 +82,11 @@ pub async fn acquire(args: AcquireArgs, global: &Global) -> anyhow::Result<ExitC
     let credential = lease.credential;
     // Keep the session alive while waiting in the queue, not after: a wait longer than the ttl
     // must not end with a grant to an expired session.
-    let acquire = client.acquire(credential, &args.name, AcquireOptions::wait(args.wait));
+    let options = AcquireOptions {
+        wait: args.wait,
+        value: args.value.clone(),
+    };
+    let acquire = client.acquire(credential, &args.name, options);
     let result = tokio::select! {
         result = acquire => result,
         () = renew_forever(&client, credential, lease.ttl / 3) => unreachable_renewal(),
