@@ -10,6 +10,42 @@
 //!
 //! Observers read the leader ([`Election::leader`]) or follow it ([`Election::observe`]): the
 //! holder's session, epoch and value, from the lock's status and watch.
+//!
+//! ```no_run
+//! use palisade_client::{Client, Election, SessionOptions};
+//!
+//! async fn lead(client: &Client) -> Result<(), Box<dyn std::error::Error>> {
+//!     let session = client.open_session(SessionOptions::default()).await?;
+//!     let election = Election::new(client, "services/scheduler");
+//!     // Waits, first come first served, until this session leads.
+//!     let leadership = election.campaign(&session, Some("10.0.0.5:8080")).await?;
+//!     println!("leading with epoch {}", leadership.epoch());
+//!     leadership.proclaim(Some("10.0.0.5:9090")).await?; // moved: tell the observers
+//!     let done = tokio::select! {
+//!         reason = leadership.lost() => Err(reason),
+//!         // Every side effect carries the epoch: here, the sequencer resources verify.
+//!         () = schedule(leadership.sequencer()) => Ok(()),
+//!     };
+//!     match done {
+//!         Ok(()) => leadership.resign().await?,
+//!         Err(reason) => eprintln!("no longer leading: {reason}"),
+//!     }
+//!     session.close().await?;
+//!     Ok(())
+//! }
+//!
+//! async fn follow(client: &Client) -> Result<(), Box<dyn std::error::Error>> {
+//!     let election = Election::new(client, "services/scheduler");
+//!     println!("now: {:?}", election.leader().await?);
+//!     let mut changes = election.observe().await?;
+//!     while let Some(leader) = changes.next().await {
+//!         println!("{:?}", leader?); // Some(Leader { session, epoch, value }) or None
+//!     }
+//!     Ok(())
+//! }
+//!
+//! async fn schedule(_sequencer: &str) {}
+//! ```
 
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
