@@ -184,7 +184,10 @@ async fn the_json_api_answers_a_page_of_locks_with_holders_tokens_and_timelines(
         .await
         .unwrap();
     let held = session
-        .acquire("jobs/a", AcquireOptions::default())
+        .acquire(
+            "jobs/a",
+            AcquireOptions::default().with_value("<b>10.0.0.1:5432</b>"),
+        )
         .await
         .unwrap();
     let released = session
@@ -203,6 +206,8 @@ async fn the_json_api_answers_a_page_of_locks_with_holders_tokens_and_timelines(
     let lease = a["holder"]["lease_remaining_ms"].as_u64().unwrap();
     assert!(lease > 0 && lease <= TTL.as_millis() as u64, "{lease}");
     assert_eq!(a["timeline"][0]["kind"], "granted");
+    // The grant's value, as the holder wrote it (the page shows it as text).
+    assert_eq!(a["holder"]["value"], "<b>10.0.0.1:5432</b>");
     let b = lock(&page, "jobs/b");
     assert_eq!(b["holder"], Value::Null);
     assert_eq!(b["last_token"], released_token);
