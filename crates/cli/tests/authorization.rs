@@ -29,20 +29,7 @@ const TTL: Duration = Duration::from_secs(60);
 
 /// A token made by `palisade token new NAME`: the token, and the line for the token file.
 fn new_token(name: &str) -> (String, String) {
-    let mut command = palisade_testkit::command(BIN);
-    command.args(["token", "new", name]);
-    let ran = palisade_testkit::run(command);
-    ran.expect_success();
-    let mut lines = ran.stdout.lines();
-    let token = lines.next().expect("a token").to_string();
-    let line = lines.next().expect("a token file line").to_string();
-    assert!(token.starts_with("pst_") && token.len() == 68, "{token}");
-    assert!(line.starts_with(&format!("{name} ")), "{line}");
-    assert!(
-        !line.contains(&token),
-        "the file line holds the token itself: {line}"
-    );
-    (token, line)
+    palisade_testkit::new_token(BIN, name)
 }
 
 /// A lock service with a token file naming `identities` and the policy `policy`.

@@ -29,14 +29,7 @@ const PATIENCE: Duration = Duration::from_secs(20);
 
 /// A token made by `palisade token new NAME`: the token, and the line for the token file.
 fn new_token(name: &str) -> (String, String) {
-    let mut command = palisade_testkit::command(BIN);
-    command.args(["token", "new", name]);
-    let ran = palisade_testkit::run(command);
-    ran.expect_success();
-    let mut lines = ran.stdout.lines();
-    let token = lines.next().expect("a token").to_string();
-    let line = lines.next().expect("a token file line").to_string();
-    (token, line)
+    palisade_testkit::new_token(BIN, name)
 }
 
 /// A lock service serving the web UI, with a token file and a policy if given.

@@ -131,3 +131,22 @@ fn read_on_a_thread(
         String::from_utf8_lossy(&bytes).into_owned()
     })
 }
+
+/// A bearer token made by `BIN token new NAME`: the token, and its line for a `--tokens` file
+/// (checked to name the identity and to hold a digest, never the token itself).
+pub fn new_token(bin: impl AsRef<OsStr>, name: &str) -> (String, String) {
+    let mut command = command(bin);
+    command.args(["token", "new", name]);
+    let ran = run(command);
+    ran.expect_success();
+    let mut lines = ran.stdout.lines();
+    let token = lines.next().expect("a token").to_string();
+    let line = lines.next().expect("a token file line").to_string();
+    assert!(token.starts_with("pst_") && token.len() == 68, "{token}");
+    assert!(line.starts_with(&format!("{name} ")), "{line}");
+    assert!(
+        !line.contains(&token),
+        "the file line holds the token itself: {line}"
+    );
+    (token, line)
+}

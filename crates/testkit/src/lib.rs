@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 
 pub use child::{Lines, Running};
 pub use cluster::LocalCluster;
-pub use command::{Ran, command, run, scrub, store_put};
+pub use command::{Ran, command, new_token, run, scrub, store_put};
 pub use deployment::Palisade;
 pub use in_process::{LockServer, StoreServer, locks_client};
 pub use keys::{ServiceKey, impostor_grant};
