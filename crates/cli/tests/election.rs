@@ -147,3 +147,88 @@ fn a_bad_value_is_a_usage_error_and_takes_nothing() {
     let status = server.run_json(&["status", "elections/x"]);
     assert!(status["holder"].is_null(), "{status}");
 }
+
+/// Three `palisade elect` processes: exactly one runs its command at a time, and killing the
+/// leader (`kill -9` of its `palisade elect`, whose command dies with it) hands leadership to
+/// the next candidate in line, with a higher epoch.
+///
+/// Each command checks, as it starts, that no earlier leader's command is still running (a
+/// zombie left unreaped by whoever adopted it does not count: it runs nothing), and appends
+/// `start EPOCH PID` (or `overlap …`) to a shared journal.
+#[test]
+fn killing_the_leader_hands_over_to_the_next_of_three_candidates_with_a_higher_epoch() {
+    use nix::sys::signal::{Signal, kill};
+    let server = Palisade::start(BIN);
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    std::fs::write(&journal, "").unwrap();
+    let script = format!(
+        "j='{}'; for p in $(cut -d' ' -f3 \"$j\"); do state=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null); \
+         if [ -n \"$state\" ] && [ \"$state\" != Z ]; then echo \"overlap $PALISADE_EPOCH $p\" >> \"$j\"; fi; done; \
+         echo \"start $PALISADE_EPOCH $$\" >> \"$j\"; echo started; while :; do sleep 0.05; done",
+        journal.display()
+    );
+    let mut candidates: Vec<(Running, Lines)> = ["a:1", "b:2", "c:3"]
+        .iter()
+        .enumerate()
+        .map(|(queued, value)| {
+            let mut command = server.command(&[
+                "elect",
+                "elections/ha",
+                "--value",
+                value,
+                "--ttl",
+                "2s",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ]);
+            command.stdout(Stdio::piped()).stderr(Stdio::piped());
+            let mut running = Running::spawn(command);
+            let lines = Lines::new(running.child.stdout.take().unwrap());
+            // Each candidate campaigns only once the one before leads or waits, so the order
+            // of succession is known: a, b, c.
+            if queued == 0 {
+                assert_eq!(lines.next(WAIT), "started");
+            } else {
+                server.wait_for_status("elections/ha", WAIT, |s| {
+                    s["waiters"].as_array().is_some_and(|w| w.len() == queued)
+                });
+            }
+            (running, lines)
+        })
+        .collect();
+
+    let leader = |expected: &str| -> u64 {
+        let seen = server.run_json(&["leader", "elections/ha"]);
+        assert_eq!(seen["leader"]["value"], expected, "{seen}");
+        seen["leader"]["epoch"].as_u64().unwrap()
+    };
+    let mut epochs = vec![leader("a:1")];
+    for (next, value) in [(1, "b:2"), (2, "c:3")] {
+        // Kill the leader's palisade: its command gets SIGKILL with it, its session expires
+        // after the 2 s ttl, and the next in line leads.
+        let (killed, _) = &mut candidates[next - 1];
+        kill(killed.pid(), Signal::SIGKILL).unwrap();
+        killed.wait(WAIT);
+        assert_eq!(candidates[next].1.next(WAIT), "started");
+        let epoch = leader(value);
+        assert!(
+            epoch > *epochs.last().unwrap(),
+            "epochs {epochs:?} then {epoch}"
+        );
+        epochs.push(epoch);
+    }
+
+    let journal = std::fs::read_to_string(&journal).unwrap();
+    let lines: Vec<&str> = journal.lines().collect();
+    assert_eq!(
+        lines.len(),
+        3,
+        "one start per leader, no overlap:\n{journal}"
+    );
+    for (line, epoch) in lines.iter().zip(&epochs) {
+        assert!(line.starts_with(&format!("start {epoch} ")), "{journal}");
+    }
+}
