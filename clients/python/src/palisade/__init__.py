@@ -7,13 +7,25 @@
         print(grant.token, grant.sequencer)   # present the sequencer to the resource
         if grant.lost.is_set(): ...           # the session was lost: stop writing
 
+``palisade.Election`` elects a leader on a lock (``campaign``, ``leader``, ``observe``);
 ``palisade.aio`` is the same API for asyncio; ``palisade.fence`` verifies sequencers and fences
 writes to PostgreSQL, SQLite and Redis with the same tables and script as the Rust adapters.
 """
 
 from . import errors
 from ._core import AUTH_TOKEN_ENV, BearerToken
-from .client import AcquireResult, Client, Grant, Holder, LockStatus, Session, SessionCredential
+from .client import (
+    AcquireResult,
+    Client,
+    Grant,
+    Holder,
+    LockEvent,
+    LockEvents,
+    LockStatus,
+    Session,
+    SessionCredential,
+)
+from .election import Election, Leader, LeaderChanges, Leadership
 from .errors import (
     Busy,
     ErrorClass,
@@ -43,11 +55,17 @@ __all__ = [
     "BearerToken",
     "Busy",
     "Client",
+    "Election",
     "ErrorClass",
     "Grant",
     "Holder",
     "InvalidArgument",
     "KeySet",
+    "Leader",
+    "LeaderChanges",
+    "Leadership",
+    "LockEvent",
+    "LockEvents",
     "LockStatus",
     "Misconfigured",
     "NotAcquired",

@@ -40,6 +40,8 @@ ENDPOINTS_MAX = 16
 ENDPOINT_BYTES_MAX = 512
 #: Longest lock name, in bytes of UTF-8 (the service's ``LOCK_NAME_BYTES_MAX``).
 LOCK_NAME_BYTES_MAX = 256
+#: Longest value a grant carries, in bytes of UTF-8 (the service's ``GRANT_VALUE_BYTES_MAX``).
+GRANT_VALUE_BYTES_MAX = 1024
 #: Session TTLs the service accepts, in seconds.
 SESSION_TTL_MIN_S = 1.0
 SESSION_TTL_MAX_S = 86_400.0
@@ -560,6 +562,29 @@ def validate_lock_name(lock: Any) -> str:
     if any(unicodedata.category(c) == "Cc" for c in lock):
         raise errors.InvalidArgument(f"invalid lock name {shown}: lock name contains a control character")
     return lock
+
+
+def wire_value(value: Any) -> str:
+    """A grant's value as the wire spells it: ``""`` for ``None`` (no value), else ``value`` if
+    the service would accept it (1 to 1024 bytes of UTF-8 without control characters, as the
+    service's ``validate_grant_value``), else :class:`errors.InvalidArgument`."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise errors.InvalidArgument(f"a value is a str (or None for none), not {type(value).__name__}")
+    if not value:
+        raise errors.InvalidArgument("invalid value: value is empty (send no value instead)")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise errors.InvalidArgument("invalid value: value is not valid UTF-8 (it holds a lone surrogate)") from None
+    if size > GRANT_VALUE_BYTES_MAX:
+        raise errors.InvalidArgument(f"invalid value: value is {size} bytes, the limit is {GRANT_VALUE_BYTES_MAX}")
+    if any(unicodedata.category(c) == "Cc" for c in value):
+        raise errors.InvalidArgument(
+            "invalid value: value contains a control character (encode binary values, in base64 say)"
+        )
+    return value
 
 
 def ttl_ms(ttl: Any) -> int:

@@ -29,7 +29,17 @@ from . import _core, errors
 from ._core import Failure
 from ._proto import palisade_pb2 as pb
 from ._proto import palisade_pb2_grpc as pb_grpc
-from .client import AcquireResult, LockStatus, SessionCredential, _check_interval, _session_gone, lock_status
+from .client import (
+    AcquireResult,
+    LockEvent,
+    LockStatus,
+    SessionCredential,
+    _check_interval,
+    _session_gone,
+    lock_event,
+    lock_status,
+)
+from .election import _NOTHING, Leader, leader_after, leader_of
 from .sequencer import KeySet, PublicKey
 
 log = logging.getLogger("palisade")
@@ -119,15 +129,23 @@ class Client:
         await self.close()
 
     async def _call(self, method: str, request: Any, what: str) -> Any:
-        retry = _core.Retry(self.retry_budget)
-        while True:
+        async def attempt(stub: Any) -> Any:
             if callable(request):
                 message, timeout = request()
             else:
                 message, timeout = request, self.request_timeout
+            return await getattr(stub, method)(message, timeout=timeout)
+
+        return (await self._run(attempt, what))[0]
+
+    async def _run(self, attempt: Callable[[Any], Awaitable[Any]], what: str) -> tuple[Any, int]:
+        """``await attempt(stub)`` at the current endpoint, retried within the budget; returns
+        its result and the generation of the endpoint that gave it."""
+        retry = _core.Retry(self.retry_budget)
+        while True:
             current = self._endpoints.current()
             try:
-                return await getattr(current.stub, method)(message, timeout=timeout)
+                return await attempt(current.stub), current.generation
             except grpc.aio.AioRpcError as error:
                 failure = _failure(error)
             self._endpoints.after_failure(current.generation, failure)
@@ -147,13 +165,20 @@ class Client:
 
     @contextlib.asynccontextmanager
     async def lock(
-        self, name: str, ttl: float = 10.0, *, wait: Optional[float] = None, on_lost: Optional[OnLost] = None
+        self,
+        name: str,
+        ttl: float = 10.0,
+        *,
+        wait: Optional[float] = None,
+        value: Optional[str] = None,
+        on_lost: Optional[OnLost] = None,
     ) -> AsyncIterator["Grant"]:
         """Holds lock ``name`` for the ``async with`` block, in a session of its own (see
         :meth:`palisade.Client.lock`)."""
+        _core.wire_value(value)  # refused before a session is opened
         session = await self.session(ttl)
         try:
-            async with session.lock(name, wait=wait, on_lost=on_lost) as grant:
+            async with session.lock(name, wait=wait, value=value, on_lost=on_lost) as grant:
                 yield grant
         finally:
             try:
@@ -187,8 +212,17 @@ class Client:
             f"closing session {credential.id}",
         )
 
-    async def acquire(self, credential: SessionCredential, lock: str, *, wait: Optional[float] = None) -> AcquireResult:
+    async def acquire(
+        self,
+        credential: SessionCredential,
+        lock: str,
+        *,
+        wait: Optional[float] = None,
+        value: Optional[str] = None,
+    ) -> AcquireResult:
+        """See :meth:`palisade.Client.acquire`."""
         _core.validate_lock_name(lock)
+        wire_value = _core.wire_value(value)
         wait_s = _core.wait_seconds(wait)
         request_id = _core.request_id()
         deadline = None if wait_s is None else time.monotonic() + wait_s
@@ -202,6 +236,7 @@ class Client:
                 wait_ms=0 if remaining is None else int(remaining * 1000),
                 wait_forever=wait_s is None,
                 session_secret=credential.secret,
+                value=wire_value,
             )
             return message, None if remaining is None else remaining + self.request_timeout
 
@@ -218,6 +253,42 @@ class Client:
         if response.HasField("token") and response.token == 0:
             raise errors.ProtocolError(f"release of lock {lock!r} reported token 0")
         return response.token if response.HasField("token") else None
+
+    async def proclaim(self, credential: SessionCredential, lock: str, token: int, value: Optional[str]) -> None:
+        """See :meth:`palisade.Client.proclaim`."""
+        _core.validate_lock_name(lock)
+        wire_value = _core.wire_value(value)
+        if isinstance(token, bool) or not isinstance(token, int) or not 0 < token < 1 << 64:
+            raise errors.InvalidArgument(f"a token is a positive 64-bit int, not {token!r}")
+        request = pb.ProclaimRequest(
+            session=credential.id, lock=lock, token=token, value=wire_value, session_secret=credential.secret
+        )
+        await self._call("Proclaim", request, f"proclaim on lock {lock!r} by session {credential.id}")
+
+    async def watch(self, lock: str) -> "LockEvents":
+        """Follows ``lock``: an async iterator of :class:`palisade.LockEvent` (see
+        :meth:`palisade.Client.watch`), opened before it returns."""
+        _core.validate_lock_name(lock)
+        events = LockEvents(self, lock)
+        await events._open()
+        return events
+
+    async def _open_watch(self, lock: str) -> tuple[Any, pb.WatchEvent, int]:
+        request = pb.WatchRequest(lock=lock)
+
+        async def attempt(stub: Any) -> tuple[Any, pb.WatchEvent]:
+            call = stub.Watch(request)  # no deadline: a watch lasts
+            try:
+                first = await call.read()
+            except BaseException:
+                call.cancel()
+                raise
+            if first is grpc.aio.EOF:
+                raise errors.ProtocolError(f"watch of lock {lock!r} ended before its snapshot")
+            return call, first
+
+        (call, first), generation = await self._run(attempt, f"watch of lock {lock!r}")
+        return call, first, generation
 
     async def status(self, lock: str, *, stale: bool = False) -> LockStatus:
         _core.validate_lock_name(lock)
@@ -266,6 +337,75 @@ class Client:
         return published
 
 
+class LockEvents:
+    """The events of one lock, from :meth:`Client.watch`: an async iterator of
+    :class:`palisade.LockEvent` that reopens its stream as :class:`palisade.client.LockEvents`
+    does."""
+
+    def __init__(self, client: Client, lock: str) -> None:
+        self._client = client
+        self.lock = lock
+        self._closed = False
+        self._call: Any = None
+        self._pending: Optional[pb.WatchEvent] = None
+        self._generation = 0
+
+    async def _open(self) -> None:
+        call, first, self._generation = await self._client._open_watch(self.lock)
+        if self._closed:
+            call.cancel()
+            return
+        self._call, self._pending = call, first
+
+    def __aiter__(self) -> "LockEvents":
+        return self
+
+    async def __anext__(self) -> LockEvent:
+        while True:
+            if self._closed or self._call is None:
+                raise StopAsyncIteration
+            if self._pending is not None:
+                event, self._pending = self._pending, None
+                return lock_event(self.lock, event)
+            try:
+                raw = await self._call.read()
+            except grpc.aio.AioRpcError as error:
+                if self._closed:
+                    raise StopAsyncIteration from None
+                failure = _failure(error)
+            except asyncio.CancelledError:
+                # close() cancels the call: the read ends with CancelledError in this task, which
+                # is the end of the events unless the task itself is being cancelled.
+                cancelling = getattr(asyncio.current_task(), "cancelling", None)  # 3.11+
+                if self._closed and not (cancelling is not None and cancelling()):
+                    raise StopAsyncIteration from None
+                raise
+            else:
+                if raw is grpc.aio.EOF:
+                    self._call = None
+                    raise StopAsyncIteration
+                return lock_event(self.lock, raw)
+            self._call = None
+            if failure.kind not in (Failure.NOT_APPLIED, Failure.NOT_LEADER, Failure.UNKNOWN):
+                raise failure.error(f"watch of lock {self.lock!r}")
+            log.debug("watch of lock %r failed (%s); reopening", self.lock, failure.message)
+            self._client._endpoints.after_failure(self._generation, failure)
+            await self._open()
+
+    async def close(self) -> None:
+        """Ends the stream."""
+        self._closed = True
+        call = self._call
+        if call is not None:
+            call.cancel()
+
+    async def __aenter__(self) -> "LockEvents":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+
 class Grant:
     """One grant of a lock; ``lost`` is an :class:`asyncio.Event` (see :class:`palisade.Grant`)."""
 
@@ -292,6 +432,10 @@ class Grant:
                     await result
             except Exception:
                 log.exception("on_lost callback of lock %r failed", self.lock)
+
+    async def proclaim(self, value: Optional[str]) -> None:
+        """See :meth:`palisade.Grant.proclaim`."""
+        await self._session._client.proclaim(self._session.credential, self.lock, self.token, value)
 
     async def release(self) -> None:
         if self.released:
@@ -337,10 +481,19 @@ class Session:
             return None
         return max(0.0, self._lease_deadline - time.monotonic())
 
-    async def acquire(self, name: str, *, wait: Optional[float] = None, on_lost: Optional[OnLost] = None) -> Grant:
+    async def acquire(
+        self,
+        name: str,
+        *,
+        wait: Optional[float] = None,
+        value: Optional[str] = None,
+        on_lost: Optional[OnLost] = None,
+    ) -> Grant:
         if self.ended is not None:
             raise errors.SessionLost(self.ended)
-        acquire = asyncio.ensure_future(self._client.acquire(self.credential, name, wait=wait))
+        _core.validate_lock_name(name)
+        _core.wire_value(value)
+        acquire = asyncio.ensure_future(self._client.acquire(self.credential, name, wait=wait, value=value))
         lost = asyncio.ensure_future(self.lost.wait())
         try:
             await asyncio.wait({acquire, lost}, return_when=asyncio.FIRST_COMPLETED)
@@ -357,8 +510,15 @@ class Session:
         return grant
 
     @contextlib.asynccontextmanager
-    async def lock(self, name: str, *, wait: Optional[float] = None, on_lost: Optional[OnLost] = None) -> AsyncIterator[Grant]:
-        grant = await self.acquire(name, wait=wait, on_lost=on_lost)
+    async def lock(
+        self,
+        name: str,
+        *,
+        wait: Optional[float] = None,
+        value: Optional[str] = None,
+        on_lost: Optional[OnLost] = None,
+    ) -> AsyncIterator[Grant]:
+        grant = await self.acquire(name, wait=wait, value=value, on_lost=on_lost)
         try:
             yield grant
         finally:
@@ -527,3 +687,132 @@ class Session:
         if proving and time.monotonic() >= self._lease_deadline:
             return errors.LOST_LEASE_UNPROVEN
         return None
+
+
+# --- leader election ------------------------------------------------------------------------
+
+
+class LeaderChanges:
+    """The changes of an election's leader, from :meth:`Election.observe`: an async iterator of
+    :class:`palisade.Leader` or ``None`` (nobody leads), each item different from the one
+    before."""
+
+    def __init__(self, events: LockEvents) -> None:
+        self._events = events
+        self._last: Any = _NOTHING
+
+    def __aiter__(self) -> "LeaderChanges":
+        return self
+
+    async def __anext__(self) -> Optional[Leader]:
+        async for event in self._events:
+            leader = leader_after(event)
+            if leader is _NOTHING or leader == self._last:
+                continue
+            self._last = leader
+            return leader
+        raise StopAsyncIteration
+
+    async def close(self) -> None:
+        await self._events.close()
+
+    async def __aenter__(self) -> "LeaderChanges":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+
+OnLostLeadership = Callable[["Leadership", str], Union[None, Awaitable[None]]]
+
+
+class Leadership:
+    """This process leads an election (see :class:`palisade.Leadership`); ``lost`` is the
+    grant's :class:`asyncio.Event`. As an async context manager it resigns on exit."""
+
+    def __init__(self, grant: Grant) -> None:
+        self.grant = grant
+
+    @property
+    def epoch(self) -> int:
+        return self.grant.token
+
+    @property
+    def sequencer(self) -> str:
+        return self.grant.sequencer
+
+    @property
+    def lock(self) -> str:
+        return self.grant.lock
+
+    @property
+    def session_id(self) -> int:
+        return self.grant.session_id
+
+    @property
+    def lost(self) -> asyncio.Event:
+        return self.grant.lost
+
+    @property
+    def lost_reason(self) -> Optional[str]:
+        return self.grant.lost_reason
+
+    async def proclaim(self, value: Optional[str]) -> None:
+        """Tells observers a new value (``None`` removes it); :class:`errors.NotHolder` once
+        this leadership has ended."""
+        await self.grant.proclaim(value)
+
+    async def resign(self) -> None:
+        """Steps down: the next candidate in line leads."""
+        await self.grant.release()
+
+    async def __aenter__(self) -> "Leadership":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if not self.grant.released and not self.grant.lost.is_set():
+            try:
+                await self.resign()
+            except errors.PalisadeError as error:
+                log.debug("resigning from election %r failed: %s", self.lock, error)
+        self.grant.released = True
+
+    def __repr__(self) -> str:
+        return f"Leadership(election={self.lock!r}, epoch={self.epoch}, session={self.session_id}, lost={self.lost.is_set()})"
+
+
+class Election:
+    """One election, named by its lock (see :class:`palisade.Election`)."""
+
+    def __init__(self, client: Client, name: str) -> None:
+        self.client = client
+        self.name = _core.validate_lock_name(name)
+
+    async def campaign(
+        self, session: Session, value: Optional[str] = None, *, on_lost: Optional[OnLostLeadership] = None
+    ) -> Leadership:
+        """Campaigns with ``session``: waits (in FIFO order behind earlier candidates) until
+        this session leads (see :meth:`palisade.Election.campaign`)."""
+        leadership: list[Leadership] = []
+
+        async def lost(grant: Grant, reason: str) -> None:
+            assert on_lost is not None
+            result = on_lost(leadership[0] if leadership else Leadership(grant), reason)
+            if asyncio.iscoroutine(result):
+                await result
+
+        grant = await session.acquire(self.name, wait=None, value=value, on_lost=lost if on_lost is not None else None)
+        leadership.append(Leadership(grant))
+        return leadership[0]
+
+    async def leader(self) -> Optional[Leader]:
+        """The current leader, or ``None`` while nobody leads (linearizable)."""
+        return leader_of(await self.client.status(self.name))
+
+    async def observe(self) -> LeaderChanges:
+        """Follows the leader: the leader now, then one item per change; reopens as
+        :meth:`Client.watch` does."""
+        return LeaderChanges(await self.client.watch(self.name))
+
+    def __repr__(self) -> str:
+        return f"Election({self.name!r})"

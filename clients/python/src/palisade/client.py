@@ -45,6 +45,9 @@ class Holder:
     token: int
     #: Lease remaining on the holding session when the service answered, in seconds.
     lease_remaining: float
+    #: The grant's value (the acquire's ``value=``, or the last :meth:`Grant.proclaim`); ``None``
+    #: if it has none.
+    value: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,9 +70,68 @@ def lock_status(info: pb.LockInfo) -> LockStatus:
             raise errors.ProtocolError(
                 f"lock {info.lock!r} is held with token {info.holder.token} but its last token is {info.last_token}"
             )
-        holder = Holder(info.holder.session, info.holder.token, info.holder.lease_remaining_ms / 1000)
+        holder = Holder(
+            info.holder.session,
+            info.holder.token,
+            info.holder.lease_remaining_ms / 1000,
+            info.holder.value or None,
+        )
     delay = info.lock_delay_remaining_ms / 1000 if info.HasField("lock_delay_remaining_ms") else None
     return LockStatus(info.lock, holder, info.last_token, tuple(info.waiters), delay)
+
+
+#: The kinds of :class:`LockEvent`, by the wire's ``WatchEvent.Kind``; any other number is
+#: ``"other"`` (a kind of a newer service).
+EVENT_KINDS = {
+    pb.WatchEvent.KIND_SNAPSHOT: "snapshot",
+    pb.WatchEvent.KIND_GRANTED: "granted",
+    pb.WatchEvent.KIND_RELEASED: "released",
+    pb.WatchEvent.KIND_EXPIRED: "expired",
+    pb.WatchEvent.KIND_VALUE_SET: "value_set",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class LockEvent:
+    """One change of a lock's holder, from :meth:`Client.watch`."""
+
+    #: ``"snapshot"`` (the state when the watch (re)opened), ``"granted"``, ``"released"``,
+    #: ``"expired"``, ``"value_set"`` (the holder proclaimed a new value), or ``"other"`` (a kind
+    #: of a newer service: :attr:`kind_number` is its number).
+    kind: str
+    lock: str
+    #: The holder after a snapshot, a grant or a proclaim, or the former holder after a release
+    #: or an expiry; ``None`` if there is none.
+    session: Optional[int]
+    #: The token of that holder's grant.
+    token: Optional[int]
+    #: Sessions waiting for the lock.
+    waiters: int
+    #: The holding's value after a snapshot, a grant or a proclaim; ``None`` if it has none, and
+    #: after a release or an expiry.
+    value: Optional[str]
+    #: The wire's ``WatchEvent.Kind`` number.
+    kind_number: int
+
+
+def lock_event(lock: str, event: pb.WatchEvent) -> LockEvent:
+    """A watch event of ``lock``, checked as the Rust client checks it."""
+    if event.lock != lock:
+        raise errors.ProtocolError(f"watch of lock {lock!r} sent an event for lock {event.lock!r}")
+    kind = EVENT_KINDS.get(event.kind, "other")
+    if kind in ("granted", "value_set") and (event.session == 0 or event.token == 0):
+        raise errors.ProtocolError(
+            f"watch of lock {lock!r} sent a {kind} of session {event.session} with token {event.token}"
+        )
+    return LockEvent(
+        kind=kind,
+        lock=event.lock,
+        session=event.session or None,
+        token=event.token or None,
+        waiters=event.waiters,
+        value=event.value or None,
+        kind_number=event.kind,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,15 +197,24 @@ class _Calls:
         """Calls ``method`` at the current endpoint, retried within the budget; ``request`` is a
         message (same for every attempt) or a function giving each attempt's message and
         timeout."""
-        retry = _core.Retry(self.retry_budget)
-        while True:
+
+        def attempt(stub: Any) -> Any:
             if callable(request):
                 message, timeout = request()
             else:
                 message, timeout = request, self.request_timeout
+            return getattr(stub, method)(message, timeout=timeout)
+
+        return self.run(attempt, what)[0]
+
+    def run(self, attempt: Callable[[Any], Any], what: str) -> tuple[Any, int]:
+        """``attempt(stub)`` at the current endpoint, retried within the budget as :meth:`call`
+        is; returns its result and the generation of the endpoint that gave it."""
+        retry = _core.Retry(self.retry_budget)
+        while True:
             current = self.endpoints.current()
             try:
-                return getattr(current.stub, method)(message, timeout=timeout)
+                return attempt(current.stub), current.generation
             except grpc.RpcError as error:
                 failure = _core.failure_from_rpc_error(error)
             self.endpoints.after_failure(current.generation, failure)
@@ -251,19 +322,23 @@ class Client:
         ttl: float = 10.0,
         *,
         wait: Optional[float] = None,
+        value: Optional[str] = None,
         on_lost: Optional[OnLost] = None,
     ) -> Iterator["Grant"]:
         """Holds lock ``name`` for the ``with`` block, in a session of its own.
 
         ``wait``: ``None`` waits until granted (FIFO), ``0`` tries once (:class:`errors.Busy` if
-        held), a number waits that many seconds (:class:`errors.WaitEnded`). The grant's
+        held), a number waits that many seconds (:class:`errors.WaitEnded`). ``value``: what the
+        grant tells everyone who reads the lock (``status``, ``list_locks``, ``watch``), 1 to
+        1024 bytes of UTF-8 without control characters; ``None`` for none. The grant's
         ``lost`` event is set, and ``on_lost(grant, reason)`` called from the keepalive thread,
         if the session is lost while the block runs. On exit the lock is released and the
         session closed.
         """
+        _core.wire_value(value)  # refused before a session is opened
         session = self.session(ttl)
         try:
-            with session.lock(name, wait=wait, on_lost=on_lost) as grant:
+            with session.lock(name, wait=wait, value=value, on_lost=on_lost) as grant:
                 yield grant
         finally:
             try:
@@ -309,10 +384,20 @@ class Client:
             f"closing session {credential.id}",
         )
 
-    def acquire(self, credential: SessionCredential, lock: str, *, wait: Optional[float] = None) -> AcquireResult:
-        """Takes ``lock`` for the session, waiting as ``wait`` says (see :meth:`lock`). Every
-        retry reuses one random request id, so a retry cannot grant twice."""
+    def acquire(
+        self,
+        credential: SessionCredential,
+        lock: str,
+        *,
+        wait: Optional[float] = None,
+        value: Optional[str] = None,
+    ) -> AcquireResult:
+        """Takes ``lock`` for the session, waiting as ``wait`` says, the grant carrying
+        ``value`` (see :meth:`lock`). Every retry reuses one random request id, so a retry cannot
+        grant twice. A retry, or an acquire by a session that holds or waits for the lock
+        already, keeps the value the first acquire brought."""
         _core.validate_lock_name(lock)
+        wire_value = _core.wire_value(value)
         wait_s = _core.wait_seconds(wait)
         request_id = _core.request_id()
         deadline = None if wait_s is None else time.monotonic() + wait_s
@@ -327,6 +412,7 @@ class Client:
                 wait_ms=0 if remaining is None else int(remaining * 1000),
                 wait_forever=wait_s is None,
                 session_secret=credential.secret,
+                value=wire_value,
             )
             # A wait forever has no deadline of its own: a dead connection is found by HTTP/2
             # keepalive, and a lost session by the session's keepalive.
@@ -347,6 +433,51 @@ class Client:
         if response.HasField("token") and response.token == 0:
             raise errors.ProtocolError(f"release of lock {lock!r} reported token 0")
         return response.token if response.HasField("token") else None
+
+    def proclaim(self, credential: SessionCredential, lock: str, token: int, value: Optional[str]) -> None:
+        """Replaces the value of the session's grant ``token`` of ``lock`` (``None`` removes
+        it): what a leader proclaims. Refused with :class:`errors.NotHolder` unless that grant is
+        the lock's current holding (:class:`errors.SessionNotFound` if the session has ended). Setting a value twice is harmless, so a call of unknown
+        outcome is retried like any other."""
+        _core.validate_lock_name(lock)
+        wire_value = _core.wire_value(value)
+        if isinstance(token, bool) or not isinstance(token, int) or not 0 < token < 1 << 64:
+            raise errors.InvalidArgument(f"a token is a positive 64-bit int, not {token!r}")
+        request = pb.ProclaimRequest(
+            session=credential.id, lock=lock, token=token, value=wire_value, session_secret=credential.secret
+        )
+        self._calls.call("Proclaim", request, f"proclaim on lock {lock!r} by session {credential.id}")
+
+    def watch(self, lock: str) -> "LockEvents":
+        """Follows ``lock``: an iterator of :class:`LockEvent`, the first a ``"snapshot"`` of its
+        state now, then one per change. A stream that fails in a way a new one may get past (the
+        member is not or no longer the leader, the connection broke) is reopened at the next
+        endpoint, starting again with a snapshot, which covers whatever happened in between; if
+        none can be reopened within the retry budget, the error is raised and the events end.
+        ``close()`` (or leaving a ``with`` block) ends it."""
+        _core.validate_lock_name(lock)
+        return LockEvents(self, lock)
+
+    def _open_watch(self, lock: str) -> tuple[Any, pb.WatchEvent, int]:
+        """Opens a watch stream, retried: the stream, its first event and the generation of
+        the endpoint that sent it. A stream's first event is its snapshot, so an open is only
+        counted once the member has answered."""
+        request = pb.WatchRequest(lock=lock)
+
+        def attempt(stub: Any) -> tuple[Any, pb.WatchEvent]:
+            # No deadline: a watch lasts. A dead connection is found by HTTP/2 keepalive.
+            call = stub.Watch(request)
+            try:
+                first = next(call)
+            except StopIteration:
+                raise errors.ProtocolError(f"watch of lock {lock!r} ended before its snapshot") from None
+            except BaseException:
+                call.cancel()
+                raise
+            return call, first
+
+        (call, first), generation = self._calls.run(attempt, f"watch of lock {lock!r}")
+        return call, first, generation
 
     def status(self, lock: str, *, stale: bool = False) -> LockStatus:
         """The state of one lock (linearizable unless ``stale``)."""
@@ -400,6 +531,64 @@ class Client:
         return published
 
 
+class LockEvents:
+    """The events of one lock, from :meth:`Client.watch`: an iterator of :class:`LockEvent`
+    that reopens its stream when it fails in a way a new one may get past."""
+
+    def __init__(self, client: Client, lock: str) -> None:
+        self._client = client
+        self.lock = lock
+        self._closed = False
+        self._call, first, self._generation = client._open_watch(lock)
+        self._pending: Optional[pb.WatchEvent] = first
+
+    def __iter__(self) -> "LockEvents":
+        return self
+
+    def __next__(self) -> LockEvent:
+        while True:
+            if self._closed or self._call is None:
+                raise StopIteration
+            if self._pending is not None:
+                event, self._pending = self._pending, None
+                return lock_event(self.lock, event)
+            try:
+                return lock_event(self.lock, next(self._call))
+            except StopIteration:
+                self._call = None
+                raise
+            except grpc.RpcError as error:
+                if self._closed:
+                    raise StopIteration from None
+                failure = _core.failure_from_rpc_error(error)
+            self._call = None
+            if failure.kind not in (Failure.NOT_APPLIED, Failure.NOT_LEADER, Failure.UNKNOWN):
+                raise failure.error(f"watch of lock {self.lock!r}")
+            log.debug("watch of lock %r failed (%s); reopening", self.lock, failure.message)
+            self._client._endpoints.after_failure(self._generation, failure)
+            call, first, self._generation = self._client._open_watch(self.lock)
+            if self._closed:
+                call.cancel()
+                raise StopIteration
+            self._call, self._pending = call, first
+
+    def close(self) -> None:
+        """Ends the stream (also from another thread: a ``next`` waiting in it stops)."""
+        self._closed = True
+        call = self._call
+        if call is not None:
+            call.cancel()
+
+    def __enter__(self) -> "LockEvents":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LockEvents(lock={self.lock!r}, closed={self._closed})"
+
+
 class Grant:
     """One grant of a lock, held while its session lives.
 
@@ -430,6 +619,14 @@ class Grant:
                 self._on_lost(self, reason)
             except Exception:  # a callback's failure must not stop the keepalive
                 log.exception("on_lost callback of lock %r failed", self.lock)
+
+    def proclaim(self, value: Optional[str]) -> None:
+        """Replaces the value this grant tells everyone who reads the lock (``None`` removes
+        it). Refused with :class:`errors.NotHolder` once the grant is no longer the lock's
+        holding (released, or the lock passed on), :class:`errors.SessionNotFound` once the
+        session has ended, and :class:`errors.InvalidArgument` for an invalid value before
+        anything is sent."""
+        self._session._client.proclaim(self._session.credential, self.lock, self.token, value)
 
     def release(self) -> None:
         """Gives the lock up; raises if the service did not confirm it."""
@@ -488,11 +685,18 @@ class Session:
                 return None
             return max(0.0, self._lease_deadline - time.monotonic())
 
-    def acquire(self, name: str, *, wait: Optional[float] = None, on_lost: Optional[OnLost] = None) -> Grant:
-        """Takes lock ``name`` in this session (``wait`` as in :meth:`Client.lock`)."""
+    def acquire(
+        self,
+        name: str,
+        *,
+        wait: Optional[float] = None,
+        value: Optional[str] = None,
+        on_lost: Optional[OnLost] = None,
+    ) -> Grant:
+        """Takes lock ``name`` in this session (``wait`` and ``value`` as in :meth:`Client.lock`)."""
         if self.ended is not None:
             raise errors.SessionLost(self.ended)
-        result = self._client.acquire(self.credential, name, wait=wait)
+        result = self._client.acquire(self.credential, name, wait=wait, value=value)
         grant = Grant(self, result, on_lost)
         with self._mutex:
             ended = self.ended
@@ -503,9 +707,16 @@ class Session:
         return grant
 
     @contextlib.contextmanager
-    def lock(self, name: str, *, wait: Optional[float] = None, on_lost: Optional[OnLost] = None) -> Iterator[Grant]:
+    def lock(
+        self,
+        name: str,
+        *,
+        wait: Optional[float] = None,
+        value: Optional[str] = None,
+        on_lost: Optional[OnLost] = None,
+    ) -> Iterator[Grant]:
         """Holds lock ``name`` for the ``with`` block, releasing it on exit."""
-        grant = self.acquire(name, wait=wait, on_lost=on_lost)
+        grant = self.acquire(name, wait=wait, value=value, on_lost=on_lost)
         try:
             yield grant
         finally:

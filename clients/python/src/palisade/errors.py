@@ -153,7 +153,8 @@ class SessionNotFound(Refused):
 
 
 class NotHolder(Refused):
-    """The session does not hold the lock it tried to release."""
+    """The session does not hold the lock it tried to release, or the grant it proclaimed a
+    value for is no longer the lock's holding."""
 
 
 class Unauthenticated(Refused):
@@ -223,7 +224,8 @@ class QuotaReached(Refused):
 
 
 class InvalidArgument(Refused):
-    """The request is invalid (a lock name, a TTL, a wait); the same request fails again."""
+    """The request is invalid (a lock name, a TTL, a wait, a value); the same request fails
+    again."""
 
 
 class TokensExhausted(Refused):
@@ -265,6 +267,7 @@ _BY_KIND: dict[str, type[PalisadeError]] = {
     "wait_out_of_range": InvalidArgument,
     "invalid_lock_name": InvalidArgument,
     "invalid_open_key": InvalidArgument,
+    "invalid_value": InvalidArgument,
     "request_id_conflict": InvalidArgument,
     "too_many_sessions": LimitReached,
     "too_many_locks": LimitReached,

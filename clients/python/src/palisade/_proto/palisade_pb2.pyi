@@ -56,20 +56,22 @@ class CloseSessionResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class AcquireRequest(_message.Message):
-    __slots__ = ("session", "lock", "request_id", "wait_ms", "wait_forever", "session_secret")
+    __slots__ = ("session", "lock", "request_id", "wait_ms", "wait_forever", "session_secret", "value")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     LOCK_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     WAIT_FOREVER_FIELD_NUMBER: _ClassVar[int]
     SESSION_SECRET_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
     session: int
     lock: str
     request_id: int
     wait_ms: int
     wait_forever: bool
     session_secret: bytes
-    def __init__(self, session: _Optional[int] = ..., lock: _Optional[str] = ..., request_id: _Optional[int] = ..., wait_ms: _Optional[int] = ..., wait_forever: _Optional[bool] = ..., session_secret: _Optional[bytes] = ...) -> None: ...
+    value: str
+    def __init__(self, session: _Optional[int] = ..., lock: _Optional[str] = ..., request_id: _Optional[int] = ..., wait_ms: _Optional[int] = ..., wait_forever: _Optional[bool] = ..., session_secret: _Optional[bytes] = ..., value: _Optional[str] = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
     __slots__ = ("lock", "session", "token", "sequencer")
@@ -94,6 +96,24 @@ class ReleaseRequest(_message.Message):
     request_id: int
     session_secret: bytes
     def __init__(self, session: _Optional[int] = ..., lock: _Optional[str] = ..., request_id: _Optional[int] = ..., session_secret: _Optional[bytes] = ...) -> None: ...
+
+class ProclaimRequest(_message.Message):
+    __slots__ = ("session", "lock", "token", "value", "session_secret")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    LOCK_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    SESSION_SECRET_FIELD_NUMBER: _ClassVar[int]
+    session: int
+    lock: str
+    token: int
+    value: str
+    session_secret: bytes
+    def __init__(self, session: _Optional[int] = ..., lock: _Optional[str] = ..., token: _Optional[int] = ..., value: _Optional[str] = ..., session_secret: _Optional[bytes] = ...) -> None: ...
+
+class ProclaimResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class ReleaseResponse(_message.Message):
     __slots__ = ("token",)
@@ -124,14 +144,16 @@ class LockInfo(_message.Message):
     def __init__(self, lock: _Optional[str] = ..., holder: _Optional[_Union[Holder, _Mapping]] = ..., last_token: _Optional[int] = ..., waiters: _Optional[_Iterable[int]] = ..., lock_delay_remaining_ms: _Optional[int] = ...) -> None: ...
 
 class Holder(_message.Message):
-    __slots__ = ("session", "token", "lease_remaining_ms")
+    __slots__ = ("session", "token", "lease_remaining_ms", "value")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     LEASE_REMAINING_MS_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
     session: int
     token: int
     lease_remaining_ms: int
-    def __init__(self, session: _Optional[int] = ..., token: _Optional[int] = ..., lease_remaining_ms: _Optional[int] = ...) -> None: ...
+    value: str
+    def __init__(self, session: _Optional[int] = ..., token: _Optional[int] = ..., lease_remaining_ms: _Optional[int] = ..., value: _Optional[str] = ...) -> None: ...
 
 class ListLocksRequest(_message.Message):
     __slots__ = ("prefix", "start_after", "limit", "stale")
@@ -160,7 +182,7 @@ class WatchRequest(_message.Message):
     def __init__(self, lock: _Optional[str] = ...) -> None: ...
 
 class WatchEvent(_message.Message):
-    __slots__ = ("kind", "lock", "session", "token", "waiters")
+    __slots__ = ("kind", "lock", "session", "token", "waiters", "value")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         KIND_UNSPECIFIED: _ClassVar[WatchEvent.Kind]
@@ -168,22 +190,26 @@ class WatchEvent(_message.Message):
         KIND_GRANTED: _ClassVar[WatchEvent.Kind]
         KIND_RELEASED: _ClassVar[WatchEvent.Kind]
         KIND_EXPIRED: _ClassVar[WatchEvent.Kind]
+        KIND_VALUE_SET: _ClassVar[WatchEvent.Kind]
     KIND_UNSPECIFIED: WatchEvent.Kind
     KIND_SNAPSHOT: WatchEvent.Kind
     KIND_GRANTED: WatchEvent.Kind
     KIND_RELEASED: WatchEvent.Kind
     KIND_EXPIRED: WatchEvent.Kind
+    KIND_VALUE_SET: WatchEvent.Kind
     KIND_FIELD_NUMBER: _ClassVar[int]
     LOCK_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     WAITERS_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
     kind: WatchEvent.Kind
     lock: str
     session: int
     token: int
     waiters: int
-    def __init__(self, kind: _Optional[_Union[WatchEvent.Kind, str]] = ..., lock: _Optional[str] = ..., session: _Optional[int] = ..., token: _Optional[int] = ..., waiters: _Optional[int] = ...) -> None: ...
+    value: str
+    def __init__(self, kind: _Optional[_Union[WatchEvent.Kind, str]] = ..., lock: _Optional[str] = ..., session: _Optional[int] = ..., token: _Optional[int] = ..., waiters: _Optional[int] = ..., value: _Optional[str] = ...) -> None: ...
 
 class PublicKeyRequest(_message.Message):
     __slots__ = ()

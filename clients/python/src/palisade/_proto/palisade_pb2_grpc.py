@@ -64,6 +64,11 @@ class LocksStub:
                 request_serializer=palisade_dot___proto_dot_palisade__pb2.ReleaseRequest.SerializeToString,
                 response_deserializer=palisade_dot___proto_dot_palisade__pb2.ReleaseResponse.FromString,
                 _registered_method=True)
+        self.Proclaim = channel.unary_unary(
+                '/palisade.v1.Locks/Proclaim',
+                request_serializer=palisade_dot___proto_dot_palisade__pb2.ProclaimRequest.SerializeToString,
+                response_deserializer=palisade_dot___proto_dot_palisade__pb2.ProclaimResponse.FromString,
+                _registered_method=True)
         self.Status = channel.unary_unary(
                 '/palisade.v1.Locks/Status',
                 request_serializer=palisade_dot___proto_dot_palisade__pb2.StatusRequest.SerializeToString,
@@ -135,6 +140,15 @@ class LocksServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Proclaim(self, request, context):
+        """Replaces the value of a grant: what a leader proclaims. Only the grant's own session, naming
+        the grant by its token, may, and only while that grant is the lock's current holding
+        (NOT_FOUND / PERMISSION_DENIED not_holder otherwise). Needs the lock right on the lock.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Status(self, request, context):
         """The state of one lock.
         """
@@ -196,6 +210,11 @@ def add_LocksServicer_to_server(servicer, server):
                     servicer.Release,
                     request_deserializer=palisade_dot___proto_dot_palisade__pb2.ReleaseRequest.FromString,
                     response_serializer=palisade_dot___proto_dot_palisade__pb2.ReleaseResponse.SerializeToString,
+            ),
+            'Proclaim': grpc.unary_unary_rpc_method_handler(
+                    servicer.Proclaim,
+                    request_deserializer=palisade_dot___proto_dot_palisade__pb2.ProclaimRequest.FromString,
+                    response_serializer=palisade_dot___proto_dot_palisade__pb2.ProclaimResponse.SerializeToString,
             ),
             'Status': grpc.unary_unary_rpc_method_handler(
                     servicer.Status,
@@ -380,6 +399,33 @@ class Locks:
             '/palisade.v1.Locks/Release',
             palisade_dot___proto_dot_palisade__pb2.ReleaseRequest.SerializeToString,
             palisade_dot___proto_dot_palisade__pb2.ReleaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Proclaim(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/palisade.v1.Locks/Proclaim',
+            palisade_dot___proto_dot_palisade__pb2.ProclaimRequest.SerializeToString,
+            palisade_dot___proto_dot_palisade__pb2.ProclaimResponse.FromString,
             options,
             channel_credentials,
             insecure,
