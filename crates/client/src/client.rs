@@ -678,7 +678,12 @@ impl Client {
                 session: session.get(),
                 lock: lock.to_string(),
                 request_id: request_id.get(),
-                wait_ms: remaining.map_or(0, |r| u64::try_from(r.as_millis()).unwrap_or(u64::MAX)),
+                // A timed wait stays a wait when its time has run out (at least 1 ms): a retry
+                // then joins the wait its first attempt queued, whose own deadline ends it,
+                // instead of becoming a try-only acquire that leaves that wait behind.
+                wait_ms: remaining.map_or(0, |r| {
+                    u64::try_from(r.as_millis()).unwrap_or(u64::MAX).max(1)
+                }),
                 wait_forever: options.wait == Wait::Forever,
                 session_secret: credential.secret().as_bytes().to_vec(),
                 value: value.clone(),

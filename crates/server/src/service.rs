@@ -645,6 +645,12 @@ impl LockService {
         drop(reservation);
         let (lock, token) = match output.result? {
             Reply::Granted { lock, token, .. } => (lock, token),
+            // A try-only acquire by a session that already waits for the lock (say a client's
+            // retry of a timed wait whose time ran out): the table answers with the wait the
+            // session has, but this call asked not to wait, so the lock is busy.
+            Reply::Queued { lock, .. } if registration.is_none() => {
+                return Err(self.busy(lock).into());
+            }
             Reply::Queued { lock, .. } => {
                 let mut registration = registration
                     .ok_or_else(|| ServiceError::Internal("queued a try-only acquire".into()))?;
@@ -682,6 +688,23 @@ impl LockService {
             other => return Err(unexpected(other)),
         };
         self.sign(lock, session, token)
+    }
+
+    /// `lock` is busy, as the table holds it now.
+    fn busy(&self, lock: String) -> CoreError {
+        let status = self.node.shared().read(|t| t.lock_status(&lock));
+        CoreError::Busy {
+            holder_session: status
+                .as_ref()
+                .and_then(|s| s.holder.as_ref())
+                .map(|g| g.session),
+            holder_token: status
+                .as_ref()
+                .and_then(|s| s.holder.as_ref())
+                .map(|g| g.token),
+            available_at_ms: status.and_then(|s| s.available_at_ms),
+            lock,
+        }
     }
 
     /// Releases `lock` held by `session`, or withdraws its wait for it: returns the token

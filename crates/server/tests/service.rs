@@ -635,3 +635,74 @@ async fn a_grants_value_is_shown_replaced_only_by_its_holder_and_checked_on_the_
         (granted.token, "10.0.0.1:6432")
     );
 }
+
+/// A try-only acquire by a session that already waits for the lock (a client's retry of a
+/// timed wait whose time ran out sends a wait of 0) is answered as busy, naming the holder: the
+/// table answers "queued" for the wait the session already has, which the service used to
+/// report as an internal error ("queued a try-only acquire"). Found by the simulation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_by_a_session_already_waiting_for_the_lock_is_busy_not_an_internal_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = LockServer::start(dir.path()).await;
+    let client = locks_client(&running.endpoint()).await;
+    let mut holder_client = client.clone();
+    let holder = open(&mut holder_client, 1, 30_000).await;
+    let held = holder_client
+        .acquire(acquire(&holder, "jobs/q", 10, 0))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut waiter_client = client.clone();
+    let waiter = open(&mut waiter_client, 2, 30_000).await;
+    let waiting = {
+        let mut client = waiter_client.clone();
+        let request = acquire(&waiter, "jobs/q", 20, 20_000);
+        tokio::spawn(async move { client.acquire(request).await })
+    };
+    // The wait is in the table once the lock's status lists it.
+    let mut status_client = client.clone();
+    for _ in 0..200 {
+        let status = status_client
+            .status(StatusRequest {
+                lock: "jobs/q".into(),
+                stale: false,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        if !status.waiters.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for request_id in [20, 21] {
+        let refused = waiter_client
+            .acquire(acquire(&waiter, "jobs/q", request_id, 0))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            refused.code(),
+            tonic::Code::FailedPrecondition,
+            "{refused:?}"
+        );
+        assert!(
+            matches!(
+                palisade_proto::error::core_from_status(&refused),
+                Some(CoreError::Busy { holder_token: Some(token), .. }) if token.get() == held.token
+            ),
+            "{refused:?}"
+        );
+    }
+    // The wait itself goes on, and is granted when the holder lets go.
+    holder_client
+        .release(ReleaseRequest {
+            session: holder.id,
+            lock: "jobs/q".into(),
+            request_id: 11,
+            session_secret: holder.secret.clone(),
+        })
+        .await
+        .unwrap();
+    let granted = waiting.await.unwrap().unwrap().into_inner();
+    assert!(granted.token > held.token);
+}
