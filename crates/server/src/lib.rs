@@ -24,6 +24,7 @@ mod incoming;
 pub mod keyring;
 mod keys;
 pub mod limits;
+pub mod lock_watchers;
 pub mod log_store;
 pub mod metrics;
 pub mod node;

@@ -19,7 +19,7 @@ use palisade_core::{
     ReleaseCause, Reply, RequestId, Right, SecretDigest, SessionId, Token, Wait, WaitEndCause,
 };
 use palisade_sequencer::{KeySet, PublicKey, Sequencer};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::auth::{Ask, Auth, Caller};
@@ -29,6 +29,7 @@ use crate::limits::{
 };
 use crate::node::{LeaderHint, Node, ProposeError};
 use crate::session_secret::{self, SessionSecret};
+use crate::lock_watchers::Lagged;
 use crate::state_machine::{Published, WATCH_BUFFER_EVENTS, WaitOutcome};
 
 /// Why an operation did not succeed. Each variant says whether the operation took effect, so a
@@ -846,7 +847,7 @@ impl LockService {
         let quota_permit = self.auth.watch_permit(caller)?;
         let permit = self.watches.take(connection)?;
         // Subscribe before reading the current state, so no change falls in between.
-        let mut events = self.node.shared().subscribe_events();
+        let mut events = self.node.shared().subscribe_lock(&lock);
         let mut installs = self.node.shared().subscribe_installs();
         self.node.linearizable_read().await?;
         let first = snapshot_change(&self.node, &lock);
@@ -884,17 +885,16 @@ impl LockService {
                     }
                 };
                 // Built from the event alone: the table is not taken, and the cost does not
-                // grow with the lock's queue (finding M4).
+                // grow with the lock's queue (finding M4), nor with the watchers of other locks.
                 let change = match received {
                     Ok(published) => match change_of(&published, &lock) {
                         Some(change) => change,
                         None => continue,
                     },
-                    Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    Err(Lagged { missed }) => {
                         let _ = tx.send(Err(ServiceError::WatchLagged { missed })).await;
                         return;
                     }
-                    Err(broadcast::error::RecvError::Closed) => return,
                 };
                 if tx.send(Ok(change)).await.is_err() {
                     return;

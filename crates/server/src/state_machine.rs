@@ -26,6 +26,7 @@ use tokio::sync::{Notify, broadcast, mpsc};
 use crate::Blocking;
 use crate::files::{SECRET_FILE_MODE, write_file_atomically};
 use crate::keyring::KeyRing;
+use crate::lock_watchers::{LockSubscription, LockWatchers};
 use crate::log_store::DurableIndex;
 use crate::raft_types::{C, Proposal, SnapshotData};
 
@@ -163,7 +164,10 @@ pub struct Shared {
     /// grant does not take the lock the apply path holds.
     signing_key: std::sync::RwLock<Option<palisade_sequencer::SigningKey>>,
     waiters: Waiters,
+    /// Every event, for the few that follow them all (the web UI).
     events: broadcast::Sender<Published>,
+    /// Each lock's events, for its watchers.
+    lock_watchers: Arc<LockWatchers>,
     lease_alarm: LeaseAlarm,
     /// How many snapshots this node has installed since it started. A snapshot replaces the
     /// table without events, so a watcher that sees this change reads the lock's state afresh.
@@ -228,8 +232,15 @@ impl Shared {
     }
 
     /// Every event of every applied entry from now on, each with its lock's queue length.
+    /// Wakes its receiver for every event: a watcher of one lock takes
+    /// [`Shared::subscribe_lock`] instead.
     pub fn subscribe_events(&self) -> broadcast::Receiver<Published> {
         self.events.subscribe()
+    }
+
+    /// The events of `lock` from now on, each with the lock's queue length.
+    pub fn subscribe_lock(&self, lock: &str) -> LockSubscription {
+        self.lock_watchers.subscribe(lock)
     }
 
     /// Changes whenever this node installs a snapshot (its value: how many it has installed).
@@ -326,6 +337,7 @@ impl StateMachine {
                 applied: Mutex::new(applied),
                 waiters: Waiters::default(),
                 events,
+                lock_watchers: Arc::default(),
                 lease_alarm: LeaseAlarm::new(),
                 installs: tokio::sync::watch::channel(0).0,
                 durable,
@@ -386,11 +398,15 @@ impl StateMachine {
                 }
                 Event::SessionEnded { .. } | Event::ValueSet { .. } => {}
             }
-            // No watcher is not an error.
-            let _ = self.shared.events.send(Published {
+            let published = Published {
                 event: event.clone(),
                 waiters,
-            });
+            };
+            if self.shared.events.receiver_count() > 0 {
+                // A receiver that went in between is not an error.
+                let _ = self.shared.events.send(published.clone());
+            }
+            self.shared.lock_watchers.publish(published);
         }
     }
 }
