@@ -68,10 +68,6 @@ async def test_async_calls_for_a_session_need_its_secret(server, unique):
 KEEPALIVE_STREAMS_PER_CONNECTION_MAX = 1000
 
 
-@pytest.mark.skip(
-    reason="open bug: the asyncio client's Renew fallback loses its lease (lease_unproven) in 2 of 3 "
-    "local runs on 2026-12-04 with a 3 s and a 6 s ttl; under investigation, see the stop 23 note"
-)
 async def test_a_session_renews_by_call_when_its_connection_has_no_keepalive_stream_to_spare(own_server, unique):
     client = await aio.Client.connect([own_server.endpoint])
     stub = client._endpoints.current().stub

@@ -616,13 +616,26 @@ class Session:
                         failure = Failure(Failure.UNKNOWN, "the keepalive stream is stuck")
                         break
                     sent_at.append(now)
+                    # A write waits for the stream's flow control: never past the lease.
+                    until = self._lease_deadline if proving else now + self._interval
                     try:
-                        await call.write(ping)
+                        await asyncio.wait_for(call.write(ping), max(0.0, until - now))
+                    except asyncio.TimeoutError:
+                        failure = Failure(Failure.UNKNOWN, "the keepalive stream takes no more writes")
+                        break
                     except Exception as error:  # the stream failed; its reader reports why
                         failure = _failure(error)
-                        event = await self._get(events, time.monotonic() + 0.5)
-                        if event is not None and event[0] == "error":
-                            failure = _failure(event[1])
+                        # The write fails as soon as the call is over, but the status (a refused
+                        # stream is RESOURCE_EXHAUSTED) comes from the reader, which a busy
+                        # machine may run much later: wait for it, as long as the lease allows.
+                        while (event := await self._get(events, until)) is not None:
+                            if event[0] == "error":
+                                failure = _failure(event[1])
+                                break
+                            if event[0] == "end":
+                                break
+                            if event[1].session == self.id and sent_at:
+                                self._proven(sent_at.popleft(), event[1].ttl_remaining_ms / 1000)
                         if _session_gone(failure):
                             return errors.LOST_NOT_FOUND
                         if failure.code is grpc.StatusCode.RESOURCE_EXHAUSTED:
