@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The servers the adapter tests talk to, on loopback: PostgreSQL (5432), Redis (6379) and MariaDB
-# (3306). Installs whichever is missing from Debian's packages (postgresql, redis-server,
-# mariadb-server), sets a fresh install up for password-less loopback access as the tests connect
-# (a test machine's setting, never a production one), creates the `test` databases, starts what
-# is down, and fails if a server still cannot be reached. `.ci/run` calls it; it needs root.
+# (3306), and the ZooKeeper (2181) the bench's zk:// target is tested against. Installs whichever
+# is missing from Debian's packages (postgresql, redis-server, mariadb-server, zookeeper), sets a
+# fresh install up for password-less loopback access as the tests connect (a test machine's
+# setting, never a production one), creates the `test` databases, starts what is down, and fails
+# if a server still cannot be reached. `.ci/run` calls it; it needs root.
 set -euo pipefail
 
 reachable() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -21,6 +22,7 @@ missing=()
 ls /etc/postgresql/*/main >/dev/null 2>&1 || missing+=(postgresql)
 command -v redis-server >/dev/null || missing+=(redis-server)
 [ -x /usr/sbin/mariadbd ] || [ -x /usr/sbin/mysqld ] || missing+=(mariadb-server)
+[ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test services: installing ${missing[*]} from Debian's packages"
   export DEBIAN_FRONTEND=noninteractive
@@ -73,3 +75,24 @@ if ! mariadb --user=root --host=127.0.0.1 --execute 'SELECT 1' >/dev/null 2>&1; 
     "ALTER USER root@localhost IDENTIFIED VIA unix_socket OR mysql_native_password USING PASSWORD('')"
 fi
 mariadb --user=root --host=127.0.0.1 --execute 'CREATE DATABASE IF NOT EXISTS test'
+
+# ZooKeeper: standalone, its data in /var/lib/palisade-test-zookeeper (a test machine's server:
+# nothing there is kept for anyone). Debian's zookeeper package has the server but no service,
+# so it is started here, detached, and outlives this script like the others.
+if ! reachable 2181; then
+  zk_dir=/var/lib/palisade-test-zookeeper
+  mkdir -p "$zk_dir/data"
+  cat >"$zk_dir/zoo.cfg" <<EOF
+tickTime=2000
+dataDir=$zk_dir/data
+clientPort=2181
+clientPortAddress=127.0.0.1
+forceSync=yes
+maxClientCnxns=0
+admin.enableServer=false
+EOF
+  setsid java -Xms64m -Xmx256m -cp /etc/zookeeper/conf:/usr/share/java/zookeeper.jar \
+    org.apache.zookeeper.server.quorum.QuorumPeerMain "$zk_dir/zoo.cfg" \
+    >"$zk_dir/zookeeper.log" 2>&1 </dev/null &
+fi
+wait_for_port 2181 ZooKeeper

@@ -1,8 +1,8 @@
 //! `palisade bench`: a load generator for the workloads of `docs/benchmarks.md`, against
-//! Palisade or etcd.
+//! Palisade or its peers (etcd, ZooKeeper, and Redis as the unsafe reference point).
 //!
-//! Every workload runs N clients, each with its own connection and session (or etcd lease),
-//! opened before the clock starts. Operations that start during the warm-up or end after the
+//! Every workload runs N clients, each with its own connection and session (or etcd lease, or
+//! ZooKeeper session), opened before the clock starts. Operations that start during the warm-up or end after the
 //! measured window are not counted. Latencies are recorded per client in hdrhistograms and merged.
 //!
 //! - `uncontended`: N clients, N locks (one each), acquire+release cycles per second;
@@ -19,7 +19,8 @@
 //! The store workloads are in `store_workloads.rs`.
 //!
 //! Benchmarks report numbers; nothing here decides whether a number is good enough except the
-//! comparison table, which prints our targets (`docs/benchmarks.md`, "Targets") next to the measurements.
+//! comparison table, which prints our targets (`docs/benchmarks.md`, "Targets") next to the
+//! measurements and, with `--floor`, each result as a fraction of what this machine allows.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -29,6 +30,7 @@ use palisade_core::duration::parse_duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
+use crate::floor::Floor;
 use crate::server_view::{Probe, ServerView};
 use crate::stats::{Latencies, Percentiles, format_us};
 use crate::target::{LockConn, Target};
@@ -122,9 +124,10 @@ pub struct BenchArgs {
     /// Which workload to run.
     #[arg(value_enum, default_value = "all")]
     pub workload: Workload,
-    /// Service to load: palisade://HOST:PORT or etcd://HOST:PORT. A Palisade cluster may be
-    /// given as palisade://HOST:PORT,HOST:PORT,... (the clients follow its leader). Repeat to run
-    /// the same workloads on each and print a comparison.
+    /// Service to load: palisade://HOST:PORT, etcd://HOST:PORT, zk://HOST:PORT (ZooKeeper's lock
+    /// recipe) or redis://HOST:PORT (SET NX PX: unsafe, no fencing, not durable). A Palisade
+    /// cluster may be given as palisade://HOST:PORT,HOST:PORT,... (the clients follow its
+    /// leader). Repeat to run the same workloads on each and print a comparison.
     #[arg(long = "target", default_value = "palisade://127.0.0.1:7457")]
     pub targets: Vec<Target>,
     /// A running fenced store (HOST:PORT, started with the palisade target's public key):
@@ -161,6 +164,10 @@ pub struct BenchArgs {
     /// Print a markdown comparison table (the default when there are two or more targets).
     #[arg(long)]
     pub markdown: bool,
+    /// First measure this machine's floor (as `palisade bench floor` does, in --store-dir) and
+    /// show each result as a fraction of it.
+    #[arg(long)]
+    pub floor: bool,
     /// TLS to palisade targets: the `palisade` binary sets it from the global `--tls-ca`,
     /// `--tls-cert` and `--tls-key`.
     #[arg(skip)]
@@ -211,6 +218,9 @@ pub struct BenchReport {
     pub measurements: Vec<Measurement>,
     /// Workloads that were not run on some target, and why.
     pub skipped: Vec<String>,
+    /// This machine's primitives, measured before the workloads (with `--floor`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub floor: Option<Floor>,
 }
 
 impl BenchReport {
@@ -233,8 +243,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         crate::target::set_tls(tls.clone());
     }
     if args.workload == Workload::Floor {
-        let dir = args.store_dir.clone().unwrap_or_else(std::env::temp_dir);
-        let floor = tokio::task::spawn_blocking(move || crate::floor::measure(&dir)).await??;
+        let floor = measure_floor(&args).await?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&floor)?);
         } else {
@@ -251,6 +260,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         if args.markdown || args.targets.len() > 1 {
+            if let Some(floor) = &report.floor {
+                println!("What this machine allows, measured on its primitives:\n");
+                println!("{}", crate::floor::markdown(floor));
+            }
             print!("{}", markdown_table(&report, &args.targets));
             let server = server_table(&report);
             if !server.is_empty() {
@@ -267,6 +280,13 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         bail!("{errors} operations failed; see first_error in the report");
     }
     Ok(())
+}
+
+/// Measures this machine's floor, with the fsync probe in `--store-dir` (or the system's
+/// temporary directory).
+async fn measure_floor(args: &BenchArgs) -> anyhow::Result<Floor> {
+    let dir = args.store_dir.clone().unwrap_or_else(std::env::temp_dir);
+    tokio::task::spawn_blocking(move || crate::floor::measure(&dir)).await?
 }
 
 /// Runs the workloads `args` asks for and returns what they measured. Progress goes to stderr
@@ -294,7 +314,11 @@ pub async fn measure(args: &BenchArgs) -> anyhow::Result<BenchReport> {
         warmup_s: args.warmup.as_secs_f64(),
         measurements: Vec::new(),
         skipped: Vec::new(),
+        floor: None,
     };
+    if args.floor {
+        report.floor = Some(measure_floor(args).await.context("the floor")?);
+    }
     for workload in workloads {
         let clients = match workload {
             Workload::Latency => 1,
@@ -312,13 +336,16 @@ pub async fn measure(args: &BenchArgs) -> anyhow::Result<BenchReport> {
                     .push(format!("{name} needs a palisade:// target for sequencers"));
                 continue;
             };
-            if args
+            let unfenced: Vec<&str> = args
                 .targets
                 .iter()
-                .any(|t| matches!(t, Target::Etcd { .. }))
-            {
+                .filter(|t| !matches!(t, Target::Palisade { .. }))
+                .map(Target::kind)
+                .collect();
+            if !unfenced.is_empty() {
                 report.skipped.push(format!(
-                    "{name} has no etcd counterpart: etcd resources are not fenced"
+                    "{name} has no counterpart on {}: their resources are not fenced",
+                    unfenced.join(", ")
                 ));
             }
             let measured = crate::store_workloads::store_workload(
@@ -633,46 +660,95 @@ pub fn server_table(report: &BenchReport) -> String {
     out
 }
 
-/// The comparison table: one column per target, and for two targets the first one's advantage
-/// (above 1× means the first is better) and our target where there is one.
+/// The comparison table: one column per target kind; with `--floor` a floor column and each
+/// result as a fraction of it; with two kinds or more, the first one's advantage over each other
+/// safe kind (above 1× means the first is better) and our target where there is one.
 pub fn markdown_table(report: &BenchReport, targets: &[Target]) -> String {
-    let kinds: Vec<&str> = {
-        let mut kinds: Vec<&str> = targets.iter().map(Target::kind).collect();
-        kinds.dedup();
-        kinds
-    };
-    let compare = kinds.len() == 2;
-    let mut out = table_header(&kinds, compare);
-    for row in lock_rows(report, &kinds) {
-        out.push_str(&row.show(compare));
+    let columns = Columns::new(report, targets);
+    let mut out = columns.header();
+    for row in lock_rows(report, &columns) {
+        out.push_str(&row.show(&columns));
     }
-    out.push_str(&fenced_write_rows(report, kinds.len(), compare));
+    out.push_str(&fenced_write_rows(report, &columns));
     for workload in [Workload::FencedRead, Workload::Txn] {
-        out.push_str(&store_rows(report, workload, kinds.len(), compare));
+        out.push_str(&store_rows(report, workload, &columns));
     }
     out
 }
 
-/// The header of the comparison table and the line under it.
-fn table_header(kinds: &[&str], compare: bool) -> String {
-    let mut out = String::new();
-    let _ = write!(out, "| workload | metric |");
-    for kind in kinds {
-        let _ = write!(out, " {kind} |");
+/// The columns of the comparison table.
+struct Columns<'a> {
+    /// One per target kind, in the order the targets were given: its kind and whether it is safe.
+    kinds: Vec<(&'static str, bool)>,
+    floor: Option<&'a Floor>,
+    /// Kinds (indices into `kinds`) the first kind's advantage is shown against: every other
+    /// safe one.
+    rivals: Vec<usize>,
+}
+
+impl<'a> Columns<'a> {
+    fn new(report: &'a BenchReport, targets: &[Target]) -> Columns<'a> {
+        let mut kinds: Vec<(&'static str, bool)> = Vec::new();
+        for target in targets {
+            if !kinds.iter().any(|(kind, _)| *kind == target.kind()) {
+                kinds.push((target.kind(), target.is_safe()));
+            }
+        }
+        let rivals = (1..kinds.len()).filter(|&i| kinds[i].1).collect();
+        Columns {
+            kinds,
+            floor: report.floor.as_ref(),
+            rivals,
+        }
     }
-    if compare {
-        let _ = write!(out, " {} advantage | target |", kinds[0]);
+
+    /// Whether the advantage and target columns are shown.
+    fn compare(&self) -> bool {
+        !self.rivals.is_empty()
     }
-    out.push('\n');
-    let _ = write!(out, "|---|---|");
-    for _ in kinds {
-        let _ = write!(out, "---:|");
+
+    fn header(&self) -> String {
+        let mut out = String::from("| workload | metric |");
+        let mut line = String::from("|---|---|");
+        if self.floor.is_some() {
+            out.push_str(" floor |");
+            line.push_str("---:|");
+        }
+        for (kind, safe) in &self.kinds {
+            if *safe {
+                let _ = write!(out, " {kind} |");
+            } else {
+                let _ = write!(out, " {kind} (unsafe: no fencing, not durable) |");
+            }
+            line.push_str("---:|");
+        }
+        if self.compare() {
+            for &rival in &self.rivals {
+                let _ = write!(out, " {} ÷ {} |", self.kinds[0].0, self.kinds[rival].0);
+                line.push_str("---:|");
+            }
+            out.push_str(" target |");
+            line.push_str("---|");
+        }
+        format!("{out}\n{line}\n")
     }
-    if compare {
-        let _ = write!(out, "---:|---|");
+
+    /// A row measured on the first kind only (the fenced store's): `cell` under it, `n/a` under
+    /// the others, and `target` in the target column.
+    fn first_only(&self, label: &str, metric: &str, cell: &str, target: &str) -> String {
+        let mut out = format!("| {label} | {metric} |");
+        if self.floor.is_some() {
+            out.push_str(" — |");
+        }
+        let _ = write!(out, " {cell} |");
+        out.push_str(&" n/a |".repeat(self.kinds.len().saturating_sub(1)));
+        if self.compare() {
+            out.push_str(&" — |".repeat(self.rivals.len()));
+            let _ = write!(out, " {target} |");
+        }
+        out.push('\n');
+        out
     }
-    out.push('\n');
-    out
 }
 
 /// One row of the comparison table for the lock workloads: a metric measured on every target.
@@ -681,30 +757,64 @@ struct Row {
     metric: &'static str,
     /// One value per target kind, in the table's column order.
     values: Vec<Option<f64>>,
+    /// What this machine allows for the metric, when the floor was measured and bounds it.
+    floor: Option<f64>,
     higher_better: bool,
     target: &'static str,
     unit: Unit,
 }
 
 impl Row {
-    fn show(&self, compare: bool) -> String {
+    fn show(&self, columns: &Columns<'_>) -> String {
         let mut out = String::new();
         let _ = write!(out, "| {} | {} |", self.workload, self.metric);
-        for v in &self.values {
-            let _ = write!(out, " {} |", self.unit.show(*v));
+        if columns.floor.is_some() {
+            let _ = write!(out, " {} |", self.unit.show(self.floor));
         }
-        if compare {
-            let advantage = match (self.values[0], self.values[1]) {
-                (Some(a), Some(b)) if a > 0.0 && b > 0.0 && a.is_finite() && b.is_finite() => {
-                    let ratio = if self.higher_better { a / b } else { b / a };
-                    format!("{ratio:.2}×")
-                }
-                _ => "—".into(),
+        for v in &self.values {
+            let fraction = match self.floor {
+                Some(_) => self.fraction_of_floor(*v),
+                None => String::new(),
             };
-            let _ = write!(out, " {advantage} | {} |", self.target);
+            let _ = write!(out, " {}{fraction} |", self.unit.show(*v));
+        }
+        if columns.compare() {
+            for &rival in &columns.rivals {
+                let advantage = match (self.values[0], self.values[rival]) {
+                    (Some(a), Some(b)) if a > 0.0 && b > 0.0 && a.is_finite() && b.is_finite() => {
+                        let ratio = if self.higher_better { a / b } else { b / a };
+                        format!("{ratio:.2}×")
+                    }
+                    _ => "—".into(),
+                };
+                let _ = write!(out, " {advantage} |");
+            }
+            let _ = write!(out, " {} |", self.target);
         }
         out.push('\n');
         out
+    }
+
+    /// ` (12 %)`: how much of what the machine allows a value reaches — a rate divided by its
+    /// ceiling, or the floor's latency divided by the measured one.
+    fn fraction_of_floor(&self, value: Option<f64>) -> String {
+        let (Some(floor), Some(value)) = (self.floor, value) else {
+            return String::new();
+        };
+        if !(floor > 0.0 && value > 0.0 && floor.is_finite() && value.is_finite()) {
+            return String::new();
+        }
+        let fraction = if self.higher_better {
+            value / floor
+        } else {
+            floor / value
+        };
+        let percent = fraction * 100.0;
+        if percent < 10.0 {
+            format!(" ({percent:.1} %)")
+        } else {
+            format!(" ({percent:.0} %)")
+        }
     }
 }
 
@@ -713,6 +823,8 @@ struct LockMetric {
     workload: Workload,
     metric: &'static str,
     value: fn(&Measurement) -> f64,
+    /// What the machine allows for it (`palisade bench floor`), where the floor bounds it.
+    floor: Option<fn(&Floor) -> f64>,
     higher_better: bool,
     /// Our target against etcd, where there is one.
     target: &'static str,
@@ -725,6 +837,7 @@ const LOCK_METRICS: [LockMetric; 8] = [
         workload: Workload::Uncontended,
         metric: "acquire+release cycles/s",
         value: |m| m.operations_per_s,
+        floor: Some(Floor::cycles_ceiling_per_s),
         higher_better: true,
         target: "≥ 10×",
         unit: Unit::PerSecond,
@@ -733,6 +846,7 @@ const LOCK_METRICS: [LockMetric; 8] = [
         workload: Workload::Uncontended,
         metric: "cycle latency p50",
         value: |m| m.latency.p50_us,
+        floor: Some(Floor::latency_floor_us),
         higher_better: false,
         target: "",
         unit: Unit::Micros,
@@ -741,6 +855,7 @@ const LOCK_METRICS: [LockMetric; 8] = [
         workload: Workload::Contended,
         metric: "grants/s",
         value: |m| m.operations_per_s,
+        floor: Some(Floor::contended_ceiling_per_s),
         higher_better: true,
         target: "≥ 20×",
         unit: Unit::PerSecond,
@@ -749,6 +864,7 @@ const LOCK_METRICS: [LockMetric; 8] = [
         workload: Workload::Contended,
         metric: "wait for the grant p99",
         value: |m| m.acquire.map_or(f64::NAN, |p| p.p99_us),
+        floor: None,
         higher_better: false,
         target: "",
         unit: Unit::Micros,
@@ -757,6 +873,7 @@ const LOCK_METRICS: [LockMetric; 8] = [
         workload: Workload::Latency,
         metric: "acquire+release p50",
         value: |m| m.latency.p50_us,
+        floor: Some(Floor::latency_floor_us),
         higher_better: false,
         target: "≤ 0.45 ms",
         unit: Unit::Micros,
@@ -765,6 +882,7 @@ const LOCK_METRICS: [LockMetric; 8] = [
         workload: Workload::Latency,
         metric: "acquire+release p99",
         value: |m| m.latency.p99_us,
+        floor: Some(Floor::latency_floor_us),
         higher_better: false,
         target: "",
         unit: Unit::Micros,
@@ -773,6 +891,7 @@ const LOCK_METRICS: [LockMetric; 8] = [
         workload: Workload::Latency,
         metric: "acquire+release p99.9",
         value: |m| m.latency.p999_us,
+        floor: Some(Floor::latency_floor_us),
         higher_better: false,
         target: "",
         unit: Unit::Micros,
@@ -781,6 +900,7 @@ const LOCK_METRICS: [LockMetric; 8] = [
         workload: Workload::Latency,
         metric: "acquire alone p50",
         value: |m| m.acquire.map_or(f64::NAN, |p| p.p50_us),
+        floor: Some(Floor::acquire_floor_us),
         higher_better: false,
         target: "",
         unit: Unit::Micros,
@@ -788,7 +908,7 @@ const LOCK_METRICS: [LockMetric; 8] = [
 ];
 
 /// The rows of the lock workloads (`uncontended`, `contended`, `latency`) that were measured.
-fn lock_rows(report: &BenchReport, kinds: &[&str]) -> Vec<Row> {
+fn lock_rows(report: &BenchReport, columns: &Columns<'_>) -> Vec<Row> {
     let label_of = |workload: Workload| {
         report
             .measurements
@@ -803,10 +923,12 @@ fn lock_rows(report: &BenchReport, kinds: &[&str]) -> Vec<Row> {
             Some(Row {
                 workload,
                 metric: metric.metric,
-                values: kinds
+                values: columns
+                    .kinds
                     .iter()
-                    .map(|k| report.find(metric.workload, None, k).map(metric.value))
+                    .map(|(k, _)| report.find(metric.workload, None, k).map(metric.value))
                     .collect(),
+                floor: columns.floor.zip(metric.floor).map(|(f, bound)| bound(f)),
                 higher_better: metric.higher_better,
                 target: metric.target,
                 unit: metric.unit,
@@ -817,7 +939,7 @@ fn lock_rows(report: &BenchReport, kinds: &[&str]) -> Vec<Row> {
 
 /// The rows of `fenced-write`: unfenced, fenced (and over HTTP) writes per second, and what
 /// fencing costs. Measured on Palisade's store only, so every other target's cell is `n/a`.
-fn fenced_write_rows(report: &BenchReport, kinds: usize, compare: bool) -> String {
+fn fenced_write_rows(report: &BenchReport, columns: &Columns<'_>) -> String {
     let find = |variant: &str| {
         report
             .measurements
@@ -829,18 +951,13 @@ fn fenced_write_rows(report: &BenchReport, kinds: usize, compare: bool) -> Strin
     };
     let mut out = String::new();
     let label = format!("fenced-write ({})", shape(f));
-    let empty = if compare { " — | |" } else { "" };
-    let etcd_cells = |n: usize| " n/a |".repeat(n);
-    let others = kinds.saturating_sub(1);
     let mut rate_row = |metric: &str, m: &Measurement| {
-        let _ = writeln!(
-            out,
-            "| {label} | {metric} | {} ({}) |{}{}",
+        let cell = format!(
+            "{} ({})",
             Unit::PerSecond.show(Some(m.operations_per_s)),
-            format_us(m.latency.p50_us),
-            etcd_cells(others),
-            empty
+            format_us(m.latency.p50_us)
         );
+        out.push_str(&columns.first_only(&label, metric, &cell, ""));
     };
     rate_row("unfenced writes/s (p50)", u);
     rate_row("fenced writes/s (p50)", f);
@@ -852,19 +969,19 @@ fn fenced_write_rows(report: &BenchReport, kinds: usize, compare: bool) -> Strin
     } else {
         f64::NAN
     };
-    let tail = if compare { " — | ≤ 1.10× |" } else { "" };
-    let _ = writeln!(
-        out,
-        "| {label} | fencing cost (unfenced ÷ fenced throughput) | {cost:.3}× |{}{tail}",
-        etcd_cells(others)
-    );
+    out.push_str(&columns.first_only(
+        &label,
+        "fencing cost (unfenced ÷ fenced throughput)",
+        &format!("{cost:.3}×"),
+        "≤ 1.10×",
+    ));
     out
 }
 
 /// The rows of `fenced-read` or `txn`: each path's rate and median, and what one operation costs
 /// against a fenced write of the same run on the same store (fenced writes/s ÷ its
 /// operations/s: 1× costs the same, below 1× is cheaper).
-fn store_rows(report: &BenchReport, workload: Workload, kinds: usize, compare: bool) -> String {
+fn store_rows(report: &BenchReport, workload: Workload, columns: &Columns<'_>) -> String {
     let measured: Vec<&Measurement> = report
         .measurements
         .iter()
@@ -874,18 +991,15 @@ fn store_rows(report: &BenchReport, workload: Workload, kinds: usize, compare: b
         return String::new();
     };
     let label = format!("{} ({})", workload.name(), shape(first));
-    let others = " n/a |".repeat(kinds.saturating_sub(1));
-    let tail = if compare { " — | |" } else { "" };
     let mut out = String::new();
     for m in &measured {
-        let _ = writeln!(
-            out,
-            "| {label} | {}: {}s/s (p50) | {} ({}) |{others}{tail}",
-            m.variant.unwrap_or(""),
-            m.operation,
+        let metric = format!("{}: {}s/s (p50)", m.variant.unwrap_or(""), m.operation);
+        let cell = format!(
+            "{} ({})",
             Unit::PerSecond.show(Some(m.operations_per_s)),
             format_us(m.latency.p50_us)
         );
+        out.push_str(&columns.first_only(&label, &metric, &cell, ""));
     }
     let rate = |variant: &str| {
         measured
@@ -914,10 +1028,8 @@ fn store_rows(report: &BenchReport, workload: Workload, kinds: usize, compare: b
                 Some(write) if m.operations_per_s > 0.0 => write / m.operations_per_s,
                 _ => f64::NAN,
             };
-            let _ = writeln!(
-                out,
-                "| {label} | cost of one {variant} ({yardstick} ÷ {variant} throughput) | {cost:.3}× |{others}{tail}",
-            );
+            let metric = format!("cost of one {variant} ({yardstick} ÷ {variant} throughput)");
+            out.push_str(&columns.first_only(&label, &metric, &format!("{cost:.3}×"), ""));
         }
     }
     out
@@ -938,5 +1050,111 @@ impl Unit {
             },
             _ => "—".into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn measured(workload: Workload, kind: &'static str, per_s: f64, p50_us: f64) -> Measurement {
+        let percentiles = Percentiles {
+            samples: 10,
+            mean_us: p50_us,
+            p50_us,
+            p90_us: p50_us,
+            p99_us: p50_us,
+            p999_us: p50_us,
+            max_us: p50_us,
+        };
+        Measurement {
+            workload,
+            variant: None,
+            target: format!("{kind}://127.0.0.1:1"),
+            target_kind: kind,
+            clients: 1,
+            locks: 1,
+            operation: "acquire+release cycle",
+            duration_s: 1.0,
+            operations: per_s as u64,
+            operations_per_s: per_s,
+            errors: 0,
+            first_error: None,
+            latency: percentiles,
+            acquire: Some(percentiles),
+            release: Some(percentiles),
+            server: None,
+        }
+    }
+
+    #[test]
+    fn the_table_shows_every_peer_labels_redis_unsafe_and_relates_each_result_to_the_floor() {
+        let targets: Vec<Target> = [
+            "palisade://127.0.0.1:1",
+            "etcd://127.0.0.1:2",
+            "zk://127.0.0.1:3",
+            "redis://127.0.0.1:4",
+        ]
+        .iter()
+        .map(|t| t.parse().unwrap())
+        .collect();
+        let floor = Floor {
+            fsync_append_p50_us: 150.0,
+            fsync_overwrite_p50_us: 100.0,
+            loopback_round_trip_us: 80.0,
+            loopback_round_trip_cpu_us: 40.0,
+            thread_handoff_us: 25.0,
+            sign_us: 20.0,
+            cpus: 2,
+            fsync_dir: "/data".into(),
+        };
+        // The contended ceiling is 1e6 / 250 = 4000 grants/s; the latency floor 0.480 ms.
+        let report = BenchReport {
+            cpus: 2,
+            duration_s: 1.0,
+            warmup_s: 0.0,
+            measurements: vec![
+                measured(Workload::Contended, "palisade", 2000.0, 960.0),
+                measured(Workload::Contended, "etcd", 400.0, 4800.0),
+                measured(Workload::Contended, "zookeeper", 1000.0, 1920.0),
+                measured(Workload::Contended, "redis", 8000.0, 240.0),
+            ],
+            skipped: Vec::new(),
+            floor: Some(floor),
+        };
+        let table = markdown_table(&report, &targets);
+        let header = table.lines().next().unwrap();
+        assert_eq!(
+            header,
+            "| workload | metric | floor | palisade | etcd | zookeeper \
+             | redis (unsafe: no fencing, not durable) | palisade ÷ etcd \
+             | palisade ÷ zookeeper | target |"
+        );
+        let grants = table
+            .lines()
+            .find(|l| l.contains("grants/s"))
+            .expect("a grants/s row");
+        assert_eq!(
+            grants,
+            "| contended (1 client, 1 lock) | grants/s | 4000 | 2000 (50 %) | 400 (10 %) \
+             | 1000 (25 %) | 8000 (200 %) | 5.00× | 2.00× | ≥ 20× |"
+        );
+        // A metric with no bound gets no floor and no fraction.
+        let wait = table
+            .lines()
+            .find(|l| l.contains("wait for the grant p99"))
+            .expect("a wait row");
+        assert!(wait.contains("| — | 0.960 ms |"), "{wait}");
+
+        // Without the floor, and with one target, the table has neither column.
+        let alone = BenchReport {
+            floor: None,
+            ..report.clone()
+        };
+        let table = markdown_table(&alone, &targets[..1]);
+        assert_eq!(
+            table.lines().next().unwrap(),
+            "| workload | metric | palisade |"
+        );
     }
 }

@@ -48,6 +48,11 @@ impl Floor {
         self.fsync_overwrite_p50_us + self.loopback_round_trip_us + 2.0 * self.thread_handoff_us
     }
 
+    /// The lowest latency of an acquire alone: one durable operation and the grant's signature.
+    pub fn acquire_floor_us(&self) -> f64 {
+        self.one_operation_us() + self.sign_us
+    }
+
     /// The lowest acquire+release latency: two operations in series and one signature.
     pub fn latency_floor_us(&self) -> f64 {
         2.0 * self.one_operation_us() + self.sign_us

@@ -3,10 +3,11 @@
 //! - [`demo`]: the pause scenario end to end on real components — a lock service and a fenced
 //!   store started in this process on temporary directories — once through an unfenced write
 //!   path (the paused holder's stale write wins: a lost update) and once fenced (it is refused);
-//! - [`bench`]: the load generator of the workloads in `docs/benchmarks.md` against Palisade or etcd, with hdrhistogram
+//! - [`bench`]: the load generator of the workloads in `docs/benchmarks.md` against Palisade or its peers, with hdrhistogram
 //!   percentiles and a markdown comparison table;
-//! - [`target`]: what a benchmark client drives — the Palisade client library, or a minimal etcd
-//!   v3 client generated from `proto/` (leases and the lock service only);
+//! - [`target`]: what a benchmark client drives — the Palisade client library, a minimal etcd
+//!   v3 client generated from `proto/` (leases and the lock service only), ZooKeeper's lock
+//!   recipe on a minimal client ([`zookeeper`]), or Redis `SET NX PX` ([`redis_lock`], unsafe);
 //! - [`local`]: the in-process lock service and store the demo and tests use;
 //! - [`server_view`]: the lock service's own account of a workload (its `/metrics` and CPU);
 //! - [`floor`]: this machine's primitives (fsync, loopback round trip, wake-up, signing) and
@@ -19,10 +20,12 @@ pub mod bench;
 pub mod demo;
 pub mod floor;
 pub mod local;
+pub mod redis_lock;
 pub mod server_view;
 pub mod stats;
 mod store_workloads;
 pub mod target;
+pub mod zookeeper;
 
 pub use bench::{BenchArgs, BenchReport, Measurement, Workload};
 pub use demo::{DemoArgs, DemoReport};

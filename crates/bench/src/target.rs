@@ -1,8 +1,11 @@
 //! What a benchmark drives: a Palisade lock service (through the client library, as an
-//! application would) or etcd (through its v3 lease and lock services, as `etcdctl lock` does).
+//! application would), etcd (through its v3 lease and lock services, as `etcdctl lock` does),
+//! ZooKeeper (its standard lock recipe, [`crate::zookeeper`]) or Redis (`SET NX PX`, the unsafe
+//! reference point, [`crate::redis_lock`]).
 //!
-//! Each benchmark client owns one [`LockConn`]: its own connection and its own session (Palisade)
-//! or lease (etcd), opened before the clock starts and closed after it stops.
+//! Each benchmark client owns one [`LockConn`]: its own connection and its own session (Palisade,
+//! ZooKeeper), lease (etcd) or key TTL (Redis), opened before the clock starts and closed after
+//! it stops.
 
 use std::fmt;
 use std::str::FromStr;
@@ -14,16 +17,33 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::etcdserverpb::lease_client::LeaseClient;
 use crate::etcdserverpb::{LeaseGrantRequest, LeaseRevokeRequest};
+use crate::redis_lock::{RedisGrant, RedisLocks};
 use crate::v3lockpb::lock_client::LockClient;
 use crate::v3lockpb::{LockRequest, UnlockRequest};
+use crate::zookeeper::{ZkGrant, ZkSession};
 
-/// A service to benchmark: `palisade://HOST:PORT` or `etcd://HOST:PORT`. A Palisade address may
-/// be a comma-separated list of a cluster's members: its clients follow the leader.
+/// A service to benchmark: `palisade://HOST:PORT`, `etcd://HOST:PORT`, `zk://HOST:PORT` or
+/// `redis://HOST:PORT`. A Palisade address may be a comma-separated list of a cluster's members:
+/// its clients follow the leader. The others name one server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
-    Palisade { address: String },
-    Etcd { address: String },
+    Palisade {
+        address: String,
+    },
+    Etcd {
+        address: String,
+    },
+    ZooKeeper {
+        address: String,
+    },
+    /// Unsafe: no fencing token, nothing durable.
+    Redis {
+        address: String,
+    },
 }
+
+/// The schemes [`Target`] accepts, for error messages.
+const SCHEMES: &str = "palisade://, etcd://, zk:// or redis://";
 
 impl Target {
     /// The service's kind, as the report's column header names it.
@@ -31,19 +51,38 @@ impl Target {
         match self {
             Target::Palisade { .. } => "palisade",
             Target::Etcd { .. } => "etcd",
+            Target::ZooKeeper { .. } => "zookeeper",
+            Target::Redis { .. } => "redis",
+        }
+    }
+
+    /// The scheme of its `SCHEME://HOST:PORT` form.
+    fn scheme(&self) -> &'static str {
+        match self {
+            Target::ZooKeeper { .. } => "zk",
+            _ => self.kind(),
         }
     }
 
     pub fn address(&self) -> &str {
         match self {
-            Target::Palisade { address } | Target::Etcd { address } => address,
+            Target::Palisade { address }
+            | Target::Etcd { address }
+            | Target::ZooKeeper { address }
+            | Target::Redis { address } => address,
         }
+    }
+
+    /// Whether its grants carry a fencing token and survive a crash of the service: false for
+    /// Redis, which the report labels unsafe.
+    pub fn is_safe(&self) -> bool {
+        !matches!(self, Target::Redis { .. })
     }
 }
 
 impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}://{}", self.kind(), self.address())
+        write!(f, "{}://{}", self.scheme(), self.address())
     }
 }
 
@@ -52,7 +91,7 @@ impl FromStr for Target {
 
     fn from_str(text: &str) -> Result<Target, String> {
         let (scheme, address) = text.split_once("://").ok_or_else(|| {
-            format!("invalid target {text:?}: expected palisade://HOST:PORT or etcd://HOST:PORT")
+            format!("invalid target {text:?}: expected SCHEME://HOST:PORT, the scheme {SCHEMES}")
         })?;
         let address = address.trim_end_matches('/');
         if address.is_empty() || !address.contains(':') {
@@ -60,12 +99,19 @@ impl FromStr for Target {
                 "invalid target {text:?}: name a host and a port, e.g. {scheme}://127.0.0.1:2379"
             ));
         }
+        if scheme != "palisade" && address.contains(',') {
+            return Err(format!(
+                "invalid target {text:?}: only a palisade:// target may list several members"
+            ));
+        }
         let address = address.to_string();
         match scheme {
             "palisade" => Ok(Target::Palisade { address }),
             "etcd" => Ok(Target::Etcd { address }),
+            "zk" | "zookeeper" => Ok(Target::ZooKeeper { address }),
+            "redis" => Ok(Target::Redis { address }),
             _ => Err(format!(
-                "invalid target {text:?}: the scheme must be palisade:// or etcd://"
+                "invalid target {text:?}: the scheme must be {SCHEMES}"
             )),
         }
     }
@@ -85,6 +131,8 @@ pub fn set_tls(tls: palisade_tls::ClientTls) {
 pub enum LockConn {
     Palisade { session: Session },
     Etcd(Box<EtcdConn>),
+    ZooKeeper(Box<ZkSession>),
+    Redis(Box<RedisLocks>),
 }
 
 /// An etcd connection and the lease its locks are attached to.
@@ -101,6 +149,20 @@ pub enum Held {
     Palisade(LockGuard),
     /// The key etcd created for this holder; deleting it releases the lock.
     Etcd(Vec<u8>),
+    ZooKeeper(ZkGrant),
+    Redis(RedisGrant),
+}
+
+impl Held {
+    /// The grant's fencing token, where this client reads one: Palisade's token and ZooKeeper's
+    /// node creation zxid. etcd's (the key's create revision) is not read here; Redis has none.
+    pub fn token(&self) -> Option<u64> {
+        match self {
+            Held::Palisade(guard) => Some(guard.token().get()),
+            Held::ZooKeeper(grant) => u64::try_from(grant.czxid).ok(),
+            Held::Etcd(_) | Held::Redis(_) => None,
+        }
+    }
 }
 
 /// How the benchmark's clients connect to Palisade: with the bearer token in
@@ -166,6 +228,16 @@ impl LockConn {
                     lease: granted.id,
                 })))
             }
+            Target::ZooKeeper { address } => {
+                let session = ZkSession::connect(address, ttl)
+                    .await
+                    .with_context(|| format!("cannot open a session on {target}"))?;
+                Ok(LockConn::ZooKeeper(Box::new(session)))
+            }
+            Target::Redis { address } => {
+                let locks = RedisLocks::connect(address, ttl).await?;
+                Ok(LockConn::Redis(Box::new(locks)))
+            }
         }
     }
 
@@ -190,6 +262,8 @@ impl LockConn {
                     .into_inner();
                 Ok(Held::Etcd(response.key))
             }
+            LockConn::ZooKeeper(session) => Ok(Held::ZooKeeper(session.acquire(lock).await?)),
+            LockConn::Redis(locks) => Ok(Held::Redis(locks.acquire(lock).await?)),
         }
     }
 
@@ -200,6 +274,17 @@ impl LockConn {
             (LockConn::Etcd(etcd), Held::Etcd(key)) => {
                 etcd.locks.unlock(UnlockRequest { key }).await?;
                 Ok(())
+            }
+            (LockConn::ZooKeeper(session), Held::ZooKeeper(grant)) => session.release(&grant).await,
+            (LockConn::Redis(locks), Held::Redis(grant)) => {
+                if locks.release(&grant).await? {
+                    Ok(())
+                } else {
+                    Err(anyhow!(
+                        "redis key {} had expired before its release: the lock was lost",
+                        grant.key
+                    ))
+                }
             }
             _ => Err(anyhow!(
                 "a lock held through one kind of target was released on another"
@@ -217,6 +302,11 @@ impl LockConn {
                 let id = etcd.lease;
                 let _ = etcd.leases.lease_revoke(LeaseRevokeRequest { id }).await;
             }
+            LockConn::ZooKeeper(session) => {
+                let _ = session.close().await;
+            }
+            // Its keys are released one by one; the connection closes when dropped.
+            LockConn::Redis(_) => {}
         }
     }
 }
@@ -246,6 +336,21 @@ mod tests {
             cluster.to_string(),
             "palisade://127.0.0.1:7001,127.0.0.1:7002"
         );
+        assert_eq!(
+            "zk://127.0.0.1:2181".parse(),
+            Ok(Target::ZooKeeper {
+                address: "127.0.0.1:2181".into()
+            })
+        );
+        let redis: Target = "redis://127.0.0.1:6379/".parse().unwrap();
+        assert_eq!(redis.to_string(), "redis://127.0.0.1:6379");
+        assert!(!redis.is_safe());
+        assert_eq!(
+            "zk://localhost:2181".parse::<Target>().unwrap().to_string(),
+            "zk://localhost:2181"
+        );
+        // One server only, for the targets whose clients here connect to one.
+        assert!("zk://127.0.0.1:1,127.0.0.1:2".parse::<Target>().is_err());
         assert!("http://127.0.0.1:1".parse::<Target>().is_err());
         assert!("127.0.0.1:7457".parse::<Target>().is_err());
         assert!("etcd://".parse::<Target>().is_err());

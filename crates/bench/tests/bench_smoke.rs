@@ -20,6 +20,7 @@ fn args(service: &LocalLockService, workload: Workload) -> BenchArgs {
         metrics: None,
         server_pid: Some(std::process::id()),
         markdown: false,
+        floor: false,
         tls: None,
     }
 }
