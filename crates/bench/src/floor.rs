@@ -31,6 +31,10 @@ const SIGNATURES: usize = 2_000;
 pub struct Floor {
     pub fsync_append_p50_us: f64,
     pub fsync_overwrite_p50_us: f64,
+    /// The overwrite probe's tail: what a durable operation's p99 cannot beat.
+    pub fsync_overwrite_p99_us: f64,
+    /// The overwrite probe's p99.9 (of 1,000 syncs: close to its maximum).
+    pub fsync_overwrite_p999_us: f64,
     pub loopback_round_trip_us: f64,
     /// CPU time (both ends, user and system) one loopback round trip costs.
     pub loopback_round_trip_cpu_us: f64,
@@ -45,7 +49,11 @@ impl Floor {
     /// One durable operation seen by one client: the fsync, the round trip, and the server's
     /// two hand-offs (to the syncing thread and back).
     fn one_operation_us(&self) -> f64 {
-        self.fsync_overwrite_p50_us + self.loopback_round_trip_us + 2.0 * self.thread_handoff_us
+        self.one_operation_with_fsync_us(self.fsync_overwrite_p50_us)
+    }
+
+    fn one_operation_with_fsync_us(&self, fsync_us: f64) -> f64 {
+        fsync_us + self.loopback_round_trip_us + 2.0 * self.thread_handoff_us
     }
 
     /// The lowest latency of an acquire alone: one durable operation and the grant's signature.
@@ -56,6 +64,18 @@ impl Floor {
     /// The lowest acquire+release latency: two operations in series and one signature.
     pub fn latency_floor_us(&self) -> f64 {
         2.0 * self.one_operation_us() + self.sign_us
+    }
+
+    /// Two operations whose fsyncs both take the probe's p99: the tail the disk alone gives a
+    /// perfect server. A reference for our p99, not a bound (two syncs both at their p99 are
+    /// rarer than 1 in 100).
+    pub fn latency_floor_p99_us(&self) -> f64 {
+        2.0 * self.one_operation_with_fsync_us(self.fsync_overwrite_p99_us) + self.sign_us
+    }
+
+    /// [`Floor::latency_floor_p99_us`] at p99.9.
+    pub fn latency_floor_p999_us(&self) -> f64 {
+        2.0 * self.one_operation_with_fsync_us(self.fsync_overwrite_p999_us) + self.sign_us
     }
 
     /// The most handoffs per second one contended lock allows: each handoff is one durable
@@ -78,11 +98,13 @@ pub fn measure(dir: &Path) -> anyhow::Result<Floor> {
         .prefix("palisade-floor.")
         .tempdir_in(dir)
         .with_context(|| format!("cannot create a directory in {}", dir.display()))?;
-    let (fsync_append_p50_us, fsync_overwrite_p50_us) = fsyncs(&probe_dir.path().join("probe"))?;
+    let (append, overwrite) = fsyncs(&probe_dir.path().join("probe"))?;
     let (loopback_round_trip_us, loopback_round_trip_cpu_us) = loopback_round_trip()?;
     Ok(Floor {
-        fsync_append_p50_us,
-        fsync_overwrite_p50_us,
+        fsync_append_p50_us: percentile_us(&append, 0.5),
+        fsync_overwrite_p50_us: percentile_us(&overwrite, 0.5),
+        fsync_overwrite_p99_us: percentile_us(&overwrite, 0.99),
+        fsync_overwrite_p999_us: percentile_us(&overwrite, 0.999),
         loopback_round_trip_us,
         loopback_round_trip_cpu_us,
         thread_handoff_us: thread_handoff(),
@@ -92,13 +114,15 @@ pub fn measure(dir: &Path) -> anyhow::Result<Floor> {
     })
 }
 
-fn p50_us(mut samples: Vec<Duration>) -> f64 {
-    samples.sort();
-    samples[samples.len() / 2].as_secs_f64() * 1e6
+/// The `q` quantile of sorted `samples`, in microseconds.
+fn percentile_us(samples: &[Duration], q: f64) -> f64 {
+    let i = ((samples.len() as f64 * q) as usize).min(samples.len() - 1);
+    samples[i].as_secs_f64() * 1e6
 }
 
-/// p50 of `write + fdatasync` appending to a file, and overwriting zeros already on disk.
-fn fsyncs(path: &Path) -> anyhow::Result<(f64, f64)> {
+/// The times of `write + fdatasync` appending to a file, and overwriting zeros already on disk,
+/// each sorted.
+fn fsyncs(path: &Path) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
     let record = [0x5a_u8; RECORD_BYTES];
     let file = std::fs::OpenOptions::new()
         .create_new(true)
@@ -117,12 +141,14 @@ fn fsyncs(path: &Path) -> anyhow::Result<(f64, f64)> {
             })
             .collect()
     };
-    let append = synced_writes()?;
+    let mut append = synced_writes()?;
     file.set_len(0)?;
     file.write_all_at(&vec![0; SYNCS * RECORD_BYTES], 0)?;
     file.sync_all()?;
-    let overwrite = synced_writes()?;
-    Ok((p50_us(append), p50_us(overwrite)))
+    let mut overwrite = synced_writes()?;
+    append.sort();
+    overwrite.sort();
+    Ok((append, overwrite))
 }
 
 /// Mean round trip of a small message over loopback TCP between two threads that each sleep in
@@ -213,6 +239,8 @@ pub fn markdown(floor: &Floor) -> String {
             "overwrite of allocated zeros + fdatasync, p50",
             floor.fsync_overwrite_p50_us,
         ),
+        ("the same overwrite, p99", floor.fsync_overwrite_p99_us),
+        ("the same overwrite, p99.9", floor.fsync_overwrite_p999_us),
         (
             "loopback TCP round trip, both ends sleeping in read, mean",
             floor.loopback_round_trip_us,
@@ -237,6 +265,10 @@ pub fn markdown(floor: &Floor) -> String {
         ms(floor.latency_floor_us())
     ));
     out.push_str(&format!(
+        "| reference, not a bound: one-client acquire+release with both fsyncs at their p99 | {} | ≤ 3 × our p50 |\n",
+        ms(floor.latency_floor_p99_us())
+    ));
+    out.push_str(&format!(
         "| contended handoffs/s ≤ 1 / (fsync + round trip + 2 hand-offs + signature) | {:.0} | ≥ 20 × etcd |\n",
         floor.contended_ceiling_per_s()
     ));
@@ -257,6 +289,8 @@ mod tests {
         let floor = Floor {
             fsync_append_p50_us: 150.0,
             fsync_overwrite_p50_us: 100.0,
+            fsync_overwrite_p99_us: 400.0,
+            fsync_overwrite_p999_us: 900.0,
             loopback_round_trip_us: 80.0,
             loopback_round_trip_cpu_us: 40.0,
             thread_handoff_us: 25.0,
@@ -266,10 +300,15 @@ mod tests {
         };
         // One operation: 100 + 80 + 2 × 25 = 230 µs.
         assert_eq!(floor.latency_floor_us(), 480.0);
+        // At the fsync's p99 (400 µs): 2 × 530 + 20.
+        assert_eq!(floor.latency_floor_p99_us(), 1080.0);
+        assert_eq!(floor.latency_floor_p999_us(), 2080.0);
         assert_eq!(floor.contended_ceiling_per_s(), 1e6 / 250.0);
         assert_eq!(floor.cycles_ceiling_per_s(), 2e6 / 100.0);
         let table = markdown(&floor);
         assert!(table.contains("| 0.480 ms | ≤ 0.45 ms |"), "{table}");
+        assert!(table.contains("| the same overwrite, p99 | 400.0 µs |"), "{table}");
+        assert!(table.contains("| 1.080 ms | ≤ 3 × our p50 |"), "{table}");
         assert!(table.contains("| 4000 |"), "{table}");
     }
 
