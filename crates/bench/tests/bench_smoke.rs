@@ -21,6 +21,7 @@ fn args(service: &LocalLockService, workload: Workload) -> BenchArgs {
         server_pid: Some(std::process::id()),
         markdown: false,
         tls: None,
+        scale: Default::default(),
     }
 }
 
