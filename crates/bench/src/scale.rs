@@ -282,6 +282,10 @@ pub struct SnapshotMeasure {
 pub struct Restart {
     pub signal: &'static str,
     pub ms: f64,
+    /// Until the new process accepted a TCP connection. Palisade binds its port before it
+    /// recovers its state, so `ms − bound_ms` is the recovery (snapshot load, log replay,
+    /// election).
+    pub bound_ms: Option<f64>,
     pub rss_after_bytes: Option<u64>,
 }
 
@@ -1232,11 +1236,11 @@ impl<'a> PhaseRun<'a> {
         };
         if let (Some(from), Some(to)) = (build_started, built) {
             measure.build_ms = Some((to - from).as_secs_f64() * 1e3);
-            let us = |(a, b): &(Instant, Instant)| (*b - *a).as_secs_f64() * 1e6;
+            let us = |(a, b): (Instant, Instant)| (b - a).as_secs_f64() * 1e6;
             let (during, outside): (Vec<_>, Vec<_>) =
-                samples.iter().partition(|(a, b)| *a < to && *b > from);
-            measure.during_max_us = during.iter().map(|s| us(s)).reduce(f64::max);
-            let mut outside: Vec<f64> = outside.iter().map(|s| us(s)).collect();
+                samples.into_iter().partition(|&(a, b)| a < to && b > from);
+            measure.during_max_us = during.into_iter().map(us).reduce(f64::max);
+            let mut outside: Vec<f64> = outside.into_iter().map(us).collect();
             outside.sort_by(f64::total_cmp);
             measure.outside_p50_us = outside.get(outside.len() / 2).copied();
             if let (Some(max), Some(p50)) = (measure.during_max_us, measure.outside_p50_us) {
@@ -1250,11 +1254,24 @@ impl<'a> PhaseRun<'a> {
     async fn restart(&mut self) -> anyhow::Result<Restart> {
         self.server.kill_and_respawn()?;
         let started = Instant::now();
+        let mut bound_ms = None;
+        while started.elapsed() < RESTART_WAIT_MAX {
+            if tokio::net::TcpStream::connect(self.server.address())
+                .await
+                .is_ok()
+            {
+                bound_ms = Some(started.elapsed().as_secs_f64() * 1e3);
+                break;
+            }
+            self.server.check_running()?;
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         wait_until_answering(&mut self.server).await?;
         let ms = started.elapsed().as_secs_f64() * 1e3;
         Ok(Restart {
             signal: "SIGKILL",
             ms,
+            bound_ms,
             rss_after_bytes: self.server.rss_bytes().ok(),
         })
     }

@@ -101,8 +101,16 @@ fn check_system(stdout: &str, report: &serde_json::Value, system: &str) {
         let snapshot = &steps[i]["snapshot"];
         assert!(snapshot["bytes"].as_u64().unwrap() > 0, "{:#}", steps[i]);
         if system == "palisade" {
-            assert!(snapshot["build_ms"].as_f64().unwrap() > 0.0, "{:#}", steps[i]);
-            assert!(snapshot["stall_ratio"].as_f64().unwrap() > 0.0, "{:#}", steps[i]);
+            assert!(
+                snapshot["build_ms"].as_f64().unwrap() > 0.0,
+                "{:#}",
+                steps[i]
+            );
+            assert!(
+                snapshot["stall_ratio"].as_f64().unwrap() > 0.0,
+                "{:#}",
+                steps[i]
+            );
         }
     }
     assert!(steps[0]["snapshot"].is_null() && steps[2]["snapshot"].is_null());
