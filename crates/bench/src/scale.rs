@@ -499,6 +499,29 @@ async fn fill(
     }
 }
 
+/// Opens `count` sessions (leases) over `conns`, pipelined, until the deadline; returns them
+/// and how the fill went.
+async fn open_sessions(conns: &Conns, count: usize, deadline: Instant) -> (Vec<Owner>, Filled) {
+    let opened = Arc::new(std::sync::Mutex::new(Vec::with_capacity(count)));
+    let (sink, conns) = (opened.clone(), conns.clone());
+    let filled = fill(
+        0..count,
+        FILL_IN_FLIGHT,
+        deadline,
+        Arc::new(move |i| {
+            let (conns, sink) = (conns.clone(), sink.clone());
+            Box::pin(async move {
+                let owner = conns.open(i).await?;
+                sink.lock().expect("no panics while holding it").push(owner);
+                Ok(())
+            })
+        }),
+    )
+    .await;
+    let owners = std::mem::take(&mut *opened.lock().expect("no panics while holding it"));
+    (owners, filled)
+}
+
 /// Connections to one system.
 #[derive(Clone)]
 enum Conns {
@@ -678,26 +701,8 @@ impl<'a> PhaseRun<'a> {
         }
         let mut holders = Vec::new();
         if phase == Phase::Locks {
-            let fill_conns2 = fill_conns.clone();
-            let opened = Arc::new(std::sync::Mutex::new(Vec::with_capacity(
-                args.lock_sessions,
-            )));
-            let sink = opened.clone();
-            let filled = fill(
-                0..args.lock_sessions,
-                FILL_IN_FLIGHT,
-                deadline,
-                Arc::new(move |i| {
-                    let (conns, sink) = (fill_conns2.clone(), sink.clone());
-                    Box::pin(async move {
-                        let owner = conns.open(i).await?;
-                        sink.lock().expect("no panics while holding it").push(owner);
-                        Ok(())
-                    })
-                }),
-            )
-            .await;
-            holders = std::mem::take(&mut *opened.lock().expect("no panics while holding it"));
+            let filled;
+            (holders, filled) = open_sessions(&fill_conns, args.lock_sessions, deadline).await;
             if holders.is_empty() {
                 bail!(
                     "no lock-holding session opened: {}",
@@ -858,24 +863,7 @@ impl<'a> PhaseRun<'a> {
         let conns = self.fill_conns.clone();
         let holder = conns.open(0).await?;
         conns.acquire(0, holder, QUEUE_LOCK, Wait::Try).await?;
-        let opened = Arc::new(std::sync::Mutex::new(Vec::with_capacity(target)));
-        let sink = opened.clone();
-        let conns2 = conns.clone();
-        let mut filled = fill(
-            0..target,
-            FILL_IN_FLIGHT,
-            self.deadline,
-            Arc::new(move |i| {
-                let (conns, sink) = (conns2.clone(), sink.clone());
-                Box::pin(async move {
-                    let owner = conns.open(i).await?;
-                    sink.lock().expect("no panics while holding it").push(owner);
-                    Ok(())
-                })
-            }),
-        )
-        .await;
-        let waiters = std::mem::take(&mut *opened.lock().expect("no panics while holding it"));
+        let (waiters, mut filled) = open_sessions(&conns, target, self.deadline).await;
         let wait_conns = Conns::connect(
             &self.server,
             waiters.len().div_ceil(LONG_LIVED_PER_CONNECTION),
