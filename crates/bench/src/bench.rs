@@ -71,6 +71,10 @@ pub enum Workload {
     /// No service: this machine's fsync, loopback round trip, thread wake-up and signing
     /// times, and the bounds they put on the workloads above.
     Floor,
+    /// How cost grows with the state: starts its own `palisade serve` (and etcd with
+    /// --etcd-bin), grows sessions, held locks, waiters and watchers step by step, and measures
+    /// latency, RSS, listing, snapshot and restart at each step (the `bench scale` flags).
+    Scale,
 }
 
 impl Workload {
@@ -91,6 +95,7 @@ impl Workload {
             Workload::Txn => "txn",
             Workload::All => "all",
             Workload::Floor => "floor",
+            Workload::Scale => "scale",
         }
     }
 
@@ -111,7 +116,7 @@ impl Workload {
             | Workload::FencedRead
             | Workload::Txn
             | Workload::All => 32,
-            Workload::Floor => 0,
+            Workload::Floor | Workload::Scale => 0,
             Workload::Contended => 16,
             Workload::Latency => 1,
         }
@@ -134,8 +139,9 @@ pub struct BenchArgs {
     /// `fenced-write`, `fenced-read` and `txn` then also measure their operations over HTTP.
     #[arg(long)]
     pub store: Option<String>,
-    /// Where the store workloads put their in-process store, and `floor` its fsync probe (a fresh
-    /// directory inside; default: the system's temporary directory).
+    /// Where the store workloads put their in-process store, `floor` its fsync probe and `scale`
+    /// its servers' data directories (a fresh directory inside; default: the system's temporary
+    /// directory).
     #[arg(long)]
     pub store_dir: Option<std::path::PathBuf>,
     /// Concurrent clients (default: 32 uncontended and the store workloads, 16 contended;
@@ -172,6 +178,8 @@ pub struct BenchArgs {
     /// `--tls-cert` and `--tls-key`.
     #[arg(skip)]
     pub tls: Option<palisade_tls::ClientTls>,
+    #[command(flatten)]
+    pub scale: crate::scale::ScaleArgs,
 }
 
 /// One workload run against one target.
@@ -251,6 +259,15 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    if args.workload == Workload::Scale {
+        return crate::scale::run(
+            &args.scale,
+            args.store_dir.clone(),
+            args.json,
+            args.json_file.as_deref(),
+        )
+        .await;
+    }
     let report = measure(&args).await?;
     if let Some(path) = &args.json_file {
         std::fs::write(path, serde_json::to_string_pretty(&report)?)
@@ -306,6 +323,9 @@ pub async fn measure(args: &BenchArgs) -> anyhow::Result<BenchReport> {
     let workloads: Vec<Workload> = match args.workload {
         Workload::All => Workload::EACH.to_vec(),
         Workload::Floor => bail!("`floor` loads no service; run it with `palisade bench floor`"),
+        Workload::Scale => {
+            bail!("`scale` starts its own servers; run it with `palisade bench scale`")
+        }
         one => vec![one],
     };
     let mut report = BenchReport {

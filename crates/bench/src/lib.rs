@@ -10,6 +10,9 @@
 //!   recipe on a minimal client ([`zookeeper`]), or Redis `SET NX PX` ([`redis_lock`], unsafe);
 //! - [`local`]: the in-process lock service and store the demo and tests use;
 //! - [`server_view`]: the lock service's own account of a workload (its `/metrics` and CPU);
+//! - [`scale`]: `palisade bench scale`, how cost grows with the state (sessions, held locks,
+//!   waiters, watchers) on a `palisade serve` (and an etcd) it starts, measures and restarts as
+//!   child processes ([`scale_process`]);
 //! - [`floor`]: this machine's primitives (fsync, loopback round trip, wake-up, signing) and
 //!   the bounds they set on every workload, for any implementation.
 //!
@@ -21,6 +24,8 @@ pub mod demo;
 pub mod floor;
 pub mod local;
 pub mod redis_lock;
+pub mod scale;
+mod scale_process;
 pub mod server_view;
 pub mod stats;
 mod store_workloads;
@@ -30,7 +35,7 @@ pub mod zookeeper;
 pub use bench::{BenchArgs, BenchReport, Measurement, Workload};
 pub use demo::{DemoArgs, DemoReport};
 
-/// etcd's `etcdserverpb` package, leases only (generated from `proto/etcdserverpb.proto`).
+/// etcd's `etcdserverpb` package: leases, and KV.Range and Watch for `bench scale` (generated from `proto/etcdserverpb.proto`).
 #[allow(missing_debug_implementations, clippy::all)]
 pub(crate) mod etcdserverpb {
     tonic::include_proto!("etcdserverpb");

@@ -22,6 +22,7 @@ fn args(service: &LocalLockService, workload: Workload) -> BenchArgs {
         markdown: false,
         floor: false,
         tls: None,
+        scale: Default::default(),
     }
 }
 
