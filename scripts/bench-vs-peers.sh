@@ -312,15 +312,9 @@ for s in json.load(sys.stdin):
 for nodes in $runs; do run "$nodes"; done
 
 # --- scale -------------------------------------------------------------------------------------
-# >>> SCALE: `--scale` runs scripts/bench-scale.sh here, with the palisade binary built above in
-# $PALISADE_BIN and any arguments given after `--`. That script is being written separately; until
-# it lands, --scale says so and the run still succeeds.
+# `--scale` ends the run with the scale table: scripts/bench-scale.sh, given the arguments after
+# `--` (its own, e.g. `--time-limit 10m --no-etcd`).
 if [ "$scale" -eq 1 ]; then
   echo
-  if [ -x scripts/bench-scale.sh ]; then
-    PALISADE_BIN="$palisade" scripts/bench-scale.sh "${scale_args[@]}"
-  else
-    log "--scale: scripts/bench-scale.sh is not in this tree yet; no scale table"
-  fi
+  scripts/bench-scale.sh "${scale_args[@]}"
 fi
-# <<< SCALE
