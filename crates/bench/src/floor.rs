@@ -307,7 +307,10 @@ mod tests {
         assert_eq!(floor.cycles_ceiling_per_s(), 2e6 / 100.0);
         let table = markdown(&floor);
         assert!(table.contains("| 0.480 ms | ≤ 0.45 ms |"), "{table}");
-        assert!(table.contains("| the same overwrite, p99 | 400.0 µs |"), "{table}");
+        assert!(
+            table.contains("| the same overwrite, p99 | 400.0 µs |"),
+            "{table}"
+        );
         assert!(table.contains("| 1.080 ms | ≤ 3 × our p50 |"), "{table}");
         assert!(table.contains("| 4000 |"), "{table}");
     }

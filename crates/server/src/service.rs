@@ -27,9 +27,9 @@ use crate::limits::{
     KEEPALIVE_BUFFER_RESPONSES, KEEPALIVE_STREAMS_MAX, LIST_PAGE_LOCKS_MAX,
     LONG_LIVED_CALLS_PER_CONNECTION_MAX, WAITING_ACQUIRES_MAX, WATCHES_MAX,
 };
+use crate::lock_watchers::Lagged;
 use crate::node::{LeaderHint, Node, ProposeError};
 use crate::session_secret::{self, SessionSecret};
-use crate::lock_watchers::Lagged;
 use crate::state_machine::{Published, WATCH_BUFFER_EVENTS, WaitOutcome};
 
 /// Why an operation did not succeed. Each variant says whether the operation took effect, so a
