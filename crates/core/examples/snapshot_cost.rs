@@ -14,7 +14,7 @@
 use std::time::{Duration, Instant};
 
 use palisade_core::{
-    Command, DurationMs, Input, Limits, LockTable, RequestId, SessionId, TimeMs, Wait,
+    Command, DurationMs, Input, Limits, LockTable, RequestId, SessionId, TableImage, TimeMs, Wait,
 };
 
 fn main() {
@@ -64,6 +64,33 @@ fn main() {
     decoded.validate().expect("the decoded table is valid");
     println!("json decode: {} (with validate)", secs(started.elapsed()));
     assert!(decoded == table, "the decoded table is the table");
+    drop((json, decoded));
+
+    let started = Instant::now();
+    let bytes = postcard::to_allocvec(&table.image()).expect("the image encodes");
+    println!(
+        "image encode: {} for {} MB",
+        secs(started.elapsed()),
+        bytes.len() / 1_000_000
+    );
+    let started = Instant::now();
+    let image: TableImage = postcard::from_bytes(&bytes).expect("the image decodes");
+    let decoded_at = started.elapsed();
+    let rss_before = rss_bytes();
+    let restored = LockTable::from_image(image).expect("the image is of a valid table");
+    println!(
+        "image decode: {} ({} decoding, {} rebuilding and checking the table)",
+        secs(started.elapsed()),
+        secs(decoded_at),
+        secs(started.elapsed() - decoded_at)
+    );
+    let rss_restored = rss_bytes().saturating_sub(rss_before);
+    assert!(restored == table, "the restored table is the table");
+    drop(table);
+    println!(
+        "memory after a restart: about {} bytes per held lock (the restored table's growth)",
+        rss_restored / locks
+    );
 }
 
 /// A table where `locks` locks are held by `sessions` sessions, one acquire per lock.

@@ -26,6 +26,10 @@ use serde::{Deserialize, Serialize};
 use crate::limits::{self, Limits};
 use crate::types::*;
 
+mod image;
+
+pub use image::TableImage;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Session {
     ttl_ms: DurationMs,
@@ -964,7 +968,10 @@ impl LockTable {
             .insert(self.last_forgotten, lock.to_string());
         if self.forgotten.len() > limits::FORGOTTEN_LOCKS_REMEMBERED_MAX {
             let (order, _) = self.forgotten_order.get_min().cloned().expect("not empty");
-            let oldest = self.forgotten_order.remove(&order).expect("the oldest is there");
+            let oldest = self
+                .forgotten_order
+                .remove(&order)
+                .expect("the oldest is there");
             self.forgotten.remove(&oldest);
         }
     }
