@@ -19,5 +19,5 @@ mod time;
 mod types;
 
 pub use limits::Limits;
-pub use table::{InvalidTable, LockTable, Usage};
+pub use table::{InvalidTable, LockTable, TableImage, Usage};
 pub use types::*;

@@ -6,16 +6,29 @@
 //! outcome is a deterministic function of the state and the input. The table reads no clock and
 //! does no I/O; the server replicates its inputs through Raft and snapshots it whole with serde.
 //!
+//! **Copy-on-write.** Every map and set of the table is a persistent one (`imbl`'s `OrdMap` and
+//! `OrdSet`, B-trees whose nodes are shared by reference count), so cloning the table is O(1):
+//! the server copies it under its lock and encodes the copy on another thread while applying
+//! goes on. A change after a clone copies only the nodes on its path (and the one session or
+//! lock it changes, with that lock's queue). Their serde forms are those of `BTreeMap` and
+//! `BTreeSet`, so a snapshot reads and writes as it did before them.
+//!
 //! **Tokens** come from one counter shared by all locks. Every grant takes the next value, so a
 //! lock's tokens strictly increase however often it is freed, forgotten and created again, and
 //! the table needs to remember nothing per lock once a lock is free (invariant 1).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::VecDeque;
+
+use imbl::{OrdMap, OrdSet};
 
 use serde::{Deserialize, Serialize};
 
 use crate::limits::{self, Limits};
 use crate::types::*;
+
+mod image;
+
+pub use image::TableImage;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Session {
@@ -34,8 +47,8 @@ struct Session {
     /// one from before identities.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     owner: Option<Identity>,
-    held: BTreeSet<String>,
-    waiting: BTreeSet<String>,
+    held: OrdSet<String>,
+    waiting: OrdSet<String>,
     /// Outcomes of recent acquires and releases, oldest first, for retried requests.
     recent: VecDeque<Remembered>,
 }
@@ -86,7 +99,7 @@ impl Lock {
     }
 }
 
-/// The whole lock table. Serialise it to snapshot; deserialise it to restore.
+/// The whole lock table. Serialise it to snapshot; deserialise it to restore. Clone it in O(1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockTable {
     limits: Limits,
@@ -95,33 +108,33 @@ pub struct LockTable {
     last_token: Token,
     /// The last session id assigned. Only ever grows.
     last_session: SessionId,
-    sessions: BTreeMap<SessionId, Session>,
-    locks: BTreeMap<String, Lock>,
+    sessions: OrdMap<SessionId, Session>,
+    locks: OrdMap<String, Lock>,
     /// Request ids of live sessions opened by [`Command::OpenSessionByRequestId`] (logs of older
     /// versions), so that their replay deduplicates exactly as it did when first applied.
-    open_requests: BTreeMap<RequestId, SessionId>,
+    open_requests: OrdMap<RequestId, SessionId>,
     /// Open keys of live sessions, so a retried open returns the same session. Forgotten when
     /// the session ends: the key then opens a new session.
     #[serde(default)]
-    open_keys: BTreeMap<OpenKey, SessionId>,
+    open_keys: OrdMap<OpenKey, SessionId>,
     /// Deadlines, ordered: session expiries, waiter deadlines and lock-delay ends.
-    session_deadlines: BTreeSet<(TimeMs, SessionId)>,
-    wait_deadlines: BTreeSet<(TimeMs, SessionId, String)>,
-    delay_deadlines: BTreeSet<(TimeMs, String)>,
+    session_deadlines: OrdSet<(TimeMs, SessionId)>,
+    wait_deadlines: OrdSet<(TimeMs, SessionId, String)>,
+    delay_deadlines: OrdSet<(TimeMs, String)>,
     /// The last tokens of recently forgotten locks, for status reads only: safety never depends
     /// on them (the shared counter does that). Bounded by `FORGOTTEN_LOCKS_REMEMBERED_MAX`,
     /// oldest forgotten first out.
     #[serde(default)]
-    forgotten: BTreeMap<String, (u64, Token)>,
+    forgotten: OrdMap<String, (u64, Token)>,
     #[serde(default)]
-    forgotten_order: BTreeMap<u64, String>,
+    forgotten_order: OrdMap<u64, String>,
     #[serde(default)]
     last_forgotten: u64,
     /// The live sessions of each owner, so that an identity's use of its quotas is counted
     /// from its own sessions ([`LockTable::usage_of`]) without a walk over every session.
     /// Absent while empty, so a table without owners is stored as before.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    owners: BTreeMap<Identity, BTreeSet<SessionId>>,
+    #[serde(default, skip_serializing_if = "OrdMap::is_empty")]
+    owners: OrdMap<Identity, OrdSet<SessionId>>,
 }
 
 /// How much of the table's capacity one identity's sessions take ([`LockTable::usage_of`]).
@@ -155,17 +168,17 @@ impl LockTable {
             now_ms: TimeMs::ZERO,
             last_token: Token::ZERO,
             last_session: SessionId::new(0),
-            sessions: BTreeMap::new(),
-            locks: BTreeMap::new(),
-            open_requests: BTreeMap::new(),
-            open_keys: BTreeMap::new(),
-            session_deadlines: BTreeSet::new(),
-            wait_deadlines: BTreeSet::new(),
-            delay_deadlines: BTreeSet::new(),
-            forgotten: BTreeMap::new(),
-            forgotten_order: BTreeMap::new(),
+            sessions: OrdMap::new(),
+            locks: OrdMap::new(),
+            open_requests: OrdMap::new(),
+            open_keys: OrdMap::new(),
+            session_deadlines: OrdSet::new(),
+            wait_deadlines: OrdSet::new(),
+            delay_deadlines: OrdSet::new(),
+            forgotten: OrdMap::new(),
+            forgotten_order: OrdMap::new(),
             last_forgotten: 0,
-            owners: BTreeMap::new(),
+            owners: OrdMap::new(),
         }
     }
 
@@ -239,9 +252,9 @@ impl LockTable {
     /// The earliest time at which a [`Command::Tick`] would change something, if any.
     pub fn next_deadline_ms(&self) -> Option<TimeMs> {
         [
-            self.session_deadlines.first().map(|d| d.0),
-            self.wait_deadlines.first().map(|d| d.0),
-            self.delay_deadlines.first().map(|d| d.0),
+            self.session_deadlines.get_min().map(|d| d.0),
+            self.wait_deadlines.get_min().map(|d| d.0),
+            self.delay_deadlines.get_min().map(|d| d.0),
         ]
         .into_iter()
         .flatten()
@@ -314,20 +327,20 @@ impl LockTable {
 
     fn pass_time(&mut self, events: &mut Vec<Event>) {
         let now = self.now_ms;
-        while let Some(&(at, session)) = self.session_deadlines.first() {
+        while let Some(&(at, session)) = self.session_deadlines.get_min() {
             if at > now {
                 break;
             }
             self.end_session(session, true, events);
         }
-        while let Some((at, session, lock)) = self.wait_deadlines.first().cloned() {
+        while let Some((at, session, lock)) = self.wait_deadlines.get_min().cloned() {
             if at > now {
                 break;
             }
             self.remove_waiter(session, &lock, WaitEndCause::TimedOut, events);
             self.settle(&lock, events);
         }
-        while let Some((at, lock)) = self.delay_deadlines.first().cloned() {
+        while let Some((at, lock)) = self.delay_deadlines.get_min().cloned() {
             if at > now {
                 break;
             }
@@ -342,7 +355,9 @@ impl LockTable {
     fn leader_start(&mut self) -> Reply {
         let now = self.now_ms;
         let mut extended = 0;
-        for (&id, session) in self.sessions.iter_mut() {
+        let ids: Vec<SessionId> = self.sessions.keys().copied().collect();
+        for id in ids {
+            let session = self.sessions.get_mut(&id).expect("a listed session exists");
             let renewed = now.saturating_add(session.ttl_ms);
             if renewed > session.expires_at_ms {
                 self.session_deadlines.remove(&(session.expires_at_ms, id));
@@ -436,8 +451,8 @@ impl LockTable {
                 open_key,
                 secret_digest,
                 owner: owner.clone(),
-                held: BTreeSet::new(),
-                waiting: BTreeSet::new(),
+                held: OrdSet::new(),
+                waiting: OrdSet::new(),
                 recent: VecDeque::new(),
             },
         );
@@ -952,7 +967,11 @@ impl LockTable {
         self.forgotten_order
             .insert(self.last_forgotten, lock.to_string());
         if self.forgotten.len() > limits::FORGOTTEN_LOCKS_REMEMBERED_MAX {
-            let (_, oldest) = self.forgotten_order.pop_first().expect("not empty");
+            let (order, _) = self.forgotten_order.get_min().cloned().expect("not empty");
+            let oldest = self
+                .forgotten_order
+                .remove(&order)
+                .expect("the oldest is there");
             self.forgotten.remove(&oldest);
         }
     }
@@ -1191,7 +1210,7 @@ impl LockTable {
         }
         let owned = self.sessions.values().filter(|s| s.owner.is_some()).count();
         ensure!(
-            owned == self.owners.values().map(BTreeSet::len).sum::<usize>(),
+            owned == self.owners.values().map(OrdSet::len).sum::<usize>(),
             "an owned session is not indexed under its owner"
         );
         Ok(())

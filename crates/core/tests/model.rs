@@ -8,8 +8,9 @@
 //! watches the observable history for the invariants themselves: tokens strictly increase per
 //! lock, waiters are granted in the order they queued, no session is granted after its lease or
 //! wait ran out or after it ended, retries do not act twice, lock-delay is honoured after an
-//! expiry, leases are never shortened, limits hold. Random snapshot/restore (a serde_json round
-//! trip of the table) in the middle of a sequence models a restart. Grants carry values, which
+//! expiry, leases are never shortened, limits hold. Random snapshot/restore (a round trip of the
+//! table through JSON or through its compact postcard image) in the middle of a sequence models
+//! a restart. Grants carry values, which
 //! only their current holding's session and token may replace.
 //!
 //! `PROPTEST_CASES` overrides the number of sequences (2000 by default).
@@ -19,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use palisade_core::limits::{LockNameError, REQUEST_IDS_PER_SESSION_MAX, TOKEN_MAX, WAIT_MS_MAX};
 use palisade_core::{
     Command, CoreError, DurationMs, Event, GrantValue, Input, Limits, LockTable, OpenKey, Output,
-    ReleaseCause, Reply, RequestId, SessionId, TimeMs, Token, Wait, WaitEndCause,
+    ReleaseCause, Reply, RequestId, SessionId, TableImage, TimeMs, Token, Wait, WaitEndCause,
 };
 use proptest::prelude::*;
 
@@ -1258,11 +1259,21 @@ fn run(setup: Setup, steps: &[Step]) {
     let mut checker = Checker::default();
     let mut driver = Driver::default();
     let mut now: u64 = 0;
+    let mut restarts = 0_u32;
     for step in steps {
         now += step.advance_ms;
         if let Op::Restart = step.op {
-            let json = serde_json::to_string(&table).expect("table serialises");
-            let restored: LockTable = serde_json::from_str(&json).expect("table deserialises");
+            // Restarts alternate between the JSON snapshot of older versions and the compact
+            // image of the binary snapshot (positional: a field left out would shift the rest).
+            restarts += 1;
+            let restored = if restarts % 2 == 1 {
+                let json = serde_json::to_string(&table).expect("table serialises");
+                serde_json::from_str(&json).expect("table deserialises")
+            } else {
+                let bytes = postcard::to_allocvec(&table.image()).expect("image encodes");
+                let image: TableImage = postcard::from_bytes(&bytes).expect("image decodes");
+                LockTable::from_image(image).expect("the image is of a valid table")
+            };
             assert_eq!(restored, table, "snapshot round trip changed the table");
             table = restored;
             continue;

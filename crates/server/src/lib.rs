@@ -34,6 +34,7 @@ pub mod raft_types;
 pub mod runtime;
 pub mod service;
 pub mod session_secret;
+mod snapshot_file;
 pub mod state_machine;
 pub mod tls;
 pub mod ui;

@@ -15,6 +15,9 @@ pub const WAITERS: &str = "palisade_waiting_acquires";
 pub const REQUEST_SECONDS: &str = "palisade_request_duration_seconds";
 pub const FSYNC_SECONDS: &str = "palisade_log_commit_duration_seconds";
 pub const LOG_BATCH_WRITES: &str = "palisade_log_commit_batch_writes";
+pub const SNAPSHOT_BUILD_SECONDS: &str = "palisade_snapshot_build_duration_seconds";
+pub const SNAPSHOT_LOCK_SECONDS: &str = "palisade_snapshot_table_lock_seconds";
+pub const SNAPSHOT_BYTES: &str = "palisade_snapshot_bytes";
 
 const SECONDS_BUCKETS: &[f64] = &[
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -53,4 +56,13 @@ fn describe() {
         "Raft log group commit latency, including fsync"
     );
     describe_histogram!(LOG_BATCH_WRITES, "Writes sharing one log commit");
+    describe_histogram!(
+        SNAPSHOT_BUILD_SECONDS,
+        "Building a snapshot: copying the table, encoding it and writing the file"
+    );
+    describe_histogram!(
+        SNAPSHOT_LOCK_SECONDS,
+        "How long building a snapshot held the table's lock (applying waits meanwhile)"
+    );
+    describe_gauge!(SNAPSHOT_BYTES, "Size of the last snapshot file written");
 }

@@ -1,8 +1,13 @@
 //! The replicated state machine: the lock table, applied in log order, snapshotted to disk.
 //!
 //! The table lives in memory; its durability comes from the Raft log plus a snapshot file
-//! (`snapshot.json`, replaced atomically) that lets the log be purged. On start the snapshot is
-//! loaded and openraft re-applies the committed entries after it.
+//! (`snapshot.bin`, replaced atomically; see [`crate::snapshot_file`]) that lets the log be
+//! purged. On start the snapshot is loaded and openraft re-applies the committed entries after
+//! it.
+//!
+//! **Taking a snapshot does not stop applying.** The table is copy-on-write, so the snapshot
+//! builder holds the state machine's lock only to clone it (O(1)); encoding and writing happen
+//! on a blocking thread while entries go on being applied to the live table.
 //!
 //! Applying an entry also tells the rest of the server what happened: waiting acquires are
 //! completed through [`Waiters`], and watchers receive [`Event`]s on a broadcast channel.
@@ -12,6 +17,7 @@ use std::io::{self, Cursor};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use futures::{Stream, TryStreamExt};
 use openraft::storage::{EntryResponder, RaftStateMachine};
@@ -29,8 +35,8 @@ use crate::keyring::KeyRing;
 use crate::lock_watchers::{LockSubscription, LockWatchers};
 use crate::log_store::DurableIndex;
 use crate::raft_types::{C, Proposal, SnapshotData};
+use crate::snapshot_file::{LEGACY_SNAPSHOT_FILE, SNAPSHOT_FILE};
 
-const SNAPSHOT_FILE: &str = "snapshot.json";
 pub use crate::limits::WATCH_BUFFER_EVENTS;
 
 /// How a queued acquire ended.
@@ -129,12 +135,12 @@ impl Waiters {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Applied {
     pub(crate) table: LockTable,
-    last_applied: Option<LogIdOf<C>>,
-    membership: StoredMembershipOf<C>,
+    pub(crate) last_applied: Option<LogIdOf<C>>,
+    pub(crate) membership: StoredMembershipOf<C>,
     /// Ids of nodes that were members and were removed: never given to another directory.
     /// Absent from snapshots of versions before it, and from snapshots where it is empty.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
-    retired: BTreeSet<u64>,
+    pub(crate) retired: BTreeSet<u64>,
     /// The signing keys, once anyone has rotated (see [`crate::keyring`]). Absent from
     /// snapshots of versions before it, and from snapshots where it is empty.
     #[serde(default, skip_serializing_if = "KeyRing::is_empty")]
@@ -152,8 +158,32 @@ pub(crate) fn write_restored(dir: &Path, table: LockTable, keys: KeyRing) -> io:
         retired: BTreeSet::new(),
         keys,
     };
-    let bytes = serde_json::to_vec(&applied).map_err(io::Error::other)?;
-    write_file_atomically(dir, SNAPSHOT_FILE, &bytes, Some(SECRET_FILE_MODE))
+    let bytes = crate::snapshot_file::encode(&applied)?;
+    write_snapshot_file(dir, &bytes)
+}
+
+/// Replaces the snapshot file with `bytes`, then removes the JSON snapshot of an older
+/// version, if any: the new file wins over it from the moment it is durable.
+fn write_snapshot_file(dir: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_file_atomically(dir, SNAPSHOT_FILE, bytes, Some(SECRET_FILE_MODE))?;
+    match std::fs::remove_file(dir.join(LEGACY_SNAPSHOT_FILE)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// The snapshot file in `dir` (this version's, else an older version's JSON) and its path,
+/// if there is one.
+fn read_snapshot_file(dir: &Path) -> io::Result<Option<(Vec<u8>, PathBuf)>> {
+    for name in [SNAPSHOT_FILE, LEGACY_SNAPSHOT_FILE] {
+        let path = dir.join(name);
+        match std::fs::read(&path) {
+            Ok(bytes) => return Ok(Some((bytes, path))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(None)
 }
 
 /// What the rest of the server shares with the state machine.
@@ -174,6 +204,10 @@ pub struct Shared {
     installs: tokio::sync::watch::Sender<u64>,
     durable: DurableIndex,
     dir: PathBuf,
+    /// The last log id of the snapshot in the file, held while the file is replaced. A
+    /// snapshot built here and one installed from the leader can be under way at once; the
+    /// file only ever moves forward, so the older of the two is not written over the newer.
+    stored: Mutex<Option<LogIdOf<C>>>,
 }
 
 /// The handshake between the state machine and the lease driver. The driver announces the
@@ -293,6 +327,19 @@ impl Shared {
     fn applied(&self) -> MutexGuard<'_, Applied> {
         self.applied.lock().expect("state machine lock poisoned")
     }
+
+    /// Writes the snapshot `bytes`, up to `last_applied`, unless the file already holds one at
+    /// least as far along. Blocks on file I/O: call it on a blocking thread.
+    fn store_snapshot(&self, bytes: &[u8], last_applied: Option<LogIdOf<C>>) -> io::Result<()> {
+        let mut stored = self.stored.lock().expect("snapshot file lock poisoned");
+        if stored.is_some() && *stored >= last_applied {
+            return Ok(());
+        }
+        write_snapshot_file(&self.dir, bytes)?;
+        *stored = last_applied;
+        metrics::gauge!(crate::metrics::SNAPSHOT_BYTES).set(bytes.len() as f64);
+        Ok(())
+    }
 }
 
 /// The state machine handed to openraft. Clones share one [`Shared`].
@@ -319,17 +366,17 @@ impl StateMachine {
         durable: DurableIndex,
         blocking: Blocking,
     ) -> io::Result<StateMachine> {
-        let applied = match std::fs::read(dir.join(SNAPSHOT_FILE)) {
-            Ok(bytes) => decode_snapshot(&bytes, &dir.join(SNAPSHOT_FILE).display().to_string())?,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Applied {
+        let applied = match read_snapshot_file(dir)? {
+            Some((bytes, path)) => decode_snapshot(&bytes, &path.display().to_string())?,
+            None => Applied {
                 table: LockTable::new(Limits::default()),
                 last_applied: None,
                 membership: StoredMembership::default(),
                 retired: BTreeSet::new(),
                 keys: KeyRing::default(),
             },
-            Err(e) => return Err(e),
         };
+        let applied_at = applied.last_applied;
         let (events, _) = broadcast::channel(WATCH_BUFFER_EVENTS);
         Ok(StateMachine {
             shared: Arc::new(Shared {
@@ -342,6 +389,7 @@ impl StateMachine {
                 installs: tokio::sync::watch::channel(0).0,
                 durable,
                 dir: dir.to_path_buf(),
+                stored: Mutex::new(applied_at),
             }),
             blocking,
         })
@@ -434,45 +482,42 @@ fn waiter_counts(table: &LockTable, events: &[Event]) -> Vec<u64> {
         .collect()
 }
 
-/// Decodes a snapshot from outside this process (`source` names it in errors) and refuses it
-/// unless its lock table is valid: deserialising bypasses the table's constructor, and a table
-/// that breaks its own invariants would hand out wrong grants instead of stopping.
+/// Decodes a snapshot from outside this process, in this version's format or an older
+/// version's JSON (`source` names it in errors); see [`crate::snapshot_file::decode`].
 fn decode_snapshot(bytes: &[u8], source: &str) -> io::Result<Applied> {
-    let refused = |why: String| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!(
-                "{source} is refused: {why}; restore the data directory from a backup or a \
-                 replica"
-            ),
-        )
-    };
-    let applied: Applied = serde_json::from_slice(bytes)
-        .map_err(|e| refused(format!("it is not a lock-table snapshot ({e})")))?;
-    applied
-        .table
-        .validate()
-        .map_err(|e| refused(format!("its lock table is invalid: {e}")))?;
-    Ok(applied)
+    crate::snapshot_file::decode(bytes, source)
 }
 
 impl RaftSnapshotBuilder<C> for StateMachine {
     type SnapshotData = SnapshotData;
 
     async fn build_snapshot(&mut self) -> Result<SnapshotOf<C, SnapshotData>, io::Error> {
-        let applied = self.shared.applied().clone();
-        let bytes = serde_json::to_vec(&applied).map_err(io::Error::other)?;
+        let started = Instant::now();
+        // The only work under the lock: an O(1) copy of the copy-on-write table.
+        let applied = {
+            let guard = self.shared.applied();
+            let locked = Instant::now();
+            let copy = guard.clone();
+            drop(guard);
+            metrics::histogram!(crate::metrics::SNAPSHOT_LOCK_SECONDS)
+                .record(locked.elapsed().as_secs_f64());
+            copy
+        };
         let meta = SnapshotMetaOf::<C> {
             last_log_id: applied.last_applied,
             last_membership: applied.membership.clone(),
         };
-        let dir = self.shared.dir.clone();
-        let to_write = bytes.clone();
-        self.blocking
+        let shared = self.shared.clone();
+        let bytes = self
+            .blocking
             .run(move || {
-                write_file_atomically(&dir, SNAPSHOT_FILE, &to_write, Some(SECRET_FILE_MODE))
+                let bytes = crate::snapshot_file::encode(&applied)?;
+                shared.store_snapshot(&bytes, applied.last_applied)?;
+                Ok::<_, io::Error>(bytes)
             })
             .await??;
+        metrics::histogram!(crate::metrics::SNAPSHOT_BUILD_SECONDS)
+            .record(started.elapsed().as_secs_f64());
         Ok(SnapshotOf::<C, SnapshotData> {
             meta,
             snapshot: Cursor::new(bytes),
@@ -574,13 +619,17 @@ impl RaftStateMachine<C> for StateMachine {
         snapshot: SnapshotData,
     ) -> Result<(), io::Error> {
         let bytes = snapshot.into_inner();
-        let mut installed = decode_snapshot(&bytes, "the snapshot sent by the leader")?;
-        installed.last_applied = meta.last_log_id;
-        installed.membership = meta.last_membership.clone();
-        let bytes = serde_json::to_vec(&installed).map_err(io::Error::other)?;
-        let dir = self.shared.dir.clone();
-        self.blocking
-            .run(move || write_file_atomically(&dir, SNAPSHOT_FILE, &bytes, Some(SECRET_FILE_MODE)))
+        let (shared, meta) = (self.shared.clone(), meta.clone());
+        let installed = self
+            .blocking
+            .run(move || {
+                let mut installed = decode_snapshot(&bytes, "the snapshot sent by the leader")?;
+                installed.last_applied = meta.last_log_id;
+                installed.membership = meta.last_membership;
+                let bytes = crate::snapshot_file::encode(&installed)?;
+                shared.store_snapshot(&bytes, installed.last_applied)?;
+                Ok::<_, io::Error>(installed)
+            })
             .await??;
         self.shared.set_signing_key(&installed.keys);
         *self.shared.applied() = installed;
@@ -595,21 +644,29 @@ impl RaftStateMachine<C> for StateMachine {
     async fn get_current_snapshot(
         &mut self,
     ) -> Result<Option<SnapshotOf<C, SnapshotData>>, io::Error> {
-        let bytes = match std::fs::read(self.shared.dir.join(SNAPSHOT_FILE)) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e),
+        let dir = self.shared.dir.clone();
+        let found = self
+            .blocking
+            .run(move || {
+                let Some((bytes, path)) = read_snapshot_file(&dir)? else {
+                    return Ok(None);
+                };
+                let source = path.display().to_string();
+                let meta = crate::snapshot_file::decode_meta(&bytes, &source)?;
+                Ok::<_, io::Error>(Some((bytes, meta)))
+            })
+            .await??;
+        let Some((bytes, (last_applied, membership))) = found else {
+            return Ok(None);
         };
-        let stored: Applied = serde_json::from_slice(&bytes)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        if stored.last_applied.is_none() {
+        if last_applied.is_none() {
             // The base a restored directory starts from, at no log position: not a snapshot of
             // the log (see `write_restored`).
             return Ok(None);
         }
         let meta = SnapshotMetaOf::<C> {
-            last_log_id: stored.last_applied,
-            last_membership: stored.membership,
+            last_log_id: last_applied,
+            last_membership: membership,
         };
         Ok(Some(SnapshotOf::<C, SnapshotData> {
             meta,
@@ -619,7 +676,7 @@ impl RaftStateMachine<C> for StateMachine {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[tokio::test]
@@ -696,6 +753,11 @@ mod tests {
 
     /// A snapshot of one session holding one lock, as JSON to tamper with.
     fn snapshot_holding_a_lock() -> serde_json::Value {
+        serde_json::to_value(applied_holding_a_lock()).unwrap()
+    }
+
+    /// The state of one session holding lock "l".
+    pub(crate) fn applied_holding_a_lock() -> Applied {
         use palisade_core::{Command, DurationMs, Input, RequestId};
         let mut table = LockTable::new(Limits::default());
         for command in [
@@ -716,25 +778,27 @@ mod tests {
             let now_ms = TimeMs::from_millis(1);
             table.apply(Input { now_ms, command }).result.unwrap();
         }
-        serde_json::to_value(Applied {
+        Applied {
             table,
             last_applied: None,
             membership: StoredMembership::default(),
             retired: BTreeSet::new(),
             keys: KeyRing::default(),
-        })
-        .unwrap()
+        }
     }
 
     #[test]
-    fn a_snapshot_whose_table_breaks_its_invariants_is_refused_at_start() {
+    fn an_older_versions_json_snapshot_loads_and_is_refused_if_its_table_breaks_its_invariants() {
         let dir = tempfile::tempdir().unwrap();
         let write = |snapshot: &serde_json::Value| {
-            std::fs::write(dir.path().join(SNAPSHOT_FILE), snapshot.to_string()).unwrap()
+            std::fs::write(dir.path().join(LEGACY_SNAPSHOT_FILE), snapshot.to_string()).unwrap()
         };
         let good = snapshot_holding_a_lock();
         write(&good);
-        StateMachine::open(dir.path(), DurableIndex::default()).expect("a valid snapshot loads");
+        let loaded = StateMachine::open(dir.path(), DurableIndex::default())
+            .expect("a valid snapshot loads");
+        let holder = loaded.shared().read(|table| table.holder("l"));
+        assert_eq!(holder.map(|g| g.session), Some(SessionId::new(1)));
 
         // The token counter behind the holder's token: the next grant would repeat a token.
         let mut behind = good.clone();
@@ -752,5 +816,58 @@ mod tests {
                 "{message}"
             );
         }
+    }
+    #[test]
+    fn a_binary_snapshot_replaces_the_json_one_loads_whole_and_a_torn_one_stops_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let json = serde_json::to_vec(&applied_holding_a_lock()).unwrap();
+        std::fs::write(dir.path().join(LEGACY_SNAPSHOT_FILE), json).unwrap();
+        // Phase 1: a data directory of an older version is written in the new format.
+        let applied = applied_holding_a_lock();
+        write_restored(dir.path(), applied.table.clone(), KeyRing::default()).unwrap();
+        assert!(
+            !dir.path().join(LEGACY_SNAPSHOT_FILE).exists(),
+            "the JSON file is gone"
+        );
+        let loaded = StateMachine::open(dir.path(), DurableIndex::default()).unwrap();
+        assert!(loaded.shared().read(|table| *table == applied.table));
+
+        // Phase 2: a torn file is refused with the reason, not loaded as a smaller table.
+        let path = dir.path().join(SNAPSHOT_FILE);
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - 1]).unwrap();
+        let refused = StateMachine::open(dir.path(), DurableIndex::default()).unwrap_err();
+        assert_eq!(refused.kind(), io::ErrorKind::InvalidData);
+        let message = refused.to_string();
+        assert!(
+            message.contains("snapshot.bin is refused: it is torn"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn an_older_snapshot_finishing_late_does_not_replace_a_newer_one() {
+        use openraft::vote::RaftLeaderId;
+        let dir = tempfile::tempdir().unwrap();
+        let machine = StateMachine::open(dir.path(), DurableIndex::default()).unwrap();
+        let at = |index| {
+            Some(LogIdOf::<C>::new(
+                openraft::type_config::alias::CommittedLeaderIdOf::<C>::new(1, 1),
+                index,
+            ))
+        };
+        let shared = machine.shared();
+        // The leader's snapshot up to 20 is installed while a local one up to 10 is encoded.
+        shared.store_snapshot(b"newer", at(20)).unwrap();
+        shared.store_snapshot(b"older", at(10)).unwrap();
+        assert_eq!(
+            std::fs::read(dir.path().join(SNAPSHOT_FILE)).unwrap(),
+            b"newer"
+        );
+        shared.store_snapshot(b"newest", at(30)).unwrap();
+        assert_eq!(
+            std::fs::read(dir.path().join(SNAPSHOT_FILE)).unwrap(),
+            b"newest"
+        );
     }
 }

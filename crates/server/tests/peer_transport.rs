@@ -342,9 +342,10 @@ async fn writes_reach_every_node_and_continue_after_the_leader_is_killed_and_res
 async fn a_learner_added_after_the_log_was_purged_catches_up_from_a_streamed_snapshot() {
     let mut nodes = start_three().await;
 
-    // Phase 1: enough sessions that the snapshot takes several pieces.
+    // Phase 1: enough sessions that the snapshot takes several pieces (the binary snapshot
+    // stores about 50 bytes per session).
     let mut last = 0;
-    for seed in 0..40 {
+    for seed in 0..100 {
         (last, _) = open_session(&nodes, 1_000 + u64::from(seed), seed).await;
     }
     assert_same_table_everywhere(&nodes, last).await;
