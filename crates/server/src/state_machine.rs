@@ -367,7 +367,10 @@ impl StateMachine {
         blocking: Blocking,
     ) -> io::Result<StateMachine> {
         let applied = match read_snapshot_file(dir)? {
-            Some((bytes, path)) => decode_snapshot(&bytes, &path.display().to_string())?,
+            Some((bytes, path)) => {
+                metrics::gauge!(crate::metrics::SNAPSHOT_BYTES).set(bytes.len() as f64);
+                decode_snapshot(&bytes, &path.display().to_string())?
+            }
             None => Applied {
                 table: LockTable::new(Limits::default()),
                 last_applied: None,
