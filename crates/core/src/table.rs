@@ -13,15 +13,29 @@
 //! lock it changes, with that lock's queue). Their serde forms are those of `BTreeMap` and
 //! `BTreeSet`, so a snapshot reads and writes as it did before them.
 //!
+//! **Memory per lock.** A B-tree leaf holds 16 entries inline, and inserts in name order leave
+//! leaves about half full, so an entry costs about twice its size. So the lock map's values are
+//! `Arc<Lock>`s (8 bytes, not the 112 a `Lock` was): a leaf copied after a clone copies
+//! pointers, and a change copies just the lock it changes ([`lock_mut`], `Arc::make_mut`). A
+//! lock's name is one `Arc<str>` ([`LockName`]), shared by the lock map, its holder's or
+//! waiters' sets, the deadlines, the remembered outcomes and the memory of forgotten locks,
+//! where each kept a `String` of its own. An empty queue is a null pointer ([`Waiters`]). With
+//! serde's `rc` feature an `Arc` is stored as what it points to, so neither the JSON nor the
+//! image changed. Measured with a counting allocator, a million locks held by a thousand
+//! sessions took 390 bytes of heap per lock (424 of RSS) before, 247 (268) after; held by fifty
+//! thousand sessions, whose 16 remembered outcomes each weigh more, 519 (572) before, 353 (385)
+//! after.
+//!
 //! **Tokens** come from one counter shared by all locks. Every grant takes the next value, so a
 //! lock's tokens strictly increase however often it is freed, forgotten and created again, and
 //! the table needs to remember nothing per lock once a lock is free (invariant 1).
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use imbl::{OrdMap, OrdSet};
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::limits::{self, Limits};
 use crate::types::*;
@@ -47,8 +61,8 @@ struct Session {
     /// one from before identities.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     owner: Option<Identity>,
-    held: OrdSet<String>,
-    waiting: OrdSet<String>,
+    held: OrdSet<LockName>,
+    waiting: OrdSet<LockName>,
     /// Outcomes of recent acquires and releases, oldest first, for retried requests.
     recent: VecDeque<Remembered>,
 }
@@ -65,7 +79,7 @@ enum Opener {
 struct Remembered {
     request_id: RequestId,
     kind: RequestKind,
-    lock: String,
+    lock: LockName,
     result: Result<Reply, CoreError>,
 }
 
@@ -85,10 +99,71 @@ struct Waiter {
     value: Option<GrantValue>,
 }
 
+/// A lock's queue, first waiter first. Most locks have no waiter, so an empty queue is a null
+/// pointer (8 bytes, where a `VecDeque` is 32), which keeps every [`Lock`] small. Never an empty
+/// box, so that equal queues compare equal. Its serde form is the sequence's, as before.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[expect(
+    clippy::box_collection,
+    reason = "the box is what makes an empty queue one null pointer"
+)]
+struct Waiters(Option<Box<VecDeque<Waiter>>>);
+
+impl Waiters {
+    fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |queue| queue.len())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Waiter> {
+        self.0.iter().flat_map(|queue| queue.iter())
+    }
+
+    fn front(&self) -> Option<&Waiter> {
+        self.0.as_ref()?.front()
+    }
+
+    fn push_back(&mut self, waiter: Waiter) {
+        self.0.get_or_insert_default().push_back(waiter);
+    }
+
+    /// Takes `session`'s waiter out of the queue (a session waits at most once per lock).
+    fn remove(&mut self, session: SessionId) -> Option<Waiter> {
+        let queue = self.0.as_mut()?;
+        let index = queue.iter().position(|w| w.session == session)?;
+        let waiter = queue.remove(index);
+        if queue.is_empty() {
+            self.0 = None;
+        }
+        waiter
+    }
+}
+
+impl From<VecDeque<Waiter>> for Waiters {
+    fn from(queue: VecDeque<Waiter>) -> Waiters {
+        Waiters((!queue.is_empty()).then(|| Box::new(queue)))
+    }
+}
+
+impl Serialize for Waiters {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.iter())
+    }
+}
+
+impl<'de> Deserialize<'de> for Waiters {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Waiters, D::Error> {
+        VecDeque::deserialize(deserializer).map(Waiters::from)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Lock {
     holder: Option<Grant>,
-    waiters: VecDeque<Waiter>,
+    waiters: Waiters,
     last_token: Token,
     available_at_ms: Option<TimeMs>,
 }
@@ -97,6 +172,16 @@ impl Lock {
     fn is_idle(&self) -> bool {
         self.holder.is_none() && self.waiters.is_empty() && self.available_at_ms.is_none()
     }
+}
+
+/// A lock's name, as the table keeps it: one allocation per lock, shared by the lock map, its
+/// holder's and waiters' sets, the deadlines, the remembered outcomes that name it and the
+/// memory of forgotten locks. Serialised as the string it is.
+type LockName = Arc<str>;
+
+/// The lock `name` of `locks`, to change: copied first if a clone of the table still shares it.
+fn lock_mut<'a>(locks: &'a mut OrdMap<LockName, Arc<Lock>>, name: &str) -> Option<&'a mut Lock> {
+    locks.get_mut(name).map(Arc::make_mut)
 }
 
 /// The whole lock table. Serialise it to snapshot; deserialise it to restore. Clone it in O(1).
@@ -109,7 +194,7 @@ pub struct LockTable {
     /// The last session id assigned. Only ever grows.
     last_session: SessionId,
     sessions: OrdMap<SessionId, Session>,
-    locks: OrdMap<String, Lock>,
+    locks: OrdMap<LockName, Arc<Lock>>,
     /// Request ids of live sessions opened by [`Command::OpenSessionByRequestId`] (logs of older
     /// versions), so that their replay deduplicates exactly as it did when first applied.
     open_requests: OrdMap<RequestId, SessionId>,
@@ -119,15 +204,15 @@ pub struct LockTable {
     open_keys: OrdMap<OpenKey, SessionId>,
     /// Deadlines, ordered: session expiries, waiter deadlines and lock-delay ends.
     session_deadlines: OrdSet<(TimeMs, SessionId)>,
-    wait_deadlines: OrdSet<(TimeMs, SessionId, String)>,
-    delay_deadlines: OrdSet<(TimeMs, String)>,
+    wait_deadlines: OrdSet<(TimeMs, SessionId, LockName)>,
+    delay_deadlines: OrdSet<(TimeMs, LockName)>,
     /// The last tokens of recently forgotten locks, for status reads only: safety never depends
     /// on them (the shared counter does that). Bounded by `FORGOTTEN_LOCKS_REMEMBERED_MAX`,
     /// oldest forgotten first out.
     #[serde(default)]
-    forgotten: OrdMap<String, (u64, Token)>,
+    forgotten: OrdMap<LockName, (u64, Token)>,
     #[serde(default)]
-    forgotten_order: OrdMap<u64, String>,
+    forgotten_order: OrdMap<u64, LockName>,
     #[serde(default)]
     last_forgotten: u64,
     /// The live sessions of each owner, so that an identity's use of its quotas is counted
@@ -345,7 +430,7 @@ impl LockTable {
                 break;
             }
             self.delay_deadlines.remove(&(at, lock.clone()));
-            if let Some(l) = self.locks.get_mut(&lock) {
+            if let Some(l) = lock_mut(&mut self.locks, &lock) {
                 l.available_at_ms = None;
             }
             self.settle(&lock, events);
@@ -521,18 +606,13 @@ impl LockTable {
             }
         }
         for lock in &session.waiting {
-            let l = self.locks.get_mut(lock).expect("a waited-for lock exists");
-            let index = l
-                .waiters
-                .iter()
-                .position(|w| w.session == id)
-                .expect("waiter is queued");
-            let waiter = l.waiters.remove(index).expect("index is in range");
+            let l = lock_mut(&mut self.locks, lock).expect("a waited-for lock exists");
+            let waiter = l.waiters.remove(id).expect("waiter is queued");
             if let Some(deadline) = waiter.deadline_ms {
                 self.wait_deadlines.remove(&(deadline, id, lock.clone()));
             }
             events.push(Event::WaitEnded {
-                lock: lock.clone(),
+                lock: lock.to_string(),
                 session: id,
                 request_id: waiter.request_id,
                 cause: WaitEndCause::SessionEnded,
@@ -576,6 +656,7 @@ impl LockTable {
         if let Some(earlier) = remembered(session, request_id, RequestKind::Acquire, &lock)? {
             return earlier;
         }
+        let lock = self.shared_name(lock);
         let result = self.acquire_new(id, &lock, request_id, wait, value, events);
         self.remember(id, request_id, RequestKind::Acquire, lock, &result);
         result
@@ -584,7 +665,7 @@ impl LockTable {
     fn acquire_new(
         &mut self,
         id: SessionId,
-        lock: &str,
+        lock: &LockName,
         request_id: RequestId,
         wait: Wait,
         value: Option<GrantValue>,
@@ -624,9 +705,18 @@ impl LockTable {
         }
     }
 
+    /// The name `lock` as the table keeps it: the live lock's own, so that whatever else names
+    /// the lock shares its one allocation, or a new one for a lock the table does not know.
+    fn shared_name(&self, lock: String) -> LockName {
+        match self.locks.get_key_value(lock.as_str()) {
+            Some((name, _)) => Arc::clone(name),
+            None => lock.into(),
+        }
+    }
+
     /// Makes sure `lock` exists, creating it (with the last token it had before it was
     /// forgotten, if it is still remembered) within the limit on locks.
-    fn ensure_lock(&mut self, lock: &str) -> Result<(), CoreError> {
+    fn ensure_lock(&mut self, lock: &LockName) -> Result<(), CoreError> {
         if self.locks.contains_key(lock) {
             return Ok(());
         }
@@ -637,13 +727,13 @@ impl LockTable {
         }
         let remembered = self.unforget(lock);
         self.locks.insert(
-            lock.to_string(),
-            Lock {
+            Arc::clone(lock),
+            Arc::new(Lock {
                 holder: None,
-                waiters: VecDeque::new(),
+                waiters: Waiters::default(),
                 last_token: remembered.unwrap_or(Token::ZERO),
                 available_at_ms: None,
-            },
+            }),
         );
         Ok(())
     }
@@ -651,7 +741,7 @@ impl LockTable {
     /// Grants a free lock, unless the tokens are used up.
     fn grant_free(
         &mut self,
-        lock: &str,
+        lock: &LockName,
         id: SessionId,
         request_id: RequestId,
         value: Option<GrantValue>,
@@ -675,13 +765,13 @@ impl LockTable {
     fn enqueue(
         &mut self,
         id: SessionId,
-        lock: &str,
+        lock: &LockName,
         request_id: RequestId,
         deadline_ms: Option<TimeMs>,
         value: Option<GrantValue>,
     ) -> Result<Reply, CoreError> {
         let waiters_max = self.limits.waiters_per_lock_max;
-        let l = self.locks.get_mut(lock).expect("the lock exists");
+        let l = lock_mut(&mut self.locks, lock).expect("the lock exists");
         if l.waiters.len() >= waiters_max as usize {
             return Err(CoreError::TooManyWaiters {
                 lock: lock.to_string(),
@@ -696,10 +786,10 @@ impl LockTable {
         });
         let position = queue_position(l.waiters.len() - 1);
         if let Some(deadline) = deadline_ms {
-            self.wait_deadlines.insert((deadline, id, lock.to_string()));
+            self.wait_deadlines.insert((deadline, id, Arc::clone(lock)));
         }
         let session = self.sessions.get_mut(&id).expect("session checked above");
-        session.waiting.insert(lock.to_string());
+        session.waiting.insert(Arc::clone(lock));
         Ok(Reply::Queued {
             lock: lock.to_string(),
             session: id,
@@ -723,11 +813,12 @@ impl LockTable {
         if let Some(earlier) = remembered(session, request_id, RequestKind::Release, &lock)? {
             return earlier;
         }
+        let lock = self.shared_name(lock);
         let result = if session.held.contains(&lock) {
             let token = self.free(&lock, id, ReleaseCause::Released, events);
             self.settle(&lock, events);
             Ok(Reply::Released {
-                lock: lock.clone(),
+                lock: lock.to_string(),
                 session: id,
                 token: Some(token),
             })
@@ -735,7 +826,7 @@ impl LockTable {
             self.remove_waiter(id, &lock, WaitEndCause::Withdrawn, events);
             self.settle(&lock, events);
             Ok(Reply::Released {
-                lock: lock.clone(),
+                lock: lock.to_string(),
                 session: id,
                 token: None,
             })
@@ -746,7 +837,7 @@ impl LockTable {
                 .and_then(|l| l.holder.as_ref())
                 .map(|g| g.session);
             Err(CoreError::NotHolder {
-                lock: lock.clone(),
+                lock: lock.to_string(),
                 session: id,
                 holder_session,
             })
@@ -769,7 +860,7 @@ impl LockTable {
         }
         limits::validate_lock_name(&lock, self.limits.lock_name_bytes_max as usize)
             .map_err(CoreError::InvalidLockName)?;
-        let holder = self.locks.get_mut(&lock).and_then(|l| l.holder.as_mut());
+        let holder = lock_mut(&mut self.locks, &lock).and_then(|l| l.holder.as_mut());
         let grant = match holder {
             Some(grant) if grant.session == id && grant.token == token => grant,
             holder => {
@@ -797,13 +888,13 @@ impl LockTable {
     /// Grants a free lock to `id` with the next token.
     fn grant(
         &mut self,
-        lock: &str,
+        lock: &LockName,
         id: SessionId,
         request_id: RequestId,
         value: Option<GrantValue>,
         events: &mut Vec<Event>,
     ) -> Token {
-        let l = self.locks.get_mut(lock).expect("granted lock exists");
+        let l = lock_mut(&mut self.locks, lock).expect("granted lock exists");
         assert!(
             l.holder.is_none() && l.available_at_ms.is_none(),
             "grant of a lock that is not free"
@@ -829,7 +920,7 @@ impl LockTable {
         });
         let session = self.sessions.get_mut(&id).expect("grantee session exists");
         session.waiting.remove(lock);
-        session.held.insert(lock.to_string());
+        session.held.insert(Arc::clone(lock));
         events.push(Event::Granted {
             lock: lock.to_string(),
             session: id,
@@ -843,12 +934,12 @@ impl LockTable {
     /// Takes `lock` away from its holder `id`; lock-delay starts if the session expired.
     fn free(
         &mut self,
-        lock: &str,
+        lock: &LockName,
         id: SessionId,
         cause: ReleaseCause,
         events: &mut Vec<Event>,
     ) -> Token {
-        let l = self.locks.get_mut(lock).expect("held lock exists");
+        let l = lock_mut(&mut self.locks, lock).expect("held lock exists");
         let grant = l.holder.take().expect("held lock has a holder");
         assert_eq!(
             grant.session, id,
@@ -857,7 +948,7 @@ impl LockTable {
         if cause == ReleaseCause::SessionExpired && !self.limits.lock_delay_ms.is_zero() {
             let until = self.now_ms.saturating_add(self.limits.lock_delay_ms);
             l.available_at_ms = Some(until);
-            self.delay_deadlines.insert((until, lock.to_string()));
+            self.delay_deadlines.insert((until, Arc::clone(lock)));
         }
         if let Some(session) = self.sessions.get_mut(&id) {
             session.held.remove(lock);
@@ -874,20 +965,15 @@ impl LockTable {
     fn remove_waiter(
         &mut self,
         id: SessionId,
-        lock: &str,
+        lock: &LockName,
         cause: WaitEndCause,
         events: &mut Vec<Event>,
     ) {
-        let l = self.locks.get_mut(lock).expect("waited-for lock exists");
-        let index = l
-            .waiters
-            .iter()
-            .position(|w| w.session == id)
-            .expect("waiter is queued");
-        let waiter = l.waiters.remove(index).expect("index is in range");
+        let l = lock_mut(&mut self.locks, lock).expect("waited-for lock exists");
+        let waiter = l.waiters.remove(id).expect("waiter is queued");
         if let Some(deadline) = waiter.deadline_ms {
             self.wait_deadlines
-                .remove(&(deadline, id, lock.to_string()));
+                .remove(&(deadline, id, Arc::clone(lock)));
         }
         let session = self.sessions.get_mut(&id).expect("waiting session exists");
         session.waiting.remove(lock);
@@ -910,7 +996,7 @@ impl LockTable {
     /// them one at a time; a waiter whose own lease or deadline has also passed is about to be
     /// removed by a later step of that same pass (which settles the lock again), and must not be
     /// granted in between (invariant 7; etcd#11456).
-    fn settle(&mut self, lock: &str, events: &mut Vec<Event>) {
+    fn settle(&mut self, lock: &LockName, events: &mut Vec<Event>) {
         let Some(l) = self.locks.get(lock) else {
             return;
         };
@@ -926,13 +1012,12 @@ impl LockTable {
             if let Some(next) = l.waiters.front().filter(live).cloned() {
                 if let Some(deadline) = next.deadline_ms {
                     self.wait_deadlines
-                        .remove(&(deadline, next.session, lock.to_string()));
+                        .remove(&(deadline, next.session, Arc::clone(lock)));
                 }
-                self.locks
-                    .get_mut(lock)
+                lock_mut(&mut self.locks, lock)
                     .expect("lock exists")
                     .waiters
-                    .pop_front();
+                    .remove(next.session);
                 let token = self.grant(lock, next.session, next.request_id, next.value, events);
                 let granted = Ok(Reply::Granted {
                     lock: lock.to_string(),
@@ -951,21 +1036,20 @@ impl LockTable {
 
     /// A free lock with no waiters is forgotten; the shared token counter keeps its tokens safe.
     fn forget_if_idle(&mut self, lock: &str) {
-        if !self.locks.get(lock).is_some_and(Lock::is_idle) {
+        if !self.locks.get(lock).is_some_and(|l| l.is_idle()) {
             return;
         }
-        let forgotten = self.locks.remove(lock).expect("checked above");
+        let (name, forgotten) = self.locks.remove_with_key(lock).expect("checked above");
         if forgotten.last_token == Token::ZERO {
             return;
         }
         self.unforget(lock);
         self.last_forgotten += 1;
         self.forgotten.insert(
-            lock.to_string(),
+            Arc::clone(&name),
             (self.last_forgotten, forgotten.last_token),
         );
-        self.forgotten_order
-            .insert(self.last_forgotten, lock.to_string());
+        self.forgotten_order.insert(self.last_forgotten, name);
         if self.forgotten.len() > limits::FORGOTTEN_LOCKS_REMEMBERED_MAX {
             let (order, _) = self.forgotten_order.get_min().cloned().expect("not empty");
             let oldest = self
@@ -997,7 +1081,7 @@ impl LockTable {
         id: SessionId,
         request_id: RequestId,
         kind: RequestKind,
-        lock: String,
+        lock: LockName,
         result: &Result<Reply, CoreError>,
     ) {
         let Some(session) = self.sessions.get_mut(&id) else {
@@ -1037,11 +1121,11 @@ impl LockTable {
     pub fn locks(&self, prefix: &str, start_after: Option<&str>, limit: usize) -> Vec<LockStatus> {
         use std::ops::Bound;
         let start = match start_after {
-            Some(after) if after >= prefix => Bound::Excluded(after.to_string()),
-            _ => Bound::Included(prefix.to_string()),
+            Some(after) if after >= prefix => Bound::Excluded(after),
+            _ => Bound::Included(prefix),
         };
         self.locks
-            .range((start, Bound::Unbounded))
+            .range::<_, str>((start, Bound::Unbounded))
             .take_while(|(name, _)| name.starts_with(prefix))
             .take(limit)
             .map(|(name, l)| self.status_of(name, l))
@@ -1074,8 +1158,8 @@ impl LockTable {
             session: id,
             ttl_ms: s.ttl_ms,
             expires_at_ms: s.expires_at_ms,
-            held: s.held.iter().cloned().collect(),
-            waiting: s.waiting.iter().cloned().collect(),
+            held: s.held.iter().map(|name| name.to_string()).collect(),
+            waiting: s.waiting.iter().map(|name| name.to_string()).collect(),
         })
     }
 
@@ -1120,7 +1204,7 @@ impl LockTable {
                     "holder of {name:?} does not know it holds"
                 );
             }
-            for w in &l.waiters {
+            for w in l.waiters.iter() {
                 ensure!(
                     self.sessions
                         .get(&w.session)
@@ -1262,7 +1346,7 @@ fn remembered(
     }
     match session.recent.iter().find(|r| r.request_id == request_id) {
         None => Ok(None),
-        Some(r) if r.kind == kind && r.lock == lock => Ok(Some(r.result.clone())),
+        Some(r) if r.kind == kind && *r.lock == *lock => Ok(Some(r.result.clone())),
         Some(_) => Err(CoreError::RequestIdConflict { request_id }),
     }
 }
@@ -1277,7 +1361,7 @@ fn remembered(
 fn update_remembered(session: &mut Session, lock: &str, result: &Result<Reply, CoreError>) {
     for r in session.recent.iter_mut().filter(|r| {
         r.kind == RequestKind::Acquire
-            && r.lock == lock
+            && *r.lock == *lock
             && matches!(r.result, Ok(Reply::Queued { .. }))
     }) {
         r.result = result.clone();

@@ -8,8 +8,9 @@
 
 use palisade_core::limits::{LockNameError, OpenKeyError};
 use palisade_core::{
-    Command, CoreError, DurationMs, Event, GrantValue, Input, Limits, LockTable, Output,
-    ReleaseCause, Reply, RequestId, SessionId, TimeMs, Token, Wait,
+    Command, CoreError, DurationMs, Event, GrantValue, Identity, Input, Limits, LockTable, OpenKey,
+    Output, ReleaseCause, Reply, RequestId, SecretDigest, SessionId, TableImage, TimeMs, Token,
+    Wait,
 };
 
 /// A snapshot: limits of their own; session 1 holds `jobs/a` and session 2 waits for it; session
@@ -292,4 +293,145 @@ fn ids_and_times_are_stored_as_the_bare_numbers_they_were() {
         assert_eq!(loaded, expected, "{stored}");
         assert_eq!(serde_json::to_string(&loaded).unwrap(), stored);
     }
+}
+
+/// A table with an entry in every map and set of the table: held locks with and without values,
+/// queues with and without deadlines and values, a lock in its lock-delay, a forgotten lock, and
+/// sessions opened with and without keys, digests and owners.
+fn table_with_every_kind_of_entry() -> LockTable {
+    let limits = Limits {
+        lock_delay_ms: DurationMs::from_millis(500),
+        ..Limits::default()
+    };
+    let mut table = LockTable::new(limits);
+    let ttl_ms = DurationMs::from_millis(10_000);
+    let mut apply = |at_ms, command| {
+        let now_ms = TimeMs::from_millis(at_ms);
+        table.apply(Input { now_ms, command }).result.unwrap();
+    };
+    let open = |key: Option<u8>, owner: Option<&str>| Command::OpenSession {
+        open_key: key.map(|k| {
+            OpenKey::new(&[k, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]).unwrap()
+        }),
+        ttl_ms,
+        secret_digest: key.map(|k| SecretDigest::new([k; SecretDigest::BYTES])),
+        owner: owner.map(|o| Identity::new(o).unwrap()),
+    };
+    let acquire = |session, lock: &str, request_id, wait, value: Option<&str>| Command::Acquire {
+        session: SessionId::new(session),
+        lock: lock.into(),
+        request_id: RequestId::new(request_id),
+        wait,
+        value: value.map(|v| GrantValue::new(v).unwrap()),
+    };
+    apply(1, open(Some(7), Some("alice")));
+    apply(1, open(None, None));
+    apply(1, open(Some(9), None));
+    apply(1, open(None, None));
+    apply(2, acquire(1, "jobs/a", 1, Wait::Try, Some("10.0.0.1:80")));
+    apply(2, acquire(2, "jobs/b", 1, Wait::Try, None));
+    let for_20_s = Wait::ForMs(DurationMs::from_millis(20_000));
+    apply(3, acquire(2, "jobs/a", 2, for_20_s, Some("v")));
+    apply(3, acquire(3, "jobs/a", 1, Wait::Forever, None));
+    apply(4, acquire(3, "jobs/gone", 2, Wait::Try, None));
+    let release = Command::Release {
+        session: SessionId::new(3),
+        lock: "jobs/gone".into(),
+        request_id: RequestId::new(3),
+    };
+    apply(4, release);
+    // Session 4 holds "jobs/d" and lets its lease run out: "jobs/d" sits out its lock-delay.
+    apply(5, acquire(4, "jobs/d", 1, Wait::Try, None));
+    for session in 1..=3 {
+        let session = SessionId::new(session);
+        apply(9_000, Command::KeepAlive { session });
+    }
+    apply(10_002, Command::Tick);
+    table
+}
+
+/// [`table_with_every_kind_of_entry`] as JSON, written by the version whose lock names were
+/// `String`s everywhere (before the table shared one allocation per name).
+const SNAPSHOT_WITH_EVERY_KIND_OF_ENTRY: &str = r#"{"limits":{"lock_name_bytes_max":256,"session_ttl_ms_min":1000,"session_ttl_ms_max":86400000,"sessions_max":50000,"locks_max":1000000,"waiters_per_lock_max":10000,"lock_delay_ms":500,"token_max":9223372036854775807},"now_ms":10002,"last_token":4,"last_session":4,"sessions":{"1":{"ttl_ms":10000,"expires_at_ms":19000,"open_request_id":null,"open_key":"070102030405060708090a0b0c0d0e0f","secret_digest":"0707070707070707070707070707070707070707070707070707070707070707","owner":"alice","held":["jobs/a"],"waiting":[],"recent":[{"request_id":1,"kind":"Acquire","lock":"jobs/a","result":{"Ok":{"Granted":{"lock":"jobs/a","session":1,"token":1}}}}]},"2":{"ttl_ms":10000,"expires_at_ms":19000,"open_request_id":null,"held":["jobs/b"],"waiting":["jobs/a"],"recent":[{"request_id":1,"kind":"Acquire","lock":"jobs/b","result":{"Ok":{"Granted":{"lock":"jobs/b","session":2,"token":2}}}},{"request_id":2,"kind":"Acquire","lock":"jobs/a","result":{"Ok":{"Queued":{"lock":"jobs/a","session":2,"position":0}}}}]},"3":{"ttl_ms":10000,"expires_at_ms":19000,"open_request_id":null,"open_key":"090102030405060708090a0b0c0d0e0f","secret_digest":"0909090909090909090909090909090909090909090909090909090909090909","held":[],"waiting":["jobs/a"],"recent":[{"request_id":1,"kind":"Acquire","lock":"jobs/a","result":{"Ok":{"Queued":{"lock":"jobs/a","session":3,"position":1}}}},{"request_id":2,"kind":"Acquire","lock":"jobs/gone","result":{"Ok":{"Granted":{"lock":"jobs/gone","session":3,"token":3}}}},{"request_id":3,"kind":"Release","lock":"jobs/gone","result":{"Ok":{"Released":{"lock":"jobs/gone","session":3,"token":3}}}}]}},"locks":{"jobs/a":{"holder":{"session":1,"token":1,"granted_at_ms":2,"request_id":1,"value":"10.0.0.1:80"},"waiters":[{"session":2,"request_id":2,"deadline_ms":20003,"value":"v"},{"session":3,"request_id":1,"deadline_ms":null}],"last_token":1,"available_at_ms":null},"jobs/b":{"holder":{"session":2,"token":2,"granted_at_ms":2,"request_id":1},"waiters":[],"last_token":2,"available_at_ms":null},"jobs/d":{"holder":null,"waiters":[],"last_token":4,"available_at_ms":10502}},"open_requests":{},"open_keys":{"070102030405060708090a0b0c0d0e0f":1,"090102030405060708090a0b0c0d0e0f":3},"session_deadlines":[[19000,1],[19000,2],[19000,3]],"wait_deadlines":[[20003,2,"jobs/a"]],"delay_deadlines":[[10502,"jobs/d"]],"forgotten":{"jobs/gone":[1,3]},"forgotten_order":{"1":"jobs/gone"},"last_forgotten":1,"owners":{"alice":[1]}}"#;
+
+/// [`table_with_every_kind_of_entry`]'s image in postcard, as hex, written by the same version.
+const IMAGE_WITH_EVERY_KIND_OF_ENTRY: &str = "8002e80780b89929d08603c0843d904ef403ffffffffffffffff7f924e0404010301904eb8940100012030373031303230333034303530363037303830393061306230633064306530660140303730373037303730373037303730373037303730373037303730373037303730373037303730373037303730373037303730373037303730373037303730370105616c696365010100066a6f62732f610003066a6f62732f61010102904eb8940100000000020100066a6f62732f620003066a6f62732f6202020200066a6f62732f610004066a6f62732f61020003904eb89401000120303930313032303330343035303630373038303930613062306330643065306601403039303930393039303930393039303930393039303930393039303930393039303930393039303930393039303930393039303930393039303930393039303900030100066a6f62732f610004066a6f62732f6103010200096a6f62732f676f6e650003096a6f62732f676f6e6503030301096a6f62732f676f6e650005096a6f62732f676f6e6503010303066a6f62732f610101010201010b31302e302e302e313a383002020201a39c01010176030100000100066a6f62732f62010202020100000200066a6f62732f640000040186520101096a6f62732f676f6e6503";
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn a_stored_snapshot_and_image_with_every_kind_of_entry_load_and_are_written_the_same() {
+    let table = table_with_every_kind_of_entry();
+
+    let loaded: LockTable =
+        serde_json::from_str(SNAPSHOT_WITH_EVERY_KIND_OF_ENTRY).expect("the snapshot loads");
+    loaded.validate().expect("the snapshot is of a valid table");
+    assert_eq!(loaded, table);
+    assert_eq!(
+        serde_json::to_string(&table).unwrap(),
+        SNAPSHOT_WITH_EVERY_KIND_OF_ENTRY
+    );
+
+    let bytes = postcard::to_allocvec(&table.image()).expect("an image encodes");
+    assert_eq!(hex(&bytes), IMAGE_WITH_EVERY_KIND_OF_ENTRY);
+    let image: TableImage = postcard::from_bytes(&bytes).expect("the image decodes");
+    let restored = LockTable::from_image(image).expect("the image is of a valid table");
+    assert_eq!(restored, table);
+
+    // Each copy acts the same: the release of "jobs/a" grants it to its first waiter.
+    let release = || Input {
+        now_ms: TimeMs::from_millis(10_003),
+        command: Command::Release {
+            session: SessionId::new(1),
+            lock: "jobs/a".into(),
+            request_id: RequestId::new(9),
+        },
+    };
+    let expected = table.clone().apply(release());
+    for mut copy in [loaded, restored] {
+        assert_eq!(copy.apply(release()), expected);
+        assert_eq!(copy.holder("jobs/a").unwrap().session, SessionId::new(2));
+    }
+}
+
+/// The server encodes a snapshot from a clone of the table while applying goes on: whatever the
+/// table applies after the clone (grants, a changed value, a withdrawn wait, expiries, forgotten
+/// locks) leaves the clone as it was, so the snapshot is of one instant.
+#[test]
+fn a_clone_is_unchanged_by_what_the_table_applies_after_it() {
+    let mut table = table_with_every_kind_of_entry();
+    let clone = table.clone();
+    let mut apply = |at_ms, command| {
+        let now_ms = TimeMs::from_millis(at_ms);
+        table.apply(Input { now_ms, command }).result.unwrap();
+    };
+    let release = |session, request_id| Command::Release {
+        session: SessionId::new(session),
+        lock: "jobs/a".into(),
+        request_id: RequestId::new(request_id),
+    };
+    apply(10_003, release(3, 9));
+    apply(10_003, release(1, 9));
+    let value = Some(GrantValue::new("changed").unwrap());
+    let set_value = Command::SetValue {
+        session: SessionId::new(2),
+        lock: "jobs/a".into(),
+        token: Token::new(5),
+        value,
+    };
+    apply(10_004, set_value);
+    let session = SessionId::new(2);
+    apply(10_005, Command::KeepAlive { session });
+    // Every session expires, and every lock sits out its lock-delay and is forgotten.
+    apply(40_000, Command::Tick);
+    apply(41_000, Command::Tick);
+    assert_eq!((table.session_count(), table.lock_count()), (0, 0));
+
+    assert_eq!(
+        serde_json::to_string(&clone).unwrap(),
+        SNAPSHOT_WITH_EVERY_KIND_OF_ENTRY
+    );
+    clone.validate().expect("the clone is still a valid table");
 }

@@ -17,11 +17,12 @@
 
 use std::borrow::Cow;
 use std::cell::RefCell;
+use std::sync::Arc;
 
 use imbl::{OrdMap, OrdSet};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::{InvalidTable, Lock, LockTable, Remembered, Session, Waiter};
+use super::{InvalidTable, Lock, LockName, LockTable, Remembered, Session, Waiter};
 use crate::limits::Limits;
 use crate::types::*;
 
@@ -239,9 +240,9 @@ impl LockTable {
         }
 
         let mut locks = OrdMap::new();
-        let mut previous: Option<String> = None;
+        let mut previous: Option<LockName> = None;
         for l in image.locks {
-            let name = l.name.into_owned();
+            let name = LockName::from(l.name);
             if previous.as_ref().is_some_and(|p| *p >= name) {
                 return Err(inconsistent(format!("lock {name:?} is out of order")));
             }
@@ -300,7 +301,7 @@ impl LockTable {
             }
             let lock = Lock {
                 holder,
-                waiters,
+                waiters: waiters.into(),
                 last_token: l.last_token,
                 available_at_ms: l.available_at_ms,
             };
@@ -310,11 +311,12 @@ impl LockTable {
                 )));
             }
             previous = Some(name.clone());
-            locks.insert(name, lock);
+            locks.insert(name, Arc::new(lock));
         }
 
         for (order, name, token) in image.forgotten {
-            if locks.contains_key(name.as_str()) || token > table.last_token {
+            let name = LockName::from(name);
+            if locks.contains_key(&name) || token > table.last_token {
                 return Err(inconsistent(format!(
                     "forgotten lock {name:?} is live, or remembers a token above the counter"
                 )));
