@@ -1118,18 +1118,7 @@ mod tests {
         .iter()
         .map(|t| t.parse().unwrap())
         .collect();
-        let floor = Floor {
-            fsync_append_p50_us: 150.0,
-            fsync_overwrite_p50_us: 100.0,
-            fsync_overwrite_p99_us: 400.0,
-            fsync_overwrite_p999_us: 900.0,
-            loopback_round_trip_us: 80.0,
-            loopback_round_trip_cpu_us: 40.0,
-            thread_handoff_us: 25.0,
-            sign_us: 20.0,
-            cpus: 2,
-            fsync_dir: "/data".into(),
-        };
+        let floor = Floor::example();
         // The contended ceiling is 1e6 / 250 = 4000 grants/s; the latency floor 0.480 ms.
         let report = BenchReport {
             cpus: 2,

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::server_view::{TICKS_PER_S, cpu_ticks};
+use crate::server_view::{cpu_ticks, TICKS_PER_S};
 use palisade_core::{SessionId, Token};
 
 /// Synced writes per fsync measurement.
@@ -280,13 +280,12 @@ pub fn markdown(floor: &Floor) -> String {
     out
 }
 
+/// Round primitives whose bounds are easy to check by hand, for the tests of this module and of
+/// the report that relates results to them.
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_bounds_follow_from_the_primitives() {
-        let floor = Floor {
+impl Floor {
+    pub(crate) fn example() -> Floor {
+        Floor {
             fsync_append_p50_us: 150.0,
             fsync_overwrite_p50_us: 100.0,
             fsync_overwrite_p99_us: 400.0,
@@ -297,7 +296,17 @@ mod tests {
             sign_us: 20.0,
             cpus: 2,
             fsync_dir: "/data".into(),
-        };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bounds_follow_from_the_primitives() {
+        let floor = Floor::example();
         // One operation: 100 + 80 + 2 × 25 = 230 µs.
         assert_eq!(floor.latency_floor_us(), 480.0);
         // At the fsync's p99 (400 µs): 2 × 530 + 20.

@@ -3,8 +3,8 @@
 //!
 //! Compiled only with the `canary` feature, which only the simulation enables; without it
 //! [`active`] is a constant `false` and every canary's code path folds away. With it, nothing
-//! is switched on until [`set`] is called, so the tests that share a build with the simulation
-//! run the real code.
+//! is switched on until `set` (compiled with that feature only) is called, so the tests that
+//! share a build with the simulation run the real code.
 
 /// A bug class that once broke, or could break, a lock service like this one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
