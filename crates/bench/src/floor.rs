@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::server_view::{cpu_ticks, TICKS_PER_S};
+use crate::server_view::{TICKS_PER_S, cpu_ticks};
 use palisade_core::{SessionId, Token};
 
 /// Synced writes per fsync measurement.

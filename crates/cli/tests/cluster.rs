@@ -638,3 +638,83 @@ fn a_cluster_grows_from_one_to_five_and_back_to_one_under_load() {
     );
     assert!(after > *tokens.last().unwrap());
 }
+
+/// H6 in a cluster: a follower that cut a damaged tail off its log may have lost entries Raft
+/// counted on it to commit. If the members still holding them fail, a leader it elects might
+/// not hold them either: that leader learns the follower's floor from its vote and grants
+/// nothing below it. Here the follower's cut is its `token-floor-pending` file, as the log's
+/// open writes it (the cut itself: `server/tests/service.rs`); its log lags the other
+/// survivor's, so the survivor, not the follower, is elected.
+#[test]
+fn a_leader_elected_by_a_follower_that_cut_its_log_grants_above_that_followers_floor() {
+    let mut cluster = LocalCluster::start(BIN, 3);
+    let first = cluster.leader();
+    let (before, _) = acquire(&mut cluster, "a", "60s");
+    let cut = *cluster.nodes.keys().find(|&&id| id != first).unwrap();
+    let survivor = *cluster
+        .nodes
+        .keys()
+        .find(|&&id| id != first && id != cut)
+        .unwrap();
+    cluster.node(cut).process.kill9();
+    let (token, _) = acquire(&mut cluster, "b", "60s");
+    assert!(token > before);
+    let floor = token + 1_000_000;
+    let floor_file = cluster
+        .node(cut)
+        .process
+        .data_dir()
+        .join("token-floor-pending");
+    std::fs::write(&floor_file, format!("{floor}\n")).unwrap();
+
+    cluster.node(first).process.kill9();
+    cluster.node(cut).process.start();
+    let elected = cluster.leader();
+    assert_eq!(
+        elected, survivor,
+        "node {cut}'s log lacks the grant of `b`: only node {survivor} can be elected"
+    );
+    let (after, _) = acquire(&mut cluster, "c", "60s");
+    assert!(
+        after > floor,
+        "node {survivor}, elected with node {cut}'s vote, granted token {after}, not above the \
+         floor {floor} node {cut} kept after cutting its log"
+    );
+    assert!(
+        cluster
+            .node(survivor)
+            .process
+            .log()
+            .contains("a voter cut a damaged tail off its log"),
+        "{}",
+        cluster.node(survivor).process.log()
+    );
+
+    // Once node `cut` applied the floor, its next vote leaves the file behind.
+    let applied_everywhere = |cluster: &mut LocalCluster| {
+        let status = cluster.status();
+        let members = status["members"].as_array().cloned().unwrap_or_default();
+        let index = |id: u64| {
+            members
+                .iter()
+                .find(|m| m["id"].as_u64() == Some(id))
+                .and_then(|m| m["applied_index"].as_u64())
+        };
+        index(cut).is_some() && index(cut) == index(survivor)
+    };
+    palisade_testkit::wait_until(
+        "the floor to be applied on the node that cut its log",
+        Duration::from_secs(30),
+        || applied_everywhere(&mut cluster),
+    );
+    cluster.node(first).process.start();
+    cluster.node(survivor).process.kill9();
+    cluster.leader();
+    palisade_testkit::wait_until(
+        "the applied floor's file to be removed",
+        Duration::from_secs(30),
+        || !floor_file.exists(),
+    );
+    let (last, _) = acquire(&mut cluster, "d", "60s");
+    assert!(last > after);
+}

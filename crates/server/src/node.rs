@@ -568,29 +568,33 @@ impl Node {
                 }
             }
         }
-        // A cut of this node's log may have taken grants resources saw: no grant of this term
-        // comes before the floor kept for it is applied.
-        match crate::wal::pending_token_floor(&self.data_dir) {
-            Ok(None) => {}
-            Ok(Some(floor)) => match self
+        // A cut of a log may have taken grants resources saw: this node's own, or a voter's
+        // that elected it (learned from its vote). No grant of this term comes before the
+        // highest such floor is applied.
+        let own = match crate::wal::pending_token_floor(&self.data_dir) {
+            Ok(own) => own,
+            Err(e) => {
+                tracing::error!(error = %e, "not taking over: the token floor left by a cut of the log cannot be read");
+                return;
+            }
+        };
+        let floor = own.max(self.network.learned_token_floor());
+        if let Some(floor) = floor.filter(|f| *f > self.shared.read(|t| t.last_token())) {
+            match self
                 .propose_in(&term, Command::RaiseTokenFloor { floor })
                 .await
             {
                 Ok((_, raised)) => {
-                    tracing::warn!(result = ?raised.result, floor = floor.get(), "raised the token counter above every token granted before this node's log was cut");
-                    if let Err(e) = crate::wal::forget_token_floor(&self.data_dir) {
-                        tracing::warn!(error = %e, "could not remove the applied token floor (it will be applied again, which changes nothing)");
-                    }
+                    tracing::warn!(result = ?raised.result, floor = floor.get(), "raised the token counter above every token granted before a log was cut");
                 }
                 Err(e) => {
                     tracing::info!(error = %e, "could not raise the token floor; not taking over");
                     return;
                 }
-            },
-            Err(e) => {
-                tracing::error!(error = %e, "not taking over: the token floor left by a cut of the log cannot be read");
-                return;
             }
+        }
+        if own.is_some() {
+            self.forget_applied_floor();
         }
         // New limits (e.g. another --lock-delay) take effect at this point of the log, never
         // retroactively for entries replayed above.
@@ -1303,6 +1307,26 @@ impl Node {
         Ok(self.cluster_view())
     }
 
+    /// Removes `token-floor-pending` once the table this node applied has its counter at or
+    /// above the floor: a committed entry put every later token above it.
+    fn forget_applied_floor(&self) {
+        let applied = self.shared.read(|t| t.last_token());
+        match crate::wal::pending_token_floor(&self.data_dir) {
+            Ok(Some(floor)) if floor <= applied => {
+                match crate::wal::forget_token_floor(&self.data_dir) {
+                    Ok(()) => tracing::info!(
+                        floor = floor.get(),
+                        "the token floor left by a cut of the log is applied; its file is removed"
+                    ),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not remove the applied token floor (it will be proposed again, which changes nothing)")
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// The incarnation the membership records for node `id`, if it is a member.
     fn member_incarnation(&self, id: u64) -> Option<u64> {
         let metrics = self.raft.metrics().borrow_watched().clone();
@@ -1328,6 +1352,11 @@ impl Node {
 impl crate::peer_service::Admission for Node {
     fn was_removed(&self, id: u64) -> bool {
         self.shared.is_retired(id)
+    }
+
+    fn pending_token_floor(&self) -> Result<Option<Token>, String> {
+        self.forget_applied_floor();
+        crate::wal::pending_token_floor(&self.data_dir).map_err(|e| e.to_string())
     }
 
     fn admit(&self, from: u64, signing_key: [u8; 32]) -> Result<u64, String> {

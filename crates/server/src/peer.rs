@@ -32,6 +32,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -45,6 +46,7 @@ use openraft::raft::{
     TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::type_config::alias::{LogIdOf, SnapshotOf, VoteOf};
+use palisade_core::Token;
 use palisade_proto::raft::v1::raft_client::RaftClient;
 use palisade_proto::raft::v1::{
     AdmitRequest, Envelope, PeerReply, PeerRequest, SnapshotHeader, SnapshotPart, snapshot_part,
@@ -127,12 +129,20 @@ pub struct PeerNetwork {
     removed: Option<tokio::sync::watch::Sender<bool>>,
     /// How connections to peers are made; TCP when `None`.
     dialer: Option<Dialer>,
+    /// The highest token floor a voter's reply carried (see [`TOKEN_FLOOR_HEADER`]); 0 if none.
+    learned_floor: Arc<AtomicU64>,
 }
 
 /// Response metadata of a member refusing a vote or pre-vote from a node its state machine
 /// records as removed: the removed node's id. A node that reads its own id there learned of its
 /// removal from the others (it may never receive the entry that removed it) and stops.
 pub const REMOVED_HEADER: &str = "palisade-removed-node";
+
+/// Response metadata of a vote: the token floor the voter keeps because it cut a damaged tail
+/// off its log (decimal). The cut may have taken entries Raft counted on the voter to commit;
+/// a candidate this voter elects might not hold them either, so it learns the floor from the
+/// vote itself and places every token it grants above it.
+pub const TOKEN_FLOOR_HEADER: &str = "palisade-token-floor";
 
 #[derive(Debug, Clone)]
 struct PeerChannel {
@@ -151,6 +161,15 @@ impl PeerNetwork {
             channels: Arc::new(Mutex::new(HashMap::new())),
             removed: None,
             dialer: None,
+            learned_floor: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The highest token floor a voter's reply to this node carried so far, if any.
+    pub fn learned_token_floor(&self) -> Option<Token> {
+        match self.learned_floor.load(Ordering::SeqCst) {
+            0 => None,
+            floor => Some(Token::new(floor)),
         }
     }
 
@@ -289,6 +308,7 @@ impl RaftNetworkFactory<C> for PeerNetwork {
             client,
             local_id: self.local_id,
             removed: self.removed.clone(),
+            learned_floor: self.learned_floor.clone(),
         }
     }
 }
@@ -303,6 +323,7 @@ pub struct PeerClient {
     client: Result<RaftClient<Channel>, String>,
     local_id: u64,
     removed: Option<tokio::sync::watch::Sender<bool>>,
+    learned_floor: Arc<AtomicU64>,
 }
 
 /// The unary calls of `palisade.raft.v1.Raft`.
@@ -398,13 +419,41 @@ impl PeerClient {
                 return Err(RPCError::Timeout(self.timeout(call.rpc_type(), deadline)));
             }
             Ok(Err(status)) => return Err(self.failed(call.rpc_type(), deadline, status)),
-            Ok(Ok(reply)) => reply.into_inner(),
+            Ok(Ok(reply)) => {
+                if let Unary::Vote = call {
+                    self.learn_floor(reply.metadata());
+                }
+                reply.into_inner()
+            }
         };
         serde_json::from_slice(&reply.body).map_err(|e| {
             RPCError::Unreachable(self.unreachable(format_args!(
                 "its {call:?} reply is not this version's JSON: {e}"
             )))
         })
+    }
+
+    /// Keeps the token floor a vote's reply carries, before openraft counts the vote: a
+    /// leader it elects proposes the floor before it grants anything (`Node::take_over`).
+    fn learn_floor(&self, metadata: &tonic::metadata::MetadataMap) {
+        let Some(value) = metadata.get(TOKEN_FLOOR_HEADER) else {
+            return;
+        };
+        match value.to_str().ok().and_then(|v| v.parse::<u64>().ok()) {
+            Some(floor) => {
+                tracing::warn!(
+                    voter = self.target,
+                    floor,
+                    "a voter cut a damaged tail off its log: tokens of this node's leadership go above its floor"
+                );
+                self.learned_floor.fetch_max(floor, Ordering::SeqCst);
+            }
+            None => tracing::error!(
+                voter = self.target,
+                ?value,
+                "a voter's token floor is not a number; ignored"
+            ),
+        }
     }
 
     fn encode<T: Serialize>(&self, what: &str, value: &T) -> Result<Vec<u8>, Unreachable<C>> {

@@ -20,6 +20,7 @@ use std::io::Cursor;
 
 use openraft::async_runtime::WatchReceiver;
 use openraft::type_config::alias::{SnapshotMetaOf, SnapshotOf, VoteOf};
+use palisade_core::Token;
 use palisade_core::canary::{self, Canary};
 use palisade_proto::raft::v1::raft_server::{Raft, RaftServer};
 use palisade_proto::raft::v1::{
@@ -41,6 +42,11 @@ pub trait Admission: Send + Sync + 'static {
 
     /// Whether node `id` was a member of this cluster and was removed.
     fn was_removed(&self, id: u64) -> bool;
+
+    /// The token floor this node keeps because it cut a damaged tail off its log and that is
+    /// not applied yet (see `token-floor-pending`): every vote it casts carries it. An error
+    /// (the file cannot be read) refuses the vote.
+    fn pending_token_floor(&self) -> Result<Option<Token>, String>;
 }
 
 /// Who sends a Raft request, for [`RaftPeerServer::check_sender`].
@@ -276,8 +282,21 @@ impl Raft for RaftPeerServer {
 
     async fn vote(&self, request: Request<PeerRequest>) -> Result<Response<PeerReply>, Status> {
         let rpc = self.open(request.into_inner(), "vote request", Sender::Candidate)?;
+        // Read before the vote is cast: a node that cannot tell its floor gives no vote.
+        let floor = match &self.admission {
+            Some(admission) => admission
+                .pending_token_floor()
+                .map_err(|why| Status::unavailable(format!("no vote: {why}")))?,
+            None => None,
+        };
         let response = self.raft.vote(rpc).await.map_err(|e| self.stopped(e))?;
-        reply(&response)
+        let mut response = reply(&response)?;
+        if let Some(floor) = floor {
+            response
+                .metadata_mut()
+                .insert(crate::peer::TOKEN_FLOOR_HEADER, floor.get().into());
+        }
+        Ok(response)
     }
 
     async fn pre_vote(&self, request: Request<PeerRequest>) -> Result<Response<PeerReply>, Status> {
