@@ -31,8 +31,8 @@ use palisade_sequencer::KeySet;
 
 use palisade_store::server::ServeLimits;
 use palisade_store::{
-    BatchOp, BatchRequest, Bindings, ClaimAck, Compare, OpKind, Store, StoreClient, StoreError,
-    StoreServer, WriteAck,
+    BatchOp, BatchRequest, Bindings, ClaimAck, Compare, LockQuota, OpKind, Store, StoreClient,
+    StoreError, StoreOptions, StoreServer, WriteAck,
 };
 
 /// The store URL clients use when neither `--store` nor `PALISADE_STORE` is given.
@@ -122,6 +122,24 @@ pub struct ServeArgs {
     /// A file of bindings, one `PREFIX=LOCK` per line (`#` comment lines), as `--bind`
     #[arg(long, env = "PALISADE_STORE_BINDINGS_FILE", value_name = "FILE")]
     pub bindings_file: Option<PathBuf>,
+    /// Most live keys one lock may hold in the store: a write that would take a lock past it is
+    /// refused (`quota_reached`, HTTP 507), a delete never is. Default: no limit
+    #[arg(
+        long,
+        env = "PALISADE_STORE_LOCK_KEYS_MAX",
+        value_name = "N",
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub lock_keys_max: Option<u64>,
+    /// Most bytes one lock's keys may hold in the store: the names of its keys (a deleted key's
+    /// name stays, with its binding) and the values of its live keys. Default: no limit
+    #[arg(
+        long,
+        env = "PALISADE_STORE_LOCK_BYTES_MAX",
+        value_name = "BYTES",
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub lock_bytes_max: Option<u64>,
     /// Most connections served at once; further clients wait in the accept backlog
     #[arg(long, default_value_t = palisade_store::limits::CONNECTIONS_MAX)]
     pub connections_max: usize,
@@ -489,12 +507,23 @@ pub async fn serve(
             "no key bindings configured: each key is bound to the lock of its first fenced write, so any lock holder can take a key first (--bind PREFIX=LOCK or --bindings-file)"
         ),
     }
-    let store = tokio::task::spawn_blocking(move || {
-        Store::open_with_bindings(&data_dir, public_keys, bindings)
-    })
-    .await
-    .context("opening the store panicked")?
-    .with_context(|| format!("cannot open the store in {}", args.data_dir.display()))?;
+    let quota = LockQuota {
+        keys_max: args.lock_keys_max,
+        bytes_max: args.lock_bytes_max,
+    };
+    if quota.is_limited() {
+        tracing::info!(keys_max = ?quota.keys_max, bytes_max = ?quota.bytes_max, "per-lock quotas");
+    } else {
+        tracing::warn!(
+            "no per-lock quotas: the holder of any lock can fill the disk with the keys it may write (--lock-keys-max, --lock-bytes-max)"
+        );
+    }
+    let options = StoreOptions { bindings, quota };
+    let store =
+        tokio::task::spawn_blocking(move || Store::open_with(&data_dir, public_keys, options))
+            .await
+            .context("opening the store panicked")?
+            .with_context(|| format!("cannot open the store in {}", args.data_dir.display()))?;
     let store = Arc::new(store);
     if let Some(path) = args.public_key_file.clone() {
         reload_keys_on_hangup(store.clone(), path)?;
@@ -729,7 +758,8 @@ pub fn exit_status(error: &StoreError) -> (u8, &'static str) {
         | StoreError::InvalidRequest { .. }
         | StoreError::RequestIdReused { .. }
         | StoreError::NoSuchRoute { .. }
-        | StoreError::MethodNotAllowed { .. } => (EXIT_REFUSED, ""),
+        | StoreError::MethodNotAllowed { .. }
+        | StoreError::QuotaReached { .. } => (EXIT_REFUSED, ""),
         StoreError::NotFound { .. } => (EXIT_NOT_FOUND, ""),
         StoreError::CompareFailed { .. } => (EXIT_COMPARE_FAILED, ""),
         StoreError::Storage { .. } | StoreError::Unavailable { .. } => (EXIT_UNAVAILABLE, ""),

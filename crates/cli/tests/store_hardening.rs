@@ -288,3 +288,86 @@ fn a_sequencer_from_a_file_or_standard_input_fences_a_write_without_showing_in_p
         ran.stderr
     );
 }
+
+/// A lock at its quota of keys is refused a new one by `palisade store put` (exit status 1,
+/// the quota named) and over HTTP (507, kind `quota_reached`), keeps writing the keys it has,
+/// and frees room by deleting one; another lock is unaffected, and a bad quota flag stops the
+/// store with the reason.
+#[test]
+fn a_lock_at_its_quota_is_refused_a_new_key_and_frees_room_by_deleting_one() {
+    let service = ServiceKey::new();
+    let dir = tempfile::tempdir().unwrap();
+    let server = store(
+        &service,
+        dir.path(),
+        &["--lock-keys-max", "2", "--lock-bytes-max", "4096"],
+    );
+    let holder = service.grant("jobs/nightly", 5, 1);
+    let cli_put = |key: &str, value: &str| {
+        let mut command = palisade_testkit::command(BIN);
+        command.args([
+            "store",
+            "put",
+            key,
+            value,
+            "--store",
+            &server.endpoint(),
+            "--sequencer",
+            &holder,
+        ]);
+        palisade_testkit::run(command)
+    };
+    assert!(cli_put("a", "1").status.success());
+    assert!(cli_put("b", "2").status.success());
+
+    let refused = cli_put("c", "3");
+    assert_eq!(refused.status.code(), Some(1), "{}", refused.stderr);
+    assert!(
+        refused
+            .stderr
+            .contains("lock \"jobs/nightly\" is at its quota of keys"),
+        "{}",
+        refused.stderr
+    );
+    let (status, body) = runtime().block_on(async {
+        let response = reqwest::Client::new()
+            .put(format!("{}/v1/kv/c", server.endpoint()))
+            .header("Palisade-Sequencer", &holder)
+            .body("3")
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json::<serde_json::Value>().await.unwrap())
+    });
+    assert_eq!(status, 507, "{body}");
+    assert_eq!(body["kind"], "quota_reached", "{body}");
+    assert_eq!(body["quota_max"], 2, "{body}");
+
+    assert!(
+        cli_put("a", "10").status.success(),
+        "an overwrite adds no key"
+    );
+    put(&server, "x", &service.grant("jobs/hourly", 1, 2)).expect("another lock's own quota");
+    let mut delete = palisade_testkit::command(BIN);
+    delete.args([
+        "store",
+        "delete",
+        "b",
+        "--store",
+        &server.endpoint(),
+        "--sequencer",
+        &holder,
+    ]);
+    assert!(palisade_testkit::run(delete).status.success());
+    assert!(cli_put("c", "3").status.success(), "room after a delete");
+
+    let mut bad = palisade_testkit::command(BIN);
+    bad.args(["store", "serve", "--public-key"])
+        .arg(service.key.public_key().to_string())
+        .args(["--lock-keys-max", "0", "--data-dir"])
+        .arg(dir.path().join("other"));
+    let ran = palisade_testkit::run(bad);
+    assert_eq!(ran.status.code(), Some(2), "{}", ran.stderr);
+    assert!(ran.stderr.contains("--lock-keys-max"), "{}", ran.stderr);
+}

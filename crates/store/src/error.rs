@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 /// - rejections ([`StoreError::is_rejection`]): the sequencer was refused; retrying the same
 ///   request with the same sequencer cannot succeed;
 /// - invalid input (`TooLarge`, `InvalidKey`, `InvalidRequest`, `RequestIdReused`): fix the request;
+/// - a lock at its quota (`QuotaReached`): delete keys under it first, or have the quota raised;
 /// - retryable ([`StoreError::is_retryable`]): the store was unreachable or failed; nothing was
 ///   applied, retry;
 /// - [`StoreError::OutcomeUnknown`]: the request was sent but no answer came; retry with the same
@@ -94,6 +95,20 @@ pub enum StoreError {
         "request id {request_id:?} was already used with this sequencer for a different request: use a fresh request id for a new request"
     )]
     RequestIdReused { request_id: String },
+    /// The write would take the lock's keys past one of the store's per-lock quotas
+    /// (`--lock-keys-max`, `--lock-bytes-max`): nothing was applied.
+    #[error(
+        "lock {lock:?} is at its quota of {quota} in this store: the write would make it {used}, over {quota_max}; nothing was applied. Delete keys under it, or ask the store's operator to raise the quota"
+    )]
+    QuotaReached {
+        lock: String,
+        /// `keys` (its live keys) or `bytes` (the names of its keys, deleted ones included, and
+        /// the values of its live keys).
+        quota: String,
+        /// What the lock would hold after the write.
+        used: u64,
+        quota_max: u64,
+    },
     /// The key has no value (never written, or deleted).
     #[error("key {key:?} not found")]
     NotFound { key: String },
@@ -193,6 +208,7 @@ impl StoreError {
             StoreError::InvalidKey { .. } => "invalid_key",
             StoreError::InvalidRequest { .. } => "invalid_request",
             StoreError::RequestIdReused { .. } => "request_id_reused",
+            StoreError::QuotaReached { .. } => "quota_reached",
             StoreError::NotFound { .. } => "not_found",
             StoreError::CompareFailed { .. } => "compare_failed",
             StoreError::NoSuchRoute { .. } => "no_such_route",
@@ -210,7 +226,8 @@ impl StoreError {
     /// 400 malformed input, 401 missing sequencer, 403 forged, another lock's sequencer or a key
     /// bound to no lock,
     /// 404 not found, 409 stale, 412 compare failed, 413 too large, 422 request id reused,
-    /// 500 corrupt, 503 storage failure or a full write queue, 504 outcome unknown.
+    /// 500 corrupt, 503 storage failure or a full write queue, 504 outcome unknown, 507 a lock's
+    /// quota reached.
     pub fn http_status(&self) -> u16 {
         match self {
             StoreError::Malformed { .. }
@@ -229,6 +246,7 @@ impl StoreError {
             StoreError::Corrupt { .. } => 500,
             StoreError::Storage { .. } | StoreError::Unavailable { .. } => 503,
             StoreError::OutcomeUnknown { .. } => 504,
+            StoreError::QuotaReached { .. } => 507,
             StoreError::UnexpectedResponse { status, .. } => *status,
         }
     }

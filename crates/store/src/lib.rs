@@ -54,6 +54,7 @@ pub mod bindings;
 pub mod client;
 mod error;
 pub mod limits;
+pub mod quota;
 pub mod server;
 pub mod store;
 mod types;
@@ -62,8 +63,9 @@ mod writer;
 pub use bindings::Bindings;
 pub use client::StoreClient;
 pub use error::StoreError;
+pub use quota::LockQuota;
 pub use server::StoreServer;
-pub use store::Store;
+pub use store::{Store, StoreOptions};
 pub use types::{
     BatchOp, BatchRequest, ClaimAck, Compare, Entry, FenceView, OpAck, OpKind, WriteAck,
 };

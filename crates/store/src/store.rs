@@ -74,6 +74,7 @@ use crate::bindings::Bindings;
 use crate::limits::{
     BATCH_OPS_MAX, COMPARES_MAX, KEY_BYTES_MAX, REQUEST_ID_BYTES_MAX, VALUE_BYTES_MAX,
 };
+use crate::quota::{LockQuota, Quotas};
 use crate::types::{BatchOp, BatchRequest, ClaimAck, Compare, Entry, FenceView, WriteAck};
 use crate::writer::{Done, Row, Work, Writer};
 
@@ -112,6 +113,16 @@ pub(crate) const REQUEST_ORDER_TABLE: TableDefinition<'static, u64, &str> =
 pub(crate) const UNFENCED_BENCH_TABLE: TableDefinition<'static, &str, KvRow> =
     TableDefinition::new("palisade_store_unfenced_bench_v2");
 
+/// What the operator sets when opening a store ([`Store::open_with`]).
+#[derive(Debug, Clone, Default)]
+pub struct StoreOptions {
+    /// The keys each lock may write (see [`Bindings`]); `None`: each key goes to the lock of its
+    /// first fenced write.
+    pub bindings: Option<Bindings>,
+    /// How much each lock's keys may hold (see [`crate::quota`]); no limit by default.
+    pub quota: LockQuota,
+}
+
 /// The fenced store: a redb database in a data directory, and the lock service's public key.
 ///
 /// The plain methods block (on the group's fsync); call them from a blocking thread in async
@@ -136,15 +147,15 @@ impl Store {
         dir: impl AsRef<Path>,
         public_keys: impl Into<KeySet>,
     ) -> Result<Store, StoreError> {
-        Store::open_with_bindings(dir, public_keys, None)
+        Store::open_with(dir, public_keys, StoreOptions::default())
     }
 
-    /// [`Store::open`], with the keys each lock may write set by `bindings` (see
-    /// [`Bindings`]) instead of by each key's first writer when they are given.
-    pub fn open_with_bindings(
+    /// [`Store::open`], with the operator's [`StoreOptions`]: bindings and per-lock quotas.
+    /// With a quota, every lock's use is counted from the database here, once.
+    pub fn open_with(
         dir: impl AsRef<Path>,
         public_keys: impl Into<KeySet>,
-        bindings: Option<Bindings>,
+        options: StoreOptions,
     ) -> Result<Store, StoreError> {
         let dir = dir.as_ref();
         std::fs::create_dir_all(dir).map_err(|error| StoreError::Storage {
@@ -163,10 +174,15 @@ impl Store {
         txn.open_table(REQUEST_ORDER_TABLE)?;
         txn.open_table(palisade_fence::redb::FENCE_TABLE)?;
         migrate_v1(&txn)?;
+        let quotas = if options.quota.is_limited() {
+            Some(Quotas::load(options.quota, &txn)?)
+        } else {
+            None
+        };
         txn.commit()?;
         let fence = Arc::new(RedbFence::new(db));
         Ok(Store {
-            writer: Writer::start(fence.clone(), bindings.map(Arc::new))?,
+            writer: Writer::start(fence.clone(), options.bindings.map(Arc::new), quotas)?,
             fence,
             verifier: Verifier::new(public_keys),
             path,

@@ -24,6 +24,7 @@
 //! current holder, repeated claims — is not committed at all: what made it acceptable was
 //! already durable, since every earlier group committed before this one began.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError};
@@ -38,6 +39,7 @@ use crate::limits::{
     GROUP_BYTES_MAX, GROUP_JOBS_MAX, REQUEST_IDS_RETAINED_MAX, WRITE_QUEUE_BYTES_MAX,
     WRITE_QUEUE_JOBS_MAX,
 };
+use crate::quota::{GroupUsage, Quotas, RequestUsage, Usage};
 use crate::store::{
     KV_TABLE, META_TABLE, REQUEST_ORDER_TABLE, REQUESTS_TABLE, REVISION_KEY, UNFENCED_BENCH_TABLE,
 };
@@ -149,10 +151,11 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    /// Starts the writer thread of `fence`'s database.
+    /// Starts the writer thread of `fence`'s database, holding each lock to `quotas` if given.
     pub(crate) fn start(
         fence: Arc<RedbFence>,
         bindings: Option<Arc<Bindings>>,
+        mut quotas: Option<Quotas>,
     ) -> Result<Writer, StoreError> {
         let (jobs, queue) = std::sync::mpsc::sync_channel(WRITE_QUEUE_JOBS_MAX);
         let queued_bytes = Arc::new(AtomicUsize::new(0));
@@ -160,7 +163,15 @@ impl Writer {
             .name("palisade-store-writer".into())
             .spawn({
                 let queued_bytes = queued_bytes.clone();
-                move || run(&fence, bindings.as_deref(), &queue, &queued_bytes)
+                move || {
+                    run(
+                        &fence,
+                        bindings.as_deref(),
+                        quotas.as_mut(),
+                        &queue,
+                        &queued_bytes,
+                    )
+                }
             })
             .map_err(|error| StoreError::Storage {
                 message: format!("cannot start the store's writer thread: {error}"),
@@ -256,6 +267,7 @@ impl Drop for AbortOnPanic {
 fn run(
     fence: &RedbFence,
     bindings: Option<&Bindings>,
+    mut quotas: Option<&mut Quotas>,
     queue: &Receiver<Job>,
     queued_bytes: &AtomicUsize,
 ) {
@@ -273,7 +285,7 @@ fn run(
             }
         }
         queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
-        let outcomes = run_group(fence, bindings, &group);
+        let outcomes = run_group(fence, bindings, quotas.as_deref_mut(), &group);
         debug_assert_eq!(outcomes.len(), group.len());
         for (job, outcome) in group.into_iter().zip(outcomes) {
             job.reply.send(outcome);
@@ -309,7 +321,12 @@ fn fence_failure(error: FenceError) -> Failure {
 }
 
 /// Runs every job of `group` in one transaction; one outcome per job, in order.
-fn run_group(fence: &RedbFence, bindings: Option<&Bindings>, group: &[Job]) -> Vec<Outcome> {
+fn run_group(
+    fence: &RedbFence,
+    bindings: Option<&Bindings>,
+    mut quotas: Option<&mut Quotas>,
+    group: &[Job],
+) -> Vec<Outcome> {
     let all_failed = |error: &StoreError| group.iter().map(|_| Err(error.clone())).collect();
     let mut txn = match fence.database().begin_write() {
         Ok(txn) => txn,
@@ -318,13 +335,22 @@ fn run_group(fence: &RedbFence, bindings: Option<&Bindings>, group: &[Job]) -> V
     if let Err(error) = txn.set_durability(Durability::Immediate) {
         return all_failed(&StoreError::storage(error));
     }
+    if let Some(quotas) = quotas.as_deref_mut()
+        && let Err(error) = quotas.refresh(&txn)
+    {
+        return all_failed(&error);
+    }
     let mut group_state = match GroupState::load(&txn) {
         Ok(state) => state,
         Err(error) => return all_failed(&error),
     };
     let mut outcomes = Vec::with_capacity(group.len());
     for job in group {
-        match run_job(fence, bindings, &txn, &mut group_state, &job.work) {
+        let limits = Limits {
+            bindings,
+            quotas: quotas.as_deref(),
+        };
+        match run_job(fence, limits, &txn, &mut group_state, &job.work) {
             Ok(done) => outcomes.push(Ok(done)),
             Err(Failure::Refused(error)) => outcomes.push(Err(error)),
             Err(Failure::Storage(error)) => {
@@ -343,6 +369,9 @@ fn run_group(fence: &RedbFence, bindings: Option<&Bindings>, group: &[Job]) -> V
         return all_failed(&error);
     }
     if let Err(error) = txn.commit() {
+        if let Some(quotas) = quotas {
+            quotas.outcome_unknown();
+        }
         let unknown = StoreError::OutcomeUnknown {
             message: format!(
                 "the store's commit failed, the write may or may not be durable: {error}"
@@ -353,14 +382,26 @@ fn run_group(fence: &RedbFence, bindings: Option<&Bindings>, group: &[Job]) -> V
             .map(|outcome| outcome.and(Err(unknown.clone())))
             .collect();
     }
+    if let Some(quotas) = quotas {
+        quotas.committed(group_state.usage);
+    }
     outcomes
 }
 
-/// What the jobs of one group share: the store revision and whether anything was written.
+/// What a job is checked against besides the fence: the operator's bindings and quotas.
+#[derive(Clone, Copy)]
+struct Limits<'a> {
+    bindings: Option<&'a Bindings>,
+    quotas: Option<&'a Quotas>,
+}
+
+/// What the jobs of one group share: the store revision, whether anything was written, and
+/// what the accepted jobs changed of each lock's use.
 struct GroupState {
     revision: u64,
     revision_at_start: u64,
     dirty: bool,
+    usage: GroupUsage,
 }
 
 impl GroupState {
@@ -371,6 +412,7 @@ impl GroupState {
             revision,
             revision_at_start: revision,
             dirty: false,
+            usage: GroupUsage::default(),
         })
     }
 
@@ -389,7 +431,7 @@ impl GroupState {
 
 fn run_job(
     fence: &RedbFence,
-    bindings: Option<&Bindings>,
+    limits: Limits<'_>,
     txn: &WriteTransaction,
     state: &mut GroupState,
     work: &Work,
@@ -402,7 +444,7 @@ fn run_job(
             request_id,
         } => run_txn(
             fence,
-            bindings,
+            limits,
             txn,
             state,
             TxnRequest {
@@ -423,7 +465,7 @@ fn run_job(
                     .get(key.as_str())?
                     .map(|row| Row::from_value(row.value()));
                 check_binding(
-                    bindings,
+                    limits.bindings,
                     key,
                     row.as_ref().map(|row| (row.lock.as_str(), row.token)),
                     sequencer,
@@ -558,7 +600,7 @@ struct TxnRequest<'a> {
 
 fn run_txn(
     fence: &RedbFence,
-    bindings: Option<&Bindings>,
+    limits: Limits<'_>,
     txn: &WriteTransaction,
     state: &mut GroupState,
     request: TxnRequest<'_>,
@@ -598,7 +640,7 @@ fn run_txn(
                 .map(|row| Row::from_value(row.value()));
             let current = row.as_ref().filter(|row| row.live);
             check_binding(
-                bindings,
+                limits.bindings,
                 condition.key(),
                 row.as_ref().map(|row| (row.lock.as_str(), row.token)),
                 sequencer,
@@ -618,9 +660,19 @@ fn run_txn(
                 let (lock, token, ..) = stored.value();
                 (lock, token)
             });
-            check_binding(bindings, op.key(), binding, sequencer).map_err(refused)?;
+            check_binding(limits.bindings, op.key(), binding, sequencer).map_err(refused)?;
         }
     }
+    let usage = match limits.quotas {
+        Some(quotas) => {
+            let usage = request_usage(txn, sequencer.lock(), ops)?;
+            quotas
+                .check(&state.usage, sequencer.lock(), usage.of(sequencer.lock()))
+                .map_err(refused)?;
+            Some(usage)
+        }
+        None => None,
+    };
 
     // Phase 2: write. Only redb itself can fail from here on.
     state.dirty |= advance.write(txn)?;
@@ -672,6 +724,9 @@ fn run_txn(
             });
         }
     }
+    if let Some(usage) = usage {
+        state.usage.record(&usage.changes);
+    }
     let ack = WriteAck {
         lock: sequencer.lock().to_owned(),
         token: sequencer.token().get(),
@@ -686,6 +741,41 @@ fn run_txn(
         state.dirty = true;
     }
     Ok(ack)
+}
+
+/// What `ops`, written by `lock`, would change of each lock's use: each key's row goes from what
+/// the table (or an earlier op of the request) holds to what the op writes.
+fn request_usage(
+    txn: &WriteTransaction,
+    lock: &str,
+    ops: &[BatchOp],
+) -> Result<RequestUsage, StoreError> {
+    let table = txn.open_table(KV_TABLE)?;
+    let mut rows: HashMap<&str, Option<(String, Usage)>> = HashMap::new();
+    let mut usage = RequestUsage::default();
+    for op in ops {
+        let key = op.key();
+        let before = match rows.get(key) {
+            Some(row) => row.clone(),
+            None => table.get(key)?.map(|row| {
+                let (lock, _, _, live, _, value) = row.value();
+                (lock.to_owned(), Usage::of_row(key, live, value.len()))
+            }),
+        };
+        let after = match op {
+            BatchOp::Put { value, .. } => Usage::of_row(key, true, value.len()),
+            // Deleting a key that never existed writes no row.
+            BatchOp::Delete { .. } if before.is_none() => continue,
+            BatchOp::Delete { .. } => Usage::of_row(key, false, 0),
+            BatchOp::Get { .. } => continue,
+        };
+        usage.replace(
+            before.as_ref().map(|(lock, usage)| (lock.as_str(), *usage)),
+            (lock, after),
+        );
+        rows.insert(key, Some((lock.to_owned(), after)));
+    }
+    Ok(usage)
 }
 
 struct RequestKey<'a> {
