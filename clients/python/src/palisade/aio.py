@@ -536,7 +536,11 @@ class Session:
     async def close(self) -> None:
         """Ends the session: stops the keepalive, releases every lock, withdraws every wait."""
         self._stop.set()
-        self._task.cancel()
+        # Cancelled until it ends: before Python 3.12 asyncio.wait_for loses a cancel that lands
+        # in the step its inner future finishes in, and the keepalive would run on.
+        while not self._task.done():
+            self._task.cancel()
+            await asyncio.wait({self._task}, timeout=0.1)
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._task
         earlier = await self._end(errors.LOST_CLOSED)
