@@ -109,6 +109,8 @@ async def test_a_session_renews_by_call_when_its_connection_has_no_keepalive_str
                     break
             finally:
                 probe.cancel()
+            # A probe let in ahead of a hog has the hog refused: such a hog is replaced.
+            hogs = [stub.KeepAlive() if hog.done() else hog for hog in hogs]
             assert asyncio.get_running_loop().time() < deadline, "the keepalive streams were never exhausted"
             await asyncio.sleep(0.1)
         # A session on the same connection cannot open a stream: it is renewed by Renew calls,
