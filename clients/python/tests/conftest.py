@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import pathlib
 import signal
@@ -25,6 +26,10 @@ import palisade
 
 PYTHON_CLIENT = pathlib.Path(__file__).resolve().parent.parent
 REPO = PYTHON_CLIENT.parent.parent
+# A failed test shows the client's debug log (pyproject's log_level); grpc's own debug lines
+# (one per call) would bury it.
+logging.getLogger("grpc").setLevel(logging.INFO)
+
 # How long a server gets to start answering.
 SERVER_START_TIMEOUT_S = 20.0
 

@@ -2,6 +2,7 @@
 
 import asyncio
 import contextlib
+import logging
 
 import grpc
 import pytest
@@ -87,7 +88,7 @@ async def test_closing_a_session_returns_even_when_an_ack_arrives_with_it(server
 KEEPALIVE_STREAMS_PER_CONNECTION_MAX = 1000
 
 
-async def test_a_session_renews_by_call_when_its_connection_has_no_keepalive_stream_to_spare(own_server, unique):
+async def test_a_session_renews_by_call_when_its_connection_has_no_keepalive_stream_to_spare(own_server, unique, caplog):
     client = await aio.Client.connect([own_server.endpoint])
     stub = client._endpoints.current().stub
     # Streams that send nothing hold the connection's whole budget of keepalive streams.
@@ -116,10 +117,16 @@ async def test_a_session_renews_by_call_when_its_connection_has_no_keepalive_str
         # A session on the same connection cannot open a stream: it is renewed by Renew calls,
         # and outlives its ttl several times over.
         # A ttl of 3 s: a 1 s lease could go unproven on a busy machine through scheduling alone.
-        session = await client.session(3)
+        # A stream tried every 50 ms: each refusal must be seen as one. A write to a refused
+        # stream used to turn its RESOURCE_EXHAUSTED into INTERNAL (grpc/grpc#36066), seen as a
+        # broken stream: the session paused instead of renewing, and now and then lost its lease.
+        caplog.set_level(logging.DEBUG, logger="palisade")
+        session = await client.session(3, keepalive_interval=0.05)
         grant = await session.acquire(unique)
         await asyncio.sleep(6.5)  # over twice the ttl
         assert not grant.lost.is_set(), grant.lost_reason
+        broken = [r.getMessage() for r in caplog.records if r.getMessage().startswith("keepalive stream of session")]
+        assert not broken, f"{len(broken)} refused streams were taken for broken ones: {broken[:3]}"
         status = await client.status(unique)
         assert status.holder is not None and status.holder.token == grant.token
         await session.close()

@@ -611,8 +611,14 @@ class Session:
 
         reader = asyncio.ensure_future(read())
         failure: Optional[Failure] = None
-        next_ping = time.monotonic()
         try:
+            # The server's answer first. A write to a stream the server has refused fails, and
+            # grpc.aio then replaces the server's status (RESOURCE_EXHAUSTED, which sends the
+            # session to Renew) by INTERNAL if it has not arrived yet (grpc/grpc#36066).
+            with contextlib.suppress(asyncio.TimeoutError):
+                until = self._lease_deadline if proving else time.monotonic() + self._interval
+                await asyncio.wait_for(call.initial_metadata(), max(0.0, until - time.monotonic()))
+            next_ping = time.monotonic()
             while True:
                 now = time.monotonic()
                 if now >= next_ping:
