@@ -88,10 +88,11 @@ async def test_closing_a_session_returns_even_when_an_ack_arrives_with_it(server
 KEEPALIVE_STREAMS_PER_CONNECTION_MAX = 1000
 
 
-async def test_a_session_renews_by_call_when_its_connection_has_no_keepalive_stream_to_spare(own_server, unique, caplog):
-    client = await aio.Client.connect([own_server.endpoint])
+@contextlib.asynccontextmanager
+async def _no_keepalive_stream_to_spare(client):
+    """Streams that send nothing hold the whole budget of keepalive streams of ``client``'s
+    connection: a session on it is renewed by Renew calls."""
     stub = client._endpoints.current().stub
-    # Streams that send nothing hold the connection's whole budget of keepalive streams.
     hogs = [stub.KeepAlive() for _ in range(KEEPALIVE_STREAMS_PER_CONNECTION_MAX)]
     try:
         await asyncio.gather(*(hog.wait_for_connection() for hog in hogs))
@@ -114,23 +115,55 @@ async def test_a_session_renews_by_call_when_its_connection_has_no_keepalive_str
             hogs = [stub.KeepAlive() if hog.done() else hog for hog in hogs]
             assert asyncio.get_running_loop().time() < deadline, "the keepalive streams were never exhausted"
             await asyncio.sleep(0.1)
-        # A session on the same connection cannot open a stream: it is renewed by Renew calls,
-        # and outlives its ttl several times over.
-        # A ttl of 3 s: a 1 s lease could go unproven on a busy machine through scheduling alone.
-        # A stream tried every 50 ms: each refusal must be seen as one. A write to a refused
-        # stream used to turn its RESOURCE_EXHAUSTED into INTERNAL (grpc/grpc#36066), seen as a
-        # broken stream: the session paused instead of renewing, and now and then lost its lease.
-        caplog.set_level(logging.DEBUG, logger="palisade")
-        session = await client.session(3, keepalive_interval=0.05)
-        grant = await session.acquire(unique)
-        await asyncio.sleep(6.5)  # over twice the ttl
-        assert not grant.lost.is_set(), grant.lost_reason
-        broken = [r.getMessage() for r in caplog.records if r.getMessage().startswith("keepalive stream of session")]
-        assert not broken, f"{len(broken)} refused streams were taken for broken ones: {broken[:3]}"
-        status = await client.status(unique)
-        assert status.holder is not None and status.holder.token == grant.token
-        await session.close()
+        yield
     finally:
         for hog in hogs:
             hog.cancel()
+
+
+async def test_a_session_renews_by_call_when_its_connection_has_no_keepalive_stream_to_spare(own_server, unique, caplog):
+    client = await aio.Client.connect([own_server.endpoint])
+    try:
+        async with _no_keepalive_stream_to_spare(client):
+            # The session outlives its ttl several times over.
+            # A ttl of 3 s: a 1 s lease could go unproven on a busy machine through scheduling
+            # alone. A stream tried every 50 ms: each refusal must be seen as one. A write to a
+            # refused stream used to turn its RESOURCE_EXHAUSTED into INTERNAL
+            # (grpc/grpc#36066), seen as a broken stream: the session paused instead of
+            # renewing, and now and then lost its lease.
+            caplog.set_level(logging.DEBUG, logger="palisade")
+            session = await client.session(3, keepalive_interval=0.05)
+            grant = await session.acquire(unique)
+            await asyncio.sleep(6.5)  # over twice the ttl
+            assert not grant.lost.is_set(), grant.lost_reason
+            broken = [r.getMessage() for r in caplog.records if r.getMessage().startswith("keepalive stream of session")]
+            assert not broken, f"{len(broken)} refused streams were taken for broken ones: {broken[:3]}"
+            status = await client.status(unique)
+            assert status.holder is not None and status.holder.token == grant.token
+            await session.close()
+    finally:
+        await client.close()
+
+
+async def test_a_session_renewed_by_call_is_lost_with_its_lease_when_the_server_freezes(own_server, unique):
+    client = await aio.Client.connect([own_server.endpoint])
+    try:
+        async with _no_keepalive_stream_to_spare(client):
+            # Renewals back to back, so that a freeze often lands while a Renew is in flight;
+            # five freezes.
+            for freeze in range(5):
+                session = await client.session(1, keepalive_interval=0.01)
+                grant = await session.acquire(f"{unique}/{freeze}")
+                await asyncio.sleep(0.3)
+                own_server.pause()
+                try:
+                    # Lost when the lease is, within the ttl: not when a Renew stuck on the
+                    # frozen server gives up (its timeout is 10 s, and it is retried).
+                    await asyncio.wait_for(grant.lost.wait(), 2)
+                finally:
+                    own_server.resume()
+                assert grant.lost_reason == errors.LOST_LEASE_UNPROVEN
+                with contextlib.suppress(errors.SessionNotFound):  # it may have expired meanwhile
+                    await session.close()
+    finally:
         await client.close()

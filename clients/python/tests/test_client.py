@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import queue
 import threading
 import time
 
@@ -11,6 +13,7 @@ import pytest
 import palisade
 from palisade import _core, errors
 from palisade._core import Endpoints, Failure
+from palisade._proto import palisade_pb2 as pb
 
 
 def test_a_lock_gives_a_token_and_a_verifiable_sequencer_and_is_released_on_exit(client, unique):
@@ -230,48 +233,71 @@ def _free() -> int:
         return s.getsockname()[1]
 
 
-def test_a_session_renews_by_call_when_its_connection_has_no_keepalive_stream_to_spare(own_server, unique):
-    import queue
-
-    from palisade._proto import palisade_pb2 as pb
-
+@contextlib.contextmanager
+def _no_keepalive_stream_to_spare(client):
+    """Streams that send nothing hold the whole budget of keepalive streams of ``client``'s
+    connection: a session on it is renewed by Renew calls."""
     # The server's limit of keepalive streams per connection (LONG_LIVED_CALLS_PER_CONNECTION_MAX).
     streams_max = 1000
-    with palisade.Client([own_server.endpoint]) as client:
-        stub = client._endpoints.current().stub
-        silence: "queue.Queue[None]" = queue.Queue()
-        hogs = [stub.KeepAlive(iter(silence.get, "never")) for _ in range(streams_max)]
-        threads = streams_max
-        try:
-            # 1000 streams take a thread each in grpc's blocking API: seconds on a busy machine.
-            deadline = time.monotonic() + 60
-            while True:  # until the connection's budget is taken: a further stream is refused
-                probe = stub.KeepAlive(iter([pb.KeepAliveRequest()]))
-                try:
-                    next(probe)
-                except grpc.RpcError as error:
-                    if error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED:
-                        break
-                # The server counts a stream when its handler runs, which on a busy machine may
-                # come after a later stream's: a probe let in ahead of a hog has the hog refused.
-                # Such a hog is replaced (its thread still waits on `silence`).
-                refused = [hog for hog in hogs if hog.done()]
-                hogs = [hog for hog in hogs if not hog.done()]
-                threads += len(refused)
-                hogs += [stub.KeepAlive(iter(silence.get, "never")) for _ in refused]
-                assert time.monotonic() < deadline, "the keepalive streams were never exhausted"
-                time.sleep(0.1)
-            # A ttl of 3 s: with 1000 idle streams' threads, a 1 s lease could go unproven on a
-            # busy machine through scheduling alone.
-            with client.lock(unique, ttl=3) as grant:
-                time.sleep(6.5)  # over twice the ttl
-                assert not grant.lost.is_set(), grant.lost_reason
-                assert client.status(unique).holder.token == grant.token
-        finally:
-            for hog in hogs:
-                hog.cancel()
-            for _ in range(threads):
-                silence.put("never")
+    stub = client._endpoints.current().stub
+    silence: "queue.Queue[None]" = queue.Queue()
+    hogs = [stub.KeepAlive(iter(silence.get, "never")) for _ in range(streams_max)]
+    threads = streams_max
+    try:
+        # 1000 streams take a thread each in grpc's blocking API: seconds on a busy machine.
+        deadline = time.monotonic() + 60
+        while True:  # until the connection's budget is taken: a further stream is refused
+            probe = stub.KeepAlive(iter([pb.KeepAliveRequest()]))
+            try:
+                next(probe)
+            except grpc.RpcError as error:
+                if error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    break
+            # The server counts a stream when its handler runs, which on a busy machine may
+            # come after a later stream's: a probe let in ahead of a hog has the hog refused.
+            # Such a hog is replaced (its thread still waits on `silence`).
+            refused = [hog for hog in hogs if hog.done()]
+            hogs = [hog for hog in hogs if not hog.done()]
+            threads += len(refused)
+            hogs += [stub.KeepAlive(iter(silence.get, "never")) for _ in refused]
+            assert time.monotonic() < deadline, "the keepalive streams were never exhausted"
+            time.sleep(0.1)
+        yield
+    finally:
+        for hog in hogs:
+            hog.cancel()
+        for _ in range(threads):
+            silence.put("never")
+
+
+def test_a_session_renews_by_call_when_its_connection_has_no_keepalive_stream_to_spare(own_server, unique):
+    with palisade.Client([own_server.endpoint]) as client, _no_keepalive_stream_to_spare(client):
+        # A ttl of 3 s: with 1000 idle streams' threads, a 1 s lease could go unproven on a
+        # busy machine through scheduling alone.
+        with client.lock(unique, ttl=3) as grant:
+            time.sleep(6.5)  # over twice the ttl
+            assert not grant.lost.is_set(), grant.lost_reason
+            assert client.status(unique).holder.token == grant.token
+
+
+def test_a_session_renewed_by_call_is_lost_with_its_lease_when_the_server_freezes(own_server, unique):
+    with palisade.Client([own_server.endpoint]) as client, _no_keepalive_stream_to_spare(client):
+        # Renewals back to back, so that a freeze often lands while a Renew is in flight; five
+        # freezes.
+        for freeze in range(5):
+            session = client.session(1, keepalive_interval=0.01)
+            grant = session.acquire(f"{unique}/{freeze}")
+            time.sleep(0.3)
+            own_server.pause()
+            try:
+                # Lost when the lease is, within the ttl: not when a Renew stuck on the frozen
+                # server gives up (its timeout is 10 s, and it is retried).
+                assert grant.lost.wait(2), f"freeze {freeze}: the session was not lost with its lease"
+            finally:
+                own_server.resume()
+            assert grant.lost_reason == errors.LOST_LEASE_UNPROVEN
+            with contextlib.suppress(errors.SessionNotFound):  # it may have expired meanwhile
+                session.close()
 
 
 def test_list_locks_follows_the_pages(client, unique):

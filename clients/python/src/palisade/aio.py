@@ -683,8 +683,13 @@ class Session:
 
     async def _renew_by_call(self, proving: bool, backoff: _core.Backoff) -> Optional[str]:
         sent = time.monotonic()
+        # While the lease is proven, the renewal may take only what is left of it: the session
+        # is lost when its lease is, however long Renew's retries would go on.
+        renewal = self._client.renew(self.credential)
         try:
-            remaining = await self._client.renew(self.credential)
+            remaining = await (asyncio.wait_for(renewal, max(0.0, self._lease_deadline - sent)) if proving else renewal)
+        except asyncio.TimeoutError:
+            return errors.LOST_LEASE_UNPROVEN
         except errors.SessionNotFound:
             return errors.LOST_NOT_FOUND
         except errors.PalisadeError as error:

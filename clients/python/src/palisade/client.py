@@ -193,10 +193,11 @@ class _Calls:
         method: str,
         request: Union[Any, Callable[[], tuple[Any, Optional[float]]]],
         what: str,
+        budget: Optional[float] = None,
     ) -> Any:
-        """Calls ``method`` at the current endpoint, retried within the budget; ``request`` is a
-        message (same for every attempt) or a function giving each attempt's message and
-        timeout."""
+        """Calls ``method`` at the current endpoint, retried within the budget (``budget``
+        seconds, else the client's); ``request`` is a message (same for every attempt) or a
+        function giving each attempt's message and timeout."""
 
         def attempt(stub: Any) -> Any:
             if callable(request):
@@ -205,12 +206,12 @@ class _Calls:
                 message, timeout = request, self.request_timeout
             return getattr(stub, method)(message, timeout=timeout)
 
-        return self.run(attempt, what)[0]
+        return self.run(attempt, what, budget)[0]
 
-    def run(self, attempt: Callable[[Any], Any], what: str) -> tuple[Any, int]:
+    def run(self, attempt: Callable[[Any], Any], what: str, budget: Optional[float] = None) -> tuple[Any, int]:
         """``attempt(stub)`` at the current endpoint, retried within the budget as :meth:`call`
         is; returns its result and the generation of the endpoint that gave it."""
-        retry = _core.Retry(self.retry_budget)
+        retry = _core.Retry(self.retry_budget if budget is None else budget)
         while True:
             current = self.endpoints.current()
             try:
@@ -365,11 +366,22 @@ class Client:
 
     def renew(self, credential: SessionCredential) -> float:
         """Renews a session once; returns the lease remaining (seconds) as the service applied it."""
-        response = self._calls.call(
-            "Renew",
-            _core.keep_alive_request(credential.id, credential.secret),
-            f"renewal of session {credential.id}",
-        )
+        return self._renew(credential, None)
+
+    def _renew(self, credential: SessionCredential, within: Optional[float]) -> float:
+        """:meth:`renew`, given up after ``within`` seconds (retries included) unless ``None``."""
+        message = _core.keep_alive_request(credential.id, credential.secret)
+        what = f"renewal of session {credential.id}"
+        if within is None:
+            response = self._calls.call("Renew", message, what)
+        else:
+            end = time.monotonic() + within
+            timeout = self._calls.request_timeout
+
+            def attempt() -> tuple[Any, float]:
+                return message, max(0.001, min(timeout, end - time.monotonic()))
+
+            response = self._calls.call("Renew", attempt, what, budget=within)
         if response.session != credential.id:
             raise errors.ProtocolError(
                 f"renewal of session {credential.id} answered for session {response.session}"
@@ -884,8 +896,11 @@ class Session:
 
     def _renew_by_call(self, proving: bool, backoff: _core.Backoff) -> Optional[str]:
         sent = time.monotonic()
+        # While the lease is proven, the renewal may take only what is left of it: the session
+        # is lost when its lease is, however long Renew's retries would go on.
+        deadline = self._deadline(proving)
         try:
-            remaining = self._client.renew(self.credential)
+            remaining = self._client._renew(self.credential, None if deadline is None else max(0.0, deadline - sent))
         except errors.SessionNotFound:
             return errors.LOST_NOT_FOUND
         except errors.PalisadeError as error:
