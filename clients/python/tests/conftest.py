@@ -30,6 +30,10 @@ REPO = PYTHON_CLIENT.parent.parent
 # (one per call) would bury it.
 logging.getLogger("grpc").setLevel(logging.INFO)
 
+# The server's limit on keepalive streams (and watches, and waiting acquires) per connection:
+# palisade-server's LONG_LIVED_CALLS_PER_CONNECTION_MAX.
+KEEPALIVE_STREAMS_PER_CONNECTION_MAX = 1000
+
 # How long a server gets to start answering.
 SERVER_START_TIMEOUT_S = 20.0
 

@@ -11,6 +11,8 @@ import palisade
 from palisade import aio, errors
 from palisade._proto import palisade_pb2 as pb
 
+from .conftest import KEEPALIVE_STREAMS_PER_CONNECTION_MAX
+
 
 async def test_an_async_lock_gives_a_verifiable_grant_and_queues_waiters(server, unique):
     async with await aio.Client.connect([server.endpoint]) as client:
@@ -81,11 +83,6 @@ async def test_closing_a_session_returns_even_when_an_ack_arrives_with_it(server
                 session._task.cancel()
             assert done, f"close() of session {session.id} (attempt {attempt}) did not return"
             closing.result()
-
-
-# The server's limit on keepalive streams (and watches, and waiting acquires) per connection:
-# palisade-server's LONG_LIVED_CALLS_PER_CONNECTION_MAX.
-KEEPALIVE_STREAMS_PER_CONNECTION_MAX = 1000
 
 
 @contextlib.asynccontextmanager

@@ -15,6 +15,8 @@ from palisade import _core, errors
 from palisade._core import Endpoints, Failure
 from palisade._proto import palisade_pb2 as pb
 
+from .conftest import KEEPALIVE_STREAMS_PER_CONNECTION_MAX
+
 
 def test_a_lock_gives_a_token_and_a_verifiable_sequencer_and_is_released_on_exit(client, unique):
     keys = client.public_keys()
@@ -237,12 +239,10 @@ def _free() -> int:
 def _no_keepalive_stream_to_spare(client):
     """Streams that send nothing hold the whole budget of keepalive streams of ``client``'s
     connection: a session on it is renewed by Renew calls."""
-    # The server's limit of keepalive streams per connection (LONG_LIVED_CALLS_PER_CONNECTION_MAX).
-    streams_max = 1000
     stub = client._endpoints.current().stub
     silence: "queue.Queue[None]" = queue.Queue()
-    hogs = [stub.KeepAlive(iter(silence.get, "never")) for _ in range(streams_max)]
-    threads = streams_max
+    hogs = [stub.KeepAlive(iter(silence.get, "never")) for _ in range(KEEPALIVE_STREAMS_PER_CONNECTION_MAX)]
+    threads = KEEPALIVE_STREAMS_PER_CONNECTION_MAX
     try:
         # 1000 streams take a thread each in grpc's blocking API: seconds on a busy machine.
         deadline = time.monotonic() + 60

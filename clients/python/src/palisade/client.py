@@ -371,17 +371,16 @@ class Client:
     def _renew(self, credential: SessionCredential, within: Optional[float]) -> float:
         """:meth:`renew`, given up after ``within`` seconds (retries included) unless ``None``."""
         message = _core.keep_alive_request(credential.id, credential.secret)
-        what = f"renewal of session {credential.id}"
-        if within is None:
-            response = self._calls.call("Renew", message, what)
-        else:
+        request: Any = message
+        if within is not None:
             end = time.monotonic() + within
             timeout = self._calls.request_timeout
 
-            def attempt() -> tuple[Any, float]:
+            def bounded() -> tuple[Any, float]:  # each attempt's timeout ends with `within`
                 return message, max(0.001, min(timeout, end - time.monotonic()))
 
-            response = self._calls.call("Renew", attempt, what, budget=within)
+            request = bounded
+        response = self._calls.call("Renew", request, f"renewal of session {credential.id}", budget=within)
         if response.session != credential.id:
             raise errors.ProtocolError(
                 f"renewal of session {credential.id} answered for session {response.session}"
