@@ -713,3 +713,147 @@ fn a_command_sent_to_a_leader_as_it_is_cut_off_is_answered_by_the_next_one() {
     );
     cluster.network().heal().unwrap();
 }
+
+/// How the leader is cut off from the others.
+#[derive(Debug, Clone, Copy)]
+enum LeaderCut {
+    /// No packet either way.
+    BothWays,
+    /// The leader still sends, and its packets arrive, but nothing comes back to it.
+    Deaf,
+}
+
+/// How long a waiter queued at a leader that is then cut off may take to run its command: the
+/// old leader gives up serving once no quorum has answered it for its lease and a heartbeat
+/// (under a second), the others elect within a few election timeouts, and the first holder's
+/// lease of [`FIRST_HOLDER_TTL`] runs out at the new leader. A bound against a hung test, far
+/// below the partition, which lasts until every check is done.
+const WAITER_BOUND: Duration = Duration::from_secs(15);
+const FIRST_HOLDER_TTL: &str = "3s";
+
+/// `palisade lock LOCK --wait 60s -- sh -c 'echo $PALISADE_TOKEN > MARKER; sleep 1'` through
+/// `endpoints`: a waiter whose command records its token and lasts a second.
+fn spawn_waiter(endpoints: &str, lock: &str, marker: &std::path::Path) -> Running {
+    let mut waiter = command(BIN);
+    waiter
+        .args([
+            "--endpoint",
+            endpoints,
+            "lock",
+            lock,
+            "--ttl",
+            "6s",
+            "--wait",
+            "60s",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(format!(
+            "echo $PALISADE_TOKEN > {marker}.part && mv {marker}.part {marker} && sleep 1",
+            marker = marker.display()
+        ))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    Running::spawn(waiter)
+}
+
+/// The token a waiter's command recorded, once it ran within `bound` (panics otherwise, naming
+/// `who`).
+fn ran_with_token(marker: &std::path::Path, who: &str, bound: Duration) -> u64 {
+    palisade_testkit::wait_until(&format!("{who} to run its command"), bound, || {
+        marker.exists()
+    });
+    std::fs::read_to_string(marker)
+        .expect("the marker")
+        .trim()
+        .parse()
+        .expect("a token in the marker")
+}
+
+/// A `palisade lock --wait` client queues its acquire at the leader, then the leader is cut off
+/// (`cut`). The next leader expires the first holder's lease and grants the lock to the
+/// waiter's session. The waiter must learn that within [`WAITER_BOUND`] and run its command,
+/// though the partition lasts: its node gives up serving once no quorum answers it, and the
+/// client asks again elsewhere with the same request id. A second waiter, queued behind it at
+/// the majority, then gets the lock, and a fresh lock is granted meanwhile.
+fn a_waiter_queued_at_a_cut_off_leader_runs_before_the_heal(cut: LeaderCut) {
+    let mut cluster = LocalCluster::start_in_namespaces(BIN, 3);
+    let old = cluster.leader();
+    let majority = others(&cluster, old);
+    let mut order = vec![old];
+    order.extend(&majority);
+    let leader_first = addresses(&cluster, &order);
+    let majority_endpoints = addresses(&cluster, &majority);
+    let first = acquire(&leader_first, "ctr", FIRST_HOLDER_TTL);
+
+    let first_marker = cluster.dir().join("waiter-ran");
+    let mut waiter = spawn_waiter(&leader_first, "ctr", &first_marker);
+    palisade_testkit::wait_until("the waiter to queue at the leader", CONVERGE, || {
+        lock_status(&leader_first, "ctr", false)["waiters"]
+            .as_array()
+            .is_some_and(|waiters| waiters.len() == 1)
+    });
+
+    match cut {
+        LeaderCut::BothWays => cluster.network().cut(&[old], &majority).unwrap(),
+        LeaderCut::Deaf => cluster.network().cut_inbound(old, &majority).unwrap(),
+    }
+    let cut_at = Instant::now();
+    eprintln!("node {old} cut off ({cut:?}) with a waiter queued there");
+
+    // Another client waits for the same lock at the majority, behind the first waiter.
+    let second_marker = cluster.dir().join("second-ran");
+    let mut second = spawn_waiter(&majority_endpoints, "ctr", &second_marker);
+
+    let token = ran_with_token(
+        &first_marker,
+        "the waiter queued at the old leader",
+        WAITER_BOUND,
+    );
+    eprintln!(
+        "the waiter ran with token {token} {:?} after the cut",
+        cut_at.elapsed()
+    );
+    assert!(token > first.token, "{token} after {}", first.token);
+    // A fresh lock is granted while the partition lasts.
+    let fresh = acquire(&majority_endpoints, "fresh", "5s");
+    assert!(fresh.token > first.token);
+
+    let status = waiter.wait(CONVERGE);
+    assert!(
+        status.success(),
+        "the waiter: {status:?}: {}",
+        waiter.stderr()
+    );
+    let done = Instant::now();
+    let second_token = ran_with_token(&second_marker, "the second waiter", WAITER_BOUND);
+    eprintln!(
+        "the second waiter ran with token {second_token} {:?} after the first was done",
+        done.elapsed()
+    );
+    assert!(second_token > token, "{second_token} after {token}");
+    let status = second.wait(CONVERGE);
+    assert!(
+        status.success(),
+        "the second waiter: {status:?}: {}",
+        second.stderr()
+    );
+    // Every check above ran during the partition.
+    eprintln!("healing {:?} after the cut", cut_at.elapsed());
+    cluster.network().heal().unwrap();
+}
+
+#[test]
+fn a_waiter_queued_at_a_leader_cut_off_both_ways_runs_before_the_heal() {
+    if netns::enabled("a_waiter_queued_at_a_leader_cut_off_both_ways_runs_before_the_heal") {
+        a_waiter_queued_at_a_cut_off_leader_runs_before_the_heal(LeaderCut::BothWays);
+    }
+}
+
+#[test]
+fn a_waiter_queued_at_a_leader_that_hears_nothing_runs_before_the_heal() {
+    if netns::enabled("a_waiter_queued_at_a_leader_that_hears_nothing_runs_before_the_heal") {
+        a_waiter_queued_at_a_cut_off_leader_runs_before_the_heal(LeaderCut::Deaf);
+    }
+}

@@ -38,11 +38,15 @@ pub enum Canary {
     /// The lock table forgets request ids: a retried acquire or release is applied again
     /// instead of answered with its first outcome.
     DropRequestDedup,
+    /// A leader that no quorum answers any more keeps serving until it hears a higher term:
+    /// an acquire queued there waits for the whole partition, though the next leader may grant
+    /// the lock to its session, which then holds it without knowing.
+    LeaderNeverStepsBack,
 }
 
 impl Canary {
     /// Every canary.
-    pub const ALL: [Canary; 7] = [
+    pub const ALL: [Canary; 8] = [
         Canary::SkipLeaderStart,
         Canary::FenceRefusesEqualToken,
         Canary::AckBeforeFsync,
@@ -50,6 +54,7 @@ impl Canary {
         Canary::LocalRead,
         Canary::NodeIdReuse,
         Canary::DropRequestDedup,
+        Canary::LeaderNeverStepsBack,
     ];
 
     /// Its name on the command line.
@@ -62,6 +67,7 @@ impl Canary {
             Canary::LocalRead => "local-read",
             Canary::NodeIdReuse => "node-id-reuse",
             Canary::DropRequestDedup => "drop-request-dedup",
+            Canary::LeaderNeverStepsBack => "leader-never-steps-back",
         }
     }
 

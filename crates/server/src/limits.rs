@@ -90,6 +90,15 @@ pub const HEARTBEAT_INTERVAL_MS: u64 = 100;
 /// also openraft's leader lease: how long a leader keeps leading without a quorum's answer.
 pub const ELECTION_TIMEOUT_MIN_MS: u64 = 300;
 pub const ELECTION_TIMEOUT_MAX_MS: u64 = 600;
+/// A leader that has heard no quorum acknowledge it for this long stops serving: its queued
+/// acquires, watches and keepalive streams end with an answer that sends their clients to the
+/// next leader (see `Node::watch_quorum`). It is openraft's leader lease (after which the leader
+/// takes no new proposal) plus one heartbeat, so one late heartbeat does not end a term.
+pub const QUORUM_SILENCE_MS: u64 = ELECTION_TIMEOUT_MAX_MS + HEARTBEAT_INTERVAL_MS;
+/// Once its lease has lapsed without a quorum's answer, a leader alternates periods of this
+/// length without heartbeats and with them (openraft's `quorum_loss_probe_interval`). openraft
+/// requires at least its lease plus the longest election timeout.
+pub const QUORUM_LOSS_PROBE_MS: u64 = 2 * ELECTION_TIMEOUT_MAX_MS;
 /// How long a client's command may wait for its log entry to commit before the caller is told
 /// the outcome is unknown (and retries elsewhere with the same request id). A commit takes
 /// milliseconds; one that takes this long is on a leader cut off from its quorum.
@@ -164,6 +173,10 @@ pub const ADD_MEMBER_CATCH_UP: std::time::Duration = std::time::Duration::from_s
 // Followers hear several heartbeats before they campaign.
 const _: () = assert!(HEARTBEAT_INTERVAL_MS * 2 < ELECTION_TIMEOUT_MIN_MS);
 const _: () = assert!(ELECTION_TIMEOUT_MIN_MS < ELECTION_TIMEOUT_MAX_MS);
+// A leader gives up serving no sooner than openraft stops taking its proposals (its lease),
+// and before a client's proposal there times out: a waiter is answered by then.
+const _: () = assert!(QUORUM_SILENCE_MS > ELECTION_TIMEOUT_MAX_MS);
+const _: () = assert!(QUORUM_SILENCE_MS < PROPOSAL_COMMIT_TIMEOUT_MS);
 // A proposal is given up on only after the leader's lease has lapsed twice over: by then a
 // leader that has not committed it has no quorum, and a new leader can be elected.
 const _: () =

@@ -17,13 +17,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use openraft::Instant as _;
 use openraft::async_runtime::WatchReceiver;
 use openraft::errors::{
     ClientWriteError, ForwardToLeader, InitializeError, LinearizableReadError, RaftError,
 };
 use openraft::impls::ProgressResponder;
 use openraft::storage::{RaftLogReader as _, RaftLogStorage as _};
-use openraft::type_config::alias::CommittedLeaderIdOf;
+use openraft::type_config::alias::{CommittedLeaderIdOf, InstantOf};
 use openraft::vote::RaftLeaderId;
 use openraft::{ChangeMembers, Config, ReadPolicy, ServerState, SnapshotPolicy};
 use palisade_clock::SharedClock;
@@ -198,6 +199,15 @@ impl LeaderClock {
     }
 }
 
+/// When a quorum last acknowledged this node as its leader ([`Node::last_quorum_ack`]).
+enum QuorumAck {
+    /// This node is the only voter: it is its own quorum.
+    NotNeeded,
+    /// No quorum has acknowledged it (or it does not lead).
+    Never,
+    At(InstantOf<C>),
+}
+
 /// One term of this node's leadership, from its `LeaderStart` on.
 #[derive(Debug)]
 struct Term {
@@ -265,6 +275,10 @@ fn raft_config() -> Result<Config, StartError> {
         // A member cut off alone asks first whether it could win, and raises no term until it
         // could: when the network heals, it does not depose a leader that served all along.
         enable_pre_vote: Some(true),
+        // A leader no quorum answers stops its heartbeats for a while (then probes, then stops
+        // again): followers it still reaches, though it hears nothing back, elect a new leader
+        // instead of being held by its heartbeats for as long as the cut lasts.
+        quorum_loss_probe_interval: Some(crate::limits::QUORUM_LOSS_PROBE_MS),
         ..Default::default()
     };
     config.validate().map_err(StartError::raft)
@@ -540,13 +554,33 @@ impl Node {
         *self.leader_watch.lock().expect("leader watch lock") = LeaderWatch(Some(handle));
     }
 
-    /// Takes over as leader of the term `leader_id`: catch up with every committed entry,
-    /// re-anchor the clock on the table's latest time, extend every lease (`LeaderStart`),
-    /// then serve and drive the leases until the term ends. `ends` is the count of ended
-    /// leaderships when the term began: if another ends meanwhile, this term is not published.
-    async fn take_over(self: Arc<Self>, leader_id: CommittedLeaderIdOf<C>, ends: u64) {
+    /// Takes over as leader of the term `leader_id` ([`Node::start_serving`]), then serves and
+    /// drives the leases until the term ends, or until no quorum answers ([`Node::watch_quorum`]);
+    /// in that case it takes over again once a quorum answers again in the same term. `ends` is
+    /// the count of ended leaderships when the term began: if another ends meanwhile, this term
+    /// is not published.
+    async fn take_over(self: Arc<Self>, leader_id: CommittedLeaderIdOf<C>, mut ends: u64) {
+        while let Some(term) = self.start_serving(leader_id, ends).await {
+            tokio::spawn(self.clone().drive_leases(term.clone()));
+            if !self.watch_quorum(term).await {
+                return;
+            }
+            ends = self
+                .leadership_ends
+                .load(std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// Catches up with every committed entry, re-anchors the clock on the table's latest time,
+    /// extends every lease (`LeaderStart`), raises the token floor a cut log left, and
+    /// publishes the term: from then on this node serves. `None` if the term ended first.
+    async fn start_serving(
+        self: &Arc<Self>,
+        leader_id: CommittedLeaderIdOf<C>,
+        ends: u64,
+    ) -> Option<Arc<Term>> {
         if !self.catch_up_as_leader(leader_id).await {
-            return;
+            return None;
         }
         let skip_leader_start = canary::active(Canary::SkipLeaderStart);
         let table_now = if skip_leader_start {
@@ -564,7 +598,7 @@ impl Node {
                 Ok((_, started)) => tracing::info!(result = ?started.result, "took over as leader"),
                 Err(e) => {
                     tracing::info!(error = %e, "could not take over");
-                    return;
+                    return None;
                 }
             }
         }
@@ -575,7 +609,7 @@ impl Node {
             Ok(own) => own,
             Err(e) => {
                 tracing::error!(error = %e, "not taking over: the token floor left by a cut of the log cannot be read");
-                return;
+                return None;
             }
         };
         let floor = own.max(self.network.learned_token_floor());
@@ -589,7 +623,7 @@ impl Node {
                 }
                 Err(e) => {
                     tracing::info!(error = %e, "could not raise the token floor; not taking over");
-                    return;
+                    return None;
                 }
             }
         }
@@ -622,8 +656,94 @@ impl Node {
             }
             still
         });
-        if published {
-            tokio::spawn(self.clone().drive_leases(term));
+        published.then_some(term)
+    }
+
+    /// Ends `term` once no quorum has acknowledged this leader for
+    /// [`QUORUM_SILENCE_MS`](crate::limits::QUORUM_SILENCE_MS), and takes over again if the
+    /// same openraft term hears from a quorum later.
+    ///
+    /// openraft keeps a leader cut off from its quorum leading until it hears a higher term,
+    /// which a partition may delay for as long as it lasts; only its new proposals are refused.
+    /// Meanwhile an acquire queued here waits for an answer this node cannot give: the next
+    /// leader may grant the lock to that waiter's session, whose keepalives it renews, and the
+    /// lock would be held by a client that does not know it for the whole partition. Ending the
+    /// term here ends every queued acquire, watch and keepalive stream with an answer that sends
+    /// its client elsewhere, where a retry with the same request id learns the outcome.
+    async fn watch_quorum(&self, term: Arc<Term>) -> bool {
+        let silence_max = Duration::from_millis(crate::limits::QUORUM_SILENCE_MS);
+        let poll = Duration::from_millis(crate::limits::HEARTBEAT_INTERVAL_MS);
+        let published = InstantOf::<C>::now();
+        let mut stopping = self.stopping.subscribe();
+        // Serving: until the term ends otherwise, or its quorum goes silent.
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(poll) => {}
+                _ = stopping.changed() => return false,
+                () = self.term_ended(&term) => return false,
+            }
+            let silence = match self.last_quorum_ack() {
+                QuorumAck::NotNeeded => continue,
+                QuorumAck::Never => published.elapsed(),
+                QuorumAck::At(acked) => acked.max(published).elapsed(),
+            };
+            if silence <= silence_max || canary::active(Canary::LeaderNeverStepsBack) {
+                continue;
+            }
+            let ended = self.leading.send_if_modified(|leading| {
+                let ours = leading.as_ref().is_some_and(|now| Arc::ptr_eq(now, &term));
+                if ours {
+                    self.leadership_ends
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    *leading = None;
+                }
+                ours
+            });
+            if !ended {
+                return false;
+            }
+            tracing::warn!(
+                silence_ms = silence.as_millis() as u64,
+                "no quorum has answered this leader; it stops serving, and its clients go to \
+                 the next leader"
+            );
+            break;
+        }
+        let stepped_back = InstantOf::<C>::now();
+        // Stepped back: a quorum that answers again in the same term gets a leader again.
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(poll) => {}
+                _ = stopping.changed() => return false,
+            }
+            if *self.stopping.borrow() || !self.leads_term(term.leader_id) {
+                // A new term (here or elsewhere) is taken over through openraft's callbacks.
+                return false;
+            }
+            let answered = match self.last_quorum_ack() {
+                QuorumAck::NotNeeded => true,
+                QuorumAck::Never => false,
+                QuorumAck::At(acked) => acked > stepped_back,
+            };
+            if answered {
+                tracing::info!("a quorum answers this leader again; taking over again");
+                return true;
+            }
+        }
+    }
+
+    /// When a quorum last acknowledged this node as its leader.
+    fn last_quorum_ack(&self) -> QuorumAck {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow_watched();
+        if metrics.membership_config.membership().voter_ids().count() <= 1 {
+            return QuorumAck::NotNeeded;
+        }
+        match &metrics.last_quorum_acked {
+            Some(acked) if metrics.current_leader == Some(self.identity.node_id) => {
+                QuorumAck::At(**acked)
+            }
+            _ => QuorumAck::Never,
         }
     }
 
@@ -777,11 +897,24 @@ impl Node {
             return Err(self.not_leader());
         };
         // A leader cut off from its quorum takes proposals for up to its lease, and answers
-        // them only once the partition heals; its callers go elsewhere in the meantime.
+        // them only once the partition heals; its callers go elsewhere in the meantime: when
+        // the term ends (`watch_quorum` ends it once no quorum answers), or at the latest
+        // after the timeout.
         let timeout = Duration::from_millis(crate::limits::PROPOSAL_COMMIT_TIMEOUT_MS);
-        tokio::time::timeout(timeout, self.propose_in(&term, command))
-            .await
-            .unwrap_or(Err(ProposeError::NotCommittedInTime))
+        tokio::select! {
+            proposed = tokio::time::timeout(timeout, self.propose_in(&term, command)) => {
+                proposed.unwrap_or(Err(ProposeError::NotCommittedInTime))
+            }
+            () = self.term_ended(&term) => Err(ProposeError::Discarded { leader: None }),
+        }
+    }
+
+    /// Resolves once `term` is no longer the term this node serves.
+    async fn term_ended(&self, term: &Arc<Term>) {
+        let mut leading = self.leading.subscribe();
+        let _ = leading
+            .wait_for(|now| !now.as_ref().is_some_and(|now| Arc::ptr_eq(now, term)))
+            .await;
     }
 
     /// Reads the table if this node leads, as the checks before a proposal need it: a node

@@ -376,6 +376,21 @@ impl Network {
         })
     }
 
+    /// `at` goes deaf to `from`: no packet from a node of `from` arrives at `at`, on new or
+    /// established connections, while everything `at` sends still arrives (its answers and
+    /// acknowledgements never come back). Half of [`Network::cut`].
+    pub fn cut_inbound(&self, at: u64, from: &[u64]) -> Result<(), NetnsError> {
+        for &b in from {
+            assert_ne!(at, b);
+            self.drop_packets(Fault {
+                at,
+                from: b,
+                port_only: false,
+            })?;
+        }
+        Ok(())
+    }
+
     /// Removes every fault: packets flow again, and TCP delivers what it had to retransmit.
     pub fn heal(&self) -> Result<(), NetnsError> {
         let mut faults = self.faults.lock().unwrap();
