@@ -857,3 +857,70 @@ fn a_waiter_queued_at_a_leader_that_hears_nothing_runs_before_the_heal() {
         a_waiter_queued_at_a_cut_off_leader_runs_before_the_heal(LeaderCut::Deaf);
     }
 }
+
+/// Not a test: measures which TTLs a `palisade lock` holder needs to keep its lock when the
+/// leader is cut off, for docs/cluster.md. For each TTL in `PALISADE_MEASURE_TTLS` (seconds,
+/// comma-separated; default 3,4,5) and each phase of the cut (just after a renewal, and a
+/// quarter of a second before the next, with that renewal in flight), it runs a holder on a
+/// fresh cluster, cuts the leader off for two TTLs and prints whether the holder kept its
+/// lock. Run: `PALISADE_TEST_NETNS=1 cargo test -p palisade-cli --test cluster_partition
+/// measure_ttl -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, not a test: run it by name with --ignored"]
+fn measure_ttl_a_holder_needs_through_a_leader_cut() {
+    if !netns::enabled("measure_ttl_a_holder_needs_through_a_leader_cut") {
+        return;
+    }
+    let ttls: Vec<u64> = std::env::var("PALISADE_MEASURE_TTLS")
+        .unwrap_or_else(|_| "3,4,5".into())
+        .split(',')
+        .map(|t| t.trim().parse().expect("whole seconds"))
+        .collect();
+    for ttl in ttls {
+        let interval = Duration::from_millis(ttl * 1000 / 3);
+        for (phase, delay) in [
+            ("after a renewal", Duration::ZERO),
+            (
+                "with a renewal in flight",
+                interval - Duration::from_millis(250),
+            ),
+        ] {
+            let mut cluster = LocalCluster::start_in_namespaces(BIN, 3);
+            let everyone = addresses(&cluster, &all_ids(&cluster));
+            let mut lock = command(BIN);
+            lock.args(["--endpoint", &everyone, "lock", "job", "--ttl"])
+                .arg(format!("{ttl}s"))
+                .args(["--", "sleep", "600"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped());
+            let mut holder = Running::spawn(lock);
+            palisade_testkit::wait_until("the holder to hold", CONVERGE, || {
+                lock_status(&everyone, "job", false)["holder"].is_object()
+            });
+            let old = cluster.leader();
+            let majority = others(&cluster, old);
+            let renewed = just_renewed(&cluster.nodes[&old].address());
+            std::thread::sleep(delay.saturating_sub(renewed.elapsed()));
+            cluster.network().cut(&[old], &majority).unwrap();
+            let cut = Instant::now();
+            let new = new_leader(&cluster, &majority, old);
+            let elected = cut.elapsed();
+            let mut lost_after = None;
+            while cut.elapsed() < Duration::from_secs(2 * ttl) {
+                if holder.child.try_wait().unwrap().is_some() {
+                    lost_after = Some(cut.elapsed());
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            eprintln!(
+                "ttl {ttl}s, cut {phase}: node {new} led {elected:?} after the cut; {}",
+                match lost_after {
+                    Some(after) => format!("the holder LOST its lock {after:?} after the cut"),
+                    None => "the holder kept its lock".to_string(),
+                }
+            );
+            cluster.network().heal().unwrap();
+        }
+    }
+}
