@@ -38,15 +38,11 @@ pub enum Canary {
     /// The lock table forgets request ids: a retried acquire or release is applied again
     /// instead of answered with its first outcome.
     DropRequestDedup,
-    /// A leader that no quorum answers any more keeps serving until it hears a higher term:
-    /// an acquire queued there waits for the whole partition, though the next leader may grant
-    /// the lock to its session, which then holds it without knowing.
-    LeaderNeverStepsBack,
 }
 
 impl Canary {
     /// Every canary.
-    pub const ALL: [Canary; 8] = [
+    pub const ALL: [Canary; 7] = [
         Canary::SkipLeaderStart,
         Canary::FenceRefusesEqualToken,
         Canary::AckBeforeFsync,
@@ -54,7 +50,6 @@ impl Canary {
         Canary::LocalRead,
         Canary::NodeIdReuse,
         Canary::DropRequestDedup,
-        Canary::LeaderNeverStepsBack,
     ];
 
     /// Its name on the command line.
@@ -67,7 +62,6 @@ impl Canary {
             Canary::LocalRead => "local-read",
             Canary::NodeIdReuse => "node-id-reuse",
             Canary::DropRequestDedup => "drop-request-dedup",
-            Canary::LeaderNeverStepsBack => "leader-never-steps-back",
         }
     }
 

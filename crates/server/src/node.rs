@@ -687,7 +687,7 @@ impl Node {
                 QuorumAck::Never => published.elapsed(),
                 QuorumAck::At(acked) => acked.max(published).elapsed(),
             };
-            if silence <= silence_max || canary::active(Canary::LeaderNeverStepsBack) {
+            if silence <= silence_max {
                 continue;
             }
             let ended = self.leading.send_if_modified(|leading| {
