@@ -639,6 +639,49 @@ mod tests {
     }
 
     #[test]
+    fn a_cut_keeps_floors_above_the_counters_mark_and_an_older_floor_file_still_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("raft.wal");
+        {
+            let (mut wal, _) = Wal::open(&path).unwrap();
+            write(&mut wal, vec![Record::Entries(vec![entry(1)])]);
+            write(&mut wal, vec![Record::Entries(vec![entry(2)])]);
+        }
+        let (data_end, mut bytes) = data_end_and_contents(&path);
+        bytes[data_end - 2] ^= 0x01;
+        std::fs::write(&path, &bytes).unwrap();
+        // The node had raised its counters far above the time floor before the cut.
+        let now = crate::counters::now_unix_ms();
+        let mark = crate::counters::CounterMark::new(
+            None,
+            Token::new(1 << 60),
+            SessionId::new(1 << 50),
+            now,
+            vec![1],
+        );
+        crate::counters::write(dir.path(), &mark).unwrap();
+        drop(Wal::open(&path).unwrap());
+        let floor = pending_token_floor(dir.path()).unwrap().unwrap();
+        assert!(floor.token.get() > (1 << 60) + (1 << 21), "{floor:?}");
+        assert!(floor.session.unwrap().get() > (1 << 50) + (1 << 21), "{floor:?}");
+
+        // One line: an older version's file; its floor is for tokens only.
+        std::fs::write(dir.path().join(TOKEN_FLOOR_FILE), "1234\n").unwrap();
+        assert_eq!(
+            pending_token_floor(dir.path()).unwrap(),
+            Some(PendingFloor {
+                token: Token::new(1234),
+                session: None
+            })
+        );
+        for garbage in ["", "x\n", "5\nsix\n", "5\nsession 6\n7\n"] {
+            std::fs::write(dir.path().join(TOKEN_FLOOR_FILE), garbage).unwrap();
+            let refused = pending_token_floor(dir.path()).unwrap_err();
+            assert!(refused.to_string().contains("recover-counters"), "{refused}");
+        }
+    }
+
+    #[test]
     fn a_damaged_last_frame_is_cut_but_a_damaged_frame_before_data_stops_the_start() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("raft.wal");
