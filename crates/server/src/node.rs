@@ -1421,6 +1421,12 @@ impl Node {
             Ok(Some(floor))
                 if floor.token <= token && floor.session.is_none_or(|floor| floor <= session) =>
             {
+                // The mark first: without the file, a log short of an older mark would stop
+                // the next start.
+                if let Err(e) = self.shared.marks().record(self.shared.counter_mark()) {
+                    tracing::warn!(error = %e, "could not write the counters' mark; the applied floor's file is kept");
+                    return;
+                }
                 match crate::wal::forget_token_floor(&self.data_dir) {
                     Ok(()) => tracing::info!(
                         floor = floor.token.get(),

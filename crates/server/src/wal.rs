@@ -663,7 +663,10 @@ mod tests {
         drop(Wal::open(&path).unwrap());
         let floor = pending_token_floor(dir.path()).unwrap().unwrap();
         assert!(floor.token.get() > (1 << 60) + (1 << 21), "{floor:?}");
-        assert!(floor.session.unwrap().get() > (1 << 50) + (1 << 21), "{floor:?}");
+        assert!(
+            floor.session.unwrap().get() > (1 << 50) + (1 << 21),
+            "{floor:?}"
+        );
 
         // One line: an older version's file; its floor is for tokens only.
         std::fs::write(dir.path().join(TOKEN_FLOOR_FILE), "1234\n").unwrap();
@@ -677,7 +680,10 @@ mod tests {
         for garbage in ["", "x\n", "5\nsix\n", "5\nsession 6\n7\n"] {
             std::fs::write(dir.path().join(TOKEN_FLOOR_FILE), garbage).unwrap();
             let refused = pending_token_floor(dir.path()).unwrap_err();
-            assert!(refused.to_string().contains("recover-counters"), "{refused}");
+            assert!(
+                refused.to_string().contains("recover-counters"),
+                "{refused}"
+            );
         }
     }
 
