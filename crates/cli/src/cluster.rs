@@ -69,12 +69,66 @@ pub enum ClusterCommand {
     /// Raise the token counter so every later grant's token is above FLOOR (never lowers it):
     /// after a resource accepted a token it should not have (a planted or leaked key, retired
     /// since), honest holders' tokens pass it again. See docs/security.md.
+    ///
+    /// A floor within 2^56 of the largest token (2^63 - 1) is refused. One more than 2^40
+    /// above the larger of the counter and the time floor (2^21 per second since 1970) is
+    /// refused unless --force is given.
     #[command(after_help = exit::HELP)]
     RaiseTokenFloor {
         /// The largest token a resource accepted that the cluster did not grant.
         #[arg(value_parser = clap::value_parser!(u64).range(1..=palisade_core::limits::TOKEN_MAX.get()))]
         floor: u64,
+        /// Raise the counter far above where it is: that token space is spent for ever (the
+        /// counter never goes down), and every later restore or recovery builds on it.
+        #[arg(long)]
+        force: bool,
     },
+}
+
+/// Flags of `palisade recover-counters`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(after_help = exit::HELP)]
+pub struct RecoverCountersArgs {
+    /// The stopped node's data directory.
+    #[arg(long)]
+    pub data_dir: std::path::PathBuf,
+}
+
+/// `palisade recover-counters`: floors above every token and session id the node can have
+/// issued, for it to propose before it grants anything.
+pub fn recover_counters(args: RecoverCountersArgs) -> anyhow::Result<ExitCode> {
+    use palisade_server::counters::{RecoverError, now_unix_ms, recover};
+    let recovered = recover(&args.data_dir, now_unix_ms()).map_err(|e| {
+        let code = match e {
+            RecoverError::Refused(_) => exit::REFUSED,
+            RecoverError::Io(_) => exit::INTERNAL,
+        };
+        Exit::new(code, e.to_string())
+    })?;
+    match &recovered.mark {
+        Some(mark) => println!(
+            "the counters' mark of {} records token {} and session {}, read at {} ms since 1970",
+            args.data_dir.display(),
+            mark.last_token,
+            mark.last_session,
+            mark.read_at_unix_ms
+        ),
+        None => println!(
+            "{} has no counters' mark: the floors are the time floor (2^21 a second since 1970)",
+            args.data_dir.display()
+        ),
+    }
+    println!(
+        "tokens will continue above {} and session ids above {}, proposed before anything is \
+         granted; start the node with `palisade serve --data-dir {}`",
+        recovered.floors.token,
+        recovered
+            .floors
+            .session
+            .map_or_else(|| "the current counter".to_string(), |s| s.to_string()),
+        args.data_dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Flags of `palisade restore`.
@@ -243,11 +297,11 @@ pub async fn run(
             Ok(ExitCode::SUCCESS)
         }
         ClusterCommand::Backup { file } => backup(endpoints, bearer, &file).await,
-        ClusterCommand::RaiseTokenFloor { floor } => {
+        ClusterCommand::RaiseTokenFloor { floor, force } => {
             let last_token =
                 on_leader(endpoints, bearer, REMOVE_TIMEOUT, |mut client| async move {
                     client
-                        .raise_token_floor(RaiseTokenFloorRequest { floor })
+                        .raise_token_floor(RaiseTokenFloorRequest { floor, force })
                         .await
                         .map(|r| r.into_inner().last_token)
                 })
@@ -323,24 +377,26 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
                 format!("cannot read {}: {e}", args.backup.display()),
             )
         })?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let now = palisade_server::counters::now_unix_ms();
     let restored = palisade_server::backup::restore(&bytes, &args.data_dir, now).map_err(|e| {
         let code = match e {
             palisade_server::backup::RestoreError::Io(_) => exit::INTERNAL,
             palisade_server::backup::RestoreError::Backup(_)
             | palisade_server::backup::RestoreError::NotEmpty { .. }
-            | palisade_server::backup::RestoreError::ClockBehind { .. } => exit::REFUSED,
+            | palisade_server::backup::RestoreError::ClockBehind { .. }
+            | palisade_server::backup::RestoreError::Exhausted { .. } => exit::REFUSED,
         };
         Exit::new(code, e.to_string())
     })?;
     println!(
-        "restored into {}: a new cluster whose tokens continue above {} (the backup's last was {}); \
+        "restored into {}: a new cluster whose tokens continue above {} (the backup's last was {}) \
+         and session ids above {} (the backup's last was {}); \
          {} sessions and {} locks were not carried over, clients open new sessions",
         args.data_dir.display(),
         restored.last_token,
         restored.last_token_in_backup,
+        restored.last_session,
+        restored.last_session_in_backup,
         restored.sessions_dropped,
         restored.locks_dropped,
     );

@@ -93,6 +93,10 @@ enum Command {
     Pubkey(inspect::PubkeyArgs),
     /// Create a new cluster's data directory from a backup (`palisade cluster backup`).
     Restore(cluster::RestoreArgs),
+    /// Place a stopped node's token and session counters above every value they can have had,
+    /// after its log was lost, cut or rolled back beside its signing key (the start refuses
+    /// and names this command). See docs/cluster.md.
+    RecoverCounters(cluster::RecoverCountersArgs),
     /// The signing keys of the lock service: list, add, rotate, retire.
     #[command(subcommand)]
     Keys(cluster::KeysCommand),
@@ -276,6 +280,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             cluster::run(command, &endpoints, &global.bearer()).await
         }
         Command::Restore(args) => cluster::restore(args),
+        Command::RecoverCounters(args) => cluster::recover_counters(args),
         Command::Keys(command) => {
             let endpoints = palisade_client::parse_endpoints(&global.endpoint)?;
             cluster::keys(command, &endpoints, &global.bearer()).await

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{DurationMs, Token};
+use crate::{DurationMs, SessionId, Token};
 
 /// Longest lock name, in bytes of UTF-8.
 pub const LOCK_NAME_BYTES_MAX: usize = 256;
@@ -90,6 +90,111 @@ pub const fn restore_token_floor(unix_seconds: u64) -> Token {
 
 // Seconds since 1970 fit 32 bits until 2106; their floor is then exact in a double.
 const _: () = assert!(restore_token_floor(u32::MAX as u64).get() < 1 << 53);
+
+/// Largest session id a floor may set the session counter to: the largest token, so a session
+/// id, like a token, fits every backend's signed 64-bit integer.
+pub const SESSION_ID_MAX: SessionId = SessionId::new(TOKEN_MAX.get());
+
+/// How far a recovery floor lies above what a counter can have reached since it was known: one
+/// second's worth of [`RESTORE_TOKENS_PER_SECOND`], for the clock's imprecision and for what
+/// the counter did between being read and being recorded.
+pub const RECOVERY_MARGIN: u64 = RESTORE_TOKENS_PER_SECOND;
+
+/// The floors a counter recovery places the token and session counters at (a restore, a cut
+/// of the log, `palisade recover-counters`): see [`recovery_floors`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecoveryFloors {
+    /// Every later token is above this one; at [`TOKEN_MAX`] no lock can be granted any more.
+    pub token: Token,
+    /// Every later session id is above this one.
+    pub session: SessionId,
+}
+
+impl RecoveryFloors {
+    /// Whether the token floor reached [`TOKEN_MAX`]: nothing could be granted after it.
+    pub fn exhausted(&self) -> bool {
+        self.token >= TOKEN_MAX
+    }
+}
+
+/// The lowest value above every value a counter known to be at `known` at `known_at_unix_ms`
+/// (milliseconds since 1970) can have reached at `now_unix_ms`: it grows at most
+/// [`RESTORE_TOKENS_PER_SECOND`] (rounded up), plus [`RECOVERY_MARGIN`]; and never below the
+/// time floor of `now` ([`restore_token_floor`]), which covers what nothing recorded. A clock
+/// behind `known_at` counts no time. Exact in 128 bits, then saturated at `u64::MAX`.
+pub fn recovery_floor(known: u64, known_at_unix_ms: u64, now_unix_ms: u64) -> u64 {
+    let elapsed_ms = u128::from(now_unix_ms.saturating_sub(known_at_unix_ms));
+    let growth = (elapsed_ms * u128::from(RESTORE_TOKENS_PER_SECOND)).div_ceil(1000);
+    let relative = u128::from(known) + growth + u128::from(RECOVERY_MARGIN);
+    let time = u128::from(restore_token_floor(now_unix_ms / 1000).get());
+    u64::try_from(relative.max(time)).unwrap_or(u64::MAX)
+}
+
+/// The floors of both counters after a recovery, from the counters last known (`last_token`,
+/// `last_session`, read at `known_at_unix_ms`) and the time now: each
+/// [`recovery_floor`], the token's at most [`TOKEN_MAX`] and the session's at most
+/// [`SESSION_ID_MAX`].
+pub fn recovery_floors(
+    last_token: Token,
+    last_session: SessionId,
+    known_at_unix_ms: u64,
+    now_unix_ms: u64,
+) -> RecoveryFloors {
+    RecoveryFloors {
+        token: Token::new(
+            recovery_floor(last_token.get(), known_at_unix_ms, now_unix_ms).min(TOKEN_MAX.get()),
+        ),
+        session: SessionId::new(
+            recovery_floor(last_session.get(), known_at_unix_ms, now_unix_ms)
+                .min(SESSION_ID_MAX.get()),
+        ),
+    }
+}
+
+/// Token space an operator's raised floor leaves below [`TOKEN_MAX`]: `raise-token-floor`
+/// refuses a floor above `TOKEN_MAX - TOKEN_FLOOR_HEADROOM`, even with `--force`. Every later
+/// recovery adds [`RESTORE_TOKENS_PER_SECOND`] per second elapsed: 2^56 is a thousand years of
+/// that, and a floor at the very limit would leave no lock grantable, for ever.
+pub const TOKEN_FLOOR_HEADROOM: u64 = 1 << 56;
+
+/// How far above the larger of the counter and the time floor ([`restore_token_floor`]) an
+/// operator may raise the counter without `--force`: 2^40, far above any token a resource can
+/// have seen from a mistake of this cluster's own, far below what would eat the token space.
+pub const TOKEN_FLOOR_JUMP_MAX: u64 = 1 << 40;
+
+/// Why an operator's floor is refused ([`check_raised_floor`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FloorRefusal {
+    /// Above `token_max - TOKEN_FLOOR_HEADROOM`: refused whatever `force` says.
+    TooCloseToMax { highest: Token },
+    /// More than [`TOKEN_FLOOR_JUMP_MAX`] above `base` (the larger of the counter and the time
+    /// floor), and not forced.
+    FarAbove { base: Token, highest: Token },
+}
+
+/// Checks a floor an operator asks for against the counter `last_token`, the time floor of
+/// `now_unix_secs` and `token_max` (the table's limit, at most [`TOKEN_MAX`]).
+pub fn check_raised_floor(
+    floor: Token,
+    last_token: Token,
+    now_unix_secs: u64,
+    token_max: Token,
+    force: bool,
+) -> Result<(), FloorRefusal> {
+    let highest = Token::new(token_max.get().saturating_sub(TOKEN_FLOOR_HEADROOM));
+    if floor > highest {
+        return Err(FloorRefusal::TooCloseToMax { highest });
+    }
+    let base = last_token.max(restore_token_floor(now_unix_secs));
+    let unforced = Token::new(base.get().saturating_add(TOKEN_FLOOR_JUMP_MAX)).min(highest);
+    if floor > unforced && !force {
+        return Err(FloorRefusal::FarAbove {
+            base,
+            highest: unforced,
+        });
+    }
+    Ok(())
+}
 
 const _: () = assert!(SESSION_TTL_MS_MIN.as_millis() < SESSION_TTL_MS_MAX.as_millis());
 // `Limits` holds its counts as `u32` (a replicated value has an explicit width); the table
@@ -320,5 +425,120 @@ impl OpenKeyError {
             OpenKeyError::NotRandom => "not_random",
             OpenKeyError::NotHex => "not_hex",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW_MS: u64 = 1_780_000_000_000;
+
+    #[test]
+    fn a_recovery_floor_is_above_what_the_counter_can_have_reached_since_it_was_known() {
+        let time = restore_token_floor(NOW_MS / 1000).get();
+        // Far below the time floor: the time floor.
+        assert_eq!(recovery_floor(5, NOW_MS - 1_000, NOW_MS), time);
+        // Far above it (a counter raised to 2^60): the known value, plus 2^21 a second since
+        // (rounded up), plus a second's margin.
+        let known = 1 << 60;
+        assert_eq!(
+            recovery_floor(known, NOW_MS - 2_500, NOW_MS),
+            known + 5 * (RESTORE_TOKENS_PER_SECOND / 2) + RECOVERY_MARGIN
+        );
+        assert_eq!(
+            recovery_floor(known, NOW_MS - 1, NOW_MS),
+            known + RESTORE_TOKENS_PER_SECOND.div_ceil(1000) + RECOVERY_MARGIN
+        );
+        // A clock behind the moment the counter was known counts no time, margin kept.
+        assert_eq!(
+            recovery_floor(known, NOW_MS + 60_000, NOW_MS),
+            known + RECOVERY_MARGIN
+        );
+    }
+
+    #[test]
+    fn recovery_floors_saturate_at_the_largest_token_and_session_without_overflow() {
+        for known in [TOKEN_MAX.get() - 1, TOKEN_MAX.get(), u64::MAX - 1, u64::MAX] {
+            assert_eq!(recovery_floor(known, 0, u64::MAX), u64::MAX, "{known}");
+            let floors = recovery_floors(
+                Token::new(known),
+                SessionId::new(known),
+                NOW_MS - 1_000,
+                NOW_MS,
+            );
+            assert_eq!(floors.token, TOKEN_MAX, "{known}");
+            assert_eq!(floors.session, SESSION_ID_MAX, "{known}");
+            assert!(floors.exhausted());
+        }
+        // A year at the full rate from 2^62 stays below the limit.
+        let year_ms = 365 * 86_400_000;
+        let floors = recovery_floors(
+            Token::new(1 << 62),
+            SessionId::new(1),
+            NOW_MS - year_ms,
+            NOW_MS,
+        );
+        assert!(!floors.exhausted());
+        assert!(floors.token.get() > (1 << 62) + year_ms / 1000 * RESTORE_TOKENS_PER_SECOND);
+        assert_eq!(
+            floors.session,
+            SessionId::new(restore_token_floor(NOW_MS / 1000).get())
+        );
+    }
+
+    #[test]
+    fn an_operators_floor_near_the_limit_is_refused_and_one_far_above_needs_force() {
+        let now = NOW_MS / 1000;
+        let time = restore_token_floor(now);
+        let counter = Token::new(10);
+        let ok = |floor: u64, force| {
+            check_raised_floor(Token::new(floor), counter, now, TOKEN_MAX, force)
+        };
+        // Up to the time floor plus 2^40: no force needed.
+        assert_eq!(ok(1 << 40, false), Ok(()));
+        assert_eq!(ok(time.get() + TOKEN_FLOOR_JUMP_MAX, false), Ok(()));
+        // Above it: only with force.
+        let far = time.get() + TOKEN_FLOOR_JUMP_MAX + 1;
+        assert_eq!(
+            ok(far, false),
+            Err(FloorRefusal::FarAbove {
+                base: time,
+                highest: Token::new(time.get() + TOKEN_FLOOR_JUMP_MAX)
+            })
+        );
+        assert_eq!(ok(far, true), Ok(()));
+        assert_eq!(ok(1 << 60, true), Ok(()));
+        // Near the limit: never, forced or not.
+        let highest = Token::new(TOKEN_MAX.get() - TOKEN_FLOOR_HEADROOM);
+        assert_eq!(ok(highest.get(), true), Ok(()));
+        for floor in [highest.get() + 1, TOKEN_MAX.get(), u64::MAX] {
+            for force in [false, true] {
+                assert_eq!(
+                    ok(floor, force),
+                    Err(FloorRefusal::TooCloseToMax { highest }),
+                    "{floor} {force}"
+                );
+            }
+        }
+        // A counter already far up: the jump is measured from it.
+        let high = Token::new(1 << 61);
+        assert_eq!(
+            check_raised_floor(
+                Token::new((1 << 61) + TOKEN_FLOOR_JUMP_MAX),
+                high,
+                now,
+                TOKEN_MAX,
+                false
+            ),
+            Ok(())
+        );
+        // A table limit below TOKEN_MAX (tests) keeps the same headroom without underflow.
+        assert_eq!(
+            check_raised_floor(Token::new(1), Token::ZERO, now, Token::new(5), true),
+            Err(FloorRefusal::TooCloseToMax {
+                highest: Token::ZERO
+            })
+        );
     }
 }

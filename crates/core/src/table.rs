@@ -281,15 +281,23 @@ impl LockTable {
         self.last_token
     }
 
-    /// The table a cluster restored from a backup of this one starts with: the same limits,
-    /// time and session counter, no session, holder or waiter (every lock is free; clients open
-    /// new sessions), and the token counter raised to `token_floor` if it is below. With the
-    /// floor of [`crate::limits::restore_token_floor`], no grant of the restored cluster reuses
-    /// a token that any earlier incarnation granted after the backup was taken.
-    pub fn restored(&self, token_floor: Token) -> LockTable {
+    /// The last session id assigned.
+    pub fn last_session(&self) -> SessionId {
+        self.last_session
+    }
+
+    /// The table a cluster restored from a backup of this one starts with: the same limits and
+    /// time, no session, holder or waiter (every lock is free; clients open new sessions), the
+    /// token counter raised to `token_floor` and the session counter to `session_floor` if
+    /// they are below. With the floors of [`crate::limits::recovery_floors`], no grant of the
+    /// restored cluster reuses a token or a session id that any earlier incarnation issued
+    /// after the backup was taken.
+    pub fn restored(&self, token_floor: Token, session_floor: SessionId) -> LockTable {
         let mut table = LockTable::new(self.limits);
         table.now_ms = self.now_ms;
-        table.last_session = self.last_session;
+        table.last_session = self
+            .last_session
+            .max(session_floor.min(crate::limits::SESSION_ID_MAX));
         table.last_token = self.last_token.max(token_floor.min(self.limits.token_max));
         table
     }
@@ -396,8 +404,16 @@ impl LockTable {
                 Err(message) => Err(CoreError::InvalidLimits { message }),
             },
             Command::LeaderStart => Ok(self.leader_start()),
-            Command::RaiseTokenFloor { floor } => {
+            Command::RaiseTokenFloor {
+                floor,
+                session_floor,
+            } => {
                 self.last_token = self.last_token.max(floor.min(self.limits.token_max));
+                if let Some(session_floor) = session_floor {
+                    self.last_session = self
+                        .last_session
+                        .max(session_floor.min(crate::limits::SESSION_ID_MAX));
+                }
                 Ok(Reply::TokenFloorRaised {
                     last_token: self.last_token,
                 })

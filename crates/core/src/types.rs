@@ -464,10 +464,18 @@ pub enum Command {
     /// A leader took over: every session's lease restarts its full TTL from now (invariant 6:
     /// leases are extended by a change of leader or a restart, never shortened).
     LeaderStart,
-    /// Raise the shared token counter to at least `floor` (never lowers it). Proposed after a
-    /// node cut a damaged tail off its log: the tail may have held grants whose tokens
-    /// resources already saw, and the floor lies above every token granted before the cut.
-    RaiseTokenFloor { floor: Token },
+    /// Raise the shared token counter to at least `floor` (never lowers it), and the session
+    /// counter to at least `session_floor` if given. Proposed after a node cut a damaged tail
+    /// off its log or recovered its counters (`palisade recover-counters`): the lost entries
+    /// may have held grants whose tokens, and sessions whose ids, clients and resources already
+    /// saw, and the floors lie above every one issued before. Also an operator's
+    /// `palisade cluster raise-token-floor`. `session_floor` is absent from logs of older
+    /// versions, and stored only when present, so their entries read and write as before.
+    RaiseTokenFloor {
+        floor: Token,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session_floor: Option<SessionId>,
+    },
 }
 
 /// What a successful command did.

@@ -208,8 +208,14 @@ impl Model {
                     sessions_extended: extended,
                 })
             }
-            Command::RaiseTokenFloor { floor } => {
+            Command::RaiseTokenFloor {
+                floor,
+                session_floor,
+            } => {
                 self.last_token = self.last_token.max(floor.min(self.limits.token_max));
+                if let Some(session_floor) = session_floor {
+                    self.last_session = self.last_session.max(session_floor);
+                }
                 Ok(Reply::TokenFloorRaised {
                     last_token: self.last_token,
                 })
@@ -909,9 +915,11 @@ enum Op {
     },
     Tick,
     LeaderStart,
-    /// Raise the token counter to at least this.
+    /// Raise the token counter to at least `floor`, and the session counter to at least
+    /// `session_floor` if given.
     RaiseTokenFloor {
         floor: u64,
+        session_floor: Option<u64>,
     },
     /// Snapshot the table and restore it from the snapshot (a restart).
     Restart,
@@ -976,7 +984,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0usize..6).prop_map(|back| Op::Retry { back }),
         2 => Just(Op::Tick),
         1 => Just(Op::LeaderStart),
-        1 => (0u64..40).prop_map(|floor| Op::RaiseTokenFloor { floor }),
+        1 => (0u64..40, proptest::option::of(0u64..20))
+            .prop_map(|(floor, session_floor)| Op::RaiseTokenFloor { floor, session_floor }),
         1 => Just(Op::Restart),
     ]
 }
@@ -1193,8 +1202,12 @@ impl Driver {
             }
             Op::Tick => Command::Tick,
             Op::LeaderStart => Command::LeaderStart,
-            Op::RaiseTokenFloor { floor } => Command::RaiseTokenFloor {
+            Op::RaiseTokenFloor {
+                floor,
+                session_floor,
+            } => Command::RaiseTokenFloor {
                 floor: Token::new(floor),
+                session_floor: session_floor.map(SessionId::new),
             },
             Op::Restart => return None,
         };

@@ -522,7 +522,8 @@ fn a_raised_token_floor_places_the_next_grant_above_it_and_never_lowers_the_coun
             .apply(
                 2,
                 Command::RaiseTokenFloor {
-                    floor: Token::new(1_000)
+                    floor: Token::new(1_000),
+                    session_floor: None,
                 }
             )
             .result,
@@ -535,11 +536,43 @@ fn a_raised_token_floor_places_the_next_grant_above_it_and_never_lowers_the_coun
     // A lower floor (another node's older cut, say) changes nothing.
     assert_eq!(
         story
-            .apply(4, Command::RaiseTokenFloor { floor: before })
+            .apply(
+                4,
+                Command::RaiseTokenFloor {
+                    floor: before,
+                    session_floor: None
+                }
+            )
             .result,
         Ok(Reply::TokenFloorRaised { last_token: after })
     );
     assert!(story.take(5, a, "jobs/c") > after);
+}
+
+/// A floor with a session floor raises the session counter too (a recovery of the counters):
+/// the next session opened is above it, and a lower one changes nothing.
+#[test]
+fn a_raised_session_floor_places_the_next_session_above_it_and_never_lowers_the_counter() {
+    let mut story = Story::new(Limits::default());
+    let a = story.open(0, TTL_MS);
+    let raise = |story: &mut Story, now, session| {
+        story.apply(
+            now,
+            Command::RaiseTokenFloor {
+                floor: Token::new(1),
+                session_floor: Some(SessionId::new(session)),
+            },
+        )
+    };
+    assert!(raise(&mut story, 1, 500).result.is_ok());
+    let b = story.open(2, TTL_MS);
+    assert!(
+        b > SessionId::new(500) && b > a,
+        "{b:?} after a session floor of 500"
+    );
+    assert!(raise(&mut story, 3, 7).result.is_ok());
+    let c = story.open(4, TTL_MS);
+    assert!(c > b, "{c:?} after {b:?}");
 }
 
 /// A leader election's story: each candidate brings its address to its acquire, a waiter's

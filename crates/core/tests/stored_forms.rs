@@ -97,6 +97,30 @@ fn a_stored_log_entry_that_sets_limits_replays_and_is_written_the_same() {
     assert_eq!(serde_json::to_string(&entry).unwrap(), SET_LIMITS_ENTRY);
 }
 
+/// A floor entry of a version before session floors loads with none and is written the same;
+/// one with a session floor round-trips, and raises the session counter.
+#[test]
+fn a_stored_token_floor_entry_replays_and_is_written_the_same_with_or_without_a_session_floor() {
+    let old = r#"{"now_ms":7,"command":{"RaiseTokenFloor":{"floor":1000}}}"#;
+    let entry: Input = serde_json::from_str(old).expect("the entry loads");
+    assert_eq!(
+        entry.command,
+        Command::RaiseTokenFloor {
+            floor: Token::new(1_000),
+            session_floor: None
+        }
+    );
+    assert_eq!(serde_json::to_string(&entry).unwrap(), old);
+
+    let new = r#"{"now_ms":8,"command":{"RaiseTokenFloor":{"floor":1000,"session_floor":77}}}"#;
+    let entry: Input = serde_json::from_str(new).expect("the entry loads");
+    assert_eq!(serde_json::to_string(&entry).unwrap(), new);
+    let mut table = LockTable::new(limits());
+    table.apply(entry);
+    assert_eq!(table.last_token(), Token::new(1_000));
+    assert_eq!(table.last_session(), SessionId::new(77));
+}
+
 #[test]
 fn stored_replies_and_refusals_with_counts_load_and_are_written_the_same() {
     let replies = [

@@ -6,20 +6,21 @@
 //!
 //! A restore ([`restore`], `palisade restore`) writes a new data directory from a backup, for a
 //! new one-member cluster (`palisade serve` on it, then `palisade cluster add`). The danger of
-//! any restore is the token counter: the cluster went on granting after the backup was taken,
-//! and resources saw those tokens. A restored counter that re-issued them would hand a new
-//! holder a token a resource already accepted from someone else, or one below it, which the
-//! resource refuses for ever after. So the restored table starts above
-//! [`palisade_core::limits::restore_token_floor`] of the time of the restore, above every token
-//! any earlier incarnation could have granted, and keeps no session, holder or waiter: clients
-//! open new sessions and acquire again. The keys and the limits carry over, so resources keep
-//! verifying without being touched.
+//! any restore is the counters: the cluster went on granting after the backup was taken, and
+//! resources saw those tokens. A restored counter that re-issued them would hand a new holder a
+//! token a resource already accepted from someone else (with the same session id, the very
+//! same sequencer), or one below it, which the resource refuses for ever after. So the restored
+//! table starts both counters at [`palisade_core::limits::recovery_floors`]: the backup's
+//! counter, plus what it can have grown since the backup was taken (2^21 a second), plus a
+//! second's margin, and never below the time floor of the restore; and it keeps no session,
+//! holder or waiter: clients open new sessions and acquire again (invariant 13). The keys and
+//! the limits carry over, so resources keep verifying without being touched.
 
 use std::io;
 use std::path::Path;
 
-use palisade_core::Token;
-use palisade_core::limits::restore_token_floor;
+use palisade_core::limits::recovery_floors;
+use palisade_core::{SessionId, Token};
 use palisade_sequencer::SigningKey;
 use serde::{Deserialize, Serialize};
 
@@ -64,6 +65,10 @@ pub struct Restored {
     pub last_token_in_backup: Token,
     /// The restored cluster grants tokens above this one.
     pub last_token: Token,
+    /// The last session id the backed-up cluster had assigned when the backup was taken.
+    pub last_session_in_backup: SessionId,
+    /// The restored cluster assigns session ids above this one.
+    pub last_session: SessionId,
     /// Sessions and locks of the backup that the restored cluster does not carry over.
     pub sessions_dropped: usize,
     pub locks_dropped: usize,
@@ -86,14 +91,19 @@ pub enum RestoreError {
         now_unix_secs: u64,
         taken_unix_secs: u64,
     },
+    #[error(
+        "the backup's token counter ({last_token}) plus what it can have grown since the backup was taken passes the largest token: the restored cluster could grant nothing"
+    )]
+    Exhausted { last_token: Token },
     #[error("{0}")]
     Io(#[from] io::Error),
 }
 
 /// Writes into `dir` (absent or empty) a data directory that starts a one-member cluster
-/// holding `backup`'s limits, keys and token counter, the counter raised to the floor of
-/// `now_unix_secs` (see the module documentation).
-pub fn restore(backup: &[u8], dir: &Path, now_unix_secs: u64) -> Result<Restored, RestoreError> {
+/// holding `backup`'s limits, keys and counters, the counters raised to their recovery floors
+/// at `now_unix_ms` (see the module documentation).
+pub fn restore(backup: &[u8], dir: &Path, now_unix_ms: u64) -> Result<Restored, RestoreError> {
+    let now_unix_secs = now_unix_ms / 1000;
     if backup.len() > crate::limits::SNAPSHOT_BYTES_MAX {
         return Err(RestoreError::Backup(format!(
             "the backup is {} bytes, more than any lock table ({} bytes)",
@@ -136,14 +146,38 @@ pub fn restore(backup: &[u8], dir: &Path, now_unix_secs: u64) -> Result<Restored
     std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
 
     let old = &backup.state.table;
-    let table = old.restored(restore_token_floor(now_unix_secs));
+    let floors = recovery_floors(
+        old.last_token(),
+        old.last_session(),
+        backup.taken_at_unix_ms,
+        now_unix_ms,
+    );
+    if floors.exhausted() {
+        return Err(RestoreError::Exhausted {
+            last_token: old.last_token(),
+        });
+    }
+    let table = old.restored(floors.token, floors.session);
     let restored = Restored {
         taken_at_unix_ms: backup.taken_at_unix_ms,
         last_token_in_backup: old.last_token(),
         last_token: table.last_token(),
+        last_session_in_backup: old.last_session(),
+        last_session: table.last_session(),
         sessions_dropped: old.session_count(),
         locks_dropped: old.lock_count(),
     };
+    // The mark first: a key never exists without it (see `crate::counters`).
+    crate::counters::write(
+        dir,
+        &crate::counters::CounterMark::new(
+            None,
+            table.last_token(),
+            table.last_session(),
+            now_unix_ms,
+            Vec::new(),
+        ),
+    )?;
     crate::keys::store(dir, &backup.founding_key.key())?;
     crate::state_machine::write_restored(dir, table, backup.state.keys)?;
     tracing::info!(

@@ -228,8 +228,13 @@ impl Cluster for GrpcCluster {
         request: Request<RaiseTokenFloorRequest>,
     ) -> Result<Response<RaiseTokenFloorResponse>, Status> {
         self.require_admin(&request)?;
-        let floor = palisade_core::Token::new(request.into_inner().floor);
-        let last_token = self.node.raise_token_floor(floor).await.map_err(status)?;
+        let request = request.into_inner();
+        let floor = palisade_core::Token::new(request.floor);
+        let last_token = self
+            .node
+            .raise_token_floor(floor, request.force)
+            .await
+            .map_err(status)?;
         Ok(Response::new(RaiseTokenFloorResponse {
             last_token: last_token.get(),
         }))

@@ -15,6 +15,7 @@
 pub mod auth;
 pub mod backup;
 pub mod cluster;
+pub mod counters;
 pub mod disk;
 mod entropy;
 mod files;

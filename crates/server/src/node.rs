@@ -127,6 +127,11 @@ pub enum StartError {
     /// The configuration contradicts itself.
     #[error("{0}")]
     Config(String),
+    /// The directory holds the signing key, but its log falls short of the counters' mark:
+    /// starting would issue tokens and session ids again (invariant 13). The message names
+    /// the recovery command.
+    #[error("{0}")]
+    CountersBehind(String),
 }
 
 impl StartError {
@@ -311,6 +316,27 @@ impl Node {
             log.get_log_state().await?.last_log_id.is_some() || log.read_vote().await?.is_some()
         };
         let identity = crate::identity::load_or_create(data_dir, config.node_id, had_log)?;
+        let state_machine =
+            StateMachine::open_with(data_dir, log.durable_index(), config.blocking)?;
+        let shared = state_machine.shared();
+        // Invariant 13: before the key is loaded (or created), the log must reach the counters'
+        // mark, or a recovery's floor must lie above it.
+        let key_existed = std::fs::symlink_metadata(data_dir.join("signing.key")).is_ok();
+        let wal_reach = log.clone().get_log_state().await?.last_log_id;
+        let snapshot_log_id = shared.last_applied();
+        let (snapshot_token, snapshot_session) =
+            shared.read(|t| (t.last_token(), t.last_session()));
+        let mark = crate::counters::check_at_start(&crate::counters::Found {
+            key_existed,
+            log_reach: wal_reach.max(snapshot_log_id),
+            snapshot_log_id,
+            snapshot_token,
+            snapshot_session,
+            snapshot_exists: crate::state_machine::snapshot_exists(data_dir)?,
+            dir: data_dir,
+        })
+        .map_err(StartError::CountersBehind)?;
+        shared.marks().start_from(mark);
         let signing_key = crate::keys::load_or_create(data_dir)?;
         let (removed, _) = tokio::sync::watch::channel(false);
         let network = PeerNetwork::new(
@@ -320,9 +346,6 @@ impl Node {
         )
         .with_removal_signal(removed.clone())
         .with_dialer(config.dialer.clone());
-        let state_machine =
-            StateMachine::open_with(data_dir, log.durable_index(), config.blocking)?;
-        let shared = state_machine.shared();
         let raft = PalisadeRaft::new(
             identity.node_id,
             Arc::new(raft_config()?),
@@ -354,6 +377,7 @@ impl Node {
         });
         node.watch_leadership();
         node.watch_membership();
+        node.keep_counter_mark();
         node.bootstrap(&config).await?;
         if node.raft.is_initialized().await.map_err(StartError::raft)? {
             // The membership reaches the metrics a moment after initialisation or recovery.
@@ -516,6 +540,37 @@ impl Node {
         });
     }
 
+    /// Rewrites the counters' mark (see [`crate::counters`]) at most every
+    /// [`crate::counters::MARK_INTERVAL`] while entries apply, off the apply path, until the
+    /// node stops (the shutdown writes the last one).
+    fn keep_counter_mark(self: &Arc<Self>) {
+        let shared = self.shared.clone();
+        let blocking = self.blocking;
+        let clock = self.clock.clone();
+        let mut stopping = self.stopping.subscribe();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = clock.sleep(crate::counters::MARK_INTERVAL) => {}
+                    _ = stopping.changed() => {}
+                }
+                if *stopping.borrow() {
+                    return;
+                }
+                if !shared.marks().is_behind(shared.last_applied()) {
+                    continue;
+                }
+                let writing = shared.clone();
+                let written = blocking
+                    .run(move || writing.marks().record(writing.counter_mark()))
+                    .await;
+                if let Err(e) = written.and_then(|written| written) {
+                    tracing::error!(error = %e, "could not write the counters' mark; retrying");
+                }
+            }
+        });
+    }
+
     /// Resolves once this node has seen itself removed from its cluster.
     pub async fn removed(&self) {
         let mut removed = self.removed.subscribe();
@@ -602,9 +657,10 @@ impl Node {
                 }
             }
         }
-        // A cut of a log may have taken grants resources saw: this node's own, or a voter's
-        // that elected it (learned from its vote). No grant of this term comes before the
-        // highest such floor is applied.
+        // A cut of a log, or a recovery of the counters, may have taken grants resources saw
+        // and sessions clients saw: this node's own, or a voter's that elected it (learned
+        // from its vote). No grant or session of this term comes before the highest such
+        // floors are applied.
         let own = match crate::wal::pending_token_floor(&self.data_dir) {
             Ok(own) => own,
             Err(e) => {
@@ -612,14 +668,21 @@ impl Node {
                 return None;
             }
         };
-        let floor = own.max(self.network.learned_token_floor());
-        if let Some(floor) = floor.filter(|f| *f > self.shared.read(|t| t.last_token())) {
-            match self
-                .propose_in(&term, Command::RaiseTokenFloor { floor })
-                .await
-            {
+        let floor = match (own.clone(), self.network.learned_token_floor()) {
+            (Some(own), Some(learned)) => Some(own.max(learned)),
+            (own, learned) => own.or(learned),
+        };
+        let (last_token, last_session) = self.shared.read(|t| (t.last_token(), t.last_session()));
+        if let Some(floor) = floor.filter(|f| {
+            f.token > last_token || f.session.is_some_and(|session| session > last_session)
+        }) {
+            let command = Command::RaiseTokenFloor {
+                floor: floor.token,
+                session_floor: floor.session,
+            };
+            match self.propose_in(&term, command).await {
                 Ok((_, raised)) => {
-                    tracing::warn!(result = ?raised.result, floor = floor.get(), "raised the token counter above every token granted before a log was cut");
+                    tracing::warn!(result = ?raised.result, floor = floor.token.get(), session_floor = floor.session.map(palisade_core::SessionId::get), "raised the counters above every token and session id issued before a log was cut or lost");
                 }
                 Err(e) => {
                     tracing::info!(error = %e, "could not raise the token floor; not taking over");
@@ -1114,6 +1177,19 @@ impl Node {
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown reported an error");
         }
+        // The last mark, of everything applied: a log lost after a clean stop is caught to
+        // the entry.
+        let shared = self.shared.clone();
+        match self
+            .blocking
+            .run(move || shared.marks().record(shared.counter_mark()))
+            .await
+        {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) | Err(e) => {
+                tracing::warn!(error = %e, "could not write the counters' mark at shutdown")
+            }
+        }
         let log = self.log.clone();
         let _ = self.blocking.run(move || log.close()).await;
     }
@@ -1233,19 +1309,49 @@ impl Node {
     }
 
     /// Raises the token counter to at least `floor` (never lowers it): every later grant's
-    /// token is above it. Returns the counter afterwards.
-    pub async fn raise_token_floor(&self, floor: Token) -> Result<Token, MembershipError> {
-        let token_max = self.shared.read(|t| t.limits().token_max);
-        if floor > token_max {
-            return Err(MembershipError::Refused(format!(
-                "a floor of {} is above the largest token the service grants ({}): no token could \
-                 follow it; reset the resource's stored token instead (docs/security.md)",
-                floor.get(),
-                token_max.get()
-            )));
+    /// token is above it. Returns the counter afterwards. A floor within
+    /// [`palisade_core::limits::TOKEN_FLOOR_HEADROOM`] of the largest token is refused; one more
+    /// than [`palisade_core::limits::TOKEN_FLOOR_JUMP_MAX`] above the counter and the time
+    /// floor only with `force` (finding N5).
+    pub async fn raise_token_floor(
+        &self,
+        floor: Token,
+        force: bool,
+    ) -> Result<Token, MembershipError> {
+        use palisade_core::limits::{FloorRefusal, check_raised_floor};
+        let (token_max, last_token) = self.shared.read(|t| (t.limits().token_max, t.last_token()));
+        let now_secs = crate::counters::now_unix_ms() / 1000;
+        match check_raised_floor(floor, last_token, now_secs, token_max, force) {
+            Ok(()) => {}
+            Err(FloorRefusal::TooCloseToMax { highest }) => {
+                return Err(MembershipError::Refused(format!(
+                    "a floor of {} leaves too little room below the largest token ({}): the \
+                     highest floor allowed is {}, even with --force. The counter never goes \
+                     down, and every later recovery adds to it; at the limit no lock could be \
+                     granted again. A resource that accepted a token this high needs its stored \
+                     token reset by hand (docs/security.md)",
+                    floor.get(),
+                    token_max.get(),
+                    highest.get()
+                )));
+            }
+            Err(FloorRefusal::FarAbove { base, highest }) => {
+                return Err(MembershipError::Refused(format!(
+                    "a floor of {} is far above the token counter and the time floor ({}); \
+                     without --force the highest is {}. Check the number: the counter never \
+                     goes down, so --force spends that token space for ever, and every later \
+                     restore or recovery builds on it",
+                    floor.get(),
+                    base.get(),
+                    highest.get()
+                )));
+            }
         }
         let output = self
-            .propose(Command::RaiseTokenFloor { floor })
+            .propose(Command::RaiseTokenFloor {
+                floor,
+                session_floor: None,
+            })
             .await
             .map_err(|e| {
                 administrative(
@@ -1443,12 +1549,20 @@ impl Node {
     /// Removes `token-floor-pending` once the table this node applied has its counter at or
     /// above the floor: a committed entry put every later token above it.
     fn forget_applied_floor(&self) {
-        let applied = self.shared.read(|t| t.last_token());
+        let (token, session) = self.shared.read(|t| (t.last_token(), t.last_session()));
         match crate::wal::pending_token_floor(&self.data_dir) {
-            Ok(Some(floor)) if floor <= applied => {
+            Ok(Some(floor))
+                if floor.token <= token && floor.session.is_none_or(|floor| floor <= session) =>
+            {
+                // The mark first: without the file, a log short of an older mark would stop
+                // the next start.
+                if let Err(e) = self.shared.marks().record(self.shared.counter_mark()) {
+                    tracing::warn!(error = %e, "could not write the counters' mark; the applied floor's file is kept");
+                    return;
+                }
                 match crate::wal::forget_token_floor(&self.data_dir) {
                     Ok(()) => tracing::info!(
-                        floor = floor.get(),
+                        floor = floor.token.get(),
                         "the token floor left by a cut of the log is applied; its file is removed"
                     ),
                     Err(e) => {
@@ -1487,7 +1601,7 @@ impl crate::peer_service::Admission for Node {
         self.shared.is_retired(id)
     }
 
-    fn pending_token_floor(&self) -> Result<Option<Token>, String> {
+    fn pending_token_floor(&self) -> Result<Option<crate::wal::PendingFloor>, String> {
         self.forget_applied_floor();
         crate::wal::pending_token_floor(&self.data_dir).map_err(|e| e.to_string())
     }

@@ -131,6 +131,8 @@ pub struct PeerNetwork {
     dialer: Option<Dialer>,
     /// The highest token floor a voter's reply carried (see [`TOKEN_FLOOR_HEADER`]); 0 if none.
     learned_floor: Arc<AtomicU64>,
+    /// The highest session floor a voter's reply carried ([`SESSION_FLOOR_HEADER`]); 0 if none.
+    learned_session_floor: Arc<AtomicU64>,
 }
 
 /// Response metadata of a member refusing a vote or pre-vote from a node its state machine
@@ -143,6 +145,10 @@ pub const REMOVED_HEADER: &str = "palisade-removed-node";
 /// a candidate this voter elects might not hold them either, so it learns the floor from the
 /// vote itself and places every token it grants above it.
 pub const TOKEN_FLOOR_HEADER: &str = "palisade-token-floor";
+
+/// Response metadata of a vote beside [`TOKEN_FLOOR_HEADER`]: the session floor the voter keeps
+/// (decimal), absent from votes of older versions.
+pub const SESSION_FLOOR_HEADER: &str = "palisade-session-floor";
 
 #[derive(Debug, Clone)]
 struct PeerChannel {
@@ -162,14 +168,22 @@ impl PeerNetwork {
             removed: None,
             dialer: None,
             learned_floor: Arc::new(AtomicU64::new(0)),
+            learned_session_floor: Arc::new(AtomicU64::new(0)),
         }
     }
 
     /// The highest token floor a voter's reply to this node carried so far, if any.
-    pub fn learned_token_floor(&self) -> Option<Token> {
-        match self.learned_floor.load(Ordering::SeqCst) {
+    pub fn learned_token_floor(&self) -> Option<crate::wal::PendingFloor> {
+        let session = match self.learned_session_floor.load(Ordering::SeqCst) {
             0 => None,
-            floor => Some(Token::new(floor)),
+            floor => Some(palisade_core::SessionId::new(floor)),
+        };
+        match self.learned_floor.load(Ordering::SeqCst) {
+            0 if session.is_none() => None,
+            floor => Some(crate::wal::PendingFloor {
+                token: Token::new(floor),
+                session,
+            }),
         }
     }
 
@@ -309,6 +323,7 @@ impl RaftNetworkFactory<C> for PeerNetwork {
             local_id: self.local_id,
             removed: self.removed.clone(),
             learned_floor: self.learned_floor.clone(),
+            learned_session_floor: self.learned_session_floor.clone(),
         }
     }
 }
@@ -324,6 +339,7 @@ pub struct PeerClient {
     local_id: u64,
     removed: Option<tokio::sync::watch::Sender<bool>>,
     learned_floor: Arc<AtomicU64>,
+    learned_session_floor: Arc<AtomicU64>,
 }
 
 /// The unary calls of `palisade.raft.v1.Raft`.
@@ -452,6 +468,20 @@ impl PeerClient {
                 voter = self.target,
                 ?value,
                 "a voter's token floor is not a number; ignored"
+            ),
+        }
+        let Some(value) = metadata.get(SESSION_FLOOR_HEADER) else {
+            return;
+        };
+        match value.to_str().ok().and_then(|v| v.parse::<u64>().ok()) {
+            Some(floor) => {
+                self.learned_session_floor
+                    .fetch_max(floor, Ordering::SeqCst);
+            }
+            None => tracing::error!(
+                voter = self.target,
+                ?value,
+                "a voter's session floor is not a number; ignored"
             ),
         }
     }

@@ -20,7 +20,6 @@ use std::io::Cursor;
 
 use openraft::async_runtime::WatchReceiver;
 use openraft::type_config::alias::{SnapshotMetaOf, SnapshotOf, VoteOf};
-use palisade_core::Token;
 use palisade_core::canary::{self, Canary};
 use palisade_proto::raft::v1::raft_server::{Raft, RaftServer};
 use palisade_proto::raft::v1::{
@@ -46,7 +45,7 @@ pub trait Admission: Send + Sync + 'static {
     /// The token floor this node keeps because it cut a damaged tail off its log and that is
     /// not applied yet (see `token-floor-pending`): every vote it casts carries it. An error
     /// (the file cannot be read) refuses the vote.
-    fn pending_token_floor(&self) -> Result<Option<Token>, String>;
+    fn pending_token_floor(&self) -> Result<Option<crate::wal::PendingFloor>, String>;
 }
 
 /// Who sends a Raft request, for [`RaftPeerServer::check_sender`].
@@ -294,7 +293,12 @@ impl Raft for RaftPeerServer {
         if let Some(floor) = floor {
             response
                 .metadata_mut()
-                .insert(crate::peer::TOKEN_FLOOR_HEADER, floor.get().into());
+                .insert(crate::peer::TOKEN_FLOOR_HEADER, floor.token.get().into());
+            if let Some(session) = floor.session {
+                response
+                    .metadata_mut()
+                    .insert(crate::peer::SESSION_FLOOR_HEADER, session.get().into());
+            }
         }
         Ok(response)
     }

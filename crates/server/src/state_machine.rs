@@ -24,7 +24,7 @@ use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::type_config::alias::{LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder, StoredMembership};
 use palisade_core::{
-    Event, Limits, LockTable, Output, ReleaseCause, SessionId, TimeMs, Token, WaitEndCause,
+    Command, Event, Limits, LockTable, Output, ReleaseCause, SessionId, TimeMs, Token, WaitEndCause,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, broadcast, mpsc};
@@ -172,6 +172,18 @@ fn write_snapshot_file(dir: &Path, bytes: &[u8]) -> io::Result<()> {
     }
 }
 
+/// Whether `dir` holds a snapshot file (this version's or an older version's).
+pub(crate) fn snapshot_exists(dir: &Path) -> io::Result<bool> {
+    for name in [SNAPSHOT_FILE, LEGACY_SNAPSHOT_FILE] {
+        match std::fs::symlink_metadata(dir.join(name)) {
+            Ok(_) => return Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(false)
+}
+
 /// The snapshot file in `dir` (this version's, else an older version's JSON) and its path,
 /// if there is one.
 fn read_snapshot_file(dir: &Path) -> io::Result<Option<(Vec<u8>, PathBuf)>> {
@@ -204,6 +216,8 @@ pub struct Shared {
     installs: tokio::sync::watch::Sender<u64>,
     durable: DurableIndex,
     dir: PathBuf,
+    /// The counters' high-water mark (see [`crate::counters`]).
+    marks: crate::counters::Marks,
     /// The last log id of the snapshot in the file, held while the file is replaced. A
     /// snapshot built here and one installed from the leader can be under way at once; the
     /// file only ever moves forward, so the older of the two is not written over the newer.
@@ -324,6 +338,28 @@ impl Shared {
         &self.lease_alarm
     }
 
+    /// The counters' high-water mark this node keeps.
+    pub fn marks(&self) -> &crate::counters::Marks {
+        &self.marks
+    }
+
+    /// The mark of the state applied now: its log id, counters and voters, read together.
+    pub fn counter_mark(&self) -> crate::counters::CounterMark {
+        let applied = self.applied();
+        crate::counters::CounterMark::new(
+            applied.last_applied,
+            applied.table.last_token(),
+            applied.table.last_session(),
+            crate::counters::now_unix_ms(),
+            applied.membership.membership().voter_ids().collect(),
+        )
+    }
+
+    /// The last log id applied.
+    pub fn last_applied(&self) -> Option<LogIdOf<C>> {
+        self.applied().last_applied
+    }
+
     fn applied(&self) -> MutexGuard<'_, Applied> {
         self.applied.lock().expect("state machine lock poisoned")
     }
@@ -392,6 +428,7 @@ impl StateMachine {
                 installs: tokio::sync::watch::channel(0).0,
                 durable,
                 dir: dir.to_path_buf(),
+                marks: crate::counters::Marks::new(dir),
                 stored: Mutex::new(applied_at),
             }),
             blocking,
@@ -553,10 +590,17 @@ impl RaftStateMachine<C> for StateMachine {
                 "applying log entry {} before it is durable",
                 entry.log_id.index
             );
+            let mut jumped = false;
             let (output, waiters) = {
                 let mut applied = self.shared.applied();
                 applied.last_applied = Some(entry.log_id);
                 let output = match entry.payload {
+                    EntryPayload::Normal(Proposal::Lock(input))
+                        if matches!(input.command, Command::RaiseTokenFloor { .. }) =>
+                    {
+                        jumped = true;
+                        Some(applied.table.apply(input))
+                    }
                     EntryPayload::Blank => None,
                     EntryPayload::Normal(Proposal::Lock(input)) => Some(applied.table.apply(input)),
                     EntryPayload::Normal(Proposal::Keys { keys }) => {
@@ -592,6 +636,15 @@ impl RaftStateMachine<C> for StateMachine {
                     .unwrap_or_default();
                 (output, waiters)
             };
+            if jumped {
+                // The counters jumped past what their rate bounds: the mark records it before
+                // any later entry applies, so no grant above the jump is answered while a
+                // recovery from the mark would still place tokens below it (invariant 13).
+                let shared = self.shared.clone();
+                self.blocking
+                    .run(move || shared.marks.record(shared.counter_mark()))
+                    .await??;
+            }
             if let Some(output) = &output {
                 self.publish(output, &waiters, entry.log_id.index);
             }

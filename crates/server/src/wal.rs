@@ -40,8 +40,8 @@ use std::path::{Path, PathBuf};
 
 use openraft::entry::RaftEntry;
 use openraft::type_config::alias::{LogIdOf, VoteOf};
-use palisade_core::Token;
-use palisade_core::limits::restore_token_floor;
+use palisade_core::limits::recovery_floors;
+use palisade_core::{SessionId, Token};
 use serde::{Deserialize, Serialize};
 
 use crate::disk::{Disk, LogFile};
@@ -250,16 +250,33 @@ impl Wal {
         let mut allocated = contents.len() as u64;
         if contents[offset..].iter().any(|b| *b != 0) {
             // Nothing tells a torn write from a synced last frame that rotted since: the cut may
-            // take grants whose tokens resources saw. Before the cut, a floor above every token
-            // granted until now is kept durably for the next leadership to propose.
-            let floor = restore_token_floor(now_unix_secs());
-            let floor = pending_token_floor(directory_of(path))?.map_or(floor, |f| f.max(floor));
-            write_file_atomically(
-                directory_of(path),
-                TOKEN_FLOOR_FILE,
-                format!("{}\n", floor.get()).as_bytes(),
-                None,
+            // take grants whose tokens (and sessions whose ids) clients and resources saw.
+            // Before the cut, floors above every one issued until now are kept durably for the
+            // next leadership to propose: relative to the counter mark, by the time since it
+            // and a margin, and never below the time floor (invariant 13).
+            let dir = directory_of(path);
+            let now_ms = crate::counters::now_unix_ms();
+            let floors = match crate::counters::read(dir)? {
+                Some(mark) => recovery_floors(
+                    mark.last_token,
+                    mark.last_session,
+                    mark.read_at_unix_ms,
+                    now_ms,
+                ),
+                None => recovery_floors(Token::ZERO, SessionId::new(0), now_ms, now_ms),
+            };
+            let kept = keep_pending_floor(
+                dir,
+                PendingFloor {
+                    token: floors.token,
+                    session: Some(floors.session),
+                },
             )?;
+            tracing::warn!(
+                token_floor = kept.token.get(),
+                session_floor = kept.session.map(SessionId::get),
+                "tokens and session ids will go above these floors: the cut may take some that were issued"
+            );
             tracing::warn!(
                 path = %path.display(),
                 valid_bytes = offset,
@@ -364,29 +381,90 @@ impl Wal {
     }
 }
 
-/// The directory holding `path` (`.` for a bare file name).
-/// The file, beside the log, holding a token floor still to be proposed: written before a
-/// damaged tail is cut off the log, removed once a leader applied the floor.
+/// The file, beside the log, holding floors still to be proposed: written before a damaged
+/// tail is cut off the log or by `palisade recover-counters`, removed once a leader applied
+/// them. Its first line is the token floor (all older versions wrote); the second, if any, the
+/// session floor.
 pub const TOKEN_FLOOR_FILE: &str = "token-floor-pending";
 
-/// The token floor a cut of the log left to propose in `dir`, if any.
-pub fn pending_token_floor(dir: &Path) -> io::Result<Option<Token>> {
-    let text = match std::fs::read_to_string(dir.join(TOKEN_FLOOR_FILE)) {
-        Ok(text) => text,
+/// Floors of the counters still to be proposed ([`TOKEN_FLOOR_FILE`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingFloor {
+    /// Every later token goes above this one.
+    pub token: Token,
+    /// Every later session id goes above this one (`None` in a file of an older version).
+    pub session: Option<SessionId>,
+}
+
+impl PendingFloor {
+    /// The higher of two floors, counter by counter.
+    pub fn max(self, other: PendingFloor) -> PendingFloor {
+        PendingFloor {
+            token: self.token.max(other.token),
+            session: self.session.max(other.session),
+        }
+    }
+}
+
+/// The floors a cut of the log or a recovery left to propose in `dir`, if any.
+pub fn pending_token_floor(dir: &Path) -> io::Result<Option<PendingFloor>> {
+    use std::io::Read as _;
+    let path = dir.join(TOKEN_FLOOR_FILE);
+    let mut text = String::new();
+    match File::open(&path) {
+        // Two numbers and a newline each: anything much longer is not this file.
+        Ok(file) => file.take(256).read_to_string(&mut text)?,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    let floor = text.trim().parse::<u64>().map_err(|e| {
+    let unreadable = |why: String| {
         io::Error::new(
             io::ErrorKind::InvalidData,
             format!(
-                "{} holds {text:?}, not a token ({e}); it is written by palisade after cutting a \
-                 damaged tail off the log: restore it or the data directory from a backup",
-                dir.join(TOKEN_FLOOR_FILE).display()
+                "{} holds {text:?}, not a token floor ({why}); it is written by palisade after \
+                 cutting a damaged tail off the log or by `palisade recover-counters`: run that \
+                 command again to rewrite it",
+                path.display()
             ),
         )
-    })?;
-    Ok(Some(Token::new(floor)))
+    };
+    let mut lines = text.lines().map(str::trim).filter(|line| !line.is_empty());
+    let token = lines
+        .next()
+        .ok_or_else(|| unreadable("empty".into()))?
+        .parse::<u64>()
+        .map_err(|e| unreadable(e.to_string()))?;
+    let session = match lines.next() {
+        None => None,
+        Some(line) => Some(
+            line.strip_prefix("session ")
+                .ok_or_else(|| unreadable("the second line is not `session N`".into()))?
+                .parse::<u64>()
+                .map_err(|e| unreadable(e.to_string()))?,
+        ),
+    };
+    if lines.next().is_some() {
+        return Err(unreadable("more than two lines".into()));
+    }
+    Ok(Some(PendingFloor {
+        token: Token::new(token),
+        session: session.map(SessionId::new),
+    }))
+}
+
+/// Keeps `floor` in `dir` durably, raised to any floor the file already holds (a floor kept is
+/// never lowered); returns what the file holds after.
+pub fn keep_pending_floor(dir: &Path, floor: PendingFloor) -> io::Result<PendingFloor> {
+    let kept = match pending_token_floor(dir)? {
+        Some(earlier) => floor.max(earlier),
+        None => floor,
+    };
+    let mut text = format!("{}\n", kept.token.get());
+    if let Some(session) = kept.session {
+        text.push_str(&format!("session {}\n", session.get()));
+    }
+    write_file_atomically(dir, TOKEN_FLOOR_FILE, text.as_bytes(), None)?;
+    Ok(kept)
 }
 
 /// Removes the pending floor of `dir` once it is applied.
@@ -397,12 +475,7 @@ pub fn forget_token_floor(dir: &Path) -> io::Result<()> {
     }
 }
 
-fn now_unix_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| since.as_secs())
-}
-
+/// The directory holding `path` (`.` for a bare file name).
 fn directory_of(path: &Path) -> &Path {
     path.parent()
         .filter(|dir| !dir.as_os_str().is_empty())
@@ -563,6 +636,55 @@ mod tests {
             state.entries.keys().copied().collect::<Vec<_>>(),
             vec![1, 2, 3]
         );
+    }
+
+    #[test]
+    fn a_cut_keeps_floors_above_the_counters_mark_and_an_older_floor_file_still_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("raft.wal");
+        {
+            let (mut wal, _) = Wal::open(&path).unwrap();
+            write(&mut wal, vec![Record::Entries(vec![entry(1)])]);
+            write(&mut wal, vec![Record::Entries(vec![entry(2)])]);
+        }
+        let (data_end, mut bytes) = data_end_and_contents(&path);
+        bytes[data_end - 2] ^= 0x01;
+        std::fs::write(&path, &bytes).unwrap();
+        // The node had raised its counters far above the time floor before the cut.
+        let now = crate::counters::now_unix_ms();
+        let mark = crate::counters::CounterMark::new(
+            None,
+            Token::new(1 << 60),
+            SessionId::new(1 << 50),
+            now,
+            vec![1],
+        );
+        crate::counters::write(dir.path(), &mark).unwrap();
+        drop(Wal::open(&path).unwrap());
+        let floor = pending_token_floor(dir.path()).unwrap().unwrap();
+        assert!(floor.token.get() > (1 << 60) + (1 << 21), "{floor:?}");
+        assert!(
+            floor.session.unwrap().get() > (1 << 50) + (1 << 21),
+            "{floor:?}"
+        );
+
+        // One line: an older version's file; its floor is for tokens only.
+        std::fs::write(dir.path().join(TOKEN_FLOOR_FILE), "1234\n").unwrap();
+        assert_eq!(
+            pending_token_floor(dir.path()).unwrap(),
+            Some(PendingFloor {
+                token: Token::new(1234),
+                session: None
+            })
+        );
+        for garbage in ["", "x\n", "5\nsix\n", "5\nsession 6\n7\n"] {
+            std::fs::write(dir.path().join(TOKEN_FLOOR_FILE), garbage).unwrap();
+            let refused = pending_token_floor(dir.path()).unwrap_err();
+            assert!(
+                refused.to_string().contains("recover-counters"),
+                "{refused}"
+            );
+        }
     }
 
     #[test]

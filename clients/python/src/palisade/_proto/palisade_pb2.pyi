@@ -280,10 +280,12 @@ class ErrorDetail(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., category: _Optional[str] = ..., lock: _Optional[str] = ..., session: _Optional[int] = ..., holder_session: _Optional[int] = ..., holder_token: _Optional[int] = ..., available_at_ms: _Optional[int] = ..., request_id: _Optional[int] = ..., reason: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., ttl_ms_min: _Optional[int] = ..., ttl_ms_max: _Optional[int] = ..., wait_ms: _Optional[int] = ..., wait_ms_max: _Optional[int] = ..., bytes: _Optional[int] = ..., bytes_min: _Optional[int] = ..., bytes_max: _Optional[int] = ..., sessions_max: _Optional[int] = ..., locks_max: _Optional[int] = ..., waiters_max: _Optional[int] = ..., limits_problem: _Optional[str] = ..., identity: _Optional[str] = ..., right: _Optional[str] = ..., scope: _Optional[str] = ..., quota: _Optional[str] = ..., quota_max: _Optional[int] = ...) -> None: ...
 
 class RaiseTokenFloorRequest(_message.Message):
-    __slots__ = ("floor",)
+    __slots__ = ("floor", "force")
     FLOOR_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
     floor: int
-    def __init__(self, floor: _Optional[int] = ...) -> None: ...
+    force: bool
+    def __init__(self, floor: _Optional[int] = ..., force: _Optional[bool] = ...) -> None: ...
 
 class RaiseTokenFloorResponse(_message.Message):
     __slots__ = ("last_token",)
