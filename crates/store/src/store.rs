@@ -56,7 +56,8 @@
 //! # Retries
 //!
 //! A write may carry a request id. The acknowledgement of an accepted write is stored under
-//! (sequencer, request id) in the same transaction; a retry with the same pair gets the stored
+//! (a SHA-256 of the sequencer, request id) in the same transaction (the hash, so that the file
+//! holds no sequencer a reader could write with); a retry with the same pair gets the stored
 //! acknowledgement back (marked `replayed`) and is not applied again, even if a newer grant has
 //! written since (invariant 8). The newest [`REQUEST_IDS_RETAINED_MAX`] ids are kept.
 
@@ -142,7 +143,8 @@ pub struct Store {
 
 impl Store {
     /// Opens (or creates) the store in `dir`, verifying sequencers with `public_keys` (a
-    /// [`KeySet`], or one [`palisade_sequencer::PublicKey`]).
+    /// [`KeySet`], or one [`palisade_sequencer::PublicKey`]). `dir` is left with mode 0700 and
+    /// the database file with 0600, new or found ([`DATA_DIR_MODE`], [`DATABASE_FILE_MODE`]).
     ///
     /// Fails if another process has the store open.
     pub fn open(
