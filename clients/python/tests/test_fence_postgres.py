@@ -18,6 +18,7 @@ from palisade import fence
 from palisade.fence import postgres
 
 from .conftest import cargo_binary
+from .signing import ServiceKey
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -93,6 +94,43 @@ def test_an_older_grant_is_refused_after_a_newer_one_claimed(client, db, unique)
         verifier.verify("  ")
     with pytest.raises(fence.InvalidScope):
         postgres.claim(db, "x" * 513, verifier.verify(new.sequencer))
+
+
+def test_a_token_issued_twice_is_refused_from_the_second_session_and_the_first_writes_on(db):
+    service = ServiceKey()
+    db.execute("CREATE TABLE tally (n int NOT NULL)")
+    db.execute("INSERT INTO tally VALUES (0)")
+    db.commit()
+    # Sessions above i64::MAX are stored bit for bit as negative bigints: compare them too.
+    first, second = (1 << 64) - 2, 7
+    with postgres.transaction(db, "tally", service.grant("jobs", 5, first)):
+        db.execute("UPDATE tally SET n = n + 1")
+    before = postgres.fence_state(db, "tally")
+    db.rollback()
+    # A lock service restored from a backup grants token 5 again, to another session.
+    for presented in (second, (1 << 64) - 1):
+        with pytest.raises(fence.TokenReissued) as reissued:
+            with postgres.transaction(db, "tally", service.grant("jobs", 5, presented)):
+                db.execute("UPDATE tally SET n = n + 100")
+        refusal = reissued.value
+        assert (refusal.lock, refusal.token, refusal.first_session, refusal.presented_session) == (
+            "jobs",
+            5,
+            first,
+            presented,
+        )
+        assert refusal.is_rejection and refusal.is_final
+    assert postgres.fence_state(db, "tally") == before
+    assert db.execute("SELECT n FROM tally").fetchone()[0] == 1
+    db.rollback()
+    # The first session writes on with token 5; a newer token advances as before.
+    with postgres.transaction(db, "tally", service.grant("jobs", 5, first)):
+        db.execute("UPDATE tally SET n = n + 1")
+    with postgres.transaction(db, "tally", service.grant("jobs", 6, second)):
+        db.execute("UPDATE tally SET n = n + 1")
+    assert db.execute("SELECT n FROM tally").fetchone()[0] == 3
+    assert postgres.fence_state(db, "tally") == fence.FenceState("jobs", 6, second)
+    db.rollback()
 
 
 def test_a_claim_must_start_its_transaction(client, db, unique):

@@ -9,6 +9,8 @@ from palisade import fence
 from palisade.fence import redis as redis_fence
 from palisade.fence.redis import CompareFailed, Condition, Op, RedisFence
 
+from .signing import ServiceKey
+
 redis_py = pytest.importorskip("redis")
 
 
@@ -66,3 +68,40 @@ def test_writes_reads_and_compares_are_fenced(client, conn, unique):
             store.write(conn, scope, new_seq, [Op.get(key)] * 65)
     finally:
         conn.delete(key, f"{key}-list", f"palisade:fence:{scope}")
+
+
+def test_a_token_issued_twice_is_refused_from_the_second_session_and_the_first_writes_on(conn):
+    service = ServiceKey()
+    scope, key = f"py-{uuid.uuid4().hex}", f"py-value-{uuid.uuid4().hex}"
+    store = RedisFence()
+    # Sessions are compared as decimal text in the script: the largest ones too.
+    first, second = (1 << 64) - 2, 7
+    try:
+        store.write(conn, scope, service.grant("jobs", 5, first), [Op.set(key, "by the first")])
+        before = store.fence_state(conn, scope)
+        # A lock service restored from a backup grants token 5 again, to another session: its
+        # write and its fenced read are refused alike.
+        for presented in (second, (1 << 64) - 1):
+            grant = service.grant("jobs", 5, presented)
+            for attempt in (
+                lambda: store.write(conn, scope, grant, [Op.set(key, "by the second")]),
+                lambda: store.read(conn, scope, grant, [key]),
+            ):
+                with pytest.raises(fence.TokenReissued) as reissued:
+                    attempt()
+                refusal = reissued.value
+                assert (refusal.lock, refusal.token, refusal.first_session, refusal.presented_session) == (
+                    "jobs",
+                    5,
+                    first,
+                    presented,
+                )
+        assert store.fence_state(conn, scope) == before
+        assert conn.get(key) == b"by the first"
+        # The first session reads and writes on with token 5; a newer token advances as before.
+        assert store.read(conn, scope, service.grant("jobs", 5, first), [key]) == [b"by the first"]
+        store.write(conn, scope, service.grant("jobs", 5, first), [Op.set(key, "again")])
+        store.write(conn, scope, service.grant("jobs", 6, second), [Op.set(key, "by the next")])
+        assert store.fence_state(conn, scope) == fence.FenceState("jobs", 6, second)
+    finally:
+        conn.delete(key, f"palisade:fence:{scope}")

@@ -9,6 +9,8 @@ import pytest
 from palisade import fence
 from palisade.fence import sqlite
 
+from .signing import ServiceKey
+
 
 @pytest.fixture
 def conn(tmp_path):
@@ -66,3 +68,39 @@ def test_a_connection_that_manages_transactions_itself_is_refused(tmp_path, clie
         with sqlite.transaction(legacy, "s", sequencer):
             pass
     legacy.close()
+
+
+def test_a_token_issued_twice_is_refused_from_the_second_session_and_the_first_writes_on(conn, tmp_path):
+    service = ServiceKey()
+    # Sessions above i64::MAX are stored bit for bit as negative integers: compare them too.
+    first, second = (1 << 64) - 2, 7
+    with sqlite.transaction(conn, "counter", service.grant("jobs", 5, first)):
+        conn.execute("UPDATE counter SET n = n + 1")
+    before = sqlite.fence_state(conn, "counter")
+    # A lock service restored from a backup grants token 5 again, to another session.
+    for presented in (second, (1 << 64) - 1):
+        with pytest.raises(fence.TokenReissued) as reissued:
+            with sqlite.transaction(conn, "counter", service.grant("jobs", 5, presented)):
+                conn.execute("UPDATE counter SET n = n + 100")
+        refusal = reissued.value
+        assert (refusal.lock, refusal.token, refusal.first_session, refusal.presented_session) == (
+            "jobs",
+            5,
+            first,
+            presented,
+        )
+        assert refusal.kind == "token_reissued" and refusal.is_rejection and refusal.is_final
+        assert "issued this token twice" in str(refusal)
+    assert sqlite.fence_state(conn, "counter") == before
+    assert conn.execute("SELECT n FROM counter").fetchone()[0] == 1
+    # The pure check agrees with the database.
+    with pytest.raises(fence.TokenReissued):
+        fence.check(before, None, service.grant("jobs", 5, second))
+    # The first session writes on with token 5; a newer token advances as before.
+    with sqlite.transaction(conn, "counter", service.grant("jobs", 5, first)):
+        conn.execute("UPDATE counter SET n = n + 1")
+    assert sqlite.fence_state(conn, "counter") == before
+    with sqlite.transaction(conn, "counter", service.grant("jobs", 6, second)):
+        conn.execute("UPDATE counter SET n = n + 1")
+    assert conn.execute("SELECT n FROM counter").fetchone()[0] == 3
+    assert sqlite.fence_state(conn, "counter") == fence.FenceState("jobs", 6, second)

@@ -9,7 +9,7 @@
 //! | status | meaning |
 //! |---|---|
 //! | 0 | done |
-//! | [`EXIT_REFUSED`] = 1 | refused: the sequencer is missing, malformed, forged or of another lock, or the request is invalid |
+//! | [`EXIT_REFUSED`] = 1 | refused: the sequencer is missing, malformed, forged, of another lock or its token was issued twice, or the request is invalid |
 //! | 2 | bad command line (clap) |
 //! | [`EXIT_STALE`] = 3 | the sequencer is stale: a newer holder of the lock has claimed, read or written here |
 //! | [`EXIT_NOT_FOUND`] = 5 | `get`: the key has no value |
@@ -40,8 +40,9 @@ pub const DEFAULT_STORE_URL: &str = "http://127.0.0.1:7458";
 /// The address `serve` listens on by default.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7458";
 
-/// Refused: the sequencer is missing, malformed, forged or of another lock, or the request is
-/// invalid (too large, bad key, reused request id). The `palisade` binary's "refused".
+/// Refused: the sequencer is missing, malformed, forged, of another lock or its token was issued
+/// twice (`token_reissued`), or the request is invalid (too large, bad key, reused request id).
+/// The `palisade` binary's "refused".
 pub const EXIT_REFUSED: u8 = 1;
 /// The sequencer is stale: a newer holder of the lock has claimed, read or written here.
 pub const EXIT_STALE: u8 = 3;
@@ -748,7 +749,8 @@ fn read_sequencer_file(command: &mut StoreCommand) -> Result<(), StoreError> {
 pub fn exit_status(error: &StoreError) -> (u8, &'static str) {
     match error {
         StoreError::Stale { .. } => (EXIT_STALE, "refused: "),
-        StoreError::WrongLock { .. }
+        StoreError::TokenReissued { .. }
+        | StoreError::WrongLock { .. }
         | StoreError::Unbound { .. }
         | StoreError::Missing
         | StoreError::Malformed { .. }

@@ -95,6 +95,56 @@ async fn a_script_writes_under_its_lock_and_a_superseded_one_exits_3_naming_the_
 }
 
 #[tokio::test]
+async fn a_token_issued_twice_exits_1_refused_naming_both_sessions_and_the_first_writes_on() {
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
+    let url = server.url.as_str();
+    let first = service.grant("jobs/nightly", 9, 4);
+    // What a lock service restored from a backup hands out again: token 9, another session.
+    let second = service.grant("jobs/nightly", 9, 5);
+    let put = |sequencer: String, value: &'static str| async move {
+        palisade_store(&[
+            "put",
+            "report",
+            value,
+            "--sequencer",
+            &sequencer,
+            "--store",
+            url,
+        ])
+        .await
+    };
+    assert_eq!(put(first.clone(), "by 4").await.status, 0);
+
+    for refused in [
+        put(second.clone(), "by 5").await,
+        palisade_store(&[
+            "claim",
+            "jobs/nightly",
+            "--sequencer",
+            &second,
+            "--store",
+            url,
+        ])
+        .await,
+        palisade_store(&["get", "report", "--sequencer", &second, "--store", url]).await,
+    ] {
+        assert_eq!(refused.status, EXIT_REFUSED, "{}", refused.stderr);
+        assert!(
+            refused.stderr.starts_with(
+                "palisade: refused: token 9 of lock \"jobs/nightly\" was first presented to the store by session 4, and session 5 presents it now: the lock service issued this token twice"
+            ),
+            "{}",
+            refused.stderr
+        );
+        assert_eq!(refused.stdout, "");
+    }
+    assert_eq!(put(first, "again by 4").await.status, 0);
+    let get = palisade_store(&["get", "report", "--store", url]).await;
+    assert_eq!((get.status, get.stdout.as_str()), (0, "again by 4\n"));
+}
+
+#[tokio::test]
 async fn missing_forged_and_foreign_sequencers_exit_4_with_distinct_messages() {
     let service = ServiceKey::new();
     let server = StoreServer::start(&service).await;

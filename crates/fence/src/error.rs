@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 ///
 /// - **did not happen, final** ([`FenceError::is_final`]): retrying the same request cannot
 ///   succeed. The rejections of the sequencer ([`FenceError::is_rejection`]: stale, wrong lock,
-///   missing, malformed, forged) and requests that can never be applied (`InvalidScope`,
+///   reissued, missing, malformed, forged) and requests that can never be applied (`InvalidScope`,
 ///   `InvalidRequest`), and `Corrupt` stored state, which needs an operator;
 /// - **did not happen, retryable** ([`FenceError::is_retryable`]): only [`FenceError::Storage`],
 ///   the backend failed before anything was applied;
@@ -32,6 +32,21 @@ pub enum FenceError {
         accepted: Token,
         /// The session of the grant that set `accepted`, where the resource stores it.
         holder_session: Option<SessionId>,
+    },
+    /// The accepted token was presented again, by another session. One grant has one session,
+    /// so the lock service issued this token to two grants (it was restored from a backup, or
+    /// lost or rolled back its log). The resource keeps to the session that presented the token
+    /// first, which may go on writing with it, and refuses the other.
+    #[error(
+        "token {token} of lock {lock:?} was first presented here by session {first_session}, and session {presented_session} presents it now: the lock service issued this token twice (restored from a backup, or its log was lost or rolled back), so this grant is refused; tell the lock service's operator, then release the lock and acquire it again for a newer token"
+    )]
+    TokenReissued {
+        lock: String,
+        token: Token,
+        /// The session that presented `token` first, whose writes the resource accepted.
+        first_session: SessionId,
+        /// The session presenting the same token now.
+        presented_session: SessionId,
     },
     /// The sequencer is a grant of a different lock than the one protecting this scope.
     #[error(
@@ -102,6 +117,7 @@ impl FenceError {
     pub fn kind(&self) -> &'static str {
         match self {
             FenceError::Stale { .. } => "stale",
+            FenceError::TokenReissued { .. } => "token_reissued",
             FenceError::WrongLock { .. } => "wrong_lock",
             FenceError::Missing => "missing",
             FenceError::Malformed { .. } => "malformed",
@@ -119,6 +135,7 @@ impl FenceError {
     pub fn class(&self) -> FenceErrorClass {
         match self {
             FenceError::Stale { .. }
+            | FenceError::TokenReissued { .. }
             | FenceError::WrongLock { .. }
             | FenceError::Missing
             | FenceError::Malformed { .. }
@@ -132,6 +149,11 @@ impl FenceError {
         }
     }
 
+    /// Another session presented this token first: the lock service issued it twice.
+    pub fn is_token_reissued(&self) -> bool {
+        matches!(self, FenceError::TokenReissued { .. })
+    }
+
     /// A newer grant has written: the presenter was superseded.
     pub fn is_stale(&self) -> bool {
         matches!(self, FenceError::Stale { .. })
@@ -142,12 +164,13 @@ impl FenceError {
         matches!(self, FenceError::WrongLock { .. })
     }
 
-    /// The sequencer was refused (stale, wrong lock, missing, malformed, forged): retrying with
-    /// the same sequencer cannot succeed.
+    /// The sequencer was refused (stale, reissued, wrong lock, missing, malformed, forged):
+    /// retrying with the same sequencer cannot succeed.
     pub fn is_rejection(&self) -> bool {
         // Every variant is listed, so a new one does not compile until it is classified.
         match self {
             FenceError::Stale { .. }
+            | FenceError::TokenReissued { .. }
             | FenceError::WrongLock { .. }
             | FenceError::Missing
             | FenceError::Malformed { .. }
@@ -165,6 +188,7 @@ impl FenceError {
         match self {
             FenceError::Storage { .. } => true,
             FenceError::Stale { .. }
+            | FenceError::TokenReissued { .. }
             | FenceError::WrongLock { .. }
             | FenceError::Missing
             | FenceError::Malformed { .. }
@@ -181,6 +205,7 @@ impl FenceError {
         match self {
             FenceError::OutcomeUnknown { .. } => true,
             FenceError::Stale { .. }
+            | FenceError::TokenReissued { .. }
             | FenceError::WrongLock { .. }
             | FenceError::Missing
             | FenceError::Malformed { .. }
@@ -199,7 +224,7 @@ impl FenceError {
     }
 
     /// A suggested HTTP status: 400 malformed or invalid request, 403 forged or foreign,
-    /// 409 stale, 428 missing sequencer, 500 corrupt state, 503 storage failure (retry),
+    /// 409 stale or reissued token, 428 missing sequencer, 500 corrupt state, 503 storage failure (retry),
     /// 504 outcome unknown.
     pub fn http_status(&self) -> u16 {
         match self {
@@ -207,7 +232,7 @@ impl FenceError {
             | FenceError::InvalidScope { .. }
             | FenceError::InvalidRequest { .. } => 400,
             FenceError::Forged { .. } | FenceError::WrongLock { .. } => 403,
-            FenceError::Stale { .. } => 409,
+            FenceError::Stale { .. } | FenceError::TokenReissued { .. } => 409,
             FenceError::Missing => 428,
             FenceError::Corrupt { .. } => 500,
             FenceError::Storage { .. } => 503,

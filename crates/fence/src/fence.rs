@@ -7,8 +7,10 @@
 //! sequencer with that state and either accepts it, returning the state to store in the same
 //! atomic step as the write, or explains the rejection (invariants 3, 4, 9).
 //!
-//! **Architecture Invariant:** the accepted maximum never decreases. [`check`] asserts it (in
-//! release builds too), and backends re-assert it where they persist the state.
+//! **Architecture Invariant:** the accepted maximum never decreases, and while it stays the same
+//! so does the session that presented it: a scope accepts an equal token only from the session
+//! that presented it first. [`check`] asserts it (in release builds too), and backends re-assert
+//! it where they persist the state.
 
 use palisade_core::limits::TOKEN_MAX;
 use palisade_core::{SessionId, Token};
@@ -27,8 +29,8 @@ pub struct FenceState {
     pub lock: String,
     /// The highest token accepted, in `1..=TOKEN_MAX`.
     pub token_max: Token,
-    /// The session of the grant that presented `token_max` (the current holder, as far as this
-    /// resource knows).
+    /// The session of the grant that presented `token_max` first (the current holder, as far as
+    /// this resource knows). Only this session may present `token_max` again.
     pub holder_session: SessionId,
 }
 
@@ -44,9 +46,11 @@ pub enum LockBinding<'a> {
 
 /// Decides whether `sequencer` may write to a scope whose stored state is `accepted`.
 ///
-/// Accepts a token equal to the maximum (one grant may write many times) and any larger token;
-/// returns the state to store with the write. Refuses an older token as
-/// [`FenceError::Stale`] and another lock's sequencer as [`FenceError::WrongLock`].
+/// Accepts a token equal to the maximum from the session that presented it first (one grant may
+/// write many times) and any larger token; returns the state to store with the write. Refuses
+/// an older token as [`FenceError::Stale`], the maximum presented by another session as
+/// [`FenceError::TokenReissued`] (the lock service issued it twice), and another lock's
+/// sequencer as [`FenceError::WrongLock`].
 pub fn check(
     accepted: Option<&FenceState>,
     binding: LockBinding<'_>,
@@ -88,6 +92,17 @@ pub fn check(
             holder_session: Some(accepted.holder_session),
         });
     }
+    // One grant has one session: the same token from another session is a second grant of it,
+    // which only a lock service that was restored or lost its log can issue (invariant 13: no
+    // sequencer is issued twice; the resource's half of it).
+    if sequencer.token() == accepted.token_max && sequencer.session() != accepted.holder_session {
+        return Err(FenceError::TokenReissued {
+            lock: accepted.lock.clone(),
+            token: accepted.token_max,
+            first_session: accepted.holder_session,
+            presented_session: sequencer.session(),
+        });
+    }
     let advanced = FenceState {
         lock: accepted.lock.clone(),
         token_max: sequencer.token(),
@@ -116,7 +131,8 @@ pub(crate) fn confirm_advanced(scope: &str, stored: i64, presented: i64) -> Resu
     })
 }
 
-/// Asserts that storing `next` over `previous` keeps the fence monotonic and bound to one lock.
+/// Asserts that storing `next` over `previous` keeps the fence monotonic, bound to one lock, and
+/// its maximum to the session that presented it first.
 ///
 /// Backends call this where they persist, pairing the assertion in [`check`].
 pub fn assert_advance(previous: Option<&FenceState>, next: &FenceState) {
@@ -132,6 +148,13 @@ pub fn assert_advance(previous: Option<&FenceState>, next: &FenceState) {
             next.lock, previous.lock,
             "fence invariant broken: scope changed its lock"
         );
+        if next.token_max == previous.token_max {
+            assert_eq!(
+                next.holder_session, previous.holder_session,
+                "fence invariant broken: token {} accepted from a second session",
+                next.token_max
+            );
+        }
     }
 }
 

@@ -5,8 +5,10 @@
 //! ones — and it does the comparison and the write in one atomic step, storing the accepted
 //! maximum in the same commit as the data (invariant 3). Sequencers are verified with the lock
 //! service's public key before anything is looked up (invariant 5), and a scope accepts only its
-//! own lock's sequencers (invariant 4). Rejections say which lock, which token was presented and
-//! which was accepted (invariant 9).
+//! own lock's sequencers (invariant 4). The accepted token itself is accepted again only from the
+//! session that presented it first: another session presenting it means the lock service issued
+//! it twice, refused as [`FenceError::TokenReissued`]. Rejections say which lock, which token was
+//! presented and which was accepted (invariant 9).
 //!
 //! # Claim, then read, then write
 //!

@@ -23,7 +23,9 @@
 //! UPDATE palisade_fence SET token_max = ?, ... WHERE scope = ?; -- only if the token advances
 //! ```
 //!
-//! and decides between them with the same [`crate::check`] every backend runs.
+//! and decides between them with the same [`crate::check`] every backend runs (so an equal token
+//! from another session than the one that presented it first is refused as
+//! [`FenceError::TokenReissued`]).
 //!
 //! # Why this is atomic in InnoDB
 //!

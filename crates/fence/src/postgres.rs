@@ -24,9 +24,15 @@
 //! INSERT INTO palisade_fence AS fence (scope, lock_name, token_max, holder_session)
 //! VALUES ($1, $2, $3, $4)
 //! ON CONFLICT (scope) DO UPDATE SET token_max = EXCLUDED.token_max, ...
-//!   WHERE fence.lock_name = EXCLUDED.lock_name AND fence.token_max <= EXCLUDED.token_max
+//!   WHERE fence.lock_name = EXCLUDED.lock_name
+//!     AND (fence.token_max < EXCLUDED.token_max
+//!       OR (fence.token_max = EXCLUDED.token_max AND fence.holder_session = EXCLUDED.holder_session))
 //! RETURNING token_max
 //! ```
+//!
+//! An equal token is accepted only from the session that presented it first: the same token from
+//! another session means the lock service issued it twice, and is refused as
+//! [`FenceError::TokenReissued`].
 //!
 //! Atomicity: `ON CONFLICT DO UPDATE` locks the scope's row whether or not its `WHERE` holds, and
 //! the lock is held until the caller's transaction ends. A concurrent claimer of the same scope
@@ -101,7 +107,10 @@ const ADVANCE_SQL: &str =
         SET token_max = EXCLUDED.token_max,
             holder_session = EXCLUDED.holder_session,
             updated_at = now()
-        WHERE fence.lock_name = EXCLUDED.lock_name AND fence.token_max <= EXCLUDED.token_max
+        WHERE fence.lock_name = EXCLUDED.lock_name
+            AND (fence.token_max < EXCLUDED.token_max
+                OR (fence.token_max = EXCLUDED.token_max
+                    AND fence.holder_session = EXCLUDED.holder_session))
     RETURNING token_max";
 
 const SELECT_SQL: &str =

@@ -46,6 +46,10 @@ if fence[1] or fence[2] or fence[3] then
   if #token < #accepted or (#token == #accepted and token < accepted) then
     return {'stale', accepted, fence[3]}
   end
+  -- One grant has one session: the accepted token from another session was issued twice.
+  if token == accepted and session ~= fence[3] then
+    return {'token_reissued', accepted, fence[3]}
+  end
 end
 
 -- No key of the request may be a fence hash, this scope's or another's.

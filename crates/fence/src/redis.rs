@@ -492,6 +492,27 @@ fn decode_reply(
                 holder_session: Some(holder_session),
             })
         }
+        "token_reissued" => {
+            let accepted = Token::new(parse_u64(scope, "token", &text(1)?)?);
+            let first_session = SessionId::new(parse_u64(scope, "session", &text(2)?)?);
+            if accepted != sequencer.token() || first_session == sequencer.session() {
+                // Pair of the script's comparison: the same token, another session.
+                return Err(FenceError::Corrupt {
+                    scope: scope.to_owned(),
+                    message: format!(
+                        "redis called token {} of session {} a re-issue of token {accepted} of session {first_session}",
+                        sequencer.token(),
+                        sequencer.session()
+                    ),
+                });
+            }
+            Err(FenceError::TokenReissued {
+                lock: sequencer.lock().to_owned(),
+                token: accepted,
+                first_session,
+                presented_session: sequencer.session(),
+            })
+        }
         "wrong_lock" => Err(FenceError::WrongLock {
             expected: text(1)?,
             presented: sequencer.lock().to_owned(),

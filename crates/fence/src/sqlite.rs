@@ -9,7 +9,9 @@
 //!
 //! The accepted maximum of each scope is a row of `palisade_fence` ([`create_table_sql`]) in the
 //! same database file as the caller's data. [`claim`] runs one `INSERT ... ON CONFLICT DO UPDATE
-//! ... WHERE ... RETURNING` statement inside the caller's transaction.
+//! ... WHERE ... RETURNING` statement inside the caller's transaction; its `WHERE` accepts a larger
+//! token, or the accepted one from the session that presented it first (another session's is
+//! refused as [`FenceError::TokenReissued`]: the lock service issued that token twice).
 //!
 //! Atomicity: SQLite admits one writer per database at a time. A transaction begun with
 //! `BEGIN IMMEDIATE` ([`begin`]) holds the write lock from its first statement to its commit or
@@ -61,7 +63,9 @@ const ADVANCE_SQL: &str = "INSERT INTO palisade_fence (scope, lock_name, token_m
             holder_session = excluded.holder_session,
             updated_at = CURRENT_TIMESTAMP
         WHERE palisade_fence.lock_name = excluded.lock_name
-            AND palisade_fence.token_max <= excluded.token_max
+            AND (palisade_fence.token_max < excluded.token_max
+                OR (palisade_fence.token_max = excluded.token_max
+                    AND palisade_fence.holder_session = excluded.holder_session))
     RETURNING token_max";
 
 const SELECT_SQL: &str =

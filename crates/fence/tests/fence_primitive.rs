@@ -65,6 +65,82 @@ fn a_superseded_holder_is_told_who_superseded_it() {
 }
 
 #[test]
+fn the_accepted_token_from_a_second_session_is_refused_as_issued_twice() {
+    // Session 1 presented token 5 first; the same lock and token signed for session 2 can only
+    // come from a lock service that issued token 5 twice (restored, or its log lost).
+    let accepted = check(None, LockBinding::BindOnFirstWrite, &grant("jobs", 5, 1)).unwrap();
+    let err = check(
+        Some(&accepted),
+        LockBinding::BindOnFirstWrite,
+        &grant("jobs", 5, 2),
+    )
+    .unwrap_err();
+    assert_eq!(
+        err,
+        FenceError::TokenReissued {
+            lock: "jobs".into(),
+            token: Token::new(5),
+            first_session: SessionId::new(1),
+            presented_session: SessionId::new(2),
+        }
+    );
+    assert!(err.is_token_reissued() && err.is_rejection() && err.is_final());
+    assert!(!err.is_stale());
+    assert_eq!((err.kind(), err.http_status()), ("token_reissued", 409));
+    let message = err.to_string();
+    for part in [
+        "token 5",
+        "\"jobs\"",
+        "session 1",
+        "session 2",
+        "issued this token twice",
+    ] {
+        assert!(message.contains(part), "{part:?} missing from {message}");
+    }
+    let json = serde_json::to_value(&err).unwrap();
+    assert_eq!(json["kind"], "token_reissued");
+    assert_eq!(
+        (
+            &json["token"],
+            &json["first_session"],
+            &json["presented_session"]
+        ),
+        (&5.into(), &1.into(), &2.into())
+    );
+
+    // The session that presented it first goes on writing with it, and a newer token from
+    // any session advances as before.
+    assert_eq!(
+        check(
+            Some(&accepted),
+            LockBinding::BindOnFirstWrite,
+            &grant("jobs", 5, 1)
+        )
+        .unwrap(),
+        accepted
+    );
+    assert_eq!(
+        check(
+            Some(&accepted),
+            LockBinding::BindOnFirstWrite,
+            &grant("jobs", 6, 2)
+        )
+        .unwrap(),
+        state("jobs", 6, 2)
+    );
+    // An older token from the second session is stale, as any older token.
+    assert!(
+        check(
+            Some(&state("jobs", 6, 2)),
+            LockBinding::BindOnFirstWrite,
+            &grant("jobs", 5, 3)
+        )
+        .unwrap_err()
+        .is_stale()
+    );
+}
+
+#[test]
 fn another_locks_sequencer_is_refused_whatever_its_token() {
     let accepted = state("jobs", 9, 2);
     let err = check(
@@ -186,6 +262,12 @@ fn every_error_is_exactly_one_of_final_retryable_or_outcome_unknown() {
         },
         FenceError::OutcomeUnknown {
             message: "connection dropped after the script was sent".into(),
+        },
+        FenceError::TokenReissued {
+            lock: "jobs".into(),
+            token: Token::new(9),
+            first_session: SessionId::new(2),
+            presented_session: SessionId::new(3),
         },
     ];
     let mut kinds = std::collections::BTreeSet::new();

@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{assert_nondecreasing, forged_text, grant, public_keys, shuffled};
+use common::{assert_nondecreasing, forged_text, grant, public_keys, reissued, shuffled};
 use palisade_core::{SessionId, Token};
 use palisade_fence::{FenceError, MemoryResource, verify_presented};
 
@@ -36,6 +36,37 @@ fn a_holder_paused_past_its_lease_cannot_overwrite_the_next_holders_data() {
         }
     );
     assert_eq!(resource.read(|value| value.clone()).unwrap(), "final by 2");
+}
+
+#[test]
+fn a_token_issued_twice_is_refused_from_the_second_session_and_the_first_writes_on() {
+    let resource = MemoryResource::new(String::new());
+    resource
+        .write(&grant("report", 7, 1), |value| {
+            *value = "by session 1".into()
+        })
+        .unwrap();
+    let before = resource.fence_state().unwrap();
+
+    // A restored lock service grants token 7 again, to session 2: validly signed, refused.
+    let err = resource
+        .write(&grant("report", 7, 2), |value| {
+            *value = "by session 2".into()
+        })
+        .unwrap_err();
+    assert_eq!(err, reissued("report", 7, 1, 2));
+    assert_eq!(resource.fence_state().unwrap(), before);
+    assert_eq!(
+        resource.read(|value| value.clone()).unwrap(),
+        "by session 1"
+    );
+
+    // The session that presented token 7 first still writes with it.
+    resource
+        .write(&grant("report", 7, 1), |value| *value = "again by 1".into())
+        .unwrap();
+    assert_eq!(resource.read(|value| value.clone()).unwrap(), "again by 1");
+    assert_eq!(resource.fence_state().unwrap(), before);
 }
 
 #[test]

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{assert_nondecreasing, forged_text, grant, public_keys, shuffled, unique};
+use common::{assert_nondecreasing, forged_text, grant, public_keys, reissued, shuffled, unique};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, TxOpts};
 use palisade_core::{SessionId, Token};
@@ -129,6 +129,45 @@ async fn a_superseded_token_is_refused_and_still_refused_after_reconnecting() {
         ("report", Token::new(8), SessionId::new(2))
     );
     fenced_write(&mut conn, &table, &scope, &grant("report", 8, 2))
+        .await
+        .unwrap();
+    drop_user_tables(&mut conn, &table, &scope).await;
+    conn.disconnect().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_token_issued_twice_is_refused_from_the_second_session_and_the_first_writes_on() {
+    let Some(url) = database_url() else { return };
+    let mut conn = connect(&url).await;
+    let (table, scope) = (unique("pal_reissue"), unique("scope"));
+    create_user_tables(&mut conn, &table).await;
+    let (first, second) = (u64::MAX - 1, 7);
+
+    fenced_write(&mut conn, &table, &scope, &grant("report", 5, first))
+        .await
+        .unwrap();
+    let before = mysql::fence_state(&mut conn, &scope).await.unwrap();
+    // A lock service restored from a backup grants token 5 again, to another session.
+    for presented in [second, u64::MAX] {
+        let err = fenced_write(&mut conn, &table, &scope, &grant("report", 5, presented))
+            .await
+            .unwrap_err();
+        assert_eq!(err, reissued("report", 5, first, presented));
+    }
+    assert_eq!(mysql::fence_state(&mut conn, &scope).await.unwrap(), before);
+    let logged: i64 = conn
+        .query_first(format!("SELECT count(*) FROM {table}_log"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(logged, 1, "nothing of the second session was written");
+
+    // The first session writes on with token 5; a newer token advances as before.
+    fenced_write(&mut conn, &table, &scope, &grant("report", 5, first))
+        .await
+        .unwrap();
+    assert_eq!(mysql::fence_state(&mut conn, &scope).await.unwrap(), before);
+    fenced_write(&mut conn, &table, &scope, &grant("report", 6, second))
         .await
         .unwrap();
     drop_user_tables(&mut conn, &table, &scope).await;

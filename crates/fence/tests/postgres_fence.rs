@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{assert_nondecreasing, forged_text, grant, public_keys, shuffled, unique};
+use common::{assert_nondecreasing, forged_text, grant, public_keys, reissued, shuffled, unique};
 use palisade_core::{SessionId, Token};
 use palisade_fence::{FenceError, LockBinding, postgres, verify_presented};
 use tokio_postgres::{Client, NoTls};
@@ -125,6 +125,51 @@ async fn a_fresh_connection_still_refuses_a_superseded_token() {
     );
     assert_eq!(value(&client, &table).await, Some(8));
     fenced_write(&mut client, &table, &scope, "report", 8, 2)
+        .await
+        .unwrap();
+    drop_user_tables(&client, &table, &scope).await;
+}
+
+#[tokio::test]
+async fn a_token_issued_twice_is_refused_from_the_second_session_and_the_first_writes_on() {
+    let Some(url) = database_url() else { return };
+    let mut client = connect(&url).await;
+    let (table, scope) = (unique("pal_reissue"), unique("scope"));
+    create_user_tables(&client, &table).await;
+    // Sessions above i64::MAX are stored bit for bit as negative bigints: compare them too.
+    let (first, second) = (u64::MAX - 1, 7);
+
+    fenced_write(&mut client, &table, &scope, "report", 5, first)
+        .await
+        .unwrap();
+    let before = postgres::fence_state(&client, &scope).await.unwrap();
+    // A lock service restored from a backup grants token 5 again, to another session.
+    for presented in [second, u64::MAX] {
+        let err = fenced_write(&mut client, &table, &scope, "report", 5, presented)
+            .await
+            .unwrap_err();
+        assert_eq!(err, reissued("report", 5, first, presented));
+    }
+    assert_eq!(
+        postgres::fence_state(&client, &scope).await.unwrap(),
+        before
+    );
+    let logged: i64 = client
+        .query_one(&format!("SELECT count(*) FROM {table}_log"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(logged, 1, "nothing of the second session was written");
+
+    // The first session writes on with token 5; a newer token advances as before.
+    fenced_write(&mut client, &table, &scope, "report", 5, first)
+        .await
+        .unwrap();
+    assert_eq!(
+        postgres::fence_state(&client, &scope).await.unwrap(),
+        before
+    );
+    fenced_write(&mut client, &table, &scope, "report", 6, second)
         .await
         .unwrap();
     drop_user_tables(&client, &table, &scope).await;

@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{assert_nondecreasing, forged_text, grant, public_keys, shuffled};
+use common::{assert_nondecreasing, forged_text, grant, public_keys, reissued, shuffled};
 use palisade_core::{SessionId, Token};
 use palisade_fence::{FenceError, RedbFence, verify_presented};
 use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
@@ -60,6 +60,46 @@ fn the_accepted_token_survives_a_restart_and_an_old_token_is_refused_after_it() 
     );
     assert_eq!(read_value(&fence), Some(7));
     write_value(&fence, 7, 2).unwrap();
+}
+
+#[test]
+fn a_token_issued_twice_is_refused_from_the_second_session_even_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fenced.redb");
+    {
+        let fence = RedbFence::open(&path).unwrap();
+        write_value(&fence, 9, 1).unwrap();
+        // A lock service restored from a backup grants token 9 again, to session 2.
+        assert_eq!(
+            write_value(&fence, 9, 2).unwrap_err(),
+            reissued("report", 9, 1, 2)
+        );
+    }
+    let fence = RedbFence::open(&path).unwrap();
+    let state = fence.fence_state("reports").unwrap().unwrap();
+    assert_eq!(
+        (state.token_max, state.holder_session),
+        (Token::new(9), SessionId::new(1))
+    );
+    assert_eq!(
+        write_value(&fence, 9, 2).unwrap_err(),
+        reissued("report", 9, 1, 2)
+    );
+    let applied = {
+        let txn = fence.database().begin_read().unwrap();
+        txn.open_table(LOG).unwrap().len().unwrap()
+    };
+    assert_eq!(applied, 1, "nothing of session 2 was written");
+    // Session 1 writes on with token 9.
+    write_value(&fence, 9, 1).unwrap();
+    assert_eq!(
+        fence
+            .fence_state("reports")
+            .unwrap()
+            .unwrap()
+            .holder_session,
+        SessionId::new(1)
+    );
 }
 
 #[test]

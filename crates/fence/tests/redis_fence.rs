@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{assert_nondecreasing, forged_text, grant, public_keys, shuffled, unique};
+use common::{assert_nondecreasing, forged_text, grant, public_keys, reissued, shuffled, unique};
 use palisade_core::{SessionId, Token};
 use palisade_fence::redis::{
     REDIS_OPS_MAX, RedisCondition, RedisFence, RedisOp, RedisOutcome, RedisReply,
@@ -108,6 +108,75 @@ async fn a_superseded_holder_cannot_overwrite_and_learns_the_accepted_token() {
         .unwrap();
     assert_eq!(get(&mut fresh, &key).await, None);
     cleanup(&mut conn, &[fence.fence_key("s")]).await;
+}
+
+#[tokio::test]
+async fn a_token_issued_twice_is_refused_from_the_second_session_and_the_first_writes_on() {
+    let Some(url) = redis_url() else { return };
+    let mut conn = connect(&url).await;
+    let (fence, prefix) = fixture();
+    let key = format!("{prefix}:value");
+    // Sessions are compared as decimal text in the script: the largest ones too.
+    let (first, second) = (u64::MAX - 1, 7);
+
+    fence
+        .write(
+            &mut conn,
+            "s",
+            &grant("report", 5, first),
+            &[RedisOp::set(&key, "by the first")],
+        )
+        .await
+        .unwrap();
+    let before = fence.fence_state(&mut conn, "s").await.unwrap();
+    // A lock service restored from a backup grants token 5 again, to another session: its
+    // write and its fenced read are refused alike.
+    for presented in [second, u64::MAX] {
+        let err = fence
+            .write(
+                &mut conn,
+                "s",
+                &grant("report", 5, presented),
+                &[RedisOp::set(&key, "by the second")],
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err, reissued("report", 5, first, presented));
+        let err = fence
+            .read(&mut conn, "s", &grant("report", 5, presented), &[&key])
+            .await
+            .unwrap_err();
+        assert_eq!(err, reissued("report", 5, first, presented));
+    }
+    assert_eq!(fence.fence_state(&mut conn, "s").await.unwrap(), before);
+    assert_eq!(get(&mut conn, &key).await.as_deref(), Some("by the first"));
+
+    // The first session reads and writes on with token 5; a newer token advances as before.
+    let read = fence
+        .read(&mut conn, "s", &grant("report", 5, first), &[&key])
+        .await
+        .unwrap();
+    assert_eq!(read, vec![Some(b"by the first".to_vec())]);
+    fence
+        .write(
+            &mut conn,
+            "s",
+            &grant("report", 5, first),
+            &[RedisOp::set(&key, "again by the first")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(fence.fence_state(&mut conn, "s").await.unwrap(), before);
+    fence
+        .write(
+            &mut conn,
+            "s",
+            &grant("report", 6, second),
+            &[RedisOp::set(&key, "by the next grant")],
+        )
+        .await
+        .unwrap();
+    cleanup(&mut conn, &[fence.fence_key("s"), key]).await;
 }
 
 #[tokio::test]

@@ -5,7 +5,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{assert_nondecreasing, forged_text, grant, public_keys, shuffled};
+use common::{assert_nondecreasing, forged_text, grant, public_keys, reissued, shuffled};
 use palisade_core::{SessionId, Token};
 use palisade_fence::{FenceError, LockBinding, sqlite, verify_presented};
 use rusqlite::Connection;
@@ -81,6 +81,35 @@ fn after_reopening_the_file_a_replayed_old_token_is_refused() {
     );
     assert_eq!(value(&conn), Some(5));
     fenced_write(&mut conn, "report", 5, 2).unwrap();
+}
+
+#[test]
+fn a_token_issued_twice_is_refused_from_the_second_session_and_the_first_writes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fenced.sqlite");
+    let mut conn = open(&path);
+    // Sessions above i64::MAX are stored bit for bit as negative integers: compare them too.
+    let (first, second) = (u64::MAX - 1, 7);
+    fenced_write(&mut conn, "report", 5, first).unwrap();
+    let before = sqlite::fence_state(&conn, SCOPE).unwrap();
+
+    // A lock service restored from a backup grants token 5 again, to another session.
+    for presented in [second, u64::MAX] {
+        let err = fenced_write(&mut conn, "report", 5, presented).unwrap_err();
+        assert_eq!(err, reissued("report", 5, first, presented));
+    }
+    drop(conn);
+    let mut conn = open(&path);
+    assert_eq!(sqlite::fence_state(&conn, SCOPE).unwrap(), before);
+    let applied: i64 = conn
+        .query_row("SELECT count(*) FROM applied", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(applied, 1, "nothing of the second session was written");
+
+    // The first session writes on with token 5; a newer token advances as before.
+    fenced_write(&mut conn, "report", 5, first).unwrap();
+    assert_eq!(sqlite::fence_state(&conn, SCOPE).unwrap(), before);
+    fenced_write(&mut conn, "report", 6, second).unwrap();
 }
 
 #[test]

@@ -11,8 +11,9 @@ use serde::{Deserialize, Serialize};
 
 /// Why a store operation did not happen (or, for [`StoreError::OutcomeUnknown`], may not have).
 ///
-/// - rejections ([`StoreError::is_rejection`]): the sequencer was refused; retrying the same
-///   request with the same sequencer cannot succeed;
+/// - rejections ([`StoreError::is_rejection`]): the sequencer was refused (stale, issued twice,
+///   of another lock, missing, malformed, forged); retrying the same request with the same
+///   sequencer cannot succeed;
 /// - invalid input (`TooLarge`, `InvalidKey`, `InvalidRequest`, `RequestIdReused`): fix the request;
 /// - a lock at its quota (`QuotaReached`): delete keys under it first, or have the quota raised;
 /// - retryable ([`StoreError::is_retryable`]): the store was unreachable or failed; nothing was
@@ -35,6 +36,18 @@ pub enum StoreError {
         /// The session of the grant that set `accepted`.
         #[serde(default)]
         holder_session: Option<u64>,
+    },
+    /// The lock's accepted token was presented again by another session: the lock service
+    /// issued that token twice (it was restored from a backup, or lost or rolled back its log).
+    /// The store keeps to the session that presented it first.
+    #[error(
+        "token {token} of lock {lock:?} was first presented to the store by session {first_session}, and session {presented_session} presents it now: the lock service issued this token twice (restored from a backup, or its log was lost or rolled back), so this grant is refused; tell the lock service's operator, then release the lock and acquire it again for a newer token"
+    )]
+    TokenReissued {
+        lock: String,
+        token: u64,
+        first_session: u64,
+        presented_session: u64,
     },
     /// The key is bound to another lock than the sequencer's.
     #[error(
@@ -199,6 +212,7 @@ impl StoreError {
     pub fn kind(&self) -> &'static str {
         match self {
             StoreError::Stale { .. } => "stale",
+            StoreError::TokenReissued { .. } => "token_reissued",
             StoreError::WrongLock { .. } => "wrong_lock",
             StoreError::Unbound { .. } => "unbound",
             StoreError::Missing => "missing",
@@ -225,7 +239,7 @@ impl StoreError {
     ///
     /// 400 malformed input, 401 missing sequencer, 403 forged, another lock's sequencer or a key
     /// bound to no lock,
-    /// 404 not found, 409 stale, 412 compare failed, 413 too large, 422 request id reused,
+    /// 404 not found, 409 stale or a token issued twice, 412 compare failed, 413 too large, 422 request id reused,
     /// 500 corrupt, 503 storage failure or a full write queue, 504 outcome unknown, 507 a lock's
     /// quota reached.
     pub fn http_status(&self) -> u16 {
@@ -239,7 +253,7 @@ impl StoreError {
             | StoreError::Unbound { .. } => 403,
             StoreError::NotFound { .. } | StoreError::NoSuchRoute { .. } => 404,
             StoreError::MethodNotAllowed { .. } => 405,
-            StoreError::Stale { .. } => 409,
+            StoreError::Stale { .. } | StoreError::TokenReissued { .. } => 409,
             StoreError::CompareFailed { .. } => 412,
             StoreError::TooLarge { .. } => 413,
             StoreError::RequestIdReused { .. } => 422,
@@ -256,12 +270,13 @@ impl StoreError {
         matches!(self, StoreError::Stale { .. })
     }
 
-    /// The sequencer was refused (stale, wrong lock, missing, malformed, forged): retrying with
-    /// the same sequencer cannot succeed.
+    /// The sequencer was refused (stale, issued twice, wrong lock, missing, malformed, forged):
+    /// retrying with the same sequencer cannot succeed.
     pub fn is_rejection(&self) -> bool {
         matches!(
             self,
             StoreError::Stale { .. }
+                | StoreError::TokenReissued { .. }
                 | StoreError::WrongLock { .. }
                 | StoreError::Unbound { .. }
                 | StoreError::Missing
@@ -327,6 +342,17 @@ impl From<FenceError> for StoreError {
                 presented: presented.get(),
                 accepted: accepted.get(),
                 holder_session: holder_session.map(SessionId::get),
+            },
+            FenceError::TokenReissued {
+                lock,
+                token,
+                first_session,
+                presented_session,
+            } => StoreError::TokenReissued {
+                lock,
+                token: token.get(),
+                first_session: first_session.get(),
+                presented_session: presented_session.get(),
             },
             FenceError::WrongLock {
                 expected,

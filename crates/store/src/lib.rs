@@ -31,7 +31,9 @@
 //!
 //! Writes answer `200` with a [`WriteAck`] after the fsync. Rejections are JSON
 //! `{"kind", "message", …}` ([`StoreError`]): `stale` 409 (with `lock`, `presented`, `accepted`,
-//! `holder_session`), `wrong_lock` 403, `forged` 403, `missing` 401, `malformed` 400,
+//! `holder_session`), `token_reissued` 409 (with `lock`, `token`, `first_session`,
+//! `presented_session`: another session presented this token first, so the lock service issued
+//! it twice), `wrong_lock` 403, `forged` 403, `missing` 401, `malformed` 400,
 //! `too_large` 413 (naming the limit), `not_found` 404. A write may carry a
 //! `Palisade-Request-Id`: a retry with the same sequencer and request id returns the original
 //! acknowledgement (`"replayed": true`) instead of writing again.

@@ -56,7 +56,8 @@
 //! # Retries
 //!
 //! A write may carry a request id. The acknowledgement of an accepted write is stored under
-//! (sequencer, request id) in the same transaction; a retry with the same pair gets the stored
+//! (a SHA-256 of the sequencer, request id) in the same transaction (the hash, so that the file
+//! holds no sequencer a reader could write with); a retry with the same pair gets the stored
 //! acknowledgement back (marked `replayed`) and is not applied again, even if a newer grant has
 //! written since (invariant 8). The newest [`REQUEST_IDS_RETAINED_MAX`] ids are kept.
 
@@ -101,11 +102,13 @@ pub(crate) const META_TABLE: TableDefinition<'static, &str, u64> =
 /// The [`META_TABLE`] entry holding the store's revision: that of its latest write.
 pub(crate) const REVISION_KEY: &str = "revision";
 
-/// "<sequencer> <request id>" → (serial, request fingerprint, acknowledgement JSON).
+/// "sha256:<hash of the sequencer> <request id>" → (serial, request fingerprint, acknowledgement
+/// JSON). Stores of earlier versions keyed it "<sequencer> <request id>"; [`Store::open`]
+/// rewrites those keys.
 pub(crate) const REQUESTS_TABLE: TableDefinition<'static, &str, (u64, u64, &[u8])> =
     TableDefinition::new("palisade_store_requests");
 
-/// serial → "<sequencer> <request id>", oldest first, to forget the oldest request id.
+/// serial → the [`REQUESTS_TABLE`] key, oldest first, to forget the oldest request id.
 pub(crate) const REQUEST_ORDER_TABLE: TableDefinition<'static, u64, &str> =
     TableDefinition::new("palisade_store_request_order");
 
@@ -140,7 +143,8 @@ pub struct Store {
 
 impl Store {
     /// Opens (or creates) the store in `dir`, verifying sequencers with `public_keys` (a
-    /// [`KeySet`], or one [`palisade_sequencer::PublicKey`]).
+    /// [`KeySet`], or one [`palisade_sequencer::PublicKey`]). `dir` is left with mode 0700 and
+    /// the database file with 0600, new or found ([`DATA_DIR_MODE`], [`DATABASE_FILE_MODE`]).
     ///
     /// Fails if another process has the store open.
     pub fn open(
@@ -158,10 +162,13 @@ impl Store {
         options: StoreOptions,
     ) -> Result<Store, StoreError> {
         let dir = dir.as_ref();
-        std::fs::create_dir_all(dir).map_err(|error| StoreError::Storage {
+        create_data_dir(dir).map_err(|error| StoreError::Storage {
             message: format!("cannot create data directory {}: {error}", dir.display()),
         })?;
         let path = dir.join(DATABASE_FILE_NAME);
+        create_database_file(&path).map_err(|error| StoreError::Storage {
+            message: format!("cannot create {}: {error}", path.display()),
+        })?;
         let db = Database::create(&path).map_err(|error| StoreError::Storage {
             message: format!("cannot open {}: {error}", path.display()),
         })?;
@@ -174,6 +181,7 @@ impl Store {
         txn.open_table(REQUEST_ORDER_TABLE)?;
         txn.open_table(palisade_fence::redb::FENCE_TABLE)?;
         migrate_v1(&txn)?;
+        hash_request_keys(&txn)?;
         let quotas = if options.quota.is_limited() {
             Some(Quotas::load(options.quota, &txn)?)
         } else {
@@ -503,6 +511,94 @@ fn migrate_v1(txn: &redb::WriteTransaction) -> Result<(), StoreError> {
     meta.insert(REVISION_KEY, revision)?;
     drop((table, meta));
     txn.delete_table(KV_TABLE_V1)?;
+    Ok(())
+}
+
+/// Permissions of the store's data directory: owner only, as the lock service's own.
+pub const DATA_DIR_MODE: u32 = 0o700;
+
+/// Permissions of `store.redb`: owner only. It holds every value, and a reader must not learn
+/// more than the store's HTTP API shows.
+pub const DATABASE_FILE_MODE: u32 = 0o600;
+
+/// Creates `dir` if needed and leaves it, new or found, with [`DATA_DIR_MODE`], whatever the
+/// umask.
+fn create_data_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    #[cfg(unix)]
+    restrict(dir, DATA_DIR_MODE)?;
+    Ok(())
+}
+
+/// Creates the database file empty with [`DATABASE_FILE_MODE`] if it does not exist (redb fills
+/// an empty file), and narrows the mode of one that does.
+fn create_database_file(path: &Path) -> std::io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(false);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, DATABASE_FILE_MODE);
+    drop(options.open(path)?);
+    #[cfg(unix)]
+    restrict(path, DATABASE_FILE_MODE)?;
+    Ok(())
+}
+
+/// Sets `path`'s permission bits to `mode` if they differ, saying so.
+#[cfg(unix)]
+fn restrict(path: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let found = std::fs::metadata(path)?.permissions().mode() & 0o777;
+    if found != mode {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+        tracing::info!(path = %path.display(), "made owner-only (mode {mode:o}, was {found:o})");
+    }
+    Ok(())
+}
+
+/// Rewrites the request-id keys of a store written before they were hashed: each
+/// "<sequencer> <request id>" becomes [`crate::writer::request_key`]'s form, with its serial,
+/// fingerprint and acknowledgement unchanged, so a retry after the upgrade is still answered
+/// with its first outcome. At most [`crate::limits::REQUEST_IDS_RETAINED_MAX`] keys.
+fn hash_request_keys(txn: &redb::WriteTransaction) -> Result<(), StoreError> {
+    let legacy: Vec<(u64, String)> = {
+        let order = txn.open_table(REQUEST_ORDER_TABLE)?;
+        let mut legacy = Vec::new();
+        for row in order.iter()? {
+            let (serial, key) = row?;
+            if !key.value().starts_with(crate::writer::REQUEST_KEY_PREFIX) {
+                legacy.push((serial.value(), key.value().to_owned()));
+            }
+        }
+        legacy
+    };
+    if legacy.is_empty() {
+        return Ok(());
+    }
+    let mut order = txn.open_table(REQUEST_ORDER_TABLE)?;
+    let mut requests = txn.open_table(REQUESTS_TABLE)?;
+    for (serial, old_key) in &legacy {
+        let Some((sequencer, request_id)) = old_key.split_once(' ') else {
+            return Err(StoreError::Corrupt {
+                message: format!("request-id key {old_key:?} names no request id"),
+            });
+        };
+        let new_key = crate::writer::request_key(sequencer, request_id);
+        let Some(row) = requests.remove(old_key.as_str())? else {
+            return Err(StoreError::Corrupt {
+                message: "the request-id order table names a request the request-id table lacks"
+                    .into(),
+            });
+        };
+        let (row_serial, fingerprint, ack) = row.value();
+        let ack = ack.to_vec();
+        drop(row);
+        requests.insert(new_key.as_str(), (row_serial, fingerprint, ack.as_slice()))?;
+        order.insert(*serial, new_key.as_str())?;
+    }
+    tracing::info!(
+        keys = legacy.len(),
+        "request ids now keyed by a hash of the sequencer instead of the sequencer"
+    );
     Ok(())
 }
 

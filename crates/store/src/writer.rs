@@ -612,7 +612,7 @@ fn run_txn(
         request_id,
     } = request;
     let request = request_id.map(|request_id| RequestKey {
-        key: format!("{} {request_id}", sequencer.as_str()),
+        key: request_key(sequencer.as_str(), request_id),
         request_id,
         fingerprint: fingerprint(compare, ops),
     });
@@ -777,6 +777,28 @@ fn request_usage(
     }
     Ok(usage)
 }
+
+/// How the request-id table names a sequencer's request: `sha256:<hex of the SHA-256 of the
+/// sequencer's text> <request id>`. The hash, not the sequencer: the file must not hold a
+/// capability to write as the current holder (a sequencer is one, until the next grant).
+pub(crate) fn request_key(sequencer: &str, request_id: &str) -> String {
+    use sha2::Digest as _;
+    use std::fmt::Write as _;
+    let digest = sha2::Sha256::digest(sequencer.as_bytes());
+    let mut key =
+        String::with_capacity(REQUEST_KEY_PREFIX.len() + 2 * digest.len() + 1 + request_id.len());
+    key.push_str(REQUEST_KEY_PREFIX);
+    for byte in digest {
+        let _ = write!(key, "{byte:02x}");
+    }
+    key.push(' ');
+    key.push_str(request_id);
+    key
+}
+
+/// What every request key of today starts with; a key without it is of an older store, which
+/// named the sequencer in full ([`crate::store`] rewrites those when it opens).
+pub(crate) const REQUEST_KEY_PREFIX: &str = "sha256:";
 
 struct RequestKey<'a> {
     key: String,

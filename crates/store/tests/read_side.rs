@@ -58,6 +58,17 @@ fn stale(presented: u64, accepted: u64, holder_session: u64) -> StoreError {
     }
 }
 
+/// The refusal of token `token` of [`LOCK`] presented by session `presented` where session
+/// `first` presented it first: the lock service issued it twice.
+fn reissued(token: u64, first: u64, presented: u64) -> StoreError {
+    StoreError::TokenReissued {
+        lock: LOCK.into(),
+        token,
+        first_session: first,
+        presented_session: presented,
+    }
+}
+
 fn fence(store: &Store, lock: &str) -> FenceView {
     store.fence_state(lock).unwrap()
 }
@@ -327,6 +338,88 @@ async fn lib_the_async_read_and_claim_are_fenced_like_the_blocking_ones() {
         store.claim_async(Some(&new), Some(LOCK)).await.unwrap_err(),
         stale(7, 8, 3)
     );
+}
+
+#[test]
+fn lib_a_token_issued_twice_is_refused_to_the_second_session_for_every_request_even_after_a_restart()
+ {
+    let service = ServiceKey::new();
+    let dir = tempfile::tempdir().unwrap();
+    let first = service.grant(LOCK, 7, 1);
+    // What a lock service restored from a backup hands out again: token 7, another session.
+    let second = service.grant(LOCK, 7, 2);
+    let revision = {
+        let store = Store::open(dir.path(), service.key.public_key()).unwrap();
+        store.put(Some(&first), "report", b"by 1", None).unwrap();
+        let revision = store.revision().unwrap();
+        let refusals = [
+            store
+                .put(Some(&second), "report", b"by 2", Some("r-1"))
+                .unwrap_err(),
+            store
+                .put(Some(&second), "other", b"by 2", None)
+                .unwrap_err(),
+            store.delete(Some(&second), "report", None).unwrap_err(),
+            store
+                .txn(
+                    Some(&second),
+                    &txn(
+                        vec![revision_is("report", revision)],
+                        vec![get_op("report")],
+                    ),
+                    None,
+                )
+                .unwrap_err(),
+            store.claim(Some(&second), Some(LOCK)).unwrap_err(),
+            store.claim(Some(&second), None).unwrap_err(),
+            store.read(Some(&second), "report").unwrap_err(),
+            store.read(Some(&second), "never-written").unwrap_err(),
+        ];
+        for refusal in &refusals {
+            assert_eq!(refusal, &reissued(7, 1, 2));
+            assert!(refusal.is_rejection() && !refusal.is_stale(), "{refusal}");
+            assert_eq!(
+                (refusal.kind(), refusal.http_status()),
+                ("token_reissued", 409)
+            );
+        }
+        assert!(
+            refusals[0].to_string().starts_with(
+                "token 7 of lock \"jobs/nightly\" was first presented to the store by session 1, and session 2 presents it now: the lock service issued this token twice"
+            ),
+            "{}",
+            refusals[0]
+        );
+        assert_eq!(fence(&store, LOCK), fence_of(LOCK, 7, 1));
+        assert_eq!(store.revision().unwrap(), revision, "nothing was written");
+        revision
+    };
+
+    // Reopened, as after a restart: still session 1's, which reads and writes on with token 7.
+    let store = Store::open(dir.path(), service.key.public_key()).unwrap();
+    assert_eq!(
+        store
+            .put(Some(&second), "report", b"by 2", None)
+            .unwrap_err(),
+        reissued(7, 1, 2)
+    );
+    assert_eq!(look(&store, "report"), Some(("by 1".into(), revision)));
+    assert_eq!(look(&store, "other"), None);
+    let claimed = store.claim(Some(&first), Some(LOCK)).unwrap();
+    assert!(!claimed.advanced);
+    assert_eq!(
+        store.read(Some(&first), "report").unwrap().unwrap().value,
+        b"by 1"
+    );
+    store
+        .put(Some(&first), "report", b"again by 1", None)
+        .unwrap();
+    assert_eq!(fence(&store, LOCK), fence_of(LOCK, 7, 1));
+    // The next grant, of any session, advances as before.
+    store
+        .put(Some(&service.grant(LOCK, 8, 2)), "report", b"by 8", None)
+        .unwrap();
+    assert_eq!(fence(&store, LOCK), fence_of(LOCK, 8, 2));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -945,6 +1038,53 @@ impl Http {
             _ => panic!("GET {key}: {status} {body}"),
         }
     }
+}
+
+#[tokio::test]
+async fn http_a_token_issued_twice_is_refused_with_409_token_reissued_and_both_sessions() {
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
+    let http = Http::new(&server.url);
+    let first = service.grant(LOCK, 7, 1);
+    let second = service.grant(LOCK, 7, 2);
+    let (status, ack) = http.put("report", "by 1", &first, None).await;
+    assert_eq!(status, 200, "{ack}");
+
+    let expected = json!({"kind": "token_reissued", "lock": LOCK, "token": 7,
+                          "first_session": 1, "presented_session": 2});
+    let (status, write) = http.put("report", "by 2", &second, None).await;
+    let (read_status, read) = http.get("/v1/kv/report", Some(&second)).await;
+    let (claim_status, claim) = http
+        .post(&format!("/v1/claim/{LOCK}"), Some(&second), Vec::new())
+        .await;
+    for (status, body) in [
+        (status, &write),
+        (read_status, &read),
+        (claim_status, &claim),
+    ] {
+        assert_eq!(status, 409, "{body}");
+        let mut fields = body.clone();
+        let message = fields.as_object_mut().unwrap().remove("message").unwrap();
+        assert_eq!(fields, expected);
+        assert!(
+            message
+                .as_str()
+                .unwrap()
+                .contains("issued this token twice"),
+            "{message}"
+        );
+    }
+    // The Rust client parses it back into the same error.
+    let client = StoreClient::new(&server.url).unwrap();
+    assert_eq!(
+        client.read("report", Some(&second)).await.unwrap_err(),
+        reissued(7, 1, 2)
+    );
+    assert_eq!(
+        http.fence(LOCK).await,
+        json!({"lock": LOCK, "token_max": 7, "holder_session": 1})
+    );
+    assert_eq!(http.value("report").await.unwrap().0, json!("by 1"));
 }
 
 #[tokio::test]

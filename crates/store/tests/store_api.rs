@@ -635,3 +635,197 @@ fn the_benchmark_only_unfenced_write_is_never_visible_to_reads() {
         .unwrap();
     assert_eq!(value_of(&store, "report"), Some(("fenced".into(), 1)));
 }
+
+/// The permission bits of `path`.
+#[cfg(unix)]
+fn mode_of(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[cfg(unix)]
+#[test]
+fn the_data_directory_and_the_database_are_owner_only_new_or_found_open() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let service = ServiceKey::new();
+    let parent = tempfile::tempdir().unwrap();
+
+    // A new directory, whatever the umask (the tests' is usually 022).
+    let fresh = parent.path().join("fresh");
+    drop(Store::open(&fresh, service.key.public_key()).unwrap());
+    assert_eq!(mode_of(&fresh), 0o700);
+    assert_eq!(mode_of(&fresh.join("store.redb")), 0o600);
+
+    // A store an earlier version left readable by everyone is narrowed when it opens, and its
+    // data is still there.
+    let found = parent.path().join("found");
+    {
+        let store = Store::open(&found, service.key.public_key()).unwrap();
+        store
+            .put(Some(&service.grant("jobs/nightly", 1, 1)), "k", b"v", None)
+            .unwrap();
+    }
+    std::fs::set_permissions(&found, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(
+        found.join("store.redb"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let store = Store::open(&found, service.key.public_key()).unwrap();
+    assert_eq!(mode_of(&found), 0o700);
+    assert_eq!(mode_of(&found.join("store.redb")), 0o600);
+    assert_eq!(value_of(&store, "k"), Some(("v".into(), 1)));
+}
+
+/// The request-id tables, as the store names them, to look inside and to make an older store's.
+const REQUESTS: redb::TableDefinition<&str, (u64, u64, &[u8])> =
+    redb::TableDefinition::new("palisade_store_requests");
+const REQUEST_ORDER: redb::TableDefinition<u64, &str> =
+    redb::TableDefinition::new("palisade_store_request_order");
+
+/// The keys of the request-id table and of its order table.
+fn request_keys(path: &std::path::Path) -> (Vec<String>, Vec<String>) {
+    use redb::{ReadableDatabase as _, ReadableTable as _};
+    let db = redb::Database::open(path).unwrap();
+    let txn = db.begin_read().unwrap();
+    let requests = txn.open_table(REQUESTS).unwrap();
+    let order = txn.open_table(REQUEST_ORDER).unwrap();
+    (
+        requests
+            .iter()
+            .unwrap()
+            .map(|row| row.unwrap().0.value().to_owned())
+            .collect(),
+        order
+            .iter()
+            .unwrap()
+            .map(|row| row.unwrap().1.value().to_owned())
+            .collect(),
+    )
+}
+
+#[test]
+fn the_database_keeps_no_sequencer_only_a_hash_of_it_beside_each_request_id() {
+    let service = ServiceKey::new();
+    let dir = tempfile::tempdir().unwrap();
+    let holder = service.grant("jobs/nightly", 5, 1);
+    {
+        let store = Store::open(dir.path(), service.key.public_key()).unwrap();
+        store
+            .put(Some(&holder), "counter", b"1", Some("req-1"))
+            .unwrap();
+    }
+    // A sequencer lets whoever reads it write as the holder until the next grant: the file
+    // must not hold one. Its signature is the part no one else can make.
+    let path = dir.path().join("store.redb");
+    let signature = holder.rsplit('.').next().unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    assert!(
+        !bytes
+            .windows(signature.len())
+            .any(|window| window == signature.as_bytes()),
+        "store.redb holds the holder's sequencer"
+    );
+    let (requests, order) = request_keys(&path);
+    assert_eq!(requests.len(), 1);
+    assert_eq!(order, requests);
+    assert!(
+        requests[0].starts_with("sha256:") && requests[0].ends_with(" req-1"),
+        "{requests:?}"
+    );
+
+    // The retry after a restart is still recognised by its sequencer and request id.
+    let store = Store::open(dir.path(), service.key.public_key()).unwrap();
+    let retry = store
+        .put(Some(&holder), "counter", b"1", Some("req-1"))
+        .unwrap();
+    assert!(retry.replayed);
+    // The same request id under another grant is another request.
+    let other = service.grant("jobs/nightly", 6, 2);
+    assert!(
+        !store
+            .put(Some(&other), "counter", b"2", Some("req-1"))
+            .unwrap()
+            .replayed
+    );
+}
+
+#[test]
+fn request_ids_an_older_store_kept_under_the_whole_sequencer_are_rehashed_and_still_replay() {
+    let service = ServiceKey::new();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    let holder = service.grant("jobs/nightly", 5, 1);
+    {
+        let store = Store::open(dir.path(), service.key.public_key()).unwrap();
+        store
+            .put(Some(&holder), "counter", b"1", Some("req-1"))
+            .unwrap();
+        store
+            .put(Some(&holder), "counter", b"2", Some("req-2"))
+            .unwrap();
+    }
+    // Turn the file into what an older store wrote: each request keyed "<sequencer> <id>".
+    {
+        use redb::ReadableTable as _;
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut order = txn.open_table(REQUEST_ORDER).unwrap();
+            let mut requests = txn.open_table(REQUESTS).unwrap();
+            let rows: Vec<(u64, String)> = order
+                .iter()
+                .unwrap()
+                .map(|row| {
+                    let (serial, key) = row.unwrap();
+                    (serial.value(), key.value().to_owned())
+                })
+                .collect();
+            for (serial, key) in rows {
+                let request_id = key.split_once(' ').unwrap().1.to_owned();
+                let legacy = format!("{holder} {request_id}");
+                let row = requests.remove(key.as_str()).unwrap().unwrap();
+                let (row_serial, fingerprint, ack) = row.value();
+                let ack = ack.to_vec();
+                drop(row);
+                requests
+                    .insert(legacy.as_str(), (row_serial, fingerprint, ack.as_slice()))
+                    .unwrap();
+                order.insert(serial, legacy.as_str()).unwrap();
+            }
+        }
+        txn.commit().unwrap();
+    }
+    assert!(
+        request_keys(&path)
+            .0
+            .iter()
+            .all(|key| key.starts_with("pal"))
+    );
+
+    let store = Store::open(dir.path(), service.key.public_key()).unwrap();
+    // Both retries are answered with their first outcome, not applied again.
+    for (request_id, value) in [("req-1", b"1"), ("req-2", b"2")] {
+        let retry = store
+            .put(Some(&holder), "counter", value, Some(request_id))
+            .unwrap();
+        assert!(retry.replayed, "{request_id}");
+    }
+    assert_eq!(value_of(&store, "counter"), Some(("2".into(), 5)));
+    // The fingerprint came along: another request under a kept id is still refused.
+    assert_eq!(
+        store
+            .put(Some(&holder), "counter", b"other", Some("req-1"))
+            .unwrap_err()
+            .kind(),
+        "request_id_reused"
+    );
+    drop(store);
+    let (requests, order) = request_keys(&path);
+    assert_eq!(requests.len(), 2);
+    assert!(
+        requests.iter().all(|key| key.starts_with("sha256:")) && order.len() == 2,
+        "{requests:?} {order:?}"
+    );
+    assert!(order.iter().all(|key| requests.contains(key)));
+}

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use palisade_core::{SessionId, Token};
+use palisade_fence::FenceError;
 use palisade_sequencer::{KeySet, PublicKey, SigningKey, VerifiedSequencer};
 
 /// The lock service whose public key the resources under test trust.
@@ -24,6 +25,17 @@ pub fn grant(lock: &str, token: u64, session: u64) -> VerifiedSequencer {
         .sign(lock, Token::new(token), SessionId::new(session))
         .unwrap();
     public_key().verify(sequencer.as_str()).unwrap()
+}
+
+/// The refusal of token `token` of `lock` presented by session `presented` where session
+/// `first` presented it first: the lock service issued that token twice.
+pub fn reissued(lock: &str, token: u64, first: u64, presented: u64) -> FenceError {
+    FenceError::TokenReissued {
+        lock: lock.into(),
+        token: Token::new(token),
+        first_session: SessionId::new(first),
+        presented_session: SessionId::new(presented),
+    }
 }
 
 /// A sequencer for a huge token signed by someone else's key but naming the service's key id,

@@ -14,10 +14,12 @@ the newer token first shuts the other out.
         ... read, compute, write ...
 
 A claim advances the scope's accepted token (the highest ever presented there) and refuses an
-older one, in the same commit as the caller's writes. A superseded holder, however long it was
+older one, in the same commit as the caller's writes. It accepts the accepted token again only from
+the session that presented it first: another session presenting it means the lock service issued
+it twice, and is refused (:class:`TokenReissued`). A superseded holder, however long it was
 paused, is refused at the resource.
 
-Every :class:`FenceError` is exactly one of: *final* (``Stale``, ``WrongLock``, ``Missing``,
+Every :class:`FenceError` is exactly one of: *final* (``Stale``, ``TokenReissued``, ``WrongLock``, ``Missing``,
 ``Malformed``, ``Forged``, ``InvalidScope``, ``InvalidRequest``, ``Corrupt``: retrying cannot
 succeed), *retryable* (``Storage``: nothing was applied) or *outcome unknown*
 (``OutcomeUnknown``: read back under a claim before deciding). ``kind`` is the same
@@ -63,7 +65,7 @@ class FenceError(Exception):
     @property
     def is_rejection(self) -> bool:
         """The sequencer was refused; retrying with it cannot succeed."""
-        return self.kind in ("stale", "wrong_lock", "missing", "malformed", "forged")
+        return self.kind in ("stale", "token_reissued", "wrong_lock", "missing", "malformed", "forged")
 
     @property
     def is_retryable(self) -> bool:
@@ -95,6 +97,26 @@ class Stale(FenceError):
         self.presented = presented
         self.accepted = accepted
         self.holder_session = holder_session
+
+
+class TokenReissued(FenceError):
+    """The accepted token was presented again by another session. One grant has one session, so
+    the lock service issued this token twice (it was restored from a backup, or lost or rolled
+    back its log). The resource keeps to the session that presented the token first."""
+
+    kind = "token_reissued"
+
+    def __init__(self, lock: str, token: int, first_session: int, presented_session: int) -> None:
+        super().__init__(
+            f"token {token} of lock {lock!r} was first presented here by session {first_session}, and session "
+            f"{presented_session} presents it now: the lock service issued this token twice (restored from a "
+            "backup, or its log was lost or rolled back), so this grant is refused; tell the lock service's "
+            "operator, then release the lock and acquire it again for a newer token"
+        )
+        self.lock = lock
+        self.token = token
+        self.first_session = first_session
+        self.presented_session = presented_session
 
 
 class WrongLock(FenceError):
@@ -216,7 +238,8 @@ class Verifier:
 
 def check(accepted: Optional[FenceState], expected_lock: Optional[str], sequencer: VerifiedSequencer) -> FenceState:
     """The pure decision every backend runs under its own atomicity: the state to store, or the
-    refusal. Accepts a token equal to the maximum (one grant may write many times)."""
+    refusal. Accepts a token equal to the maximum from the session that presented it first (one
+    grant may write many times), and refuses it from any other session (:class:`TokenReissued`)."""
     if not isinstance(sequencer, VerifiedSequencer):
         raise TypeError("the fence takes only a VerifiedSequencer: verify the sequencer first")
     assert 1 <= sequencer.token <= TOKEN_MAX
@@ -228,6 +251,9 @@ def check(accepted: Optional[FenceState], expected_lock: Optional[str], sequence
         raise WrongLock(accepted.lock, sequencer.lock)
     if sequencer.token < accepted.token_max:
         raise Stale(accepted.lock, sequencer.token, accepted.token_max, accepted.holder_session)
+    if sequencer.token == accepted.token_max and sequencer.session != accepted.holder_session:
+        # One grant has one session: the same token from another session was issued twice.
+        raise TokenReissued(accepted.lock, accepted.token_max, accepted.holder_session, sequencer.session)
     return FenceState(accepted.lock, sequencer.token, sequencer.session)
 
 
@@ -276,6 +302,7 @@ __all__ = [
     "OutcomeUnknown",
     "Stale",
     "Storage",
+    "TokenReissued",
     "Verifier",
     "WrongLock",
     "check",

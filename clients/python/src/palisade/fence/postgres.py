@@ -11,7 +11,9 @@ transaction, before its reads::
         body = conn.execute("SELECT body FROM reports WHERE name = 'nightly'").fetchone()
         conn.execute("UPDATE reports SET body = %s WHERE name = 'nightly'", (new_body,))
 
-The claim is one ``INSERT ... ON CONFLICT (scope) DO UPDATE ... WHERE token_max <= presented``:
+The claim is one ``INSERT ... ON CONFLICT (scope) DO UPDATE ... WHERE token_max < presented OR
+(token_max = presented AND holder_session = presenting session)`` (an equal token from another
+session is refused as :class:`~palisade.fence.TokenReissued`: the lock service issued it twice):
 it locks the scope's row until the transaction ends, so concurrent claimers of one scope run one
 after another in token order, and an older claimer, re-evaluating the ``WHERE`` against the
 committed row under READ COMMITTED, is refused (:class:`~palisade.fence.Stale`). The caller's
@@ -54,7 +56,10 @@ ADVANCE_SQL = """INSERT INTO palisade_fence AS fence (scope, lock_name, token_ma
         SET token_max = EXCLUDED.token_max,
             holder_session = EXCLUDED.holder_session,
             updated_at = now()
-        WHERE fence.lock_name = EXCLUDED.lock_name AND fence.token_max <= EXCLUDED.token_max
+        WHERE fence.lock_name = EXCLUDED.lock_name
+            AND (fence.token_max < EXCLUDED.token_max
+                OR (fence.token_max = EXCLUDED.token_max
+                    AND fence.holder_session = EXCLUDED.holder_session))
     RETURNING token_max"""
 
 SELECT_SQL = "SELECT lock_name, token_max, holder_session FROM palisade_fence WHERE scope = %s"

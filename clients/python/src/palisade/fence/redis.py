@@ -35,6 +35,7 @@ from . import (
     OutcomeUnknown,
     Stale,
     Storage,
+    TokenReissued,
     VerifiedSequencer,
     WrongLock,
     check,
@@ -286,6 +287,15 @@ def _decode(scope: str, sequencer: VerifiedSequencer, ops: Sequence[Op], reply: 
                 f"fence state of scope {scope!r} is corrupt: redis called the stored token {accepted} newer than token {sequencer.token}"
             )
         raise Stale(sequencer.lock, sequencer.token, accepted, holder)
+    if status == "token_reissued":
+        accepted = _canonical(scope, "token", reply[1], (1 << 63) - 1, minimum=1)
+        first = _canonical(scope, "session", reply[2], (1 << 64) - 1)
+        if accepted != sequencer.token or first == sequencer.session:
+            raise Corrupt(
+                f"fence state of scope {scope!r} is corrupt: redis called token {sequencer.token} of session "
+                f"{sequencer.session} a re-issue of token {accepted} of session {first}"
+            )
+        raise TokenReissued(sequencer.lock, accepted, first, sequencer.session)
     if status == "wrong_lock":
         raise WrongLock(text(1), sequencer.lock)
     if status == "corrupt":

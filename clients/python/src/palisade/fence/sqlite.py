@@ -47,7 +47,9 @@ ADVANCE_SQL = """INSERT INTO palisade_fence (scope, lock_name, token_max, holder
             holder_session = excluded.holder_session,
             updated_at = CURRENT_TIMESTAMP
         WHERE palisade_fence.lock_name = excluded.lock_name
-            AND palisade_fence.token_max <= excluded.token_max
+            AND (palisade_fence.token_max < excluded.token_max
+                OR (palisade_fence.token_max = excluded.token_max
+                    AND palisade_fence.holder_session = excluded.holder_session))
     RETURNING token_max"""
 
 SELECT_SQL = "SELECT lock_name, token_max, holder_session FROM palisade_fence WHERE scope = ?1"
