@@ -158,6 +158,29 @@ fn a_deleted_log_beside_its_key_stops_the_start_until_the_counters_are_recovered
     issued.rounds(&node.endpoint(), "doc", 1);
 }
 
+/// A data directory from before counter marks (here: its mark removed) is an upgrade: it
+/// starts, and has a mark again, which then catches the loss of its log.
+#[test]
+fn a_directory_from_before_marks_starts_and_gets_one_that_then_catches_a_lost_log() {
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("data");
+    let mut node = ServerProcess::lock_service(BIN, &dir);
+    node.start();
+    let mut issued = Issued::default();
+    issued.rounds(&node.endpoint(), "doc", 2);
+    node.terminate();
+
+    std::fs::remove_file(dir.join("counters-mark.json")).unwrap();
+    node.start();
+    issued.rounds(&node.endpoint(), "doc", 1);
+    node.terminate();
+    assert!(dir.join("counters-mark.json").exists());
+
+    remove_log(&dir);
+    recover_and_start(&mut node, &dir);
+    issued.rounds(&node.endpoint(), "doc", 1);
+}
+
 /// N3: an older copy of the log put back (a filesystem snapshot of the log alone, a "repair"),
 /// after the node went on granting. Before, the node replayed the old log and issued the
 /// tokens and session ids granted since again.
