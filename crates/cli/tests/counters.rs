@@ -258,8 +258,11 @@ fn a_lost_snapshot_under_a_log_that_starts_after_it_stops_the_takeover_until_rec
     let mut issued = Issued::default();
     issued.rounds(&node.endpoint(), "doc", 2);
     let backup = parent.path().join("palisade.backup");
-    palisade(&node.endpoint(), &["cluster", "backup", backup.to_str().unwrap()])
-        .expect_success();
+    palisade(
+        &node.endpoint(),
+        &["cluster", "backup", backup.to_str().unwrap()],
+    )
+    .expect_success();
     node.kill9();
 
     let restored_dir = parent.path().join("restored");
