@@ -246,6 +246,47 @@ fn a_restore_after_a_raised_floor_issues_only_tokens_and_sessions_above_every_ea
     issued.rounds(&restored_node.endpoint(), "doc", 3);
 }
 
+/// A restored directory's snapshot is the base its log starts from; with the snapshot lost the
+/// log still reaches the mark's entry, but replays to counters far below it. The node does not
+/// take over (the start fails, naming the recovery) rather than grant from there.
+#[test]
+fn a_lost_snapshot_under_a_log_that_starts_after_it_stops_the_takeover_until_recovered() {
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("data");
+    let mut node = ServerProcess::lock_service(BIN, &dir);
+    node.start();
+    let mut issued = Issued::default();
+    issued.rounds(&node.endpoint(), "doc", 2);
+    let backup = parent.path().join("palisade.backup");
+    palisade(
+        &node.endpoint(),
+        &["cluster", "backup", backup.to_str().unwrap()],
+    )
+    .expect_success();
+    node.kill9();
+
+    let restored_dir = parent.path().join("restored");
+    let mut command = palisade_testkit::command(BIN);
+    command
+        .args(["restore", backup.to_str().unwrap(), "--data-dir"])
+        .arg(&restored_dir);
+    run(command).expect_success();
+    let mut restored = ServerProcess::lock_service(BIN, &restored_dir);
+    restored.start();
+    issued.rounds(&restored.endpoint(), "doc", 2);
+    restored.terminate();
+
+    std::fs::remove_file(restored_dir.join("snapshot.bin")).unwrap();
+    let refusal = refused_start(&mut restored);
+    assert!(
+        refusal.contains("palisade recover-counters --data-dir"),
+        "the refusal does not name the recovery command:\n{refusal}"
+    );
+    recover_counters(&restored_dir).expect_success();
+    restored.start();
+    issued.rounds(&restored.endpoint(), "doc", 2);
+}
+
 /// The start of each frame of the log at `path`, up to the preallocated zeros.
 fn log_frames(bytes: &[u8]) -> Vec<(usize, usize)> {
     let mut frames = Vec::new();

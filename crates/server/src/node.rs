@@ -249,6 +249,9 @@ pub struct Node {
     /// [`crate::keyring`]).
     founding_key: std::sync::RwLock<SigningKey>,
     leader_watch: std::sync::Mutex<LeaderWatch>,
+    /// The counters' mark found (or written) at start: no leadership grants anything while
+    /// the applied counters are below it, unless floors above it are pending (invariant 13).
+    start_mark: crate::counters::CounterMark,
 }
 
 /// Keeps openraft's leader-change callbacks running while held.
@@ -336,7 +339,7 @@ impl Node {
             dir: data_dir,
         })
         .map_err(StartError::CountersBehind)?;
-        shared.marks().start_from(mark);
+        shared.marks().start_from(mark.clone());
         let signing_key = crate::keys::load_or_create(data_dir)?;
         let (removed, _) = tokio::sync::watch::channel(false);
         let network = PeerNetwork::new(
@@ -374,6 +377,7 @@ impl Node {
             blocking: config.blocking,
             founding_key: std::sync::RwLock::new(signing_key),
             leader_watch: std::sync::Mutex::new(LeaderWatch::default()),
+            start_mark: mark,
         });
         node.watch_leadership();
         node.watch_membership();
@@ -673,6 +677,27 @@ impl Node {
             (own, learned) => own.or(learned),
         };
         let (last_token, last_session) = self.shared.read(|t| (t.last_token(), t.last_session()));
+        // Every entry committed before this term is applied: counters below this node's own
+        // mark mean the log replayed without its beginning (a snapshot lost beside a log that
+        // starts after it). The start's check cannot see that; this one does.
+        let mark = &self.start_mark;
+        let covered = floor.as_ref().is_some_and(|f| {
+            f.token > mark.last_token && f.session.is_some_and(|s| s > mark.last_session)
+        });
+        if (last_token < mark.last_token || last_session < mark.last_session) && !covered {
+            tracing::error!(
+                token = last_token.get(),
+                session = last_session.get(),
+                mark_token = mark.last_token.get(),
+                mark_session = mark.last_session.get(),
+                "not taking over: the log replays to counters below this node's counters' mark, \
+                 so part of it (its snapshot, say) was lost, and granting would issue tokens and \
+                 session ids again. Stop the node and run `{} {}`",
+                crate::counters::RECOVER_COMMAND,
+                self.data_dir.display()
+            );
+            return;
+        }
         if let Some(floor) = floor.filter(|f| {
             f.token > last_token || f.session.is_some_and(|session| session > last_session)
         }) {
