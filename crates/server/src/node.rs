@@ -696,7 +696,7 @@ impl Node {
                 crate::counters::RECOVER_COMMAND,
                 self.data_dir.display()
             );
-            return;
+            return None;
         }
         if let Some(floor) = floor.filter(|f| {
             f.token > last_token || f.session.is_some_and(|session| session > last_session)
