@@ -337,6 +337,13 @@ pub enum CredentialError {
     /// A client certificate and a bearer token that name different identities.
     #[error("the client certificate and the bearer token name different identities")]
     Conflict,
+    /// A call that administers the cluster (a backup, a membership or key change, the token
+    /// floor), on a server without a policy, without the cluster's admin token.
+    #[error(
+        "without a policy, administering the cluster takes the admin token each member keeps in admin.token in its data directory: \
+         pass --token-file DATA_DIR/admin.token (or PALISADE_AUTH_TOKEN_FILE) on a member's host"
+    )]
+    AdminTokenNeeded,
 }
 
 impl CredentialError {
@@ -348,6 +355,7 @@ impl CredentialError {
             CredentialError::Unknown => "credential_unknown",
             CredentialError::CertificateName => "credential_certificate_name",
             CredentialError::Conflict => "credential_conflict",
+            CredentialError::AdminTokenNeeded => "admin_token_needed",
         }
     }
 }
@@ -837,6 +845,9 @@ impl CoreError {
             },
             CoreError::Unauthenticated {
                 reason: CredentialError::Conflict,
+            },
+            CoreError::Unauthenticated {
+                reason: CredentialError::AdminTokenNeeded,
             },
             CoreError::PermissionDenied {
                 identity: "alice".into(),
