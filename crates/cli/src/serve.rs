@@ -62,6 +62,12 @@ pub struct ServeArgs {
     /// the listener may then take any lock and change the cluster: only on a network you trust.
     #[arg(long, env = "PALISADE_INSECURE_LISTEN_ANY")]
     pub insecure_listen_any: bool,
+    /// Run a cluster of several nodes whose peers are not authenticated (no TLS with a
+    /// --tls-peer-ca of the nodes' own) although a --policy is given or the listener is beyond
+    /// loopback: anyone who reaches the listener may then speak Raft as a member would, and
+    /// rewrite the lock table. Only on a network nothing but the cluster's nodes can reach.
+    #[arg(long, env = "PALISADE_INSECURE_PEERS")]
+    pub insecure_peers: bool,
     #[command(flatten)]
     pub tls: ServeTlsArgs,
 }
@@ -76,7 +82,8 @@ pub struct ServeTlsArgs {
     pub tls_client_ca: Option<PathBuf>,
     /// The CA of the cluster's nodes' certificates (PEM): peers are checked against it both
     /// ways, and Raft calls are answered only for connections presenting one of its
-    /// certificates.
+    /// certificates. It must sign the nodes' certificates and nothing else: a CA shared with
+    /// --tls-client-ca is refused (`palisade tls init` makes the two apart).
     #[arg(long = "tls-peer-ca", env = "PALISADE_TLS_PEER_CA")]
     pub tls_peer_ca: Option<PathBuf>,
 }
@@ -170,6 +177,7 @@ impl ServeArgs {
             tokens,
             policy,
             insecure_listen_any,
+            insecure_peers,
             tls,
         } = args;
         Ok(ServerConfig {
@@ -186,6 +194,7 @@ impl ServeArgs {
             policy_file: policy,
             insecure_listen_any,
             tls: tls.config(global)?,
+            insecure_peers,
         })
     }
 }

@@ -1,6 +1,8 @@
-//! `palisade tls init DIR`: a CA, a node certificate and a client certificate for trying TLS
-//! and mutual TLS (docs/security.md, "TLS"). Production deployments may use their own CA; the
-//! flags take any PEM files.
+//! `palisade tls init DIR`: the certificates of a cluster, a fenced store and a client, for
+//! trying TLS and mutual TLS (docs/security.md, "TLS"). Two CAs keep clients from being peers:
+//! the cluster CA signs the nodes' certificates (and the store's, for server authentication
+//! only), the client CA signs client certificates. Production deployments may use their own
+//! CAs; the flags take any PEM files.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -8,13 +10,13 @@ use std::process::ExitCode;
 /// `palisade tls` subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum TlsCommand {
-    /// Make a new CA in DIR (ca.pem, ca.key), a node certificate signed by it (server.pem,
-    /// server.key: for `palisade serve` and `palisade store serve`, and for peer links) and a
-    /// client certificate (client.pem, client.key). Keys are written 0600; existing files are
-    /// never overwritten.
+    /// Make two CAs in DIR: the cluster CA (ca.pem, ca.key), which signs a node certificate
+    /// (server.pem, server.key: for `palisade serve` and its peer links; only nodes may hold
+    /// it) and a store certificate (store.pem, store.key: for `palisade store serve`); and the
+    /// client CA (client-ca.pem, client-ca.key), which signs a client certificate (client.pem,
+    /// client.key). Keys are written 0600; existing files are never overwritten.
     Init(InitArgs),
 }
-
 /// Flags of `palisade tls init`.
 #[derive(Debug, clap::Args)]
 pub struct InitArgs {
@@ -34,35 +36,53 @@ pub fn run(command: TlsCommand) -> anyhow::Result<ExitCode> {
     match command {
         TlsCommand::Init(args) => {
             let files = palisade_tls::generate::init(&args.dir, &args.hosts, &args.client_name)?;
+            let show = |path: &PathBuf| path.display().to_string();
             println!(
-                "CA:          {} (key {})",
-                files.ca_cert.display(),
-                files.ca_key.display()
+                "cluster CA:  {} (key {}): signs the nodes' and the store's certificates",
+                show(&files.ca_cert),
+                show(&files.ca_key)
             );
             println!(
                 "node:        {} (key {}) for {}",
-                files.server_cert.display(),
-                files.server_key.display(),
+                show(&files.server_cert),
+                show(&files.server_key),
                 args.hosts.join(", ")
             );
             println!(
+                "store:       {} (key {}) for {}",
+                show(&files.store_cert),
+                show(&files.store_key),
+                args.hosts.join(", ")
+            );
+            println!(
+                "client CA:   {} (key {}): signs client certificates",
+                show(&files.client_ca_cert),
+                show(&files.client_ca_key)
+            );
+            println!(
                 "client:      {} (key {}) named {}",
-                files.client_cert.display(),
-                files.client_key.display(),
+                show(&files.client_cert),
+                show(&files.client_key),
                 args.client_name
             );
             println!(
-                "serve with:  palisade serve --tls-cert {} --tls-key {} [--tls-client-ca {} --tls-peer-ca {}]",
-                files.server_cert.display(),
-                files.server_key.display(),
-                files.ca_cert.display(),
-                files.ca_cert.display()
+                "serve with:  palisade serve --tls-cert {} --tls-key {} --tls-peer-ca {} [--tls-client-ca {}]",
+                show(&files.server_cert),
+                show(&files.server_key),
+                show(&files.ca_cert),
+                show(&files.client_ca_cert)
+            );
+            println!(
+                "store with:  palisade store serve --tls-cert {} --tls-key {} [--tls-client-ca {}] --public-key KEY",
+                show(&files.store_cert),
+                show(&files.store_key),
+                show(&files.client_ca_cert)
             );
             println!(
                 "connect:     palisade --tls-ca {} [--tls-cert {} --tls-key {}] status LOCK",
-                files.ca_cert.display(),
-                files.client_cert.display(),
-                files.client_key.display()
+                show(&files.ca_cert),
+                show(&files.client_cert),
+                show(&files.client_key)
             );
             Ok(ExitCode::SUCCESS)
         }

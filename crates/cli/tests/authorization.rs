@@ -650,6 +650,63 @@ async fn sighup_reloads_the_policy_and_a_bad_file_keeps_the_old_one() {
     assert!(secured.server.is_running());
 }
 
+/// The review's plaintext attack on a node with tokens and a policy: `Locks` refuses a call
+/// without a token, and Raft refused it too. A one-member cluster takes Raft messages from no
+/// one (its only member is itself): not from a made-up node 99 at a high term, not from "node 1"
+/// itself, not from a node 2 it never added. Before, the first was answered and the node's
+/// vote moved to the sender's term.
+#[tokio::test(flavor = "multi_thread")]
+async fn raft_without_a_credential_is_refused_by_a_node_with_a_policy() {
+    use openraft::type_config::alias::VoteOf;
+    use palisade_proto::raft::v1::raft_client::RaftClient;
+    use palisade_proto::raft::v1::{Envelope, PeerRequest};
+    use palisade_server::raft_types::C;
+
+    let secured = Secured::start(&["alice"], "grant alice lock,read *\n");
+    let mut raft = RaftClient::connect(secured.server.endpoint())
+        .await
+        .unwrap();
+    for from in [99, 1, 2] {
+        let heartbeat = openraft::raft::AppendEntriesRequest::<C> {
+            vote: VoteOf::<C>::new_committed(777, from),
+            prev_log_id: None,
+            entries: Vec::new(),
+            leader_commit: None,
+        };
+        let refused = raft
+            .append_entries(PeerRequest {
+                envelope: Some(Envelope {
+                    cluster: palisade_server::node::CLUSTER_NAME.to_string(),
+                    to_node_id: 1,
+                    from_node_id: from,
+                    to_incarnation: 0,
+                    from_incarnation: 0,
+                }),
+                body: serde_json::to_vec(&heartbeat).unwrap(),
+            })
+            .await
+            .expect_err("an append-entries without a credential was answered");
+        assert_eq!(
+            refused.code(),
+            Code::FailedPrecondition,
+            "from {from}: {refused:?}"
+        );
+    }
+    // The node still leads and serves its clients.
+    let client = secured.client(Some("alice")).await;
+    let session = client
+        .open_session(SessionOptions::with_ttl(TTL))
+        .await
+        .unwrap();
+    let _held = session
+        .acquire("jobs/a", AcquireOptions::default())
+        .await
+        .unwrap();
+    let ran = secured.palisade(Some("alice"), &["status", "jobs/a", "--json"]);
+    ran.expect_success();
+    assert!(!ran.json()["holder"].is_null(), "{}", ran.stdout);
+}
+
 fn serve_without_policy(dir: &Path, listen: &str, extra: &[&str]) -> std::process::Command {
     let mut command = palisade_testkit::command(BIN);
     command

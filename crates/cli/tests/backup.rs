@@ -44,7 +44,31 @@ fn a_cluster_restored_from_a_backup_never_reissues_a_token_the_lost_one_granted(
 
     let file = cluster.dir().join("backups").join("palisade.backup");
     std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-    let backed_up = palisade(&endpoints, &["cluster", "backup", file.to_str().unwrap()]);
+    // A backup holds the signing key: without a policy it still takes the admin token, which
+    // only who can read a member's data directory holds.
+    let anonymous = palisade(&endpoints, &["cluster", "backup", file.to_str().unwrap()]);
+    assert_eq!(anonymous.code(), Some(1), "{anonymous:?}");
+    assert!(
+        anonymous.stderr.contains("admin.token"),
+        "the refusal says what to pass: {}",
+        anonymous.stderr
+    );
+    assert!(!file.exists(), "an anonymous caller got a backup");
+    let admin_token = cluster.admin_token_file();
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&admin_token).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600, "{}", admin_token.display());
+    let backed_up = palisade(
+        &endpoints,
+        &[
+            "--token-file",
+            admin_token.to_str().unwrap(),
+            "cluster",
+            "backup",
+            file.to_str().unwrap(),
+        ],
+    );
     backed_up.expect_success();
     let mode =
         std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&file).unwrap().permissions());

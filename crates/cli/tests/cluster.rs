@@ -167,7 +167,12 @@ fn a_wiped_node_cannot_come_back_under_its_old_id() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let status = cluster.status();
+    // Asked anonymously: the wiped node has a key of its own, so it takes the cluster's admin
+    // token for a credential it does not know.
+    let endpoints = cluster.endpoints();
+    let status = cluster.anonymous(&endpoints, &["cluster", "status", "--json"]);
+    status.expect_success();
+    let status = status.json();
     let wiped = status["members"]
         .as_array()
         .unwrap()
@@ -717,4 +722,111 @@ fn a_leader_elected_by_a_follower_that_cut_its_log_grants_above_that_followers_f
     );
     let (last, _) = acquire(&mut cluster, "d", "60s");
     assert!(last > after);
+}
+
+/// A heartbeat at `term` from `from`, as a hostile client would send it to depose the leader
+/// and then write entries of its own.
+fn heartbeat(term: u64, from: u64) -> Vec<u8> {
+    use openraft::type_config::alias::VoteOf;
+    let request = openraft::raft::AppendEntriesRequest::<palisade_server::raft_types::C> {
+        vote: VoteOf::<palisade_server::raft_types::C>::new_committed(term, from),
+        prev_log_id: None,
+        entries: Vec::new(),
+        leader_commit: None,
+    };
+    serde_json::to_vec(&request).expect("an append-entries request")
+}
+
+/// Raft messages that claim a node id outside the membership, or a member's id without the
+/// incarnations the membership records, are refused by every member: AppendEntries (which
+/// would have moved the follower to the sender's term and taken its entries), InstallSnapshot
+/// and Vote. The follower's term is where it was.
+#[test]
+fn raft_messages_from_outside_the_membership_are_refused() {
+    use palisade_proto::raft::v1::raft_client::RaftClient;
+    use palisade_proto::raft::v1::{
+        Envelope, PeerRequest, SnapshotHeader, SnapshotPart, snapshot_part,
+    };
+
+    let mut cluster = LocalCluster::start(BIN, 3);
+    let leader = cluster.leader();
+    let target = *cluster.nodes.keys().find(|id| **id != leader).unwrap();
+    let address = cluster.nodes[&target].address();
+    let term_of = |cluster: &LocalCluster| {
+        let ran = cluster.palisade(&address, &["cluster", "status", "--json"]);
+        ran.expect_success();
+        let status = ran.json();
+        status["members"]
+            .as_array()
+            .expect("members")
+            .iter()
+            .find(|m| m["id"].as_u64() == Some(target))
+            .and_then(|m| m["term"].as_u64())
+            .unwrap_or_else(|| panic!("node {target}'s term in {status}"))
+    };
+    let term = term_of(&cluster);
+    let envelope = |from: u64| {
+        Some(Envelope {
+            cluster: palisade_server::node::CLUSTER_NAME.to_string(),
+            to_node_id: target,
+            from_node_id: from,
+            to_incarnation: 0,
+            from_incarnation: 0,
+        })
+    };
+    let refusals = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let mut raft = RaftClient::connect(format!("http://{address}"))
+            .await
+            .unwrap();
+        let mut refusals = Vec::new();
+        // Node 99 was never added; node `leader` is a member, but the envelope leaves the
+        // incarnations at 0 ("unknown"), as someone who does not know them must.
+        for from in [99, leader] {
+            let appended = raft
+                .append_entries(PeerRequest {
+                    envelope: envelope(from),
+                    body: heartbeat(term + 1_000, from),
+                })
+                .await;
+            refusals.push((format!("append-entries from {from}"), appended.err()));
+        }
+        let header = SnapshotPart {
+            part: Some(snapshot_part::Part::Header(SnapshotHeader {
+                envelope: envelope(99),
+                ..SnapshotHeader::default()
+            })),
+        };
+        let installed = raft.install_snapshot(tokio_stream::iter([header])).await;
+        refusals.push(("install-snapshot from 99".into(), installed.err()));
+        let vote = openraft::raft::VoteRequest::<palisade_server::raft_types::C>::new(
+            openraft::type_config::alias::VoteOf::<palisade_server::raft_types::C>::new(
+                term + 1_000,
+                99,
+            ),
+            None,
+        );
+        let voted = raft
+            .vote(PeerRequest {
+                envelope: envelope(99),
+                body: serde_json::to_vec(&vote).unwrap(),
+            })
+            .await;
+        refusals.push(("vote from 99".into(), voted.err()));
+        refusals
+    });
+    for (what, refusal) in refusals {
+        let refusal = refusal.unwrap_or_else(|| panic!("{what} was answered"));
+        assert_eq!(
+            refusal.code(),
+            tonic::Code::FailedPrecondition,
+            "{what}: {refusal:?}"
+        );
+    }
+    let now = term_of(&cluster);
+    assert!(
+        now < term + 1_000,
+        "the follower took the sender's term: {now}"
+    );
+    let (token, _) = acquire(&mut cluster, "jobs/after", "30s");
+    assert!(token > 0);
 }

@@ -538,7 +538,7 @@ fn cluster_add_and_remove_refuse_bad_requests_and_leave_the_cluster_unchanged() 
 
     let mut expect_refused = |what: &str, args: &[&str], codes: &[i32], mention: &str| {
         let t = Instant::now();
-        let ran = palisade(&first, args);
+        let ran = cluster.palisade(&first, args);
         let ok_code = ran.code().is_some_and(|c| codes.contains(&c));
         if !ok_code || !ran.stderr.to_lowercase().contains(&mention.to_lowercase()) {
             problems.push(format!(
@@ -623,7 +623,7 @@ fn cluster_add_and_remove_refuse_bad_requests_and_leave_the_cluster_unchanged() 
         ));
     }
     // The cluster can still grow after all the refusals.
-    let added = palisade(&first, &["cluster", "add", "2", &joining]);
+    let added = cluster.palisade(&first, &["cluster", "add", "2", &joining]);
     if added.code() != Some(0) {
         problems.push(format!("the real add failed: {added:?}"));
     } else {
@@ -635,7 +635,7 @@ fn cluster_add_and_remove_refuse_bad_requests_and_leave_the_cluster_unchanged() 
             problems.push("node 2 signs with another key".into());
         }
         // Adding it again is refused.
-        let again = palisade(&first, &["cluster", "add", "2", &joining]);
+        let again = cluster.palisade(&first, &["cluster", "add", "2", &joining]);
         if again.code() != Some(1) {
             problems.push(format!("adding a voter again: {again:?}"));
         }
@@ -1018,7 +1018,9 @@ fn commands_still_work_with_a_removed_follower_first_in_the_list() {
     let leader = cluster.leader();
     let leader_addr = cluster.nodes[&leader].address();
     let removed = *cluster.nodes.keys().find(|&&i| i != leader).unwrap();
-    palisade(&leader_addr, &["cluster", "remove", &removed.to_string()]).expect_success();
+    cluster
+        .palisade(&leader_addr, &["cluster", "remove", &removed.to_string()])
+        .expect_success();
     let status = status_json(&leader_addr);
     assert!(
         !ids_of_kind(&status, "voter").contains(&removed),
@@ -1353,14 +1355,18 @@ fn a_removed_id_is_not_given_to_a_new_data_directory() {
     let mut cluster = LocalCluster::empty(BIN);
     let first = cluster.add_single().address();
     let second = cluster.start_joining(2).address();
-    palisade(&first, &["cluster", "add", "2", &second]).expect_success();
-    palisade(&first, &["cluster", "remove", "2"]).expect_success();
+    cluster
+        .palisade(&first, &["cluster", "add", "2", &second])
+        .expect_success();
+    cluster
+        .palisade(&first, &["cluster", "remove", "2"])
+        .expect_success();
     cluster.node(2).process.kill9();
     // A new directory under the removed id.
     let dir = tempfile::tempdir().unwrap();
     let mut fresh = server(dir.path(), 2, &["--join"]);
     fresh.start();
-    let ran = palisade(&first, &["cluster", "add", "2", &fresh.addr().to_string()]);
+    let ran = cluster.palisade(&first, &["cluster", "add", "2", &fresh.addr().to_string()]);
     let status = status_json(&first);
     assert_eq!(
         ran.code(),

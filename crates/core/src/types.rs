@@ -337,6 +337,13 @@ pub enum CredentialError {
     /// A client certificate and a bearer token that name different identities.
     #[error("the client certificate and the bearer token name different identities")]
     Conflict,
+    /// A call that administers the cluster (a backup, a membership or key change, the token
+    /// floor), on a server without a policy, without the cluster's admin token.
+    #[error(
+        "without a policy, administering the cluster takes the admin token each member keeps in admin.token in its data directory: \
+         pass --token-file DATA_DIR/admin.token (or PALISADE_AUTH_TOKEN_FILE) on a member's host"
+    )]
+    AdminTokenNeeded,
 }
 
 impl CredentialError {
@@ -348,6 +355,7 @@ impl CredentialError {
             CredentialError::Unknown => "credential_unknown",
             CredentialError::CertificateName => "credential_certificate_name",
             CredentialError::Conflict => "credential_conflict",
+            CredentialError::AdminTokenNeeded => "admin_token_needed",
         }
     }
 }
@@ -846,6 +854,9 @@ impl CoreError {
             CoreError::Unauthenticated {
                 reason: CredentialError::Conflict,
             },
+            CoreError::Unauthenticated {
+                reason: CredentialError::AdminTokenNeeded,
+            },
             CoreError::PermissionDenied {
                 identity: "alice".into(),
                 right: Right::Lock,
@@ -1088,13 +1099,16 @@ mod tests {
             CoreError::InvalidValue(GrantValueError::Empty) => 28,
             CoreError::InvalidValue(GrantValueError::TooLong { .. }) => 29,
             CoreError::InvalidValue(GrantValueError::ControlCharacter) => 30,
+            CoreError::Unauthenticated {
+                reason: CredentialError::AdminTokenNeeded,
+            } => 31,
         }
     }
 
     #[test]
     fn the_examples_cover_every_variant_and_reason() {
         let slots: HashSet<usize> = CoreError::examples().iter().map(example_slot).collect();
-        assert_eq!(slots, (0..31).collect::<HashSet<usize>>());
+        assert_eq!(slots, (0..32).collect::<HashSet<usize>>());
     }
 
     #[test]

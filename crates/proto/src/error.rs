@@ -339,6 +339,7 @@ pub fn core_from_detail(detail: &ErrorDetail) -> Result<CoreError, DetailError> 
                 "credential_unknown" => CredentialError::Unknown,
                 "credential_certificate_name" => CredentialError::CertificateName,
                 "credential_conflict" => CredentialError::Conflict,
+                "admin_token_needed" => CredentialError::AdminTokenNeeded,
                 _ => return Err(unknown_reason()),
             },
         },

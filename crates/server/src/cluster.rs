@@ -4,7 +4,11 @@
 //! UNAVAILABLE with the leader's address in metadata, as `Locks` does.
 //!
 //! Once a policy is configured, every call needs the admin right (`grant IDENTITY admin *`):
-//! the membership decides who receives the signing key, and a backup holds it.
+//! the membership decides who receives the signing key, and a backup holds it. Without a
+//! policy, the calls that change the cluster or reveal its key (`Backup`, `AddMember`,
+//! `RemoveMember`, `AddKey`, `RotateKey`, `RetireKey`, `RaiseTokenFloor`) need the cluster's
+//! admin token ([`crate::admin_token`]); `Status` and `ListKeys`, which show what the web UI and
+//! `PublicKey` show anyway, are answered to anyone.
 
 use std::sync::Arc;
 
@@ -28,6 +32,9 @@ use crate::service::ServiceError;
 pub struct GrpcCluster {
     node: Arc<Node>,
     auth: Arc<Auth>,
+    /// Why `AddMember` is refused on this node, if it is: its peers are not authenticated
+    /// where they must be (see `PeerAuthentication` in `lib.rs`).
+    growth_refused: Option<String>,
 }
 
 impl GrpcCluster {
@@ -38,14 +45,34 @@ impl GrpcCluster {
 
     /// The service refusing every call of a caller without the admin right under `auth`.
     pub fn with_auth(node: Arc<Node>, auth: Arc<Auth>) -> GrpcCluster {
-        GrpcCluster { node, auth }
+        GrpcCluster {
+            node,
+            auth,
+            growth_refused: None,
+        }
     }
 
-    /// Refuses `request` unless its caller has the admin right.
+    /// Refuses every `AddMember` with `why` (when `Some`).
+    pub fn refusing_growth(mut self, why: Option<String>) -> GrpcCluster {
+        self.growth_refused = why;
+        self
+    }
+
+    /// Refuses `request` unless its caller may administer the cluster: the admin right under a
+    /// policy; the cluster's admin token without one.
     fn require_admin<T>(&self, request: &Request<T>) -> Result<(), Status> {
         self.auth
             .identity(request)
             .and_then(|caller| self.auth.require_admin(&caller))
+            .map_err(|e| palisade_proto::error::status_from_core(&e))
+    }
+
+    /// Refuses `request` to look at the cluster (its status, its public keys) unless its caller
+    /// has the admin right under a policy; without one, anyone may look.
+    fn require_viewer<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        self.auth
+            .identity(request)
+            .and_then(|caller| self.auth.require_viewer(&caller))
             .map_err(|e| palisade_proto::error::status_from_core(&e))
     }
 
@@ -127,7 +154,7 @@ impl Cluster for GrpcCluster {
         &self,
         request: Request<ClusterStatusRequest>,
     ) -> Result<Response<ClusterStatusResponse>, Status> {
-        self.require_admin(&request)?;
+        self.require_viewer(&request)?;
         let view = self.node.cluster_view();
         Ok(Response::new(ClusterStatusResponse {
             node_id: view.node_id,
@@ -146,6 +173,9 @@ impl Cluster for GrpcCluster {
         request: Request<AddMemberRequest>,
     ) -> Result<Response<MembershipResponse>, Status> {
         self.require_admin(&request)?;
+        if let Some(why) = &self.growth_refused {
+            return Err(Status::failed_precondition(why.clone()));
+        }
         let AddMemberRequest { id, address } = request.into_inner();
         palisade_proto::validate_member_address(&address).map_err(Status::invalid_argument)?;
         let view = self.node.add_member(id, address).await.map_err(status)?;
@@ -173,7 +203,7 @@ impl Cluster for GrpcCluster {
         &self,
         request: Request<ListKeysRequest>,
     ) -> Result<Response<KeysResponse>, Status> {
-        self.require_admin(&request)?;
+        self.require_viewer(&request)?;
         Ok(keys(self.node.list_keys().await.map_err(status)?))
     }
 

@@ -12,6 +12,7 @@
 //! - [`metrics`]: Prometheus metric names and exporter;
 //! - [`ui`]: the read-only web UI (`--ui-listen`) and its timeline of grants.
 
+pub mod admin_token;
 pub mod auth;
 pub mod backup;
 pub mod cluster;
@@ -88,6 +89,10 @@ pub struct ServerConfig {
     pub insecure_listen_any: bool,
     /// TLS on the listener and the peer links (plaintext when `None`); see [`tls`].
     pub tls: Option<tls::ServerTlsConfig>,
+    /// Run a cluster whose peers are not authenticated (no TLS peer CA of their own) although
+    /// a policy is configured or the listener is not loopback: whoever reaches the listener may
+    /// then speak Raft as a member would. Only on a network nothing but the nodes reaches.
+    pub insecure_peers: bool,
 }
 
 impl ServerConfig {
@@ -108,6 +113,7 @@ impl ServerConfig {
             policy_file: None,
             insecure_listen_any: false,
             tls: None,
+            insecure_peers: false,
         }
     }
 }
@@ -158,6 +164,98 @@ pub enum ServeError {
          configure --tokens and --policy (see docs/security.md), listen on 127.0.0.1, or pass --insecure-listen-any on a network you trust"
     )]
     InsecureListen { listen: SocketAddr },
+    /// Peers would not be authenticated where they must be (see [`peer_authentication`]), and
+    /// `insecure_peers` is not set.
+    #[error(
+        "refusing to start: {why}: {reason}. Whoever speaks Raft to a member can rewrite \
+         the lock table and take the signing key. Serve TLS with --tls-peer-ca naming a CA that signs the nodes' certificates \
+         and nothing else (`palisade tls init` makes one, apart from the client CA; see docs/security.md), or pass \
+         --insecure-peers on a network that nothing but the cluster's nodes can reach"
+    )]
+    PeersUnauthenticated { why: String, reason: String },
+}
+
+/// Whether a node's peers are authenticated, and whether they must be.
+#[derive(Debug, Clone)]
+pub(crate) struct PeerAuthentication {
+    /// Why peer authentication is needed here: a policy, or a listener beyond loopback.
+    needed: Option<String>,
+    /// Why the peers are not authenticated, if they are not.
+    missing: Option<String>,
+    /// The peer CA shares a root with the client CA: refused wherever peers speak at all.
+    shared_ca: bool,
+}
+
+impl PeerAuthentication {
+    /// The refusal to start (or to add a member) for a node that has, or will have,
+    /// `several_members`; `None` when it may go on.
+    ///
+    /// A one-member cluster answers no Raft message from anyone (its only member is itself,
+    /// and a member refuses senders outside its membership), so authentication is needed from
+    /// the second member on. A peer CA shared with the clients is refused whatever the size.
+    pub(crate) fn refusal(&self, several_members: bool) -> Option<ServeError> {
+        let reason = self.missing.clone()?;
+        let why = if self.shared_ca {
+            "its peers would not be authenticated".to_string()
+        } else if several_members {
+            format!(
+                "this node is a member of a cluster of several nodes and {}, yet its peers would not be authenticated",
+                self.needed.clone()?
+            )
+        } else {
+            return None;
+        };
+        Some(ServeError::PeersUnauthenticated { why, reason })
+    }
+
+    /// Why `cluster add` must not grow this one-member cluster, if it must not.
+    pub(crate) fn growth_refusal(&self) -> Option<String> {
+        Some(format!(
+            "this node has no authenticated peers ({}) and {}: a second member would let anyone who \
+             reaches a listener speak Raft. Restart the members with --tls-peer-ca (a CA of the nodes' \
+             own; see docs/security.md), or with --insecure-peers on a network nothing else reaches",
+            self.missing.clone()?,
+            self.needed.clone()?
+        ))
+    }
+}
+
+/// Judges the peer authentication of a node configured by `args`, with its loaded `tls`.
+/// `own_listener`: the node binds `args.listen` itself (false in a simulation, which supplies
+/// its own network).
+fn peer_authentication(
+    args: &ServerConfig,
+    auth: &auth::Auth,
+    tls: Option<&tls::ServerTls>,
+    own_listener: bool,
+) -> PeerAuthentication {
+    let needed = if auth.has_policy() {
+        Some("it has a policy".to_string())
+    } else if own_listener && !args.listen.ip().is_loopback() {
+        Some(format!("it listens on {}, beyond loopback", args.listen))
+    } else {
+        None
+    };
+    let shared_ca = tls.is_some_and(tls::ServerTls::peer_ca_is_a_client_ca);
+    let missing = match tls {
+        None => Some(
+            "the listener serves no TLS, so nothing tells a peer from anyone else who reaches it"
+                .to_string(),
+        ),
+        Some(tls) if !tls.peers_checked() => Some(
+            "no --tls-peer-ca is given, so nothing tells a peer from a client".to_string(),
+        ),
+        Some(_) if shared_ca => Some(
+            "the peer CA (--tls-peer-ca) is also a client CA (--tls-client-ca), so every client certificate would be taken for a peer's"
+                .to_string(),
+        ),
+        Some(_) => None,
+    };
+    PeerAuthentication {
+        needed,
+        missing,
+        shared_ca,
+    }
 }
 
 /// Runs the lock service until SIGTERM or SIGINT.
@@ -271,6 +369,8 @@ pub struct Server {
     auth: Arc<auth::Auth>,
     tls: Option<tls::ServerTls>,
     ui: Option<ui::Ui>,
+    /// Why this node may not grow into a cluster (`cluster add` is refused), if it may not.
+    unauthenticated_peers: Option<String>,
 }
 
 impl Server {
@@ -325,7 +425,10 @@ impl Server {
             tracing::warn!(
                 listen = %args.listen,
                 "NO POLICY CONFIGURED: every client that reaches this listener may open sessions, take and release any lock, \
-                 read every lock and change the cluster's membership and keys. Configure --tokens and --policy (docs/security.md)"
+                 read every lock and see the cluster's members and public keys. Backups (they hold the signing key), \
+                 membership and key changes and the token floor take the admin token in {}. Configure --tokens and \
+                 --policy (docs/security.md)",
+                args.data_dir.join(admin_token::ADMIN_TOKEN_FILE).display()
             );
         }
         // Every TLS file is read and checked before anything else starts.
@@ -334,6 +437,13 @@ impl Server {
             .as_ref()
             .map(tls::ServerTlsConfig::load)
             .transpose()?;
+        let peers = peer_authentication(args, &auth, tls.as_ref(), platform.listener.is_none());
+        if !args.insecure_peers {
+            let grows = args.join || args.initial_cluster.as_ref().is_some_and(|c| c.len() > 1);
+            if let Some(refusal) = peers.refusal(grows) {
+                return Err(refusal);
+            }
+        }
         let dialer = match &tls {
             Some(loaded) => Some(tls::peer_dialer(loaded, platform.dialer)),
             None => platform.dialer,
@@ -368,6 +478,35 @@ impl Server {
             data_dir: args.data_dir.clone(),
             source,
         })?;
+        // The admin token follows the founding key, which a restore may have replaced.
+        if let Err(source) = admin_token::write(&args.data_dir, &node.founding_key()) {
+            node.shutdown().await;
+            return Err(ServeError::Start {
+                data_dir: args.data_dir.clone(),
+                source: node::StartError::Io(source),
+            });
+        }
+        {
+            let node = node.clone();
+            auth.set_admin_token(move || admin_token::derive(&node.founding_key()));
+        }
+        // A directory that is a member of a larger cluster already (grown by `cluster add`).
+        let several = args.join
+            || args.initial_cluster.as_ref().is_some_and(|c| c.len() > 1)
+            || node.cluster_view().members.len() > 1;
+        if !args.insecure_peers
+            && let Some(refusal) = peers.refusal(several)
+        {
+            node.shutdown().await;
+            return Err(refusal);
+        }
+        if let Some(missing) = peers.missing.as_ref().filter(|_| several) {
+            tracing::warn!(
+                "PEERS NOT AUTHENTICATED: {missing}. Whoever reaches this listener may speak Raft as a member \
+                 would and change anything in the cluster, the admin token notwithstanding: serve TLS with \
+                 --tls-peer-ca (docs/security.md)"
+            );
+        }
         let ui = match args.ui_listen {
             None => None,
             Some(listen) => {
@@ -394,6 +533,9 @@ impl Server {
             auth,
             tls,
             ui,
+            unauthenticated_peers: (!args.insecure_peers)
+                .then(|| peers.growth_refusal())
+                .flatten(),
         })
     }
 
@@ -439,8 +581,9 @@ impl Server {
         )
         .with_identity(self.node.incarnation(), self.node.clone())
         .into_service();
-        let cluster =
-            cluster::GrpcCluster::with_auth(self.node.clone(), self.auth.clone()).into_service();
+        let cluster = cluster::GrpcCluster::with_auth(self.node.clone(), self.auth.clone())
+            .refusing_growth(self.unauthenticated_peers)
+            .into_service();
         if let Some(ui) = self.ui {
             let node = self.node.clone();
             tokio::spawn(ui.run_until(async move { node.stopping().await }));

@@ -1660,6 +1660,12 @@ impl crate::peer_service::Admission for Node {
                 self.identity.node_id
             )
         })?;
+        crate::admin_token::write(&self.data_dir, &key).map_err(|e| {
+            format!(
+                "node {} cannot write the cluster's admin token: {e}",
+                self.identity.node_id
+            )
+        })?;
         *current = key;
         tracing::info!(%from, public_key = %current.public_key(), "admitted: took the cluster's signing key");
         Ok(self.identity.incarnation)

@@ -51,7 +51,7 @@ pub trait Admission: Send + Sync + 'static {
 /// Who sends a Raft request, for [`RaftPeerServer::check_sender`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Sender {
-    /// Entries and snapshots: a leader, possibly of a membership this node has not seen yet.
+    /// Entries and snapshots: a leader.
     Leader,
     /// Votes, pre-votes and leadership transfers: only a member may ask.
     Candidate,
@@ -111,8 +111,8 @@ impl RaftPeerServer {
     /// Refuses a Raft request that is not for this node of this cluster, or not from a member
     /// as this node knows it; returns the sender's id.
     fn check_envelope(&self, envelope: Option<Envelope>, sender: Sender) -> Result<u64, Status> {
-        let (from, from_incarnation) = self.addressed_here(envelope)?;
-        self.check_sender(from, from_incarnation, sender)?;
+        let (from, from_incarnation, to_incarnation) = self.addressed_here(envelope)?;
+        self.check_sender(from, from_incarnation, to_incarnation, sender)?;
         Ok(from)
     }
 
@@ -122,8 +122,8 @@ impl RaftPeerServer {
     }
 
     /// Refuses a request that is not for this incarnation of this node of this cluster;
-    /// returns the sender's id and incarnation.
-    fn addressed_here(&self, envelope: Option<Envelope>) -> Result<(u64, u64), Status> {
+    /// returns the sender's id and incarnation, and the incarnation it names for this node.
+    fn addressed_here(&self, envelope: Option<Envelope>) -> Result<(u64, u64, u64), Status> {
         let Some(envelope) = envelope else {
             return Err(Status::invalid_argument(
                 "a peer request must carry an envelope naming its cluster and target node",
@@ -173,15 +173,27 @@ impl RaftPeerServer {
                 self.local_id, self.local_incarnation, self.local_id
             )));
         }
-        Ok((from_node_id, from_incarnation))
+        Ok((from_node_id, from_incarnation, to_incarnation))
     }
 
-    /// Refuses a sender that this node's membership knows under another incarnation (a wiped
-    /// node under an old id) and, for a [`Sender::Candidate`], one it does not know at all (a
-    /// removed node asking for votes). A leader it does not know is let through: this node may
-    /// lag behind the entry that added it, and only that leader can send it; Raft's term
-    /// checks judge its entries. A node that knows no membership yet accepts any sender.
-    fn check_sender(&self, from: u64, from_incarnation: u64, sender: Sender) -> Result<(), Status> {
+    /// Once this node knows a membership, refuses a sender outside it (a node that was never
+    /// added, a removed one, or anyone claiming an id it made up), a sender claiming to be this
+    /// node, and an envelope whose incarnations are not the ones the membership records for
+    /// the sender and for this node (0, "unknown", included, once a real one is recorded).
+    /// A node that knows no membership yet (a new node waiting to be added) accepts any
+    /// sender: only the leader that is adding it sends to it.
+    ///
+    /// A leader this node does not know is refused too, although this node may merely lag
+    /// behind the entry that added it: entries are the whole replicated state, and a sender
+    /// that is no member must not write them. Such a member catches up once a leader it knows
+    /// leads again (see docs/cluster.md).
+    fn check_sender(
+        &self,
+        from: u64,
+        from_incarnation: u64,
+        to_incarnation: u64,
+        sender: Sender,
+    ) -> Result<(), Status> {
         let membership = self
             .raft
             .metrics()
@@ -192,8 +204,27 @@ impl RaftPeerServer {
         if membership.voter_ids().next().is_none() {
             return Ok(());
         }
+        if from == self.local_id {
+            tracing::warn!(%from, "refused a Raft request claiming to come from this node itself");
+            return Err(Status::failed_precondition(format!(
+                "node {from} does not send Raft requests to itself: the sender is not node {from}"
+            )));
+        }
+        let recorded_here = membership
+            .get_node(&self.local_id)
+            .map_or(0, |me| me.incarnation);
+        if recorded_here != 0
+            && to_incarnation != recorded_here
+            && !canary::active(Canary::NodeIdReuse)
+        {
+            tracing::warn!(%from, ?sender, "refused a Raft request without this node's incarnation as the membership records it");
+            return Err(Status::failed_precondition(format!(
+                "the request names incarnation {to_incarnation} of node {}, but the membership \
+                 records {recorded_here}: the sender's membership is not this cluster's",
+                self.local_id
+            )));
+        }
         match membership.get_node(&from) {
-            None if sender == Sender::Leader => Ok(()),
             None if self.admission.as_ref().is_some_and(|a| a.was_removed(from)) => {
                 let mut status = Status::failed_precondition(format!(
                     "node {from} was removed from this cluster; it must stop"
@@ -203,13 +234,16 @@ impl RaftPeerServer {
                     .insert(crate::peer::REMOVED_HEADER, from.into());
                 Err(status)
             }
-            None => Err(Status::failed_precondition(format!(
-                "node {from} is not a member of this cluster as node {} knows it (removed?)",
-                self.local_id
-            ))),
+            None => {
+                tracing::warn!(%from, ?sender, "refused a Raft request from a node outside the membership");
+                Err(Status::failed_precondition(format!(
+                    "node {from} is not a member of this cluster as node {} knows it (removed, \
+                     never added, or added while this node was away)",
+                    self.local_id
+                )))
+            }
             Some(member)
                 if member.incarnation != 0
-                    && from_incarnation != 0
                     && member.incarnation != from_incarnation
                     && !canary::active(Canary::NodeIdReuse) =>
             {

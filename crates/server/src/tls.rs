@@ -9,7 +9,9 @@
 //! - with `peer_ca`, a connection may present a certificate chaining to it, and the Raft service
 //!   answers only connections that did: anyone else gets `UNAUTHENTICATED`. The node also
 //!   dials its peers with TLS, checking their certificates against `peer_ca` and presenting its
-//!   own `cert` as its client certificate.
+//!   own `cert` as its client certificate. `peer_ca` must sign the nodes' certificates and
+//!   nothing else: a peer CA sharing a root with `client_ca` is refused at start (`lib.rs`),
+//!   unless peers are left unauthenticated on purpose.
 //!
 //! The handshake runs under the listener's preface deadline (`incoming.rs`): a client that
 //! stalls in the handshake loses its connection, and its permit, as one that never sends the
@@ -58,6 +60,9 @@ pub(crate) struct ServerTls {
     peer_roots: Option<Roots>,
     /// How this node dials its peers; `None` without `peer_ca`.
     pub(crate) peer_dialing: Option<ClientTls>,
+    /// The peer CA and the client CA have a root in common: a client's certificate may then
+    /// pass for a peer's.
+    shared_ca: bool,
 }
 
 impl std::fmt::Debug for ServerTls {
@@ -74,6 +79,15 @@ impl ServerTlsConfig {
     pub(crate) fn load(&self) -> Result<ServerTls, TlsError> {
         let identity = Identity::from_files(&self.cert, &self.key)?;
         let peer_roots = self.peer_ca.as_deref().map(Roots::from_file).transpose()?;
+        let client_roots = self
+            .client_ca
+            .as_deref()
+            .map(Roots::from_file)
+            .transpose()?;
+        let shared_ca = match (&peer_roots, &client_roots) {
+            (Some(peers), Some(clients)) => peers.shares_a_root_with(clients),
+            _ => false,
+        };
         let verifier = match (&self.client_ca, &self.peer_ca) {
             (None, None) => None,
             // Peers present certificates; clients need not.
@@ -93,6 +107,7 @@ impl ServerTlsConfig {
             acceptor: tokio_rustls::TlsAcceptor::from(config),
             peer_roots,
             peer_dialing,
+            shared_ca,
         })
     }
 }
@@ -118,6 +133,12 @@ impl ServerTls {
     /// Whether the Raft service needs a peer certificate.
     pub(crate) fn peers_checked(&self) -> bool {
         self.peer_roots.is_some()
+    }
+
+    /// Whether the peer CA shares a root with the client CA, so that a client certificate
+    /// could pass for a peer's.
+    pub(crate) fn peer_ca_is_a_client_ca(&self) -> bool {
+        self.shared_ca
     }
 }
 

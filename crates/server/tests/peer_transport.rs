@@ -455,10 +455,13 @@ fn envelope(cluster: &str, to_node_id: u64) -> Option<Envelope> {
     })
 }
 
-/// A node that lags behind the entry that added today's leader still takes that leader's
-/// entries (Raft's term checks judge them), but gives no vote to a node it does not know.
+/// Once a node knows its membership, it takes neither entries nor votes from a node outside
+/// it: a sender it does not know may be anyone who reaches its listener, and entries are the
+/// whole replicated state. (A member that merely lags behind the entry that added today's
+/// leader waits for a leader it knows; docs/cluster.md.) Nor from a sender claiming to be the
+/// node itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lagging_member_takes_entries_from_a_leader_it_does_not_know_yet_but_gives_it_no_vote() {
+async fn a_member_takes_no_entries_and_gives_no_vote_to_a_node_outside_its_membership() {
     let node = TestNode::start(2).await;
     let members: BTreeMap<u64, Member> = [1, 2, 3]
         .into_iter()
@@ -490,16 +493,31 @@ async fn a_lagging_member_takes_entries_from_a_leader_it_does_not_know_yet_but_g
         entries: Vec::new(),
         leader_commit: None,
     };
-    let answered = client
+    let refused = client
         .append_entries(PeerRequest {
             envelope: from_4.clone(),
             body: serde_json::to_vec(&heartbeat).unwrap(),
         })
-        .await;
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
     assert!(
-        answered.is_ok(),
-        "node 2 refused the leader of a later membership: {answered:?}"
+        refused.message().contains("node 4 is not a member"),
+        "{}",
+        refused.message()
     );
+    let from_itself = Some(Envelope {
+        from_node_id: 2,
+        ..from_4.clone().unwrap()
+    });
+    let refused = client
+        .append_entries(PeerRequest {
+            envelope: from_itself,
+            body: serde_json::to_vec(&heartbeat).unwrap(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
 
     let refused = client
         .vote(PeerRequest {

@@ -325,6 +325,7 @@ async fn node(
         policy_file: None,
         insecure_listen_any: false,
         tls: None,
+        insecure_peers: false,
     };
     let platform = Platform {
         clock: clock.shared(),

@@ -75,9 +75,10 @@ fn node_process(
                 .env("RUST_LOG", "info");
             // A node in a network namespace listens on its namespace's address, not loopback:
             // without a policy, `palisade serve` refuses that unless told the network is
-            // trusted (the test's namespaces are reachable from nothing else).
+            // trusted (the test's namespaces are reachable from nothing else), and a cluster's
+            // nodes there speak Raft in plaintext, unauthenticated, only if told so too.
             if !addr.ip().is_loopback() {
-                command.arg("--insecure-listen-any");
+                command.args(["--insecure-listen-any", "--insecure-peers"]);
             }
             command
         },
@@ -190,11 +191,31 @@ impl LocalCluster {
             .join(",")
     }
 
-    /// Runs `palisade --endpoint ENDPOINTS ARGS...`.
+    /// Runs `palisade --endpoint ENDPOINTS ARGS...` as an operator on node 1's host would: with
+    /// `PALISADE_AUTH_TOKEN_FILE` naming the cluster's admin token in node 1's data directory
+    /// (once node 1 has written it), which the cluster's administration takes without a policy
+    /// and every other call accepts.
     pub fn palisade(&self, endpoints: &str, args: &[&str]) -> Ran {
         let mut cmd = command(&self.bin);
         cmd.args(["--endpoint", endpoints]).args(args);
+        let admin_token = self.admin_token_file();
+        if admin_token.exists() {
+            cmd.env("PALISADE_AUTH_TOKEN_FILE", admin_token);
+        }
         run(cmd)
+    }
+
+    /// Runs `palisade --endpoint ENDPOINTS ARGS...` without any credential.
+    pub fn anonymous(&self, endpoints: &str, args: &[&str]) -> Ran {
+        let mut cmd = command(&self.bin);
+        cmd.args(["--endpoint", endpoints]).args(args);
+        run(cmd)
+    }
+
+    /// The cluster's admin token: `admin.token` in node 1's data directory (node 1 founds every
+    /// cluster the kit starts, and every member derives the same token).
+    pub fn admin_token_file(&self) -> PathBuf {
+        self.dir.path().join("node-1").join("admin.token")
     }
 
     /// `palisade cluster status --json` through the running nodes.

@@ -61,10 +61,17 @@ impl Palisade {
     }
 
     /// `palisade ARGS…` with a [scrubbed](crate::scrub) environment, aimed at these servers
-    /// through `PALISADE_ENDPOINT` (and `PALISADE_STORE`).
+    /// through `PALISADE_ENDPOINT` (and `PALISADE_STORE`), with `PALISADE_AUTH_TOKEN_FILE`
+    /// naming the service's admin token in its data directory, as an operator on its host
+    /// sets it (the cluster's administration takes it without a policy; every other call
+    /// accepts it).
     pub fn command(&self, args: &[&str]) -> Command {
         let mut command = crate::command(&self.bin);
         command.env("PALISADE_ENDPOINT", self.endpoint());
+        let admin_token = self.locks.data_dir().join("admin.token");
+        if admin_token.exists() {
+            command.env("PALISADE_AUTH_TOKEN_FILE", admin_token);
+        }
         if let Some(store) = &self.store {
             command.env("PALISADE_STORE", store.endpoint());
         }

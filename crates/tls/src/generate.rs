@@ -1,5 +1,12 @@
-//! New certificates made with rcgen: a CA, a node certificate signed by it (for the lock
-//! service's listener, its peer links and the fenced store), and a client certificate.
+//! New certificates made with rcgen, for `palisade tls init`: two CAs, so that no client can
+//! hold a certificate a node takes for a peer's.
+//!
+//! - the **cluster CA** (`ca.pem`) signs the nodes' certificates (server and client
+//!   authentication: for clients, and for the node's links to its peers) and the fenced
+//!   store's (server authentication only, so a store host is no peer). Clients trust it
+//!   (`--tls-ca`) and nodes check their peers against it (`--tls-peer-ca`);
+//! - the **client CA** (`client-ca.pem`) signs client certificates, which the lock service and
+//!   the store check clients against (`--tls-client-ca`).
 //!
 //! Private keys are written with mode 0600 and no file is ever overwritten: [`init`] refuses a
 //! directory that already holds any of the files it would write.
@@ -23,12 +30,20 @@ pub const VALIDITY_DAYS: i64 = 825;
 /// The files [`init`] wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Generated {
+    /// The cluster CA: it signs the nodes' and the store's certificates. Clients trust it, and
+    /// nodes check their peers against it.
     pub ca_cert: PathBuf,
     pub ca_key: PathBuf,
-    /// The node's certificate: server authentication for clients, client authentication
-    /// towards its peers.
+    /// A node's certificate: server authentication for clients, client authentication towards
+    /// its peers. Only nodes may hold it: it makes its holder a peer.
     pub server_cert: PathBuf,
     pub server_key: PathBuf,
+    /// The fenced store's certificate: server authentication only.
+    pub store_cert: PathBuf,
+    pub store_key: PathBuf,
+    /// The client CA: it signs client certificates only.
+    pub client_ca_cert: PathBuf,
+    pub client_ca_key: PathBuf,
     pub client_cert: PathBuf,
     pub client_key: PathBuf,
 }
@@ -40,26 +55,71 @@ impl Generated {
             ca_key: dir.join("ca.key"),
             server_cert: dir.join("server.pem"),
             server_key: dir.join("server.key"),
+            store_cert: dir.join("store.pem"),
+            store_key: dir.join("store.key"),
+            client_ca_cert: dir.join("client-ca.pem"),
+            client_ca_key: dir.join("client-ca.key"),
             client_cert: dir.join("client.pem"),
             client_key: dir.join("client.key"),
         }
     }
 
-    fn all(&self) -> [&PathBuf; 6] {
+    fn all(&self) -> [&PathBuf; 10] {
         [
             &self.ca_cert,
             &self.ca_key,
             &self.server_cert,
             &self.server_key,
+            &self.store_cert,
+            &self.store_key,
+            &self.client_ca_cert,
+            &self.client_ca_key,
             &self.client_cert,
             &self.client_key,
         ]
     }
 }
 
-/// Makes a new CA in `dir` (created if missing), a node certificate valid for `hosts` (DNS
-/// names or IP addresses, at least one) and a client certificate whose common name is
-/// `client_name`, all signed by the CA.
+/// A new CA named `common_name`, self-signed.
+fn new_ca(common_name: &str) -> Result<(Issuer<'static, KeyPair>, String, String), TlsError> {
+    let generate = |e: rcgen::Error| TlsError::Generate(e.to_string());
+    let key = KeyPair::generate().map_err(generate)?;
+    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(generate)?;
+    params.distinguished_name = name(common_name);
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    validity(&mut params);
+    let cert = params.self_signed(&key).map_err(generate)?;
+    let key_pem = key.serialize_pem();
+    Ok((Issuer::new(params, key), cert.pem(), key_pem))
+}
+
+/// A certificate signed by `issuer`: for `hosts` (DNS names or IP addresses), named
+/// `common_name`, for `usages`. Returns the certificate and its key, in PEM.
+fn new_leaf(
+    issuer: &Issuer<'_, KeyPair>,
+    hosts: &[String],
+    common_name: &str,
+    usages: Vec<ExtendedKeyUsagePurpose>,
+) -> Result<(String, String), TlsError> {
+    let generate = |e: rcgen::Error| TlsError::Generate(e.to_string());
+    let key = KeyPair::generate().map_err(generate)?;
+    let mut params = CertificateParams::new(hosts.to_vec()).map_err(generate)?;
+    params.distinguished_name = name(common_name);
+    params.extended_key_usages = usages;
+    params.use_authority_key_identifier_extension = true;
+    validity(&mut params);
+    let cert = params.signed_by(&key, issuer).map_err(generate)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// Makes, in `dir` (created if missing): the cluster CA, a node certificate and a store
+/// certificate signed by it, valid for `hosts` (DNS names or IP addresses, at least one); and
+/// the client CA with a client certificate whose common name is `client_name`.
 pub fn init(dir: &Path, hosts: &[String], client_name: &str) -> Result<Generated, TlsError> {
     if hosts.is_empty() {
         return Err(TlsError::Generate(
@@ -80,58 +140,46 @@ pub fn init(dir: &Path, hosts: &[String], client_name: &str) -> Result<Generated
             ),
         });
     }
-    let generate = |e: rcgen::Error| TlsError::Generate(e.to_string());
 
-    let ca_key = KeyPair::generate().map_err(generate)?;
-    let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(generate)?;
-    ca.distinguished_name = name("palisade CA");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
+    let (cluster_ca, ca_cert, ca_key) = new_ca("palisade cluster CA")?;
+    let (server_cert, server_key) = new_leaf(
+        &cluster_ca,
+        hosts,
+        "palisade node",
+        vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ],
+    )?;
+    let (store_cert, store_key) = new_leaf(
+        &cluster_ca,
+        hosts,
+        "palisade store",
+        vec![ExtendedKeyUsagePurpose::ServerAuth],
+    )?;
+    let (client_ca, client_ca_cert, client_ca_key) = new_ca("palisade client CA")?;
+    let (client_cert, client_key) = new_leaf(
+        &client_ca,
+        &[],
+        client_name,
+        vec![ExtendedKeyUsagePurpose::ClientAuth],
+    )?;
+
+    let written: [(&PathBuf, &String, u32); 10] = [
+        (&files.ca_cert, &ca_cert, 0o644),
+        (&files.ca_key, &ca_key, KEY_FILE_MODE),
+        (&files.server_cert, &server_cert, 0o644),
+        (&files.server_key, &server_key, KEY_FILE_MODE),
+        (&files.store_cert, &store_cert, 0o644),
+        (&files.store_key, &store_key, KEY_FILE_MODE),
+        (&files.client_ca_cert, &client_ca_cert, 0o644),
+        (&files.client_ca_key, &client_ca_key, KEY_FILE_MODE),
+        (&files.client_cert, &client_cert, 0o644),
+        (&files.client_key, &client_key, KEY_FILE_MODE),
     ];
-    validity(&mut ca);
-    let ca_cert = ca.self_signed(&ca_key).map_err(generate)?;
-    let issuer = Issuer::new(ca, &ca_key);
-
-    let server_key = KeyPair::generate().map_err(generate)?;
-    let mut server = CertificateParams::new(hosts.to_vec()).map_err(generate)?;
-    server.distinguished_name = name("palisade node");
-    server.extended_key_usages = vec![
-        ExtendedKeyUsagePurpose::ServerAuth,
-        ExtendedKeyUsagePurpose::ClientAuth,
-    ];
-    server.use_authority_key_identifier_extension = true;
-    validity(&mut server);
-    let server_cert = server.signed_by(&server_key, &issuer).map_err(generate)?;
-
-    let client_key = KeyPair::generate().map_err(generate)?;
-    let mut client = CertificateParams::new(Vec::<String>::new()).map_err(generate)?;
-    client.distinguished_name = name(client_name);
-    client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    client.use_authority_key_identifier_extension = true;
-    validity(&mut client);
-    let client_cert = client.signed_by(&client_key, &issuer).map_err(generate)?;
-
-    write_new(&files.ca_cert, ca_cert.pem().as_bytes(), 0o644)?;
-    write_new(
-        &files.ca_key,
-        ca_key.serialize_pem().as_bytes(),
-        KEY_FILE_MODE,
-    )?;
-    write_new(&files.server_cert, server_cert.pem().as_bytes(), 0o644)?;
-    write_new(
-        &files.server_key,
-        server_key.serialize_pem().as_bytes(),
-        KEY_FILE_MODE,
-    )?;
-    write_new(&files.client_cert, client_cert.pem().as_bytes(), 0o644)?;
-    write_new(
-        &files.client_key,
-        client_key.serialize_pem().as_bytes(),
-        KEY_FILE_MODE,
-    )?;
+    for (path, pem, mode) in written {
+        write_new(path, pem.as_bytes(), mode)?;
+    }
     Ok(files)
 }
 
@@ -178,7 +226,13 @@ mod tests {
     fn init_writes_keys_0600_and_never_overwrites() {
         let dir = tempfile::tempdir().unwrap();
         let files = init(dir.path(), &["localhost".into(), "127.0.0.1".into()], "ops").unwrap();
-        for key in [&files.ca_key, &files.server_key, &files.client_key] {
+        for key in [
+            &files.ca_key,
+            &files.server_key,
+            &files.store_key,
+            &files.client_ca_key,
+            &files.client_key,
+        ] {
             let mode = std::fs::metadata(key).unwrap().permissions().mode() & 0o777;
             assert_eq!(mode, 0o600, "{}", key.display());
         }

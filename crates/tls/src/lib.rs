@@ -204,6 +204,18 @@ impl Roots {
         })
     }
 
+    /// Whether these roots and `other` hold a trust anchor in common (the same public key): a
+    /// certificate chaining to one of them may then chain to the other.
+    pub fn shares_a_root_with(&self, other: &Roots) -> bool {
+        self.store.roots.iter().any(|mine| {
+            other
+                .store
+                .roots
+                .iter()
+                .any(|theirs| mine.subject_public_key_info == theirs.subject_public_key_info)
+        })
+    }
+
     /// Whether `chain` (leaf first), presented by a client, chains to these roots and is valid
     /// for client authentication now.
     pub fn verifies_client(&self, chain: &[CertificateDer<'_>]) -> bool {
@@ -456,12 +468,34 @@ mod tests {
         let files = generate::init(dir.path(), &["localhost".into()], "ops-team").unwrap();
         let client = Identity::from_files(&files.client_cert, &files.client_key).unwrap();
         assert_eq!(certificate_name(client.leaf()).as_deref(), Some("ops-team"));
-        let roots = Roots::from_file(&files.ca_cert).unwrap();
+        let roots = Roots::from_file(&files.client_ca_cert).unwrap();
         assert!(roots.verifies_client(&client.certs));
         let other = tempfile::tempdir().unwrap();
         let other = generate::init(other.path(), &["localhost".into()], "ops-team").unwrap();
         let stranger = Identity::from_files(&other.client_cert, &other.client_key).unwrap();
         assert!(!roots.verifies_client(&stranger.certs));
+    }
+
+    /// What `init` makes keeps clients from being peers: only a node's certificate verifies as
+    /// a client of the cluster CA; a client's chains to the other CA, and the store's is for
+    /// server authentication only.
+    #[test]
+    fn only_a_node_certificate_authenticates_to_the_cluster_ca() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = generate::init(dir.path(), &["localhost".into()], "ops").unwrap();
+        let cluster = Roots::from_file(&files.ca_cert).unwrap();
+        let clients = Roots::from_file(&files.client_ca_cert).unwrap();
+        let node = Identity::from_files(&files.server_cert, &files.server_key).unwrap();
+        let store = Identity::from_files(&files.store_cert, &files.store_key).unwrap();
+        let client = Identity::from_files(&files.client_cert, &files.client_key).unwrap();
+        assert!(cluster.verifies_client(&node.certs));
+        assert!(!cluster.verifies_client(&client.certs));
+        assert!(!cluster.verifies_client(&store.certs));
+        assert!(!clients.verifies_client(&node.certs));
+        assert!(!cluster.shares_a_root_with(&clients));
+        let both = Roots::from_files(&[&files.client_ca_cert, &files.ca_cert]).unwrap();
+        assert!(both.shares_a_root_with(&cluster));
+        assert!(cluster.shares_a_root_with(&Roots::from_file(&files.ca_cert).unwrap()));
     }
 
     #[test]

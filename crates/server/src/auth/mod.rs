@@ -76,17 +76,30 @@ fn read_limited(path: &Path, bytes_max: u64) -> Result<String, FileError> {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Caller {
     identity: Option<Identity>,
+    /// Without a policy: the caller presented the cluster's admin token
+    /// ([`crate::admin_token`]).
+    admin_token: bool,
 }
 
 impl Caller {
     /// A caller that presented no credential.
     pub fn anonymous() -> Caller {
-        Caller { identity: None }
+        Caller::default()
     }
 
     pub fn authenticated(identity: Identity) -> Caller {
         Caller {
             identity: Some(identity),
+            admin_token: false,
+        }
+    }
+
+    /// A caller without an identity that presented the cluster's admin token, on a server
+    /// without a policy.
+    pub fn with_admin_token() -> Caller {
+        Caller {
+            identity: None,
+            admin_token: true,
         }
     }
 
@@ -107,6 +120,19 @@ pub struct Auth {
     pending: Mutex<HashMap<Identity, Pending>>,
     /// Watches each identity has open on this node.
     watches: Arc<Mutex<HashMap<Identity, u32>>>,
+    /// Where the cluster's admin token comes from (it follows the founding key); without one,
+    /// and without a policy, no caller may administer the cluster.
+    admin_token: RwLock<Option<AdminTokenSource>>,
+}
+
+/// The cluster's current admin token, on demand ([`Auth::set_admin_token`]).
+#[derive(Clone)]
+struct AdminTokenSource(Arc<dyn Fn() -> String + Send + Sync>);
+
+impl std::fmt::Debug for AdminTokenSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AdminTokenSource(..)")
+    }
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -168,6 +194,27 @@ impl Auth {
         first_error.map_or(Ok(()), Err)
     }
 
+    /// Takes the cluster's admin token from `token` (called for each request that presents a
+    /// bearer token to a server without a policy): see [`crate::admin_token`].
+    pub fn set_admin_token(&self, token: impl Fn() -> String + Send + Sync + 'static) {
+        *self.admin_token.write().unwrap_or_else(|e| e.into_inner()) =
+            Some(AdminTokenSource(Arc::new(token)));
+    }
+
+    /// Whether `token` is the cluster's admin token and no policy is configured (with one, the
+    /// policy alone says who administers).
+    fn is_admin_token(&self, token: &str) -> bool {
+        if self.has_policy() {
+            return false;
+        }
+        let source = self
+            .admin_token
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        source.is_some_and(|source| crate::admin_token::same(token, &(source.0)()))
+    }
+
     /// True once a policy is configured: default-deny.
     pub fn has_policy(&self) -> bool {
         self.policy_path.is_some()
@@ -227,6 +274,9 @@ impl Auth {
             .and_then(|value| value.strip_prefix("Bearer "))
             .filter(|token| tokens::valid_token(token))
             .ok_or(refuse(CredentialError::Malformed))?;
+        if certified.is_none() && self.is_admin_token(token) {
+            return Ok(Caller::with_admin_token());
+        }
         let tokens = self
             .tokens
             .read()
@@ -289,8 +339,21 @@ impl Auth {
         })
     }
 
-    /// Checks that `caller` has the admin right.
+    /// Checks that `caller` may administer the cluster: the admin right under a policy; the
+    /// cluster's admin token without one (a backup holds the signing key, and the membership
+    /// decides who receives it).
     pub fn require_admin(&self, caller: &Caller) -> Result<(), CoreError> {
+        if !self.has_policy() && !caller.admin_token {
+            return Err(CoreError::Unauthenticated {
+                reason: CredentialError::AdminTokenNeeded,
+            });
+        }
+        self.require(caller, Right::Admin, "")
+    }
+
+    /// Checks that `caller` may look at the cluster (its members, its public keys): the admin
+    /// right under a policy; anyone without one, as the web UI and `PublicKey` show as much.
+    pub fn require_viewer(&self, caller: &Caller) -> Result<(), CoreError> {
         self.require(caller, Right::Admin, "")
     }
 
@@ -586,15 +649,53 @@ mod tests {
     }
 
     #[test]
-    fn without_a_policy_the_anonymous_may_do_everything_but_a_wrong_token_is_refused() {
+    fn without_a_policy_the_anonymous_may_do_everything_but_administer_and_a_wrong_token_is_refused()
+     {
         let auth = Auth::open();
         let caller = auth
             .identity_from(&tonic::metadata::MetadataMap::new())
             .unwrap();
         assert_eq!(caller, Caller::anonymous());
-        assert_eq!(auth.require_admin(&caller), Ok(()));
+        assert_eq!(auth.require(&caller, Right::Lock, "x"), Ok(()));
+        assert_eq!(auth.require_viewer(&caller), Ok(()));
+        let needed = Err(CoreError::Unauthenticated {
+            reason: CredentialError::AdminTokenNeeded,
+        });
+        assert_eq!(auth.require_admin(&caller), needed);
         assert!(auth.identity_from(&bearer("made-up")).is_err());
         assert!(auth.quotas(&caller).is_none());
+
+        // The admin token administers, and does everything else an anonymous caller does.
+        auth.set_admin_token(|| "padm_the-token".to_string());
+        let admin = auth.identity_from(&bearer("padm_the-token")).unwrap();
+        assert_eq!(admin, Caller::with_admin_token());
+        assert_eq!(auth.require_admin(&admin), Ok(()));
+        assert_eq!(auth.require(&admin, Right::Lock, "x"), Ok(()));
+        assert_eq!(admin.identity(), None);
+        assert_eq!(
+            auth.identity_from(&bearer("padm_another")).unwrap_err(),
+            CoreError::Unauthenticated {
+                reason: CredentialError::Unknown
+            }
+        );
+    }
+
+    #[test]
+    fn with_a_policy_the_admin_token_is_no_credential() {
+        let alice = Identity::new("alice").unwrap();
+        let (_dir, auth) = auth(
+            &tokens::token_file_line(&alice, "tok-a"),
+            "grant alice admin *\n",
+        );
+        auth.set_admin_token(|| "padm_the-token".to_string());
+        assert_eq!(
+            auth.identity_from(&bearer("padm_the-token")).unwrap_err(),
+            CoreError::Unauthenticated {
+                reason: CredentialError::Unknown
+            }
+        );
+        let caller = auth.identity_from(&bearer("tok-a")).unwrap();
+        assert_eq!(auth.require_admin(&caller), Ok(()));
     }
 
     #[test]
