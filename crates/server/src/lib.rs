@@ -12,6 +12,7 @@
 //! - [`metrics`]: Prometheus metric names and exporter;
 //! - [`ui`]: the read-only web UI (`--ui-listen`) and its timeline of grants.
 
+mod admission;
 pub mod auth;
 pub mod backup;
 pub mod cluster;
@@ -87,6 +88,11 @@ pub struct ServerConfig {
     pub insecure_listen_any: bool,
     /// TLS on the listener and the peer links (plaintext when `None`); see [`tls`].
     pub tls: Option<tls::ServerTlsConfig>,
+    /// How long client connections may be held, and how many one source address may hold.
+    pub connections: limits::ConnectionLimits,
+    /// Host names the web UI answers to besides localhost and IP addresses (checked with
+    /// [`palisade_tls::host::parse_host_name`] at start); any other `Host` gets 421.
+    pub ui_hosts: Vec<String>,
 }
 
 impl ServerConfig {
@@ -107,6 +113,8 @@ impl ServerConfig {
             policy_file: None,
             insecure_listen_any: false,
             tls: None,
+            connections: limits::ConnectionLimits::default(),
+            ui_hosts: Vec::new(),
         }
     }
 }
@@ -157,6 +165,9 @@ pub enum ServeError {
          configure --tokens and --policy (see docs/security.md), listen on 127.0.0.1, or pass --insecure-listen-any on a network you trust"
     )]
     InsecureListen { listen: SocketAddr },
+    /// A `--ui-host` name is not a host name.
+    #[error("invalid --ui-host: {0}")]
+    UiHost(String),
 }
 
 /// Runs the lock service until SIGTERM or SIGINT.
@@ -267,6 +278,7 @@ impl Default for Platform {
 pub struct Server {
     node: Arc<node::Node>,
     listener: Listener,
+    connections: limits::ConnectionLimits,
     auth: Arc<auth::Auth>,
     tls: Option<tls::ServerTls>,
     ui: Option<ui::Ui>,
@@ -301,6 +313,8 @@ impl Server {
             ..Default::default()
         };
         limits.validate().map_err(ServeError::InvalidLockDelay)?;
+        let ui_hosts =
+            palisade_tls::host::AllowedHosts::new(&args.ui_hosts).map_err(ServeError::UiHost)?;
         let auth = Arc::new(auth::Auth::load(
             args.tokens_file.as_deref(),
             args.policy_file.as_deref(),
@@ -381,6 +395,7 @@ impl Server {
                     ui::Ui::bind(
                         listen,
                         service::LockService::with_auth(node.clone(), auth.clone()),
+                        ui_hosts.clone(),
                     )
                     .await
                     .map_err(|source| ServeError::UiListen { listen, source })?,
@@ -390,6 +405,7 @@ impl Server {
         Ok(Server {
             node,
             listener,
+            connections: args.connections,
             auth,
             tls,
             ui,
@@ -450,22 +466,34 @@ impl Server {
         };
         let serving = tonic::transport::Server::builder()
             .concurrency_limit_per_connection(CONCURRENT_REQUESTS_PER_CONNECTION_MAX)
+            // What one connection can make the server hold (limits.rs).
+            .max_concurrent_streams(limits::HTTP2_STREAMS_PER_CONNECTION_MAX)
+            .initial_stream_window_size(limits::HTTP2_STREAM_WINDOW_BYTES)
+            .initial_connection_window_size(limits::HTTP2_CONNECTION_WINDOW_BYTES)
             // A peer that stops answering pings loses its connection, and its permit.
             .http2_keepalive_interval(Some(limits::HTTP2_KEEPALIVE_INTERVAL))
             .http2_keepalive_timeout(Some(limits::HTTP2_KEEPALIVE_TIMEOUT))
+            // GOAWAY at this age; `incoming.rs` closes the connection after the grace.
+            .max_connection_age(self.connections.age_max)
+            // Outermost: refuses a bad credential and counts body bytes before anything else
+            // reads the request.
+            .layer(admission::AdmissionLayer::new(self.auth.clone()))
             .layer(connection_layer)
             .add_service(service)
             .add_service(peers)
             .add_service(cluster)
-            .serve_with_incoming_shutdown(incoming::limited(self.listener, self.tls), async move {
-                tokio::select! {
-                    () = shutdown => {}
-                    () = removed.removed() => {}
-                }
-                tracing::info!("shutting down");
-                node.begin_shutdown();
-                let _ = stopped.send(());
-            });
+            .serve_with_incoming_shutdown(
+                incoming::limited(self.listener, self.tls, self.connections),
+                async move {
+                    tokio::select! {
+                        () = shutdown => {}
+                        () = removed.removed() => {}
+                    }
+                    tracing::info!("shutting down");
+                    node.begin_shutdown();
+                    let _ = stopped.send(());
+                },
+            );
         tokio::pin!(serving);
         let served = tokio::select! {
             served = &mut serving => served,

@@ -325,6 +325,8 @@ async fn node(
         policy_file: None,
         insecure_listen_any: false,
         tls: None,
+        connections: Default::default(),
+        ui_hosts: Vec::new(),
     };
     let platform = Platform {
         clock: clock.shared(),
