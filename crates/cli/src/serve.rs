@@ -25,6 +25,12 @@ pub struct ServeArgs {
     /// --insecure-listen-any; with one, its API asks for a bearer token with the read right.
     #[arg(long, env = "PALISADE_UI_LISTEN")]
     pub ui_listen: Option<SocketAddr>,
+    /// A host name the web UI answers to besides localhost and IP addresses (repeat it, or
+    /// separate names with commas in the variable): the name in the browser's address bar
+    /// when the UI is reached through DNS. Requests naming any other host get 421, which
+    /// keeps a web page from reading the UI through a name it rebinds to this address.
+    #[arg(long = "ui-host", env = "PALISADE_UI_HOST", value_delimiter = ',', value_parser = palisade_tls::host::parse_host_name)]
+    pub ui_hosts: Vec<String>,
     /// After a holder's session expires, its locks are not granted again for this long.
     #[arg(
         long,
@@ -68,6 +74,16 @@ pub struct ServeArgs {
     /// rewrite the lock table. Only on a network nothing but the cluster's nodes can reach.
     #[arg(long, env = "PALISADE_INSECURE_PEERS")]
     pub insecure_peers: bool,
+    /// Most connections one source IP address may have open at once without a client
+    /// certificate (loopback addresses are not held to it); a further one is closed at once,
+    /// told why. Behind a proxy or NAT every client shares an address: raise it there.
+    #[arg(
+        long,
+        env = "PALISADE_CONNECTIONS_PER_ADDRESS",
+        default_value_t = palisade_server::limits::CONNECTIONS_PER_ADDRESS_MAX,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=palisade_server::CONNECTIONS_MAX as u64)
+    )]
+    pub connections_per_address: usize,
     #[command(flatten)]
     pub tls: ServeTlsArgs,
 }
@@ -169,6 +185,7 @@ impl ServeArgs {
             listen,
             metrics_listen,
             ui_listen,
+            ui_hosts,
             lock_delay,
             node_id,
             advertise,
@@ -178,6 +195,7 @@ impl ServeArgs {
             policy,
             insecure_listen_any,
             insecure_peers,
+            connections_per_address,
             tls,
         } = args;
         Ok(ServerConfig {
@@ -195,6 +213,11 @@ impl ServeArgs {
             insecure_listen_any,
             tls: tls.config(global)?,
             insecure_peers,
+            connections: palisade_server::limits::ConnectionLimits {
+                per_address_max: connections_per_address,
+                ..Default::default()
+            },
+            ui_hosts,
         })
     }
 }

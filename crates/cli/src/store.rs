@@ -144,6 +144,12 @@ pub struct ServeArgs {
     /// Most connections served at once; further clients wait in the accept backlog
     #[arg(long, default_value_t = palisade_store::limits::CONNECTIONS_MAX)]
     pub connections_max: usize,
+    /// A host name the store answers to besides localhost and IP addresses (repeatable; commas
+    /// in the variable): the name clients reach it by through DNS. Requests naming any other
+    /// host get 421, which keeps a web page from reading the store through a name it rebinds
+    /// to this address
+    #[arg(long = "store-host", env = "PALISADE_STORE_HOST", value_delimiter = ',', value_parser = palisade_tls::host::parse_host_name)]
+    pub store_hosts: Vec<String>,
     /// Mutual TLS: refuse clients without a certificate chaining to this CA (PEM). TLS itself
     /// is on with the global --tls-cert and --tls-key (the store's certificate)
     #[arg(long = "tls-client-ca", env = "PALISADE_STORE_TLS_CLIENT_CA")]
@@ -537,7 +543,11 @@ pub async fn serve(
         .with_limits(ServeLimits {
             connections_max: args.connections_max,
             ..ServeLimits::default()
-        });
+        })
+        .with_allowed_hosts(
+            palisade_tls::host::AllowedHosts::new(&args.store_hosts)
+                .map_err(|e| anyhow::anyhow!("--store-host: {e}"))?,
+        );
     if let Some(tls) = tls {
         server = server.with_tls(tls);
     }

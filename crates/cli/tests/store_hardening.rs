@@ -371,3 +371,193 @@ fn a_lock_at_its_quota_is_refused_a_new_key_and_frees_room_by_deleting_one() {
     assert_eq!(ran.status.code(), Some(2), "{}", ran.stderr);
     assert!(ran.stderr.contains("--lock-keys-max"), "{}", ran.stderr);
 }
+
+/// Sends `head` (a request without its body, or with part of it) on a new connection and
+/// returns the connection.
+fn send_head(store: &ServerProcess, head: &str) -> TcpStream {
+    let mut socket = TcpStream::connect(store.addr()).unwrap();
+    socket.write_all(head.as_bytes()).unwrap();
+    socket
+}
+
+/// The status code and body of the answer on `socket` (read until the server closes, or
+/// `None` if none came within `timeout`).
+fn answer_within(socket: &mut TcpStream, timeout: Duration) -> Option<(u16, String)> {
+    let deadline = Instant::now() + timeout;
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        socket
+            .set_read_timeout(Some(left.min(Duration::from_millis(500))))
+            .unwrap();
+        match socket.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => {
+                answer.extend_from_slice(&buffer[..n]);
+                // A whole answer: its head, and a body as long as it says.
+                let text = String::from_utf8_lossy(&answer);
+                if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                    let length = head
+                        .lines()
+                        .find_map(|line| {
+                            line.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|n| n.trim().parse::<usize>().unwrap())
+                        })
+                        .unwrap_or(0);
+                    if body.len() >= length {
+                        break;
+                    }
+                }
+            }
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break,
+        }
+    }
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text.split(' ').nth(1)?.parse().ok()?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_owned();
+    Some((status, body))
+}
+
+/// N7: requests that announce large bodies and never send them are answered from their
+/// headers: an unknown route (404), a write without a sequencer (401) or with one the store's
+/// keys did not sign (403). None takes budget, so an honest write meanwhile is answered at
+/// once. Before, each reserved the declared body (or 8 MiB for a chunked one) before anything
+/// looked at it, held it until the 30 s body timeout, and was answered 503; eight stalled the
+/// store's writes for 30 s.
+#[test]
+fn requests_without_a_valid_sequencer_are_answered_before_their_bodies_and_take_no_budget() {
+    let service = ServiceKey::new();
+    let dir = tempfile::tempdir().unwrap();
+    let server = store(&service, dir.path(), &[]);
+    let forged = ServiceKey::new().grant("jobs/nightly", 9, 1);
+    let declared = "Content-Length: 8388608\r\n";
+    let chunked = "Transfer-Encoding: chunked\r\n";
+    let mut hostile = Vec::new();
+    for round in 0..4 {
+        for (head, expected) in [
+            (
+                format!("POST /nothing-here HTTP/1.1\r\nHost: 127.0.0.1\r\n{declared}\r\n"),
+                404,
+            ),
+            (
+                format!("POST /nothing-here HTTP/1.1\r\nHost: 127.0.0.1\r\n{chunked}\r\n"),
+                404,
+            ),
+            (
+                format!("PUT /v1/kv/k{round} HTTP/1.1\r\nHost: 127.0.0.1\r\n{declared}\r\n"),
+                401,
+            ),
+            (
+                format!(
+                    "POST /v1/txn HTTP/1.1\r\nHost: 127.0.0.1\r\npalisade-sequencer: {forged}\r\n{chunked}\r\n"
+                ),
+                403,
+            ),
+        ] {
+            hostile.push((send_head(&server, &head), expected, head));
+        }
+    }
+    let sequencer = service.grant("jobs/nightly", 7, 1);
+    put(&server, "report", &sequencer).expect("the honest write is answered");
+    for (socket, expected, head) in &mut hostile {
+        // Generous: before, the answer came after the 30 s body timeout, as 503.
+        let answer = answer_within(socket, Duration::from_secs(60));
+        assert_eq!(
+            answer.as_ref().map(|(status, _)| *status),
+            Some(*expected),
+            "{head:?}: {answer:?}"
+        );
+    }
+}
+
+/// N7: a holder's write whose body never begins is refused after the first-byte timeout, and
+/// writes that announce large bodies and stall after a few bytes hold only what arrived: more
+/// of them than the budget could hold at their declared sizes leave an honest write answered
+/// while they still wait. Before, each reserved its declared 8 MiB, the ninth waited, and so
+/// did every write behind it, until the stalled ones timed out.
+#[test]
+fn a_holders_stalled_bodies_hold_only_the_bytes_that_arrived() {
+    let service = ServiceKey::new();
+    let dir = tempfile::tempdir().unwrap();
+    let server = store(&service, dir.path(), &[]);
+    let sequencer = service.grant("jobs/nightly", 7, 1);
+    let head = |key: &str| {
+        format!(
+            "PUT /v1/kv/{key} HTTP/1.1\r\nHost: 127.0.0.1\r\npalisade-sequencer: {sequencer}\r\nContent-Length: 8388608\r\n\r\n"
+        )
+    };
+
+    // Ten stalled writes: 80 MiB declared, more than the 64 MiB budget.
+    let mut stalled: Vec<TcpStream> = (0..10)
+        .map(|i| {
+            let mut socket = send_head(&server, &head(&format!("stalled/{i}")));
+            socket.write_all(b"a few bytes").unwrap();
+            socket
+        })
+        .collect();
+    put(&server, "report", &sequencer).expect("the honest write is answered");
+    for (i, socket) in stalled.iter_mut().enumerate() {
+        assert_eq!(
+            answer_within(socket, Duration::from_millis(100)),
+            None,
+            "stalled write {i} was answered before the honest write could be"
+        );
+    }
+
+    // A write whose body never begins: refused after the first-byte timeout (5 s), not the
+    // whole body's (30 s).
+    let mut silent = send_head(&server, &head("silent"));
+    let (status, body) = answer_within(&mut silent, Duration::from_secs(60)).expect("an answer");
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("did not begin to arrive within 5000 ms"),
+        "{body}"
+    );
+}
+
+/// N10: the store answers only requests naming localhost, an IP address or a name given with
+/// --store-host; any other Host (a name a web page rebinds to the store's address) gets 421
+/// with the reason. Before, it answered every Host.
+#[test]
+fn the_store_answers_only_loopback_ip_and_configured_host_names() {
+    let service = ServiceKey::new();
+    let dir = tempfile::tempdir().unwrap();
+    let server = store(&service, dir.path(), &["--store-host", "store.example.com"]);
+    put(&server, "payroll/q3", &service.grant("jobs/nightly", 7, 1)).unwrap();
+    let port = server.addr().port();
+    for (host, expected) in [
+        (format!("attacker.example:{port}"), 421),
+        ("attacker.example".to_owned(), 421),
+        (format!("localhost.attacker.example:{port}"), 421),
+        (format!("127.0.0.1:{port}"), 200),
+        (format!("localhost:{port}"), 200),
+        ("Store.Example.com".to_owned(), 200),
+        (format!("[::1]:{port}"), 200),
+    ] {
+        let mut socket = send_head(
+            &server,
+            &format!("GET /v1/kv/payroll/q3 HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"),
+        );
+        let (status, body) =
+            answer_within(&mut socket, Duration::from_secs(60)).expect("an answer");
+        assert_eq!(status, expected, "Host: {host}: {body}");
+        if expected == 421 {
+            assert!(body.contains("\"kind\":\"misdirected_request\""), "{body}");
+            assert!(body.contains("--store-host"), "{body}");
+            assert!(!body.contains("value"), "{body}");
+        }
+    }
+}

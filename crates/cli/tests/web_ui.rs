@@ -425,6 +425,58 @@ async fn with_a_policy_the_api_needs_a_read_token_and_shows_only_what_it_may_rea
     }
 }
 
+/// N10: the UI answers only requests naming localhost, an IP address or a name given with
+/// --ui-host; any other Host (a name a web page rebinds to the UI's address, to read it as its
+/// own origin) gets 421 with the reason, on the page and the API alike. Before, it answered
+/// every Host with every lock and its holder.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_ui_answers_only_loopback_ip_and_configured_host_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = ServerProcess::lock_service(BIN, dir.path().join("data"))
+        .with_ui()
+        .arg("--ui-host")
+        .arg("locks.example.com");
+    server.start();
+    let port = server.ui_addr().port();
+    let http = reqwest::Client::new();
+    for path in ["/", "/api/state"] {
+        for (host, expected) in [
+            (
+                format!("attacker.example:{port}"),
+                StatusCode::MISDIRECTED_REQUEST,
+            ),
+            (
+                "attacker.example".to_owned(),
+                StatusCode::MISDIRECTED_REQUEST,
+            ),
+            (
+                format!("127.0.0.1.attacker.example:{port}"),
+                StatusCode::MISDIRECTED_REQUEST,
+            ),
+            (format!("127.0.0.1:{port}"), StatusCode::OK),
+            (format!("localhost:{port}"), StatusCode::OK),
+            ("LOCKS.example.com:443".to_owned(), StatusCode::OK),
+        ] {
+            let response = http
+                .get(format!("http://{}{path}", server.ui_addr()))
+                .header("host", &host)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), expected, "{path} with Host {host}");
+            if expected == StatusCode::MISDIRECTED_REQUEST {
+                let body: Value = response.json().await.unwrap();
+                assert_refused(
+                    &(expected, body),
+                    expected,
+                    "misdirected_request",
+                    "--ui-host",
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn without_a_policy_the_ui_is_refused_a_non_loopback_address() {
     let dir = tempfile::tempdir().unwrap();

@@ -13,6 +13,7 @@
 //! - [`ui`]: the read-only web UI (`--ui-listen`) and its timeline of grants.
 
 pub mod admin_token;
+mod admission;
 pub mod auth;
 pub mod backup;
 pub mod cluster;
@@ -93,6 +94,11 @@ pub struct ServerConfig {
     /// a policy is configured or the listener is not loopback: whoever reaches the listener may
     /// then speak Raft as a member would. Only on a network nothing but the nodes reaches.
     pub insecure_peers: bool,
+    /// How long client connections may be held, and how many one source address may hold.
+    pub connections: limits::ConnectionLimits,
+    /// Host names the web UI answers to besides localhost and IP addresses (checked with
+    /// [`palisade_tls::host::parse_host_name`] at start); any other `Host` gets 421.
+    pub ui_hosts: Vec<String>,
 }
 
 impl ServerConfig {
@@ -114,6 +120,8 @@ impl ServerConfig {
             insecure_listen_any: false,
             tls: None,
             insecure_peers: false,
+            connections: limits::ConnectionLimits::default(),
+            ui_hosts: Vec::new(),
         }
     }
 }
@@ -173,6 +181,9 @@ pub enum ServeError {
          --insecure-peers on a network that nothing but the cluster's nodes can reach"
     )]
     PeersUnauthenticated { why: String, reason: String },
+    /// A `--ui-host` name is not a host name.
+    #[error("invalid --ui-host: {0}")]
+    UiHost(String),
 }
 
 /// Whether a node's peers are authenticated, and whether they must be.
@@ -366,6 +377,7 @@ impl Default for Platform {
 pub struct Server {
     node: Arc<node::Node>,
     listener: Listener,
+    connections: limits::ConnectionLimits,
     auth: Arc<auth::Auth>,
     tls: Option<tls::ServerTls>,
     ui: Option<ui::Ui>,
@@ -402,6 +414,8 @@ impl Server {
             ..Default::default()
         };
         limits.validate().map_err(ServeError::InvalidLockDelay)?;
+        let ui_hosts =
+            palisade_tls::host::AllowedHosts::new(&args.ui_hosts).map_err(ServeError::UiHost)?;
         let auth = Arc::new(auth::Auth::load(
             args.tokens_file.as_deref(),
             args.policy_file.as_deref(),
@@ -521,6 +535,7 @@ impl Server {
                     ui::Ui::bind(
                         listen,
                         service::LockService::with_auth(node.clone(), auth.clone()),
+                        ui_hosts.clone(),
                     )
                     .await
                     .map_err(|source| ServeError::UiListen { listen, source })?,
@@ -530,6 +545,7 @@ impl Server {
         Ok(Server {
             node,
             listener,
+            connections: args.connections,
             auth,
             tls,
             ui,
@@ -594,22 +610,34 @@ impl Server {
         };
         let serving = tonic::transport::Server::builder()
             .concurrency_limit_per_connection(CONCURRENT_REQUESTS_PER_CONNECTION_MAX)
+            // What one connection can make the server hold (limits.rs).
+            .max_concurrent_streams(limits::HTTP2_STREAMS_PER_CONNECTION_MAX)
+            .initial_stream_window_size(limits::HTTP2_STREAM_WINDOW_BYTES)
+            .initial_connection_window_size(limits::HTTP2_CONNECTION_WINDOW_BYTES)
             // A peer that stops answering pings loses its connection, and its permit.
             .http2_keepalive_interval(Some(limits::HTTP2_KEEPALIVE_INTERVAL))
             .http2_keepalive_timeout(Some(limits::HTTP2_KEEPALIVE_TIMEOUT))
+            // GOAWAY at this age; `incoming.rs` closes the connection after the grace.
+            .max_connection_age(self.connections.age_max)
+            // Outermost: refuses a bad credential and counts body bytes before anything else
+            // reads the request.
+            .layer(admission::AdmissionLayer::new(self.auth.clone()))
             .layer(connection_layer)
             .add_service(service)
             .add_service(peers)
             .add_service(cluster)
-            .serve_with_incoming_shutdown(incoming::limited(self.listener, self.tls), async move {
-                tokio::select! {
-                    () = shutdown => {}
-                    () = removed.removed() => {}
-                }
-                tracing::info!("shutting down");
-                node.begin_shutdown();
-                let _ = stopped.send(());
-            });
+            .serve_with_incoming_shutdown(
+                incoming::limited(self.listener, self.tls, self.connections),
+                async move {
+                    tokio::select! {
+                        () = shutdown => {}
+                        () = removed.removed() => {}
+                    }
+                    tracing::info!("shutting down");
+                    node.begin_shutdown();
+                    let _ = stopped.send(());
+                },
+            );
         tokio::pin!(serving);
         let served = tokio::select! {
             served = &mut serving => served,

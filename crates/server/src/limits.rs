@@ -39,6 +39,83 @@ pub const WAITING_ACQUIRES_MAX: usize = 20_000;
 /// begun, so without this one connection could take a whole budget.
 pub const LONG_LIVED_CALLS_PER_CONNECTION_MAX: usize = 1_000;
 
+/// Streams one client connection may have open at once (HTTP/2's
+/// `SETTINGS_MAX_CONCURRENT_STREAMS`). A client at the limit waits for a stream to end before it
+/// opens another, without an error, so the limit sits above [`LONG_LIVED_CALLS_PER_CONNECTION_MAX`]
+/// with room for short calls: a client whose long-lived calls are refused (RESOURCE_EXHAUSTED,
+/// a clear error) still has streams for the `Renew` calls it falls back to. Left unset before,
+/// which hyper takes as no limit at all.
+pub const HTTP2_STREAMS_PER_CONNECTION_MAX: u32 = 1_100;
+/// HTTP/2 flow-control windows the server grants a client: per stream, and per connection over
+/// all its streams. They bound the request bytes a connection can have in the server's
+/// buffers that no handler has read yet. The stream window holds two of the largest client
+/// messages; the connection window is hyper's default, which a Raft append of
+/// [`APPEND_ENTRIES_BYTES_MAX`] crosses in four round trips. (The stream window was hyper's
+/// default of 1 MiB before.)
+pub const HTTP2_STREAM_WINDOW_BYTES: u32 = 2 * (MESSAGE_BYTES_MAX as u32 + 5);
+pub const HTTP2_CONNECTION_WINDOW_BYTES: u32 = 1024 * 1024;
+
+/// Bytes of request messages that have begun to arrive and are not complete yet, over all
+/// connections. A handler sees a message only once it is complete, so these bytes sit in
+/// buffers on behalf of a caller who may never finish; a message that arrives whole in one
+/// HTTP/2 frame (every request of an honest client but the largest) never counts. A message
+/// that would take the total over the budget fails its call with RESOURCE_EXHAUSTED.
+pub const REQUEST_BYTES_IN_FLIGHT_MAX: usize = 64 * 1024 * 1024;
+/// The same, on one connection, for the client API (`Locks`, `Cluster`); Raft messages, far
+/// larger, count only against [`REQUEST_BYTES_IN_FLIGHT_MAX`].
+pub const REQUEST_BYTES_IN_FLIGHT_PER_CONNECTION_MAX: usize = 1024 * 1024;
+/// How long a request message may take to arrive from its first byte to its last; then its
+/// call fails with DEADLINE_EXCEEDED and its bytes are given back.
+pub const REQUEST_MESSAGE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Of [`CONNECTIONS_MAX`], how many only connections that presented a verified client
+/// certificate (mutual TLS: a client or a peer) may use. Connections without one, which is
+/// every connection without mutual TLS, share the rest.
+pub const CONNECTIONS_RESERVED_FOR_CERTIFIED: usize = 512;
+/// Connections without a client certificate one source address may have open at once
+/// ([`ConnectionLimits::per_address_max`]).
+pub const CONNECTIONS_PER_ADDRESS_MAX: usize = 256;
+/// A connection with no call open for this long is closed ([`ConnectionLimits::idle_timeout`]).
+pub const CONNECTION_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+/// A connection this old is asked to go away (HTTP/2 GOAWAY: no new calls on it, the open ones
+/// go on) ([`ConnectionLimits::age_max`])…
+pub const CONNECTION_AGE_MAX: std::time::Duration = std::time::Duration::from_secs(2 * 3600);
+/// …and closed this much later, whatever is still open on it ([`ConnectionLimits::age_grace`]).
+pub const CONNECTION_AGE_GRACE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// How long client connections may be held, and how many one source may hold: what
+/// `palisade serve` enforces in `incoming.rs`. [`ConnectionLimits::default`] is the constants
+/// above; tests shorten the times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Connections without a verified client certificate one source IP address may have open
+    /// at once; a further one is closed at once, with an HTTP/2 GOAWAY saying why. Behind a
+    /// proxy or NAT, every client shares its address: raise it there.
+    pub per_address_max: usize,
+    /// Whether loopback sources are held to `per_address_max` too. Off by default: every local
+    /// client shares one loopback address, so a cap there would let one local process lock
+    /// every other out, which the global cap and the timeouts already prevent less bluntly.
+    pub per_address_loopback: bool,
+    /// A connection on which no call has been open for this long is closed.
+    pub idle_timeout: std::time::Duration,
+    /// A connection is sent a GOAWAY at this age…
+    pub age_max: std::time::Duration,
+    /// …and closed this much later.
+    pub age_grace: std::time::Duration,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            per_address_max: CONNECTIONS_PER_ADDRESS_MAX,
+            per_address_loopback: false,
+            idle_timeout: CONNECTION_IDLE_TIMEOUT,
+            age_max: CONNECTION_AGE_MAX,
+            age_grace: CONNECTION_AGE_GRACE,
+        }
+    }
+}
+
 /// Most locks one `ListLocks` page returns. Small enough that a page of locks with names of
 /// the longest length fits in one message (see [`LOCK_INFO_BYTES_MAX`]).
 pub const LIST_PAGE_LOCKS_MAX: usize = 128;
@@ -160,6 +237,25 @@ const _: () = assert!(WAITING_ACQUIRES_MAX >= CONNECTIONS_MAX);
 const _: () = assert!(LONG_LIVED_CALLS_PER_CONNECTION_MAX < KEEPALIVE_STREAMS_MAX);
 const _: () = assert!(LONG_LIVED_CALLS_PER_CONNECTION_MAX < WATCHES_MAX);
 const _: () = assert!(LONG_LIVED_CALLS_PER_CONNECTION_MAX < WAITING_ACQUIRES_MAX);
+// A client at its limit of long-lived calls on a connection still has streams for short ones,
+// so it is refused with an error instead of waiting for a stream.
+const _: () =
+    assert!(HTTP2_STREAMS_PER_CONNECTION_MAX as usize >= LONG_LIVED_CALLS_PER_CONNECTION_MAX + 64);
+// A whole client message fits in a stream's window, and a stream's window in the connection's.
+const _: () = assert!(HTTP2_STREAM_WINDOW_BYTES as usize > MESSAGE_BYTES_MAX + 5);
+const _: () = assert!(HTTP2_STREAM_WINDOW_BYTES <= HTTP2_CONNECTION_WINDOW_BYTES);
+// A connection can receive one largest client message, and the server several connections'
+// worth, and a whole Raft message.
+const _: () = assert!(REQUEST_BYTES_IN_FLIGHT_PER_CONNECTION_MAX > MESSAGE_BYTES_MAX + 5);
+const _: () =
+    assert!(REQUEST_BYTES_IN_FLIGHT_MAX >= 16 * REQUEST_BYTES_IN_FLIGHT_PER_CONNECTION_MAX);
+const _: () = assert!(REQUEST_BYTES_IN_FLIGHT_MAX > PEER_MESSAGE_BYTES_MAX + 5);
+// Connections without a certificate are most of them, and one address cannot take them all.
+const _: () = assert!(CONNECTIONS_RESERVED_FOR_CERTIFIED < CONNECTIONS_MAX / 2);
+const _: () =
+    assert!(CONNECTIONS_PER_ADDRESS_MAX < CONNECTIONS_MAX - CONNECTIONS_RESERVED_FOR_CERTIFIED);
+// A connection is idle only well after the pings that keep checking it.
+const _: () = assert!(CONNECTION_IDLE_TIMEOUT.as_secs() > 2 * HTTP2_KEEPALIVE_INTERVAL.as_secs());
 // An honest client's pings are answered long before the server gives up on them.
 const _: () = assert!(HTTP2_KEEPALIVE_TIMEOUT.as_secs() >= 1);
 /// How long a snapshot's whole stream to a follower may take.

@@ -18,6 +18,7 @@ pub const LOG_BATCH_WRITES: &str = "palisade_log_commit_batch_writes";
 pub const SNAPSHOT_BUILD_SECONDS: &str = "palisade_snapshot_build_duration_seconds";
 pub const SNAPSHOT_LOCK_SECONDS: &str = "palisade_snapshot_table_lock_seconds";
 pub const SNAPSHOT_BYTES: &str = "palisade_snapshot_bytes";
+pub const CONNECTIONS_REFUSED_TOTAL: &str = "palisade_connections_refused_total";
 
 const SECONDS_BUCKETS: &[f64] = &[
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -47,6 +48,10 @@ fn describe() {
         "Grants that ended, by cause: released, expired, closed"
     );
     describe_counter!(SESSION_EXPIRIES, "Sessions whose lease ran out");
+    describe_counter!(
+        CONNECTIONS_REFUSED_TOTAL,
+        "Client connections closed at once: over their source address's cap, or over the share of connections without a client certificate"
+    );
     describe_gauge!(SESSIONS, "Open sessions");
     describe_gauge!(LOCKS, "Locks that are held, waited for or in lock-delay");
     describe_gauge!(WAITERS, "Acquire requests waiting in a queue on this node");

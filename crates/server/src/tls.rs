@@ -155,6 +155,8 @@ pub(crate) struct Peer {
 pub struct ConnectionInfo {
     pub(crate) tcp: TcpConnectInfo,
     pub(crate) peer: Peer,
+    /// The connection's calls and request bytes ([`crate::admission`]).
+    pub(crate) load: std::sync::Arc<crate::admission::ConnectionLoad>,
 }
 
 /// The gRPC path prefix of the Raft service, answered only for peers when `peer_ca` is set.

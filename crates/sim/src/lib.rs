@@ -326,6 +326,8 @@ async fn node(
         insecure_listen_any: false,
         tls: None,
         insecure_peers: false,
+        connections: Default::default(),
+        ui_hosts: Vec::new(),
     };
     let platform = Platform {
         clock: clock.shared(),

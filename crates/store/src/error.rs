@@ -143,6 +143,11 @@ pub enum StoreError {
     /// The route exists but not with this method.
     #[error("method {method} is not allowed on {path}")]
     MethodNotAllowed { method: String, path: String },
+    /// The request's `Host` is not a name the store answers to (DNS rebinding defence).
+    #[error(
+        "the store does not answer to the host name {host:?}: it answers to localhost, IP addresses and the names given with --store-host (PALISADE_STORE_HOST); if you reach it by that name on purpose, start palisade store serve with --store-host NAME"
+    )]
+    MisdirectedRequest { host: String },
     /// The stored data violates an invariant: the store is damaged.
     #[error("store data is corrupt: {message}")]
     Corrupt {
@@ -227,6 +232,7 @@ impl StoreError {
             StoreError::CompareFailed { .. } => "compare_failed",
             StoreError::NoSuchRoute { .. } => "no_such_route",
             StoreError::MethodNotAllowed { .. } => "method_not_allowed",
+            StoreError::MisdirectedRequest { .. } => "misdirected_request",
             StoreError::Corrupt { .. } => "corrupt",
             StoreError::Storage { .. } => "storage",
             StoreError::Unavailable { .. } => "unavailable",
@@ -253,6 +259,7 @@ impl StoreError {
             | StoreError::Unbound { .. } => 403,
             StoreError::NotFound { .. } | StoreError::NoSuchRoute { .. } => 404,
             StoreError::MethodNotAllowed { .. } => 405,
+            StoreError::MisdirectedRequest { .. } => 421,
             StoreError::Stale { .. } | StoreError::TokenReissued { .. } => 409,
             StoreError::CompareFailed { .. } => 412,
             StoreError::TooLarge { .. } => 413,

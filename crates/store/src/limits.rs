@@ -64,10 +64,14 @@ pub const HEADER_READ_TIMEOUT_MS: u64 = 10_000;
 /// request is refused as unavailable (nothing applied) and the connection closed.
 pub const BODY_READ_TIMEOUT_MS: u64 = 30_000;
 
+/// How long a client may take to send the first bytes of a request's body once its headers
+/// arrived; then it is refused as [`BODY_READ_TIMEOUT_MS`] says.
+pub const BODY_FIRST_BYTE_TIMEOUT_MS: u64 = 5_000;
+
 /// Most bytes of request bodies being received or held in memory at once, over all
-/// connections. A request reserves its declared `Content-Length` (the route's largest body
-/// when it declares none) before its body is read, and waits up to
-/// [`BODY_READ_TIMEOUT_MS`] for room.
+/// connections. Only a write whose sequencer verified takes any, and it takes its body's bytes
+/// as they arrive (by the KiB), never what its `Content-Length` declares; it waits up to the
+/// body read timeout for room.
 pub const BODY_BYTES_IN_FLIGHT_MAX: usize = 64 * 1024 * 1024;
 
 /// Base64 text length (with padding) of `bytes` bytes.
@@ -100,6 +104,7 @@ const _: () = assert!(GROUP_BYTES_MAX <= WRITE_QUEUE_BYTES_MAX);
 const _: () = assert!(GROUP_JOBS_MAX <= WRITE_QUEUE_JOBS_MAX);
 // Any one request's body fits in the bodies in flight.
 const _: () = assert!(BATCH_BODY_BYTES_MAX <= BODY_BYTES_IN_FLIGHT_MAX);
-// A header takes less time than a body to arrive.
+// A header takes less time than a body to arrive, and a body's first bytes less than all of it.
 const _: () = assert!(HEADER_READ_TIMEOUT_MS <= BODY_READ_TIMEOUT_MS);
+const _: () = assert!(BODY_FIRST_BYTE_TIMEOUT_MS <= BODY_READ_TIMEOUT_MS);
 const _: () = assert!(CONNECTIONS_MAX >= 1);

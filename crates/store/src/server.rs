@@ -33,13 +33,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use palisade_tls::host::AllowedHosts;
 use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
 use crate::limits::{
-    BATCH_BODY_BYTES_MAX, BODY_BYTES_IN_FLIGHT_MAX, BODY_READ_TIMEOUT_MS, CONNECTIONS_MAX,
-    HEADER_READ_TIMEOUT_MS, PUT_BODY_BYTES_MAX,
+    BATCH_BODY_BYTES_MAX, BODY_BYTES_IN_FLIGHT_MAX, BODY_FIRST_BYTE_TIMEOUT_MS,
+    BODY_READ_TIMEOUT_MS, CONNECTIONS_MAX, HEADER_READ_TIMEOUT_MS, PUT_BODY_BYTES_MAX,
 };
 use crate::types::{BatchOp, BatchRequest, Compare};
 use crate::{Store, StoreError};
@@ -65,6 +66,8 @@ pub struct ServeLimits {
     pub header_read_timeout: Duration,
     /// Time to send a request's body.
     pub body_read_timeout: Duration,
+    /// Time to send the first bytes of a request's body.
+    pub body_first_byte_timeout: Duration,
     /// Bytes of request bodies in memory at once.
     pub body_bytes_in_flight_max: usize,
 }
@@ -75,6 +78,7 @@ impl Default for ServeLimits {
             connections_max: CONNECTIONS_MAX,
             header_read_timeout: Duration::from_millis(HEADER_READ_TIMEOUT_MS),
             body_read_timeout: Duration::from_millis(BODY_READ_TIMEOUT_MS),
+            body_first_byte_timeout: Duration::from_millis(BODY_FIRST_BYTE_TIMEOUT_MS),
             body_bytes_in_flight_max: BODY_BYTES_IN_FLIGHT_MAX,
         }
     }
@@ -86,13 +90,32 @@ struct BodyBudget {
     kib: Arc<Semaphore>,
     kib_max: u32,
     read_timeout: Duration,
+    first_byte_timeout: Duration,
+    /// Whose sequencers a write must carry before its body is read.
+    store: Arc<Store>,
 }
 
 const KIB: u64 = 1024;
 
-/// Reads a request's body within the budget and the body read timeout, then passes the request
+/// Whether a request to `path` with `method` has a body its route reads: a write of a value
+/// or a transaction. Every other route, and every path no route serves, is answered without
+/// its body being read, and reserves nothing.
+fn reads_body(method: &Method, path: &str) -> bool {
+    (method == Method::PUT && path.starts_with("/v1/kv/"))
+        || (method == Method::POST && (path == "/v1/txn" || path == "/v1/batch"))
+}
+
+/// Reads a write's body within the budget and the body read timeouts, then passes the request
 /// on with its body in memory. The route's own body limit still applies after this.
+///
+/// Before a byte of the body is read, the write's sequencer must verify (its form, its key id
+/// among the store's keys, its signature): a request without one is answered from its headers
+/// and takes nothing from the budget. A verified write then takes budget for its body's bytes
+/// as they arrive, a KiB at a time, never what its `Content-Length` declares.
 async fn bounded_body(State(budget): State<BodyBudget>, request: Request, next: Next) -> Response {
+    if !reads_body(request.method(), request.uri().path()) {
+        return next.run(request).await;
+    }
     let hint = request.body().size_hint();
     // No body, or one declared larger than any route takes, which the route's own limit refuses
     // from the header alone, without reading it.
@@ -103,63 +126,106 @@ async fn bounded_body(State(budget): State<BodyBudget>, request: Request, next: 
     {
         return next.run(request).await;
     }
-    // A request reserves what it declares, and the largest body any route takes when it does
-    // not say; either way no more than that largest body.
-    let declared = hint.exact().unwrap_or(BATCH_BODY_BYTES_MAX as u64);
-    let reserved = declared.min(BATCH_BODY_BYTES_MAX as u64);
-    let kib = u32::try_from(reserved.div_ceil(KIB).max(1))
-        .unwrap_or(budget.kib_max)
-        .min(budget.kib_max);
-    let deadline = tokio::time::Instant::now() + budget.read_timeout;
-    let Ok(Ok(_permit)) = tokio::time::timeout_at(deadline, budget.kib.acquire_many(kib)).await
-    else {
-        return StoreError::Unavailable {
-            message: format!(
-                "the store is receiving too many request bodies at once; nothing was applied, retry (in-flight body budget {} bytes)",
-                u64::from(budget.kib_max) * KIB
-            ),
-        }
-        .into_response();
-    };
+    let verified = sequencer_header(request.headers())
+        .and_then(|sequencer| budget.store.check_sequencer(sequencer.as_deref()));
+    if let Err(error) = verified {
+        // The body is not read: the connection closes after the answer.
+        let mut response = error.into_response();
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return response;
+    }
     let (parts, body) = request.into_parts();
-    let bytes =
-        match tokio::time::timeout_at(deadline, axum::body::to_bytes(body, BATCH_BODY_BYTES_MAX))
-            .await
-        {
-            Ok(Ok(bytes)) => bytes,
-            // A body that did not say how long it is and turned out longer than any route
-            // takes: the refusal its route would give.
-            Ok(Err(_)) if hint.exact().is_none() => {
-                let (what, limit, size_max) = if parts.uri.path().starts_with("/v1/kv/") {
-                    ("value", "value_bytes_max", PUT_BODY_BYTES_MAX)
-                } else {
-                    ("batch body", "batch_body_bytes_max", BATCH_BODY_BYTES_MAX)
-                };
-                return StoreError::too_large(what, limit, None, size_max).into_response();
-            }
-            Ok(Err(error)) => {
+    let started = tokio::time::Instant::now();
+    let deadline = started + budget.read_timeout;
+    let first_byte_due = (started + budget.first_byte_timeout).min(deadline);
+    let mut body = body;
+    let mut bytes: Vec<u8> = Vec::new();
+    // Held until the answer: the body stays in memory until then.
+    let mut permits: Option<tokio::sync::SemaphorePermit<'_>> = None;
+    let mut kib_held: u32 = 0;
+    let too_long = |parts: &axum::http::request::Parts| {
+        let (what, limit, size_max) = if parts.uri.path().starts_with("/v1/kv/") {
+            ("value", "value_bytes_max", PUT_BODY_BYTES_MAX)
+        } else {
+            ("batch body", "batch_body_bytes_max", BATCH_BODY_BYTES_MAX)
+        };
+        StoreError::too_large(what, limit, None, size_max).into_response()
+    };
+    let timed_out = |budget: &BodyBudget, first: bool| {
+        let message = if first {
+            format!(
+                "the request body did not begin to arrive within {} ms; nothing was applied",
+                budget.first_byte_timeout.as_millis()
+            )
+        } else {
+            format!(
+                "the request body did not arrive within {} ms; nothing was applied",
+                budget.read_timeout.as_millis()
+            )
+        };
+        let mut response = StoreError::Unavailable { message }.into_response();
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        response
+    };
+    loop {
+        let due = if bytes.is_empty() {
+            first_byte_due
+        } else {
+            deadline
+        };
+        let next_frame = std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx));
+        let frame = match tokio::time::timeout_at(due, next_frame).await {
+            Err(_) => return timed_out(&budget, bytes.is_empty()),
+            Ok(None) => break,
+            Ok(Some(Err(error))) => {
                 return StoreError::InvalidRequest {
                     message: format!("cannot read the request body: {error}"),
                 }
                 .into_response();
             }
-            Err(_) => {
-                let mut response = StoreError::Unavailable {
-                    message: format!(
-                        "the request body did not arrive within {} ms; nothing was applied",
-                        budget.read_timeout.as_millis()
-                    ),
-                }
-                .into_response();
-                response
-                    .headers_mut()
-                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
-                return response;
-            }
+            Ok(Some(Ok(frame))) => frame,
         };
-    // The permit is held until the answer: the body stays in memory until then.
-    next.run(Request::from_parts(parts, Body::from(bytes)))
-        .await
+        let Ok(data) = frame.into_data() else {
+            continue; // trailers: nothing to keep
+        };
+        if bytes.len() + data.len() > BATCH_BODY_BYTES_MAX {
+            // Longer than any route takes: the refusal its route would give.
+            return too_long(&parts);
+        }
+        // Room for what arrived, before it is kept.
+        let kib_needed = u32::try_from(((bytes.len() + data.len()) as u64).div_ceil(KIB))
+            .unwrap_or(budget.kib_max)
+            .min(budget.kib_max);
+        if kib_needed > kib_held {
+            let more = kib_needed - kib_held;
+            match tokio::time::timeout_at(deadline, budget.kib.acquire_many(more)).await {
+                Ok(Ok(permit)) => match &mut permits {
+                    Some(held) => held.merge(permit),
+                    None => permits = Some(permit),
+                },
+                _ => {
+                    return StoreError::Unavailable {
+                        message: format!(
+                            "the store is receiving too many request bodies at once; nothing was applied, retry (in-flight body budget {} bytes)",
+                            u64::from(budget.kib_max) * KIB
+                        ),
+                    }
+                    .into_response();
+                }
+            }
+            kib_held = kib_needed;
+        }
+        bytes.extend_from_slice(&data);
+    }
+    let response = next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await;
+    drop(permits);
+    response
 }
 
 /// The HTTP routes of the store, with the default [`ServeLimits`].
@@ -189,14 +255,14 @@ pub fn router_with(store: Arc<Store>, limits: &ServeLimits) -> Router {
         .route("/healthz", get(health))
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
-        .with_state(store)
+        .with_state(store.clone())
         .layer(axum::middleware::from_fn_with_state(
-            body_budget(limits),
+            body_budget(limits, store),
             bounded_body,
         ))
 }
 
-fn body_budget(limits: &ServeLimits) -> BodyBudget {
+fn body_budget(limits: &ServeLimits, store: Arc<Store>) -> BodyBudget {
     let kib_max = u32::try_from((limits.body_bytes_in_flight_max as u64 / KIB).max(1))
         .unwrap_or(u32::MAX)
         .min(Semaphore::MAX_PERMITS as u32);
@@ -204,6 +270,8 @@ fn body_budget(limits: &ServeLimits) -> BodyBudget {
         kib: Arc::new(Semaphore::new(kib_max as usize)),
         kib_max,
         read_timeout: limits.body_read_timeout,
+        first_byte_timeout: limits.body_first_byte_timeout,
+        store,
     }
 }
 
@@ -214,6 +282,7 @@ pub struct StoreServer {
     store: Arc<Store>,
     limits: ServeLimits,
     tls: Option<Arc<rustls::ServerConfig>>,
+    hosts: AllowedHosts,
 }
 
 /// A connection the store serves: plain TCP or TLS over it.
@@ -233,7 +302,15 @@ impl StoreServer {
             store,
             limits: ServeLimits::default(),
             tls: None,
+            hosts: AllowedHosts::default(),
         })
+    }
+
+    /// Answers requests whose `Host` is `hosts` too, besides localhost and IP addresses (the
+    /// default); any other `Host` gets 421 ([`palisade_tls::host`]).
+    pub fn with_allowed_hosts(mut self, hosts: AllowedHosts) -> StoreServer {
+        self.hosts = hosts;
+        self
     }
 
     /// Serves TLS with `config` (see `palisade_tls::server_config`; mutual TLS if it
@@ -264,7 +341,10 @@ impl StoreServer {
         let limits = self.limits;
         let connections_max = limits.connections_max.clamp(1, u32::MAX as usize);
         let connections = Arc::new(Semaphore::new(connections_max));
-        let app = router_with(self.store, &limits);
+        let app = router_with(self.store, &limits).layer(axum::middleware::from_fn_with_state(
+            Arc::new(self.hosts),
+            answered_host,
+        ));
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(TokioTimer::new())
             .header_read_timeout(limits.header_read_timeout);
@@ -344,6 +424,29 @@ impl StoreServer {
         // Every connection holds a permit until it ends: all of them back means all ended.
         let _ = connections.acquire_many(connections_max as u32).await;
         Ok(())
+    }
+}
+
+/// Refuses a request whose `Host` the store does not answer to (DNS rebinding) with 421,
+/// before anything else looks at it.
+async fn answered_host(
+    State(hosts): State<Arc<AllowedHosts>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .map(HeaderValue::as_bytes);
+    match hosts.check(host) {
+        Ok(()) => next.run(request).await,
+        Err(host) => {
+            let mut response = StoreError::MisdirectedRequest { host }.into_response();
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            response
+        }
     }
 }
 

@@ -412,6 +412,13 @@ impl Store {
         Ok(())
     }
 
+    /// Checks that `sequencer` (a write's `palisade-sequencer` header) is one the store
+    /// accepts the form, key id and signature of, without looking at the fence: what the HTTP
+    /// server checks before it reads a write's body. A write checks it again (from memory).
+    pub fn check_sequencer(&self, sequencer: Option<&str>) -> Result<(), StoreError> {
+        self.verify(sequencer).map(drop)
+    }
+
     fn verify(&self, sequencer: Option<&str>) -> Result<VerifiedSequencer, StoreError> {
         Ok(self.verifier.verify(sequencer)?)
     }

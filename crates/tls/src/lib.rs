@@ -19,6 +19,7 @@
 //! here defers a bad file to the first handshake.
 
 pub mod generate;
+pub mod host;
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -54,6 +54,7 @@ use palisade_core::limits::{LOCK_NAME_BYTES_MAX, validate_lock_name};
 use palisade_core::{
     CoreError, DurationMs, ErrorCategory, GrantValue, LockStatus, SessionId, Token,
 };
+use palisade_tls::host::AllowedHosts;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, broadcast, mpsc};
@@ -97,12 +98,19 @@ struct UiState {
     service: LockService,
     timeline: Arc<Timeline>,
     streams: Arc<Semaphore>,
+    /// The `Host` names it answers to (DNS rebinding, [`palisade_tls::host`]).
+    hosts: AllowedHosts,
 }
 
 impl Ui {
     /// Binds `listen` (port 0 picks a free one) and starts recording the timeline of
-    /// `service`'s node.
-    pub async fn bind(listen: SocketAddr, service: LockService) -> std::io::Result<Ui> {
+    /// `service`'s node. It answers requests naming loopback, an IP address or one of `hosts`
+    /// in their `Host` header; others get 421.
+    pub async fn bind(
+        listen: SocketAddr,
+        service: LockService,
+        hosts: AllowedHosts,
+    ) -> std::io::Result<Ui> {
         let listener = TcpListener::bind(listen).await?;
         let timeline = Timeline::record_from(service.node().clone());
         Ok(Ui {
@@ -111,6 +119,7 @@ impl Ui {
                 service,
                 timeline,
                 streams: Arc::new(Semaphore::new(UI_STREAMS_MAX)),
+                hosts,
             }),
         })
     }
@@ -178,8 +187,37 @@ fn router(state: Arc<UiState>) -> Router {
         .route("/api/state", get(state_handler))
         .route("/api/stream", get(stream_handler))
         .fallback(|| async { UiError::not_found() })
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            answered_host,
+        ))
         .layer(axum::middleware::map_response(security_headers))
         .with_state(state)
+}
+
+/// Refuses a request whose `Host` the UI does not answer to (DNS rebinding) with 421, before
+/// anything else looks at it.
+async fn answered_host(
+    State(state): State<Arc<UiState>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .map(HeaderValue::as_bytes);
+    match state.hosts.check(host) {
+        Ok(()) => next.run(request).await,
+        Err(refused) => UiError {
+            status: StatusCode::MISDIRECTED_REQUEST,
+            kind: "misdirected_request",
+            message: format!(
+                "the web UI does not answer to the host name {refused:?}: it answers to localhost, IP addresses and the names given with --ui-host (PALISADE_UI_HOST). \
+                 If you reach it by that name on purpose, start palisade serve with --ui-host NAME"
+            ),
+        }
+        .into_response(),
+    }
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {
