@@ -11,6 +11,20 @@ use palisade_testkit::{Ran, ServerProcess, run};
 
 const BIN: &str = env!("CARGO_BIN_EXE_palisade");
 
+/// `palisade ARGS` as the operator on `node`'s host runs an admin command: with the admin token
+/// the node keeps in its data directory.
+fn admin(node: &ServerProcess, args: &[&str]) -> Ran {
+    let mut command = palisade_testkit::command(BIN);
+    command
+        .env("PALISADE_ENDPOINT", node.endpoint())
+        .env(
+            "PALISADE_AUTH_TOKEN_FILE",
+            node.data_dir().join("admin.token"),
+        )
+        .args(args);
+    run(command)
+}
+
 fn palisade(endpoint: &str, args: &[&str]) -> Ran {
     let mut command = palisade_testkit::command(BIN);
     command.env("PALISADE_ENDPOINT", endpoint).args(args);
@@ -221,15 +235,15 @@ fn a_restore_after_a_raised_floor_issues_only_tokens_and_sessions_above_every_ea
     let mut issued = Issued::default();
     issued.rounds(&endpoint, "doc", 1);
     let huge: u64 = 1 << 60;
-    palisade(
-        &endpoint,
+    admin(
+        &node,
         &["cluster", "raise-token-floor", &huge.to_string(), "--force"],
     )
     .expect_success();
     issued.rounds(&endpoint, "doc", 1);
 
     let backup = parent.path().join("palisade.backup");
-    palisade(&endpoint, &["cluster", "backup", backup.to_str().unwrap()]).expect_success();
+    admin(&node, &["cluster", "backup", backup.to_str().unwrap()]).expect_success();
     // The cluster goes on after the backup: these are the grants a restore must not repeat.
     issued.rounds(&endpoint, "doc", 3);
     node.kill9();
@@ -258,11 +272,7 @@ fn a_lost_snapshot_under_a_log_that_starts_after_it_stops_the_takeover_until_rec
     let mut issued = Issued::default();
     issued.rounds(&node.endpoint(), "doc", 2);
     let backup = parent.path().join("palisade.backup");
-    palisade(
-        &node.endpoint(),
-        &["cluster", "backup", backup.to_str().unwrap()],
-    )
-    .expect_success();
+    admin(&node, &["cluster", "backup", backup.to_str().unwrap()]).expect_success();
     node.kill9();
 
     let restored_dir = parent.path().join("restored");
@@ -314,8 +324,8 @@ fn a_cut_of_the_log_after_a_raised_floor_never_issues_a_cut_grants_token_again()
     let endpoint = node.endpoint();
     let mut issued = Issued::default();
     let huge: u64 = 1 << 60;
-    palisade(
-        &endpoint,
+    admin(
+        &node,
         &["cluster", "raise-token-floor", &huge.to_string(), "--force"],
     )
     .expect_success();
@@ -363,7 +373,7 @@ fn raise_token_floor_refuses_the_limit_and_a_far_jump_without_force() {
     ] {
         let mut command = vec!["cluster", "raise-token-floor"];
         command.extend(args.iter().map(String::as_str));
-        let refused = palisade(&endpoint, &command);
+        let refused = admin(&node, &command);
         assert_ne!(refused.code(), Some(0), "{refused:?}");
         assert!(
             refused.stderr.contains("even with --force"),
@@ -371,8 +381,8 @@ fn raise_token_floor_refuses_the_limit_and_a_far_jump_without_force() {
             refused.stderr
         );
     }
-    let far = palisade(
-        &endpoint,
+    let far = admin(
+        &node,
         &["cluster", "raise-token-floor", &(1u64 << 60).to_string()],
     );
     assert_ne!(far.code(), Some(0), "{far:?}");
@@ -386,8 +396,8 @@ fn raise_token_floor_refuses_the_limit_and_a_far_jump_without_force() {
     let first = issued.acquire(&endpoint, "doc", true);
     assert_eq!(first.token, 1, "{first:?}");
     Issued::release(&endpoint, "doc", &first);
-    palisade(
-        &endpoint,
+    admin(
+        &node,
         &[
             "cluster",
             "raise-token-floor",
