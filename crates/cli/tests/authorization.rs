@@ -707,6 +707,28 @@ async fn raft_without_a_credential_is_refused_by_a_node_with_a_policy() {
     assert!(!ran.json()["holder"].is_null(), "{}", ran.stdout);
 }
 
+/// A single node with a policy needs no peer CA, but it does not grow into a cluster without
+/// one: `cluster add` by an admin is refused, naming the flag, and nothing is admitted.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_with_a_policy_and_no_peer_ca_refuses_to_grow() {
+    let secured = Secured::start(&["ops"], TEAM_POLICY);
+    let ran = secured.palisade(Some("ops"), &["cluster", "add", "2", "127.0.0.1:9"]);
+    assert_eq!(ran.code(), Some(1), "{ran:?}");
+    assert!(
+        ran.stderr.contains("no authenticated peers") && ran.stderr.contains("--insecure-peers"),
+        "{}",
+        ran.stderr
+    );
+    let status = secured.palisade(Some("ops"), &["cluster", "status", "--json"]);
+    status.expect_success();
+    assert_eq!(
+        status.json()["members"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        status.stdout
+    );
+}
+
 fn serve_without_policy(dir: &Path, listen: &str, extra: &[&str]) -> std::process::Command {
     let mut command = palisade_testkit::command(BIN);
     command
