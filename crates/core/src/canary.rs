@@ -38,11 +38,16 @@ pub enum Canary {
     /// The lock table forgets request ids: a retried acquire or release is applied again
     /// instead of answered with its first outcome.
     DropRequestDedup,
+    /// A leader that no quorum answers keeps serving its term: an acquire queued there waits
+    /// for an answer it cannot give while the next leader grants the lock to that waiter's
+    /// session, whose keepalives it renews, so the lock is held by a client that does not know
+    /// it until the partition heals.
+    LeaderNeverStepsDown,
 }
 
 impl Canary {
     /// Every canary.
-    pub const ALL: [Canary; 7] = [
+    pub const ALL: [Canary; 8] = [
         Canary::SkipLeaderStart,
         Canary::FenceRefusesEqualToken,
         Canary::AckBeforeFsync,
@@ -50,6 +55,7 @@ impl Canary {
         Canary::LocalRead,
         Canary::NodeIdReuse,
         Canary::DropRequestDedup,
+        Canary::LeaderNeverStepsDown,
     ];
 
     /// Its name on the command line.
@@ -62,6 +68,7 @@ impl Canary {
             Canary::LocalRead => "local-read",
             Canary::NodeIdReuse => "node-id-reuse",
             Canary::DropRequestDedup => "drop-request-dedup",
+            Canary::LeaderNeverStepsDown => "leader-never-steps-down",
         }
     }
 

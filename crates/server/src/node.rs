@@ -775,7 +775,7 @@ impl Node {
                 QuorumAck::Never => published.elapsed(),
                 QuorumAck::At(acked) => acked.max(published).elapsed(),
             };
-            if silence <= silence_max {
+            if silence <= silence_max || canary::active(Canary::LeaderNeverStepsDown) {
                 continue;
             }
             let ended = self.leading.send_if_modified(|leading| {

@@ -203,3 +203,71 @@ pub fn liveness(
         .map(|c| format!("c{c} wrote nothing after every fault was healed at {safety_end:?}"))
         .collect()
 }
+
+/// How long a client may take to learn that its session was granted the lock, counted from a
+/// read that shows the session holding it, while the leader is cut off from the other nodes
+/// (and nothing else is in effect). With the cut-off leader stepping back within its quorum's
+/// silence bound (0.7 s), a waiter queued there asks the next leader with the same request id
+/// and is answered at once; a leader that keeps serving while cut off holds it until its wait
+/// runs out or the heal.
+pub const LEARNS_GRANT_WITHIN: Duration = Duration::from_secs(2);
+
+/// During every cut of the leader from the other nodes: a session a read shows holding the lock
+/// with a token is told of that grant by its client library within [`LEARNS_GRANT_WITHIN`] of
+/// the read. A lock must not stay held, unknown to its holder, while its acquire waits at a
+/// leader that can no longer answer it.
+pub fn waiters_learn_during_leader_cuts(
+    events: &[Event],
+    cuts: &[(Duration, Option<Duration>)],
+    safety_end: Duration,
+) -> Vec<String> {
+    // When each client learned each of its grants: (session, token) -> when.
+    let mut learned = BTreeMap::new();
+    for event in events {
+        if let What::AcquireCompleted {
+            op,
+            outcome: record::Outcome::Granted { token },
+        } = &event.what
+            && let What::AcquireInvoked { session, .. } = &events[*op].what
+        {
+            learned.entry((*session, *token)).or_insert(event.at);
+        }
+    }
+    let cut_at = |at: Duration| {
+        cuts.iter().find_map(|&(cut, healed)| {
+            let until = healed.unwrap_or(safety_end).min(safety_end);
+            (cut..until).contains(&at).then_some((cut, until))
+        })
+    };
+    let mut violations = Vec::new();
+    let mut reported = std::collections::BTreeSet::new();
+    for event in events {
+        let What::ReadCompleted {
+            outcome:
+                record::Outcome::Status {
+                    holder: Some((session, token)),
+                    ..
+                },
+            ..
+        } = &event.what
+        else {
+            continue;
+        };
+        let Some((cut, until)) = cut_at(event.at) else {
+            continue;
+        };
+        let Some(&at) = learned.get(&(*session, *token)) else {
+            continue;
+        };
+        let late = at.saturating_sub(event.at);
+        if late > LEARNS_GRANT_WITHIN && reported.insert((*session, *token)) {
+            violations.push(format!(
+                "the leader was cut off from the other nodes from {cut:?} to {until:?}; a read at \
+                 {:?} showed s{session} holding token {token}, but its client learned of the \
+                 grant only at {at:?}, {late:?} later",
+                event.at
+            ));
+        }
+    }
+    violations
+}

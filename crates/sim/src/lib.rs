@@ -113,6 +113,11 @@ pub(crate) struct World {
     pub(crate) members: BTreeSet<u64>,
     /// Nodes whose data directory is wiped when they next start (`node-id-reuse` canary).
     pub(crate) wiped: BTreeSet<u64>,
+    /// Per node that believes it leads: the term it leads, as its operator last looked.
+    pub(crate) leading: BTreeMap<u64, u64>,
+    /// The nemesis's cuts of the leader from every other node: when each began, and when it
+    /// was healed (`None` while it lasts).
+    pub(crate) leader_cuts: Vec<(Duration, Option<Duration>)>,
 }
 
 pub(crate) type Shared = Rc<RefCell<World>>;
@@ -164,6 +169,8 @@ pub fn run(seed: u64, options: &Options) -> Report {
         orders: BTreeMap::new(),
         members: (1..=options.nodes as u64).collect(),
         wiped: BTreeSet::new(),
+        leading: BTreeMap::new(),
+        leader_cuts: Vec::new(),
     }));
     let members: BTreeMap<u64, String> = (1..=options.nodes as u64)
         .map(|id| (id, format!("{}:{PORT}", node_name(id))))
@@ -250,6 +257,8 @@ pub fn run(seed: u64, options: &Options) -> Report {
                 orders: BTreeMap::new(),
                 members: world.members.clone(),
                 wiped: BTreeSet::new(),
+                leading: BTreeMap::new(),
+                leader_cuts: world.leader_cuts.clone(),
             }
         }
     };
@@ -257,6 +266,11 @@ pub fn run(seed: u64, options: &Options) -> Report {
     violations.extend(check::liveness(
         &world.last_write,
         options.clients,
+        options.safety,
+    ));
+    violations.extend(check::waiters_learn_during_leader_cuts(
+        &world.events,
+        &world.leader_cuts,
         options.safety,
     ));
     violations.extend(failure);

@@ -30,7 +30,7 @@ struct Args {
     no_faults: bool,
     /// Switch a known bug back on (the checker must catch it): skip-leader-start,
     /// fence-refuses-equal-token, ack-before-fsync, reply-before-apply, local-read,
-    /// node-id-reuse, drop-request-dedup.
+    /// node-id-reuse, drop-request-dedup, leader-never-steps-down.
     #[arg(long, value_parser = parse_canary)]
     canary: Option<palisade_core::canary::Canary>,
 }

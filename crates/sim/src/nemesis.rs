@@ -9,6 +9,11 @@
 //!   link;
 //! - a node crashed and restarted from its data directory;
 //! - a node paused: nothing in or out of it for a while, then everything queued arrives;
+//! - the leader cut off from every other node for longer than an election, alone (what else is
+//!   in effect is healed first), while its clients still reach it: drawn from a generator of its
+//!   own, so that a run without one injects what it did before; the checker expects a waiter
+//!   queued there to learn its grant elsewhere
+//!   ([`crate::check::waiters_learn_during_leader_cuts`]);
 //! - a lossy link: each message lost with some probability, which stalls the TCP connection
 //!   it belonged to (turmoil does not retransmit), as a dead connection does;
 //! - a client's clock jumping forward;
@@ -29,6 +34,10 @@ use crate::{SPARE_NODES, Shared, node_name};
 
 /// Most faults in effect at once.
 const ACTIVE_MAX: usize = 2;
+/// The chance that an injection is a cut of the leader, and how long such a cut lasts: long
+/// enough for a new leader to be elected and serve for a few seconds before the heal.
+const LEADER_CUT_CHANCE: f64 = 0.1;
+const LEADER_CUT_MS: std::ops::RangeInclusive<u64> = 7_500..=9_500;
 /// Voters the operator's churn keeps the cluster between.
 const VOTERS_MIN: usize = 3;
 const VOTERS_MAX: usize = 5;
@@ -36,6 +45,10 @@ const VOTERS_MAX: usize = 5;
 #[derive(Debug)]
 pub struct Nemesis {
     rng: SmallRng,
+    /// Draws the leader cuts, apart from `rng`.
+    leader_cut_rng: SmallRng,
+    /// The cut of the leader in effect, if any: nothing else is injected meanwhile.
+    leader_cut: Option<(Duration, Vec<(String, String)>, String)>,
     /// Every node host, members or not.
     hosts: u64,
     /// The next spare node's id: ids are never used twice.
@@ -76,6 +89,8 @@ impl Nemesis {
     ) -> Nemesis {
         Nemesis {
             rng: SmallRng::seed_from_u64(seed),
+            leader_cut_rng: SmallRng::seed_from_u64(seed ^ 0x1ead_e2c0_7000),
+            leader_cut: None,
             hosts: (nodes + SPARE_NODES) as u64,
             next_spare: nodes as u64 + 1,
             clients,
@@ -100,6 +115,11 @@ impl Nemesis {
             return;
         }
         let now = sim.elapsed();
+        if let Some((until, _, _)) = &self.leader_cut
+            && (*until <= now || now >= self.safety_end)
+        {
+            self.heal_leader_cut(sim, world, now);
+        }
         if now >= self.safety_end {
             if !self.healed {
                 self.healed = true;
@@ -128,6 +148,16 @@ impl Nemesis {
                 i += 1;
             }
         }
+        if self.leader_cut.is_some() {
+            return;
+        }
+        if now >= self.next_at
+            && self.leader_cut_rng.random_bool(LEADER_CUT_CHANCE)
+            && self.cut_leader(sim, world, now)
+        {
+            self.next_at = now + Duration::from_millis(self.rng.random_range(200..=2_000));
+            return;
+        }
         if now >= self.next_at && self.active.len() < ACTIVE_MAX {
             self.next_at = now + Duration::from_millis(self.rng.random_range(200..=2_000));
             let (undo, fault) = self.inject(sim, world);
@@ -137,6 +167,53 @@ impl Nemesis {
                 .record_at(now, What::Fault(fault.clone()));
             let lasts = Duration::from_millis(self.rng.random_range(300..=5_000));
             self.active.push((now + lasts, undo, fault));
+        }
+    }
+
+    /// Cuts the node that leads the highest term from every other node, if one is known to
+    /// lead.
+    fn cut_leader(&mut self, sim: &mut turmoil::Sim<'_>, world: &Shared, now: Duration) -> bool {
+        let leader = world
+            .borrow()
+            .leading
+            .iter()
+            .max_by_key(|(_, term)| **term)
+            .map(|(id, _)| *id);
+        let Some(leader) = leader else {
+            return false;
+        };
+        // Alone: what else is in effect is healed first.
+        for (_, undo, fault) in std::mem::take(&mut self.active) {
+            heal(sim, undo);
+            world
+                .borrow_mut()
+                .record_at(now, What::Fault(format!("healed: {fault}")));
+        }
+        let cut = node_name(leader);
+        let mut links = Vec::new();
+        for other in self.others(&cut) {
+            sim.partition(cut.as_str(), other.as_str());
+            links.push((cut.clone(), other));
+        }
+        let lasts = Duration::from_millis(self.leader_cut_rng.random_range(LEADER_CUT_MS));
+        let fault = format!("leader {cut} cut off from the other nodes for {lasts:?}");
+        self.injected += 1;
+        let mut world = world.borrow_mut();
+        world.record_at(now, What::Fault(fault.clone()));
+        world.leader_cuts.push((now, None));
+        self.leader_cut = Some((now + lasts, links, fault));
+        true
+    }
+
+    fn heal_leader_cut(&mut self, sim: &mut turmoil::Sim<'_>, world: &Shared, now: Duration) {
+        let Some((_, links, fault)) = self.leader_cut.take() else {
+            return;
+        };
+        heal(sim, Undo::RepairAll(links));
+        let mut world = world.borrow_mut();
+        world.record_at(now, What::Fault(format!("healed: {fault}")));
+        if let Some((_, healed)) = world.leader_cuts.last_mut() {
+            *healed = Some(now);
         }
     }
 

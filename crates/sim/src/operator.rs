@@ -40,6 +40,13 @@ pub enum Order {
 pub(crate) async fn carry_out(id: u64, node: Arc<Node>, world: Shared) {
     loop {
         tokio::time::sleep(POLL).await;
+        // What the nemesis needs to cut the leader off: who believes it leads, in which term.
+        let view = node.cluster_view();
+        if view.leader == Some(id) {
+            world.borrow_mut().leading.insert(id, view.term);
+        } else {
+            world.borrow_mut().leading.remove(&id);
+        }
         let orders = world.borrow_mut().orders.remove(&id).unwrap_or_default();
         for order in orders {
             carry(id, &node, order, &world).await;

@@ -86,7 +86,14 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
                 session: id,
                 lock: LOCK.to_string(),
             });
-            let wait = Wait::For(Duration::from_millis(rng.random_range(500..=2_000)));
+            // Mostly short waits; now and then a patient one, which outlasts an election (a
+            // waiter queued at a leader that is then cut off must learn its outcome elsewhere).
+            let wait_ms = if rng.random_ratio(1, 4) {
+                rng.random_range(3_000..=8_000)
+            } else {
+                rng.random_range(500..=2_000)
+            };
+            let wait = Wait::For(Duration::from_millis(wait_ms));
             // An outcome the client library could not learn within its retries is asked again
             // with the same request id, as a real client does: the service answers with the
             // first attempt's outcome instead of acquiring twice.
