@@ -48,7 +48,7 @@ pub struct Nemesis {
     /// Draws the leader cuts, apart from `rng`.
     leader_cut_rng: SmallRng,
     /// The cut of the leader in effect, if any: nothing else is injected meanwhile.
-    leader_cut: Option<(Duration, Vec<(String, String)>, String)>,
+    leader_cut: Option<LeaderCut>,
     /// Every node host, members or not.
     hosts: u64,
     /// The next spare node's id: ids are never used twice.
@@ -63,6 +63,14 @@ pub struct Nemesis {
     /// The `node-id-reuse` canary: the operator's churn wipes a member's data directory and
     /// restarts it under the same id instead of adding and removing members.
     reuse_ids: bool,
+}
+
+/// A cut of the leader in effect: when it is healed, the links cut, and its description.
+#[derive(Debug)]
+struct LeaderCut {
+    until: Duration,
+    links: Vec<(String, String)>,
+    fault: String,
 }
 
 /// How a fault is healed.
@@ -115,8 +123,8 @@ impl Nemesis {
             return;
         }
         let now = sim.elapsed();
-        if let Some((until, _, _)) = &self.leader_cut
-            && (*until <= now || now >= self.safety_end)
+        if let Some(cut) = &self.leader_cut
+            && (cut.until <= now || now >= self.safety_end)
         {
             self.heal_leader_cut(sim, world, now);
         }
@@ -201,12 +209,16 @@ impl Nemesis {
         let mut world = world.borrow_mut();
         world.record_at(now, What::Fault(fault.clone()));
         world.leader_cuts.push((now, None));
-        self.leader_cut = Some((now + lasts, links, fault));
+        self.leader_cut = Some(LeaderCut {
+            until: now + lasts,
+            links,
+            fault,
+        });
         true
     }
 
     fn heal_leader_cut(&mut self, sim: &mut turmoil::Sim<'_>, world: &Shared, now: Duration) {
-        let Some((_, links, fault)) = self.leader_cut.take() else {
+        let Some(LeaderCut { links, fault, .. }) = self.leader_cut.take() else {
             return;
         };
         heal(sim, Undo::RepairAll(links));
