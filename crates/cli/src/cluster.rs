@@ -567,7 +567,16 @@ fn members_table(members: &[ClusterMember]) -> String {
     table
 }
 
-/// Runs `call` on the leader: on each endpoint in turn, following a follower's hint once.
+/// How long a cluster command keeps asking while the members it reaches know no leader: an
+/// election, or a leader that stopped serving until a quorum answers it again.
+const LEADER_WAIT: Duration = Duration::from_secs(10);
+/// The first and the longest pause between two rounds of the endpoints.
+const LEADER_WAIT_PAUSE: Duration = Duration::from_millis(100);
+const LEADER_WAIT_PAUSE_MAX: Duration = Duration::from_secs(1);
+
+/// Runs `call` on the leader: on each endpoint in turn, following a follower's hint once. While
+/// a member answers but knows no leader, the round is repeated for up to [`LEADER_WAIT`]; when
+/// no endpoint answers at all, the command ends at once.
 async fn on_leader<T, F, Fut>(
     endpoints: &[String],
     bearer: &Bearer,
@@ -579,42 +588,55 @@ where
     Fut: std::future::Future<Output = Result<T, tonic::Status>>,
 {
     let mut last = String::from("no endpoint given");
-    let mut queue: Vec<String> = endpoints.to_vec();
-    let mut followed = 0;
-    while let Some(address) = (!queue.is_empty()).then(|| queue.remove(0)) {
-        let client = match connect(&address, timeout, bearer).await {
-            Ok(client) => client,
-            Err(e) => {
-                last = e.to_string();
-                continue;
-            }
-        };
-        match call(client).await {
-            Ok(value) => return Ok(value),
-            Err(status) if status.code() == tonic::Code::Unavailable => {
-                let hint = status
-                    .metadata()
-                    .get(palisade_proto::LEADER_ADDR_HEADER)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_string);
-                last = format!("{address}: {}", status.message());
-                if let Some(leader) = hint.filter(|_| followed < endpoints.len() + 1) {
-                    followed += 1;
-                    queue.insert(0, leader);
+    let deadline = tokio::time::Instant::now() + LEADER_WAIT;
+    let mut pause = LEADER_WAIT_PAUSE;
+    loop {
+        let mut answered = false;
+        let mut queue: Vec<String> = endpoints.to_vec();
+        let mut followed = 0;
+        while let Some(address) = (!queue.is_empty()).then(|| queue.remove(0)) {
+            let client = match connect(&address, timeout, bearer).await {
+                Ok(client) => client,
+                Err(e) => {
+                    last = e.to_string();
+                    continue;
+                }
+            };
+            match call(client).await {
+                Ok(value) => return Ok(value),
+                Err(status) if status.code() == tonic::Code::Unavailable => {
+                    answered = true;
+                    let hint = status
+                        .metadata()
+                        .get(palisade_proto::LEADER_ADDR_HEADER)
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_string);
+                    last = format!("{address}: {}", status.message());
+                    if let Some(leader) = hint.filter(|_| followed < endpoints.len() + 1) {
+                        followed += 1;
+                        queue.insert(0, leader);
+                    }
+                }
+                Err(status) => {
+                    let code = match status.code() {
+                        tonic::Code::FailedPrecondition
+                        | tonic::Code::InvalidArgument
+                        | tonic::Code::PermissionDenied
+                        | tonic::Code::Unauthenticated => exit::REFUSED,
+                        tonic::Code::Unknown | tonic::Code::DeadlineExceeded => {
+                            exit::OUTCOME_UNKNOWN
+                        }
+                        _ => exit::INTERNAL,
+                    };
+                    return Err(Exit::new(code, format!("{address}: {}", status.message())).into());
                 }
             }
-            Err(status) => {
-                let code = match status.code() {
-                    tonic::Code::FailedPrecondition
-                    | tonic::Code::InvalidArgument
-                    | tonic::Code::PermissionDenied
-                    | tonic::Code::Unauthenticated => exit::REFUSED,
-                    tonic::Code::Unknown | tonic::Code::DeadlineExceeded => exit::OUTCOME_UNKNOWN,
-                    _ => exit::INTERNAL,
-                };
-                return Err(Exit::new(code, format!("{address}: {}", status.message())).into());
-            }
         }
+        if !answered || tokio::time::Instant::now() + pause > deadline {
+            break;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(LEADER_WAIT_PAUSE_MAX);
     }
     Err(Exit::new(exit::UNAVAILABLE, last).into())
 }

@@ -411,6 +411,31 @@ fn commands_given_a_follower_follow_the_leader() {
     assert_eq!(voters(&status).len(), 2, "{status}");
 }
 
+/// A cluster command given a follower while no member knows a leader (the leader just killed,
+/// the election not over) waits for the next leader instead of exiting 69 at once.
+#[test]
+fn a_cluster_command_given_during_an_election_waits_for_the_next_leader() {
+    let mut cluster = LocalCluster::start(BIN, 3);
+    let leader = cluster.leader();
+    let follower = cluster
+        .nodes
+        .values()
+        .find(|n| n.id != leader)
+        .unwrap()
+        .address();
+    cluster.node(leader).process.kill9();
+    let started = Instant::now();
+    let ran = cluster.palisade(&follower, &["keys", "list"]);
+    println!(
+        "keys list given node {} right after the leader's kill: exit {:?} after {:?}",
+        follower_id(&cluster, &follower),
+        ran.code(),
+        started.elapsed()
+    );
+    ran.expect_success();
+    assert_ne!(cluster.leader(), leader);
+}
+
 fn follower_id(cluster: &LocalCluster, address: &str) -> u64 {
     cluster
         .nodes
