@@ -8,7 +8,8 @@
 #   scripts/bench-auth.sh [--duration 5s] [--warmup 1s] [--workloads "latency uncontended contended"]
 #
 # PALISADE_BIN picks the binary (default: target/release/palisade, built). The load average is
-# printed before each run: the machine may be shared.
+# printed before each run: the machine may be shared. Each report gives the server's CPU time
+# (--server-pid), steadier than the rates when other work shares the CPUs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -52,7 +53,7 @@ run() {
   for workload in $workloads; do
     echo "== $name: $workload (load average: $(cut -d' ' -f1-3 /proc/loadavg))"
     "$palisade" bench "$workload" --target "palisade://127.0.0.1:$port" \
-      --duration "$duration" --warmup "$warmup"
+      --duration "$duration" --warmup "$warmup" --server-pid "$pid"
   done
   kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""
 }
