@@ -7,12 +7,18 @@
 #   scripts/dos/measure.sh PALISADE_BIN [h2mem] [bodyhog] [h2hold] [h2cap]
 #   (default: all four)
 #
-# Needs python3 with the `h2` package (pip install h2). Prints the load average with each part.
+# Needs python3; the `h2` package comes from PyPI into scripts/dos/.venv on first use. Prints
+# the load average with each part.
 # h2cap needs a non-loopback IPv4 address on the host.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="$(realpath "$1")"; shift
 parts="${*:-h2mem bodyhog h2hold h2cap}"
+# The attacks speak HTTP/2 frame by frame with the `h2` package, in a virtualenv of their own.
+if [ ! -x "$here/.venv/bin/python3" ] || ! "$here/.venv/bin/python3" -c 'import h2' 2>/dev/null; then
+  python3 -m venv "$here/.venv" && "$here/.venv/bin/pip" install -q h2
+fi
+export PATH="$here/.venv/bin:$PATH"
 work="$(mktemp -d)"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
