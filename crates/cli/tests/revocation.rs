@@ -281,13 +281,19 @@ async fn a_revoked_token_ends_its_streams_and_its_lease_runs_out_while_others_wo
             "alice's keepalive stream",
             failure("alice's keepalive stream", &mut alice_renewals).await,
         ),
-        ("alice's watch", failure("alice's watch", &mut alice_watch).await),
+        (
+            "alice's watch",
+            failure("alice's watch", &mut alice_watch).await,
+        ),
     ] {
         assert_eq!(status.code(), Code::Unauthenticated, "{what}: {status:?}");
         assert_eq!(detail(&status), unknown, "{what}");
     }
     let refused = read_until(&mut alice_view, "event: refused").await;
-    assert!(refused.contains("\"kind\":\"unauthenticated\""), "{refused}");
+    assert!(
+        refused.contains("\"kind\":\"unauthenticated\""),
+        "{refused}"
+    );
 
     // Her lease runs out: the lock goes to bob, with a greater token.
     let granted = tokio::time::timeout(PATIENCE, queued)
@@ -404,7 +410,10 @@ async fn one_identity_cannot_take_every_keepalive_stream() {
             }
             Err(status) => {
                 assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
-                assert!(Instant::now() < deadline, "the closed stream kept its place");
+                assert!(
+                    Instant::now() < deadline,
+                    "the closed stream kept its place"
+                );
                 tokio::time::sleep(Duration::from_millis(25)).await;
             }
         }
