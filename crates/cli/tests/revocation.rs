@@ -178,6 +178,17 @@ async fn idle_keepalive(client: &mut Raw) -> Result<Idle, Status> {
     Ok((pings, stream))
 }
 
+async fn status(client: &mut Raw, lock: &str) -> LockInfo {
+    client
+        .status(StatusRequest {
+            lock: lock.into(),
+            stale: false,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
 async fn watch(client: &mut Raw, lock: &str) -> Streaming<WatchEvent> {
     let mut events = client
         .watch(WatchRequest { lock: lock.into() })
@@ -255,14 +266,7 @@ async fn a_revoked_token_ends_its_streams_and_its_lease_runs_out_while_others_wo
     });
     let deadline = Instant::now() + PATIENCE;
     loop {
-        let status = bob
-            .status(StatusRequest {
-                lock: "jobs/a".into(),
-                stale: false,
-            })
-            .await
-            .unwrap()
-            .into_inner();
+        let status = status(&mut bob, "jobs/a").await;
         if status.waiters == [waiting.id] {
             break;
         }
@@ -276,18 +280,11 @@ async fn a_revoked_token_ends_its_streams_and_its_lease_runs_out_while_others_wo
     let unknown = CoreError::Unauthenticated {
         reason: CredentialError::Unknown,
     };
-    for (what, status) in [
-        (
-            "alice's keepalive stream",
-            failure("alice's keepalive stream", &mut alice_renewals).await,
-        ),
-        (
-            "alice's watch",
-            failure("alice's watch", &mut alice_watch).await,
-        ),
-    ] {
-        assert_eq!(status.code(), Code::Unauthenticated, "{what}: {status:?}");
-        assert_eq!(detail(&status), unknown, "{what}");
+    let renewals_ended = failure("alice's keepalive stream", &mut alice_renewals).await;
+    let watch_ended = failure("alice's watch", &mut alice_watch).await;
+    for ended in [renewals_ended, watch_ended] {
+        assert_eq!(ended.code(), Code::Unauthenticated, "{ended:?}");
+        assert_eq!(detail(&ended), unknown, "{ended:?}");
     }
     let refused = read_until(&mut alice_view, "event: refused").await;
     assert!(
@@ -303,15 +300,8 @@ async fn a_revoked_token_ends_its_streams_and_its_lease_runs_out_while_others_wo
         .unwrap()
         .into_inner();
     assert!(granted.token > first.token, "{granted:?} after {first:?}");
-    let status = bob
-        .status(StatusRequest {
-            lock: "jobs/a".into(),
-            stale: false,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(status.holder.unwrap().session, waiting.id);
+    let holder = status(&mut bob, "jobs/a").await.holder.unwrap();
+    assert_eq!(holder.session, waiting.id);
 
     // Bob's streams went on: his watch saw alice's lease expire and his grant, and his renewals
     // are still answered.
