@@ -477,27 +477,62 @@ async fn the_ui_answers_only_loopback_ip_and_configured_host_names() {
     }
 }
 
+/// Without a policy, the web UI and the metrics endpoint (N17) are held to loopback like the
+/// gRPC listener, each refusal saying what the listener would expose. Before, `--metrics-listen`
+/// took any address.
 #[test]
-fn without_a_policy_the_ui_is_refused_a_non_loopback_address() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut command = palisade_testkit::command(BIN);
-    command
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--ui-listen",
-            "0.0.0.0:0",
-        ])
-        .arg("--data-dir")
-        .arg(dir.path().join("data"));
-    let ran = palisade_testkit::run(command);
-    assert!(!ran.status.success());
+fn without_a_policy_the_ui_and_the_metrics_are_refused_a_non_loopback_address() {
+    for (flag, exposes) in [
+        ("--ui-listen", "could read every lock"),
+        ("--metrics-listen", "could read the service's metrics"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut command = palisade_testkit::command(BIN);
+        command
+            .args(["serve", "--listen", "127.0.0.1:0", flag, "0.0.0.0:0"])
+            .arg("--data-dir")
+            .arg(dir.path().join("data"));
+        let ran = palisade_testkit::run(command);
+        assert!(!ran.status.success(), "{flag}: {ran:?}");
+        assert!(
+            ran.stderr
+                .contains("refusing to listen on 0.0.0.0:0 without a policy")
+                && ran.stderr.contains(exposes),
+            "{flag}: {}",
+            ran.stderr
+        );
+    }
+}
+
+/// N17: with a policy, the cluster (term, leader, members and their addresses) is shown only
+/// to an identity with the admin right, as gRPC's `Cluster.Status` is; a reader gets its locks,
+/// the node that served them, and `cluster: null`, in a page and in a live view. Before, every
+/// reader saw the members and their addresses.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_a_policy_only_an_administrator_sees_the_cluster() {
+    let served = Served::start(Some((
+        &["reader", "ops"],
+        "grant reader read a/\ngrant ops admin,read *\n",
+    )));
+    let reader = served.token("reader");
+    let (status, page) = served.json("/api/state", Some(&reader)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page["cluster"].is_null(), "{page:#}");
+    assert_eq!(page["served_by"]["role"], "leader");
+    let mut view = served.get("/api/stream", Some(&reader)).await;
+    let mut text = String::new();
+    read_until(&mut view, &mut text, "event: snapshot").await;
+    assert!(text.contains("\"cluster\":null"), "{text}");
+
+    let (status, page) = served.json("/api/state", Some(&served.token("ops"))).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(page["cluster"]["leader"], page["served_by"]["node_id"]);
+    let members = page["cluster"]["members"].as_array().unwrap();
+    assert_eq!(members.len(), 1, "{page:#}");
     assert!(
-        ran.stderr
-            .contains("refusing to listen on 0.0.0.0:0 without a policy"),
-        "{}",
-        ran.stderr
+        members[0]["addr"]
+            .as_str()
+            .is_some_and(|addr| !addr.is_empty())
     );
 }
 

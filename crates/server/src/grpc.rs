@@ -15,7 +15,7 @@ use palisade_proto::v1::locks_server::Locks;
 use palisade_proto::v1::*;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::auth::Caller;
+use crate::auth::{Caller, Credential, LiveCaller};
 use crate::node::LeaderHint;
 use crate::service::{
     self, ChangeKind, LockChange, LockService, LockView, Renewal, ServiceError, SessionProof,
@@ -39,6 +39,15 @@ impl GrpcLocks {
         self.service
             .auth()
             .identity(request)
+            .map_err(|e| core_status(&e))
+    }
+
+    /// The caller of a call that stays open, judged again after each reload
+    /// ([`crate::auth::LiveCaller`]).
+    fn live_caller<T>(&self, request: &Request<T>) -> Result<LiveCaller, Status> {
+        self.service
+            .auth()
+            .live_caller(Credential::of(request))
             .map_err(|e| core_status(&e))
     }
 }
@@ -209,7 +218,7 @@ impl Locks for GrpcLocks {
         request: Request<Streaming<KeepAliveRequest>>,
     ) -> Result<Response<Self::KeepAliveStream>, Status> {
         let connection = request.remote_addr();
-        let caller = self.caller(&request)?;
+        let caller = self.live_caller(&request)?;
         // The pings end at the client's first error, which only the client can act on.
         let pings = request
             .into_inner()
@@ -384,10 +393,10 @@ impl Locks for GrpcLocks {
         request: Request<WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         let connection = request.remote_addr();
-        let caller = self.caller(&request)?;
+        let caller = self.live_caller(&request)?;
         let changes = self
             .service
-            .watch(connection, &caller, request.into_inner().lock)
+            .watch(connection, caller, request.into_inner().lock)
             .await
             .map_err(status)?;
         Ok(Response::new(Box::pin(

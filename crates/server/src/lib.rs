@@ -165,13 +165,17 @@ pub enum ServeError {
     /// The token file or the policy could not be loaded.
     #[error(transparent)]
     Auth(#[from] auth::FileError),
-    /// Without a policy, the listen address (or the web UI's) is not loopback and
-    /// `insecure_listen_any` is not set.
+    /// Without a policy, the listen address (or the web UI's, or the metrics') is not loopback
+    /// and `insecure_listen_any` is not set.
     #[error(
-        "refusing to listen on {listen} without a policy: anyone who can reach it could take every lock and change the cluster; \
+        "refusing to listen on {listen} without a policy: anyone who can reach it could {exposes}; \
          configure --tokens and --policy (see docs/security.md), listen on 127.0.0.1, or pass --insecure-listen-any on a network you trust"
     )]
-    InsecureListen { listen: SocketAddr },
+    InsecureListen {
+        listen: SocketAddr,
+        /// What anyone who reaches the listener could do.
+        exposes: &'static str,
+    },
     /// Peers would not be authenticated where they must be (see [`peer_authentication`]), and
     /// `insecure_peers` is not set.
     #[error(
@@ -269,9 +273,24 @@ fn peer_authentication(
     }
 }
 
+/// Without a policy, nothing listens beyond loopback unless `insecure_listen_any` says so: a
+/// deployment without a policy is a loopback one. `exposes`: what anyone reaching `listen`
+/// could do.
+fn held_to_loopback(
+    args: &ServerConfig,
+    listen: SocketAddr,
+    exposes: &'static str,
+) -> Result<(), ServeError> {
+    if args.policy_file.is_none() && !listen.ip().is_loopback() && !args.insecure_listen_any {
+        return Err(ServeError::InsecureListen { listen, exposes });
+    }
+    Ok(())
+}
+
 /// Runs the lock service until SIGTERM or SIGINT.
 pub async fn serve(args: ServerConfig) -> Result<(), ServeError> {
     if let Some(listen) = args.metrics_listen {
+        held_to_loopback(&args, listen, "read the service's metrics")?;
         metrics::install(listen)?;
         tracing::info!(%listen, "serving /metrics");
     }
@@ -421,20 +440,12 @@ impl Server {
             args.policy_file.as_deref(),
         )?);
         if !auth.has_policy() {
-            if platform.listener.is_none()
-                && !args.listen.ip().is_loopback()
-                && !args.insecure_listen_any
-            {
-                return Err(ServeError::InsecureListen {
-                    listen: args.listen,
-                });
+            if platform.listener.is_none() {
+                held_to_loopback(args, args.listen, "take every lock and change the cluster")?;
             }
             // The web UI shows every lock to whoever reaches it: the same rule.
-            if let Some(listen) = args.ui_listen
-                && !listen.ip().is_loopback()
-                && !args.insecure_listen_any
-            {
-                return Err(ServeError::InsecureListen { listen });
+            if let Some(listen) = args.ui_listen {
+                held_to_loopback(args, listen, "read every lock, its holder and its value")?;
             }
             tracing::warn!(
                 listen = %args.listen,

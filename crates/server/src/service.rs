@@ -22,7 +22,7 @@ use palisade_sequencer::{KeySet, PublicKey, Sequencer};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::auth::{Ask, Auth, Caller};
+use crate::auth::{Ask, Auth, Caller, LiveCaller};
 use crate::limits::{
     KEEPALIVE_BUFFER_RESPONSES, KEEPALIVE_STREAMS_MAX, LIST_PAGE_LOCKS_MAX,
     LONG_LIVED_CALLS_PER_CONNECTION_MAX, WAITING_ACQUIRES_MAX, WATCHES_MAX,
@@ -56,18 +56,17 @@ pub enum ServiceError {
     /// retry with the same request id picks it up.)
     #[error("the lock service is shutting down; retry")]
     ShuttingDown,
-    /// Every permit of a budget for calls that stay open is taken: over all connections, or on
-    /// the caller's connection.
+    /// Every permit of a budget for calls that stay open is taken: over all connections, on
+    /// the caller's connection, or of the caller's identity.
     #[error(
         "{limit} {calls} are open{scope}, the limit of this server; close unused ones or retry \
          later",
         calls = .budget.calls(),
-        scope = scope(*.per_connection)
     )]
     TooManyOpenCalls {
         budget: Budget,
         limit: usize,
-        per_connection: bool,
+        scope: OpenScope,
     },
     /// A watcher fell behind the events and was cut off; it may watch again.
     #[error("the watch fell {missed} events behind and was stopped; watch again to resume")]
@@ -77,12 +76,27 @@ pub enum ServiceError {
     Internal(String),
 }
 
-/// Where a budget ran out, as its refusal says it.
-fn scope(per_connection: bool) -> &'static str {
-    if per_connection {
-        " on this connection"
-    } else {
-        ""
+/// Where a budget of calls that stay open ran out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpenScope {
+    /// Over all connections.
+    Server,
+    /// On the caller's connection.
+    Connection,
+    /// Of the caller's identity ([`Auth::keepalive_permit`]).
+    Identity(String),
+}
+
+impl std::fmt::Display for OpenScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpenScope::Server => Ok(()),
+            OpenScope::Connection => f.write_str(" on this connection"),
+            OpenScope::Identity(identity) => write!(
+                f,
+                " for identity {identity:?} (one per session its quota allows)"
+            ),
+        }
     }
 }
 
@@ -320,16 +334,16 @@ impl Permits {
     }
 
     fn take(&self, connection: ConnectionId) -> Result<Permit> {
-        let refused = |limit, per_connection| ServiceError::TooManyOpenCalls {
+        let refused = |limit, scope| ServiceError::TooManyOpenCalls {
             budget: self.budget,
             limit,
-            per_connection,
+            scope,
         };
         let total = self
             .total
             .clone()
             .try_acquire_owned()
-            .map_err(|_| refused(self.total_max, false))?;
+            .map_err(|_| refused(self.total_max, OpenScope::Server))?;
         let connection = match connection {
             None => None,
             Some(addr) => {
@@ -339,7 +353,7 @@ impl Permits {
                     .unwrap_or_else(|e| e.into_inner());
                 let open = counts.entry(addr).or_insert(0);
                 if *open >= self.per_connection_max {
-                    return Err(refused(self.per_connection_max, true));
+                    return Err(refused(self.per_connection_max, OpenScope::Connection));
                 }
                 *open += 1;
                 Some((self.per_connection.clone(), addr))
@@ -514,8 +528,12 @@ impl LockService {
     }
 
     /// Renews a session's lease once.
+    ///
+    /// Under a policy, the owner must still have the lock right on every lock the session holds
+    /// or waits for: keeping a lock takes the right to take it, so a right a reload took away
+    /// lets the lease run out (giving a lock up takes none).
     pub async fn renew(&self, caller: &Caller, proof: &SessionProof) -> Result<Renewal> {
-        self.authorize(caller, proof, |_| ()).await?;
+        self.authorize_renewal(caller, proof).await?;
         let session = proof.session;
         match self.apply(Command::KeepAlive { session }).await? {
             Reply::KeptAlive {
@@ -529,24 +547,63 @@ impl LockService {
         }
     }
 
+    /// The checks of a renewal ([`LockService::renew`]), without renewing.
+    async fn authorize_renewal(&self, caller: &Caller, proof: &SessionProof) -> Result<()> {
+        let policy = self.auth.has_policy();
+        let kept = self
+            .authorize(caller, proof, |t| {
+                policy
+                    .then(|| t.session_status(proof.session))
+                    .flatten()
+                    .map(|s| [s.held, s.waiting].concat())
+            })
+            .await?;
+        for lock in kept.iter().flatten() {
+            self.auth.require(caller, Right::Lock, lock)?;
+        }
+        Ok(())
+    }
+
     /// Renews a session each time `pings` yields, answering each renewal in order. The stream
     /// ends after the first failure, when `pings` ends, or with [`ServiceError::ShuttingDown`].
+    ///
+    /// After each reload of the token file or the policy, the stream is judged again at once:
+    /// its caller must still be authenticated, and the last session it renewed must still pass
+    /// a renewal's checks; otherwise it ends with the refusal.
     pub fn keep_alive<S>(
         &self,
         connection: ConnectionId,
-        caller: Caller,
+        mut caller: LiveCaller,
         mut pings: S,
     ) -> Result<impl Stream<Item = Result<Renewal>> + use<S>>
     where
         S: Stream<Item = SessionProof> + Send + Unpin + 'static,
     {
+        let identity_permit =
+            self.auth
+                .keepalive_permit(caller.caller())
+                .map_err(|(identity, limit)| ServiceError::TooManyOpenCalls {
+                    budget: Budget::KeepAlive,
+                    limit: limit as usize,
+                    scope: OpenScope::Identity(identity.to_string()),
+                })?;
         let permit = self.keepalive.take(connection)?;
         let (tx, rx) = mpsc::channel(KEEPALIVE_BUFFER_RESPONSES);
         let service = self.clone();
         tokio::spawn(async move {
-            let _permit = permit;
+            let _permits = (permit, identity_permit);
+            let mut last: Option<SessionProof> = None;
             loop {
                 let proof = tokio::select! {
+                    biased;
+                    // First, so no ping is renewed for a caller a reload refuses.
+                    () = caller.reloaded() => {
+                        if let Err(refused) = service.still_renewing(&caller, last.as_ref()).await {
+                            let _ = tx.send(Err(refused)).await;
+                            return;
+                        }
+                        continue;
+                    }
                     next = pings.next() => match next {
                         Some(proof) => proof,
                         None => return,
@@ -556,7 +613,8 @@ impl LockService {
                         return;
                     }
                 };
-                let answer = service.renew(&caller, &proof).await;
+                let answer = service.renew(caller.caller(), &proof).await;
+                last = Some(proof);
                 let failed = answer.is_err();
                 if tx.send(answer).await.is_err() || failed {
                     return;
@@ -564,6 +622,16 @@ impl LockService {
             }
         });
         Ok(ReceiverStream::new(rx))
+    }
+
+    /// After a reload: whether a keepalive stream of `caller` may go on, `last` the session it
+    /// renewed last (none yet: only the caller is checked).
+    async fn still_renewing(&self, caller: &LiveCaller, last: Option<&SessionProof>) -> Result<()> {
+        caller.still_authenticated(&self.auth)?;
+        match last {
+            Some(proof) => self.authorize_renewal(caller.caller(), proof).await,
+            None => Ok(()),
+        }
     }
 
     /// Closes a session, releasing its locks and ending its waits.
@@ -835,16 +903,17 @@ impl LockService {
     /// stream ends with [`ServiceError::WatchLagged`] if the watcher falls too far behind, or
     /// [`ServiceError::ShuttingDown`].
     ///
-    /// Needs the read right on `lock`, and a place in the identity's quota of watches.
+    /// Needs the read right on `lock`, and a place in the identity's quota of watches; ends,
+    /// refused, after a reload that leaves the caller without its credential or the right.
     pub async fn watch(
         &self,
         connection: ConnectionId,
-        caller: &Caller,
+        mut caller: LiveCaller,
         lock: String,
     ) -> Result<impl Stream<Item = Result<LockChange>> + use<>> {
         validate_lock_name(&lock, LOCK_NAME_BYTES_MAX).map_err(CoreError::InvalidLockName)?;
-        self.auth.require(caller, Right::Read, &lock)?;
-        let quota_permit = self.auth.watch_permit(caller)?;
+        self.auth.require(caller.caller(), Right::Read, &lock)?;
+        let quota_permit = self.auth.watch_permit(caller.caller())?;
         let permit = self.watches.take(connection)?;
         // Subscribe before reading the current state, so no change falls in between.
         let mut events = self.node.shared().subscribe_lock(&lock);
@@ -853,6 +922,7 @@ impl LockService {
         let first = snapshot_change(&self.node, &lock);
         let (tx, rx) = mpsc::channel(WATCH_BUFFER_EVENTS);
         let node = self.node.clone();
+        let auth = self.auth.clone();
         tokio::spawn(async move {
             let _permit = permit;
             let _quota_permit = quota_permit;
@@ -863,6 +933,18 @@ impl LockService {
                 // Events first: a snapshot install after them must not jump ahead of them.
                 let received = tokio::select! {
                     biased;
+                    // The files were reloaded: the caller must still be who it was, with the
+                    // right to read the lock.
+                    () = caller.reloaded() => {
+                        let still = caller.still_authenticated(&auth).and_then(|()| {
+                            auth.require(caller.caller(), Right::Read, &lock)
+                        });
+                        if let Err(refused) = still {
+                            let _ = tx.send(Err(refused.into())).await;
+                            return;
+                        }
+                        continue;
+                    }
                     received = events.recv() => received,
                     Ok(()) = installs.changed() => {
                         // The table was replaced by a snapshot: its events are not in the

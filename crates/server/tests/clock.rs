@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use palisade_clock::ManualClock;
 use palisade_core::{CoreError, DurationMs, RequestId, Wait};
-use palisade_server::auth::Caller;
+use palisade_server::auth::{Caller, Credential, LiveCaller};
 use palisade_server::service::{
     AcquireRequest, ChangeKind, LockService, Read, ServiceError, SessionProof,
 };
@@ -31,6 +31,11 @@ async fn start() -> Running {
         clock,
         _dir: dir,
     }
+}
+
+/// A caller without a credential, for a call that stays open.
+fn anonymous_live(service: &LockService) -> LiveCaller {
+    service.auth().live_caller(Credential::default()).unwrap()
 }
 
 /// Opens a session: what acts for it, its id and its secret.
@@ -175,7 +180,7 @@ async fn waiters_are_granted_in_the_order_they_queued_and_a_watch_sees_each_hand
         .unwrap();
     let mut changes = Box::pin(
         service
-            .watch(None, &Caller::anonymous(), "q".into())
+            .watch(None, anonymous_live(&service), "q".into())
             .await
             .unwrap(),
     );
@@ -257,7 +262,7 @@ async fn a_lock_name_the_table_would_refuse_is_refused_by_status_and_watch_alike
             "status of {bad:?}: {status:?}"
         );
         let watch = service
-            .watch(None, &Caller::anonymous(), bad.into())
+            .watch(None, anonymous_live(&service), bad.into())
             .await
             .err()
             .expect("refused");

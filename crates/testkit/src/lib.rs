@@ -15,7 +15,8 @@
 //! - [`netns`]: [`Network`], a bridge and one network namespace per node, with the faults a
 //!   partition test puts between nodes (two-way cuts, one-way cuts, healing), torn down on
 //!   drop; gated by [`netns::enabled`] (`PALISADE_TEST_NETNS`, root and iproute2);
-//! - [`child`]: any child a test spawns, killed if the test ends first, and its output lines.
+//! - [`child`]: any child a test spawns, killed if the test ends first, and its output lines;
+//! - [`auth_files`]: [`AuthFiles`], a token file and a policy for a server started with them.
 //!
 //! # Ports
 //!
@@ -37,6 +38,7 @@
 //! in the membership, which every peer and client uses, so a per-node proxy could not cut one
 //! peer off from another without cutting it off from everyone.
 
+pub mod auth_files;
 pub mod child;
 pub mod cluster;
 pub mod command;
@@ -48,6 +50,7 @@ pub mod process;
 
 use std::time::{Duration, Instant};
 
+pub use auth_files::AuthFiles;
 pub use child::{Lines, Running};
 pub use cluster::LocalCluster;
 pub use command::{Ran, command, new_token, run, scrub, store_put};

@@ -214,6 +214,14 @@ impl ServerProcess {
         self
     }
 
+    /// Also `--tokens` and `--policy`, naming `files`.
+    pub fn with_auth(self, files: &crate::AuthFiles) -> ServerProcess {
+        self.arg("--tokens")
+            .arg(files.tokens_path())
+            .arg("--policy")
+            .arg(files.policy_path())
+    }
+
     /// One more argument after the built-in ones, on every start.
     pub fn arg(mut self, arg: impl Into<OsString>) -> ServerProcess {
         self.extra_args.push(arg.into());

@@ -6,7 +6,8 @@
 //! - [`Auth::require`] and its siblings check a right before the service does anything.
 //! - [`Auth::check_owner`] keeps a session to the identity that opened it.
 //! - [`Auth::reserve`] and [`Auth::watch_permit`] hold an identity to its quotas, on the leader
-//!   before anything is proposed.
+//!   before anything is proposed; [`Auth::keepalive_permit`] to one keepalive stream per session
+//!   of its quota.
 //!
 //! Without a policy nothing is refused for want of a right or a quota (a loopback-only
 //! deployment, see `docs/security.md`); a token that is presented is still checked, and a
@@ -14,7 +15,9 @@
 //! everything is denied that it does not grant, and a caller without a credential is refused.
 //!
 //! The files are read at start and again on [`Auth::reload`] (SIGHUP); a file that fails to
-//! load leaves what was loaded before in force.
+//! load leaves what was loaded before in force. A call that stays open (a keepalive stream, a
+//! watch, a live view of the web UI) holds a [`LiveCaller`]: its credential, judged again after
+//! each reload, so a token removed or a right taken away ends the calls that relied on it.
 
 pub mod policy;
 pub mod tokens;
@@ -23,6 +26,8 @@ use std::collections::HashMap;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
+
+use tokio::sync::watch;
 
 use palisade_core::{CoreError, CredentialError, Identity, Quota, Right, SessionId, Usage};
 
@@ -119,7 +124,11 @@ pub struct Auth {
     /// Sessions and locks each identity has asked for and not yet seen applied.
     pending: Mutex<HashMap<Identity, Pending>>,
     /// Watches each identity has open on this node.
-    watches: Arc<Mutex<HashMap<Identity, u32>>>,
+    watches: OpenCounts,
+    /// Keepalive streams each identity has open on this node.
+    keepalives: OpenCounts,
+    /// Counts the reloads, so calls that stay open judge their caller again ([`LiveCaller`]).
+    reloads: watch::Sender<u64>,
     /// Where the cluster's admin token comes from (it follows the founding key); without one,
     /// and without a policy, no caller may administer the cluster.
     admin_token: RwLock<Option<AdminTokenSource>>,
@@ -191,6 +200,8 @@ impl Auth {
                 Err(e) => first_error = first_error.or(Some(e)),
             }
         }
+        // Even a partial reload may have taken something away.
+        self.reloads.send_modify(|reloads| *reloads += 1);
         first_error.map_or(Ok(()), Err)
     }
 
@@ -244,11 +255,29 @@ impl Auth {
     /// with neither is anonymous, which is refused once a policy is configured. A header that
     /// is present is always checked: a wrong token is refused, policy or not.
     pub fn identity<T>(&self, request: &tonic::Request<T>) -> Result<Caller, CoreError> {
-        let certificate = request
-            .extensions()
-            .get::<crate::tls::ClientCertName>()
-            .map(|name| name.0.as_str());
-        self.identity_of(certificate, request.metadata())
+        self.authenticate(&Credential::of(request))
+    }
+
+    /// Who presented `credential`: [`Auth::identity`] for a credential kept.
+    pub fn authenticate(&self, credential: &Credential) -> Result<Caller, CoreError> {
+        let mut metadata = tonic::metadata::MetadataMap::new();
+        if let Some(header) = &credential.authorization {
+            metadata.insert("authorization", header.clone());
+        }
+        self.identity_of(credential.certificate.as_deref(), &metadata)
+    }
+
+    /// The caller of a call that stays open, who presented `credential`: authenticated now,
+    /// and again after each reload ([`LiveCaller::still_authenticated`]).
+    pub fn live_caller(&self, credential: Credential) -> Result<LiveCaller, CoreError> {
+        // Subscribed first, so a reload while this authenticates is seen by the call.
+        let reloads = self.reloads.subscribe();
+        let caller = self.authenticate(&credential)?;
+        Ok(LiveCaller {
+            caller,
+            credential,
+            reloads,
+        })
     }
 
     /// [`Auth::identity`] from a request's certificate name and metadata.
@@ -480,26 +509,110 @@ impl Auth {
 
     /// Holds `caller` to its quota of watches on this node. The permit is given back when the
     /// watch ends (dropped). `None` when no quota applies.
-    pub fn watch_permit(&self, caller: &Caller) -> Result<Option<WatchPermit>, CoreError> {
+    pub fn watch_permit(&self, caller: &Caller) -> Result<Option<OpenPermit>, CoreError> {
         let (Some(quotas), Some(identity)) = (self.quotas(caller), caller.identity()) else {
             return Ok(None);
         };
-        let mut open = self.watches.lock().unwrap_or_else(|e| e.into_inner());
-        let count = open.entry(identity.clone()).or_insert(0);
-        if *count >= quotas.watches {
-            return Err(CoreError::QuotaReached {
+        OpenPermit::take(&self.watches, identity, quotas.watches)
+            .map(Some)
+            .ok_or_else(|| CoreError::QuotaReached {
                 identity: identity.to_string(),
                 quota: Quota::Watches,
                 quota_max: quotas.watches,
-            });
-        }
-        *count += 1;
-        Ok(Some(WatchPermit {
-            watches: self.watches.clone(),
-            identity: identity.clone(),
-        }))
+            })
+    }
+
+    /// Holds `caller` to as many keepalive streams on this node as its quota of sessions (a
+    /// client needs one per session), so that one identity cannot take every stream the server
+    /// allows. The permit is given back when the stream ends (dropped); `Ok(None)` when no
+    /// quota applies; `Err((identity, limit))` when the identity has `limit` streams open.
+    pub fn keepalive_permit(&self, caller: &Caller) -> Result<Option<OpenPermit>, (Identity, u32)> {
+        let (Some(quotas), Some(identity)) = (self.quotas(caller), caller.identity()) else {
+            return Ok(None);
+        };
+        OpenPermit::take(&self.keepalives, identity, quotas.sessions)
+            .map(Some)
+            .ok_or_else(|| (identity.clone(), quotas.sessions))
     }
 }
+
+/// What a caller presented to authenticate: a verified client certificate's name and the
+/// `authorization` header, kept by a call that stays open to authenticate it again
+/// ([`LiveCaller`]). `Debug` shows no token.
+#[derive(Clone, Default)]
+pub struct Credential {
+    certificate: Option<String>,
+    authorization: Option<tonic::metadata::AsciiMetadataValue>,
+}
+
+impl Credential {
+    /// The credential `request` presents.
+    pub fn of<T>(request: &tonic::Request<T>) -> Credential {
+        Credential {
+            certificate: request
+                .extensions()
+                .get::<crate::tls::ClientCertName>()
+                .map(|name| name.0.clone()),
+            ..Credential::from_metadata(request.metadata())
+        }
+    }
+
+    /// The credential in `metadata` alone (no client certificate).
+    pub fn from_metadata(metadata: &tonic::metadata::MetadataMap) -> Credential {
+        Credential {
+            certificate: None,
+            authorization: metadata.get("authorization").cloned(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credential")
+            .field("certificate", &self.certificate)
+            .field("authorization", &self.authorization.is_some())
+            .finish()
+    }
+}
+
+/// The caller of a call that stays open, with the credential it presented, so the call can
+/// judge it again after a reload of the token file or the policy ([`Auth::live_caller`]).
+#[derive(Debug)]
+pub struct LiveCaller {
+    caller: Caller,
+    credential: Credential,
+    reloads: watch::Receiver<u64>,
+}
+
+impl LiveCaller {
+    pub fn caller(&self) -> &Caller {
+        &self.caller
+    }
+
+    /// Resolves after the next reload (at once if one happened since the last time it did).
+    pub async fn reloaded(&mut self) {
+        if self.reloads.changed().await.is_err() {
+            // The `Auth` is gone, and with it any reload.
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Checks that the credential still authenticates the same caller under `auth`'s files as
+    /// now loaded: a token removed from the file, or given to another identity, is refused as
+    /// unknown.
+    pub fn still_authenticated(&self, auth: &Auth) -> Result<(), CoreError> {
+        if auth.authenticate(&self.credential)? == self.caller {
+            Ok(())
+        } else {
+            Err(CoreError::Unauthenticated {
+                reason: CredentialError::Unknown,
+            })
+        }
+    }
+}
+
+/// How many calls of one kind each identity has open on this node.
+type OpenCounts = Arc<Mutex<HashMap<Identity, u32>>>;
 
 /// Which locks a caller may read under a prefix ([`Auth::readable_under`]): the locks whose
 /// names start with one of `prefixes`.
@@ -574,16 +687,32 @@ impl Drop for Reservation<'_> {
     }
 }
 
-/// One open watch of an identity ([`Auth::watch_permit`]).
+/// One open call of an identity, a watch or a keepalive stream ([`Auth::watch_permit`],
+/// [`Auth::keepalive_permit`]), counted until dropped.
 #[derive(Debug)]
-pub struct WatchPermit {
-    watches: Arc<Mutex<HashMap<Identity, u32>>>,
+pub struct OpenPermit {
+    counts: OpenCounts,
     identity: Identity,
 }
 
-impl Drop for WatchPermit {
+impl OpenPermit {
+    /// Counts one more call of `identity` in `counts`, unless it has `max` open.
+    fn take(counts: &OpenCounts, identity: &Identity, max: u32) -> Option<OpenPermit> {
+        let mut open = counts.lock().unwrap_or_else(|e| e.into_inner());
+        if open.get(identity).is_some_and(|count| *count >= max) || max == 0 {
+            return None;
+        }
+        *open.entry(identity.clone()).or_insert(0) += 1;
+        Some(OpenPermit {
+            counts: counts.clone(),
+            identity: identity.clone(),
+        })
+    }
+}
+
+impl Drop for OpenPermit {
     fn drop(&mut self) {
-        let mut open = self.watches.lock().unwrap_or_else(|e| e.into_inner());
+        let mut open = self.counts.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(count) = open.get_mut(&self.identity) {
             *count -= 1;
             if *count == 0 {
@@ -696,6 +825,31 @@ mod tests {
         );
         let caller = auth.identity_from(&bearer("tok-a")).unwrap();
         assert_eq!(auth.require_admin(&caller), Ok(()));
+    }
+
+    #[tokio::test]
+    async fn a_live_caller_is_refused_after_a_reload_removes_its_token_or_gives_it_to_another() {
+        let alice = Identity::new("alice").unwrap();
+        let bob = Identity::new("bob").unwrap();
+        let (dir, auth) = auth(&tokens::token_file_line(&alice, "tok-a"), "");
+        let mut live = auth
+            .live_caller(Credential::from_metadata(&bearer("tok-a")))
+            .unwrap();
+        assert_eq!(live.caller().identity(), Some(&alice));
+        let unknown = Err(CoreError::Unauthenticated {
+            reason: CredentialError::Unknown,
+        });
+        let tokens = dir.path().join("tokens");
+        for (file, judged) in [
+            (tokens::token_file_line(&alice, "tok-a"), Ok(())),
+            (tokens::token_file_line(&bob, "tok-a"), unknown.clone()),
+            (String::new(), unknown),
+        ] {
+            std::fs::write(&tokens, file).unwrap();
+            auth.reload().unwrap();
+            live.reloaded().await;
+            assert_eq!(live.still_authenticated(&auth), judged);
+        }
     }
 
     #[test]

@@ -19,7 +19,11 @@
 //! With a policy, `/api/*` needs `Authorization: Bearer TOKEN` (the gRPC API's tokens) of an
 //! identity with the read right somewhere: 401 without one or with a wrong one, 403 for an
 //! identity that may read nothing. An answer shows only the locks the identity may read
-//! ([`Auth::readable_under`]). Without a policy everything is shown to whoever reaches the
+//! ([`Auth::readable_under`]), and the cluster (its term, leader and members with their
+//! addresses) only to an identity that may see it over gRPC (`Cluster.Status`, the admin right):
+//! `cluster` is `null` for the others. A live view is judged again after each reload of the
+//! token file or the policy, and ends with a `refused` event if its token is gone or its
+//! identity may read nothing. Without a policy everything is shown to whoever reaches the
 //! listener, which is therefore held to loopback like the gRPC listener (`lib.rs`).
 //!
 //! Every view is this node's own copy of the table, as applied so far (a follower's may lag
@@ -60,7 +64,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::auth::{Auth, Caller, ReadScope};
+use crate::auth::{Auth, Caller, Credential, LiveCaller, ReadScope};
 use crate::limits::{
     UI_CONNECTIONS_MAX, UI_HEADER_READ_TIMEOUT, UI_PAGE_LOCKS_MAX, UI_REFRESH_INTERVAL,
     UI_REQUEST_HEAD_BYTES_MAX, UI_STREAMS_MAX, UI_WAITERS_SHOWN_MAX,
@@ -365,7 +369,8 @@ fn checked_query(query: Result<Query<PageQuery>, QueryRejection>) -> Result<Page
 #[derive(Debug, Clone, Serialize)]
 pub struct PageJson {
     pub served_by: ServedByJson,
-    pub cluster: ClusterJson,
+    /// `None` for a caller that may not see the cluster ([`Auth::require_viewer`]).
+    pub cluster: Option<ClusterJson>,
     /// The identity the bearer token named (`None` without one).
     pub identity: Option<String>,
     pub prefix: String,
@@ -474,13 +479,12 @@ impl UiState {
     }
 
     fn caller(&self, headers: &HeaderMap) -> Result<Caller, UiError> {
-        // Only the credential is copied into the form the gRPC side reads.
-        let mut credential = HeaderMap::new();
-        if let Some(value) = headers.get(header::AUTHORIZATION) {
-            credential.insert(header::AUTHORIZATION, value.clone());
-        }
-        let metadata = tonic::metadata::MetadataMap::from_headers(credential);
-        Ok(self.auth().identity_from(&metadata)?)
+        Ok(self.auth().authenticate(&credential(headers))?)
+    }
+
+    /// The caller of a live view, judged again after each reload.
+    fn live_caller(&self, headers: &HeaderMap) -> Result<LiveCaller, UiError> {
+        Ok(self.auth().live_caller(credential(headers))?)
     }
 
     /// The page `ask` names, of the locks in `scope`.
@@ -545,12 +549,13 @@ impl UiState {
             })
             .collect();
         let cluster = self.node().cluster_view();
+        let may_view = self.auth().require_viewer(caller).is_ok();
         PageJson {
             served_by: ServedByJson {
                 node_id: cluster.node_id,
                 role: cluster.role,
             },
-            cluster: ClusterJson {
+            cluster: may_view.then(|| ClusterJson {
                 term: cluster.term,
                 leader: cluster.leader,
                 members: cluster
@@ -562,7 +567,7 @@ impl UiState {
                         voter: m.voter,
                     })
                     .collect(),
-            },
+            }),
             identity: caller.identity().map(ToString::to_string),
             prefix: ask.prefix.clone(),
             locks,
@@ -570,6 +575,16 @@ impl UiState {
             timeline_missed_events: self.timeline.missed_events(),
         }
     }
+}
+
+/// The credential of a request (only the `authorization` header), in the form the gRPC side
+/// reads.
+fn credential(headers: &HeaderMap) -> Credential {
+    let mut credential = HeaderMap::new();
+    if let Some(value) = headers.get(header::AUTHORIZATION) {
+        credential.insert(header::AUTHORIZATION, value.clone());
+    }
+    Credential::from_metadata(&tonic::metadata::MetadataMap::from_headers(credential))
 }
 
 async fn state_handler(
@@ -595,7 +610,8 @@ async fn stream_handler(
     headers: HeaderMap,
     query: Result<Query<PageQuery>, QueryRejection>,
 ) -> Result<Response, UiError> {
-    let caller = ui.caller(&headers)?;
+    let mut live = ui.live_caller(&headers)?;
+    let caller = live.caller().clone();
     let ask = checked_query(query)?;
     let mut scope = ui.auth().readable_under(&caller, &ask.prefix)?;
     let quota_permit = ui.auth().watch_permit(&caller)?;
@@ -628,6 +644,23 @@ async fn stream_handler(
         loop {
             let message = tokio::select! {
                 biased;
+                // The files were reloaded: the token must still name the identity, and what it
+                // may read is read again.
+                () = live.reloaded() => {
+                    let still = live
+                        .still_authenticated(ui.auth())
+                        .and_then(|()| ui.auth().readable_under(&caller, &ask.prefix));
+                    match still {
+                        Ok(now) => {
+                            scope = now;
+                            sse("snapshot", &ui.page(&caller, &scope, &ask, true))
+                        }
+                        Err(refused) => {
+                            let _ = tx.send(sse("refused", &UiError::from(refused).body())).await;
+                            return;
+                        }
+                    }
+                }
                 received = events.recv() => match received {
                     Ok(published) => {
                         let Some(lock) = published.event.lock().filter(|l| scope.covers(l)) else {
@@ -650,19 +683,7 @@ async fn stream_handler(
                 },
                 // A snapshot replaced the table without events.
                 Ok(()) = installs.changed() => sse("snapshot", &ui.page(&caller, &scope, &ask, true)),
-                _ = refresh.tick() => {
-                    // The policy may have been reloaded (SIGHUP) since the view began.
-                    match ui.auth().readable_under(&caller, &ask.prefix) {
-                        Ok(now) => {
-                            scope = now;
-                            sse("refresh", &ui.page(&caller, &scope, &ask, false))
-                        }
-                        Err(refused) => {
-                            let _ = tx.send(sse("refused", &UiError::from(refused).body())).await;
-                            return;
-                        }
-                    }
-                }
+                _ = refresh.tick() => sse("refresh", &ui.page(&caller, &scope, &ask, false)),
                 () = ui.node().stopping() => return,
                 () = tx.closed() => return,
             };

@@ -199,15 +199,19 @@
   }
 
   function showCluster(page) {
+    // The cluster is shown only to an identity that may administer it (null for the others).
+    const cluster = page.cluster || { term: null, leader: null, members: [] };
     $("served-by").textContent = "served by node " + page.served_by.node_id + " (" + page.served_by.role
-      + "), term " + page.cluster.term + (page.served_by.role === "leader" ? "" : "; this node's own copy, possibly behind the leader");
+      + ")" + (page.cluster ? ", term " + cluster.term : "")
+      + (page.served_by.role === "leader" ? "" : "; this node's own copy, possibly behind the leader");
+    $("members-note").textContent = page.cluster ? "" : "The cluster's members are shown to identities with the admin right only.";
     const rows = document.createDocumentFragment();
-    for (const member of page.cluster.members) {
+    for (const member of cluster.members) {
       const tr = el("tr");
       tr.append(el("td", member.id + (member.id === page.served_by.node_id ? " (this page)" : "")));
       tr.append(el("td", member.addr));
       tr.append(el("td", member.voter ? "voter" : "learner"));
-      tr.append(el("td", member.id === page.cluster.leader ? "leader" : "", member.id === page.cluster.leader ? "leader" : ""));
+      tr.append(el("td", member.id === cluster.leader ? "leader" : "", member.id === cluster.leader ? "leader" : ""));
       rows.append(tr);
     }
     $("members").replaceChildren(rows);
