@@ -38,11 +38,17 @@ pub enum Canary {
     /// The lock table forgets request ids: a retried acquire or release is applied again
     /// instead of answered with its first outcome.
     DropRequestDedup,
+    /// The counters' recovery floors (a restore, a cut of the log's tail, `recover-counters`)
+    /// are absolute again, as before invariant 13: the token floor is the time floor alone
+    /// (2^21 per second since 1970) and the session counter is not raised. After
+    /// `raise-token-floor` put the counter above the time floor, a restore re-issues the
+    /// tokens and session ids granted after its backup: the same sequencers.
+    AbsoluteFloors,
 }
 
 impl Canary {
     /// Every canary.
-    pub const ALL: [Canary; 7] = [
+    pub const ALL: [Canary; 8] = [
         Canary::SkipLeaderStart,
         Canary::FenceRefusesEqualToken,
         Canary::AckBeforeFsync,
@@ -50,6 +56,7 @@ impl Canary {
         Canary::LocalRead,
         Canary::NodeIdReuse,
         Canary::DropRequestDedup,
+        Canary::AbsoluteFloors,
     ];
 
     /// Its name on the command line.
@@ -62,6 +69,7 @@ impl Canary {
             Canary::LocalRead => "local-read",
             Canary::NodeIdReuse => "node-id-reuse",
             Canary::DropRequestDedup => "drop-request-dedup",
+            Canary::AbsoluteFloors => "absolute-floors",
         }
     }
 

@@ -30,7 +30,7 @@ struct Args {
     no_faults: bool,
     /// Switch a known bug back on (the checker must catch it): skip-leader-start,
     /// fence-refuses-equal-token, ack-before-fsync, reply-before-apply, local-read,
-    /// node-id-reuse, drop-request-dedup.
+    /// node-id-reuse, drop-request-dedup, absolute-floors.
     #[arg(long, value_parser = parse_canary)]
     canary: Option<palisade_core::canary::Canary>,
 }
@@ -47,6 +47,13 @@ fn parse_canary(name: &str) -> Result<palisade_core::canary::Canary, String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    // The nodes' logs, on standard error, when RUST_LOG asks for them (`RUST_LOG=info`).
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let options = palisade_sim::Options {
         safety: Duration::from_secs(args.safety_secs),
         liveness: Duration::from_secs(args.liveness_secs),
