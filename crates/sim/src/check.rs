@@ -245,7 +245,8 @@ pub fn sequencers(events: &[Event]) -> Vec<String> {
             What::SessionOpened { client, session } => {
                 if let Some((first, at)) = opened.get(session) {
                     violations.push(format!(
-                        "session id {session} was issued twice: to c{first} at {:.3}s and to                          c{client} at {:.3}s",
+                        "session id {session} was issued twice: to c{first} at {:.3}s and to \
+                         c{client} at {:.3}s",
                         at.as_secs_f64(),
                         event.at.as_secs_f64()
                     ));

@@ -360,7 +360,10 @@ async fn node(
                 Err(e) => {
                     world.borrow_mut().record(What::RecoveryFailed {
                         node: id,
-                        why: format!("after recover-counters the start failed again: {e}"),
+                        why: operator::without_run_dir(
+                            &format!("after recover-counters the start failed again: {e}"),
+                            &data_dir,
+                        ),
                     });
                     return std::future::pending().await;
                 }

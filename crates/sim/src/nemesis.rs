@@ -84,10 +84,10 @@ impl Schedule {
         let mut at = |from: f64, to: f64| {
             Duration::from_millis(rng.random_range(ms(from)..=ms(to).max(ms(from))))
         };
-        let raise_at = Some(at(0.05, 0.4));
-        let backup_at = Some(at(0.05, 0.45));
-        let disaster_at = at(0.5, 0.6);
-        let lose_log_at = at(0.65, 0.8);
+        let raise_at = Some(at(0.05, 0.3));
+        let backup_at = Some(at(0.05, 0.3));
+        let disaster_at = at(0.35, 0.5);
+        let lose_log_at = at(0.55, 0.7);
         let disaster = rng.random_bool(0.5);
         let lose = rng.random_bool(0.5);
         let loss = if rng.random_bool(0.5) {
@@ -294,7 +294,8 @@ impl Nemesis {
             self.injected += 1;
             let names: Vec<String> = lost.iter().map(|&id| node_name(id)).collect();
             format!(
-                "disaster: {} lost for good; the last backup is restored into {}, a new                  one-member cluster",
+                "disaster: {} lost for good; the last backup is restored into {}, a new \
+                 one-member cluster",
                 names.join(","),
                 node_name(spare)
             )

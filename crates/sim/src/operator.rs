@@ -204,7 +204,8 @@ pub(crate) fn restore_here(id: u64, dir: &Path, world: &Shared) -> std::io::Resu
         Ok(restored) => {
             world.recovery.alone.insert(id);
             world.record(What::Fault(format!(
-                "operator: palisade restore into {}: tokens above {} (the backup's last {}),                  session ids above {} (the backup's last {})",
+                "operator: palisade restore into {}: tokens above {} (the backup's last {}), \
+                 session ids above {} (the backup's last {})",
                 node_name(id),
                 restored.last_token,
                 restored.last_token_in_backup,
@@ -216,7 +217,7 @@ pub(crate) fn restore_here(id: u64, dir: &Path, world: &Shared) -> std::io::Resu
         Err(e) => {
             world.record(What::RecoveryFailed {
                 node: id,
-                why: format!("palisade restore refused: {e}"),
+                why: without_run_dir(&format!("palisade restore refused: {e}"), dir),
             });
             Ok(false)
         }
@@ -275,6 +276,7 @@ pub(crate) fn lose_log_here(id: u64, dir: &Path, world: &Shared) -> std::io::Res
 /// member's replacement.
 pub(crate) fn recover_counters(id: u64, dir: &Path, refused: &str, world: &Shared) -> Next {
     let mut world = world.borrow_mut();
+    let refused = &without_run_dir(refused, dir);
     let short: String = refused.chars().take(200).collect();
     world.record(What::Fault(format!(
         "{} refused to start: {short}",
@@ -304,7 +306,8 @@ pub(crate) fn recover_counters(id: u64, dir: &Path, refused: &str, world: &Share
             if why.contains("replaced, not recovered") =>
         {
             world.record(What::Fault(format!(
-                "operator: recover-counters refused on {}, a member of a larger cluster: it is                  replaced",
+                "operator: recover-counters refused on {}, a member of a larger cluster: it is \
+                 replaced",
                 node_name(id)
             )));
             world.recovery.began.remove(&id);
@@ -314,10 +317,19 @@ pub(crate) fn recover_counters(id: u64, dir: &Path, refused: &str, world: &Share
         Err(e) => {
             world.record(What::RecoveryFailed {
                 node: id,
-                why: format!("palisade recover-counters failed: {e}"),
+                why: without_run_dir(&format!("palisade recover-counters failed: {e}"), dir),
             });
             Next::StayDown
         }
+    }
+}
+
+/// `text` with the run's temporary directory (the parent of the node's `dir`) left out: the
+/// record of a seed is the same on every run.
+pub(crate) fn without_run_dir(text: &str, dir: &Path) -> String {
+    match dir.parent() {
+        Some(run) => text.replace(&run.display().to_string(), "<run>"),
+        None => text.to_string(),
     }
 }
 
