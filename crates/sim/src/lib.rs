@@ -59,6 +59,9 @@ pub struct Options {
     pub faults: bool,
     /// A known bug switched back on for the run, which the checker must catch.
     pub canary: Option<Canary>,
+    /// Whether the operator also carries out recoveries ([`operator`]): the token floor
+    /// raised, backups, a disaster and a restore, a log lost or rolled back.
+    pub recoveries: bool,
 }
 
 impl Default for Options {
@@ -70,6 +73,7 @@ impl Default for Options {
             liveness: Duration::from_secs(15),
             faults: true,
             canary: None,
+            recoveries: false,
         }
     }
 }
@@ -225,6 +229,7 @@ pub fn run(seed: u64, options: &Options) -> Report {
         options.safety,
         options.faults,
         options.canary == Some(Canary::NodeIdReuse),
+        options.recoveries,
     );
     let mut failure = None;
     loop {

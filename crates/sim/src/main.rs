@@ -28,6 +28,10 @@ struct Args {
     /// Run without faults.
     #[arg(long)]
     no_faults: bool,
+    /// The operator also raises the token floor, takes backups, restores one after losing
+    /// every member, and loses or rolls back a node's log (then runs recover-counters).
+    #[arg(long)]
+    recoveries: bool,
     /// Switch a known bug back on (the checker must catch it): skip-leader-start,
     /// fence-refuses-equal-token, ack-before-fsync, reply-before-apply, local-read,
     /// node-id-reuse, drop-request-dedup, absolute-floors.
@@ -59,6 +63,7 @@ fn main() -> ExitCode {
         liveness: Duration::from_secs(args.liveness_secs),
         faults: !args.no_faults,
         canary: args.canary,
+        recoveries: args.recoveries,
         nodes: args.nodes as usize,
         ..palisade_sim::Options::default()
     };

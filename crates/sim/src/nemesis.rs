@@ -16,8 +16,9 @@
 //!   (between three and five voters), leadership handed to another member, a snapshot and a
 //!   purge of the log on every node; under the `node-id-reuse` canary only, instead of the
 //!   churn, a member's data directory wiped and the node restarted empty under its id;
-//! - the operator's recoveries, on a schedule of their own (drawn from a generator of their
-//!   own, so the other faults of a seed stay as they were until the first recovery): the
+//! - with [`crate::Options::recoveries`], the operator's recoveries, on a schedule of their
+//!   own (drawn from a generator of their own, so the other faults of a seed stay as they were
+//!   until the first recovery): the
 //!   token floor raised and a backup taken early in the run; then, in half of the runs each, a
 //!   disaster (every member lost, the backup restored into a spare) and a node's log lost or
 //!   rolled back, with `recover-counters` or the member's replacement.
@@ -127,6 +128,7 @@ impl Nemesis {
         safety_end: Duration,
         enabled: bool,
         reuse_ids: bool,
+        recoveries: bool,
     ) -> Nemesis {
         Nemesis {
             rng: SmallRng::seed_from_u64(seed),
@@ -140,7 +142,7 @@ impl Nemesis {
             injected: 0,
             healed: false,
             reuse_ids,
-            recoveries: if enabled {
+            recoveries: if enabled && recoveries {
                 Schedule::new(seed, safety_end)
             } else {
                 Schedule::default()
