@@ -313,18 +313,11 @@ impl Nemesis {
         now: Duration,
         loss: LogLoss,
     ) {
-        let down: Vec<String> = self
-            .active
-            .iter()
-            .filter_map(|(_, undo, _)| match undo {
-                Undo::Bounce(node) => Some(node.clone()),
-                _ => None,
-            })
-            .collect();
         let retired = world.borrow().recovery.retired.clone();
-        let up: Vec<u64> = Nemesis::members(world)
+        let up: Vec<u64> = self
+            .members_up(world)
             .into_iter()
-            .filter(|&id| !down.contains(&node_name(id)) && !retired.contains(&id))
+            .filter(|id| !retired.contains(id))
             .collect();
         let Some(&id) = up.choose(&mut self.rng) else {
             world.borrow_mut().record_at(
@@ -351,6 +344,22 @@ impl Nemesis {
             .record_at(now, What::Fault(fault.clone()));
         let lasts = Duration::from_millis(self.rng.random_range(300..=2_000));
         self.active.push((now + lasts, Undo::Bounce(node), fault));
+    }
+
+    /// The members not crashed by a fault still in effect.
+    fn members_up(&self, world: &Shared) -> Vec<u64> {
+        let down: Vec<&String> = self
+            .active
+            .iter()
+            .filter_map(|(_, undo, _)| match undo {
+                Undo::Bounce(node) => Some(node),
+                _ => None,
+            })
+            .collect();
+        Nemesis::members(world)
+            .into_iter()
+            .filter(|&id| !down.contains(&&node_name(id)))
+            .collect()
     }
 
     fn members(world: &Shared) -> Vec<u64> {
@@ -456,18 +465,7 @@ impl Nemesis {
                 (Undo::Latency(a, b), fault)
             }
             6 => {
-                let down: Vec<String> = self
-                    .active
-                    .iter()
-                    .filter_map(|(_, undo, _)| match undo {
-                        Undo::Bounce(node) => Some(node.clone()),
-                        _ => None,
-                    })
-                    .collect();
-                let up: Vec<u64> = Nemesis::members(world)
-                    .into_iter()
-                    .filter(|&id| !down.contains(&node_name(id)))
-                    .collect();
+                let up = self.members_up(world);
                 // Another crash of a node that is down already would only restart it twice.
                 let Some(&id) = up.choose(&mut self.rng) else {
                     return (
