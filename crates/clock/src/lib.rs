@@ -11,6 +11,7 @@
 //! wall-clock jump moves none of them.
 
 pub mod entropy;
+pub mod wall;
 
 use std::fmt;
 use std::future::Future;

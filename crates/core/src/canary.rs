@@ -43,11 +43,17 @@ pub enum Canary {
     /// session, whose keepalives it renews, so the lock is held by a client that does not know
     /// it until the partition heals.
     LeaderNeverStepsDown,
+    /// The counters' recovery floors (a restore, a cut of the log's tail, `recover-counters`)
+    /// are absolute again, as before invariant 13: the token floor is the time floor alone
+    /// (2^21 per second since 1970) and the session counter is not raised. After
+    /// `raise-token-floor` put the counter above the time floor, a restore re-issues the
+    /// tokens and session ids granted after its backup: the same sequencers.
+    AbsoluteFloors,
 }
 
 impl Canary {
     /// Every canary.
-    pub const ALL: [Canary; 8] = [
+    pub const ALL: [Canary; 9] = [
         Canary::SkipLeaderStart,
         Canary::FenceRefusesEqualToken,
         Canary::AckBeforeFsync,
@@ -56,6 +62,7 @@ impl Canary {
         Canary::NodeIdReuse,
         Canary::DropRequestDedup,
         Canary::LeaderNeverStepsDown,
+        Canary::AbsoluteFloors,
     ];
 
     /// Its name on the command line.
@@ -69,6 +76,7 @@ impl Canary {
             Canary::NodeIdReuse => "node-id-reuse",
             Canary::DropRequestDedup => "drop-request-dedup",
             Canary::LeaderNeverStepsDown => "leader-never-steps-down",
+            Canary::AbsoluteFloors => "absolute-floors",
         }
     }
 

@@ -140,6 +140,12 @@ pub fn recovery_floors(
     known_at_unix_ms: u64,
     now_unix_ms: u64,
 ) -> RecoveryFloors {
+    if crate::canary::active(crate::canary::Canary::AbsoluteFloors) {
+        return RecoveryFloors {
+            token: restore_token_floor(now_unix_ms / 1000).min(TOKEN_MAX),
+            session: SessionId::new(0),
+        };
+    }
     RecoveryFloors {
         token: Token::new(
             recovery_floor(last_token.get(), known_at_unix_ms, now_unix_ms).min(TOKEN_MAX.get()),

@@ -341,7 +341,9 @@ fn tokens_grow(grants: &[Granted<'_>], found: &mut Found<'_>) {
 }
 
 /// Check 2. The same grant acknowledged twice (one lock, session and token: a retried request
-/// answered with its first outcome) is one grant.
+/// answered with its first outcome) is one grant, if one client was answered both times: a
+/// session is its client's, so the same (lock, session, token) acknowledged to two clients is
+/// one sequencer issued twice (a session id and a token re-issued after a recovery).
 fn tokens_unique(grants: &[Granted<'_>], found: &mut Found<'_>) {
     let mut first: HashMap<Token, &Granted<'_>> = HashMap::new();
     for grant in grants {
@@ -349,7 +351,10 @@ fn tokens_unique(grants: &[Granted<'_>], found: &mut Found<'_>) {
             None => {
                 first.insert(grant.grant.token, grant);
             }
-            Some(earlier) if earlier.lock == grant.lock && earlier.grant == grant.grant => {}
+            Some(earlier)
+                if earlier.lock == grant.lock
+                    && earlier.grant == grant.grant
+                    && earlier.op.client == grant.op.client => {}
             Some(earlier) => found.report(Violation::DuplicateToken {
                 first: found.op(earlier.id),
                 second: found.op(grant.id),
@@ -408,6 +413,7 @@ fn lease_belief(history: &History, grants: &[Granted<'_>], found: &mut Found<'_>
                 && other.grant.token > holder.grant.token
                 && other.op.effect_by_ns() < belief_end_ns
                 && other.op.effect_by_ns() < released_ns
+                && !history.recovery_between(holder.op, other.op)
         });
         if let Some(other) = first {
             found.report(Violation::LeaseOutlasted {
@@ -462,6 +468,7 @@ fn reads_reflect_acknowledged(history: &History, grants: &[Granted<'_>], found: 
         let missed = grants
             .iter()
             .filter(|g| g.lock == lock && g.op.precedes(read) && g.grant.token > shown)
+            .filter(|g| !history.recovery_between(g.op, read))
             .max_by_key(|g| g.grant.token);
         if let Some(grant) = missed
             && shown != Token::ZERO
@@ -471,9 +478,12 @@ fn reads_reflect_acknowledged(history: &History, grants: &[Granted<'_>], found: 
                 read: found.op(OpId(i)),
             });
         }
-        let released = releases
-            .iter()
-            .find(|(_, op, l, g)| *l == lock && Some(*g) == holder && op.precedes(read));
+        let released = releases.iter().find(|(_, op, l, g)| {
+            *l == lock
+                && Some(*g) == holder
+                && op.precedes(read)
+                && !history.recovery_between(op, read)
+        });
         if let Some(&(release, ..)) = released {
             found.report(Violation::ReadShowedReleased {
                 release: found.op(release),

@@ -207,6 +207,9 @@ impl std::error::Error for HistoryError {}
 pub struct History {
     ops: Vec<Op>,
     drift_bound_ppm: u32,
+    /// The operator's recoveries that rewind the service's state, each the span (from, to) in
+    /// which it may have taken effect: see [`History::recovered`].
+    recoveries: Vec<(u64, u64)>,
 }
 
 impl History {
@@ -220,6 +223,7 @@ impl History {
         Ok(History {
             ops: Vec::new(),
             drift_bound_ppm,
+            recoveries: Vec::new(),
         })
     }
 
@@ -272,6 +276,24 @@ impl History {
         validate(id, &op.action, op.invoke_ns, op.complete_ns, op.outcome)?;
         self.ops.push(op);
         Ok(id)
+    }
+
+    /// Records an operator's recovery that rewinds the service's state (a restore from a
+    /// backup, a log lost or rolled back and its counters recovered), which took effect at
+    /// some time between `from_ns` and `to_ns`. Sessions, holders and the locks' last tokens
+    /// may go back across it, so the checks of leases (4) and of reads (7) do not compare
+    /// operations it may lie between; tokens and session ids never go back (invariant 13),
+    /// so every other check holds across it.
+    pub fn recovered(&mut self, from_ns: u64, to_ns: u64) {
+        self.recoveries.push((from_ns, to_ns.max(from_ns)));
+    }
+
+    /// Whether a recovery may have taken effect after `earlier` was invoked and before
+    /// `later` took effect.
+    pub fn recovery_between(&self, earlier: &Op, later: &Op) -> bool {
+        self.recoveries
+            .iter()
+            .any(|&(from, to)| from <= later.effect_by_ns() && to >= earlier.invoke_ns)
     }
 
     /// When a client that was told `ttl_ns` at `sent_ns` believes its lease ends:

@@ -28,7 +28,8 @@
 //!    Two grants are ordered only when one completed before the other was invoked: the order in
 //!    which acknowledgements arrive says nothing, and equal times order nothing.
 //! 2. [`Check::TokensUnique`]: no two acknowledged grants share a token, across all locks (the
-//!    same grant acknowledged twice, as a retried request is, is one grant).
+//!    same grant acknowledged twice to one client, as a retried request is, is one grant; the
+//!    same lock, session and token acknowledged to two clients is a sequencer issued twice).
 //! 3. [`Check::TokensGrowAcrossLocks`]: a grant's token is above every token acknowledged before
 //!    it was invoked on any other lock: Palisade's tokens come from one counter.
 //! 4. [`Check::LeaseBelief`]: no later grant of a lock is acknowledged while the holder still
@@ -46,6 +47,12 @@
 //!    acknowledged shows that token or a larger one (as holder or last token; a read showing
 //!    no token at all says nothing), and never shows as holder a grant whose release was
 //!    acknowledged before the read was invoked.
+//!
+//! An operator's recovery that rewinds the service's state (a restore, a lost or rolled-back
+//! log whose counters were recovered) is recorded with [`History::recovered`]: checks 4 and 7
+//! do not compare operations it may lie between; the others hold across it, since no token or
+//! session id is ever issued twice (a session's operations are recorded under one client, so a
+//! client per session opening lets check 2 see a re-issued session id's grants apart).
 //!
 //! Every check is sound: it reports only what no execution consistent with the history avoids.
 //! Checks 5 and 6 need every access to the resource in the history. A session closed by its

@@ -580,3 +580,61 @@ fn bad_records_are_refused_with_the_reason() {
         "refused records leave the history as it was"
     );
 }
+
+// ----- across an operator's recovery (a restore, a lost or rolled-back log) -----
+
+#[test]
+fn the_same_sequencer_acknowledged_to_two_clients_is_issued_twice() {
+    // A session id and a token re-issued after a recovery: byte for byte the same sequencer,
+    // answered to a client that never opened that session before.
+    let mut h = history();
+    let first = acquire(&mut h, 1, "a", (0, 10), granted(3, 5));
+    h.recovered(20, 30);
+    let second = acquire(&mut h, 2, "a", (40, 50), granted(3, 5));
+
+    let found = violations(&h);
+    assert!(
+        matches!(&found[..], [Violation::DuplicateToken { first: f, second: s }]
+            if f.id == first && s.id == second),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn a_recovery_between_a_grant_and_another_excuses_the_lease_but_never_a_token_not_above() {
+    // The restore dropped session 1 while its client still believed in its lease.
+    let mut h = handover(200);
+    h.recovered(50, 90);
+    assert_eq!(checks(&h), []);
+
+    // A recovery that ended before the holder's grant excuses nothing.
+    let mut h = handover(200);
+    h.recovered(0, 2);
+    assert_eq!(checks(&h), [Check::LeaseBelief]);
+
+    // Tokens never go back, recovery or not.
+    let mut h = history();
+    acquire(&mut h, 1, "a", (0, 10), granted(1, 5));
+    h.recovered(20, 30);
+    acquire(&mut h, 2, "a", (40, 50), granted(2, 4));
+    assert_eq!(checks(&h), [Check::TokensGrowPerLock]);
+}
+
+#[test]
+fn a_recovery_between_a_grant_or_release_and_a_read_excuses_the_read() {
+    // A rolled-back log shows a released holder again, and the lock's older last token.
+    let mut h = history();
+    acquire(&mut h, 1, "a", (0, 10), granted(1, 5));
+    release(
+        &mut h,
+        1,
+        "a",
+        common::grant(1, 5),
+        (20, 30),
+        Outcome::Ok(Reply::Released),
+    );
+    acquire(&mut h, 2, "a", (31, 35), granted(2, 7));
+    h.recovered(36, 38);
+    status(&mut h, 3, "a", (40, 50), Some(common::grant(1, 5)), 5);
+    assert_eq!(checks(&h), []);
+}

@@ -99,11 +99,10 @@ impl CounterMark {
     }
 }
 
-/// Milliseconds since 1970 on this machine's wall clock (0 before 1970).
+/// Milliseconds since 1970 on this machine's wall clock (0 before 1970; a simulation's own
+/// clock under `palisade_clock::wall::simulate_thread`).
 pub fn now_unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    palisade_clock::wall::unix_ms()
 }
 
 /// The mark in `dir`, if there is one.

@@ -1319,9 +1319,7 @@ impl Node {
         self.linearizable_read()
             .await
             .map_err(MembershipError::NotLeader)?;
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let now_ms = crate::counters::now_unix_ms();
         Ok(self.shared.backup(&self.founding_key(), now_ms))
     }
 

@@ -17,10 +17,13 @@ const RESOURCE: &str = "counter";
 /// invoked and completed, each belief of a client in its lease as an acknowledged renewal
 /// (already in simulated time, with the client's margins taken off, so the drift bound is 0),
 /// the resource's decisions as fenced reads and writes in its apply order, and a final
-/// unfenced read of `counter`.
+/// unfenced read of `counter`. Each session opening is a client of its own
+/// ([`session_client`]), so that a session id the cluster issued twice shows as two clients,
+/// and the operator's recoveries are marked ([`History::recovered`]).
 pub fn history(events: &[Event], counter: u64) -> History {
     let mut history = History::new(0).expect("0 is a valid drift bound");
     let mut ids = BTreeMap::new();
+    let mut openings = Openings::default();
     let ns = |at: Duration| at.as_nanos() as u64;
     let mut position = 0;
     let push = |history: &mut History, op: Op| {
@@ -31,12 +34,17 @@ pub fn history(events: &[Event], counter: u64) -> History {
     for (index, event) in events.iter().enumerate() {
         let at = ns(event.at);
         match &event.what {
-            What::AcquireInvoked { client, lock, .. } => {
+            What::AcquireInvoked {
+                client,
+                session,
+                lock,
+            } => {
                 let action = Action::Acquire {
                     lock: lock.clone(),
                     ttl_ns: ns(crate::workload::TTL),
                 };
-                ids.insert(index, history.invoke(ClientId(*client as u64), at, action));
+                let by = openings.client(*client, *session);
+                ids.insert(index, history.invoke(by, at, action));
             }
             What::ReleaseInvoked {
                 client,
@@ -49,11 +57,15 @@ pub fn history(events: &[Event], counter: u64) -> History {
                     session: SessionId::new(*session),
                     token: Token::new(*token),
                 };
-                ids.insert(index, history.invoke(ClientId(*client as u64), at, action));
+                let by = openings.client(*client, *session);
+                ids.insert(index, history.invoke(by, at, action));
             }
             What::ReadInvoked { client, lock } => {
                 let action = Action::Status { lock: lock.clone() };
-                ids.insert(index, history.invoke(ClientId(*client as u64), at, action));
+                ids.insert(
+                    index,
+                    history.invoke(session_client(*client, 0), at, action),
+                );
             }
             What::AcquireCompleted { op, outcome }
             | What::ReleaseCompleted { op, outcome }
@@ -92,7 +104,7 @@ pub fn history(events: &[Event], counter: u64) -> History {
             } => push(
                 &mut history,
                 Op {
-                    client: ClientId(*client as u64),
+                    client: openings.client(*client, *session),
                     action: Action::Renew {
                         session: SessionId::new(*session),
                         ttl_ns: ns(*until).saturating_sub(at),
@@ -132,7 +144,7 @@ pub fn history(events: &[Event], counter: u64) -> History {
                 push(
                     &mut history,
                     Op {
-                        client: ClientId(*client as u64),
+                        client: openings.client(*client, *session),
                         action: Action::Resource {
                             resource: RESOURCE.to_string(),
                             scope: crate::LOCK.to_string(),
@@ -148,7 +160,9 @@ pub fn history(events: &[Event], counter: u64) -> History {
                     },
                 );
             }
-            What::Fault(_) | What::Unverifiable { .. } => {}
+            What::SessionOpened { client, session } => openings.open(*client, *session),
+            What::Recovered { from, .. } => history.recovered(ns(*from), at),
+            What::Fault(_) | What::Unverifiable { .. } | What::RecoveryFailed { .. } => {}
         }
     }
     let end = events.last().map_or(0, |e| ns(e.at)) + 1;
@@ -190,6 +204,63 @@ pub fn check(events: &[Event], counter: u64) -> Vec<String> {
         .map(ToString::to_string)
         .chain(unverifiable)
         .collect()
+}
+
+/// The history's client for the `opening`th session client `client` opened (0: its reads, and
+/// anything before its first session): client × 1,000,000 + opening.
+pub fn session_client(client: usize, opening: u64) -> ClientId {
+    ClientId(client as u64 * 1_000_000 + opening)
+}
+
+/// Which opening of each client each of its sessions is.
+#[derive(Default)]
+struct Openings {
+    count: BTreeMap<usize, u64>,
+    current: BTreeMap<(usize, u64), u64>,
+}
+
+impl Openings {
+    fn open(&mut self, client: usize, session: u64) {
+        let count = self.count.entry(client).or_default();
+        *count += 1;
+        self.current.insert((client, session), *count);
+    }
+
+    fn client(&self, client: usize, session: u64) -> ClientId {
+        session_client(
+            client,
+            self.current.get(&(client, session)).copied().unwrap_or(0),
+        )
+    }
+}
+
+/// Invariant 13 in the record: no session id is opened twice (the cluster issued it twice,
+/// after a recovery that placed the session counter below it), and every recovery the
+/// operator carried out as documented brought its node back.
+pub fn sequencers(events: &[Event]) -> Vec<String> {
+    let mut opened: BTreeMap<u64, (usize, Duration)> = BTreeMap::new();
+    let mut violations = Vec::new();
+    for event in events {
+        match &event.what {
+            What::SessionOpened { client, session } => {
+                if let Some((first, at)) = opened.get(session) {
+                    violations.push(format!(
+                        "session id {session} was issued twice: to c{first} at {:.3}s and to \
+                         c{client} at {:.3}s",
+                        at.as_secs_f64(),
+                        event.at.as_secs_f64()
+                    ));
+                } else {
+                    opened.insert(*session, (*client, event.at));
+                }
+            }
+            What::RecoveryFailed { node, why } => violations.push(format!(
+                "the documented recovery of n{node} did not bring it back: {why}"
+            )),
+            _ => {}
+        }
+    }
+    violations
 }
 
 /// Every client wrote at least once in the liveness phase.

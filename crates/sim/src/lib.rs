@@ -59,6 +59,9 @@ pub struct Options {
     pub faults: bool,
     /// A known bug switched back on for the run, which the checker must catch.
     pub canary: Option<Canary>,
+    /// Whether the operator also carries out recoveries ([`operator`]): the token floor
+    /// raised, backups, a disaster and a restore, a log lost or rolled back.
+    pub recoveries: bool,
 }
 
 impl Default for Options {
@@ -70,6 +73,7 @@ impl Default for Options {
             liveness: Duration::from_secs(15),
             faults: true,
             canary: None,
+            recoveries: false,
         }
     }
 }
@@ -118,6 +122,10 @@ pub(crate) struct World {
     /// The nemesis's cuts of the leader from every other node: when each began, and when it
     /// was healed (`None` while it lasts).
     pub(crate) leader_cuts: Vec<(Duration, Option<Duration>)>,
+    /// The operator's recoveries ([`operator`]): the last backup taken, the node that restores
+    /// it when it next starts, the logs lost when their nodes next start, when each node's
+    /// recovery began, and the nodes gone for good (a lost cluster's, a replaced member).
+    pub(crate) recovery: operator::Recoveries,
 }
 
 pub(crate) type Shared = Rc<RefCell<World>>;
@@ -140,6 +148,15 @@ pub(crate) fn now() -> Duration {
     turmoil::sim_elapsed().unwrap_or_default()
 }
 
+/// The wall clock every simulated machine reads (through [`palisade_clock::wall`]), in
+/// milliseconds since 1970, when a run begins: 2027-01-15. It then follows simulated time.
+pub const WALL_CLOCK_START_MS: u64 = 1_800_000_000_000;
+
+/// The simulated wall clock: where the server places its counters' floors and stamps backups.
+fn wall_ms() -> u64 {
+    WALL_CLOCK_START_MS + u64::try_from(now().as_millis()).unwrap_or(u64::MAX / 2)
+}
+
 /// The name of node `id` on the simulated network.
 pub fn node_name(id: u64) -> String {
     format!("n{id}")
@@ -148,6 +165,7 @@ pub fn node_name(id: u64) -> String {
 /// Runs `seed` and checks what happened.
 pub fn run(seed: u64, options: &Options) -> Report {
     palisade_clock::entropy::seed_thread(Some(seed));
+    palisade_clock::wall::simulate_thread(Some(wall_ms));
     canary::set(options.canary);
     let mut rng = SmallRng::seed_from_u64(seed ^ 0x005e_ed0f_fa17);
     let dir = tempfile::tempdir().expect("a temporary directory for the nodes' data");
@@ -171,6 +189,7 @@ pub fn run(seed: u64, options: &Options) -> Report {
         wiped: BTreeSet::new(),
         leading: BTreeMap::new(),
         leader_cuts: Vec::new(),
+        recovery: operator::Recoveries::default(),
     }));
     let members: BTreeMap<u64, String> = (1..=options.nodes as u64)
         .map(|id| (id, format!("{}:{PORT}", node_name(id))))
@@ -217,6 +236,7 @@ pub fn run(seed: u64, options: &Options) -> Report {
         options.safety,
         options.faults,
         options.canary == Some(Canary::NodeIdReuse),
+        options.recoveries,
     );
     let mut failure = None;
     loop {
@@ -241,6 +261,7 @@ pub fn run(seed: u64, options: &Options) -> Report {
     // Tearing down hosts a panic left behind may panic again: nothing more to learn there.
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(sim)));
     palisade_clock::entropy::seed_thread(None);
+    palisade_clock::wall::simulate_thread(None);
     canary::set(None);
     let counter = world.borrow().resource.read(|v| *v).unwrap_or_default();
     let world = match Rc::try_unwrap(world) {
@@ -259,10 +280,12 @@ pub fn run(seed: u64, options: &Options) -> Report {
                 wiped: BTreeSet::new(),
                 leading: BTreeMap::new(),
                 leader_cuts: world.leader_cuts.clone(),
+                recovery: operator::Recoveries::default(),
             }
         }
     };
     let mut violations = check::check(&world.events, counter);
+    violations.extend(check::sequencers(&world.events));
     violations.extend(check::liveness(
         &world.last_write,
         options.clients,
@@ -316,6 +339,10 @@ async fn node(
     clock: DriftingClock,
     world: Shared,
 ) -> turmoil::Result {
+    if world.borrow().recovery.retired.contains(&id) {
+        // Gone for good: its machine stays off.
+        return std::future::pending().await;
+    }
     // Wiped by the operator (the `node-id-reuse` canary): an empty directory under the old id,
     // waiting to be added, as `palisade serve --join --node-id <old id>` would start.
     let members = if world.borrow_mut().wiped.remove(&id) {
@@ -324,9 +351,61 @@ async fn node(
     } else {
         members
     };
-    let listener = net::listen(PORT).await?;
+    // The operator's recoveries: a backup restored here, or this node's log lost.
+    // A node restored or recovered alone is started as `palisade serve` starts a single node,
+    // then and at every restart: its command line has no `--join`.
+    let single = BTreeMap::from([(id, format!("{}:{PORT}", node_name(id)))]);
+    let members = if operator::restore_here(id, &data_dir, &world)?
+        || world.borrow().recovery.alone.contains(&id)
+    {
+        Some(single.clone())
+    } else {
+        members
+    };
+    let lost = operator::lose_log_here(id, &data_dir, &world)?;
+    let server = match start(id, &data_dir, members.clone(), &clock).await {
+        Ok(server) => server,
+        Err(refused) if lost => {
+            // The refused process exits: what its start opened (the directory's lock) closes.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            match operator::recover_counters(id, &data_dir, &refused, &world) {
+                operator::Next::StartAgain => {}
+                operator::Next::StayDown => return std::future::pending().await,
+            }
+            // Recovered: a single voter, or `recover-counters` would have refused.
+            world.borrow_mut().recovery.alone.insert(id);
+            match start(id, &data_dir, Some(single), &clock).await {
+                Ok(server) => server,
+                Err(e) => {
+                    world.borrow_mut().record(What::RecoveryFailed {
+                        node: id,
+                        why: operator::without_run_dir(
+                            &format!("after recover-counters the start failed again: {e}"),
+                            &data_dir,
+                        ),
+                    });
+                    return std::future::pending().await;
+                }
+            }
+        }
+        Err(e) => return Err(e.into()),
+    };
+    operator::recovered(id, &world);
+    tokio::task::spawn_local(operator::carry_out(id, server.node().clone(), world));
+    server.run_until(std::future::pending()).await?;
+    Ok(())
+}
+
+/// Starts node `id` on `data_dir`: its error with every cause, as `palisade serve` prints it.
+async fn start(
+    id: u64,
+    data_dir: &std::path::Path,
+    members: Option<BTreeMap<u64, String>>,
+    clock: &DriftingClock,
+) -> Result<Server, String> {
+    let listener = net::listen(PORT).await.map_err(|e| e.to_string())?;
     let config = ServerConfig {
-        data_dir,
+        data_dir: data_dir.to_path_buf(),
         listen: listener.local_addr(),
         metrics_listen: None,
         ui_listen: None,
@@ -351,8 +430,13 @@ async fn node(
         // A crash loses what the log did not sync, page by page.
         disk: Disk::volatile(OnCrash::TearPages),
     };
-    let server = Server::start_on(&config, platform).await?;
-    tokio::task::spawn_local(operator::carry_out(id, server.node().clone(), world));
-    server.run_until(std::future::pending()).await?;
-    Ok(())
+    Server::start_on(&config, platform).await.map_err(|e| {
+        let mut text = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(cause) = source {
+            text.push_str(&format!(": {cause}"));
+            source = cause.source();
+        }
+        text
+    })
 }

@@ -28,9 +28,13 @@ struct Args {
     /// Run without faults.
     #[arg(long)]
     no_faults: bool,
+    /// The operator also raises the token floor, takes backups, restores one after losing
+    /// every member, and loses or rolls back a node's log (then runs recover-counters).
+    #[arg(long)]
+    recoveries: bool,
     /// Switch a known bug back on (the checker must catch it): skip-leader-start,
     /// fence-refuses-equal-token, ack-before-fsync, reply-before-apply, local-read,
-    /// node-id-reuse, drop-request-dedup, leader-never-steps-down.
+    /// node-id-reuse, drop-request-dedup, leader-never-steps-down, absolute-floors.
     #[arg(long, value_parser = parse_canary)]
     canary: Option<palisade_core::canary::Canary>,
 }
@@ -47,11 +51,19 @@ fn parse_canary(name: &str) -> Result<palisade_core::canary::Canary, String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    // The nodes' logs, on standard error, when RUST_LOG asks for them (`RUST_LOG=info`).
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let options = palisade_sim::Options {
         safety: Duration::from_secs(args.safety_secs),
         liveness: Duration::from_secs(args.liveness_secs),
         faults: !args.no_faults,
         canary: args.canary,
+        recoveries: args.recoveries,
         nodes: args.nodes as usize,
         ..palisade_sim::Options::default()
     };

@@ -20,7 +20,13 @@
 //! - the operator's work ([`crate::operator`]): a node with a fresh id added, a member removed
 //!   (between three and five voters), leadership handed to another member, a snapshot and a
 //!   purge of the log on every node; under the `node-id-reuse` canary only, instead of the
-//!   churn, a member's data directory wiped and the node restarted empty under its id.
+//!   churn, a member's data directory wiped and the node restarted empty under its id;
+//! - with [`crate::Options::recoveries`], the operator's recoveries, on a schedule of their
+//!   own (drawn from a generator of their own, so the other faults of a seed stay as they were
+//!   until the first recovery): the
+//!   token floor raised and a backup taken early in the run; then, in half of the runs each, a
+//!   disaster (every member lost, the backup restored into a spare) and a node's log lost or
+//!   rolled back, with `recover-counters` or the member's replacement.
 
 use std::time::Duration;
 
@@ -28,7 +34,7 @@ use rand::rngs::SmallRng;
 use rand::seq::IndexedRandom as _;
 use rand::{RngExt as _, SeedableRng as _};
 
-use crate::operator::Order;
+use crate::operator::{LogLoss, Order};
 use crate::record::What;
 use crate::{SPARE_NODES, Shared, node_name};
 
@@ -63,6 +69,55 @@ pub struct Nemesis {
     /// The `node-id-reuse` canary: the operator's churn wipes a member's data directory and
     /// restarts it under the same id instead of adding and removing members.
     reuse_ids: bool,
+    /// When the operator's recoveries come.
+    recoveries: Schedule,
+}
+
+/// When the operator raises the token floor and takes a backup (each asked again every
+/// [`ASK_AGAIN`] until done), restores the backup after a disaster, and loses a node's log.
+#[derive(Debug, Default)]
+struct Schedule {
+    raise_at: Option<Duration>,
+    backup_at: Option<Duration>,
+    disaster_at: Option<Duration>,
+    lose_log_at: Option<(Duration, LogLoss)>,
+    /// Whether the world was told to keep copies of the logs (for a rollback).
+    told: bool,
+    /// When to ask again for the removal of the members replaced.
+    remove_at: Duration,
+}
+
+/// How long the operator waits before asking again for a raise or a backup not done yet, or
+/// for the removal of a member replaced.
+const ASK_AGAIN: Duration = Duration::from_secs(1);
+
+impl Schedule {
+    fn new(seed: u64, safety_end: Duration) -> Schedule {
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x09e7_a70f_5eed);
+        let ms = |fraction: f64| (safety_end.as_millis() as f64 * fraction) as u64;
+        let mut at = |from: f64, to: f64| {
+            Duration::from_millis(rng.random_range(ms(from)..=ms(to).max(ms(from))))
+        };
+        let raise_at = Some(at(0.05, 0.3));
+        let backup_at = Some(at(0.05, 0.3));
+        let disaster_at = at(0.35, 0.5);
+        let lose_log_at = at(0.55, 0.7);
+        let disaster = rng.random_bool(0.5);
+        let lose = rng.random_bool(0.5);
+        let loss = if rng.random_bool(0.5) {
+            LogLoss::Deleted
+        } else {
+            LogLoss::RolledBack
+        };
+        Schedule {
+            raise_at,
+            backup_at,
+            disaster_at: disaster.then_some(disaster_at),
+            lose_log_at: lose.then_some((lose_log_at, loss)),
+            told: false,
+            remove_at: Duration::ZERO,
+        }
+    }
 }
 
 /// A cut of the leader in effect: when it is healed, the links cut, and its description.
@@ -94,6 +149,7 @@ impl Nemesis {
         safety_end: Duration,
         enabled: bool,
         reuse_ids: bool,
+        recoveries: bool,
     ) -> Nemesis {
         Nemesis {
             rng: SmallRng::seed_from_u64(seed),
@@ -109,6 +165,11 @@ impl Nemesis {
             injected: 0,
             healed: false,
             reuse_ids,
+            recoveries: if enabled && recoveries {
+                Schedule::new(seed, safety_end)
+            } else {
+                Schedule::default()
+            },
         }
     }
 
@@ -144,6 +205,7 @@ impl Nemesis {
             }
             return;
         }
+        self.operate(sim, world, now);
         let mut i = 0;
         while i < self.active.len() {
             if self.active[i].0 <= now {
@@ -229,6 +291,166 @@ impl Nemesis {
         }
     }
 
+    /// The operator's recoveries that are due.
+    fn operate(&mut self, sim: &mut turmoil::Sim<'_>, world: &Shared, now: Duration) {
+        let plan = &mut self.recoveries;
+        if !plan.told {
+            plan.told = true;
+            world.borrow_mut().recovery.keep_copies =
+                matches!(plan.lose_log_at, Some((_, LogLoss::RolledBack)));
+        }
+        if let Some(at) = plan.raise_at.filter(|at| now >= *at) {
+            if world.borrow().recovery.raised {
+                plan.raise_at = None;
+            } else {
+                plan.raise_at = Some(at + ASK_AGAIN);
+                Nemesis::order(world, Order::RaiseTokenFloor);
+                world
+                    .borrow_mut()
+                    .record_at(now, What::Fault("asked: raise the token floor".into()));
+            }
+        }
+        if let Some(at) = plan.backup_at.filter(|at| now >= *at) {
+            if world.borrow().recovery.backup.is_some() {
+                // Done, unless a raise still to come makes the operator take another.
+                plan.backup_at = plan.raise_at.map(|_| at + ASK_AGAIN);
+            } else {
+                plan.backup_at = Some(at + ASK_AGAIN);
+                Nemesis::order(world, Order::Backup);
+                world
+                    .borrow_mut()
+                    .record_at(now, What::Fault("asked: take a backup".into()));
+            }
+        }
+        if plan.disaster_at.is_some_and(|at| now >= at) {
+            plan.disaster_at = None;
+            self.disaster(sim, world, now);
+        }
+        let plan = &mut self.recoveries;
+        if let Some((_, loss)) = plan.lose_log_at.filter(|(at, _)| now >= *at) {
+            plan.lose_log_at = None;
+            self.lose_log(sim, world, now, loss);
+        }
+        // A member replaced: removed as soon as a leader carries out the order.
+        let replaced: Vec<u64> = {
+            let world = world.borrow();
+            world
+                .members
+                .intersection(&world.recovery.retired)
+                .copied()
+                .collect()
+        };
+        if !replaced.is_empty() && now >= self.recoveries.remove_at {
+            self.recoveries.remove_at = now + ASK_AGAIN;
+            for id in replaced {
+                Nemesis::order(world, Order::Remove { id });
+            }
+        }
+    }
+
+    /// Every member lost for good; the backup restored into a spare node, a new one-member
+    /// cluster.
+    fn disaster(&mut self, sim: &mut turmoil::Sim<'_>, world: &Shared, now: Duration) {
+        let asked = if world.borrow().recovery.backup.is_none() {
+            "asked: nothing (no backup to restore)".to_string()
+        } else if self.next_spare > self.hosts {
+            "asked: nothing (no spare node to restore into)".to_string()
+        } else {
+            let spare = self.next_spare;
+            self.next_spare += 1;
+            let lost = Nemesis::members(world);
+            for &id in &lost {
+                sim.crash(node_name(id).as_str());
+            }
+            // None of them restarts.
+            for (_, undo, _) in &mut self.active {
+                if let Undo::Bounce(node) = undo
+                    && lost.iter().any(|&id| node_name(id) == *node)
+                {
+                    *undo = Undo::Nothing;
+                }
+            }
+            {
+                let mut world = world.borrow_mut();
+                world.members = [spare].into();
+                world.recovery.retired.extend(lost.iter().copied());
+                world.recovery.restore_into = Some(spare);
+                world
+                    .recovery
+                    .began
+                    .insert(spare, (now, "a restore of the backup".into()));
+            }
+            // Its waiting server stops; it starts again on the restored directory.
+            sim.bounce(node_name(spare).as_str());
+            self.injected += 1;
+            let names: Vec<String> = lost.iter().map(|&id| node_name(id)).collect();
+            format!(
+                "disaster: {} lost for good; the last backup is restored into {}, a new \
+                 one-member cluster",
+                names.join(","),
+                node_name(spare)
+            )
+        };
+        world.borrow_mut().record_at(now, What::Fault(asked));
+    }
+
+    /// A member crashed, its log lost or rolled back when it restarts.
+    fn lose_log(
+        &mut self,
+        sim: &mut turmoil::Sim<'_>,
+        world: &Shared,
+        now: Duration,
+        loss: LogLoss,
+    ) {
+        let retired = world.borrow().recovery.retired.clone();
+        let up: Vec<u64> = self
+            .members_up(world)
+            .into_iter()
+            .filter(|id| !retired.contains(id))
+            .collect();
+        let Some(&id) = up.choose(&mut self.rng) else {
+            world.borrow_mut().record_at(
+                now,
+                What::Fault("asked: nothing (no member up to lose its log)".into()),
+            );
+            return;
+        };
+        let node = node_name(id);
+        sim.crash(node.as_str());
+        {
+            let mut world = world.borrow_mut();
+            world.recovery.lose_log.insert(id, loss);
+            let what = match loss {
+                LogLoss::Deleted => "its log deleted",
+                LogLoss::RolledBack => "its log rolled back",
+            };
+            world.recovery.began.insert(id, (now, what.into()));
+        }
+        self.injected += 1;
+        let fault = format!("{node} crashed; its log is lost when it restarts");
+        world
+            .borrow_mut()
+            .record_at(now, What::Fault(fault.clone()));
+        let lasts = Duration::from_millis(self.rng.random_range(300..=2_000));
+        self.active.push((now + lasts, Undo::Bounce(node), fault));
+    }
+
+    /// The members not crashed by a fault still in effect.
+    fn members_up(&self, world: &Shared) -> Vec<u64> {
+        let down: Vec<&String> = self
+            .active
+            .iter()
+            .filter_map(|(_, undo, _)| match undo {
+                Undo::Bounce(node) => Some(node),
+                _ => None,
+            })
+            .collect();
+        Nemesis::members(world)
+            .into_iter()
+            .filter(|&id| !down.contains(&&node_name(id)))
+            .collect()
+    }
+
     fn members(world: &Shared) -> Vec<u64> {
         world.borrow().members.iter().copied().collect()
     }
@@ -245,7 +467,19 @@ impl Nemesis {
     fn two_nodes(&mut self, world: &Shared) -> (String, String) {
         let members = Nemesis::members(world);
         let pair: Vec<u64> = members.sample(&mut self.rng, 2).copied().collect();
-        (node_name(pair[0]), node_name(pair[1]))
+        match pair[..] {
+            [a, b] => (node_name(a), node_name(b)),
+            // A one-member cluster (restored): the member and another node.
+            _ => {
+                let one = node_name(pair[0]);
+                let other = self
+                    .others(&one)
+                    .choose(&mut self.rng)
+                    .cloned()
+                    .expect("several node hosts");
+                (one, other)
+            }
+        }
     }
 
     /// Every other node host, member or not.
@@ -320,18 +554,7 @@ impl Nemesis {
                 (Undo::Latency(a, b), fault)
             }
             6 => {
-                let down: Vec<String> = self
-                    .active
-                    .iter()
-                    .filter_map(|(_, undo, _)| match undo {
-                        Undo::Bounce(node) => Some(node.clone()),
-                        _ => None,
-                    })
-                    .collect();
-                let up: Vec<u64> = Nemesis::members(world)
-                    .into_iter()
-                    .filter(|&id| !down.contains(&node_name(id)))
-                    .collect();
+                let up = self.members_up(world);
                 // Another crash of a node that is down already would only restart it twice.
                 let Some(&id) = up.choose(&mut self.rng) else {
                     return (
@@ -376,6 +599,11 @@ impl Nemesis {
                 let fault = format!("link {a} - {b} loses {:.0} % of messages", rate * 100.0);
                 (Undo::Lossless(a, b), fault)
             }
+            // A one-member cluster (restored) has no one to hand its leadership to.
+            10 if voters == 1 => (
+                Undo::Nothing,
+                "asked: nothing (one member, no one to hand leadership to)".into(),
+            ),
             10 => {
                 let to = self.node(world);
                 let id = to[1..].parse().expect("node names are n<id>");

@@ -74,6 +74,24 @@ pub enum What {
         token: u64,
         why: String,
     },
+    /// A client opened session `session`.
+    SessionOpened {
+        client: usize,
+        session: u64,
+    },
+    /// An operator's recovery that rewinds the cluster's state (a restore from a backup, a
+    /// lost or rolled-back log whose counters were recovered) took effect between `from` and
+    /// now: node `node` serves again.
+    Recovered {
+        node: u64,
+        from: Duration,
+        what: String,
+    },
+    /// The documented recovery did not bring node `node` back.
+    RecoveryFailed {
+        node: u64,
+        why: String,
+    },
     /// A fault injected or healed.
     Fault(String),
 }
@@ -151,6 +169,17 @@ impl fmt::Display for Event {
                 f,
                 "c{client} got a sequencer for token {token} that does not verify: {why}"
             ),
+            What::SessionOpened { client, session } => {
+                write!(f, "c{client} opened session s{session}")
+            }
+            What::Recovered { node, from, what } => write!(
+                f,
+                "operator: n{node} serves again after {what} (begun at {:.3}s)",
+                from.as_secs_f64()
+            ),
+            What::RecoveryFailed { node, why } => {
+                write!(f, "operator: the recovery of n{node} failed: {why}")
+            }
             What::Fault(fault) => write!(f, "nemesis: {fault}"),
         }
     }

@@ -80,6 +80,10 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
             }
         };
         let id = session.id().get();
+        world.borrow_mut().record(What::SessionOpened {
+            client: plan.client,
+            session: id,
+        });
         while now() < plan.stop_at && session.ended().is_none() {
             let op = world.borrow_mut().record(What::AcquireInvoked {
                 client: plan.client,

@@ -92,6 +92,39 @@ fn a_seed_replays_exactly() {
     }
 }
 
+/// Seeds run with the operator's recoveries ([`Options::recoveries`]): the token floor raised,
+/// backups, a disaster and a restore, a log lost or rolled back and `recover-counters`, or the
+/// member's replacement. Each exercises what its comment says.
+const CORPUS_RECOVERIES: &[(u64, &[&str])] = &[
+    (9, &["palisade restore into"]),
+    (
+        10,
+        &["palisade restore into", "palisade recover-counters on"],
+    ),
+];
+
+#[test]
+fn every_seed_of_the_recovery_corpus_passes() {
+    let options = Options {
+        recoveries: true,
+        ..Options::default()
+    };
+    let mut failures = Vec::new();
+    for &(seed, steps) in CORPUS_RECOVERIES {
+        let report = run(seed, &options);
+        for step in steps {
+            assert!(
+                report.trace.iter().any(|line| line.contains(step)),
+                "seed {seed} no longer exercises `{step}`: pick a seed that does"
+            );
+        }
+        if !report.passed() {
+            failures.push(explain(&report));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// How many seeds each canary may take to be caught, with the shorter runs of
 /// [`CANARY_SAFETY_SECS`] and [`CANARY_LIVENESS_SECS`]. The runs are deterministic, so the count each needs is fixed; the budget
 /// leaves room for a change of the workload or the nemesis to move it.
@@ -100,6 +133,12 @@ const CANARY_SEED_BUDGET: u64 = 16;
 /// The shorter runs the canaries are searched with: 15 s of faults, 5 s to recover.
 const CANARY_SAFETY_SECS: u64 = 15;
 const CANARY_LIVENESS_SECS: u64 = 5;
+
+/// Whether `canary`'s runs (and their controls) include the operator's recoveries: the old
+/// absolute floors bite only where the operator recovers.
+fn canary_recovers(canary: palisade_core::canary::Canary) -> bool {
+    canary == palisade_core::canary::Canary::AbsoluteFloors
+}
 
 /// The violations of `seed` run with `canary` switched on, in a process of its own: a canary
 /// may make a host panic in a way that aborts the process (tokio's runtime, shut down by the
@@ -110,6 +149,7 @@ fn canary_violations(seed: u64, canary: palisade_core::canary::Canary) -> Vec<St
         .args(["--seed", &seed.to_string(), "--canary", canary.name()])
         .args(["--safety-secs", &CANARY_SAFETY_SECS.to_string()])
         .args(["--liveness-secs", &CANARY_LIVENESS_SECS.to_string()])
+        .args(canary_recovers(canary).then_some("--recoveries"))
         .output()
         .expect("palisade-sim starts");
     if output.status.success() {
@@ -135,22 +175,25 @@ fn canary_violations(seed: u64, canary: palisade_core::canary::Canary) -> Vec<St
 
 #[test]
 fn the_checker_catches_every_canary_within_its_seed_budget() {
-    let control = Options {
-        safety: std::time::Duration::from_secs(CANARY_SAFETY_SECS),
-        liveness: std::time::Duration::from_secs(CANARY_LIVENESS_SECS),
-        ..Options::default()
-    };
-    // Whether each seed passes without a canary, run once for all canaries.
+    // Whether each seed passes without a canary (with the operator's recoveries or without),
+    // run once for all canaries.
     let mut control_passes = std::collections::BTreeMap::new();
     let mut missed = Vec::new();
     for canary in palisade_core::canary::Canary::ALL {
+        let recoveries = canary_recovers(canary);
+        let control = Options {
+            safety: std::time::Duration::from_secs(CANARY_SAFETY_SECS),
+            liveness: std::time::Duration::from_secs(CANARY_LIVENESS_SECS),
+            recoveries,
+            ..Options::default()
+        };
         // A seed counts only if it passes without the canary: one that fails either way (a
         // liveness phase too short for its last fault, say) says nothing about the canary.
         let caught = (1..=CANARY_SEED_BUDGET).find_map(|seed| {
             let violations = canary_violations(seed, canary);
             let caught = !violations.is_empty()
                 && *control_passes
-                    .entry(seed)
+                    .entry((seed, recoveries))
                     .or_insert_with(|| run(seed, &control).passed());
             caught.then_some((seed, violations))
         });
