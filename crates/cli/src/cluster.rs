@@ -420,6 +420,16 @@ fn tls() -> Option<&'static palisade_tls::ClientTls> {
     TLS.get().and_then(Option::as_ref)
 }
 
+/// `address` without its scheme and a trailing `/`, to compare a hint with the endpoints given.
+fn bare_address(address: &str) -> &str {
+    let address = address.trim();
+    let bare = address
+        .strip_prefix("http://")
+        .or_else(|| address.strip_prefix("https://"))
+        .unwrap_or(address);
+    bare.strip_suffix('/').unwrap_or(bare)
+}
+
 fn endpoint(address: &str, timeout: Duration) -> anyhow::Result<Endpoint> {
     let bare = address
         .strip_prefix("http://")
@@ -567,7 +577,9 @@ fn members_table(members: &[ClusterMember]) -> String {
     table
 }
 
-/// Runs `call` on the leader: on each endpoint in turn, following a follower's hint once.
+/// Runs `call` on the leader: on each endpoint in turn, following a follower's hint once, to an
+/// address not among `endpoints` only with TLS (N14: every call carries the bearer token, the
+/// admin token without a policy, and without TLS nothing proves a hinted address a member).
 async fn on_leader<T, F, Fut>(
     endpoints: &[String],
     bearer: &Bearer,
@@ -598,9 +610,20 @@ where
                     .and_then(|v| v.to_str().ok())
                     .map(str::to_string);
                 last = format!("{address}: {}", status.message());
-                if let Some(leader) = hint.filter(|_| followed < endpoints.len() + 1) {
+                let Some(leader) = hint.filter(|_| followed < endpoints.len() + 1) else {
+                    continue;
+                };
+                let given = endpoints
+                    .iter()
+                    .any(|e| bare_address(e) == bare_address(&leader));
+                if given || tls().is_some() {
                     followed += 1;
                     queue.insert(0, leader);
+                } else {
+                    last = format!(
+                        "{last} (the leader is at {leader}, which is not among the endpoints given: \
+                         without TLS a leader hint is followed only to one of them; give every member)"
+                    );
                 }
             }
             Err(status) => {

@@ -384,26 +384,47 @@ fn a_palisade_lock_holder_keeps_its_lock_and_its_child_across_a_failover() {
     assert!(later > token);
 }
 
+/// Without TLS, a leader hint is followed only to an endpoint the command was given (N14: its
+/// calls carry the bearer token and session secrets): given only a follower, a command fails
+/// naming the leader; given the follower first and the leader after it, it goes to the leader.
 #[test]
 fn commands_given_a_follower_follow_the_leader() {
     let mut cluster = LocalCluster::start(BIN, 3);
     let leader = cluster.leader();
+    let leader_address = cluster.nodes[&leader].address();
     let follower = cluster
         .nodes
         .values()
         .find(|n| n.id != leader)
         .unwrap()
         .address();
-    let granted = grant(&cluster.palisade(&follower, &["acquire", "l", "--ttl", "10s"]));
-    let ran = cluster.palisade(&follower, &["status", "l", "--json"]);
+    let alone = cluster.palisade(&follower, &["acquire", "l", "--ttl", "10s"]);
+    assert_eq!(alone.code(), Some(69), "{alone:?}");
+    assert!(
+        alone.stderr.contains("the leader is at") && alone.stderr.contains(&leader_address),
+        "{}",
+        alone.stderr
+    );
+    let listed = format!("{follower},{leader_address}");
+    let granted = grant(&cluster.palisade(&listed, &["acquire", "l", "--ttl", "10s"]));
+    let ran = cluster.palisade(&listed, &["status", "l", "--json"]);
     ran.expect_success();
     assert_eq!(
         ran.json()["holder"]["token"].as_u64(),
         Some(granted["PALISADE_TOKEN"].parse().unwrap())
     );
-    // A membership change given to a follower is made by the leader.
+    // A membership change given only a follower is not sent on to the leader with the admin
+    // token (N14); given the follower first and the leader after it, the leader makes it.
     let id = follower_id(&cluster, &follower);
-    let removed = cluster.palisade(&follower, &["cluster", "remove", &id.to_string()]);
+    let alone = cluster.palisade(&follower, &["cluster", "remove", &id.to_string()]);
+    assert_eq!(alone.code(), Some(69), "{alone:?}");
+    assert!(
+        alone.stderr.contains("not among the endpoints given")
+            && alone.stderr.contains(&leader_address),
+        "{}",
+        alone.stderr
+    );
+    let removed = cluster.palisade(&listed, &["cluster", "remove", &id.to_string()]);
     removed.expect_success();
     cluster.node(id).process.kill9();
     let status = cluster.status();
