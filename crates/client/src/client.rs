@@ -1282,11 +1282,10 @@ mod tests {
         assert_eq!(urls(&endpoints), "http://10.0.0.2:7457");
     }
 
-    #[tokio::test]
-    async fn one_endpoint_stays_unless_it_names_another_leader() {
-        let options = ClientOptions::default();
-        let only = lazy_target("http://10.0.0.1:7457", &options, None).unwrap();
-        let endpoints = Endpoints {
+    /// The endpoints of a client given `url` alone.
+    fn only(url: &str, options: ClientOptions) -> Endpoints {
+        let only = lazy_target(url, &options, None).unwrap();
+        Endpoints {
             current: Mutex::new(Current {
                 target: only.clone(),
                 generation: 0,
@@ -1295,7 +1294,12 @@ mod tests {
             configured: vec![only],
             options,
             dialer: None,
-        };
+        }
+    }
+
+    #[tokio::test]
+    async fn one_endpoint_stays_unless_it_names_another_leader() {
+        let endpoints = only("http://10.0.0.1:7457", ClientOptions::default());
         endpoints.after_failure(0, &Failure::NotApplied("down".into()));
         assert_eq!(endpoints.current().generation, 0);
         // Another leader, outside the list, without TLS: not followed (N14).
@@ -1328,17 +1332,7 @@ mod tests {
             tls: Some(tls),
             ..ClientOptions::default()
         };
-        let only = lazy_target("https://10.0.0.1:7457", &options, None).unwrap();
-        let endpoints = Endpoints {
-            current: Mutex::new(Current {
-                target: only.clone(),
-                generation: 0,
-                index: 0,
-            }),
-            configured: vec![only],
-            options,
-            dialer: None,
-        };
+        let endpoints = only("https://10.0.0.1:7457", options);
         endpoints.after_failure(0, &not_leader("http://10.0.0.2:7457"));
         assert_eq!(endpoints.current().target.url, "https://10.0.0.2:7457");
         endpoints.after_failure(1, &Failure::NotApplied("down".into()));
