@@ -196,6 +196,11 @@ pub fn encode_frames<'a>(
     out: &mut Vec<u8>,
     payload_bytes_max: usize,
 ) -> io::Result<Vec<usize>> {
+    let records: Vec<&Record> = records.into_iter().collect();
+    // The usual case: one frame, serialised straight into `out`.
+    if encode_frame_within(records.iter().copied(), out, payload_bytes_max).is_ok() {
+        return Ok(vec![out.len()]);
+    }
     let start = out.len();
     let mut ends = Vec::new();
     // The serialised records of the frame being filled, and its payload length: `[`, the
