@@ -31,8 +31,21 @@ fn acquire(cluster: &mut LocalCluster, lock: &str, ttl: &str) -> (u64, String) {
     (token, sequencer)
 }
 
+/// `palisade pubkey` asked of the node at `address` first, with every other member after it:
+/// the node answers, or names the leader, which a client without TLS follows only within its
+/// list (N14).
 fn pubkey(cluster: &LocalCluster, address: &str) -> String {
-    let ran = cluster.palisade(address, &["pubkey"]);
+    let list = std::iter::once(address.to_string())
+        .chain(
+            cluster
+                .nodes
+                .values()
+                .map(|n| n.address())
+                .filter(|a| a != address),
+        )
+        .collect::<Vec<_>>()
+        .join(",");
+    let ran = cluster.palisade(&list, &["pubkey"]);
     ran.expect_success();
     ran.stdout.trim().to_string()
 }
