@@ -209,16 +209,19 @@ def test_endpoints_follow_leader_hints_and_rotate_on_failures():
     endpoints.after_failure(0, hint("10.0.0.3:7457"))
     current = endpoints.current()
     assert (current.target, current.index, current.generation) == ("10.0.0.3:7457", 2, 1)
+    # A leader outside the list (N14): not followed, since nothing proves it a member and every
+    # call carries the token and secrets; the next configured endpoint instead.
     endpoints.after_failure(1, hint("10.0.0.9:7457"))
-    assert endpoints.current().target == "10.0.0.9:7457"
-    endpoints.after_failure(2, Failure(Failure.NOT_APPLIED, "connection refused"))
     assert endpoints.current().target == "10.0.0.1:7457"
+    assert endpoints.current().generation == 2
+    endpoints.after_failure(2, Failure(Failure.NOT_APPLIED, "connection refused"))
+    assert endpoints.current().target == "10.0.0.2:7457"
     endpoints.after_failure(1, Failure(Failure.NOT_APPLIED, "late"))
     assert endpoints.current().generation == 3, "a failure on an endpoint no longer current moves nothing"
     endpoints.after_failure(3, Failure(Failure.CORE, "busy"))
     assert endpoints.current().generation == 3, "a refusal moves nothing"
     endpoints.after_failure(3, Failure(Failure.UNKNOWN, "reset"))
-    assert endpoints.current().target == "10.0.0.2:7457"
+    assert endpoints.current().target == "10.0.0.3:7457"
 
 
 def test_request_ids_and_open_keys_are_random():

@@ -54,6 +54,14 @@ def test_calls_follow_the_leader_and_a_session_survives_its_kill(cluster):
             assert follower_first.endpoint == leader, "the follower named the leader and the client went there"
             assert grant.token > 0
 
+    # N14: a client given only a follower is not sent to the leader, an address it was not
+    # given (this client has no TLS to prove it a member, and calls carry the token and secrets):
+    # the call fails once its budget is spent, naming the leader.
+    with palisade.Client(followers[:1], retry_budget=1) as lone:
+        with pytest.raises(palisade.PalisadeError, match="the leader is at"):
+            lone.status("cluster/a")
+        assert lone.endpoint == followers[0]
+
     # A holder keeps its lock across a kill -9 of the leader: the keepalive moves to the new one.
     with palisade.Client(endpoints) as holder_client:
         session = holder_client.session(5)

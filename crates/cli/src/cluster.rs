@@ -420,6 +420,16 @@ fn tls() -> Option<&'static palisade_tls::ClientTls> {
     TLS.get().and_then(Option::as_ref)
 }
 
+/// `address` without its scheme and a trailing `/`, to compare a hint with the endpoints given.
+fn bare_address(address: &str) -> &str {
+    let address = address.trim();
+    let bare = address
+        .strip_prefix("http://")
+        .or_else(|| address.strip_prefix("https://"))
+        .unwrap_or(address);
+    bare.strip_suffix('/').unwrap_or(bare)
+}
+
 fn endpoint(address: &str, timeout: Duration) -> anyhow::Result<Endpoint> {
     let bare = address
         .strip_prefix("http://")
@@ -574,9 +584,12 @@ const LEADER_WAIT: Duration = Duration::from_secs(10);
 const LEADER_WAIT_PAUSE: Duration = Duration::from_millis(100);
 const LEADER_WAIT_PAUSE_MAX: Duration = Duration::from_secs(1);
 
-/// Runs `call` on the leader: on each endpoint in turn, following a follower's hint once. While
-/// a member answers but knows no leader, the round is repeated for up to [`LEADER_WAIT`]; when
-/// no endpoint answers at all, the command ends at once.
+/// Runs `call` on the leader: on each endpoint in turn, following a follower's hint once, to an
+/// address not among `endpoints` only with TLS (N14: every call carries the bearer token, the
+/// admin token without a policy, and without TLS nothing proves a hinted address a member).
+/// While a member answers but knows no leader, the round is repeated for up to
+/// [`LEADER_WAIT`]; when no endpoint answers at all, or the leader is known but may not be
+/// followed, the command ends at once.
 async fn on_leader<T, F, Fut>(
     endpoints: &[String],
     bearer: &Bearer,
@@ -591,7 +604,9 @@ where
     let deadline = tokio::time::Instant::now() + LEADER_WAIT;
     let mut pause = LEADER_WAIT_PAUSE;
     loop {
-        let mut answered = false;
+        // Whether a member answered but could not serve (no leader yet, or a dead one named),
+        // and whether it named a leader this command may not go to.
+        let (mut answered, mut unfollowable) = (false, false);
         let mut queue: Vec<String> = endpoints.to_vec();
         let mut followed = 0;
         while let Some(address) = (!queue.is_empty()).then(|| queue.remove(0)) {
@@ -605,16 +620,28 @@ where
             match call(client).await {
                 Ok(value) => return Ok(value),
                 Err(status) if status.code() == tonic::Code::Unavailable => {
-                    answered = true;
                     let hint = status
                         .metadata()
                         .get(palisade_proto::LEADER_ADDR_HEADER)
                         .and_then(|v| v.to_str().ok())
                         .map(str::to_string);
+                    answered = true;
                     last = format!("{address}: {}", status.message());
-                    if let Some(leader) = hint.filter(|_| followed < endpoints.len() + 1) {
+                    let Some(leader) = hint.filter(|_| followed < endpoints.len() + 1) else {
+                        continue;
+                    };
+                    let given = endpoints
+                        .iter()
+                        .any(|e| bare_address(e) == bare_address(&leader));
+                    if given || tls().is_some() {
                         followed += 1;
                         queue.insert(0, leader);
+                    } else {
+                        unfollowable = true;
+                        last = format!(
+                            "{last} (the leader is at {leader}, which is not among the endpoints given: \
+                             without TLS a leader hint is followed only to one of them; give every member)"
+                        );
                     }
                 }
                 Err(status) => {
@@ -632,7 +659,7 @@ where
                 }
             }
         }
-        if !answered || tokio::time::Instant::now() + pause > deadline {
+        if !answered || unfollowable || tokio::time::Instant::now() + pause > deadline {
             break;
         }
         tokio::time::sleep(pause).await;

@@ -27,7 +27,8 @@ use tracing_subscriber::EnvFilter;
 #[command(name = "palisade", version, about, after_help = exit::HELP)]
 struct Cli {
     /// Address of the lock service, or a comma-separated list of the members of a cluster
-    /// (at most 16; the client follows the leader). `http://` is assumed without a scheme.
+    /// (at most 16; the client follows the leader, to an address not on the list only with
+    /// TLS: give every member). `http://` is assumed without a scheme.
     #[arg(long, global = true, env = "PALISADE_ENDPOINT", default_value = DEFAULT_ENDPOINT)]
     endpoint: String,
     /// The bearer token to authenticate with (`palisade token new`), sent with every call.
@@ -309,8 +310,25 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The warning for a session credential given as `--session` (N16): the secret in it acts for
+/// the session, and every local user reads a process's arguments.
+const SESSION_FLAG_WARNING: &str = "palisade: warning: --session puts the session's secret in the \
+     process list, where every local user can read it (`ps`); export PALISADE_SESSION instead \
+     (`export PALISADE_SESSION` after `eval \"$(palisade acquire ...)\"`) and leave --session out";
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut matches = Cli::command().get_matches();
+    let session_flag = matches.subcommand().is_some_and(|(name, sub)| {
+        matches!(name, "renew" | "release")
+            && sub.value_source("session") == Some(clap::parser::ValueSource::CommandLine)
+    });
+    let cli = match <Cli as clap::FromArgMatches>::from_arg_matches_mut(&mut matches) {
+        Ok(cli) => cli,
+        Err(error) => error.format(&mut Cli::command()).exit(),
+    };
+    if session_flag {
+        eprintln!("{SESSION_FLAG_WARNING}");
+    }
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(cli.command.default_log_filter()));
     tracing_subscriber::fmt()

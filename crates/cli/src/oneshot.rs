@@ -6,13 +6,16 @@
 //!
 //! ```sh
 //! eval "$(palisade acquire jobs/nightly --ttl 60s)"
+//! export PALISADE_SESSION
 //! palisade store put report "$(date)" --sequencer "$PALISADE_SEQUENCER"
-//! palisade release "$PALISADE_LOCK" --session "$PALISADE_SESSION"
+//! palisade release "$PALISADE_LOCK"
 //! ```
 //!
 //! `PALISADE_SESSION` is the session's credential, `<id>.<secret>`: the id alone acts for
 //! nothing (only whoever opened a session may act for it), so keep the value as secret as the
 //! lock. A bare id, the form before session secrets, is refused with an error that says so.
+//! `renew` and `release` read it from the environment; given as `--session` instead, it shows
+//! in the process list, and `main` warns of it (N16).
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -53,7 +56,8 @@ pub struct AcquireArgs {
 #[command(after_help = exit::HELP)]
 pub struct RenewArgs {
     /// The session to renew: the value `palisade acquire` printed as PALISADE_SESSION
-    /// (`<id>.<secret>`, a secret: whoever has it acts for the session).
+    /// (`<id>.<secret>`, a secret: whoever has it acts for the session). Prefer the exported
+    /// environment variable: a flag's value is visible in `ps`.
     #[arg(long, env = "PALISADE_SESSION", hide_env_values = true)]
     pub session: SessionCredential,
     /// Print a JSON object.
@@ -68,7 +72,8 @@ pub struct ReleaseArgs {
     #[arg(env = "PALISADE_LOCK")]
     pub name: String,
     /// The session holding the lock: the value `palisade acquire` printed as PALISADE_SESSION
-    /// (`<id>.<secret>`).
+    /// (`<id>.<secret>`). Prefer the exported environment variable: a flag's value is visible
+    /// in `ps`.
     #[arg(long, env = "PALISADE_SESSION", hide_env_values = true)]
     pub session: SessionCredential,
     /// Print a JSON object.

@@ -288,6 +288,39 @@ async fn an_identity_cannot_lock_outside_its_prefixes() {
     guard.release().await.unwrap();
 }
 
+/// N15: a prefix that covers other locks than it seems to (no separator at its end, a `*`
+/// inside it) loads as before, and the server's log names its line and what to write instead.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_prefix_without_a_separator_or_with_a_star_loads_with_a_warning() {
+    let secured = Secured::start(
+        &["bob"],
+        "grant bob lock jobs\ngrant bob lock jobs/*\ngrant bob lock reports/\n",
+    );
+    let log = secured.server.log();
+    let at = |line: u32| format!("{}:{line}: ", secured.policy_path().display());
+    assert!(
+        log.contains(&at(1)) && log.contains("does not end in a separator"),
+        "{log}"
+    );
+    assert!(
+        log.contains(&at(2)) && log.contains("not a wildcard"),
+        "{log}"
+    );
+    assert!(!log.contains(&at(3)), "{log}");
+
+    // The lines mean what they always meant: `jobs` covers `jobs-prod`.
+    let bob = secured.client(Some("bob")).await;
+    let session = bob
+        .open_session(SessionOptions::with_ttl(TTL))
+        .await
+        .unwrap();
+    let guard = session
+        .acquire("jobs-prod", AcquireOptions::default())
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_read_right_allows_status_list_and_watch_but_not_lock() {
     let secured = Secured::start(&["alice", "bob"], TEAM_POLICY);

@@ -31,8 +31,21 @@ fn acquire(cluster: &mut LocalCluster, lock: &str, ttl: &str) -> (u64, String) {
     (token, sequencer)
 }
 
+/// `palisade pubkey` asked of the node at `address` first, with every other member after it:
+/// the node answers, or names the leader, which a client without TLS follows only within its
+/// list (N14).
 fn pubkey(cluster: &LocalCluster, address: &str) -> String {
-    let ran = cluster.palisade(address, &["pubkey"]);
+    let list = std::iter::once(address.to_string())
+        .chain(
+            cluster
+                .nodes
+                .values()
+                .map(|n| n.address())
+                .filter(|a| a != address),
+        )
+        .collect::<Vec<_>>()
+        .join(",");
+    let ran = cluster.palisade(&list, &["pubkey"]);
     ran.expect_success();
     ran.stdout.trim().to_string()
 }
@@ -384,26 +397,47 @@ fn a_palisade_lock_holder_keeps_its_lock_and_its_child_across_a_failover() {
     assert!(later > token);
 }
 
+/// Without TLS, a leader hint is followed only to an endpoint the command was given (N14: its
+/// calls carry the bearer token and session secrets): given only a follower, a command fails
+/// naming the leader; given the follower first and the leader after it, it goes to the leader.
 #[test]
 fn commands_given_a_follower_follow_the_leader() {
     let mut cluster = LocalCluster::start(BIN, 3);
     let leader = cluster.leader();
+    let leader_address = cluster.nodes[&leader].address();
     let follower = cluster
         .nodes
         .values()
         .find(|n| n.id != leader)
         .unwrap()
         .address();
-    let granted = grant(&cluster.palisade(&follower, &["acquire", "l", "--ttl", "10s"]));
-    let ran = cluster.palisade(&follower, &["status", "l", "--json"]);
+    let alone = cluster.palisade(&follower, &["acquire", "l", "--ttl", "10s"]);
+    assert_eq!(alone.code(), Some(69), "{alone:?}");
+    assert!(
+        alone.stderr.contains("the leader is at") && alone.stderr.contains(&leader_address),
+        "{}",
+        alone.stderr
+    );
+    let listed = format!("{follower},{leader_address}");
+    let granted = grant(&cluster.palisade(&listed, &["acquire", "l", "--ttl", "10s"]));
+    let ran = cluster.palisade(&listed, &["status", "l", "--json"]);
     ran.expect_success();
     assert_eq!(
         ran.json()["holder"]["token"].as_u64(),
         Some(granted["PALISADE_TOKEN"].parse().unwrap())
     );
-    // A membership change given to a follower is made by the leader.
+    // A membership change given only a follower is not sent on to the leader with the admin
+    // token (N14); given the follower first and the leader after it, the leader makes it.
     let id = follower_id(&cluster, &follower);
-    let removed = cluster.palisade(&follower, &["cluster", "remove", &id.to_string()]);
+    let alone = cluster.palisade(&follower, &["cluster", "remove", &id.to_string()]);
+    assert_eq!(alone.code(), Some(69), "{alone:?}");
+    assert!(
+        alone.stderr.contains("not among the endpoints given")
+            && alone.stderr.contains(&leader_address),
+        "{}",
+        alone.stderr
+    );
+    let removed = cluster.palisade(&listed, &["cluster", "remove", &id.to_string()]);
     removed.expect_success();
     cluster.node(id).process.kill9();
     let status = cluster.status();
@@ -411,24 +445,25 @@ fn commands_given_a_follower_follow_the_leader() {
     assert_eq!(voters(&status).len(), 2, "{status}");
 }
 
-/// A cluster command given a follower while no member knows a leader (the leader just killed,
-/// the election not over) waits for the next leader instead of exiting 69 at once.
+/// A cluster command given the followers while no member knows a leader (the leader just
+/// killed, the election not over) waits for the next leader instead of exiting 69 at once.
 #[test]
 fn a_cluster_command_given_during_an_election_waits_for_the_next_leader() {
     let mut cluster = LocalCluster::start(BIN, 3);
     let leader = cluster.leader();
-    let follower = cluster
+    // The members that survive (without TLS a command follows a leader hint only to an
+    // endpoint it was given).
+    let followers: Vec<String> = cluster
         .nodes
         .values()
-        .find(|n| n.id != leader)
-        .unwrap()
-        .address();
+        .filter(|n| n.id != leader)
+        .map(|n| n.address())
+        .collect();
     cluster.node(leader).process.kill9();
     let started = Instant::now();
-    let ran = cluster.palisade(&follower, &["keys", "list"]);
+    let ran = cluster.palisade(&followers.join(","), &["keys", "list"]);
     println!(
-        "keys list given node {} right after the leader's kill: exit {:?} after {:?}",
-        follower_id(&cluster, &follower),
+        "keys list given the followers right after the leader's kill: exit {:?} after {:?}",
         ran.code(),
         started.elapsed()
     );

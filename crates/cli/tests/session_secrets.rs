@@ -293,7 +293,25 @@ async fn a_retried_open_gets_the_same_secret_and_the_one_shot_cli_carries_it() {
     assert_eq!(wrong.code(), Some(1), "{wrong:?}");
     assert!(wrong.stderr.contains("secret"), "{}", wrong.stderr);
     assert!(holder_of(&mut client, "reports").await.is_some());
-    run(&["renew", "--session", credential]).expect_success();
+    // N16: the credential given as --session works, with a warning that it shows in `ps`;
+    // exported as PALISADE_SESSION, it works without one.
+    let flagged = run(&["renew", "--session", credential]);
+    flagged.expect_success();
+    assert!(
+        flagged
+            .stderr
+            .contains("--session puts the session's secret in the process list")
+            && flagged.stderr.contains("export PALISADE_SESSION"),
+        "{}",
+        flagged.stderr
+    );
+    let mut command = palisade_testkit::command(BIN);
+    command
+        .args(["--endpoint", &endpoint, "renew"])
+        .env("PALISADE_SESSION", credential);
+    let exported = palisade_testkit::run(command);
+    exported.expect_success();
+    assert!(!exported.stderr.contains("warning"), "{}", exported.stderr);
     run(&["release", "reports", "--session", credential]).expect_success();
     assert_eq!(holder_of(&mut client, "reports").await, None);
 }
@@ -351,4 +369,88 @@ async fn the_secret_still_works_and_is_still_needed_after_a_change_of_leader() {
         .unwrap()
         .into_inner();
     assert_eq!(released.token, Some(granted.token));
+}
+
+/// Every file under `dir`, recursively.
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(files_under(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
+/// N12: the log, the snapshot and a backup keep a keyed hash of an open key, never the key, so
+/// what they hold hands nobody the session or its secret; and since every member derives the
+/// same hash, a retry with the key still finds its session after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_file_holds_an_open_key_and_what_the_log_holds_opens_another_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut service = ServerProcess::lock_service(BIN, &data);
+    service.start();
+    let mut client = locks_client(&service.endpoint()).await;
+
+    // Phase 1: a session opened with a key; then a backup, which needs the admin token.
+    let key: Vec<u8> = (0..24u8).map(|i| i.wrapping_mul(37) ^ 0x5a).collect();
+    let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    let first = open(&mut client, key.clone()).await;
+    let backup = dir.path().join("palisade.backup");
+    let mut command = palisade_testkit::command(BIN);
+    command
+        .args(["--endpoint", &service.endpoint(), "--token-file"])
+        .arg(data.join("admin.token"))
+        .args(["cluster", "backup"])
+        .arg(&backup);
+    palisade_testkit::run(command).expect_success();
+
+    // Phase 2: neither the key (as hex or as bytes) nor the secret is in any file.
+    let mut files = files_under(&data);
+    files.push(backup);
+    let mut log = None;
+    for file in &files {
+        let bytes = std::fs::read(file).unwrap();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(
+            !text.contains(&hex),
+            "{} holds the open key",
+            file.display()
+        );
+        for secret in [&key, &first.secret] {
+            assert!(
+                !bytes.windows(secret.len()).any(|w| w == secret.as_slice()),
+                "{} holds the open key or the secret as bytes",
+                file.display()
+            );
+        }
+        if let Some((_, after)) = text.split_once(r#""open_key":""#) {
+            log = Some(after.split('"').next().unwrap().to_string());
+        }
+    }
+    let stored = log.expect("an OpenSessionWithKey entry in the log");
+
+    // Phase 3: presenting what the log holds opens another session, with another secret.
+    let stored: Vec<u8> = (0..stored.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&stored[i..i + 2], 16).unwrap())
+        .collect();
+    let other = open(&mut client, stored).await;
+    assert_ne!(other.session, first.session);
+    assert_ne!(other.secret, first.secret);
+
+    // Phase 4: after a restart (the table rebuilt from the files), the key finds its session.
+    service.terminate();
+    service.start();
+    let mut client = locks_client(&service.endpoint()).await;
+    let retried = open(&mut client, key).await;
+    assert_eq!(
+        (retried.session, &retried.secret),
+        (first.session, &first.secret)
+    );
+    client.renew(renewal(&retried)).await.unwrap();
 }

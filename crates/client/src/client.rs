@@ -98,7 +98,10 @@ pub struct Client {
 /// fails, [`Endpoints::after_failure`] decides where the next attempt goes:
 ///
 /// - an `UNAVAILABLE` naming the leader ([`Failure::NotLeader`]): to the leader, at
-///   `http://<palisade-leader-addr>`, one of the configured endpoints if it is one of them;
+///   `http://<palisade-leader-addr>`, one of the configured endpoints if it is one of them; a
+///   leader outside the list only with TLS, which authenticates the member that named it and
+///   the server it names (N14: without, the bearer token and session secrets would go wherever
+///   a hint points), else to the next configured endpoint;
 /// - any other failure that is not an answer about the request itself (an `UNAVAILABLE` without
 ///   a leader, a failed connection, a broken connection, no answer in time): to the next
 ///   configured endpoint, in order, wrapping around;
@@ -344,6 +347,20 @@ impl Endpoints {
                 let leader = &self.leader_url(leader);
                 match self.configured.iter().position(|t| t.url == *leader) {
                     Some(index) => (self.configured[index].clone(), index),
+                    // Outside the list, a hint is followed only with TLS (N14): it came from
+                    // a member over an authenticated connection, and the new one sends the
+                    // bearer token and session secrets only once its server has shown a
+                    // certificate from the CA. Without TLS a hint is only what whoever answered
+                    // says.
+                    None if self.options.tls.is_none() => {
+                        tracing::warn!(
+                            leader = %leader,
+                            "not following the leader hint to an address outside the configured endpoints \
+                             (without TLS nothing proves it is a member): give the client every member's address"
+                        );
+                        let index = (current.index + 1) % self.configured.len();
+                        (self.configured[index].clone(), index)
+                    }
                     None => match lazy_target(leader, &self.options, self.dialer.as_ref()) {
                         Ok(target) => (target, current.index),
                         Err(_) => return, // Checked when read; kept for safety.
@@ -1230,14 +1247,12 @@ mod tests {
             ),
             ("http://10.0.0.3:7457", 2, 1)
         );
-        // A leader outside the list (the cluster grew): followed all the same.
+        // A leader outside the list, without TLS (N14): not followed, since nothing proves
+        // it a member; the next configured endpoint instead.
         endpoints.after_failure(1, &not_leader("http://10.0.0.9:7457"));
         let current = endpoints.current();
-        assert_eq!(current.target.url, "http://10.0.0.9:7457");
+        assert_eq!(current.target.url, "http://10.0.0.1:7457");
         assert_eq!(current.generation, 2);
-        // It fails without a hint: back to the list, after the member we came from.
-        endpoints.after_failure(2, &Failure::NotApplied("connection refused".into()));
-        assert_eq!(endpoints.current().target.url, "http://10.0.0.1:7457");
     }
 
     #[tokio::test]
@@ -1267,11 +1282,10 @@ mod tests {
         assert_eq!(urls(&endpoints), "http://10.0.0.2:7457");
     }
 
-    #[tokio::test]
-    async fn one_endpoint_stays_unless_it_names_another_leader() {
-        let options = ClientOptions::default();
-        let only = lazy_target("http://10.0.0.1:7457", &options, None).unwrap();
-        let endpoints = Endpoints {
+    /// The endpoints of a client given `url` alone.
+    fn only(url: &str, options: ClientOptions) -> Endpoints {
+        let only = lazy_target(url, &options, None).unwrap();
+        Endpoints {
             current: Mutex::new(Current {
                 target: only.clone(),
                 generation: 0,
@@ -1280,13 +1294,49 @@ mod tests {
             configured: vec![only],
             options,
             dialer: None,
-        };
+        }
+    }
+
+    #[tokio::test]
+    async fn one_endpoint_stays_unless_it_names_another_leader() {
+        let endpoints = only("http://10.0.0.1:7457", ClientOptions::default());
         endpoints.after_failure(0, &Failure::NotApplied("down".into()));
         assert_eq!(endpoints.current().generation, 0);
+        // Another leader, outside the list, without TLS: not followed (N14).
         endpoints.after_failure(0, &not_leader("http://10.0.0.2:7457"));
-        assert_eq!(endpoints.current().target.url, "http://10.0.0.2:7457");
+        assert_eq!(
+            (
+                endpoints.current().target.url,
+                endpoints.current().generation
+            ),
+            ("http://10.0.0.1:7457".to_string(), 0)
+        );
+    }
+
+    /// N14: with TLS, a leader outside the list is followed (as `https://`): the member that
+    /// named it was authenticated, and the connection sends nothing before its server shows a
+    /// certificate from the CA. A failure there goes back to the list.
+    #[tokio::test]
+    async fn with_tls_a_leader_outside_the_list_is_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let generated =
+            palisade_tls::generate::init(dir.path(), &["10.0.0.1".to_string()], "client").unwrap();
+        let tls = palisade_tls::ClientTls::from_files(
+            &generated.ca_cert,
+            None,
+            None,
+            palisade_tls::ALPN_H2,
+        )
+        .unwrap();
+        let options = ClientOptions {
+            tls: Some(tls),
+            ..ClientOptions::default()
+        };
+        let endpoints = only("https://10.0.0.1:7457", options);
+        endpoints.after_failure(0, &not_leader("http://10.0.0.2:7457"));
+        assert_eq!(endpoints.current().target.url, "https://10.0.0.2:7457");
         endpoints.after_failure(1, &Failure::NotApplied("down".into()));
-        assert_eq!(endpoints.current().target.url, "http://10.0.0.1:7457");
+        assert_eq!(endpoints.current().target.url, "https://10.0.0.1:7457");
     }
 
     #[tokio::test]

@@ -407,6 +407,10 @@ pub enum Command {
     /// A retried open (same key) returns the session as it was opened: its digest and owner are
     /// the first open's.
     ///
+    /// The server proposes a keyed hash of the client's open key here, never the key (N12):
+    /// the table only compares keys, so an entry of an earlier version, which holds the client's
+    /// key itself, applies exactly as it did.
+    ///
     /// [`LockTable::session_secret_digest`]: crate::LockTable::session_secret_digest
     #[serde(rename = "OpenSessionWithKey")]
     OpenSession {

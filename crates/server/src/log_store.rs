@@ -183,6 +183,9 @@ enum Message {
     /// For tests: see `Writer::compaction_hold`.
     #[cfg(test)]
     HoldCompaction(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>),
+    /// For tests: lower the frame payload limit, so a test reaches it with a few entries.
+    #[cfg(test)]
+    LimitFrames(usize),
 }
 
 /// The Raft log store. Cheap to clone: clones share the in-memory log and the writer.
@@ -294,6 +297,9 @@ struct Writer {
     durable: DurableIndex,
     state: Arc<Mutex<wal::LogState>>,
     encoded: Vec<u8>,
+    /// The longest frame payload written: a batch longer than that goes to the file as several
+    /// frames, each made durable before the next ([`crate::limits::RECORD_BYTES_MAX`] but in tests).
+    frame_payload_bytes_max: usize,
     written_committed: Option<LogIdOf<C>>,
     /// For tests: compact after the next purge whatever the file's size, announcing the copy
     /// on the first channel and waiting on the second before rewriting the file.
@@ -317,6 +323,7 @@ impl Writer {
             durable,
             state,
             encoded: Vec::new(),
+            frame_payload_bytes_max: crate::limits::RECORD_BYTES_MAX,
             written_committed,
             #[cfg(test)]
             compaction_hold: None,
@@ -342,8 +349,8 @@ impl Writer {
         }
     }
 
-    /// Writes `first` and everything queued behind it as one frame. False once the writer must
-    /// stop (asked to, or a write failed).
+    /// Writes `first` and everything queued behind it as one frame (several if one would be
+    /// above the frame limit). False once the writer must stop (asked to, or a write failed).
     fn write(&mut self, first: Message, queue: &mut mpsc::UnboundedReceiver<Message>) -> bool {
         let mut stopping = false;
         let mut batch = Vec::new();
@@ -363,6 +370,8 @@ impl Writer {
                 Message::HoldCompaction(reached, release) => {
                     self.compaction_hold = Some((reached, release));
                 }
+                #[cfg(test)]
+                Message::LimitFrames(bytes) => self.frame_payload_bytes_max = bytes,
             }
         }
         if batch.is_empty() {
@@ -374,8 +383,17 @@ impl Writer {
         let committed_record =
             (committed != self.written_committed).then_some(Record::Committed(committed));
         let records = batch.iter().map(|w| &w.record).chain(&committed_record);
-        let result = wal::encode_frame(records, &mut self.encoded)
-            .and_then(|()| self.wal.append(&self.encoded));
+        // Usually one frame; a batch above the frame limit goes as several, each made durable
+        // before the next is written (N19).
+        let result = wal::encode_frames(records, &mut self.encoded, self.frame_payload_bytes_max)
+            .and_then(|ends| {
+                let mut start = 0;
+                for end in ends {
+                    self.wal.append(&self.encoded[start..end])?;
+                    start = end;
+                }
+                Ok(())
+            });
         if result.is_ok() {
             self.written_committed = committed;
         }
@@ -600,6 +618,70 @@ mod tests {
             replayed.entries.keys().copied().collect::<Vec<_>>(),
             vec![3]
         );
+    }
+
+    /// N19: the writer groups whatever is queued, and a group longer than one frame may be
+    /// (256 MiB outside this test) goes to the file as several frames instead of stopping the
+    /// node; each entry is replayed once, in order, with the vote written beside them.
+    #[tokio::test]
+    async fn a_batch_longer_than_a_frame_is_written_as_several_frames_and_replays_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("raft.wal");
+        let mut log = LogStore::open(&path).unwrap();
+        let one_entry = serde_json::to_vec(&blank_entries(1, 1..=1)[0])
+            .unwrap()
+            .len();
+        let frame_bytes = 10 * one_entry;
+        log.writer.send(Message::LimitFrames(frame_bytes)).unwrap();
+
+        // Phase 1: with the writer held, appends of 25 and 30 entries (each above a frame by
+        // itself) and a vote queue up, 5 frames' worth and more; then the writer takes them all.
+        let release = hold_writer(&log);
+        let (first_flushed, first_done) = C::oneshot();
+        log.append(blank_entries(1, 1..=25), IOFlushed::signal(first_flushed))
+            .await
+            .unwrap();
+        let vote = VoteOf::<C>::new(2, 1);
+        let mut voting = log.clone();
+        let voted = tokio::spawn(async move { voting.save_vote(&vote).await });
+        tokio::task::yield_now().await;
+        let (second_flushed, second_done) = C::oneshot();
+        log.append(blank_entries(1, 26..=55), IOFlushed::signal(second_flushed))
+            .await
+            .unwrap();
+        release.send(()).unwrap();
+        first_done
+            .await
+            .unwrap()
+            .expect("the first append is durable");
+        second_done
+            .await
+            .unwrap()
+            .expect("the second append is durable");
+        voted.await.unwrap().expect("the vote is durable");
+        assert_eq!(log.durable_index().end(), 56);
+
+        // Phase 2: the file replays to every entry and the vote; every frame is within the limit.
+        log.close();
+        let contents = std::fs::read(&path).unwrap();
+        let (_wal, replayed) = wal::Wal::open(&path).unwrap();
+        assert_eq!(
+            replayed.entries.keys().copied().collect::<Vec<_>>(),
+            (1..=55).collect::<Vec<_>>()
+        );
+        assert_eq!(replayed.vote, Some(vote));
+        let mut offset = 0;
+        let mut frames = 0;
+        while offset + 8 <= contents.len() {
+            let length = u32::from_le_bytes(contents[offset..offset + 4].try_into().unwrap());
+            if length == 0 {
+                break; // Preallocated zeros.
+            }
+            assert!(length as usize <= frame_bytes, "a frame of {length} bytes");
+            offset += 8 + length as usize;
+            frames += 1;
+        }
+        assert!(frames >= 6, "{frames} frames for 55 entries of 10 a frame");
     }
 
     #[tokio::test]

@@ -433,11 +433,18 @@ impl LockService {
             }
             .into());
         }
+        // The table indexes sessions by a keyed hash of the open key, never the key itself, so
+        // the log holds nothing a stranger could present (N12); the secret comes from the key.
+        let founding = self.node.founding_key();
+        let index = match &open_key {
+            Some(key) => Some(session_secret::open_key_index(&founding, key)?),
+            None => None,
+        };
         // A retried open (its key's session lives) takes nothing more: no quota is asked.
-        let retried = match &open_key {
-            Some(key) => self
+        let retried = match &index {
+            Some(index) => self
                 .node
-                .read_as_leader(|t| t.session_opened_with(key).is_some())?,
+                .read_as_leader(|t| t.session_opened_with(index).is_some())?,
             None => false,
         };
         let _reservation = if retried {
@@ -449,10 +456,10 @@ impl LockService {
         };
         let secret = match &open_key {
             None => SessionSecret::draw().map_err(|e| ServiceError::Internal(e.to_string()))?,
-            Some(key) => SessionSecret::for_open_key(&self.node.founding_key(), key),
+            Some(key) => SessionSecret::for_open_key(&founding, key),
         };
         let command = Command::OpenSession {
-            open_key,
+            open_key: index,
             ttl_ms,
             secret_digest: Some(secret.digest()),
             owner: caller.identity().cloned(),

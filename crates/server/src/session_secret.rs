@@ -17,7 +17,9 @@
 //!   secret, which again only its holder can present.
 //! - **What is stored.** Only the SHA-256 digest ([`SecretDigest`]), in the `OpenSession`
 //!   entry and from there in the table and its snapshots, so every member and every later
-//!   leader can check a secret, and the log holds nothing that acts for a session.
+//!   leader can check a secret; and of the open key only a keyed hash ([`open_key_index`]), so
+//!   the log holds nothing that acts for a session (N12: it held the open key itself, which
+//!   anyone could present to be handed the session and its secret).
 //! - **How it is checked.** The presented secret is hashed and the digests are compared in
 //!   constant time ([`check`]).
 //! - **Sessions from before secrets** (an old log or snapshot, no digest) are acted for by their
@@ -37,6 +39,9 @@ pub const SESSION_SECRET_BYTES: usize = 32;
 /// What separates this use of the founding key from every other.
 const DERIVATION_LABEL: &[u8] = b"palisade session secrets v1\0";
 
+/// The label of the key that turns an open key into what the table indexes sessions by.
+const INDEX_DERIVATION_LABEL: &[u8] = b"palisade open key index v1\0";
+
 /// A session's secret, as the opener receives it. `Debug` does not show it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SessionSecret([u8; SESSION_SECRET_BYTES]);
@@ -52,10 +57,7 @@ impl SessionSecret {
     /// The secret of the session `open_key` opens, the same at every member of the cluster
     /// whose founding key is `founding`.
     pub(crate) fn for_open_key(founding: &SigningKey, open_key: &OpenKey) -> SessionSecret {
-        let mut derivation = Sha256::new();
-        derivation.update(DERIVATION_LABEL);
-        derivation.update(founding.to_bytes());
-        let key: [u8; 32] = derivation.finalize().into();
+        let key = derived_key(founding, DERIVATION_LABEL);
         SessionSecret(hmac_sha256(&key, open_key.as_bytes()))
     }
 
@@ -73,6 +75,30 @@ impl std::fmt::Debug for SessionSecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("SessionSecret(..)")
     }
+}
+
+/// What the table keeps of `open_key`, and what the `OpenSession` entry carries:
+/// `HMAC-SHA256(k', open key)`, with `k'` derived from the founding key under a label of its
+/// own (N12). The same at every member, so a retried open finds its session anywhere; and
+/// neither the index nor the log, a snapshot or a backup that holds it acts for the session: an
+/// open presenting the index gets the index of the index, another session.
+///
+/// An index of 32 equal bytes (a chance of 2⁻²⁴⁸) is no valid key; the open is refused.
+pub(crate) fn open_key_index(
+    founding: &SigningKey,
+    open_key: &OpenKey,
+) -> Result<OpenKey, CoreError> {
+    let key = derived_key(founding, INDEX_DERIVATION_LABEL);
+    OpenKey::new(&hmac_sha256(&key, open_key.as_bytes())).map_err(CoreError::InvalidOpenKey)
+}
+
+/// `SHA-256(label, founding key)`: a key for one use of the founding key, which gives away
+/// neither the founding key nor the key of another use.
+fn derived_key(founding: &SigningKey, label: &[u8]) -> [u8; 32] {
+    let mut derivation = Sha256::new();
+    derivation.update(label);
+    derivation.update(founding.to_bytes());
+    derivation.finalize().into()
 }
 
 /// Whether `presented` may act for `session`, whose digest is `stored` (`None`: a session from
@@ -182,5 +208,27 @@ mod tests {
             secret
         );
         assert_ne!(secret.as_bytes(), key.as_bytes());
+    }
+
+    /// N12: the table's index of an open key is the same at every member (one founding key),
+    /// and is neither the key, nor the secret, nor anything that opens the key's session.
+    #[test]
+    fn an_open_keys_index_is_stable_and_gives_away_neither_the_key_nor_the_secret() {
+        let founding = SigningKey::generate();
+        let key = OpenKey::new(&[7, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]).unwrap();
+        let index = open_key_index(&founding, &key).unwrap();
+        assert_eq!(open_key_index(&founding, &key).unwrap(), index);
+        assert_eq!(index.as_bytes().len(), 32);
+        assert_ne!(index.as_bytes(), key.as_bytes());
+        assert_ne!(
+            index.as_bytes(),
+            SessionSecret::for_open_key(&founding, &key).as_bytes()
+        );
+        // Presented as an open key, the index is indexed again: another session.
+        assert_ne!(open_key_index(&founding, &index).unwrap(), index);
+        assert_ne!(
+            open_key_index(&SigningKey::generate(), &key).unwrap(),
+            index
+        );
     }
 }

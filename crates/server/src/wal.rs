@@ -180,17 +180,121 @@ fn encode_frame_within<'a>(
     let payload_bytes = out.len() - start - HEADER_BYTES;
     if payload_bytes > payload_bytes_max {
         out.truncate(start);
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "a log frame of {payload_bytes} bytes is above the limit of {payload_bytes_max}"
-            ),
-        ));
+        return Err(frame_too_long(payload_bytes, payload_bytes_max));
     }
+    seal_frame(out, start);
+    Ok(())
+}
+
+/// Appends `records` to `out` as one frame, or, when one frame would be above the payload
+/// limit, as several in order, each within it (an `Entries` record too long for a frame alone
+/// is cut into several `Entries` records, which replay to the same log). Returns where each
+/// frame ends in `out`. Each must be made durable before the next is written (see the module
+/// docs). A single entry above the limit is refused, leaving `out` as it was.
+pub fn encode_frames<'a>(
+    records: impl IntoIterator<Item = &'a Record>,
+    out: &mut Vec<u8>,
+    payload_bytes_max: usize,
+) -> io::Result<Vec<usize>> {
+    let records: Vec<&Record> = records.into_iter().collect();
+    // The usual case: one frame, serialised straight into `out`.
+    if encode_frame_within(records.iter().copied(), out, payload_bytes_max).is_ok() {
+        return Ok(vec![out.len()]);
+    }
+    let start = out.len();
+    let mut ends = Vec::new();
+    // The serialised records of the frame being filled, and its payload length: `[`, the
+    // records with a comma between each two, `]` (what serde_json writes for the array).
+    let mut pieces: Vec<Vec<u8>> = Vec::new();
+    let mut payload_bytes = 2;
+    let mut flush = |pieces: &mut Vec<Vec<u8>>, payload_bytes: &mut usize, out: &mut Vec<u8>| {
+        if pieces.is_empty() {
+            return;
+        }
+        let frame = out.len();
+        out.extend_from_slice(&[0; HEADER_BYTES]);
+        out.push(b'[');
+        for (i, piece) in pieces.drain(..).enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(&piece);
+        }
+        out.push(b']');
+        seal_frame(out, frame);
+        ends.push(out.len());
+        *payload_bytes = 2;
+    };
+    for record in records {
+        let split = match record_pieces(record, payload_bytes_max - 2) {
+            Ok(split) => split,
+            Err(e) => {
+                out.truncate(start);
+                return Err(e);
+            }
+        };
+        for piece in split {
+            let separator = usize::from(!pieces.is_empty());
+            if payload_bytes + separator + piece.len() > payload_bytes_max {
+                flush(&mut pieces, &mut payload_bytes, out);
+            }
+            payload_bytes += usize::from(!pieces.is_empty()) + piece.len();
+            pieces.push(piece);
+        }
+    }
+    flush(&mut pieces, &mut payload_bytes, out);
+    Ok(ends)
+}
+
+/// `record` serialised, as one piece of at most `piece_bytes_max` bytes, or, for an `Entries`
+/// record longer than that, as several `Entries` records of consecutive entries, each within it.
+fn record_pieces(record: &Record, piece_bytes_max: usize) -> io::Result<Vec<Vec<u8>>> {
+    let whole = serde_json::to_vec(record).map_err(io::Error::other)?;
+    let entries = match record {
+        Record::Entries(entries) if whole.len() > piece_bytes_max => entries,
+        _ if whole.len() > piece_bytes_max => {
+            return Err(frame_too_long(whole.len(), piece_bytes_max));
+        }
+        _ => return Ok(vec![whole]),
+    };
+    // `{"Entries":[` and `]}` around the entries, with a comma between each two.
+    const ENVELOPE_BYTES: usize = r#"{"Entries":[]}"#.len();
+    let mut pieces = Vec::new();
+    let mut chunk: Vec<Entry> = Vec::new();
+    let mut chunk_bytes = ENVELOPE_BYTES;
+    for entry in entries {
+        let bytes = serde_json::to_vec(entry).map_err(io::Error::other)?.len();
+        if ENVELOPE_BYTES + bytes > piece_bytes_max {
+            return Err(frame_too_long(ENVELOPE_BYTES + bytes, piece_bytes_max));
+        }
+        let separator = usize::from(!chunk.is_empty());
+        if chunk_bytes + separator + bytes > piece_bytes_max {
+            let full = Record::Entries(std::mem::take(&mut chunk));
+            pieces.push(serde_json::to_vec(&full).map_err(io::Error::other)?);
+            chunk_bytes = ENVELOPE_BYTES;
+        }
+        chunk_bytes += usize::from(!chunk.is_empty()) + bytes;
+        chunk.push(entry.clone());
+    }
+    if !chunk.is_empty() {
+        pieces.push(serde_json::to_vec(&Record::Entries(chunk)).map_err(io::Error::other)?);
+    }
+    Ok(pieces)
+}
+
+fn frame_too_long(payload_bytes: usize, payload_bytes_max: usize) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("a log frame of {payload_bytes} bytes is above the limit of {payload_bytes_max}"),
+    )
+}
+
+/// Fills in the header of the frame that starts at `start` and runs to the end of `out`.
+fn seal_frame(out: &mut [u8], start: usize) {
+    let payload_bytes = out.len() - start - HEADER_BYTES;
     let crc = crc32fast::hash(&out[start + HEADER_BYTES..]);
     out[start..start + 4].copy_from_slice(&(payload_bytes as u32).to_le_bytes());
     out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
-    Ok(())
 }
 
 impl Wal {
@@ -636,6 +740,49 @@ mod tests {
             state.entries.keys().copied().collect::<Vec<_>>(),
             vec![1, 2, 3]
         );
+    }
+
+    /// A batch within the limit is the one frame `encode_frame` writes, byte for byte; above
+    /// it, every frame is within the limit and they decode, in order, to the same entries and
+    /// records (N19); an entry too long for any frame is refused, leaving the buffer as it was.
+    #[test]
+    fn a_batch_is_one_frame_within_the_limit_and_several_above_it() {
+        let records = vec![
+            Record::Entries((1..=30).map(entry).collect()),
+            Record::Vote(VoteOf::<C>::new(1, 1)),
+            Record::Entries((31..=32).map(entry).collect()),
+        ];
+        let mut one = Vec::new();
+        encode_frame(&records, &mut one).unwrap();
+        let mut frames = Vec::new();
+        let ends = encode_frames(&records, &mut frames, RECORD_BYTES_MAX).unwrap();
+        assert_eq!((ends, &frames), (vec![one.len()], &one));
+
+        let entry_bytes = serde_json::to_vec(&entry(1)).unwrap().len();
+        let limit = 4 * entry_bytes;
+        let mut frames = b"kept".to_vec();
+        let ends = encode_frames(&records, &mut frames, limit).unwrap();
+        assert!(ends.len() >= 8, "{} frames", ends.len());
+        let (mut offset, mut indexes, mut votes) = (4, Vec::new(), 0);
+        for end in ends {
+            let (decoded, next) = decode_at(&frames, offset).expect("an intact frame");
+            assert_eq!(next, end);
+            assert!(end - offset - HEADER_BYTES <= limit);
+            for record in decoded {
+                match record {
+                    Record::Entries(entries) => indexes.extend(entries.iter().map(|e| e.index())),
+                    Record::Vote(_) => votes += 1,
+                    other => panic!("{other:?}"),
+                }
+            }
+            offset = end;
+        }
+        assert_eq!(indexes, (1..=32).collect::<Vec<_>>());
+        assert_eq!(votes, 1);
+
+        let error = encode_frames(&records, &mut frames, entry_bytes).unwrap_err();
+        assert!(error.to_string().contains("above the limit"), "{error}");
+        assert_eq!(frames.len(), offset, "nothing of the refused batch is left");
     }
 
     #[test]

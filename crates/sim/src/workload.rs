@@ -241,8 +241,9 @@ fn release_unknown(e: &ReleaseError) -> bool {
 }
 
 /// Reads the lock's state now and then, linearizably, from one member picked at random (which
-/// answers, or names the leader and the client goes there), as `palisade status` given one
-/// endpoint does.
+/// answers, or names the leader and the client goes there), as `palisade status` given that
+/// member first does. The other members follow it in the list: without TLS a client follows a
+/// hint only to an endpoint it was given (N14).
 async fn reader(client: usize, stop_at: Duration, seed: u64, world: Shared) {
     let mut rng = SmallRng::seed_from_u64(seed);
     let options = ClientOptions {
@@ -260,10 +261,12 @@ async fn reader(client: usize, stop_at: Duration, seed: u64, world: Shared) {
         let Some(&id) = members.choose(&mut rng) else {
             continue;
         };
-        let endpoint = format!("http://{}:{PORT}", node_name(id));
+        let endpoints: Vec<String> = std::iter::once(id)
+            .chain(members.iter().copied().filter(|&m| m != id))
+            .map(|m| format!("http://{}:{PORT}", node_name(m)))
+            .collect();
         let Ok(reader) =
-            Client::connect_many_via(&[endpoint], options.clone(), Some(crate::net::dialer()))
-                .await
+            Client::connect_many_via(&endpoints, options.clone(), Some(crate::net::dialer())).await
         else {
             continue;
         };

@@ -5,7 +5,10 @@ program behave alike against a cluster:
 
 - **Endpoints.** Every attempt goes to the current endpoint. After a failure,
   :meth:`Endpoints.after_failure` picks the next: an ``UNAVAILABLE`` naming the leader
-  (``palisade-leader-addr``) makes the leader current; any other retryable failure moves to the
+  (``palisade-leader-addr``) makes the leader current if it is one of the configured endpoints
+  (this client has no TLS, so nothing would prove an address outside the list a member, and
+  every call carries the bearer token and session secrets); any other retryable failure, and a
+  hint outside the list, moves to the
   next configured endpoint, wrapping around; a refusal moves nothing. A failure seen on an
   endpoint that is no longer current moves nothing (another call already moved).
 - **Retries.** A failure that applied nothing is retried, at once after a leader hint (at most
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import os
 import random
 import threading
@@ -33,6 +37,8 @@ import grpc
 
 from . import errors
 from ._proto import palisade_pb2 as pb
+
+_log = logging.getLogger("palisade")
 
 #: Most endpoints one client takes: a cluster has at most 9 members.
 ENDPOINTS_MAX = 16
@@ -289,14 +295,19 @@ class Endpoints(Generic[T]):
             current = self._current
             if current.generation != used:
                 return  # another call already moved on from that endpoint
-            if failure.kind == Failure.NOT_LEADER and failure.leader != current.target:
-                leader = failure.leader
-                assert leader is not None
-                index = (
-                    self.configured.index(leader) if leader in self.configured else current.index
-                )
+            leader = failure.leader
+            if failure.kind == Failure.NOT_LEADER and leader != current.target and leader in self.configured:
+                index = self.configured.index(leader)
                 target = leader
             elif failure.kind in (Failure.NOT_LEADER, Failure.NOT_APPLIED, Failure.UNKNOWN):
+                if failure.kind == Failure.NOT_LEADER and leader != current.target:
+                    # Without TLS nothing proves an address outside the list is a member, and
+                    # every call carries the bearer token and session secrets (N14).
+                    _log.warning(
+                        "not following the leader hint to %s, which is not among the configured endpoints "
+                        "(nothing proves it is a member): give the client every member's address",
+                        leader,
+                    )
                 index = (current.index + 1) % len(self.configured)
                 target = self.configured[index]
             else:

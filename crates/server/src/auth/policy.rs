@@ -114,22 +114,38 @@ pub struct Policy {
     grants: Vec<Grant>,
     quotas: BTreeMap<Identity, Quotas>,
     default_quotas: Quotas,
+    /// Lines that mean something other than they seem to (N15), as `(line number, why)`.
+    warnings: Vec<(usize, String)>,
 }
 
 impl Policy {
     /// Reads and parses the file at `path`.
+    /// Reads and parses the file at `path`, logging a warning for each line whose prefix
+    /// covers other locks than it seems to ([`Policy::warnings`]).
     pub fn load(path: &Path) -> Result<Policy, FileError> {
         let text = super::read_limited(path, POLICY_FILE_BYTES_MAX)?;
-        Policy::parse(&text).map_err(|(line, message)| FileError::Line {
+        let policy = Policy::parse(&text).map_err(|(line, message)| FileError::Line {
             path: path.to_path_buf(),
             line,
             message,
-        })
+        })?;
+        for (line, warning) in &policy.warnings {
+            tracing::warn!("{}:{line}: {warning}", path.display());
+        }
+        Ok(policy)
+    }
+
+    /// The lines whose prefix covers other locks than it seems to, as `(line number, why)`:
+    /// a prefix that does not end in a separator (`jobs` covers `jobs2` and `jobs-prod` too),
+    /// and a `*` inside a prefix (a literal character, not a wildcard). They load all the same.
+    pub fn warnings(&self) -> &[(usize, String)] {
+        &self.warnings
     }
 
     /// Parses a policy's text; an error is `(line number, what is wrong)`.
     pub fn parse(text: &str) -> Result<Policy, (usize, String)> {
         let mut grants = Vec::new();
+        let mut warnings = Vec::new();
         // Quota lines, in order, applied on top of the defaults once all are read.
         let mut quota_lines: Vec<(Subject, Vec<(Quota, u32)>)> = Vec::new();
         for (index, line) in text.lines().enumerate() {
@@ -159,6 +175,7 @@ impl Policy {
                             "admin is cluster-wide: grant it on `*`, not on the prefix {prefix:?}"
                         ));
                     }
+                    warnings.extend(prefix_warning(&prefix).map(|w| (number, w)));
                     grants.push(Grant {
                         subject,
                         rights,
@@ -212,6 +229,7 @@ impl Policy {
             grants,
             quotas,
             default_quotas,
+            warnings,
         })
     }
 
@@ -293,6 +311,28 @@ fn parse_prefix(text: &str) -> Result<String, String> {
     Ok(text.to_string())
 }
 
+/// Why a prefix covers other locks than it seems to, if it does (N15). A prefix is compared
+/// byte for byte, so only a separator at its end (anything but a letter or a digit: `/`, `:`,
+/// `.`, `-`, `_`) stops it at a boundary between names.
+fn prefix_warning(prefix: &str) -> Option<String> {
+    if prefix.contains('*') {
+        let suggested = prefix.split('*').next().unwrap_or_default();
+        return Some(format!(
+            "the prefix {prefix:?} holds `*`, which is a literal character inside a prefix, not a wildcard: \
+             it covers only locks whose names start with {prefix:?}. To cover every lock under {suggested:?}, \
+             write {suggested:?}; `*` alone covers every lock"
+        ));
+    }
+    let last = prefix.chars().next_back()?;
+    last.is_alphanumeric().then(|| {
+        format!(
+            "the prefix {prefix:?} does not end in a separator, so it covers every lock whose name starts \
+             with it ({prefix}2, {prefix}-old, ...), not only {prefix:?} and the locks under it; \
+             end it with a separator (\"{prefix}/\") unless that is meant"
+        )
+    })
+}
+
 fn parse_quota(field: &str) -> Result<(Quota, u32), String> {
     let (name, value) = field
         .split_once('=')
@@ -318,6 +358,36 @@ mod tests {
 
     fn id(name: &str) -> Identity {
         Identity::new(name).unwrap()
+    }
+
+    /// N15: a prefix without a trailing separator, or with a `*` inside, loads but is named.
+    #[test]
+    fn prefixes_that_cover_other_locks_than_they_seem_to_are_warned_of() {
+        let policy = Policy::parse(
+            "grant bob lock jobs\n\
+             grant bob lock jobs/*\n\
+             grant bob lock jobs/\n\
+             grant bob lock team:\n\
+             grant bob lock reports-\n\
+             grant * read *\n",
+        )
+        .unwrap();
+        let warnings = policy.warnings();
+        assert_eq!(
+            warnings.iter().map(|(line, _)| *line).collect::<Vec<_>>(),
+            vec![1, 2],
+            "{warnings:?}"
+        );
+        assert!(
+            warnings[0].1.contains("does not end in a separator"),
+            "{warnings:?}"
+        );
+        assert!(warnings[0].1.contains("jobs2"), "{warnings:?}");
+        assert!(warnings[1].1.contains("not a wildcard"), "{warnings:?}");
+        assert!(warnings[1].1.contains(r#"write "jobs/""#), "{warnings:?}");
+        // The lines still mean what they always meant.
+        assert!(policy.allows(&id("bob"), Right::Lock, "jobs-prod"));
+        assert!(policy.allows(&id("bob"), Right::Lock, "jobs/*x"));
     }
 
     #[test]
