@@ -79,4 +79,6 @@ fn describe() {
     let _ = metrics::gauge!(SNAPSHOT_BYTES);
     let _ = metrics::histogram!(SNAPSHOT_BUILD_SECONDS);
     let _ = metrics::histogram!(SNAPSHOT_LOCK_SECONDS);
+    // Refusals are rare: a zero count says the caps were never reached.
+    let _ = metrics::counter!(CONNECTIONS_REFUSED_TOTAL);
 }
