@@ -5,7 +5,7 @@
 //! kept, and none may come twice.
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use palisade_testkit::{Ran, ServerProcess, run};
 
@@ -152,12 +152,18 @@ fn remove_log(dir: &Path) {
 
 /// N3: the log deleted, the signing key kept. Before, the node started as new and issued
 /// `token 1, session 1` again: the first grant's sequencer, byte for byte.
+/// A lock service started on `parent/data`: its data directory and its process.
+fn started_in(parent: &Path) -> (PathBuf, ServerProcess) {
+    let dir = parent.join("data");
+    let mut node = ServerProcess::lock_service(BIN, &dir);
+    node.start();
+    (dir, node)
+}
+
 #[test]
 fn a_deleted_log_beside_its_key_stops_the_start_until_the_counters_are_recovered() {
     let parent = tempfile::tempdir().unwrap();
-    let dir = parent.path().join("data");
-    let mut node = ServerProcess::lock_service(BIN, &dir);
-    node.start();
+    let (dir, mut node) = started_in(parent.path());
     let mut issued = Issued::default();
     issued.rounds(&node.endpoint(), "doc", 3);
     node.terminate();
@@ -177,9 +183,7 @@ fn a_deleted_log_beside_its_key_stops_the_start_until_the_counters_are_recovered
 #[test]
 fn a_directory_from_before_marks_starts_and_gets_one_that_then_catches_a_lost_log() {
     let parent = tempfile::tempdir().unwrap();
-    let dir = parent.path().join("data");
-    let mut node = ServerProcess::lock_service(BIN, &dir);
-    node.start();
+    let (dir, mut node) = started_in(parent.path());
     let mut issued = Issued::default();
     issued.rounds(&node.endpoint(), "doc", 2);
     node.terminate();
@@ -201,11 +205,9 @@ fn a_directory_from_before_marks_starts_and_gets_one_that_then_catches_a_lost_lo
 #[test]
 fn an_older_log_put_back_stops_the_start_until_the_counters_are_recovered() {
     let parent = tempfile::tempdir().unwrap();
-    let dir = parent.path().join("data");
     let saved = parent.path().join("saved");
     std::fs::create_dir(&saved).unwrap();
-    let mut node = ServerProcess::lock_service(BIN, &dir);
-    node.start();
+    let (dir, mut node) = started_in(parent.path());
     let mut issued = Issued::default();
     issued.rounds(&node.endpoint(), "doc", 2);
     node.terminate();
@@ -228,9 +230,7 @@ fn an_older_log_put_back_stops_the_start_until_the_counters_are_recovered() {
 #[test]
 fn a_restore_after_a_raised_floor_issues_only_tokens_and_sessions_above_every_earlier_one() {
     let parent = tempfile::tempdir().unwrap();
-    let dir = parent.path().join("data");
-    let mut node = ServerProcess::lock_service(BIN, &dir);
-    node.start();
+    let (_, mut node) = started_in(parent.path());
     let endpoint = node.endpoint();
     let mut issued = Issued::default();
     issued.rounds(&endpoint, "doc", 1);
@@ -266,9 +266,7 @@ fn a_restore_after_a_raised_floor_issues_only_tokens_and_sessions_above_every_ea
 #[test]
 fn a_lost_snapshot_under_a_log_that_starts_after_it_stops_the_takeover_until_recovered() {
     let parent = tempfile::tempdir().unwrap();
-    let dir = parent.path().join("data");
-    let mut node = ServerProcess::lock_service(BIN, &dir);
-    node.start();
+    let (_, mut node) = started_in(parent.path());
     let mut issued = Issued::default();
     issued.rounds(&node.endpoint(), "doc", 2);
     let backup = parent.path().join("palisade.backup");
@@ -318,9 +316,7 @@ fn log_frames(bytes: &[u8]) -> Vec<(usize, usize)> {
 #[test]
 fn a_cut_of_the_log_after_a_raised_floor_never_issues_a_cut_grants_token_again() {
     let parent = tempfile::tempdir().unwrap();
-    let dir = parent.path().join("data");
-    let mut node = ServerProcess::lock_service(BIN, &dir);
-    node.start();
+    let (dir, mut node) = started_in(parent.path());
     let endpoint = node.endpoint();
     let mut issued = Issued::default();
     let huge: u64 = 1 << 60;
