@@ -107,13 +107,9 @@ pub fn now_unix_ms() -> u64 {
 
 /// The mark in `dir`, if there is one.
 pub fn read(dir: &Path) -> io::Result<Option<CounterMark>> {
-    use std::io::Read as _;
     let path = dir.join(MARK_FILE);
-    let mut bytes = Vec::new();
-    match std::fs::File::open(&path) {
-        Ok(file) => file.take(MARK_BYTES_MAX + 1).read_to_end(&mut bytes)?,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
+    let Some(bytes) = crate::wal::read_small_file(&path, MARK_BYTES_MAX)? else {
+        return Ok(None);
     };
     let unreadable = |why: String| {
         io::Error::new(

@@ -510,17 +510,28 @@ impl PendingFloor {
     }
 }
 
-/// The floors a cut of the log or a recovery left to propose in `dir`, if any.
-pub fn pending_token_floor(dir: &Path) -> io::Result<Option<PendingFloor>> {
+/// The first `limit` bytes of the small file at `path`, and one more (so that a caller can tell
+/// a file longer than its limit), or `None` if there is no such file.
+pub(crate) fn read_small_file(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
     use std::io::Read as _;
-    let path = dir.join(TOKEN_FLOOR_FILE);
-    let mut text = String::new();
-    match File::open(&path) {
-        // Two numbers and a newline each: anything much longer is not this file.
-        Ok(file) => file.take(256).read_to_string(&mut text)?,
+    let mut bytes = Vec::new();
+    match File::open(path) {
+        Ok(file) => file.take(limit + 1).read_to_end(&mut bytes)?,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
+    Ok(Some(bytes))
+}
+
+/// The floors a cut of the log or a recovery left to propose in `dir`, if any.
+pub fn pending_token_floor(dir: &Path) -> io::Result<Option<PendingFloor>> {
+    let path = dir.join(TOKEN_FLOOR_FILE);
+    // Two numbers and a newline each: anything much longer is not this file.
+    let Some(bytes) = read_small_file(&path, 255)? else {
+        return Ok(None);
+    };
+    let text =
+        String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
     let unreadable = |why: String| {
         io::Error::new(
             io::ErrorKind::InvalidData,
