@@ -70,9 +70,10 @@ pub enum ClusterCommand {
     /// after a resource accepted a token it should not have (a planted or leaked key, retired
     /// since), honest holders' tokens pass it again. See docs/security.md.
     ///
-    /// A floor within 2^56 of the largest token (2^63 - 1) is refused. One more than 2^40
-    /// above the larger of the counter and the time floor (2^21 per second since 1970) is
-    /// refused unless --force is given.
+    /// A floor within 2^56 of the largest token (2^63 - 1) is refused. One above the counter
+    /// and more than 2^40 above the time floor (2^21 per second since 1970) is refused unless
+    /// --force is given; after a forced raise, take a new backup (a restore of an older one
+    /// places the counter below it).
     #[command(after_help = exit::HELP)]
     RaiseTokenFloor {
         /// The largest token a resource accepted that the cluster did not grant.

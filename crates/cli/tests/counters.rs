@@ -150,8 +150,6 @@ fn remove_log(dir: &Path) {
     }
 }
 
-/// N3: the log deleted, the signing key kept. Before, the node started as new and issued
-/// `token 1, session 1` again: the first grant's sequencer, byte for byte.
 /// A lock service started on `parent/data`: its data directory and its process.
 fn started_in(parent: &Path) -> (PathBuf, ServerProcess) {
     let dir = parent.join("data");
@@ -160,6 +158,8 @@ fn started_in(parent: &Path) -> (PathBuf, ServerProcess) {
     (dir, node)
 }
 
+/// N3: the log deleted, the signing key kept. Before, the node started as new and issued
+/// `token 1, session 1` again: the first grant's sequencer, byte for byte.
 #[test]
 fn a_deleted_log_beside_its_key_stops_the_start_until_the_counters_are_recovered() {
     let parent = tempfile::tempdir().unwrap();
@@ -255,6 +255,47 @@ fn a_restore_after_a_raised_floor_issues_only_tokens_and_sessions_above_every_ea
         .arg(&restored_dir);
     let restored = run(command);
     restored.expect_success();
+    let mut restored_node = ServerProcess::lock_service(BIN, &restored_dir);
+    restored_node.start();
+    issued.rounds(&restored_node.endpoint(), "doc", 3);
+}
+
+/// A backup taken *before* a raise knows nothing of it. The largest raise allowed without
+/// `--force` lies 2^40 above the counter and the time floor: before, a restore of the older
+/// backup within six days of the raise (2^40 tokens at 2^21 a second) placed the counter below
+/// the raised one, and issued again the tokens granted after the raise.
+#[test]
+fn a_restore_of_a_backup_from_before_an_unforced_raise_issues_only_tokens_above_the_raise() {
+    let parent = tempfile::tempdir().unwrap();
+    let (_, mut node) = started_in(parent.path());
+    let endpoint = node.endpoint();
+    let mut issued = Issued::default();
+    issued.rounds(&endpoint, "doc", 1);
+    let backup = parent.path().join("palisade.backup");
+    admin(&node, &["cluster", "backup", backup.to_str().unwrap()]).expect_success();
+
+    // The time floor of a few seconds from now, plus 2^40: within what needs no `--force`.
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let raised = palisade_core::limits::restore_token_floor(now_s).get()
+        + palisade_core::limits::TOKEN_FLOOR_JUMP_MAX;
+    admin(
+        &node,
+        &["cluster", "raise-token-floor", &raised.to_string()],
+    )
+    .expect_success();
+    // The grants a restore must not repeat.
+    issued.rounds(&endpoint, "doc", 3);
+    node.kill9();
+
+    let restored_dir = parent.path().join("restored");
+    let mut command = palisade_testkit::command(BIN);
+    command
+        .args(["restore", backup.to_str().unwrap(), "--data-dir"])
+        .arg(&restored_dir);
+    run(command).expect_success();
     let mut restored_node = ServerProcess::lock_service(BIN, &restored_dir);
     restored_node.start();
     issued.rounds(&restored_node.endpoint(), "doc", 3);

@@ -131,9 +131,15 @@ pub fn recovery_floor(known: u64, known_at_unix_ms: u64, now_unix_ms: u64) -> u6
 }
 
 /// The floors of both counters after a recovery, from the counters last known (`last_token`,
-/// `last_session`, read at `known_at_unix_ms`) and the time now: each
-/// [`recovery_floor`], the token's at most [`TOKEN_MAX`] and the session's at most
-/// [`SESSION_ID_MAX`].
+/// `last_session`, read at `known_at_unix_ms`) and the time now: each [`recovery_floor`], the
+/// token's at most [`TOKEN_MAX`] and the session's at most [`SESSION_ID_MAX`].
+///
+/// The token's floor is also never below the time floor plus [`TOKEN_FLOOR_JUMP_MAX`] plus
+/// [`RECOVERY_MARGIN`]: above the highest an operator can have raised the counter without
+/// `--force` since the counters were known ([`check_raised_floor`]), however many raises there
+/// were, and the grants since (the margin covers the current second's). A backup or a mark taken
+/// before such a raise knows nothing of it; this term puts the restored counter above every
+/// token granted after it. (Only a forced raise outruns it: take a new backup after one.)
 pub fn recovery_floors(
     last_token: Token,
     last_session: SessionId,
@@ -148,7 +154,13 @@ pub fn recovery_floors(
     }
     RecoveryFloors {
         token: Token::new(
-            recovery_floor(last_token.get(), known_at_unix_ms, now_unix_ms).min(TOKEN_MAX.get()),
+            recovery_floor(last_token.get(), known_at_unix_ms, now_unix_ms)
+                .max(
+                    unforced_raise_max(now_unix_ms / 1000)
+                        .get()
+                        .saturating_add(RECOVERY_MARGIN),
+                )
+                .min(TOKEN_MAX.get()),
         ),
         session: SessionId::new(
             recovery_floor(last_session.get(), known_at_unix_ms, now_unix_ms)
@@ -163,19 +175,31 @@ pub fn recovery_floors(
 /// that, and a floor at the very limit would leave no lock grantable, for ever.
 pub const TOKEN_FLOOR_HEADROOM: u64 = 1 << 56;
 
-/// How far above the larger of the counter and the time floor ([`restore_token_floor`]) an
-/// operator may raise the counter without `--force`: 2^40, far above any token a resource can
-/// have seen from a mistake of this cluster's own, far below what would eat the token space.
+/// How far above the time floor ([`restore_token_floor`]) an operator may raise the counter
+/// without `--force`: 2^40 (six days of the time floor's growth), far above any token a
+/// resource can have seen from a mistake of this cluster's own, far below what would eat the
+/// token space. Every recovery places the token counter at least this far above the time floor
+/// ([`recovery_floors`]), so an unforced raise never needs a new backup.
 pub const TOKEN_FLOOR_JUMP_MAX: u64 = 1 << 40;
+
+/// The highest floor `raise-token-floor` accepts without `--force` at `now_unix_secs`: the time
+/// floor plus [`TOKEN_FLOOR_JUMP_MAX`]. Measured from the time, never from the counter, so that
+/// no number of unforced raises takes the counter above what a recovery covers.
+pub const fn unforced_raise_max(now_unix_secs: u64) -> Token {
+    Token::new(
+        restore_token_floor(now_unix_secs)
+            .get()
+            .saturating_add(TOKEN_FLOOR_JUMP_MAX),
+    )
+}
 
 /// Why an operator's floor is refused ([`check_raised_floor`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FloorRefusal {
     /// Above `token_max - TOKEN_FLOOR_HEADROOM`: refused whatever `force` says.
     TooCloseToMax { highest: Token },
-    /// More than [`TOKEN_FLOOR_JUMP_MAX`] above `base` (the larger of the counter and the time
-    /// floor), and not forced.
-    FarAbove { base: Token, highest: Token },
+    /// Above `highest` ([`unforced_raise_max`], or lower near the limit) and not forced.
+    FarAbove { highest: Token },
 }
 
 /// Checks a floor an operator asks for against the counter `last_token`, the time floor of
@@ -191,13 +215,9 @@ pub fn check_raised_floor(
     if floor > highest {
         return Err(FloorRefusal::TooCloseToMax { highest });
     }
-    let base = last_token.max(restore_token_floor(now_unix_secs));
-    let unforced = Token::new(base.get().saturating_add(TOKEN_FLOOR_JUMP_MAX)).min(highest);
-    if floor > unforced && !force {
-        return Err(FloorRefusal::FarAbove {
-            base,
-            highest: unforced,
-        });
+    let unforced = unforced_raise_max(now_unix_secs).min(highest);
+    if floor > unforced && floor > last_token && !force {
+        return Err(FloorRefusal::FarAbove { highest: unforced });
     }
     Ok(())
 }
@@ -464,6 +484,25 @@ mod tests {
     }
 
     #[test]
+    fn a_token_recovery_floor_is_above_every_counter_an_unforced_raise_can_have_made() {
+        // Known at 5 an hour ago; since then, any number of raises without --force, each at
+        // most `unforced_raise_max` of its second, and grants at up to 2^21 a second after.
+        let now_ms = NOW_MS + 999;
+        let known_at = now_ms - 3_600_000;
+        let floors = recovery_floors(Token::new(5), SessionId::new(5), known_at, now_ms);
+        for raised_at_ms in [known_at, NOW_MS - 1, NOW_MS, now_ms] {
+            let granted_since = (now_ms - raised_at_ms) * RESTORE_TOKENS_PER_SECOND / 1000;
+            let highest = unforced_raise_max(raised_at_ms / 1000).get() + granted_since;
+            assert!(floors.token.get() >= highest, "raised at {raised_at_ms}");
+        }
+        // The session counter is never raised by an operator: its floor has no such term.
+        assert_eq!(
+            floors.session,
+            SessionId::new(restore_token_floor(NOW_MS / 1000).get())
+        );
+    }
+
+    #[test]
     fn recovery_floors_saturate_at_the_largest_token_and_session_without_overflow() {
         for known in [TOKEN_MAX.get() - 1, TOKEN_MAX.get(), u64::MAX - 1, u64::MAX] {
             assert_eq!(recovery_floor(known, 0, u64::MAX), u64::MAX, "{known}");
@@ -502,6 +541,10 @@ mod tests {
             check_raised_floor(Token::new(floor), counter, now, TOKEN_MAX, force)
         };
         // Up to the time floor plus 2^40: no force needed.
+        assert_eq!(
+            unforced_raise_max(now).get(),
+            time.get() + TOKEN_FLOOR_JUMP_MAX
+        );
         assert_eq!(ok(1 << 40, false), Ok(()));
         assert_eq!(ok(time.get() + TOKEN_FLOOR_JUMP_MAX, false), Ok(()));
         // Above it: only with force.
@@ -509,7 +552,6 @@ mod tests {
         assert_eq!(
             ok(far, false),
             Err(FloorRefusal::FarAbove {
-                base: time,
                 highest: Token::new(time.get() + TOKEN_FLOOR_JUMP_MAX)
             })
         );
@@ -527,17 +569,17 @@ mod tests {
                 );
             }
         }
-        // A counter already far up: the jump is measured from it.
+        // A counter already far up (a forced raise): the jump is still measured from the time,
+        // so unforced raises never outrun what a recovery covers; a floor at or below the
+        // counter changes nothing and needs no force.
         let high = Token::new(1 << 61);
+        let raise = |floor: u64| check_raised_floor(Token::new(floor), high, now, TOKEN_MAX, false);
+        assert_eq!(raise(1 << 61), Ok(()));
         assert_eq!(
-            check_raised_floor(
-                Token::new((1 << 61) + TOKEN_FLOOR_JUMP_MAX),
-                high,
-                now,
-                TOKEN_MAX,
-                false
-            ),
-            Ok(())
+            raise((1 << 61) + 1),
+            Err(FloorRefusal::FarAbove {
+                highest: Token::new(time.get() + TOKEN_FLOOR_JUMP_MAX)
+            })
         );
         // A table limit below TOKEN_MAX (tests) keeps the same headroom without underflow.
         assert_eq!(

@@ -1333,9 +1333,9 @@ impl Node {
 
     /// Raises the token counter to at least `floor` (never lowers it): every later grant's
     /// token is above it. Returns the counter afterwards. A floor within
-    /// [`palisade_core::limits::TOKEN_FLOOR_HEADROOM`] of the largest token is refused; one more
-    /// than [`palisade_core::limits::TOKEN_FLOOR_JUMP_MAX`] above the counter and the time
-    /// floor only with `force` (finding N5).
+    /// [`palisade_core::limits::TOKEN_FLOOR_HEADROOM`] of the largest token is refused; one
+    /// above both the counter and [`palisade_core::limits::unforced_raise_max`] only with
+    /// `force` (finding N5).
     pub async fn raise_token_floor(
         &self,
         floor: Token,
@@ -1358,14 +1358,15 @@ impl Node {
                     highest.get()
                 )));
             }
-            Err(FloorRefusal::FarAbove { base, highest }) => {
+            Err(FloorRefusal::FarAbove { highest }) => {
                 return Err(MembershipError::Refused(format!(
-                    "a floor of {} is far above the token counter and the time floor ({}); \
-                     without --force the highest is {}. Check the number: the counter never \
-                     goes down, so --force spends that token space for ever, and every later \
-                     restore or recovery builds on it",
+                    "a floor of {} is far above the time floor (2^21 a second since 1970) and \
+                     the token counter ({}); without --force the highest is {}. Check the \
+                     number: the counter never goes down, so --force spends that token space \
+                     for ever, every later restore or recovery builds on it, and a backup taken \
+                     before a forced raise restores below it: take a new backup after one",
                     floor.get(),
-                    base.get(),
+                    last_token.get(),
                     highest.get()
                 )));
             }

@@ -39,7 +39,7 @@ const PURGE_AFTER: Duration = Duration::from_millis(300);
 /// How far above the time floor the operator raises the token floor: 2^35, about 4.5 hours of
 /// the time floor's growth, well within what `raise-token-floor` allows without `--force`
 /// (2^40). Any recovery within a run is far closer to the raise than that, so floors placed by
-/// the time alone fall below the raised counter.
+/// the time floor alone (the `absolute-floors` canary) fall below the raised counter.
 const FLOOR_ABOVE_TIME: u64 = 1 << 35;
 /// The files that hold a node's log: what a lost or rolled-back log loses.
 const LOG_FILES: [&str; 2] = ["raft.wal", "snapshot.bin"];
