@@ -98,7 +98,8 @@ const _: () = assert!(
 const _: () = assert!(SESSIONS_RESERVED < palisade_core::limits::SESSIONS_MAX);
 const _: () = assert!(LOCKS_RESERVED < palisade_core::limits::LOCKS_MAX);
 const _: () = assert!(
-    FILL_IN_FLIGHT / FILL_CONNECTIONS <= palisade_server::CONCURRENT_REQUESTS_PER_CONNECTION_MAX
+    FILL_IN_FLIGHT / FILL_CONNECTIONS
+        <= palisade_server::limits::CONCURRENT_REQUESTS_PER_CONNECTION_MAX
 );
 
 /// At which steps a snapshot is brought on and timed.

@@ -303,3 +303,9 @@ const _: () = assert!(UI_STREAMS_MAX < UI_CONNECTIONS_MAX);
 const _: () = assert!(3 * LOCK_NAME_BYTES_MAX * 2 + 4096 <= UI_REQUEST_HEAD_BYTES_MAX);
 // hyper reads request heads into a buffer of at least 8 KiB.
 const _: () = assert!(UI_REQUEST_HEAD_BYTES_MAX >= 8192);
+
+/// Requests one client connection may have in flight at once.
+pub const CONCURRENT_REQUESTS_PER_CONNECTION_MAX: usize = 1_024;
+
+/// How long a graceful shutdown waits for in-flight requests.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);

@@ -28,8 +28,8 @@ use openraft::type_config::alias::{LogIdOf, VoteOf};
 use openraft::{LogState, OptionalSend, RaftLogReader};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::Blocking;
 use crate::disk::Disk;
+use crate::platform::Blocking;
 use crate::raft_types::{C, Entry};
 use crate::wal::{self, Record, Wal};
 

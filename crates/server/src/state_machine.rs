@@ -29,11 +29,11 @@ use palisade_core::{
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, broadcast, mpsc};
 
-use crate::Blocking;
 use crate::files::{SECRET_FILE_MODE, write_file_atomically};
 use crate::keyring::KeyRing;
 use crate::lock_watchers::{LockSubscription, LockWatchers};
 use crate::log_store::DurableIndex;
+use crate::platform::Blocking;
 use crate::raft_types::{C, Proposal, SnapshotData};
 use crate::snapshot_file::{LEGACY_SNAPSHOT_FILE, SNAPSHOT_FILE};
 

@@ -24,7 +24,7 @@ use palisade_proto::raft::v1::raft_client::RaftClient;
 use palisade_proto::raft::v1::{
     Envelope, PeerRequest, SnapshotHeader, SnapshotPart, snapshot_part,
 };
-use palisade_server::SHUTDOWN_GRACE;
+use palisade_server::limits::SHUTDOWN_GRACE;
 use palisade_server::limits::SNAPSHOT_BYTES_MAX;
 use palisade_server::log_store::LogStore;
 use palisade_server::peer::{ClusterName, PeerNetwork};

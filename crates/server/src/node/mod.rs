@@ -24,11 +24,11 @@ use palisade_core::{Limits, TimeMs};
 use palisade_proto::transport::Dialer;
 use palisade_sequencer::{KeySet, PublicKey, SigningKey};
 
-use crate::Blocking;
 use crate::identity::Identity;
 use crate::keyring::KeyView;
 use crate::log_store::LogStore;
 use crate::peer::{ClusterName, PeerNetwork};
+use crate::platform::Blocking;
 use crate::raft_types::{C, Member, PalisadeRaft};
 use crate::state_machine::{Shared, StateMachine};
 
