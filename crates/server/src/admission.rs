@@ -23,9 +23,8 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
-use std::time::Instant;
 
 use bytes::Buf as _;
 use http_body::{Frame, SizeHint};
@@ -33,75 +32,17 @@ use tokio::time::Sleep;
 use tonic::codegen::http;
 
 use crate::auth::Auth;
+use crate::connection::{ConnectionInfo, ConnectionLoad, OpenCall};
 use crate::limits::{
     REQUEST_BYTES_IN_FLIGHT_MAX, REQUEST_BYTES_IN_FLIGHT_PER_CONNECTION_MAX,
     REQUEST_MESSAGE_TIMEOUT,
 };
-use crate::tls::ConnectionInfo;
 
 /// The gRPC path prefix of the client API (`Locks`, `Cluster`): authenticated from headers.
 const CLIENT_API_PREFIX: &str = "/palisade.v1.";
 
 /// The length of gRPC's message prefix: a compression flag and a 4-byte length.
 const MESSAGE_PREFIX_BYTES: usize = 5;
-
-/// One connection's load, shared by its requests (through [`ConnectionInfo`]) and by its
-/// socket (`incoming.rs`).
-#[derive(Debug)]
-pub(crate) struct ConnectionLoad {
-    /// Calls open: started and not yet answered to the end.
-    open_calls: AtomicUsize,
-    /// When the last call ended (or the connection was accepted), in milliseconds after
-    /// `epoch`.
-    idle_since_ms: AtomicU64,
-    epoch: Instant,
-    /// Bytes of incomplete client API messages on this connection.
-    partial_bytes: AtomicUsize,
-}
-
-impl ConnectionLoad {
-    pub(crate) fn new() -> Arc<ConnectionLoad> {
-        Arc::new(ConnectionLoad {
-            open_calls: AtomicUsize::new(0),
-            idle_since_ms: AtomicU64::new(0),
-            epoch: Instant::now(),
-            partial_bytes: AtomicUsize::new(0),
-        })
-    }
-
-    /// When the connection last became idle; `None` while a call is open.
-    pub(crate) fn idle_since(&self) -> Option<Instant> {
-        if self.open_calls.load(Ordering::Acquire) > 0 {
-            return None;
-        }
-        let ms = self.idle_since_ms.load(Ordering::Acquire);
-        // A call that starts and ends between the two loads leaves a later time: still idle
-        // since then, which is what the caller needs.
-        if self.open_calls.load(Ordering::Acquire) > 0 {
-            return None;
-        }
-        Some(self.epoch + std::time::Duration::from_millis(ms))
-    }
-
-    fn call_started(self: &Arc<Self>) -> OpenCall {
-        self.open_calls.fetch_add(1, Ordering::AcqRel);
-        OpenCall { load: self.clone() }
-    }
-}
-
-/// A call counted open on its connection until dropped (with its response's body).
-#[derive(Debug)]
-struct OpenCall {
-    load: Arc<ConnectionLoad>,
-}
-
-impl Drop for OpenCall {
-    fn drop(&mut self) {
-        let ms = u64::try_from(self.load.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.load.idle_since_ms.fetch_max(ms, Ordering::AcqRel);
-        self.load.open_calls.fetch_sub(1, Ordering::AcqRel);
-    }
-}
 
 /// A count of bytes against a maximum.
 #[derive(Debug)]
@@ -184,7 +125,7 @@ impl<S> Admission<S> {
         let metadata = tonic::metadata::MetadataMap::from_headers(headers);
         auth.identity_of(certificate, &metadata)
             .err()
-            .map(|error| crate::grpc::core_status(&error))
+            .map(|error| palisade_proto::error::status_from_core(&error))
     }
 }
 

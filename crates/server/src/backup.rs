@@ -24,8 +24,8 @@ use palisade_core::{SessionId, Token};
 use palisade_sequencer::SigningKey;
 use serde::{Deserialize, Serialize};
 
+use crate::applied::Applied;
 use crate::keyring::Secret;
-use crate::state_machine::Applied;
 
 /// The format version written in every backup.
 pub const BACKUP_FORMAT: u32 = 1;

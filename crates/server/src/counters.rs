@@ -22,6 +22,7 @@
 //! VM or filesystem snapshot does) looks current. That is a restore, and needs the restore
 //! procedure (`palisade cluster backup` / `palisade restore`, or `recover-counters` by hand).
 
+use std::fs::File;
 use std::io;
 use std::path::Path;
 use std::sync::Mutex;
@@ -32,9 +33,8 @@ use palisade_core::limits::{RecoveryFloors, recovery_floors};
 use palisade_core::{SessionId, Token};
 use serde::{Deserialize, Serialize};
 
-use crate::files::{SECRET_FILE_MODE, write_file_atomically};
+use crate::files::{SECRET_FILE_MODE, read_small_file, write_file_atomically};
 use crate::raft_types::C;
-use crate::wal::{PendingFloor, keep_pending_floor, pending_token_floor};
 
 /// The mark's file, beside `signing.key`.
 pub const MARK_FILE: &str = "counters-mark.json";
@@ -108,7 +108,7 @@ pub fn now_unix_ms() -> u64 {
 /// The mark in `dir`, if there is one.
 pub fn read(dir: &Path) -> io::Result<Option<CounterMark>> {
     let path = dir.join(MARK_FILE);
-    let Some(bytes) = crate::wal::read_small_file(&path, MARK_BYTES_MAX)? else {
+    let Some(bytes) = crate::files::read_small_file(&path, MARK_BYTES_MAX)? else {
         return Ok(None);
     };
     let unreadable = |why: String| {
@@ -507,5 +507,97 @@ mod tests {
         assert_eq!(read(dir.path()).unwrap(), Some(at(11, 100, 10)));
         assert!(!marks.is_behind(Some(log_id(1, 11))));
         assert!(marks.is_behind(Some(log_id(1, 12))));
+    }
+}
+
+/// The file, beside the log, holding floors still to be proposed: written before a damaged
+/// tail is cut off the log or by `palisade recover-counters`, removed once a leader applied
+/// them. Its first line is the token floor (all older versions wrote); the second, if any, the
+/// session floor.
+pub const TOKEN_FLOOR_FILE: &str = "token-floor-pending";
+
+/// Floors of the counters still to be proposed ([`TOKEN_FLOOR_FILE`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingFloor {
+    /// Every later token goes above this one.
+    pub token: Token,
+    /// Every later session id goes above this one (`None` in a file of an older version).
+    pub session: Option<SessionId>,
+}
+
+impl PendingFloor {
+    /// The higher of two floors, counter by counter.
+    pub fn max(self, other: PendingFloor) -> PendingFloor {
+        PendingFloor {
+            token: self.token.max(other.token),
+            session: self.session.max(other.session),
+        }
+    }
+}
+
+/// The floors a cut of the log or a recovery left to propose in `dir`, if any.
+pub fn pending_token_floor(dir: &Path) -> io::Result<Option<PendingFloor>> {
+    let path = dir.join(TOKEN_FLOOR_FILE);
+    // Two numbers and a newline each: anything much longer is not this file.
+    let Some(bytes) = read_small_file(&path, 255)? else {
+        return Ok(None);
+    };
+    let text =
+        String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    let unreadable = |why: String| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{} holds {text:?}, not a token floor ({why}); it is written by palisade after \
+                 cutting a damaged tail off the log or by `palisade recover-counters`: run that \
+                 command again to rewrite it",
+                path.display()
+            ),
+        )
+    };
+    let mut lines = text.lines().map(str::trim).filter(|line| !line.is_empty());
+    let token = lines
+        .next()
+        .ok_or_else(|| unreadable("empty".into()))?
+        .parse::<u64>()
+        .map_err(|e| unreadable(e.to_string()))?;
+    let session = match lines.next() {
+        None => None,
+        Some(line) => Some(
+            line.strip_prefix("session ")
+                .ok_or_else(|| unreadable("the second line is not `session N`".into()))?
+                .parse::<u64>()
+                .map_err(|e| unreadable(e.to_string()))?,
+        ),
+    };
+    if lines.next().is_some() {
+        return Err(unreadable("more than two lines".into()));
+    }
+    Ok(Some(PendingFloor {
+        token: Token::new(token),
+        session: session.map(SessionId::new),
+    }))
+}
+
+/// Keeps `floor` in `dir` durably, raised to any floor the file already holds (a floor kept is
+/// never lowered); returns what the file holds after.
+pub fn keep_pending_floor(dir: &Path, floor: PendingFloor) -> io::Result<PendingFloor> {
+    let kept = match pending_token_floor(dir)? {
+        Some(earlier) => floor.max(earlier),
+        None => floor,
+    };
+    let mut text = format!("{}\n", kept.token.get());
+    if let Some(session) = kept.session {
+        text.push_str(&format!("session {}\n", session.get()));
+    }
+    write_file_atomically(dir, TOKEN_FLOOR_FILE, text.as_bytes(), None)?;
+    Ok(kept)
+}
+
+/// Removes the pending floor of `dir` once it is applied.
+pub fn forget_token_floor(dir: &Path) -> io::Result<()> {
+    match std::fs::remove_file(dir.join(TOKEN_FLOOR_FILE)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => File::open(dir)?.sync_all(),
     }
 }

@@ -1,6 +1,7 @@
 //! Replacing a file so that a crash leaves either the old contents or the new, never a mix: the
 //! snapshot, the signing key and the compacted log all go through [`write_file_atomically`].
 
+use std::fs::File;
 use std::io::{self, Write as _};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -110,4 +111,17 @@ mod tests {
             .collect();
         assert_eq!(names, ["key"]);
     }
+}
+
+/// The first `limit` bytes of the small file at `path`, and one more (so that a caller can tell
+/// a file longer than its limit), or `None` if there is no such file.
+pub(crate) fn read_small_file(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    match File::open(path) {
+        Ok(file) => file.take(limit + 1).read_to_end(&mut bytes)?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(Some(bytes))
 }

@@ -52,12 +52,13 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
-use crate::admission::ConnectionLoad;
+use crate::connection::ConnectionLoad;
+use crate::connection::{ConnectionInfo, Peer};
 use crate::limits::{
     CONNECTION_PREFACE_TIMEOUT, CONNECTIONS_MAX, CONNECTIONS_RESERVED_FOR_CERTIFIED,
     ConnectionLimits,
 };
-use crate::tls::{ConnectionInfo, Peer, ServerTls};
+use crate::tls::ServerTls;
 
 /// The length of the HTTP/2 client connection preface (RFC 9113, section 3.4).
 pub const PREFACE_BYTES: usize = 24;

@@ -14,10 +14,12 @@
 
 pub mod admin_token;
 mod admission;
+mod applied;
 pub mod auth;
 pub mod backup;
 pub mod cluster;
 mod config;
+mod connection;
 pub mod counters;
 pub mod disk;
 mod entropy;

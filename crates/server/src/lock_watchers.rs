@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
 use crate::limits::WATCH_BUFFER_EVENTS;
-use crate::state_machine::Published;
+use palisade_core::Event;
 
 /// Every open subscription, by the lock it watches.
 #[derive(Debug, Default)]
@@ -194,4 +194,14 @@ mod tests {
         }
         assert_eq!(slow.recv().await.unwrap_err(), Lagged { missed: 1 });
     }
+}
+
+/// An applied event as watchers receive it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    pub event: Event,
+    /// How many sessions wait for the event's lock once the entry that made the event was
+    /// applied (0 for an event of no lock). Carried here so that a watcher's work per event does
+    /// not grow with the queue, and never takes the lock the apply path holds.
+    pub waiters: u64,
 }

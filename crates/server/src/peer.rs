@@ -173,14 +173,14 @@ impl PeerNetwork {
     }
 
     /// The highest token floor a voter's reply to this node carried so far, if any.
-    pub fn learned_token_floor(&self) -> Option<crate::wal::PendingFloor> {
+    pub fn learned_token_floor(&self) -> Option<crate::counters::PendingFloor> {
         let session = match self.learned_session_floor.load(Ordering::SeqCst) {
             0 => None,
             floor => Some(palisade_core::SessionId::new(floor)),
         };
         match self.learned_floor.load(Ordering::SeqCst) {
             0 if session.is_none() => None,
-            floor => Some(crate::wal::PendingFloor {
+            floor => Some(crate::counters::PendingFloor {
                 token: Token::new(floor),
                 session,
             }),

@@ -31,7 +31,8 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::limits::{PEER_MESSAGE_BYTES_MAX, SNAPSHOT_BYTES_MAX, SNAPSHOT_CHUNK_BYTES_MAX};
 use crate::peer::ClusterName;
-use crate::raft_types::{C, PalisadeRaft, SnapshotData};
+use crate::raft_types::{C, SnapshotData};
+use crate::state_machine::PalisadeRaft;
 
 /// What a node does when it is admitted to a cluster (see `Admit` in `palisade_raft.proto`).
 pub trait Admission: Send + Sync + 'static {
@@ -45,7 +46,7 @@ pub trait Admission: Send + Sync + 'static {
     /// The token floor this node keeps because it cut a damaged tail off its log and that is
     /// not applied yet (see `token-floor-pending`): every vote it casts carries it. An error
     /// (the file cannot be read) refuses the vote.
-    fn pending_token_floor(&self) -> Result<Option<crate::wal::PendingFloor>, String>;
+    fn pending_token_floor(&self) -> Result<Option<crate::counters::PendingFloor>, String>;
 }
 
 /// Who sends a Raft request, for [`RaftPeerServer::check_sender`].

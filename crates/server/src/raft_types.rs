@@ -64,7 +64,6 @@ pub type C = TypeConfig;
 pub type Entry = <TypeConfig as openraft::RaftTypeConfig>::Entry;
 /// A snapshot travels and rests as the bytes of one JSON document.
 pub type SnapshotData = Cursor<Vec<u8>>;
-pub type PalisadeRaft = openraft::Raft<TypeConfig, crate::state_machine::StateMachine>;
 
 #[cfg(test)]
 mod tests {

@@ -381,7 +381,7 @@ impl Server {
             tokio::spawn(ui.run_until(async move { node.stopping().await }));
         }
         let (stopped, stop) = tokio::sync::oneshot::channel::<()>();
-        let connection_layer = tls::ConnectionLayer {
+        let connection_layer = crate::connection::ConnectionLayer {
             peers_checked: self.tls.as_ref().is_some_and(tls::ServerTls::peers_checked),
         };
         let serving = tonic::transport::Server::builder()

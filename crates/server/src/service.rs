@@ -28,9 +28,10 @@ use crate::limits::{
     LONG_LIVED_CALLS_PER_CONNECTION_MAX, WAITING_ACQUIRES_MAX, WATCHES_MAX,
 };
 use crate::lock_watchers::Lagged;
+use crate::lock_watchers::Published;
 use crate::node::{LeaderHint, Node, ProposeError};
 use crate::session_secret::{self, SessionSecret};
-use crate::state_machine::{Published, WATCH_BUFFER_EVENTS, WaitOutcome};
+use crate::state_machine::{WATCH_BUFFER_EVENTS, WaitOutcome};
 
 /// Why an operation did not succeed. Each variant says whether the operation took effect, so a
 /// transport maps it to a status without guessing.

@@ -30,10 +30,10 @@ use openraft::type_config::alias::{LogIdOf, StoredMembershipOf};
 use palisade_core::{LockTable, TableImage};
 use serde::{Deserialize, Serialize};
 
+use crate::applied::Applied;
 use crate::keyring::KeyRing;
 use crate::limits::SNAPSHOT_BYTES_MAX;
 use crate::raft_types::C;
-use crate::state_machine::Applied;
 
 /// The snapshot file this version writes.
 pub const SNAPSHOT_FILE: &str = "snapshot.bin";

@@ -26,12 +26,12 @@ use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder, StoredMembership
 use palisade_core::{
     Command, Event, Limits, LockTable, Output, ReleaseCause, SessionId, TimeMs, Token, WaitEndCause,
 };
-use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, broadcast, mpsc};
 
+use crate::applied::Applied;
 use crate::files::{SECRET_FILE_MODE, write_file_atomically};
 use crate::keyring::KeyRing;
-use crate::lock_watchers::{LockSubscription, LockWatchers};
+use crate::lock_watchers::{LockSubscription, LockWatchers, Published};
 use crate::log_store::DurableIndex;
 use crate::platform::Blocking;
 use crate::raft_types::{C, Proposal, SnapshotData};
@@ -130,21 +130,6 @@ impl Waiters {
     fn lock(&self) -> MutexGuard<'_, HashMap<(SessionId, String), WaiterList>> {
         self.by_wait.lock().expect("waiters lock poisoned")
     }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Applied {
-    pub(crate) table: LockTable,
-    pub(crate) last_applied: Option<LogIdOf<C>>,
-    pub(crate) membership: StoredMembershipOf<C>,
-    /// Ids of nodes that were members and were removed: never given to another directory.
-    /// Absent from snapshots of versions before it, and from snapshots where it is empty.
-    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
-    pub(crate) retired: BTreeSet<u64>,
-    /// The signing keys, once anyone has rotated (see [`crate::keyring`]). Absent from
-    /// snapshots of versions before it, and from snapshots where it is empty.
-    #[serde(default, skip_serializing_if = "KeyRing::is_empty")]
-    pub(crate) keys: KeyRing,
 }
 
 /// Writes the snapshot a restored data directory starts from: `table` and `keys`, at no log
@@ -296,15 +281,9 @@ impl Shared {
         self.installs.subscribe()
     }
 
-    /// A backup of everything applied so far (see [`crate::backup`]), taken at
-    /// `taken_at_unix_ms`.
-    pub fn backup(
-        &self,
-        founding_key: &palisade_sequencer::SigningKey,
-        taken_at_unix_ms: u64,
-    ) -> Vec<u8> {
-        let state = self.applied().clone();
-        crate::backup::Backup::new(state, founding_key, taken_at_unix_ms).to_bytes()
+    /// A copy of everything applied so far: what a backup holds (see [`crate::backup`]).
+    pub(crate) fn applied_copy(&self) -> Applied {
+        self.applied().clone()
     }
 
     /// The key ring's signing key, if anyone has rotated; read without the apply lock.
@@ -497,16 +476,6 @@ impl StateMachine {
             self.shared.lock_watchers.publish(published);
         }
     }
-}
-
-/// An applied event as watchers receive it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Published {
-    pub event: Event,
-    /// How many sessions wait for the event's lock once the entry that made the event was
-    /// applied (0 for an event of no lock). Carried here so that a watcher's work per event does
-    /// not grow with the queue, and never takes the lock the apply path holds.
-    pub waiters: u64,
 }
 
 /// The queue length of each event's lock in `table`, in the events' order. One look-up per
@@ -730,6 +699,9 @@ impl RaftStateMachine<C> for StateMachine {
         }))
     }
 }
+
+/// The Raft instance over this state machine: what a node runs and its peer service serves.
+pub type PalisadeRaft = openraft::Raft<crate::raft_types::TypeConfig, StateMachine>;
 
 #[cfg(test)]
 pub(crate) mod tests {

@@ -18,19 +18,15 @@
 //! HTTP/2 preface does.
 //!
 //! A verified client certificate's name ([`palisade_tls::certificate_name`]) reaches every
-//! request as a [`ClientCertName`] in its extensions ([`ConnectionLayer`]), for an
+//! request as a [`crate::connection::ClientCertName`] in its extensions ([`crate::connection::ConnectionLayer`]), for an
 //! authorization layer to read. Nothing here authorizes anything beyond the peer check.
 //!
 //! Certificates are read once, at start: replacing the files takes a restart.
 
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use palisade_tls::{ClientTls, Identity, Roots, TlsError};
-use tonic::codegen::http;
-use tonic::transport::server::TcpConnectInfo;
 
 /// The TLS settings of `palisade serve`: file paths, read when the server starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,12 +41,6 @@ pub struct ServerTlsConfig {
     /// ways, and the Raft service answers only connections that presented such a certificate.
     pub peer_ca: Option<PathBuf>,
 }
-
-/// The name of the verified certificate a client presented on this request's connection
-/// ([`palisade_tls::certificate_name`]: the subject's common name, else its first DNS name).
-/// In every request's extensions when there is one, absent otherwise.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ClientCertName(pub String);
 
 /// [`ServerTlsConfig`] loaded: what the listener and the peer network use.
 #[derive(Clone)]
@@ -117,12 +107,13 @@ impl ServerTls {
     pub(crate) fn identify(
         &self,
         chain: Option<&[rustls::pki_types::CertificateDer<'static>]>,
-    ) -> Peer {
+    ) -> crate::connection::Peer {
         let Some(chain) = chain.filter(|c| !c.is_empty()) else {
-            return Peer::default();
+            return crate::connection::Peer::default();
         };
-        Peer {
-            client_cert: palisade_tls::certificate_name(&chain[0]).map(ClientCertName),
+        crate::connection::Peer {
+            client_cert: palisade_tls::certificate_name(&chain[0])
+                .map(crate::connection::ClientCertName),
             is_peer: self
                 .peer_roots
                 .as_ref()
@@ -139,87 +130,6 @@ impl ServerTls {
     /// could pass for a peer's.
     pub(crate) fn peer_ca_is_a_client_ca(&self) -> bool {
         self.shared_ca
-    }
-}
-
-/// Who is at the other end of a connection, as its TLS handshake showed.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Peer {
-    pub(crate) client_cert: Option<ClientCertName>,
-    /// It presented a certificate chaining to the peer CA.
-    pub(crate) is_peer: bool,
-}
-
-/// A connection's `ConnectInfo` (tonic puts it in every request's extensions).
-#[derive(Debug, Clone)]
-pub struct ConnectionInfo {
-    pub(crate) tcp: TcpConnectInfo,
-    pub(crate) peer: Peer,
-    /// The connection's calls and request bytes ([`crate::admission`]).
-    pub(crate) load: std::sync::Arc<crate::admission::ConnectionLoad>,
-}
-
-/// The gRPC path prefix of the Raft service, answered only for peers when `peer_ca` is set.
-const RAFT_PATH_PREFIX: &str = "/palisade.raft.v1.Raft/";
-
-/// Puts each request's connection facts where handlers read them: the [`TcpConnectInfo`]
-/// (`Request::remote_addr`) and the [`ClientCertName`]; and, when peers are checked, refuses a
-/// Raft call from a connection without a peer certificate.
-#[derive(Debug, Clone)]
-pub(crate) struct ConnectionLayer {
-    pub(crate) peers_checked: bool,
-}
-
-impl<S> tower::Layer<S> for ConnectionLayer {
-    type Service = ConnectionService<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        ConnectionService {
-            inner,
-            peers_checked: self.peers_checked,
-        }
-    }
-}
-
-/// The service [`ConnectionLayer`] makes.
-#[derive(Debug, Clone)]
-pub(crate) struct ConnectionService<S> {
-    inner: S,
-    peers_checked: bool,
-}
-
-type BoxFuture<T> = Pin<Box<dyn std::future::Future<Output = T> + Send>>;
-
-impl<S, B> tower::Service<http::Request<B>> for ConnectionService<S>
-where
-    S: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>>,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-{
-    type Response = http::Response<tonic::body::Body>;
-    type Error = S::Error;
-    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
-        let info = request.extensions_mut().remove::<ConnectionInfo>();
-        let is_peer = info.as_ref().is_some_and(|i| i.peer.is_peer);
-        if let Some(info) = info {
-            if let Some(name) = info.peer.client_cert {
-                request.extensions_mut().insert(name);
-            }
-            request.extensions_mut().insert(info.tcp);
-        }
-        if self.peers_checked && !is_peer && request.uri().path().starts_with(RAFT_PATH_PREFIX) {
-            let status = tonic::Status::unauthenticated(
-                "Raft calls are answered only for peers presenting a certificate of the cluster's peer CA",
-            );
-            return Box::pin(async move { Ok(status.into_http()) });
-        }
-        Box::pin(self.inner.call(request))
     }
 }
 

@@ -44,6 +44,7 @@ use palisade_core::limits::recovery_floors;
 use palisade_core::{SessionId, Token};
 use serde::{Deserialize, Serialize};
 
+use crate::counters::{PendingFloor, keep_pending_floor};
 use crate::disk::{Disk, LogFile};
 use crate::files::write_file_atomically;
 use crate::limits::RECORD_BYTES_MAX;
@@ -485,111 +486,6 @@ impl Wal {
     }
 }
 
-/// The file, beside the log, holding floors still to be proposed: written before a damaged
-/// tail is cut off the log or by `palisade recover-counters`, removed once a leader applied
-/// them. Its first line is the token floor (all older versions wrote); the second, if any, the
-/// session floor.
-pub const TOKEN_FLOOR_FILE: &str = "token-floor-pending";
-
-/// Floors of the counters still to be proposed ([`TOKEN_FLOOR_FILE`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PendingFloor {
-    /// Every later token goes above this one.
-    pub token: Token,
-    /// Every later session id goes above this one (`None` in a file of an older version).
-    pub session: Option<SessionId>,
-}
-
-impl PendingFloor {
-    /// The higher of two floors, counter by counter.
-    pub fn max(self, other: PendingFloor) -> PendingFloor {
-        PendingFloor {
-            token: self.token.max(other.token),
-            session: self.session.max(other.session),
-        }
-    }
-}
-
-/// The first `limit` bytes of the small file at `path`, and one more (so that a caller can tell
-/// a file longer than its limit), or `None` if there is no such file.
-pub(crate) fn read_small_file(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
-    use std::io::Read as _;
-    let mut bytes = Vec::new();
-    match File::open(path) {
-        Ok(file) => file.take(limit + 1).read_to_end(&mut bytes)?,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    Ok(Some(bytes))
-}
-
-/// The floors a cut of the log or a recovery left to propose in `dir`, if any.
-pub fn pending_token_floor(dir: &Path) -> io::Result<Option<PendingFloor>> {
-    let path = dir.join(TOKEN_FLOOR_FILE);
-    // Two numbers and a newline each: anything much longer is not this file.
-    let Some(bytes) = read_small_file(&path, 255)? else {
-        return Ok(None);
-    };
-    let text =
-        String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-    let unreadable = |why: String| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!(
-                "{} holds {text:?}, not a token floor ({why}); it is written by palisade after \
-                 cutting a damaged tail off the log or by `palisade recover-counters`: run that \
-                 command again to rewrite it",
-                path.display()
-            ),
-        )
-    };
-    let mut lines = text.lines().map(str::trim).filter(|line| !line.is_empty());
-    let token = lines
-        .next()
-        .ok_or_else(|| unreadable("empty".into()))?
-        .parse::<u64>()
-        .map_err(|e| unreadable(e.to_string()))?;
-    let session = match lines.next() {
-        None => None,
-        Some(line) => Some(
-            line.strip_prefix("session ")
-                .ok_or_else(|| unreadable("the second line is not `session N`".into()))?
-                .parse::<u64>()
-                .map_err(|e| unreadable(e.to_string()))?,
-        ),
-    };
-    if lines.next().is_some() {
-        return Err(unreadable("more than two lines".into()));
-    }
-    Ok(Some(PendingFloor {
-        token: Token::new(token),
-        session: session.map(SessionId::new),
-    }))
-}
-
-/// Keeps `floor` in `dir` durably, raised to any floor the file already holds (a floor kept is
-/// never lowered); returns what the file holds after.
-pub fn keep_pending_floor(dir: &Path, floor: PendingFloor) -> io::Result<PendingFloor> {
-    let kept = match pending_token_floor(dir)? {
-        Some(earlier) => floor.max(earlier),
-        None => floor,
-    };
-    let mut text = format!("{}\n", kept.token.get());
-    if let Some(session) = kept.session {
-        text.push_str(&format!("session {}\n", session.get()));
-    }
-    write_file_atomically(dir, TOKEN_FLOOR_FILE, text.as_bytes(), None)?;
-    Ok(kept)
-}
-
-/// Removes the pending floor of `dir` once it is applied.
-pub fn forget_token_floor(dir: &Path) -> io::Result<()> {
-    match std::fs::remove_file(dir.join(TOKEN_FLOOR_FILE)) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-        _ => File::open(dir)?.sync_all(),
-    }
-}
-
 /// The directory holding `path` (`.` for a bare file name).
 fn directory_of(path: &Path) -> &Path {
     path.parent()
@@ -638,6 +534,7 @@ mod tests {
     use std::os::unix::fs::FileExt;
 
     use super::*;
+    use crate::counters::{TOKEN_FLOOR_FILE, pending_token_floor};
 
     fn entry(index: u64) -> Entry {
         openraft::testing::blank_ent::<C>(1, 1, index)

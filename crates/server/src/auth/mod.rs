@@ -248,7 +248,7 @@ impl Auth {
     /// Sources of identity:
     ///
     /// 1. A verified client certificate (mutual TLS): its name, from the request's extensions
-    ///    ([`crate::tls::ClientCertName`]), checked with [`Identity::new`].
+    ///    ([`crate::connection::ClientCertName`]), checked with [`Identity::new`].
     /// 2. An `authorization: Bearer <token>` header whose token the token file has.
     ///
     /// A request with both must name the same identity with each, or it is refused. A request
@@ -551,7 +551,7 @@ impl Credential {
         Credential {
             certificate: request
                 .extensions()
-                .get::<crate::tls::ClientCertName>()
+                .get::<crate::connection::ClientCertName>()
                 .map(|name| name.0.clone()),
             ..Credential::from_metadata(request.metadata())
         }

@@ -28,7 +28,10 @@ impl Node {
             .await
             .map_err(MembershipError::NotLeader)?;
         let now_ms = crate::counters::now_unix_ms();
-        Ok(self.shared.backup(&self.founding_key(), now_ms))
+        Ok(
+            crate::backup::Backup::new(self.shared.applied_copy(), &self.founding_key(), now_ms)
+                .to_bytes(),
+        )
     }
 
     /// The published keys and which one signs, read linearizably on the leader.

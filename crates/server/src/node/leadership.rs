@@ -183,7 +183,7 @@ impl Node {
         // and sessions clients saw: this node's own, or a voter's that elected it (learned
         // from its vote). No grant or session of this term comes before the highest such
         // floors are applied.
-        let own = match crate::wal::pending_token_floor(&self.data_dir) {
+        let own = match crate::counters::pending_token_floor(&self.data_dir) {
             Ok(own) => own,
             Err(e) => {
                 tracing::error!(error = %e, "not taking over: the token floor left by a cut of the log cannot be read");

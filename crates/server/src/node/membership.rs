@@ -63,9 +63,9 @@ impl crate::peer_service::Admission for Node {
         self.shared.is_retired(id)
     }
 
-    fn pending_token_floor(&self) -> Result<Option<crate::wal::PendingFloor>, String> {
+    fn pending_token_floor(&self) -> Result<Option<crate::counters::PendingFloor>, String> {
         self.forget_applied_floor();
-        crate::wal::pending_token_floor(&self.data_dir).map_err(|e| e.to_string())
+        crate::counters::pending_token_floor(&self.data_dir).map_err(|e| e.to_string())
     }
 
     fn admit(&self, from: u64, signing_key: [u8; 32]) -> Result<u64, String> {
@@ -410,7 +410,7 @@ impl Node {
     /// above the floor: a committed entry put every later token above it.
     pub(super) fn forget_applied_floor(&self) {
         let (token, session) = self.shared.read(|t| (t.last_token(), t.last_session()));
-        match crate::wal::pending_token_floor(&self.data_dir) {
+        match crate::counters::pending_token_floor(&self.data_dir) {
             Ok(Some(floor))
                 if floor.token <= token && floor.session.is_none_or(|floor| floor <= session) =>
             {
@@ -420,7 +420,7 @@ impl Node {
                     tracing::warn!(error = %e, "could not write the counters' mark; the applied floor's file is kept");
                     return;
                 }
-                match crate::wal::forget_token_floor(&self.data_dir) {
+                match crate::counters::forget_token_floor(&self.data_dir) {
                     Ok(()) => tracing::info!(
                         floor = floor.token.get(),
                         "the token floor left by a cut of the log is applied; its file is removed"

@@ -29,7 +29,8 @@ use crate::keyring::KeyView;
 use crate::log_store::LogStore;
 use crate::peer::{ClusterName, PeerNetwork};
 use crate::platform::Blocking;
-use crate::raft_types::{C, Member, PalisadeRaft};
+use crate::raft_types::{C, Member};
+use crate::state_machine::PalisadeRaft;
 use crate::state_machine::{Shared, StateMachine};
 
 mod admin;
