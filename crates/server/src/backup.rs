@@ -1,6 +1,6 @@
 //! Backups of a running cluster, and restoring one as a new cluster whose tokens never go back.
 //!
-//! A backup ([`Backup`], `palisade cluster backup`) is the leader's state machine at a
+//! A backup (`Backup`, `palisade cluster backup`) is the leader's state machine at a
 //! linearizable point, with the cluster's founding key: the lock table, its limits and token
 //! counter, and the key ring. It is one JSON document, as secret as the keys in it.
 //!

@@ -38,11 +38,6 @@ pub struct GrpcCluster {
 }
 
 impl GrpcCluster {
-    /// The service without authorization ([`Auth::open`]).
-    pub fn new(node: Arc<Node>) -> GrpcCluster {
-        GrpcCluster::with_auth(node, Arc::new(Auth::open()))
-    }
-
     /// The service refusing every call of a caller without the admin right under `auth`.
     pub fn with_auth(node: Arc<Node>, auth: Arc<Auth>) -> GrpcCluster {
         GrpcCluster {

@@ -16,7 +16,7 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// Address of the Prometheus `/metrics` endpoint (off when `None`).
     pub metrics_listen: Option<SocketAddr>,
-    /// Address of the read-only web UI ([`ui`]; off when `None`; port 0 picks a free one).
+    /// Address of the read-only web UI (`ui`; off when `None`; port 0 picks a free one).
     pub ui_listen: Option<SocketAddr>,
     /// After a holder's session expires, its locks are not granted again for this long (in
     /// whole milliseconds, the lock table's unit: anything below one is dropped).
@@ -130,7 +130,7 @@ pub enum ServeError {
         /// What anyone who reaches the listener could do.
         exposes: &'static str,
     },
-    /// Peers would not be authenticated where they must be (see [`peer_authentication`]), and
+    /// Peers would not be authenticated where they must be (see `peer_authentication`), and
     /// `insecure_peers` is not set.
     #[error(
         "refusing to start: {why}: {reason}. Whoever speaks Raft to a member can rewrite \

@@ -14,7 +14,7 @@
 //!
 //! At start ([`check_at_start`]), a directory with a key whose log (snapshot and `raft.wal`)
 //! does not reach the mark refuses to start unless a pending floor above the mark is kept
-//! (`token-floor-pending`, see [`crate::wal`]): [`recover`] (`palisade recover-counters`)
+//! (`token-floor-pending`, see `wal`): [`recover`] (`palisade recover-counters`)
 //! writes one, relative to the mark ([`palisade_core::limits::recovery_floors`]); the node
 //! proposes it before it grants anything, and votes carry it to the next leader.
 //!

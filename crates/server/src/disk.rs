@@ -88,7 +88,7 @@ pub enum OnCrash {
     LoseAll,
 }
 
-/// A file behind a write-back cache. Writes are held in memory until [`LogFile::sync_data`]
+/// A file behind a write-back cache. Writes are held in memory until `sync_data`
 /// writes them to the file and syncs it. Dropped with writes still held (the machine lost
 /// power), it lets them reach the file as [`OnCrash`] says, page by page in any order.
 #[derive(Debug)]

@@ -1,52 +1,65 @@
 //! The Palisade lock service: the lock core driven by openraft, durable in a write-ahead file,
 //! served over gRPC.
 //!
-//! - [`node`]: the Raft instance, the leader's clock, the lease driver and the signing key;
-//! - [`log_store`]: the Raft log with group commit, on the write-ahead file of [`wal`];
-//! - [`state_machine`]: the lock table as openraft's state machine, with snapshots;
-//! - [`service`]: the lock service's operations, independent of any transport;
-//! - [`grpc`]: the `palisade.v1.Locks` gRPC service, a conversion layer over [`service`];
-//! - [`cluster`]: the `palisade.v1.Cluster` gRPC service (membership, for operators);
-//! - [`auth`]: bearer tokens, the policy file and per-identity quotas;
-//! - [`peer`] and [`peer_service`]: Raft traffic between nodes, sending and receiving;
-//! - [`metrics`]: Prometheus metric names and exporter;
-//! - [`ui`]: the read-only web UI (`--ui-listen`) and its timeline of grants.
+//! **The API** (what `palisade-cli`, the simulation and embedders use):
+//!
+//! - [`Server`], [`ServerConfig`], [`Platform`] and [`serve`]: start and run a node;
+//! - [`node`]: the running node ([`node::Node`]) and its operations: propose, read, membership,
+//!   backup, the token floor and the keys;
+//! - [`auth`], [`tls`]: the token file, the policy and TLS, as `palisade serve` loads them;
+//! - [`backup`], [`counters`]: `palisade restore` and `palisade recover-counters` on a data
+//!   directory;
+//! - [`disk`]: how the log's file meets the disk (a simulation injects faults here);
+//! - [`limits`]: every bound the server enforces.
+//!
+//! **Inside** (private): the gRPC services (`grpc`, `cluster`, the web UI `ui`), connection
+//! admission (`incoming`, `connection`, `admission`), the log (`wal`) and the key ring.
+//!
+//! **Reached by tests only** (`#[doc(hidden)]`, not API): [`log_store`], [`state_machine`],
+//! [`raft_types`], [`peer`], [`peer_service`] and [`service`], which `server/tests` (openraft's
+//! storage suite, the peer transport) and `cli/tests` drive directly.
 
-pub mod admin_token;
+mod admin_token;
 mod admission;
 mod applied;
 pub mod auth;
 pub mod backup;
-pub mod cluster;
+mod cluster;
 mod config;
 mod connection;
 pub mod counters;
 pub mod disk;
 mod entropy;
 mod files;
-pub mod grpc;
+mod grpc;
 mod identity;
 mod incoming;
-pub mod keyring;
+mod keyring;
 mod keys;
 pub mod limits;
-pub mod lock_watchers;
+mod lock_watchers;
+#[doc(hidden)]
 pub mod log_store;
-pub mod metrics;
+mod metrics;
 pub mod node;
+#[doc(hidden)]
 pub mod peer;
+#[doc(hidden)]
 pub mod peer_service;
 mod platform;
+#[doc(hidden)]
 pub mod raft_types;
-pub mod runtime;
+mod runtime;
 mod server;
+#[doc(hidden)]
 pub mod service;
-pub mod session_secret;
+mod session_secret;
 mod snapshot_file;
+#[doc(hidden)]
 pub mod state_machine;
 pub mod tls;
-pub mod ui;
-pub mod wal;
+mod ui;
+mod wal;
 
 pub use config::{ServeError, ServerConfig};
 pub use files::{SECRET_FILE_MODE, write_file_atomically};

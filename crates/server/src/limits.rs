@@ -128,7 +128,7 @@ pub const LIST_PAGE_LOCKS_MAX: usize = 128;
 /// of locks with long queues can still be too large; only paginating by bytes would cover it.
 pub const LOCK_INFO_BYTES_MAX: usize = LOCK_NAME_BYTES_MAX + 3 + 96;
 
-/// The web UI (`palisade serve --ui-listen`, [`crate::ui`]): connections served at once; more
+/// The web UI (`palisade serve --ui-listen`, `ui`): connections served at once; more
 /// wait in the accept backlog.
 pub const UI_CONNECTIONS_MAX: usize = 64;
 /// Live views (`/api/stream`) open at once over all connections; each also counts against its
@@ -146,7 +146,7 @@ pub const UI_WAITERS_SHOWN_MAX: usize = 8;
 /// How often a live view sends its page afresh: leases counting down, renewals (which make no
 /// event), membership and leader.
 pub const UI_REFRESH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
-/// The timeline ([`crate::ui::timeline`]): grants, releases and expiries kept per lock…
+/// The timeline (`ui::timeline`): grants, releases and expiries kept per lock…
 pub const TIMELINE_EVENTS_PER_LOCK_MAX: usize = 16;
 /// …for at most this many locks, the least recently active forgotten first.
 pub const TIMELINE_LOCKS_MAX: usize = 1_024;

@@ -76,12 +76,14 @@ impl LockWatchers {
         }
     }
 
-    /// How many subscriptions are open (for tests and metrics).
+    /// How many subscriptions are open.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.lock_map().values().map(Vec::len).sum()
     }
 
     /// Whether no subscription is open.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.lock_map().is_empty()
     }

@@ -1,5 +1,5 @@
 //! The Raft log store: the log in memory, made durable by one writer thread that commits in
-//! groups to the write-ahead file of [`crate::wal`].
+//! groups to the write-ahead file of `wal`.
 //!
 //! Every entry not yet purged is kept in memory, so readers never touch the disk and see an
 //! entry as soon as `append` returns (openraft's requirement), even before it is durable. Writes

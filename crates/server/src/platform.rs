@@ -37,7 +37,7 @@ impl Blocking {
 pub struct Platform {
     /// Where the node reads time.
     pub clock: palisade_clock::SharedClock,
-    /// Where it accepts connections; `None` binds [`ServerConfig::listen`] over TCP.
+    /// Where it accepts connections; `None` binds `listen` over TCP.
     pub listener: Option<Listener>,
     /// How it connects to its peers; TCP when `None`.
     pub dialer: Option<palisade_proto::transport::Dialer>,

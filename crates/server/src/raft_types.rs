@@ -49,7 +49,7 @@ pub struct Member {
     /// Where clients and peers reach the member (`host:port`).
     pub addr: String,
     /// The incarnation of the member's data directory when it was admitted; 0 if unknown
-    /// (recorded before incarnations existed). See [`crate::identity`].
+    /// (recorded before incarnations existed). See `identity`.
     #[serde(default)]
     pub incarnation: u64,
 }

@@ -4,7 +4,7 @@
 //! **API Boundary:** this module owns everything a request does beyond decoding it: name
 //! validation, permits for calls that stay open, proposing commands, waiting on queued
 //! acquires, signing grants, linearizable reads and the watch stream's snapshot and
-//! translation. A transport ([`crate::grpc`] today) only converts its messages to these calls
+//! translation. A transport (`grpc` today) only converts its messages to these calls
 //! and [`ServiceError`] to its status codes, so a second transport, or the peer RPC service of a
 //! cluster, is a thin adapter.
 

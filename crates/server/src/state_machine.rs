@@ -1,7 +1,7 @@
 //! The replicated state machine: the lock table, applied in log order, snapshotted to disk.
 //!
 //! The table lives in memory; its durability comes from the Raft log plus a snapshot file
-//! (`snapshot.bin`, replaced atomically; see [`crate::snapshot_file`]) that lets the log be
+//! (`snapshot.bin`, replaced atomically; see `snapshot_file`) that lets the log be
 //! purged. On start the snapshot is loaded and openraft re-applies the committed entries after
 //! it.
 //!

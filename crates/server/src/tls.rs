@@ -18,7 +18,7 @@
 //! HTTP/2 preface does.
 //!
 //! A verified client certificate's name ([`palisade_tls::certificate_name`]) reaches every
-//! request as a [`crate::connection::ClientCertName`] in its extensions ([`crate::connection::ConnectionLayer`]), for an
+//! request as a `connection::ClientCertName` in its extensions (`connection::ConnectionLayer`), for an
 //! authorization layer to read. Nothing here authorizes anything beyond the peer check.
 //!
 //! Certificates are read once, at start: replacing the files takes a restart.

@@ -300,6 +300,7 @@ fn seal_frame(out: &mut [u8], start: usize) {
 
 impl Wal {
     /// Opens the file at `path` (creating it), replays it, and cuts off a torn tail.
+    #[cfg(test)]
     pub fn open(path: &Path) -> io::Result<(Wal, LogState)> {
         Wal::open_on(path, Disk::direct())
     }
@@ -444,6 +445,7 @@ impl Wal {
     }
 
     /// Rewrites the file from `state` if purged records make up most of it.
+    #[cfg(test)]
     pub fn maybe_compact(&mut self, state: &LogState, live_bytes_estimate: u64) -> io::Result<()> {
         if !self.compaction_due(live_bytes_estimate) {
             return Ok(());

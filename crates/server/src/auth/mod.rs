@@ -206,7 +206,7 @@ impl Auth {
     }
 
     /// Takes the cluster's admin token from `token` (called for each request that presents a
-    /// bearer token to a server without a policy): see [`crate::admin_token`].
+    /// bearer token to a server without a policy): see `admin_token`.
     pub fn set_admin_token(&self, token: impl Fn() -> String + Send + Sync + 'static) {
         *self.admin_token.write().unwrap_or_else(|e| e.into_inner()) =
             Some(AdminTokenSource(Arc::new(token)));
@@ -248,7 +248,7 @@ impl Auth {
     /// Sources of identity:
     ///
     /// 1. A verified client certificate (mutual TLS): its name, from the request's extensions
-    ///    ([`crate::connection::ClientCertName`]), checked with [`Identity::new`].
+    ///    (`connection::ClientCertName`), checked with [`Identity::new`].
     /// 2. An `authorization: Bearer <token>` header whose token the token file has.
     ///
     /// A request with both must name the same identity with each, or it is refused. A request

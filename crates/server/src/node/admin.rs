@@ -102,7 +102,7 @@ impl Node {
         }
     }
 
-    /// Changes the cluster's keys (see [`crate::keyring`]) and returns them as they are after.
+    /// Changes the cluster's keys (see `keyring`) and returns them as they are after.
     /// Checked here against the current ring, then committed as one Raft entry.
     pub async fn change_keys(&self, request: KeyRequest) -> Result<Vec<KeyView>, MembershipError> {
         let term = self.leading_term()?;

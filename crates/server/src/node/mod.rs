@@ -431,7 +431,7 @@ impl Node {
         self.identity.node_id
     }
 
-    /// The incarnation of this node's data directory (see [`crate::identity`]).
+    /// The incarnation of this node's data directory (see `identity`).
     pub fn incarnation(&self) -> u64 {
         self.identity.incarnation
     }
