@@ -70,6 +70,19 @@ pub fn write_file_atomically(
     std::fs::File::open(dir)?.sync_all()
 }
 
+/// The first `limit` bytes of the small file at `path`, and one more (so that a caller can tell
+/// a file longer than its limit), or `None` if there is no such file.
+pub(crate) fn read_small_file(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    match File::open(path) {
+        Ok(file) => file.take(limit + 1).read_to_end(&mut bytes)?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(Some(bytes))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,17 +124,4 @@ mod tests {
             .collect();
         assert_eq!(names, ["key"]);
     }
-}
-
-/// The first `limit` bytes of the small file at `path`, and one more (so that a caller can tell
-/// a file longer than its limit), or `None` if there is no such file.
-pub(crate) fn read_small_file(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
-    use std::io::Read as _;
-    let mut bytes = Vec::new();
-    match File::open(path) {
-        Ok(file) => file.take(limit + 1).read_to_end(&mut bytes)?,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    Ok(Some(bytes))
 }

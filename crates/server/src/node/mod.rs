@@ -198,61 +198,6 @@ fn raft_config() -> Result<Config, StartError> {
     config.validate().map_err(StartError::raft)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn config(dir: &std::path::Path, node_id: u64) -> NodeConfig {
-        NodeConfig {
-            node_id,
-            data_dir: dir.to_path_buf(),
-            limits: Limits::default(),
-            clock: palisade_clock::TokioClock::shared(),
-            advertise: "127.0.0.1:1".into(),
-            initial_cluster: None,
-            join: true,
-            dialer: None,
-            blocking: Blocking::Threads,
-            disk: crate::disk::Disk::direct(),
-        }
-    }
-
-    #[tokio::test]
-    async fn a_start_cut_off_before_its_identity_was_written_keeps_the_node_id() {
-        let dir = tempfile::tempdir().unwrap();
-        // A first start of node 3 died after creating its empty log, before writing node.json.
-        LogStore::open(&dir.path().join(LOG_FILE)).unwrap().close();
-        assert!(!dir.path().join("node.json").exists());
-
-        let node = Node::start(config(dir.path(), 3))
-            .await
-            .expect("the directory holds no entry of any node, so it is node 3's");
-        assert_eq!(node.node_id(), 3);
-        node.shutdown().await;
-    }
-
-    #[tokio::test]
-    async fn a_data_directory_in_use_gets_no_signing_key_from_a_second_server() {
-        let dir = tempfile::tempdir().unwrap();
-        // Another process holds the directory's lock (the log's lock file) and has not yet
-        // created its key.
-        let lock = std::fs::File::create(dir.path().join(LOG_FILE).with_extension("lock")).unwrap();
-        lock.try_lock().unwrap();
-
-        let refused = Node::start(NodeConfig {
-            join: false,
-            ..config(dir.path(), 1)
-        })
-        .await
-        .unwrap_err();
-        assert!(refused.to_string().contains("in use"), "{refused}");
-        assert!(
-            !dir.path().join("signing.key").exists(),
-            "a refused server created a signing key in a directory it does not own"
-        );
-    }
-}
-
 impl Node {
     /// Opens the data directory and recovers the lock table. A new directory bootstraps a
     /// one-member group, or the cluster of `config.initial_cluster` if this node has its lowest
@@ -513,5 +458,60 @@ impl Node {
         }
         let log = self.log.clone();
         let _ = self.blocking.run(move || log.close()).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(dir: &std::path::Path, node_id: u64) -> NodeConfig {
+        NodeConfig {
+            node_id,
+            data_dir: dir.to_path_buf(),
+            limits: Limits::default(),
+            clock: palisade_clock::TokioClock::shared(),
+            advertise: "127.0.0.1:1".into(),
+            initial_cluster: None,
+            join: true,
+            dialer: None,
+            blocking: Blocking::Threads,
+            disk: crate::disk::Disk::direct(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_start_cut_off_before_its_identity_was_written_keeps_the_node_id() {
+        let dir = tempfile::tempdir().unwrap();
+        // A first start of node 3 died after creating its empty log, before writing node.json.
+        LogStore::open(&dir.path().join(LOG_FILE)).unwrap().close();
+        assert!(!dir.path().join("node.json").exists());
+
+        let node = Node::start(config(dir.path(), 3))
+            .await
+            .expect("the directory holds no entry of any node, so it is node 3's");
+        assert_eq!(node.node_id(), 3);
+        node.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_data_directory_in_use_gets_no_signing_key_from_a_second_server() {
+        let dir = tempfile::tempdir().unwrap();
+        // Another process holds the directory's lock (the log's lock file) and has not yet
+        // created its key.
+        let lock = std::fs::File::create(dir.path().join(LOG_FILE).with_extension("lock")).unwrap();
+        lock.try_lock().unwrap();
+
+        let refused = Node::start(NodeConfig {
+            join: false,
+            ..config(dir.path(), 1)
+        })
+        .await
+        .unwrap_err();
+        assert!(refused.to_string().contains("in use"), "{refused}");
+        assert!(
+            !dir.path().join("signing.key").exists(),
+            "a refused server created a signing key in a directory it does not own"
+        );
     }
 }
