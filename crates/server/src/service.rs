@@ -23,6 +23,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::auth::{Ask, Auth, Caller, LiveCaller};
+use crate::limits::WATCH_BUFFER_EVENTS;
 use crate::limits::{
     KEEPALIVE_BUFFER_RESPONSES, KEEPALIVE_STREAMS_MAX, LIST_PAGE_LOCKS_MAX,
     LONG_LIVED_CALLS_PER_CONNECTION_MAX, WAITING_ACQUIRES_MAX, WATCHES_MAX,
@@ -31,7 +32,7 @@ use crate::lock_watchers::Lagged;
 use crate::lock_watchers::Published;
 use crate::node::{LeaderHint, Node, ProposeError};
 use crate::session_secret::{self, SessionSecret};
-use crate::state_machine::{WATCH_BUFFER_EVENTS, WaitOutcome};
+use crate::state_machine::WaitOutcome;
 
 /// Why an operation did not succeed. Each variant says whether the operation took effect, so a
 /// transport maps it to a status without guessing.
@@ -473,7 +474,7 @@ impl LockService {
         };
         // A retried open finds the session its key opened, with the digest and the owner it
         // was opened with: only its owner is handed it.
-        let (stored, owner) = self.node.shared().read(|t| {
+        let (stored, owner) = self.node.read_table(|t| {
             (
                 t.session_secret_digest(session),
                 t.session_owner(session).flatten().cloned(),
@@ -708,7 +709,7 @@ impl LockService {
             .then(|| self.waiting_acquires.take(connection))
             .transpose()?;
         // Register before proposing: a grant from the queue may be applied at any moment after.
-        let waiters = self.node.shared().waiters();
+        let waiters = self.node.waiters();
         let registration = (wait != Wait::Try).then(|| waiters.register(session, &lock));
         let command = Command::Acquire {
             session,
@@ -769,7 +770,7 @@ impl LockService {
 
     /// `lock` is busy, as the table holds it now.
     fn busy(&self, lock: String) -> CoreError {
-        let status = self.node.shared().read(|t| t.lock_status(&lock));
+        let status = self.node.read_table(|t| t.lock_status(&lock));
         CoreError::Busy {
             holder_session: status
                 .as_ref()
@@ -853,8 +854,7 @@ impl LockService {
         self.before_read(read).await?;
         let (status, last_token) = self
             .node
-            .shared()
-            .read(|t| (t.lock_status(&lock), t.last_token_of(&lock)));
+            .read_table(|t| (t.lock_status(&lock), t.last_token_of(&lock)));
         Ok(match status {
             Some(status) => self.view(status),
             None => LockView {
@@ -896,8 +896,7 @@ impl LockService {
         self.before_read(read).await?;
         let statuses = self
             .node
-            .shared()
-            .read(|t| t.locks(prefix, start_after, limit));
+            .read_table(|t| t.locks(prefix, start_after, limit));
         let next_start_after = (statuses.len() == limit)
             .then(|| statuses.last().map(|s| s.lock.clone()))
             .flatten();
@@ -924,8 +923,8 @@ impl LockService {
         let quota_permit = self.auth.watch_permit(caller.caller())?;
         let permit = self.watches.take(connection)?;
         // Subscribe before reading the current state, so no change falls in between.
-        let mut events = self.node.shared().subscribe_lock(&lock);
-        let mut installs = self.node.shared().subscribe_installs();
+        let mut events = self.node.subscribe_lock(&lock);
+        let mut installs = self.node.subscribe_installs();
         self.node.linearizable_read().await?;
         let first = snapshot_change(&self.node, &lock);
         let (tx, rx) = mpsc::channel(WATCH_BUFFER_EVENTS);
@@ -1056,7 +1055,7 @@ impl LockService {
 /// The state of `lock` as the table holds it now, as a watch's `Snapshot` change.
 fn snapshot_change(node: &Node, lock: &str) -> LockChange {
     // The holder and the count only: the queue itself is not copied.
-    let (holder, waiters) = node.shared().read(|t| {
+    let (holder, waiters) = node.read_table(|t| {
         let holder = t.holder(lock);
         (holder, t.waiter_count(lock) as u64)
     });

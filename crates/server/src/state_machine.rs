@@ -37,7 +37,7 @@ use crate::platform::Blocking;
 use crate::raft_types::{C, Proposal, SnapshotData};
 use crate::snapshot_file::{LEGACY_SNAPSHOT_FILE, SNAPSHOT_FILE};
 
-pub use crate::limits::WATCH_BUFFER_EVENTS;
+use crate::limits::WATCH_BUFFER_EVENTS;
 
 /// How a queued acquire ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -20,18 +20,19 @@ use openraft::async_runtime::WatchReceiver;
 use openraft::storage::{RaftLogReader as _, RaftLogStorage as _};
 use openraft::{Config, SnapshotPolicy};
 use palisade_clock::SharedClock;
-use palisade_core::{Limits, TimeMs};
+use palisade_core::{Limits, LockTable, TimeMs};
 use palisade_proto::transport::Dialer;
 use palisade_sequencer::{KeySet, PublicKey, SigningKey};
 
 use crate::identity::Identity;
 use crate::keyring::KeyView;
+use crate::lock_watchers::{LockSubscription, Published};
 use crate::log_store::LogStore;
 use crate::peer::{ClusterName, PeerNetwork};
 use crate::platform::Blocking;
 use crate::raft_types::{C, Member};
 use crate::state_machine::PalisadeRaft;
-use crate::state_machine::{Shared, StateMachine};
+use crate::state_machine::{Shared, StateMachine, Waiters};
 
 mod admin;
 mod leadership;
@@ -381,12 +382,36 @@ impl Node {
         self.identity.incarnation
     }
 
+    /// The Raft instance: what the peer service serves.
     pub fn raft(&self) -> &PalisadeRaft {
         &self.raft
     }
 
-    pub fn shared(&self) -> &Shared {
-        &self.shared
+    /// Reads the lock table as this node has applied it. Not linearizable by itself: a
+    /// caller that must see every committed write calls [`Node::linearizable_read`] first, or
+    /// reads as the leader ([`Node::read_as_leader`]).
+    pub fn read_table<R>(&self, f: impl FnOnce(&LockTable) -> R) -> R {
+        self.shared.read(f)
+    }
+
+    /// The sessions waiting for an acquire's outcome, by lock.
+    pub(crate) fn waiters(&self) -> &Waiters {
+        self.shared.waiters()
+    }
+
+    /// Every event applied from now on, with each lock's queue length.
+    pub(crate) fn subscribe_events(&self) -> tokio::sync::broadcast::Receiver<Published> {
+        self.shared.subscribe_events()
+    }
+
+    /// The changes of `lock` applied from now on.
+    pub(crate) fn subscribe_lock(&self, lock: &str) -> LockSubscription {
+        self.shared.subscribe_lock(lock)
+    }
+
+    /// Counts the snapshots installed: after one, a watcher reads the table afresh.
+    pub(crate) fn subscribe_installs(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.shared.subscribe_installs()
     }
 
     /// The public half of the key that signs sequencers now.

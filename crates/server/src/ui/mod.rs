@@ -494,7 +494,7 @@ impl UiState {
         let wanted = ask.limit + 1;
         let start_after = ask.start_after.as_deref();
         let mut rows: BTreeMap<String, Option<LockStatus>> = BTreeMap::new();
-        self.node().shared().read(|table| {
+        self.node().read_table(|table| {
             for prefix in scope.prefixes() {
                 let found = table.locks(prefix, start_after, wanted - rows.len().min(wanted));
                 rows.extend(found.into_iter().map(|s| (s.lock.clone(), Some(s))));
@@ -519,7 +519,7 @@ impl UiState {
         let more = rows.len() > ask.limit;
         let rows: Vec<(String, Option<LockStatus>)> = rows.into_iter().take(ask.limit).collect();
         // Locks the timeline knows and the table no longer holds: free, with their last token.
-        let last_tokens: Vec<Option<Token>> = self.node().shared().read(|table| {
+        let last_tokens: Vec<Option<Token>> = self.node().read_table(|table| {
             rows.iter()
                 .map(|(name, status)| match status {
                     Some(_) => None,
@@ -627,8 +627,8 @@ async fn stream_handler(
             ),
         })?;
     // Subscribe before reading the first page, so no change falls in between.
-    let mut events = ui.node().shared().subscribe_events();
-    let mut installs = ui.node().shared().subscribe_installs();
+    let mut events = ui.node().subscribe_events();
+    let mut installs = ui.node().subscribe_installs();
     let first = ui.page(&caller, &scope, &ask, true);
     let (tx, rx) = mpsc::channel::<Bytes>(STREAM_BUFFER_MESSAGES);
     tokio::spawn(async move {

@@ -88,7 +88,7 @@ impl Timeline {
     pub fn record_from(node: Arc<Node>) -> Arc<Timeline> {
         let timeline = Arc::new(Timeline::default());
         let recording = timeline.clone();
-        let mut events = node.shared().subscribe_events();
+        let mut events = node.subscribe_events();
         tokio::spawn(async move {
             loop {
                 let received = tokio::select! {
