@@ -32,7 +32,7 @@ use crate::lock_watchers::Lagged;
 use crate::lock_watchers::Published;
 use crate::node::{LeaderHint, Node, ProposeError};
 use crate::session_secret::{self, SessionSecret};
-use crate::state_machine::WaitOutcome;
+use crate::state_machine::{WaitOutcome, WaitRegistration};
 
 /// Why an operation did not succeed. Each variant says whether the operation took effect, so a
 /// transport maps it to a status without guessing.
@@ -666,28 +666,44 @@ impl LockService {
         proof: &SessionProof,
         request: AcquireRequest,
     ) -> Result<SignedGrant> {
-        let AcquireRequest {
-            lock,
-            request_id,
-            wait,
-            value,
-        } = request;
+        self.check_acquire(caller, proof, &request.lock).await?;
+        let reserved = self.reserve_acquire(connection, caller, proof.session, &request)?;
         let session = proof.session;
-        // Checked before proposing, as the table would check them: a refused acquire costs no
-        // log entry.
+        let (lock, token) = self.propose_acquire(session, request, reserved).await?;
+        self.sign(lock, session, token)
+    }
+
+    /// What an acquire must pass before it costs anything: a live session of the caller's, a
+    /// valid lock name, the lock right. Checked before proposing, as the table would check
+    /// them: a refused acquire costs no log entry.
+    async fn check_acquire(&self, caller: &Caller, proof: &SessionProof, lock: &str) -> Result<()> {
         let name_bytes_max = self
             .authorize(caller, proof, |t| t.limits().lock_name_bytes_max)
             .await?;
-        validate_lock_name(&lock, name_bytes_max as usize).map_err(CoreError::InvalidLockName)?;
-        self.auth.require(caller, Right::Lock, &lock)?;
-        let reservation = self.auth.reserve(
+        validate_lock_name(lock, name_bytes_max as usize).map_err(CoreError::InvalidLockName)?;
+        self.auth.require(caller, Right::Lock, lock)?;
+        Ok(())
+    }
+
+    /// Reserves what an acquire holds while it is proposed: the caller's quota, and for a
+    /// waiting acquire a place among the connection's waiting calls and a registration for
+    /// its outcome. Each is released when the returned value is dropped.
+    fn reserve_acquire<'a>(
+        &'a self,
+        connection: ConnectionId,
+        caller: &Caller,
+        session: SessionId,
+        request: &AcquireRequest,
+    ) -> Result<ReservedAcquire<'a>> {
+        let (lock, wait) = (&request.lock, request.wait);
+        let quota = self.auth.reserve(
             caller,
             Ask::Lock {
                 waits: wait != Wait::Try,
             },
             |owner| {
                 Ok::<_, ServiceError>(self.node.read_as_leader(|t| {
-                    if t.session_holds_or_waits(session, &lock) {
+                    if t.session_holds_or_waits(session, lock) {
                         palisade_core::Usage::default()
                     } else {
                         t.usage_of(owner)
@@ -705,12 +721,38 @@ impl LockService {
             .into());
         }
         // Taken before proposing, so a refused wait is never left queued in the table.
-        let _permit = (wait != Wait::Try)
+        let permit = (wait != Wait::Try)
             .then(|| self.waiting_acquires.take(connection))
             .transpose()?;
-        // Register before proposing: a grant from the queue may be applied at any moment after.
-        let waiters = self.node.waiters();
-        let registration = (wait != Wait::Try).then(|| waiters.register(session, &lock));
+        // Registered before proposing: a grant from the queue may be applied at any moment
+        // after.
+        let registration = (wait != Wait::Try).then(|| self.node.waiters().register(session, lock));
+        Ok(ReservedAcquire {
+            quota,
+            _permit: permit,
+            registration,
+        })
+    }
+
+    /// Proposes the acquire and, if it was queued, waits for its outcome: the lock and the
+    /// token granted.
+    async fn propose_acquire(
+        &self,
+        session: SessionId,
+        request: AcquireRequest,
+        reserved: ReservedAcquire<'_>,
+    ) -> Result<(String, Token)> {
+        let ReservedAcquire {
+            quota,
+            _permit,
+            registration,
+        } = reserved;
+        let AcquireRequest {
+            lock,
+            request_id,
+            wait,
+            value,
+        } = request;
         let command = Command::Acquire {
             session,
             lock,
@@ -720,52 +762,57 @@ impl LockService {
         };
         let (index, output) = self.node.propose_indexed(command).await?;
         // Applied: the table counts the hold or the wait from here on.
-        drop(reservation);
-        let (lock, token) = match output.result? {
-            Reply::Granted { lock, token, .. } => (lock, token),
+        drop(quota);
+        match output.result? {
+            Reply::Granted { lock, token, .. } => Ok((lock, token)),
             // A try-only acquire by a session that already waits for the lock (say a client's
             // retry of a timed wait whose time ran out): the table answers with the wait the
             // session has, but this call asked not to wait, so the lock is busy.
-            Reply::Queued { lock, .. } if registration.is_none() => {
-                return Err(self.busy(lock).into());
-            }
+            Reply::Queued { lock, .. } if registration.is_none() => Err(self.busy(lock).into()),
             Reply::Queued { lock, .. } => {
-                let mut registration = registration
+                let registration = registration
                     .ok_or_else(|| ServiceError::Internal("queued a try-only acquire".into()))?;
-                metrics::gauge!(crate::metrics::WAITERS).increment(1.0);
-                // The wait is in the table, committed: when this node stops serving it (shutdown,
-                // or the end of its leadership), the wait goes on without it and may still be
-                // granted by the next leader. The outcome is unknown to this call; the client's
-                // retry with the same request id finds it.
-                let outcome = tokio::select! {
-                    outcome = registration.outcome_after(index) => Ok(outcome),
-                    () = self.node.stopping() => Err(ServiceError::OutcomeUnknown(
-                        "the lock service is shutting down while the acquire waits in the queue"
-                            .into(),
-                    )),
-                    () = self.node.leadership_lost() => Err(ServiceError::OutcomeUnknown(
-                        "this node stopped leading while the acquire waits in the queue".into(),
-                    )),
-                };
-                metrics::gauge!(crate::metrics::WAITERS).decrement(1.0);
-                match outcome? {
-                    Some(WaitOutcome::Granted(token)) => (lock, token),
-                    Some(WaitOutcome::Ended(WaitEndCause::SessionEnded)) => {
-                        return Err(CoreError::SessionNotFound { session }.into());
-                    }
-                    Some(WaitOutcome::Ended(WaitEndCause::TimedOut | WaitEndCause::Withdrawn)) => {
-                        return Err(CoreError::WaitEnded { lock }.into());
-                    }
-                    None => {
-                        return Err(ServiceError::OutcomeUnknown(
-                            "the wait was interrupted".into(),
-                        ));
-                    }
-                }
+                self.await_grant(session, lock, index, registration).await
             }
-            other => return Err(unexpected(other)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Waits for the outcome of the acquire queued at log `index`.
+    async fn await_grant(
+        &self,
+        session: SessionId,
+        lock: String,
+        index: u64,
+        mut registration: WaitRegistration<'_>,
+    ) -> Result<(String, Token)> {
+        metrics::gauge!(crate::metrics::WAITERS).increment(1.0);
+        // The wait is in the table, committed: when this node stops serving it (shutdown, or
+        // the end of its leadership), the wait goes on without it and may still be granted by
+        // the next leader. The outcome is unknown to this call; the client's retry with the
+        // same request id finds it.
+        let outcome = tokio::select! {
+            outcome = registration.outcome_after(index) => Ok(outcome),
+            () = self.node.stopping() => Err(ServiceError::OutcomeUnknown(
+                "the lock service is shutting down while the acquire waits in the queue".into(),
+            )),
+            () = self.node.leadership_lost() => Err(ServiceError::OutcomeUnknown(
+                "this node stopped leading while the acquire waits in the queue".into(),
+            )),
         };
-        self.sign(lock, session, token)
+        metrics::gauge!(crate::metrics::WAITERS).decrement(1.0);
+        match outcome? {
+            Some(WaitOutcome::Granted(token)) => Ok((lock, token)),
+            Some(WaitOutcome::Ended(WaitEndCause::SessionEnded)) => {
+                Err(CoreError::SessionNotFound { session }.into())
+            }
+            Some(WaitOutcome::Ended(WaitEndCause::TimedOut | WaitEndCause::Withdrawn)) => {
+                Err(CoreError::WaitEnded { lock }.into())
+            }
+            None => Err(ServiceError::OutcomeUnknown(
+                "the wait was interrupted".into(),
+            )),
+        }
     }
 
     /// `lock` is busy, as the table holds it now.
@@ -1123,6 +1170,14 @@ pub(crate) fn change_kind(
 
 fn unexpected(reply: Reply) -> ServiceError {
     ServiceError::Internal(format!("unexpected reply from the lock table: {reply:?}"))
+}
+
+/// What [`LockService::reserve_acquire`] holds for an acquire until it is applied (the quota)
+/// or answered (the rest).
+struct ReservedAcquire<'a> {
+    quota: Option<crate::auth::Reservation<'a>>,
+    _permit: Option<Permit>,
+    registration: Option<WaitRegistration<'a>>,
 }
 
 #[cfg(test)]
