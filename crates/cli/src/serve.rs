@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use palisade_server::ServerConfig;
+use palisade_server::limits::INITIAL_CLUSTER_MEMBERS_MAX;
 
 /// Flags of `palisade serve`; each can also be set by the environment variable named.
 #[derive(Debug, Clone, clap::Args)]
@@ -136,9 +137,6 @@ impl ServeTlsArgs {
         }
     }
 }
-
-/// The most members `--initial-cluster` may name.
-pub const INITIAL_CLUSTER_MEMBERS_MAX: usize = 9;
 
 /// Checks a `HOST:PORT` address (see [`palisade_proto::validate_member_address`]).
 fn parse_address(text: &str) -> Result<String, String> {

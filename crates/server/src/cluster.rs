@@ -24,6 +24,7 @@ use tonic::{Request, Response, Status};
 
 use crate::auth::Auth;
 use crate::keyring::KeyView;
+use crate::limits::BACKUP_CHUNK_BYTES;
 use crate::node::{ClusterView, KeyRequest, MemberView, MembershipError, Node};
 use crate::service::ServiceError;
 
@@ -119,10 +120,6 @@ fn status(e: MembershipError) -> Status {
         MembershipError::Failed(why) => Status::unknown(why),
     }
 }
-
-/// How much of a backup one message carries.
-const BACKUP_CHUNK_BYTES: usize = 60 * 1024;
-const _: () = assert!(BACKUP_CHUNK_BYTES + 64 <= palisade_proto::MESSAGE_BYTES_MAX);
 
 #[tonic::async_trait]
 impl Cluster for GrpcCluster {

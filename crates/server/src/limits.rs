@@ -5,6 +5,8 @@
 //! Names end in their unit or `_max`. A new limit goes here, with the relation that makes it
 //! safe written as a `const` assertion, so a change that breaks the relation does not build.
 
+use std::time::Duration;
+
 pub use palisade_core::limits::{LOCK_NAME_BYTES_MAX, WAITERS_PER_LOCK_MAX};
 pub use palisade_proto::MESSAGE_BYTES_MAX;
 
@@ -14,13 +16,13 @@ pub const CONNECTIONS_MAX: usize = 4_096;
 /// How long a new connection has to send the HTTP/2 client preface, which a gRPC client sends
 /// as soon as it connects, before it is closed and its permit freed: idle sockets cannot keep
 /// honest clients in the accept backlog for longer than this.
-pub const CONNECTION_PREFACE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+pub const CONNECTION_PREFACE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How often the server pings a client connection over HTTP/2, and how long it waits for the
 /// answer before it closes the connection (and frees its permit). The Rust client pings every
 /// second itself; this catches peers that stopped answering.
-pub const HTTP2_KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
-pub const HTTP2_KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+pub const HTTP2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+pub const HTTP2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The budgets of calls that stay open, each over all connections. Each call holds a task and
 /// buffers; a server with every budget full is still far from its memory limit. Each kind of
@@ -66,7 +68,7 @@ pub const REQUEST_BYTES_IN_FLIGHT_MAX: usize = 64 * 1024 * 1024;
 pub const REQUEST_BYTES_IN_FLIGHT_PER_CONNECTION_MAX: usize = 1024 * 1024;
 /// How long a request message may take to arrive from its first byte to its last; then its
 /// call fails with DEADLINE_EXCEEDED and its bytes are given back.
-pub const REQUEST_MESSAGE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+pub const REQUEST_MESSAGE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Of [`CONNECTIONS_MAX`], how many only connections that presented a verified client
 /// certificate (mutual TLS: a client or a peer) may use. Connections without one, which is
@@ -76,12 +78,12 @@ pub const CONNECTIONS_RESERVED_FOR_CERTIFIED: usize = 512;
 /// ([`ConnectionLimits::per_address_max`]).
 pub const CONNECTIONS_PER_ADDRESS_MAX: usize = 256;
 /// A connection with no call open for this long is closed ([`ConnectionLimits::idle_timeout`]).
-pub const CONNECTION_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+pub const CONNECTION_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// A connection this old is asked to go away (HTTP/2 GOAWAY: no new calls on it, the open ones
 /// go on) ([`ConnectionLimits::age_max`])…
-pub const CONNECTION_AGE_MAX: std::time::Duration = std::time::Duration::from_secs(2 * 3600);
+pub const CONNECTION_AGE_MAX: Duration = Duration::from_secs(2 * 3600);
 /// …and closed this much later, whatever is still open on it ([`ConnectionLimits::age_grace`]).
-pub const CONNECTION_AGE_GRACE: std::time::Duration = std::time::Duration::from_secs(600);
+pub const CONNECTION_AGE_GRACE: Duration = Duration::from_secs(600);
 
 /// How long client connections may be held, and how many one source may hold: what
 /// `palisade serve` enforces in `incoming.rs`. [`ConnectionLimits::default`] is the constants
@@ -97,11 +99,11 @@ pub struct ConnectionLimits {
     /// every other out, which the global cap and the timeouts already prevent less bluntly.
     pub per_address_loopback: bool,
     /// A connection on which no call has been open for this long is closed.
-    pub idle_timeout: std::time::Duration,
+    pub idle_timeout: Duration,
     /// A connection is sent a GOAWAY at this age…
-    pub age_max: std::time::Duration,
+    pub age_max: Duration,
     /// …and closed this much later.
-    pub age_grace: std::time::Duration,
+    pub age_grace: Duration,
 }
 
 impl Default for ConnectionLimits {
@@ -135,7 +137,7 @@ pub const UI_CONNECTIONS_MAX: usize = 64;
 /// identity's quota of watches.
 pub const UI_STREAMS_MAX: usize = 32;
 /// How long a UI connection has to send a request's head before it is closed.
-pub const UI_HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+pub const UI_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest request head (request line, query included, and headers) the UI reads, in bytes.
 pub const UI_REQUEST_HEAD_BYTES_MAX: usize = 16 * 1024;
 /// Most locks one UI answer or live view shows; beyond it the answer says where the next page
@@ -145,7 +147,7 @@ pub const UI_PAGE_LOCKS_MAX: usize = 100;
 pub const UI_WAITERS_SHOWN_MAX: usize = 8;
 /// How often a live view sends its page afresh: leases counting down, renewals (which make no
 /// event), membership and leader.
-pub const UI_REFRESH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+pub const UI_REFRESH_INTERVAL: Duration = Duration::from_secs(2);
 /// The timeline (`ui::timeline`): grants, releases and expiries kept per lock…
 pub const TIMELINE_EVENTS_PER_LOCK_MAX: usize = 16;
 /// …for at most this many locks, the least recently active forgotten first.
@@ -182,7 +184,7 @@ pub const QUORUM_LOSS_PROBE_MS: u64 = 2 * ELECTION_TIMEOUT_MAX_MS;
 pub const PROPOSAL_COMMIT_TIMEOUT_MS: u64 = 2_000;
 
 /// How long the lease driver waits before proposing a `Tick` again after one failed.
-pub const LEASE_DRIVER_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
+pub const LEASE_DRIVER_RETRY: Duration = Duration::from_millis(100);
 
 /// Log entries applied between two snapshots.
 pub const SNAPSHOT_INTERVAL_ENTRIES: u64 = 20_000;
@@ -261,10 +263,10 @@ const _: () = assert!(HTTP2_KEEPALIVE_TIMEOUT.as_secs() >= 1);
 /// How long a snapshot's whole stream to a follower may take.
 pub const INSTALL_SNAPSHOT_TIMEOUT_MS: u64 = 30_000;
 /// How often a node bootstrapping a cluster retries a member that has not started yet.
-pub const BOOTSTRAP_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
+pub const BOOTSTRAP_RETRY: Duration = Duration::from_millis(500);
 /// How long `AddMember` waits for the new node to catch up before it gives up (the node stays
 /// a learner and can be added again or removed).
-pub const ADD_MEMBER_CATCH_UP: std::time::Duration = std::time::Duration::from_secs(120);
+pub const ADD_MEMBER_CATCH_UP: Duration = Duration::from_secs(120);
 
 // Followers hear several heartbeats before they campaign.
 const _: () = assert!(HEARTBEAT_INTERVAL_MS * 2 < ELECTION_TIMEOUT_MIN_MS);
@@ -308,4 +310,69 @@ const _: () = assert!(UI_REQUEST_HEAD_BYTES_MAX >= 8192);
 pub const CONCURRENT_REQUESTS_PER_CONNECTION_MAX: usize = 1_024;
 
 /// How long a graceful shutdown waits for in-flight requests.
-pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+// Tokens and the policy (`auth`).
+
+/// Largest token file, in bytes.
+pub const TOKEN_FILE_BYTES_MAX: u64 = 1024 * 1024;
+/// Most tokens one file may hold.
+pub const TOKENS_MAX: usize = 10_000;
+/// Longest token a client may present, in bytes (printable ASCII).
+pub const TOKEN_BYTES_MAX: usize = 256;
+
+/// Largest policy file, in bytes.
+pub const POLICY_FILE_BYTES_MAX: u64 = 1024 * 1024;
+/// Most `grant` and `quota` lines one policy may hold.
+pub const POLICY_RULES_MAX: usize = 10_000;
+
+// Peers (`peer`).
+
+/// The first wait before retrying an unreachable peer.
+pub const PEER_BACKOFF_FIRST: Duration = Duration::from_millis(50);
+/// The longest wait before retrying an unreachable peer.
+pub const PEER_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// How long establishing a TCP connection to a peer may take (a call's deadline may cut it
+/// shorter).
+pub(crate) const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// HTTP/2 pings on an open connection, and how long one may go unanswered before the
+/// connection is dropped: a peer whose machine vanished is noticed within about two seconds.
+pub(crate) const PEER_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const PEER_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long an admission call may take.
+pub(crate) const PEER_ADMIT_TIMEOUT: Duration = Duration::from_secs(5);
+
+// Backups (`cluster`).
+
+/// How much of a backup one message carries.
+pub(crate) const BACKUP_CHUNK_BYTES: usize = 60 * 1024;
+
+// The log's file (`wal`).
+
+/// Entries per frame when compaction rewrites the log, keeping frames far below the limit.
+pub(crate) const COMPACT_ENTRIES_PER_FRAME: usize = 4096;
+/// Compaction is considered once the file has grown past this size.
+pub(crate) const COMPACT_FILE_BYTES_MIN: u64 = 64 * 1024 * 1024;
+/// How far ahead of the data the file is extended with zeros at a time.
+pub(crate) const PREALLOCATE_BYTES: u64 = 4 * 1024 * 1024;
+
+// The web UI (`ui`).
+
+/// Messages buffered per live view before its task waits for the browser to read; a view that
+/// stays behind misses events and is sent a new snapshot.
+pub(crate) const STREAM_BUFFER_MESSAGES: usize = 64;
+
+/// Pause after a failed accept (out of file descriptors, say) before the next.
+pub(crate) const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+// A backup chunk and its framing fit one gRPC message.
+const _: () = assert!(BACKUP_CHUNK_BYTES + 64 <= palisade_proto::MESSAGE_BYTES_MAX);
+
+// Starting a node (`node`).
+
+/// How long a starting node waits for openraft to report the membership it recovered.
+pub(crate) const MEMBERSHIP_KNOWN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a node that is its group's only voter may take to lead after it starts.
+pub(crate) const SOLE_VOTER_TAKEOVER_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most members an initial cluster may name (`--initial-cluster`): Raft's cost grows with
+/// every member, and nine tolerate four failures.
+pub const INITIAL_CLUSTER_MEMBERS_MAX: usize = 9;

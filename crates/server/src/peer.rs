@@ -60,21 +60,11 @@ use crate::limits::{
     APPEND_ENTRIES_BYTES_MAX, CLUSTER_NAME_BYTES_MAX, PEER_MESSAGE_BYTES_MAX, SNAPSHOT_BYTES_MAX,
     SNAPSHOT_CHUNK_BYTES_MAX,
 };
+use crate::limits::{
+    PEER_ADMIT_TIMEOUT, PEER_BACKOFF_FIRST, PEER_BACKOFF_MAX, PEER_CONNECT_TIMEOUT,
+    PEER_KEEPALIVE_INTERVAL, PEER_KEEPALIVE_TIMEOUT,
+};
 use crate::raft_types::{C, Member, SnapshotData};
-
-/// The first wait before retrying an unreachable peer.
-pub const PEER_BACKOFF_FIRST: Duration = Duration::from_millis(50);
-/// The longest wait before retrying an unreachable peer.
-pub const PEER_BACKOFF_MAX: Duration = Duration::from_secs(1);
-/// How long establishing a TCP connection to a peer may take (a call's deadline may cut it
-/// shorter).
-const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// HTTP/2 pings on an open connection, and how long one may go unanswered before the
-/// connection is dropped: a peer whose machine vanished is noticed within about two seconds.
-const PEER_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
-const PEER_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(1);
-/// How long an admission call may take.
-const PEER_ADMIT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The name every node of one cluster shares. Each peer request carries it and a node refuses
 /// requests for another cluster, so two clusters whose addresses overlap cannot mix.

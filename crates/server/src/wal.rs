@@ -48,15 +48,9 @@ use crate::counters::{PendingFloor, keep_pending_floor};
 use crate::disk::{Disk, LogFile};
 use crate::files::write_file_atomically;
 use crate::limits::RECORD_BYTES_MAX;
+use crate::limits::{COMPACT_ENTRIES_PER_FRAME, COMPACT_FILE_BYTES_MIN, PREALLOCATE_BYTES};
 use crate::raft_types::{C, Entry};
-
-/// Entries per frame when compaction rewrites the log, keeping frames far below the limit.
-const COMPACT_ENTRIES_PER_FRAME: usize = 4096;
-/// Compaction is considered once the file has grown past this size.
-const COMPACT_FILE_BYTES_MIN: u64 = 64 * 1024 * 1024;
 const HEADER_BYTES: usize = 8;
-/// How far ahead of the data the file is extended with zeros at a time.
-const PREALLOCATE_BYTES: u64 = 4 * 1024 * 1024;
 
 /// One change to the log, as written to the file.
 #[derive(Debug, Serialize, Deserialize)]

@@ -24,11 +24,7 @@ use palisade_core::limits::LOCK_NAME_BYTES_MAX;
 use palisade_core::{Identity, Quota, Right};
 
 use super::FileError;
-
-/// Largest policy file, in bytes.
-pub const POLICY_FILE_BYTES_MAX: u64 = 1024 * 1024;
-/// Most `grant` and `quota` lines one policy may hold.
-pub const POLICY_RULES_MAX: usize = 10_000;
+use crate::limits::{POLICY_FILE_BYTES_MAX, POLICY_RULES_MAX};
 
 /// Quotas of an identity without a `quota` line, unless `quota *` says otherwise: well below
 /// the service's global caps, so that no one identity can take them.

@@ -12,13 +12,7 @@ use palisade_core::Identity;
 use sha2::{Digest, Sha256};
 
 use super::FileError;
-
-/// Largest token file, in bytes.
-pub const TOKEN_FILE_BYTES_MAX: u64 = 1024 * 1024;
-/// Most tokens one file may hold.
-pub const TOKENS_MAX: usize = 10_000;
-/// Longest token a client may present, in bytes (printable ASCII).
-pub const TOKEN_BYTES_MAX: usize = 256;
+use crate::limits::{TOKEN_BYTES_MAX, TOKEN_FILE_BYTES_MAX, TOKENS_MAX};
 
 /// The SHA-256 of a token.
 type TokenDigest = [u8; 32];

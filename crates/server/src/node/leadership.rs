@@ -365,14 +365,14 @@ impl Node {
     /// A quorum may be slow to answer (a follower paused, a disk stalled): the read is tried
     /// again for as long as this node leads the term. False if the term ended first.
     async fn catch_up_as_leader(&self, leader_id: CommittedLeaderIdOf<C>) -> bool {
-        let mut pause = crate::peer::PEER_BACKOFF_FIRST;
+        let mut pause = crate::limits::PEER_BACKOFF_FIRST;
         loop {
             match self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
                 Ok(_) => return true,
                 Err(RaftError::APIError(LinearizableReadError::QuorumNotEnough(e))) => {
                     tracing::info!(error = %e, "no quorum yet to take over with; trying again");
                     tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(crate::peer::PEER_BACKOFF_MAX);
+                    pause = (pause * 2).min(crate::limits::PEER_BACKOFF_MAX);
                     // openraft's metrics may lag its callbacks, so this is asked only here.
                     if *self.stopping.borrow() || !self.leads_term(leader_id) {
                         return false;

@@ -14,7 +14,6 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
 use openraft::storage::{RaftLogReader as _, RaftLogStorage as _};
@@ -47,11 +46,19 @@ pub use propose::{LeaderHint, ProposeError};
 
 const LOG_FILE: &str = "raft.wal";
 
-/// Refuses an initial cluster that does not name this node at the address it advertises.
+/// Refuses an initial cluster above [`crate::limits::INITIAL_CLUSTER_MEMBERS_MAX`], or that does
+/// not name this node at the address it advertises.
 fn check_initial_cluster(config: &NodeConfig) -> Result<(), StartError> {
     let Some(cluster) = &config.initial_cluster else {
         return Ok(());
     };
+    let members_max = crate::limits::INITIAL_CLUSTER_MEMBERS_MAX;
+    if cluster.len() > members_max {
+        return Err(StartError::Config(format!(
+            "--initial-cluster names {} members; at most {members_max} members can start a cluster",
+            cluster.len()
+        )));
+    }
     let me = config.node_id;
     match cluster.get(&me) {
         None => Err(StartError::Config(format!(
@@ -293,7 +300,7 @@ impl Node {
         if node.raft.is_initialized().await.map_err(StartError::raft)? {
             // The membership reaches the metrics a moment after initialisation or recovery.
             node.raft
-                .wait(Some(Duration::from_secs(10)))
+                .wait(Some(crate::limits::MEMBERSHIP_KNOWN_TIMEOUT))
                 .metrics(
                     |m| {
                         m.membership_config
@@ -308,7 +315,8 @@ impl Node {
                 .map_err(StartError::raft)?;
         }
         if node.is_sole_voter() {
-            node.until_leading(Duration::from_secs(30)).await?;
+            node.until_leading(crate::limits::SOLE_VOTER_TAKEOVER_TIMEOUT)
+                .await?;
         }
         Ok(node)
     }
@@ -503,6 +511,31 @@ mod tests {
             blocking: Blocking::Threads,
             disk: crate::disk::Disk::direct(),
         }
+    }
+
+    /// The cap held only in the CLI before: an embedder (or the simulation) starting a node
+    /// with a larger initial cluster started it.
+    #[tokio::test]
+    async fn an_initial_cluster_above_the_member_cap_is_refused_before_the_directory_is_touched() {
+        let dir = tempfile::tempdir().unwrap();
+        let data_dir = dir.path().join("data");
+        let members = crate::limits::INITIAL_CLUSTER_MEMBERS_MAX as u64 + 1;
+        let mut config = config(&data_dir, members);
+        config.join = false;
+        config.advertise = format!("127.0.0.1:{members}");
+        config.initial_cluster = Some(
+            (1..=members)
+                .map(|id| (id, format!("127.0.0.1:{id}")))
+                .collect(),
+        );
+        let refused = Node::start(config)
+            .await
+            .expect_err("ten members are above the cap");
+        assert!(
+            refused.to_string().contains("at most 9 members"),
+            "{refused}"
+        );
+        assert!(!data_dir.exists(), "the directory was created");
     }
 
     #[tokio::test]

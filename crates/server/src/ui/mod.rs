@@ -65,6 +65,7 @@ use tokio::sync::{Semaphore, broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::auth::{Auth, Caller, Credential, LiveCaller, ReadScope};
+use crate::limits::{ACCEPT_ERROR_PAUSE, STREAM_BUFFER_MESSAGES};
 use crate::limits::{
     UI_CONNECTIONS_MAX, UI_HEADER_READ_TIMEOUT, UI_PAGE_LOCKS_MAX, UI_REFRESH_INTERVAL,
     UI_REQUEST_HEAD_BYTES_MAX, UI_STREAMS_MAX, UI_WAITERS_SHOWN_MAX,
@@ -81,13 +82,6 @@ const UI_CSS: &str = include_str!("assets/ui.css");
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
      style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; \
      frame-ancestors 'none'";
-
-/// Messages buffered per live view before its task waits for the browser to read; a view that
-/// stays behind misses events and is sent a new snapshot.
-const STREAM_BUFFER_MESSAGES: usize = 64;
-
-/// Pause after a failed accept (out of file descriptors, say) before the next.
-const ACCEPT_ERROR_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The web UI's listener, bound and not yet serving.
 #[derive(Debug)]
