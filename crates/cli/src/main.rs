@@ -3,6 +3,10 @@
 //! Each command group lives in its own module and exposes a clap `Args` type with an async
 //! `run`; adding a command is one [`Command`] variant and one module. Errors end the process
 //! with `palisade: <message>` on stderr and a status from [`exit`], never a panic.
+//!
+//! The libraries parse no command line: `serve.rs` turns `palisade serve`'s flags into the
+//! server's `ServerConfig`, and `store.rs` is `palisade store`'s. Only `palisade-bench` still
+//! brings its own clap arguments (`DemoArgs`, `BenchArgs`).
 
 mod args;
 mod cluster;

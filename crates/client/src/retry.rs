@@ -9,6 +9,14 @@
 //! [`retry_until_known`] is the one loop that retries a request and reports an outcome that an
 //! earlier attempt left unknown as unknown, never as failed: the lock client's calls and the
 //! `palisade store` commands both run it, each with its own pacing and error type.
+//!
+//! What the lock client retries: a failure that says the request was not applied (a member that
+//! is not the leader, `UNAVAILABLE`, a failed connection) goes again at once after a leader hint
+//! (at most `RETRIES_AT_ONCE_MAX` times in a row, so members pointing at each other fall back to
+//! pauses), else after a pause of 50 ms doubling up to 1 s, all within
+//! `ClientOptions::retry_budget`. An attempt whose outcome is unknown is retried, at the next
+//! endpoint, only as the same request (one request id, or one open key), which the replicated
+//! state machine deduplicates whichever member leads; renewals, closes and reads are idempotent.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -3,6 +3,8 @@
 //! Each input the service accepts is bounded by one of these constants; the [`Limits`] value a
 //! server runs with may tighten them (tests do, to reach the edges quickly) but never loosen them
 //! past the `*_MAX` ceilings here. Names end in their unit or `_max`, as in `lease_ttl_ms_max`.
+//! How they relate is checked at compile time (`const` assertions), and [`recovery_floors`]
+//! places both counters after a restore or a lost log (invariant 13).
 
 use serde::{Deserialize, Serialize};
 
