@@ -1,4 +1,8 @@
 //! How to run the lock service ([`ServerConfig`]), and why it could not start ([`ServeError`]).
+//!
+//! A deployment without a policy is a loopback one: without `--policy`, a gRPC, web UI or
+//! metrics address beyond loopback is refused unless `insecure_listen_any` is set
+//! ([`ServeError::InsecureListen`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

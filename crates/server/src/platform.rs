@@ -1,5 +1,10 @@
 //! What a server runs on besides its configuration ([`Platform`]): its clock, its network, and
 //! where its blocking file work runs ([`Blocking`]).
+//!
+//! Production uses [`Platform::default`]: the tokio clock, a TCP listener, TCP to peers, threads
+//! for blocking work and the direct disk. Only the deterministic simulation (`crates/sim`)
+//! supplies the others: a simulated clock and network (`Listener::from_stream`), `Inline`
+//! blocking so that file writes take their turn among its events, and a disk that can fail.
 
 use crate::disk;
 use crate::incoming::Listener;

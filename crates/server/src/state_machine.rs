@@ -10,7 +10,12 @@
 //! on a blocking thread while entries go on being applied to the live table.
 //!
 //! Applying an entry also tells the rest of the server what happened: waiting acquires are
-//! completed through [`Waiters`], and watchers receive [`Event`]s on a broadcast channel.
+//! completed through [`Waiters`], and watchers receive [`Event`]s. Each event goes out as a
+//! `Published` carrying its lock's queue length, counted once at apply, so that a watcher never
+//! takes the apply lock. A lock watcher more than `WATCH_BUFFER_EVENTS` (4,096) events behind is
+//! cut off; the broadcast of every event (`subscribe_events`) serves the web UI and is skipped
+//! when nobody listens. Installing a snapshot bumps `installs`, after which watchers read the
+//! table afresh.
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::{self, Cursor};

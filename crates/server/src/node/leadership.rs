@@ -10,6 +10,11 @@
 //! `LeaderStart`, which gives every session its full TTL again, measured from now: a restart or
 //! a change of leader extends leases, never shortens them. A leader no quorum acknowledges for
 //! `QUORUM_SILENCE_MS` stops serving until one does again ([`Node::watch_quorum`]).
+//!
+//! A term is published (and the node serves) only if no end of leadership came since it began
+//! (`leadership_ends`). On losing leadership, calls fail with `NotLeader` carrying the leader's
+//! hint, and acquires waiting in the queue end with an unknown outcome: the wait goes on in
+//! the table under the next leader.
 use std::sync::Arc;
 use std::time::Duration;
 

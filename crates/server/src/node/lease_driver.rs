@@ -1,5 +1,10 @@
 //! The lease driver: proposes a `Tick` whenever the lock table's next deadline (a lease end, a
 //! wait deadline, a lock-delay end) has come, so expiries are log entries like everything else.
+//!
+//! The driver and the state machine meet at the
+//! [`LeaseAlarm`](crate::state_machine::LeaseAlarm): the driver sets the table time at which it
+//! will look next, and the state machine wakes it only when an applied batch brings an earlier
+//! deadline or a snapshot replaces the table.
 
 use std::sync::Arc;
 

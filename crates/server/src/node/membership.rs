@@ -1,4 +1,10 @@
 //! Membership: bootstrapping, adding and removing members, and admitting a new node.
+//!
+//! Adding a member admits it first (it takes the cluster's founding key and tells its
+//! incarnation), then adds it as a learner, waits until it has caught up (by a snapshot if the
+//! log was purged past it), and only then makes it a voter. Removing one refuses the last
+//! voter. A node that sees itself removed resolves [`Node::removed`], which ends the server's
+//! `run_until`; its data directory never rejoins.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
