@@ -105,6 +105,20 @@ pub fn now_unix_ms() -> u64 {
     palisade_clock::wall::unix_ms()
 }
 
+/// The floors a recovery at `now_unix_ms` places the counters at: relative to `mark`, or, with
+/// no mark, at the time floor ([`recovery_floors`]).
+pub(crate) fn floors_after(mark: Option<&CounterMark>, now_unix_ms: u64) -> RecoveryFloors {
+    match mark {
+        Some(mark) => recovery_floors(
+            mark.last_token,
+            mark.last_session,
+            mark.read_at_unix_ms,
+            now_unix_ms,
+        ),
+        None => recovery_floors(Token::ZERO, SessionId::new(0), now_unix_ms, now_unix_ms),
+    }
+}
+
 /// The mark in `dir`, if there is one.
 pub fn read(dir: &Path) -> io::Result<Option<CounterMark>> {
     let path = dir.join(MARK_FILE);
@@ -340,15 +354,7 @@ pub fn recover(dir: &Path, now_unix_ms: u64) -> Result<Recovered, RecoverError> 
             mark.voters
         )));
     }
-    let floors: RecoveryFloors = match &mark {
-        Some(mark) => recovery_floors(
-            mark.last_token,
-            mark.last_session,
-            mark.read_at_unix_ms,
-            now_unix_ms,
-        ),
-        None => recovery_floors(Token::ZERO, SessionId::new(0), now_unix_ms, now_unix_ms),
-    };
+    let floors = floors_after(mark.as_ref(), now_unix_ms);
     if floors.exhausted() {
         return Err(RecoverError::Refused(format!(
             "the token counter was at {} and would pass the largest token ({}) once the time \

@@ -40,8 +40,7 @@ use std::path::{Path, PathBuf};
 
 use openraft::entry::RaftEntry;
 use openraft::type_config::alias::{LogIdOf, VoteOf};
-use palisade_core::limits::recovery_floors;
-use palisade_core::{SessionId, Token};
+use palisade_core::SessionId;
 use serde::{Deserialize, Serialize};
 
 use crate::counters::{PendingFloor, keep_pending_floor};
@@ -356,15 +355,8 @@ impl Wal {
             // and a margin, and never below the time floor (invariant 13).
             let dir = directory_of(path);
             let now_ms = crate::counters::now_unix_ms();
-            let floors = match crate::counters::read(dir)? {
-                Some(mark) => recovery_floors(
-                    mark.last_token,
-                    mark.last_session,
-                    mark.read_at_unix_ms,
-                    now_ms,
-                ),
-                None => recovery_floors(Token::ZERO, SessionId::new(0), now_ms, now_ms),
-            };
+            let floors =
+                crate::counters::floors_after(crate::counters::read(dir)?.as_ref(), now_ms);
             let kept = keep_pending_floor(
                 dir,
                 PendingFloor {
@@ -531,6 +523,7 @@ mod tests {
 
     use super::*;
     use crate::counters::{TOKEN_FLOOR_FILE, pending_token_floor};
+    use palisade_core::Token;
 
     fn entry(index: u64) -> Entry {
         openraft::testing::blank_ent::<C>(1, 1, index)
