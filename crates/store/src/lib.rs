@@ -57,6 +57,7 @@ pub mod client;
 mod error;
 pub mod limits;
 pub mod quota;
+mod schema;
 pub mod server;
 pub mod store;
 mod types;

@@ -40,8 +40,9 @@ use crate::limits::{
     WRITE_QUEUE_JOBS_MAX,
 };
 use crate::quota::{GroupUsage, Quotas, RequestUsage, Usage};
-use crate::store::{
-    KV_TABLE, META_TABLE, REQUEST_ORDER_TABLE, REQUESTS_TABLE, REVISION_KEY, UNFENCED_BENCH_TABLE,
+use crate::schema::{
+    KV_TABLE, META_TABLE, REQUEST_KEY_PREFIX, REQUEST_ORDER_TABLE, REQUESTS_TABLE, REVISION_KEY,
+    UNFENCED_BENCH_TABLE, request_key,
 };
 use crate::types::{BatchOp, ClaimAck, Compare, Entry, OpAck, WriteAck};
 
@@ -777,28 +778,6 @@ fn request_usage(
     }
     Ok(usage)
 }
-
-/// How the request-id table names a sequencer's request: `sha256:<hex of the SHA-256 of the
-/// sequencer's text> <request id>`. The hash, not the sequencer: the file must not hold a
-/// capability to write as the current holder (a sequencer is one, until the next grant).
-pub(crate) fn request_key(sequencer: &str, request_id: &str) -> String {
-    use sha2::Digest as _;
-    use std::fmt::Write as _;
-    let digest = sha2::Sha256::digest(sequencer.as_bytes());
-    let mut key =
-        String::with_capacity(REQUEST_KEY_PREFIX.len() + 2 * digest.len() + 1 + request_id.len());
-    key.push_str(REQUEST_KEY_PREFIX);
-    for byte in digest {
-        let _ = write!(key, "{byte:02x}");
-    }
-    key.push(' ');
-    key.push_str(request_id);
-    key
-}
-
-/// What every request key of today starts with; a key without it is of an older store, which
-/// named the sequencer in full ([`crate::store`] rewrites those when it opens).
-pub(crate) const REQUEST_KEY_PREFIX: &str = "sha256:";
 
 struct RequestKey<'a> {
     key: String,
