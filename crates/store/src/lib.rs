@@ -50,7 +50,8 @@
 //!
 //! **Architecture Invariant:** no write reaches the key/value table except through
 //! [`RedbFence::begin`](palisade_fence::RedbFence::begin) in the same transaction, apart from
-//! the benchmark-only [`Store::put_unfenced`], which writes a separate table no read consults.
+//! the benchmark-only `Store::put_unfenced` (only with the `bench` feature, which
+//! `palisade-bench` turns on), which writes a separate table no read consults.
 
 pub mod bindings;
 pub mod client;

@@ -38,7 +38,9 @@ pub(crate) const REQUESTS_TABLE: TableDefinition<'static, &str, (u64, u64, &[u8]
 pub(crate) const REQUEST_ORDER_TABLE: TableDefinition<'static, u64, &str> =
     TableDefinition::new("palisade_store_request_order");
 
-/// Benchmark-only: same row shape as [`KV_TABLE`], written by [`crate::Store::put_unfenced`].
+/// Benchmark-only (the `bench` feature): same row shape as [`KV_TABLE`], written by
+/// `Store::put_unfenced`.
+#[cfg(feature = "bench")]
 pub(crate) const UNFENCED_BENCH_TABLE: TableDefinition<'static, &str, KvRow> =
     TableDefinition::new("palisade_store_unfenced_bench_v2");
 

@@ -356,7 +356,9 @@ impl Store {
     /// **Benchmark only — never use it to store data.** The write path of [`Store::put`]
     /// without the fence: no sequencer, no check, no advance, no key binding; the same row
     /// shape, durability and group commit, into a separate table that [`Store::get`] never
-    /// reads. It exists to measure what the fence costs a write.
+    /// reads. It exists to measure what the fence costs a write, and only with the `bench`
+    /// feature (which `palisade-bench` turns on).
+    #[cfg(feature = "bench")]
     #[doc(hidden)]
     pub fn put_unfenced(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
         validate_key(key)?;
@@ -369,6 +371,7 @@ impl Store {
     }
 
     /// [`Store::put_unfenced`] for async callers. **Benchmark only.**
+    #[cfg(feature = "bench")]
     #[doc(hidden)]
     pub async fn put_unfenced_async(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
         validate_key(key)?;

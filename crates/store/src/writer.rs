@@ -41,8 +41,7 @@ use crate::limits::{
 };
 use crate::quota::{GroupUsage, Quotas, RequestUsage, Usage};
 use crate::schema::{
-    KV_TABLE, META_TABLE, REQUEST_KEY_PREFIX, REQUEST_ORDER_TABLE, REQUESTS_TABLE, REVISION_KEY,
-    UNFENCED_BENCH_TABLE, request_key,
+    KV_TABLE, META_TABLE, REQUEST_ORDER_TABLE, REQUESTS_TABLE, REVISION_KEY, request_key,
 };
 use crate::types::{BatchOp, ClaimAck, Compare, Entry, OpAck, WriteAck};
 
@@ -68,6 +67,7 @@ pub(crate) enum Work {
         lock: Option<String>,
     },
     /// Benchmark only: the write path of a put without the fence, into a table no read uses.
+    #[cfg(feature = "bench")]
     UnfencedPut { key: String, value: Vec<u8> },
 }
 
@@ -102,6 +102,7 @@ impl Work {
                 }
                 Work::Read { key, .. } => key.len(),
                 Work::Claim { lock, .. } => lock.as_ref().map_or(0, String::len),
+                #[cfg(feature = "bench")]
                 Work::UnfencedPut { key, value } => key.len() + value.len(),
             }
     }
@@ -113,6 +114,7 @@ pub(crate) enum Done {
     Write(WriteAck),
     Read(Option<Entry>),
     Claim(ClaimAck),
+    #[cfg(feature = "bench")]
     Unfenced,
 }
 
@@ -500,8 +502,9 @@ fn run_job(
                 advanced,
             }))
         }
+        #[cfg(feature = "bench")]
         Work::UnfencedPut { key, value } => {
-            txn.open_table(UNFENCED_BENCH_TABLE)?
+            txn.open_table(crate::schema::UNFENCED_BENCH_TABLE)?
                 .insert(key.as_str(), ("", 0, 0, true, 0, value.as_slice()))?;
             state.dirty = true;
             Ok(Done::Unfenced)
