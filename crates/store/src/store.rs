@@ -66,9 +66,7 @@ use std::sync::Arc;
 
 use palisade_fence::{RedbFence, Verifier};
 use palisade_sequencer::{KeySet, VerifiedSequencer};
-use redb::{
-    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata,
-};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
 use crate::StoreError;
 use crate::bindings::Bindings;
