@@ -8,7 +8,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use palisade_store::{StoreClient, StoreError};
+use palisade_store::{StoreClient, StoreClientError, StoreError};
 use palisade_testkit::{ServerProcess, ServiceKey};
 
 const BIN: &str = env!("CARGO_BIN_EXE_palisade");
@@ -32,7 +32,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// A fenced put of `key` under `sequencer`.
-fn put(store: &ServerProcess, key: &str, sequencer: &str) -> Result<(), StoreError> {
+fn put(store: &ServerProcess, key: &str, sequencer: &str) -> Result<(), StoreClientError> {
     let client = StoreClient::new(&store.endpoint()).unwrap();
     runtime()
         .block_on(client.put(key, b"value", Some(sequencer), None))
@@ -61,11 +61,11 @@ fn a_holder_of_another_lock_cannot_take_a_key_the_bindings_give_to_a_lock() {
     );
     let error = put(&bound, "report", &squatter).unwrap_err();
     match &error {
-        StoreError::WrongLock {
+        StoreClientError::Store(StoreError::WrongLock {
             expected,
             presented,
             ..
-        } => {
+        }) => {
             assert_eq!(expected, "jobs/nightly");
             assert_eq!(presented, "x");
         }

@@ -30,7 +30,7 @@
 //! | `GET /healthz` | `{"status":"ok"}` |
 //!
 //! Writes answer `200` with a [`WriteAck`] after the fsync. Rejections are JSON
-//! `{"kind", "message", …}` ([`StoreError`]): `stale` 409 (with `lock`, `presented`, `accepted`,
+//! `{"kind", "message", …}` ([`wire`]): `stale` 409 (with `lock`, `presented`, `accepted`,
 //! `holder_session`), `token_reissued` 409 (with `lock`, `token`, `first_session`,
 //! `presented_session`: another session presented this token first, so the lock service issued
 //! it twice), `wrong_lock` 403, `forged` 403, `missing` 401, `malformed` 400,
@@ -42,8 +42,11 @@
 //!
 //! - [`limits`]: every limit, with compile-time relations;
 //! - [`Store`] ([`store`]): the fenced redb store, usable without HTTP;
-//! - [`server`]: the axum routes and error mapping; [`StoreServer`] binds and serves;
-//! - [`StoreClient`] ([`client`]): the reqwest client with typed errors.
+//! - [`server`]: the axum routes and error answers; [`StoreServer`] binds and serves;
+//! - [`StoreClient`] ([`client`]): the reqwest client with typed errors;
+//! - the errors by layer ([`StoreError`]: the store's refusals; [`HttpRefusal`]: the routes';
+//!   [`StoreClientError`]: what a client meets), each with a [`StoreErrorClass`]; their wire
+//!   form, owned by [`wire`] alone.
 //!
 //! The `palisade store` subcommands, their output and exit statuses belong to the `palisade`
 //! binary (`crates/cli/src/store.rs`); this crate parses no command line.
@@ -62,11 +65,12 @@ mod schema;
 pub mod server;
 pub mod store;
 mod types;
+pub mod wire;
 mod writer;
 
 pub use bindings::Bindings;
 pub use client::StoreClient;
-pub use error::StoreError;
+pub use error::{HttpRefusal, StoreClientError, StoreError, StoreErrorClass};
 pub use quota::LockQuota;
 pub use server::StoreServer;
 pub use store::{Store, StoreOptions};

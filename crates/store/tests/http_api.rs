@@ -1,6 +1,7 @@
 //! Scenarios for the store's HTTP API with a real server on a loopback port: status codes and
 //! JSON bodies as a curl user sees them, and the typed errors of `StoreClient`.
 
+use palisade_store::StoreClientError::Store;
 use palisade_store::limits::{BATCH_BODY_BYTES_MAX, BATCH_OPS_MAX, VALUE_BYTES_MAX};
 use palisade_store::{BatchOp, StoreClient, StoreError};
 use palisade_testkit::{ServiceKey, StoreServer, impostor_grant};
@@ -465,16 +466,16 @@ async fn the_client_returns_the_servers_refusals_as_typed_errors() {
             .put("report", b"v7", Some(&old), None)
             .await
             .unwrap_err(),
-        StoreError::Stale {
+        Store(StoreError::Stale {
             lock: "jobs/nightly".into(),
             presented: 7,
             accepted: 9,
             holder_session: Some(4),
-        }
+        })
     );
     assert_eq!(
         client.put("report", b"x", None, None).await.unwrap_err(),
-        StoreError::Missing
+        Store(StoreError::Missing)
     );
     let forged = impostor_grant("jobs/nightly", 99, 1);
     assert!(matches!(
@@ -482,16 +483,16 @@ async fn the_client_returns_the_servers_refusals_as_typed_errors() {
             .delete("report", Some(&forged), None)
             .await
             .unwrap_err(),
-        StoreError::Forged { .. }
+        Store(StoreError::Forged { .. })
     ));
     let wrong = service.grant("jobs/other", 1, 1);
     assert!(matches!(
         client.batch(&[BatchOp::Delete { key: "report".into() }], Some(&wrong), None).await.unwrap_err(),
-        StoreError::WrongLock { key: Some(key), .. } if key == "report"
+        Store(StoreError::WrongLock { key: Some(key), .. }) if key == "report"
     ));
     assert!(matches!(
         client.put("report", &vec![0; VALUE_BYTES_MAX + 1], Some(&new), None).await.unwrap_err(),
-        StoreError::TooLarge { limit, .. } if limit == "value_bytes_max"
+        Store(StoreError::TooLarge { limit, .. }) if limit == "value_bytes_max"
     ));
     assert_eq!(client.get("absent").await.unwrap(), None);
     assert_eq!(
