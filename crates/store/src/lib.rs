@@ -33,7 +33,7 @@
 //! `{"kind", "message", …}` ([`wire`]): `stale` 409 (with `lock`, `presented`, `accepted`,
 //! `holder_session`), `token_reissued` 409 (with `lock`, `token`, `first_session`,
 //! `presented_session`: another session presented this token first, so the lock service issued
-//! it twice), `wrong_lock` 403, `forged` 403, `missing` 401, `malformed` 400,
+//! it twice), `wrong_lock` 403, `forged` 403, `missing` 428, `malformed` 400,
 //! `too_large` 413 (naming the limit), `not_found` 404. A write may carry a
 //! `Palisade-Request-Id`: a retry with the same sequencer and request id returns the original
 //! acknowledgement (`"replayed": true`) instead of writing again.

@@ -45,7 +45,7 @@ use crate::limits::{
     BODY_READ_TIMEOUT_MS, CONNECTIONS_MAX, HEADER_READ_TIMEOUT_MS, PUT_BODY_BYTES_MAX,
 };
 use crate::types::{BatchOp, BatchRequest, Compare};
-use crate::wire::{ErrorBody, WireError};
+use crate::wire::ErrorBody;
 use crate::{Store, StoreError};
 
 /// The header carrying the sequencer of a write.
@@ -488,15 +488,7 @@ fn error_response(body: ErrorBody) -> Response {
     } else {
         tracing::debug!(kind, "request refused: {}", body.message);
     }
-    let missing = matches!(body.error, WireError::Missing);
-    let mut response = (status, axum::Json(body.to_json())).into_response();
-    if missing {
-        response.headers_mut().insert(
-            header::WWW_AUTHENTICATE,
-            HeaderValue::from_static("Palisade-Sequencer"),
-        );
-    }
-    response
+    (status, axum::Json(body.to_json())).into_response()
 }
 
 impl IntoResponse for StoreError {

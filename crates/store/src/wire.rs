@@ -144,17 +144,22 @@ impl WireError {
 
     /// The HTTP status of the kind.
     ///
-    /// 400 malformed input, 401 missing sequencer, 403 forged, another lock's sequencer or a
-    /// key bound to no lock, 404 not found or no such route, 405 method not allowed, 409 stale
-    /// or a token issued twice, 412 compare failed, 413 too large, 421 misdirected, 422 request
-    /// id reused, 500 corrupt, 503 storage failure or a full write queue, 504 outcome unknown,
+    /// 400 malformed input, 403 forged, another lock's sequencer or a key bound to no lock, 404
+    /// not found or no such route, 405 method not allowed, 409 stale or a token issued twice,
+    /// 412 compare failed, 413 too large, 421 misdirected, 422 request id reused, 428 missing
+    /// sequencer, 500 corrupt, 503 storage failure or a full write queue, 504 outcome unknown,
     /// 507 a lock's quota reached.
+    ///
+    /// A missing sequencer is 428 Precondition Required, as the fence's
+    /// `FenceError::http_status` says for every resource: the sequencer is a precondition of the
+    /// write, like `If-Match`, not a credential. 401 would tell HTTP clients and proxies to fix
+    /// their credentials, and is kept for the day the store checks a bearer token.
     pub fn http_status(&self) -> u16 {
         match self {
             WireError::Malformed { .. }
             | WireError::InvalidKey { .. }
             | WireError::InvalidRequest { .. } => 400,
-            WireError::Missing => 401,
+            WireError::Missing => 428,
             WireError::Forged { .. } | WireError::WrongLock { .. } | WireError::Unbound { .. } => {
                 403
             }

@@ -155,11 +155,10 @@ async fn each_refusal_has_its_status_and_a_json_body_that_explains_it() {
         "{stale}"
     );
 
-    // Missing: 401 with a challenge naming the header.
+    // Missing: 428, the sequencer being a precondition of the write.
     let response = put(None, "report", "x").await.unwrap();
-    assert_eq!(response.headers()["www-authenticate"], "Palisade-Sequencer");
     let (status, missing) = answer(response).await;
-    assert_eq!((status, &missing["kind"]), (401, &json!("missing")));
+    assert_eq!((status, &missing["kind"]), (428, &json!("missing")));
 
     // Forged, malformed, another lock's.
     let cases = [
@@ -511,4 +510,31 @@ async fn the_client_returns_the_servers_refusals_as_typed_errors() {
         .unwrap_err();
     assert!(error.is_retryable(), "{error:?}");
     assert_eq!(error.kind(), "unavailable");
+}
+
+/// A write without a sequencer has the status the fence gives a missing sequencer everywhere
+/// (`FenceError::http_status`): 428 Precondition Required, not 401, which HTTP clients read as
+/// "fix your credentials", and without a `WWW-Authenticate` challenge, which only a 401 carries.
+#[tokio::test]
+async fn a_missing_sequencer_is_428_as_the_fence_says_and_carries_no_credential_challenge() {
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
+    let response = reqwest::Client::new()
+        .put(format!("{}/v1/kv/report", server.url))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    let challenge = response.headers().get("www-authenticate").cloned();
+    let (status, body) = answer(response).await;
+    assert_eq!(
+        (status, &body["kind"]),
+        (
+            palisade_fence::FenceError::Missing.http_status(),
+            &json!("missing")
+        )
+    );
+    assert_eq!(status, 428);
+    assert_eq!(challenge, None);
+    assert_eq!(StoreError::Missing.http_status(), 428);
 }

@@ -67,7 +67,7 @@ fn golden() -> Vec<(StoreClientError, u16, &'static str)> {
         ),
         (
             Store(StoreError::Missing),
-            401,
+            428,
             r#"{"kind":"missing","message":"no sequencer presented: writes need the lock holder's sequencer (run under `palisade lock NAME -- …`, pass --sequencer, or send the Palisade-Sequencer header)"}"#,
         ),
         (
