@@ -301,42 +301,6 @@ impl StoreError {
         }
     }
 
-    /// The machine-readable kind, as in the JSON `kind` field ([`crate::wire`]).
-    pub fn kind(&self) -> &'static str {
-        WireError::from(self).kind()
-    }
-
-    /// The HTTP status the server answers with ([`crate::wire`] has the table).
-    pub fn http_status(&self) -> u16 {
-        WireError::from(self).http_status()
-    }
-
-    /// The JSON body the server sends: `kind`, `message`, and the kind's fields.
-    pub fn to_json(&self) -> serde_json::Value {
-        crate::wire::ErrorBody::from(self).to_json()
-    }
-
-    /// A newer grant has written: the presenter was superseded.
-    pub fn is_stale(&self) -> bool {
-        self.class() == StoreErrorClass::Stale
-    }
-
-    /// The sequencer was refused (stale, issued twice, wrong lock, missing, malformed, forged):
-    /// retrying with the same sequencer cannot succeed.
-    pub fn is_rejection(&self) -> bool {
-        self.class().is_rejection()
-    }
-
-    /// Nothing was applied and the same request may succeed later.
-    pub fn is_retryable(&self) -> bool {
-        self.class() == StoreErrorClass::Retryable
-    }
-
-    /// The request may or may not have been applied.
-    pub fn is_outcome_unknown(&self) -> bool {
-        self.class() == StoreErrorClass::OutcomeUnknown
-    }
-
     pub(crate) fn too_large(
         what: &str,
         limit: &str,
@@ -367,16 +331,6 @@ impl HttpRefusal {
             | HttpRefusal::MisdirectedRequest { .. } => StoreErrorClass::Invalid,
         }
     }
-
-    /// The machine-readable kind, as in the JSON `kind` field ([`crate::wire`]).
-    pub fn kind(&self) -> &'static str {
-        WireError::from(self).kind()
-    }
-
-    /// The HTTP status the server answers with ([`crate::wire`] has the table).
-    pub fn http_status(&self) -> u16 {
-        WireError::from(self).http_status()
-    }
 }
 
 impl StoreClientError {
@@ -391,52 +345,55 @@ impl StoreClientError {
             StoreClientError::UnexpectedResponse { .. } => StoreErrorClass::Internal,
         }
     }
-
-    /// The store's own error, if it is one (what its server sent).
-    pub fn store_error(&self) -> Option<&StoreError> {
-        match self {
-            StoreClientError::Store(error) => Some(error),
-            _ => None,
-        }
-    }
-
-    /// The machine-readable kind, as in the JSON `kind` field ([`crate::wire`]).
-    pub fn kind(&self) -> &'static str {
-        WireError::from(self).kind()
-    }
-
-    /// The HTTP status the server answered with; for a failure on the client's side, the status
-    /// a server gives the same kind (503 unreachable, 504 no answer, 400 invalid).
-    pub fn http_status(&self) -> u16 {
-        WireError::from(self).http_status()
-    }
-
-    /// The JSON form (`kind`, `message`, the kind's fields), as the server sends its errors:
-    /// what `palisade store --json` prints.
-    pub fn to_json(&self) -> serde_json::Value {
-        crate::wire::ErrorBody::from(self).to_json()
-    }
-
-    /// A newer grant has written: the presenter was superseded.
-    pub fn is_stale(&self) -> bool {
-        self.class() == StoreErrorClass::Stale
-    }
-
-    /// The sequencer was refused: retrying with the same sequencer cannot succeed.
-    pub fn is_rejection(&self) -> bool {
-        self.class().is_rejection()
-    }
-
-    /// Nothing was applied and the same request may succeed later.
-    pub fn is_retryable(&self) -> bool {
-        self.class() == StoreErrorClass::Retryable
-    }
-
-    /// The request may or may not have been applied.
-    pub fn is_outcome_unknown(&self) -> bool {
-        self.class() == StoreErrorClass::OutcomeUnknown
-    }
 }
+
+/// The queries every layer answers alike, from its [`StoreErrorClass`] and its wire form.
+macro_rules! queries {
+    ($($error:ty),*) => {$(
+        impl $error {
+            /// The machine-readable kind, as in the JSON `kind` field ([`crate::wire`]).
+            pub fn kind(&self) -> &'static str {
+                WireError::from(self).kind()
+            }
+
+            /// The HTTP status of the kind ([`crate::wire`] has the table): the one the server
+            /// answers with, or, for a failure on the client's side, the one a server gives the
+            /// same kind (503 unreachable, 504 no answer, 400 invalid).
+            pub fn http_status(&self) -> u16 {
+                WireError::from(self).http_status()
+            }
+
+            /// The JSON body (`kind`, `message`, the kind's fields), as the server sends it and
+            /// `palisade store --json` prints it.
+            pub fn to_json(&self) -> serde_json::Value {
+                crate::wire::ErrorBody::from(self).to_json()
+            }
+
+            /// A newer grant has written: the presenter was superseded.
+            pub fn is_stale(&self) -> bool {
+                self.class() == StoreErrorClass::Stale
+            }
+
+            /// The sequencer was refused (stale, issued twice, wrong lock, missing, malformed,
+            /// forged): retrying with the same sequencer cannot succeed.
+            pub fn is_rejection(&self) -> bool {
+                self.class().is_rejection()
+            }
+
+            /// Nothing was applied and the same request may succeed later.
+            pub fn is_retryable(&self) -> bool {
+                self.class() == StoreErrorClass::Retryable
+            }
+
+            /// The request may or may not have been applied.
+            pub fn is_outcome_unknown(&self) -> bool {
+                self.class() == StoreErrorClass::OutcomeUnknown
+            }
+        }
+    )*};
+}
+
+queries!(StoreError, HttpRefusal, StoreClientError);
 
 impl From<StoreError> for StoreClientError {
     fn from(error: StoreError) -> StoreClientError {

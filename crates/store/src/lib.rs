@@ -41,12 +41,18 @@
 //! # Code map
 //!
 //! - [`limits`]: every limit, with compile-time relations;
-//! - [`Store`] ([`store`]): the fenced redb store, usable without HTTP;
+//! - [`Store`] ([`store`]): the fenced redb store, usable without HTTP; `schema.rs`: its
+//!   stored form (every table, the key row, the request-id key), which imports nothing from the
+//!   crate;
 //! - [`server`]: the axum routes and error answers; [`StoreServer`] binds and serves;
 //! - [`StoreClient`] ([`client`]): the reqwest client with typed errors;
 //! - the errors by layer ([`StoreError`]: the store's refusals; [`HttpRefusal`]: the routes';
 //!   [`StoreClientError`]: what a client meets), each with a [`StoreErrorClass`]; their wire
 //!   form, owned by [`wire`] alone.
+//!
+//! **API Boundary:** [`wire`] is the only module that spells an error on the wire (its `kind`,
+//! fields and HTTP status); the error enums carry no serde, so renaming one of their variants or
+//! fields changes nothing a client reads.
 //!
 //! The `palisade store` subcommands, their output and exit statuses belong to the `palisade`
 //! binary (`crates/cli/src/store.rs`); this crate parses no command line.
