@@ -17,8 +17,6 @@
 use palisade_core::SessionId;
 use palisade_fence::{FenceError, FenceErrorClass};
 
-use crate::wire::WireError;
-
 /// Why a store operation did not happen (or, for [`StoreError::OutcomeUnknown`], may not have).
 ///
 /// [`StoreError::class`] tells how to react:
@@ -347,28 +345,11 @@ impl StoreClientError {
     }
 }
 
-/// The queries every layer answers alike, from its [`StoreErrorClass`] and its wire form.
-macro_rules! queries {
+/// The queries every layer answers alike from its [`StoreErrorClass`]. (Those of its wire form,
+/// `kind`, `http_status` and `to_json`, are [`crate::wire`]'s.)
+macro_rules! class_queries {
     ($($error:ty),*) => {$(
         impl $error {
-            /// The machine-readable kind, as in the JSON `kind` field ([`crate::wire`]).
-            pub fn kind(&self) -> &'static str {
-                WireError::from(self).kind()
-            }
-
-            /// The HTTP status of the kind ([`crate::wire`] has the table): the one the server
-            /// answers with, or, for a failure on the client's side, the one a server gives the
-            /// same kind (503 unreachable, 504 no answer, 400 invalid).
-            pub fn http_status(&self) -> u16 {
-                WireError::from(self).http_status()
-            }
-
-            /// The JSON body (`kind`, `message`, the kind's fields), as the server sends it and
-            /// `palisade store --json` prints it.
-            pub fn to_json(&self) -> serde_json::Value {
-                crate::wire::ErrorBody::from(self).to_json()
-            }
-
             /// A newer grant has written: the presenter was superseded.
             pub fn is_stale(&self) -> bool {
                 self.class() == StoreErrorClass::Stale
@@ -393,7 +374,7 @@ macro_rules! queries {
     )*};
 }
 
-queries!(StoreError, HttpRefusal, StoreClientError);
+class_queries!(StoreError, HttpRefusal, StoreClientError);
 
 impl From<StoreError> for StoreClientError {
     fn from(error: StoreError) -> StoreClientError {

@@ -445,6 +445,33 @@ where
     }
 }
 
+/// What every layer of error answers from its wire form.
+macro_rules! wire_queries {
+    ($($error:ty),*) => {$(
+        impl $error {
+            /// The machine-readable kind, as in the JSON `kind` field ([`crate::wire`]).
+            pub fn kind(&self) -> &'static str {
+                WireError::from(self).kind()
+            }
+
+            /// The HTTP status of the kind ([`crate::wire`] has the table): the one the server
+            /// answers with, or, for a failure on the client's side, the one a server gives the
+            /// same kind (503 unreachable, 504 no answer, 400 invalid).
+            pub fn http_status(&self) -> u16 {
+                WireError::from(self).http_status()
+            }
+
+            /// The JSON body (`kind`, `message`, the kind's fields), as the server sends it and
+            /// `palisade store --json` prints it.
+            pub fn to_json(&self) -> serde_json::Value {
+                ErrorBody::from(self).to_json()
+            }
+        }
+    )*};
+}
+
+wire_queries!(StoreError, HttpRefusal, StoreClientError);
+
 /// Characters of an unreadable answer kept in the error.
 const UNREADABLE_BODY_CHARS_MAX: usize = 200;
 
