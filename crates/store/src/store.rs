@@ -47,7 +47,7 @@
 //!
 //! # One commit for many requests
 //!
-//! Every request that changes the database goes through one writer thread ([`crate::writer`]),
+//! Every request that changes the database goes through one writer thread (`writer.rs`),
 //! which runs whatever is queued in one redb write transaction: the fence check and advance,
 //! the key-binding checks, the writes and the request-id records of all of them commit
 //! together with [`redb::Durability::Immediate`] (one fsync) before any caller hears "ok", or
@@ -59,7 +59,8 @@
 //! (a SHA-256 of the sequencer, request id) in the same transaction (the hash, so that the file
 //! holds no sequencer a reader could write with); a retry with the same pair gets the stored
 //! acknowledgement back (marked `replayed`) and is not applied again, even if a newer grant has
-//! written since (invariant 8). The newest [`REQUEST_IDS_RETAINED_MAX`] ids are kept.
+//! written since (invariant 8). The newest
+//! [`REQUEST_IDS_RETAINED_MAX`](crate::limits::REQUEST_IDS_RETAINED_MAX) ids are kept.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
