@@ -26,7 +26,7 @@ use palisade_client::{
     AcquireOptions, Client, Grant, LockEventKind, LockGuard, Session, SessionOptions, Token, Wait,
 };
 use palisade_core::duration::parse_duration;
-use palisade_store::{StoreClient, StoreError};
+use palisade_store::{StoreClient, StoreClientError, StoreError};
 use serde::Serialize;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -293,11 +293,13 @@ impl Resource {
                     .await
                 {
                     Ok(_) => Ok(WriteOutcome::Accepted),
-                    Err(error @ StoreError::Stale { accepted, .. }) => Ok(WriteOutcome::Refused {
-                        http_status: error.http_status(),
-                        accepted_token: Some(Token::new(accepted)),
-                        message: error.to_string(),
-                    }),
+                    Err(error @ StoreClientError::Store(StoreError::Stale { accepted, .. })) => {
+                        Ok(WriteOutcome::Refused {
+                            http_status: error.http_status(),
+                            accepted_token: Some(Token::new(accepted)),
+                            message: error.to_string(),
+                        })
+                    }
                     Err(error) if !error.is_retryable() => Ok(WriteOutcome::Refused {
                         http_status: error.http_status(),
                         accepted_token: None,

@@ -32,7 +32,7 @@ use palisade_sequencer::KeySet;
 use palisade_store::server::ServeLimits;
 use palisade_store::{
     BatchOp, BatchRequest, Bindings, ClaimAck, Compare, LockQuota, OpKind, Store, StoreClient,
-    StoreError, StoreOptions, StoreServer, WriteAck,
+    StoreClientError, StoreError, StoreErrorClass, StoreOptions, StoreServer, WriteAck,
 };
 
 /// The store URL clients use when neither `--store` nor `PALISADE_STORE` is given.
@@ -347,8 +347,8 @@ pub struct TxnArgs {
 
 impl TxnArgs {
     /// The transaction the arguments describe.
-    pub fn request(&self) -> Result<BatchRequest, StoreError> {
-        let invalid = |message: String| StoreError::InvalidRequest { message };
+    pub fn request(&self) -> Result<BatchRequest, StoreClientError> {
+        let invalid = |message: String| StoreClientError::InvalidRequest { message };
         let split = |text: &str, what: &str| {
             text.split_once('=')
                 .map(|(key, value)| (key.to_owned(), value.to_owned()))
@@ -430,7 +430,7 @@ pub fn set_client_tls(tls: Option<palisade_tls::ClientTls>) {
 }
 
 /// A client of the store at `url`, with the process's TLS settings.
-pub fn store_client(url: &str) -> Result<StoreClient, StoreError> {
+pub fn store_client(url: &str) -> Result<StoreClient, StoreClientError> {
     StoreClient::with_tls(url, CLIENT_TLS.get().and_then(Option::as_ref))
 }
 
@@ -655,9 +655,9 @@ pub async fn execute(
                     output.push(b'\n');
                     Ok(output)
                 }
-                None => Err(StoreError::NotFound {
+                None => Err(StoreClientError::Store(StoreError::NotFound {
                     key: args.key.clone(),
-                }),
+                })),
             });
             (args.json, outcome)
         }
@@ -714,7 +714,7 @@ pub async fn execute(
 
 /// Replaces the command's sequencer with the contents of its `--sequencer-file`, if given
 /// (that file wins over `--sequencer` and `$PALISADE_SEQUENCER`).
-fn read_sequencer_file(command: &mut StoreCommand) -> Result<(), StoreError> {
+fn read_sequencer_file(command: &mut StoreCommand) -> Result<(), StoreClientError> {
     let (sequencer, file) = match command {
         StoreCommand::Put(args) => (&mut args.write.sequencer, &args.write.sequencer_file),
         StoreCommand::Delete(args) => (&mut args.write.sequencer, &args.write.sequencer_file),
@@ -736,58 +736,43 @@ fn read_sequencer_file(command: &mut StoreCommand) -> Result<(), StoreError> {
         std::fs::File::open(path)
             .and_then(|file| file.take(bytes_max + 1).read_to_string(&mut text))
     };
-    read.map_err(|error| StoreError::InvalidRequest {
+    read.map_err(|error| StoreClientError::InvalidRequest {
         message: format!("cannot read the sequencer file {}: {error}", path.display()),
     })?;
     if text.len() as u64 > bytes_max {
-        return Err(StoreError::Malformed {
+        return Err(StoreClientError::Store(StoreError::Malformed {
             message: format!(
                 "the sequencer file {} holds more than a sequencer ({} bytes at most)",
                 path.display(),
                 palisade_sequencer::SEQUENCER_BYTES_MAX
             ),
-        });
+        }));
     }
     *sequencer = Some(text.trim().to_owned());
     Ok(())
 }
 
-/// The exit status of a failed command, and how its message starts. Every error of today is
-/// named; `StoreError` is `#[non_exhaustive]` and lives in another crate, so a variant added
-/// later falls back to the store's own classes (outcome unknown, retryable, or refused) until
-/// it is named here.
-pub fn exit_status(error: &StoreError) -> (u8, &'static str) {
-    match error {
-        StoreError::Stale { .. } => (EXIT_STALE, "refused: "),
-        StoreError::TokenReissued { .. }
-        | StoreError::WrongLock { .. }
-        | StoreError::Unbound { .. }
-        | StoreError::Missing
-        | StoreError::Malformed { .. }
-        | StoreError::Forged { .. } => (EXIT_REFUSED, "refused: "),
-        StoreError::TooLarge { .. }
-        | StoreError::InvalidKey { .. }
-        | StoreError::InvalidRequest { .. }
-        | StoreError::RequestIdReused { .. }
-        | StoreError::NoSuchRoute { .. }
-        | StoreError::MethodNotAllowed { .. }
-        | StoreError::QuotaReached { .. } => (EXIT_REFUSED, ""),
-        StoreError::NotFound { .. } => (EXIT_NOT_FOUND, ""),
-        StoreError::CompareFailed { .. } => (EXIT_COMPARE_FAILED, ""),
-        StoreError::Storage { .. } | StoreError::Unavailable { .. } => (EXIT_UNAVAILABLE, ""),
-        StoreError::Corrupt { .. } | StoreError::UnexpectedResponse { .. } => (EXIT_INTERNAL, ""),
-        StoreError::OutcomeUnknown { .. } => (EXIT_OUTCOME_UNKNOWN, ""),
-        other if other.is_outcome_unknown() => (EXIT_OUTCOME_UNKNOWN, ""),
-        other if other.is_retryable() => (EXIT_UNAVAILABLE, ""),
-        _ => (EXIT_REFUSED, ""),
+/// The exit status of a failed command, and how its message starts: one per
+/// [`StoreErrorClass`], which has no wildcard to fall into, so a new class does not compile until
+/// it has a status here.
+pub fn exit_status(error: &StoreClientError) -> (u8, &'static str) {
+    match error.class() {
+        StoreErrorClass::Stale => (EXIT_STALE, "refused: "),
+        StoreErrorClass::Rejected => (EXIT_REFUSED, "refused: "),
+        StoreErrorClass::Invalid | StoreErrorClass::QuotaReached => (EXIT_REFUSED, ""),
+        StoreErrorClass::NotFound => (EXIT_NOT_FOUND, ""),
+        StoreErrorClass::CompareFailed => (EXIT_COMPARE_FAILED, ""),
+        StoreErrorClass::Retryable => (EXIT_UNAVAILABLE, ""),
+        StoreErrorClass::Internal => (EXIT_INTERNAL, ""),
+        StoreErrorClass::OutcomeUnknown => (EXIT_OUTCOME_UNKNOWN, ""),
     }
 }
 
 /// The presented sequencer, refused locally when there is none: no point asking the store to
 /// say the same.
-fn presented(sequencer: Option<&str>) -> Result<String, StoreError> {
+fn presented(sequencer: Option<&str>) -> Result<String, StoreClientError> {
     match sequencer.map(str::trim) {
-        None | Some("") => Err(StoreError::Missing),
+        None | Some("") => Err(StoreClientError::Store(StoreError::Missing)),
         Some(sequencer) => Ok(sequencer.to_owned()),
     }
 }
@@ -797,7 +782,7 @@ async fn txn_command(
     address: &StoreAddress,
     args: &WriteArgs,
     request: BatchRequest,
-) -> Result<Vec<u8>, StoreError> {
+) -> Result<Vec<u8>, StoreClientError> {
     let sequencer = presented(args.sequencer.as_deref())?;
     let request_id = args.request_id.clone().unwrap_or_else(fresh_request_id);
     with_retries(address, |client| {
@@ -815,10 +800,13 @@ async fn txn_command(
 /// Runs one request, retrying while the store is unreachable, fails retryably, or does not
 /// answer. Every attempt must be safe to repeat: a write carries one request id throughout,
 /// and fenced reads and claims change nothing the second time.
-async fn with_retries<T, F, Fut>(address: &StoreAddress, mut attempt: F) -> Result<T, StoreError>
+async fn with_retries<T, F, Fut>(
+    address: &StoreAddress,
+    mut attempt: F,
+) -> Result<T, StoreClientError>
 where
     F: FnMut(StoreClient) -> Fut,
-    Fut: Future<Output = Result<T, StoreError>>,
+    Fut: Future<Output = Result<T, StoreClientError>>,
 {
     let client = store_client(&address.store)?;
     retry_until_known(&mut StoreRetries::new(), || attempt(client.clone())).await
@@ -841,14 +829,18 @@ impl StoreRetries {
     }
 }
 
-impl RetryPolicy<StoreError> for StoreRetries {
-    fn classify(&self, error: &StoreError) -> AttemptFailure {
-        if error.is_outcome_unknown() {
-            AttemptFailure::OutcomeUnknown
-        } else if error.is_retryable() {
-            AttemptFailure::NotApplied
-        } else {
-            AttemptFailure::Final
+impl RetryPolicy<StoreClientError> for StoreRetries {
+    fn classify(&self, error: &StoreClientError) -> AttemptFailure {
+        match error.class() {
+            StoreErrorClass::OutcomeUnknown => AttemptFailure::OutcomeUnknown,
+            StoreErrorClass::Retryable => AttemptFailure::NotApplied,
+            StoreErrorClass::Stale
+            | StoreErrorClass::Rejected
+            | StoreErrorClass::Invalid
+            | StoreErrorClass::QuotaReached
+            | StoreErrorClass::NotFound
+            | StoreErrorClass::CompareFailed
+            | StoreErrorClass::Internal => AttemptFailure::Final,
         }
     }
 
@@ -862,8 +854,12 @@ impl RetryPolicy<StoreError> for StoreRetries {
         true
     }
 
-    fn unknown_after(&self, _earlier: StoreError, last: StoreError) -> StoreError {
-        StoreError::OutcomeUnknown {
+    fn unknown_after(
+        &self,
+        _earlier: StoreClientError,
+        last: StoreClientError,
+    ) -> StoreClientError {
+        StoreClientError::OutcomeUnknown {
             message: format!("an earlier attempt's outcome is unknown, and then: {last}"),
         }
     }

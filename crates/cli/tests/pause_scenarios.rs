@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use palisade_client::{AcquireOptions, Client, SessionOptions, Wait};
 use palisade_fence::{FenceError, RedisFence, RedisOp, Verifier, postgres, sqlite};
-use palisade_store::{StoreClient, StoreError};
+use palisade_store::{StoreClient, StoreClientError, StoreError};
 use palisade_testkit::{ServerProcess, locks_client};
 
 const BIN: &str = env!("CARGO_BIN_EXE_palisade");
@@ -96,11 +96,11 @@ impl Resource {
                     .await
                 {
                     Ok(_) => Outcome::Written,
-                    Err(StoreError::Stale {
+                    Err(StoreClientError::Store(StoreError::Stale {
                         presented,
                         accepted,
                         ..
-                    }) => Outcome::Stale {
+                    })) => Outcome::Stale {
                         presented,
                         accepted,
                     },

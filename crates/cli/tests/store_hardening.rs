@@ -8,7 +8,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use palisade_store::{StoreClient, StoreError};
+use palisade_store::{StoreClient, StoreClientError, StoreError};
 use palisade_testkit::{ServerProcess, ServiceKey};
 
 const BIN: &str = env!("CARGO_BIN_EXE_palisade");
@@ -32,7 +32,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// A fenced put of `key` under `sequencer`.
-fn put(store: &ServerProcess, key: &str, sequencer: &str) -> Result<(), StoreError> {
+fn put(store: &ServerProcess, key: &str, sequencer: &str) -> Result<(), StoreClientError> {
     let client = StoreClient::new(&store.endpoint()).unwrap();
     runtime()
         .block_on(client.put(key, b"value", Some(sequencer), None))
@@ -61,11 +61,11 @@ fn a_holder_of_another_lock_cannot_take_a_key_the_bindings_give_to_a_lock() {
     );
     let error = put(&bound, "report", &squatter).unwrap_err();
     match &error {
-        StoreError::WrongLock {
+        StoreClientError::Store(StoreError::WrongLock {
             expected,
             presented,
             ..
-        } => {
+        }) => {
             assert_eq!(expected, "jobs/nightly");
             assert_eq!(presented, "x");
         }
@@ -432,7 +432,7 @@ fn answer_within(socket: &mut TcpStream, timeout: Duration) -> Option<(u16, Stri
 }
 
 /// N7: requests that announce large bodies and never send them are answered from their
-/// headers: an unknown route (404), a write without a sequencer (401) or with one the store's
+/// headers: an unknown route (404), a write without a sequencer (428) or with one the store's
 /// keys did not sign (403). None takes budget, so an honest write meanwhile is answered at
 /// once. Before, each reserved the declared body (or 8 MiB for a chunked one) before anything
 /// looked at it, held it until the 30 s body timeout, and was answered 503; eight stalled the
@@ -458,7 +458,7 @@ fn requests_without_a_valid_sequencer_are_answered_before_their_bodies_and_take_
             ),
             (
                 format!("PUT /v1/kv/k{round} HTTP/1.1\r\nHost: 127.0.0.1\r\n{declared}\r\n"),
-                401,
+                428,
             ),
             (
                 format!(

@@ -24,7 +24,7 @@ use palisade_cli::store::{
     EXIT_COMPARE_FAILED, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_STALE, StoreCommand, execute,
 };
 use palisade_store::limits::KEY_BYTES_MAX;
-use palisade_store::{FenceView, StoreClient, StoreError};
+use palisade_store::{FenceView, StoreClient, StoreClientError, StoreError};
 use palisade_testkit::{ServerProcess, ServiceKey, StoreServer};
 use serde_json::{Value, json};
 
@@ -819,7 +819,10 @@ fn process_revisions_keep_growing_after_a_sigkill() {
                 .block_on(client.put_if_revision("a", b"x", last, Some(&holder), None))
                 .unwrap_err();
             assert!(
-                matches!(error, StoreError::CompareFailed { .. }),
+                matches!(
+                    error,
+                    StoreClientError::Store(StoreError::CompareFailed { .. })
+                ),
                 "{error:?}"
             );
         }

@@ -1,17 +1,19 @@
 //! [`StoreClient`]: the HTTP client of the fenced store, used by the `palisade store` CLI.
 //!
-//! It returns the same [`StoreError`] the server produced (parsed from the JSON body), and tells
-//! apart the two transport failures that matter for retries: [`StoreError::Unavailable`] (the
-//! request never reached the store: nothing was applied) and [`StoreError::OutcomeUnknown`]
-//! (a write was sent and no answer came: retry with the same request id to find out).
+//! It returns a [`StoreClientError`]: the refusal the server sent (read back by
+//! [`crate::wire::client_error`], so a Rust caller matches on `StoreError::Stale { accepted, .. }`
+//! whether it called the store in-process or over HTTP), or one of the two transport failures
+//! that matter for retries: [`StoreClientError::Unavailable`] (the request never reached the
+//! store: nothing was applied) and [`StoreClientError::OutcomeUnknown`] (a write was sent and no
+//! answer came: retry with the same request id to find out).
 
 use std::time::Duration;
 
 use palisade_core::error_chain::error_chain;
-use reqwest::{Method, StatusCode};
+use reqwest::Method;
 use serde::de::DeserializeOwned;
 
-use crate::StoreError;
+use crate::error::{StoreClientError, StoreError};
 use crate::server::{REQUEST_ID_HEADER, SEQUENCER_HEADER};
 use crate::types::{BatchOp, BatchRequest, ClaimAck, Entry, FenceView, WriteAck};
 
@@ -29,7 +31,7 @@ pub struct StoreClient {
 
 impl StoreClient {
     /// A client of the store at `base_url` (`http://host:port`).
-    pub fn new(base_url: &str) -> Result<StoreClient, StoreError> {
+    pub fn new(base_url: &str) -> Result<StoreClient, StoreClientError> {
         StoreClient::with_tls(base_url, None)
     }
 
@@ -39,9 +41,9 @@ impl StoreClient {
     pub fn with_tls(
         base_url: &str,
         tls: Option<&palisade_tls::ClientTls>,
-    ) -> Result<StoreClient, StoreError> {
+    ) -> Result<StoreClient, StoreClientError> {
         let base_url = base_url.trim().trim_end_matches('/');
-        let invalid = |message: String| StoreError::InvalidRequest { message };
+        let invalid = |message: String| StoreClientError::InvalidRequest { message };
         match (
             tls.is_some(),
             base_url.split_once("://").map(|(scheme, _)| scheme),
@@ -74,7 +76,7 @@ impl StoreClient {
         };
         let http = builder
             .build()
-            .map_err(|error| StoreError::InvalidRequest {
+            .map_err(|error| StoreClientError::InvalidRequest {
                 message: format!("cannot build an HTTP client: {error}"),
             })?;
         Ok(StoreClient {
@@ -95,7 +97,7 @@ impl StoreClient {
         value: &[u8],
         sequencer: Option<&str>,
         request_id: Option<&str>,
-    ) -> Result<WriteAck, StoreError> {
+    ) -> Result<WriteAck, StoreClientError> {
         let request = self
             .write_request(Method::PUT, &kv_path(key), sequencer, request_id)
             .body(value.to_vec());
@@ -108,7 +110,7 @@ impl StoreClient {
         key: &str,
         sequencer: Option<&str>,
         request_id: Option<&str>,
-    ) -> Result<WriteAck, StoreError> {
+    ) -> Result<WriteAck, StoreClientError> {
         let request = self.write_request(Method::DELETE, &kv_path(key), sequencer, request_id);
         self.send(request, true).await
     }
@@ -119,7 +121,7 @@ impl StoreClient {
         ops: &[BatchOp],
         sequencer: Option<&str>,
         request_id: Option<&str>,
-    ) -> Result<WriteAck, StoreError> {
+    ) -> Result<WriteAck, StoreClientError> {
         let body = BatchRequest {
             compare: Vec::new(),
             ops: ops.to_vec(),
@@ -134,7 +136,7 @@ impl StoreClient {
         request: &BatchRequest,
         sequencer: Option<&str>,
         request_id: Option<&str>,
-    ) -> Result<WriteAck, StoreError> {
+    ) -> Result<WriteAck, StoreClientError> {
         let request = self
             .write_request(Method::POST, "/v1/txn", sequencer, request_id)
             .json(request);
@@ -150,7 +152,7 @@ impl StoreClient {
         revision: u64,
         sequencer: Option<&str>,
         request_id: Option<&str>,
-    ) -> Result<WriteAck, StoreError> {
+    ) -> Result<WriteAck, StoreClientError> {
         let request = self.write_request(Method::PUT, &kv_path(key), sequencer, request_id);
         let request = match revision {
             0 => request.header(reqwest::header::IF_NONE_MATCH, "*"),
@@ -161,7 +163,7 @@ impl StoreClient {
 
     /// The value of `key` and the grant that wrote it; `None` if it has none. Unfenced: it only
     /// looks (see [`StoreClient::read`]).
-    pub async fn get(&self, key: &str) -> Result<Option<Entry>, StoreError> {
+    pub async fn get(&self, key: &str) -> Result<Option<Entry>, StoreClientError> {
         self.read(key, None).await
     }
 
@@ -171,12 +173,12 @@ impl StoreClient {
         &self,
         key: &str,
         sequencer: Option<&str>,
-    ) -> Result<Option<Entry>, StoreError> {
+    ) -> Result<Option<Entry>, StoreClientError> {
         let request = self.write_request(Method::GET, &kv_path(key), sequencer, None);
         // A fenced read is a write of the accepted token: no answer means an unknown outcome.
         match self.send(request, sequencer.is_some()).await {
             Ok(entry) => Ok(Some(entry)),
-            Err(StoreError::NotFound { .. }) => Ok(None),
+            Err(StoreClientError::Store(StoreError::NotFound { .. })) => Ok(None),
             Err(error) => Err(error),
         }
     }
@@ -187,7 +189,7 @@ impl StoreClient {
         &self,
         lock: Option<&str>,
         sequencer: Option<&str>,
-    ) -> Result<ClaimAck, StoreError> {
+    ) -> Result<ClaimAck, StoreClientError> {
         let path = match lock {
             Some(lock) => format!("/v1/claim/{}", percent_encode(lock)),
             None => "/v1/claim".to_owned(),
@@ -197,7 +199,7 @@ impl StoreClient {
     }
 
     /// What the store has accepted for `lock`.
-    pub async fn fence(&self, lock: &str) -> Result<FenceView, StoreError> {
+    pub async fn fence(&self, lock: &str) -> Result<FenceView, StoreClientError> {
         let request = self
             .http
             .get(self.url(&format!("/v1/fence/{}", percent_encode(lock))));
@@ -205,7 +207,7 @@ impl StoreClient {
     }
 
     /// Succeeds if the store is up and can read its database.
-    pub async fn health(&self) -> Result<(), StoreError> {
+    pub async fn health(&self) -> Result<(), StoreClientError> {
         let request = self.http.get(self.url("/healthz"));
         self.send::<serde_json::Value>(request, false).await?;
         Ok(())
@@ -236,7 +238,7 @@ impl StoreClient {
         &self,
         request: reqwest::RequestBuilder,
         is_write: bool,
-    ) -> Result<T, StoreError> {
+    ) -> Result<T, StoreClientError> {
         let response = request
             .send()
             .await
@@ -247,33 +249,22 @@ impl StoreClient {
             .await
             .map_err(|error| self.transport_error(&error, is_write))?;
         if status.is_success() {
-            return serde_json::from_slice(&body).map_err(|error| StoreError::UnexpectedResponse {
-                status: status.as_u16(),
-                message: format!("cannot parse the answer: {error}"),
+            return serde_json::from_slice(&body).map_err(|error| {
+                StoreClientError::UnexpectedResponse {
+                    status: status.as_u16(),
+                    message: format!("cannot parse the answer: {error}"),
+                }
             });
         }
-        Err(parse_error(status, &body))
+        Err(crate::wire::client_error(status.as_u16(), &body))
     }
 
-    fn transport_error(&self, error: &reqwest::Error, is_write: bool) -> StoreError {
+    fn transport_error(&self, error: &reqwest::Error, is_write: bool) -> StoreClientError {
         let message = format!("{}: {}", self.base_url, error_chain(error));
         if error.is_connect() || !is_write {
-            StoreError::Unavailable { message }
+            StoreClientError::Unavailable { message }
         } else {
-            StoreError::OutcomeUnknown { message }
-        }
-    }
-}
-
-fn parse_error(status: StatusCode, body: &[u8]) -> StoreError {
-    match serde_json::from_slice::<StoreError>(body) {
-        Ok(error) => error,
-        Err(_) => {
-            let text = String::from_utf8_lossy(body);
-            StoreError::UnexpectedResponse {
-                status: status.as_u16(),
-                message: text.chars().take(200).collect(),
-            }
+            StoreClientError::OutcomeUnknown { message }
         }
     }
 }

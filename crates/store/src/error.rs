@@ -1,27 +1,36 @@
-//! The error of every store operation, on both sides of the wire.
+//! The store's errors, by layer:
 //!
-//! The server sends it as a JSON body whose `kind` field names the variant and whose `message`
-//! field is the `Display` text; [`crate::StoreClient`] parses it back into the same value, so a
-//! Rust caller matches on `StoreError::Stale { accepted, .. }` whether it called the store
-//! in-process or over HTTP (invariant 9: explainable rejections).
+//! - [`StoreError`]: what the store refuses, or fails at: what [`crate::Store`] returns
+//!   in-process, and what its HTTP server sends;
+//! - [`HttpRefusal`]: what the HTTP server refuses before the store sees the request (no such
+//!   route, a method the route lacks, a host name the store does not answer to);
+//! - [`StoreClientError`]: what a [`crate::StoreClient`] caller meets: a refusal the server sent
+//!   (one of the two above, parsed back), or the transport failing (unreachable, no answer, an
+//!   answer this client does not understand).
+//!
+//! All three have a [`StoreErrorClass`], one per way a caller reacts; it is deliberately not
+//! `#[non_exhaustive]`, so a caller (the CLI's exit statuses) matches it without a wildcard.
+//! None of these types is the HTTP contract: their wire form (`kind`, `message`, the fields,
+//! the status) is [`crate::wire`]'s, so renaming a variant or a field here changes nothing a
+//! client reads (invariant 9: explainable rejections).
 
 use palisade_core::SessionId;
 use palisade_fence::{FenceError, FenceErrorClass};
-use serde::{Deserialize, Serialize};
 
 /// Why a store operation did not happen (or, for [`StoreError::OutcomeUnknown`], may not have).
 ///
+/// [`StoreError::class`] tells how to react:
 /// - rejections ([`StoreError::is_rejection`]): the sequencer was refused (stale, issued twice,
 ///   of another lock, missing, malformed, forged); retrying the same request with the same
 ///   sequencer cannot succeed;
 /// - invalid input (`TooLarge`, `InvalidKey`, `InvalidRequest`, `RequestIdReused`): fix the request;
 /// - a lock at its quota (`QuotaReached`): delete keys under it first, or have the quota raised;
-/// - retryable ([`StoreError::is_retryable`]): the store was unreachable or failed; nothing was
-///   applied, retry;
-/// - [`StoreError::OutcomeUnknown`]: the request was sent but no answer came; retry with the same
-///   request id to learn the outcome without applying it twice (invariant 8).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+/// - retryable ([`StoreError::is_retryable`]: `Storage`, `Unavailable`): nothing was applied,
+///   retry;
+/// - [`StoreError::OutcomeUnknown`], and only it: the store's commit failed, so the write may or
+///   may not be durable; retry with the same request id to learn the outcome without applying it
+///   twice (invariant 8). Every other variant means nothing was applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
     /// A newer grant of the lock has read, claimed or written here: the presenter was superseded.
@@ -34,7 +43,6 @@ pub enum StoreError {
         presented: u64,
         accepted: u64,
         /// The session of the grant that set `accepted`.
-        #[serde(default)]
         holder_session: Option<u64>,
     },
     /// The lock's accepted token was presented again by another session: the lock service
@@ -55,7 +63,6 @@ pub enum StoreError {
         key_text(key.as_deref())
     )]
     WrongLock {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         key: Option<String>,
         expected: String,
         presented: String,
@@ -72,37 +79,24 @@ pub enum StoreError {
     Missing,
     /// The text presented is not a sequencer.
     #[error("malformed sequencer: {message}")]
-    Malformed {
-        #[serde(rename = "detail")]
-        message: String,
-    },
+    Malformed { message: String },
     /// The sequencer's signature does not verify with the store's public key.
     #[error("forged sequencer: {message}")]
-    Forged {
-        #[serde(rename = "detail")]
-        message: String,
-    },
+    Forged { message: String },
     /// An input exceeds one of the limits in [`crate::limits`]; `limit` names it.
     #[error("{what} is too large: {}{limit} is {size_max}", size_text(*size))]
     TooLarge {
         what: String,
         limit: String,
-        #[serde(default)]
         size: Option<u64>,
         size_max: u64,
     },
     /// The key is empty or contains a control character.
     #[error("invalid key: {message}")]
-    InvalidKey {
-        #[serde(rename = "detail")]
-        message: String,
-    },
+    InvalidKey { message: String },
     /// The request is not well-formed (bad JSON, a bad request id, an empty batch).
     #[error("invalid request: {message}")]
-    InvalidRequest {
-        #[serde(rename = "detail")]
-        message: String,
-    },
+    InvalidRequest { message: String },
     /// The request id was already used with this sequencer for a different request.
     #[error(
         "request id {request_id:?} was already used with this sequencer for a different request: use a fresh request id for a new request"
@@ -137,6 +131,32 @@ pub enum StoreError {
         /// The key's current revision (0: it has no value).
         revision: u64,
     },
+    /// The stored data violates an invariant: the store is damaged.
+    #[error("store data is corrupt: {message}")]
+    Corrupt { message: String },
+    /// The store's storage failed before anything was applied; the same request may succeed
+    /// when retried. (A failed commit, whose outcome is unknown, is
+    /// [`StoreError::OutcomeUnknown`].)
+    #[error("store storage error: {message}")]
+    Storage { message: String },
+    /// The store is too busy to take the request (its write queue is full, too many request
+    /// bodies are in memory, the body did not arrive in time): nothing was applied, retry.
+    #[error("store unavailable: {message}")]
+    Unavailable { message: String },
+    /// The store's commit failed, or its writer stopped before answering: the write may or may
+    /// not be durable.
+    #[error(
+        "outcome unknown: {message}; retry with the same request id to learn whether it was applied"
+    )]
+    OutcomeUnknown { message: String },
+}
+
+/// What the store's HTTP server refuses before the store sees the request: the client and the
+/// server disagree on the API, or the client reached the store by a name it does not answer to.
+/// Nothing was applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HttpRefusal {
     /// No such HTTP route.
     #[error("no route for {method} {path}: see docs/store-http.md for the API")]
     NoSuchRoute { method: String, path: String },
@@ -148,40 +168,65 @@ pub enum StoreError {
         "the store does not answer to the host name {host:?}: it answers to localhost, IP addresses and the names given with --store-host (PALISADE_STORE_HOST); if you reach it by that name on purpose, start palisade store serve with --store-host NAME"
     )]
     MisdirectedRequest { host: String },
-    /// The stored data violates an invariant: the store is damaged.
-    #[error("store data is corrupt: {message}")]
-    Corrupt {
-        #[serde(rename = "detail")]
-        message: String,
-    },
-    /// The store's storage failed; the write was not applied unless the message says its outcome
-    /// is unknown.
-    #[error("store storage error: {message}")]
-    Storage {
-        #[serde(rename = "detail")]
-        message: String,
-    },
-    /// The store could not be reached; nothing was applied.
+}
+
+/// What a caller of [`crate::StoreClient`] meets: the store's refusal, or the transport failing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreClientError {
+    /// The store refused the request, or failed at it: the error its server sent. (The CLI also
+    /// makes the refusals it can see coming itself, without sending: no sequencer at all.)
+    #[error(transparent)]
+    Store(StoreError),
+    /// The store's HTTP server refused the request before the store saw it.
+    #[error(transparent)]
+    Http(HttpRefusal),
+    /// The request cannot be made as given (a store URL of the wrong scheme, an unreadable
+    /// sequencer file): nothing was sent.
+    #[error("invalid request: {message}")]
+    InvalidRequest { message: String },
+    /// The store could not be reached (a refused connection; no answer to a read): nothing was
+    /// applied.
     #[error("store unavailable: {message}")]
-    Unavailable {
-        #[serde(rename = "detail")]
-        message: String,
-    },
-    /// The request was sent but no answer arrived: it may or may not have been applied.
+    Unavailable { message: String },
+    /// A write was sent but no answer arrived: it may or may not have been applied.
     #[error(
         "outcome unknown: {message}; retry with the same request id to learn whether it was applied"
     )]
-    OutcomeUnknown {
-        #[serde(rename = "detail")]
-        message: String,
-    },
+    OutcomeUnknown { message: String },
     /// The server answered with something this client does not understand.
     #[error("unexpected response from the store (HTTP {status}): {message}")]
-    UnexpectedResponse {
-        status: u16,
-        #[serde(rename = "detail")]
-        message: String,
-    },
+    UnexpectedResponse { status: u16, message: String },
+}
+
+/// The classes of the store's errors, one per way a caller reacts.
+///
+/// Deliberately not `#[non_exhaustive]`: other crates match on it without a wildcard (the CLI's
+/// exit statuses), so a new class does not compile until each of them handles it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StoreErrorClass {
+    /// The sequencer is stale: a newer grant of its lock has claimed, read or written here.
+    /// Nothing was applied; re-acquire the lock and re-read.
+    Stale,
+    /// The sequencer was refused otherwise (issued twice, of another lock, missing, malformed,
+    /// forged, or the key is bound to no lock): nothing was applied, and retrying with it cannot
+    /// succeed.
+    Rejected,
+    /// The request is invalid (too large, a bad key, a reused request id, an unknown route):
+    /// nothing was applied; fix it.
+    Invalid,
+    /// The write would take its lock past the store's quota: nothing was applied.
+    QuotaReached,
+    /// The key has no value.
+    NotFound,
+    /// A compare did not hold: nothing was applied; re-read and decide again.
+    CompareFailed,
+    /// Nothing was applied; the same request may succeed later.
+    Retryable,
+    /// The request may or may not have been applied: retry with the same request id to learn.
+    OutcomeUnknown,
+    /// The store's data is corrupt, or it answered something this client does not understand.
+    Internal,
 }
 
 fn holder_text(holder_session: Option<u64>) -> String {
@@ -212,97 +257,46 @@ fn size_text(size: Option<u64>) -> String {
     }
 }
 
+impl StoreErrorClass {
+    /// The sequencer was refused: retrying with the same sequencer cannot succeed.
+    pub fn is_rejection(self) -> bool {
+        match self {
+            StoreErrorClass::Stale | StoreErrorClass::Rejected => true,
+            StoreErrorClass::Invalid
+            | StoreErrorClass::QuotaReached
+            | StoreErrorClass::NotFound
+            | StoreErrorClass::CompareFailed
+            | StoreErrorClass::Retryable
+            | StoreErrorClass::OutcomeUnknown
+            | StoreErrorClass::Internal => false,
+        }
+    }
+}
+
 impl StoreError {
-    /// The machine-readable kind, as in the JSON `kind` field.
-    pub fn kind(&self) -> &'static str {
+    /// How a caller reacts.
+    pub fn class(&self) -> StoreErrorClass {
         match self {
-            StoreError::Stale { .. } => "stale",
-            StoreError::TokenReissued { .. } => "token_reissued",
-            StoreError::WrongLock { .. } => "wrong_lock",
-            StoreError::Unbound { .. } => "unbound",
-            StoreError::Missing => "missing",
-            StoreError::Malformed { .. } => "malformed",
-            StoreError::Forged { .. } => "forged",
-            StoreError::TooLarge { .. } => "too_large",
-            StoreError::InvalidKey { .. } => "invalid_key",
-            StoreError::InvalidRequest { .. } => "invalid_request",
-            StoreError::RequestIdReused { .. } => "request_id_reused",
-            StoreError::QuotaReached { .. } => "quota_reached",
-            StoreError::NotFound { .. } => "not_found",
-            StoreError::CompareFailed { .. } => "compare_failed",
-            StoreError::NoSuchRoute { .. } => "no_such_route",
-            StoreError::MethodNotAllowed { .. } => "method_not_allowed",
-            StoreError::MisdirectedRequest { .. } => "misdirected_request",
-            StoreError::Corrupt { .. } => "corrupt",
-            StoreError::Storage { .. } => "storage",
-            StoreError::Unavailable { .. } => "unavailable",
-            StoreError::OutcomeUnknown { .. } => "outcome_unknown",
-            StoreError::UnexpectedResponse { .. } => "unexpected_response",
-        }
-    }
-
-    /// The HTTP status the server answers with.
-    ///
-    /// 400 malformed input, 401 missing sequencer, 403 forged, another lock's sequencer or a key
-    /// bound to no lock,
-    /// 404 not found, 409 stale or a token issued twice, 412 compare failed, 413 too large, 422 request id reused,
-    /// 500 corrupt, 503 storage failure or a full write queue, 504 outcome unknown, 507 a lock's
-    /// quota reached.
-    pub fn http_status(&self) -> u16 {
-        match self {
-            StoreError::Malformed { .. }
-            | StoreError::InvalidKey { .. }
-            | StoreError::InvalidRequest { .. } => 400,
-            StoreError::Missing => 401,
-            StoreError::Forged { .. }
+            StoreError::Stale { .. } => StoreErrorClass::Stale,
+            StoreError::TokenReissued { .. }
             | StoreError::WrongLock { .. }
-            | StoreError::Unbound { .. } => 403,
-            StoreError::NotFound { .. } | StoreError::NoSuchRoute { .. } => 404,
-            StoreError::MethodNotAllowed { .. } => 405,
-            StoreError::MisdirectedRequest { .. } => 421,
-            StoreError::Stale { .. } | StoreError::TokenReissued { .. } => 409,
-            StoreError::CompareFailed { .. } => 412,
-            StoreError::TooLarge { .. } => 413,
-            StoreError::RequestIdReused { .. } => 422,
-            StoreError::Corrupt { .. } => 500,
-            StoreError::Storage { .. } | StoreError::Unavailable { .. } => 503,
-            StoreError::OutcomeUnknown { .. } => 504,
-            StoreError::QuotaReached { .. } => 507,
-            StoreError::UnexpectedResponse { status, .. } => *status,
+            | StoreError::Unbound { .. }
+            | StoreError::Missing
+            | StoreError::Malformed { .. }
+            | StoreError::Forged { .. } => StoreErrorClass::Rejected,
+            StoreError::TooLarge { .. }
+            | StoreError::InvalidKey { .. }
+            | StoreError::InvalidRequest { .. }
+            | StoreError::RequestIdReused { .. } => StoreErrorClass::Invalid,
+            StoreError::QuotaReached { .. } => StoreErrorClass::QuotaReached,
+            StoreError::NotFound { .. } => StoreErrorClass::NotFound,
+            StoreError::CompareFailed { .. } => StoreErrorClass::CompareFailed,
+            StoreError::Storage { .. } | StoreError::Unavailable { .. } => {
+                StoreErrorClass::Retryable
+            }
+            StoreError::OutcomeUnknown { .. } => StoreErrorClass::OutcomeUnknown,
+            StoreError::Corrupt { .. } => StoreErrorClass::Internal,
         }
-    }
-
-    /// A newer grant has written: the presenter was superseded.
-    pub fn is_stale(&self) -> bool {
-        matches!(self, StoreError::Stale { .. })
-    }
-
-    /// The sequencer was refused (stale, issued twice, wrong lock, missing, malformed, forged):
-    /// retrying with the same sequencer cannot succeed.
-    pub fn is_rejection(&self) -> bool {
-        matches!(
-            self,
-            StoreError::Stale { .. }
-                | StoreError::TokenReissued { .. }
-                | StoreError::WrongLock { .. }
-                | StoreError::Unbound { .. }
-                | StoreError::Missing
-                | StoreError::Malformed { .. }
-                | StoreError::Forged { .. }
-        )
-    }
-
-    /// Nothing was applied and the same request may succeed later.
-    pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            StoreError::Storage { .. } | StoreError::Unavailable { .. }
-        )
-    }
-
-    /// The request may or may not have been applied.
-    pub fn is_outcome_unknown(&self) -> bool {
-        matches!(self, StoreError::OutcomeUnknown { .. })
     }
 
     pub(crate) fn too_large(
@@ -324,18 +318,75 @@ impl StoreError {
             message: error.to_string(),
         }
     }
+}
 
-    /// The JSON body the server sends: the variant's fields, `kind`, and `message`.
-    pub fn to_json(&self) -> serde_json::Value {
-        let mut body = serde_json::to_value(self)
-            .unwrap_or_else(|_| serde_json::json!({ "kind": self.kind() }));
-        if let serde_json::Value::Object(fields) = &mut body {
-            fields.insert("message".into(), self.to_string().into());
+impl HttpRefusal {
+    /// How a caller reacts: fix the request (or the URL, or the store's `--store-host`).
+    pub fn class(&self) -> StoreErrorClass {
+        match self {
+            HttpRefusal::NoSuchRoute { .. }
+            | HttpRefusal::MethodNotAllowed { .. }
+            | HttpRefusal::MisdirectedRequest { .. } => StoreErrorClass::Invalid,
         }
-        body
     }
 }
 
+impl StoreClientError {
+    /// How a caller reacts.
+    pub fn class(&self) -> StoreErrorClass {
+        match self {
+            StoreClientError::Store(error) => error.class(),
+            StoreClientError::Http(refusal) => refusal.class(),
+            StoreClientError::InvalidRequest { .. } => StoreErrorClass::Invalid,
+            StoreClientError::Unavailable { .. } => StoreErrorClass::Retryable,
+            StoreClientError::OutcomeUnknown { .. } => StoreErrorClass::OutcomeUnknown,
+            StoreClientError::UnexpectedResponse { .. } => StoreErrorClass::Internal,
+        }
+    }
+}
+
+/// The queries every layer answers alike from its [`StoreErrorClass`]. (Those of its wire form,
+/// `kind`, `http_status` and `to_json`, are [`crate::wire`]'s.)
+macro_rules! class_queries {
+    ($($error:ty),*) => {$(
+        impl $error {
+            /// A newer grant has written: the presenter was superseded.
+            pub fn is_stale(&self) -> bool {
+                self.class() == StoreErrorClass::Stale
+            }
+
+            /// The sequencer was refused (stale, issued twice, wrong lock, missing, malformed,
+            /// forged): retrying with the same sequencer cannot succeed.
+            pub fn is_rejection(&self) -> bool {
+                self.class().is_rejection()
+            }
+
+            /// Nothing was applied and the same request may succeed later.
+            pub fn is_retryable(&self) -> bool {
+                self.class() == StoreErrorClass::Retryable
+            }
+
+            /// The request may or may not have been applied.
+            pub fn is_outcome_unknown(&self) -> bool {
+                self.class() == StoreErrorClass::OutcomeUnknown
+            }
+        }
+    )*};
+}
+
+class_queries!(StoreError, HttpRefusal, StoreClientError);
+
+impl From<StoreError> for StoreClientError {
+    fn from(error: StoreError) -> StoreClientError {
+        StoreClientError::Store(error)
+    }
+}
+
+impl From<HttpRefusal> for StoreClientError {
+    fn from(refusal: HttpRefusal) -> StoreClientError {
+        StoreClientError::Http(refusal)
+    }
+}
 impl From<FenceError> for StoreError {
     fn from(error: FenceError) -> StoreError {
         match error {

@@ -30,10 +30,10 @@
 //! | `GET /healthz` | `{"status":"ok"}` |
 //!
 //! Writes answer `200` with a [`WriteAck`] after the fsync. Rejections are JSON
-//! `{"kind", "message", …}` ([`StoreError`]): `stale` 409 (with `lock`, `presented`, `accepted`,
+//! `{"kind", "message", …}` ([`wire`]): `stale` 409 (with `lock`, `presented`, `accepted`,
 //! `holder_session`), `token_reissued` 409 (with `lock`, `token`, `first_session`,
 //! `presented_session`: another session presented this token first, so the lock service issued
-//! it twice), `wrong_lock` 403, `forged` 403, `missing` 401, `malformed` 400,
+//! it twice), `wrong_lock` 403, `forged` 403, `missing` 428, `malformed` 400,
 //! `too_large` 413 (naming the limit), `not_found` 404. A write may carry a
 //! `Palisade-Request-Id`: a retry with the same sequencer and request id returns the original
 //! acknowledgement (`"replayed": true`) instead of writing again.
@@ -41,30 +41,42 @@
 //! # Code map
 //!
 //! - [`limits`]: every limit, with compile-time relations;
-//! - [`Store`] ([`store`]): the fenced redb store, usable without HTTP;
-//! - [`server`]: the axum routes and error mapping; [`StoreServer`] binds and serves;
-//! - [`StoreClient`] ([`client`]): the reqwest client with typed errors.
+//! - [`Store`] ([`store`]): the fenced redb store, usable without HTTP; `schema.rs`: its
+//!   stored form (every table, the key row, the request-id key), which imports nothing from the
+//!   crate;
+//! - [`server`]: the axum routes and error answers; [`StoreServer`] binds and serves;
+//! - [`StoreClient`] ([`client`]): the reqwest client with typed errors;
+//! - the errors by layer ([`StoreError`]: the store's refusals; [`HttpRefusal`]: the routes';
+//!   [`StoreClientError`]: what a client meets), each with a [`StoreErrorClass`]; their wire
+//!   form, owned by [`wire`] alone.
+//!
+//! **API Boundary:** [`wire`] is the only module that spells an error on the wire (its `kind`,
+//! fields and HTTP status); the error enums carry no serde, so renaming one of their variants or
+//! fields changes nothing a client reads.
 //!
 //! The `palisade store` subcommands, their output and exit statuses belong to the `palisade`
 //! binary (`crates/cli/src/store.rs`); this crate parses no command line.
 //!
 //! **Architecture Invariant:** no write reaches the key/value table except through
 //! [`RedbFence::begin`](palisade_fence::RedbFence::begin) in the same transaction, apart from
-//! the benchmark-only [`Store::put_unfenced`], which writes a separate table no read consults.
+//! the benchmark-only `Store::put_unfenced` (only with the `bench` feature, which
+//! `palisade-bench` turns on), which writes a separate table no read consults.
 
 pub mod bindings;
 pub mod client;
 mod error;
 pub mod limits;
 pub mod quota;
+mod schema;
 pub mod server;
 pub mod store;
 mod types;
+pub mod wire;
 mod writer;
 
 pub use bindings::Bindings;
 pub use client::StoreClient;
-pub use error::StoreError;
+pub use error::{HttpRefusal, StoreClientError, StoreError, StoreErrorClass};
 pub use quota::LockQuota;
 pub use server::StoreServer;
 pub use store::{Store, StoreOptions};

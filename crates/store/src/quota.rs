@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use redb::{ReadableTable, ReadableTableMetadata, WriteTransaction};
 
 use crate::StoreError;
-use crate::store::KV_TABLE;
+use crate::schema::KV_TABLE;
 
 /// The most one lock's keys may hold; `None`: no limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

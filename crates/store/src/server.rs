@@ -1,5 +1,6 @@
-//! The HTTP/JSON face of [`Store`] (axum): routes, header handling, and the mapping of
-//! [`StoreError`] to status codes and JSON bodies. The API is described in `docs/store-http.md`.
+//! The HTTP/JSON face of [`Store`] (axum): routes, header handling, and the answers to refused
+//! requests: a [`StoreError`] of the store, or an [`HttpRefusal`] of the routes, sent in the wire
+//! form of [`crate::wire`]. The API is described in `docs/store-http.md`.
 //!
 //! Every handler runs the store call on a blocking thread (redb blocks on fsync). A panic there
 //! means a broken invariant, and a broken invariant stops the server: the process aborts rather
@@ -38,11 +39,13 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
+use crate::error::HttpRefusal;
 use crate::limits::{
     BATCH_BODY_BYTES_MAX, BODY_BYTES_IN_FLIGHT_MAX, BODY_FIRST_BYTE_TIMEOUT_MS,
     BODY_READ_TIMEOUT_MS, CONNECTIONS_MAX, HEADER_READ_TIMEOUT_MS, PUT_BODY_BYTES_MAX,
 };
 use crate::types::{BatchOp, BatchRequest, Compare};
+use crate::wire::ErrorBody;
 use crate::{Store, StoreError};
 
 /// The header carrying the sequencer of a write.
@@ -441,7 +444,7 @@ async fn answered_host(
     match hosts.check(host) {
         Ok(()) => next.run(request).await,
         Err(host) => {
-            let mut response = StoreError::MisdirectedRequest { host }.into_response();
+            let mut response = HttpRefusal::MisdirectedRequest { host }.into_response();
             response
                 .headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -475,23 +478,28 @@ fn reply<T: Serialize>(result: Result<T, StoreError>) -> Response {
     }
 }
 
+/// The answer to a refused request: the status of its kind and its body ([`crate::wire`]).
+fn error_response(body: ErrorBody) -> Response {
+    let status =
+        StatusCode::from_u16(body.error.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let kind = body.error.kind();
+    if status.is_server_error() {
+        tracing::warn!(kind, "request failed: {}", body.message);
+    } else {
+        tracing::debug!(kind, "request refused: {}", body.message);
+    }
+    (status, axum::Json(body.to_json())).into_response()
+}
+
 impl IntoResponse for StoreError {
     fn into_response(self) -> Response {
-        let status =
-            StatusCode::from_u16(self.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        if status.is_server_error() {
-            tracing::warn!(kind = self.kind(), "request failed: {self}");
-        } else {
-            tracing::debug!(kind = self.kind(), "request refused: {self}");
-        }
-        let mut response = (status, axum::Json(self.to_json())).into_response();
-        if matches!(self, StoreError::Missing) {
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Palisade-Sequencer"),
-            );
-        }
-        response
+        error_response(ErrorBody::from(&self))
+    }
+}
+
+impl IntoResponse for HttpRefusal {
+    fn into_response(self) -> Response {
+        error_response(ErrorBody::from(&self))
     }
 }
 
@@ -820,7 +828,7 @@ async fn health(State(store): State<Arc<Store>>) -> Response {
 }
 
 async fn no_route(method: Method, uri: Uri) -> Response {
-    StoreError::NoSuchRoute {
+    HttpRefusal::NoSuchRoute {
         method: method.to_string(),
         path: uri.path().to_owned(),
     }
@@ -828,7 +836,7 @@ async fn no_route(method: Method, uri: Uri) -> Response {
 }
 
 async fn method_not_allowed(method: Method, uri: Uri) -> Response {
-    StoreError::MethodNotAllowed {
+    HttpRefusal::MethodNotAllowed {
         method: method.to_string(),
         path: uri.path().to_owned(),
     }

@@ -47,7 +47,7 @@
 //!
 //! # One commit for many requests
 //!
-//! Every request that changes the database goes through one writer thread ([`crate::writer`]),
+//! Every request that changes the database goes through one writer thread (`writer.rs`),
 //! which runs whatever is queued in one redb write transaction: the fence check and advance,
 //! the key-binding checks, the writes and the request-id records of all of them commit
 //! together with [`redb::Durability::Immediate`] (one fsync) before any caller hears "ok", or
@@ -59,16 +59,15 @@
 //! (a SHA-256 of the sequencer, request id) in the same transaction (the hash, so that the file
 //! holds no sequencer a reader could write with); a retry with the same pair gets the stored
 //! acknowledgement back (marked `replayed`) and is not applied again, even if a newer grant has
-//! written since (invariant 8). The newest [`REQUEST_IDS_RETAINED_MAX`] ids are kept.
+//! written since (invariant 8). The newest
+//! [`REQUEST_IDS_RETAINED_MAX`](crate::limits::REQUEST_IDS_RETAINED_MAX) ids are kept.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use palisade_fence::{RedbFence, Verifier};
 use palisade_sequencer::{KeySet, VerifiedSequencer};
-use redb::{
-    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
-};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
 use crate::StoreError;
 use crate::bindings::Bindings;
@@ -76,45 +75,15 @@ use crate::limits::{
     BATCH_OPS_MAX, COMPARES_MAX, KEY_BYTES_MAX, REQUEST_ID_BYTES_MAX, VALUE_BYTES_MAX,
 };
 use crate::quota::{LockQuota, Quotas};
+use crate::schema::{
+    KV_TABLE, KV_TABLE_V1, META_TABLE, REQUEST_KEY_PREFIX, REQUEST_ORDER_TABLE, REQUESTS_TABLE,
+    REVISION_KEY, request_key,
+};
 use crate::types::{BatchOp, BatchRequest, ClaimAck, Compare, Entry, FenceView, WriteAck};
 use crate::writer::{Done, Row, Work, Writer};
 
 /// The name of the database file inside the data directory.
 pub const DATABASE_FILE_NAME: &str = "store.redb";
-
-/// key → (lock, token, session, live, revision, value). A row with `live == false` is a
-/// tombstone.
-pub(crate) type KvRow = (&'static str, u64, u64, bool, u64, &'static [u8]);
-
-/// key → (lock, token, session, live, revision, value), as [`KvRow`].
-pub(crate) const KV_TABLE: TableDefinition<'static, &str, KvRow> =
-    TableDefinition::new("palisade_store_kv_v2");
-
-/// The key table of stores written before revisions existed: key → (lock, token, session,
-/// live, value). [`Store::open`] moves its rows into [`KV_TABLE`] and deletes it.
-const KV_TABLE_V1: TableDefinition<'static, &str, (&str, u64, u64, bool, &[u8])> =
-    TableDefinition::new("palisade_store_kv");
-
-/// name → value: the store's own counters ([`REVISION_KEY`]).
-pub(crate) const META_TABLE: TableDefinition<'static, &str, u64> =
-    TableDefinition::new("palisade_store_meta");
-
-/// The [`META_TABLE`] entry holding the store's revision: that of its latest write.
-pub(crate) const REVISION_KEY: &str = "revision";
-
-/// "sha256:<hash of the sequencer> <request id>" → (serial, request fingerprint, acknowledgement
-/// JSON). Stores of earlier versions keyed it "<sequencer> <request id>"; [`Store::open`]
-/// rewrites those keys.
-pub(crate) const REQUESTS_TABLE: TableDefinition<'static, &str, (u64, u64, &[u8])> =
-    TableDefinition::new("palisade_store_requests");
-
-/// serial → the [`REQUESTS_TABLE`] key, oldest first, to forget the oldest request id.
-pub(crate) const REQUEST_ORDER_TABLE: TableDefinition<'static, u64, &str> =
-    TableDefinition::new("palisade_store_request_order");
-
-/// Benchmark-only: same row shape as [`KV_TABLE`], written by [`Store::put_unfenced`].
-pub(crate) const UNFENCED_BENCH_TABLE: TableDefinition<'static, &str, KvRow> =
-    TableDefinition::new("palisade_store_unfenced_bench_v2");
 
 /// What the operator sets when opening a store ([`Store::open_with`]).
 #[derive(Debug, Clone, Default)]
@@ -386,7 +355,9 @@ impl Store {
     /// **Benchmark only — never use it to store data.** The write path of [`Store::put`]
     /// without the fence: no sequencer, no check, no advance, no key binding; the same row
     /// shape, durability and group commit, into a separate table that [`Store::get`] never
-    /// reads. It exists to measure what the fence costs a write.
+    /// reads. It exists to measure what the fence costs a write, and only with the `bench`
+    /// feature (which `palisade-bench` turns on).
+    #[cfg(feature = "bench")]
     #[doc(hidden)]
     pub fn put_unfenced(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
         validate_key(key)?;
@@ -399,6 +370,7 @@ impl Store {
     }
 
     /// [`Store::put_unfenced`] for async callers. **Benchmark only.**
+    #[cfg(feature = "bench")]
     #[doc(hidden)]
     pub async fn put_unfenced_async(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
         validate_key(key)?;
@@ -563,7 +535,7 @@ fn restrict(path: &Path, mode: u32) -> std::io::Result<()> {
 }
 
 /// Rewrites the request-id keys of a store written before they were hashed: each
-/// "<sequencer> <request id>" becomes [`crate::writer::request_key`]'s form, with its serial,
+/// "<sequencer> <request id>" becomes [`crate::schema::request_key`]'s form, with its serial,
 /// fingerprint and acknowledgement unchanged, so a retry after the upgrade is still answered
 /// with its first outcome. At most [`crate::limits::REQUEST_IDS_RETAINED_MAX`] keys.
 fn hash_request_keys(txn: &redb::WriteTransaction) -> Result<(), StoreError> {
@@ -572,7 +544,7 @@ fn hash_request_keys(txn: &redb::WriteTransaction) -> Result<(), StoreError> {
         let mut legacy = Vec::new();
         for row in order.iter()? {
             let (serial, key) = row?;
-            if !key.value().starts_with(crate::writer::REQUEST_KEY_PREFIX) {
+            if !key.value().starts_with(REQUEST_KEY_PREFIX) {
                 legacy.push((serial.value(), key.value().to_owned()));
             }
         }
@@ -589,7 +561,7 @@ fn hash_request_keys(txn: &redb::WriteTransaction) -> Result<(), StoreError> {
                 message: format!("request-id key {old_key:?} names no request id"),
             });
         };
-        let new_key = crate::writer::request_key(sequencer, request_id);
+        let new_key = request_key(sequencer, request_id);
         let Some(row) = requests.remove(old_key.as_str())? else {
             return Err(StoreError::Corrupt {
                 message: "the request-id order table names a request the request-id table lacks"

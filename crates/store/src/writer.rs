@@ -40,8 +40,8 @@ use crate::limits::{
     WRITE_QUEUE_JOBS_MAX,
 };
 use crate::quota::{GroupUsage, Quotas, RequestUsage, Usage};
-use crate::store::{
-    KV_TABLE, META_TABLE, REQUEST_ORDER_TABLE, REQUESTS_TABLE, REVISION_KEY, UNFENCED_BENCH_TABLE,
+use crate::schema::{
+    KV_TABLE, META_TABLE, REQUEST_ORDER_TABLE, REQUESTS_TABLE, REVISION_KEY, request_key,
 };
 use crate::types::{BatchOp, ClaimAck, Compare, Entry, OpAck, WriteAck};
 
@@ -67,6 +67,7 @@ pub(crate) enum Work {
         lock: Option<String>,
     },
     /// Benchmark only: the write path of a put without the fence, into a table no read uses.
+    #[cfg(feature = "bench")]
     UnfencedPut { key: String, value: Vec<u8> },
 }
 
@@ -101,6 +102,7 @@ impl Work {
                 }
                 Work::Read { key, .. } => key.len(),
                 Work::Claim { lock, .. } => lock.as_ref().map_or(0, String::len),
+                #[cfg(feature = "bench")]
                 Work::UnfencedPut { key, value } => key.len() + value.len(),
             }
     }
@@ -112,6 +114,7 @@ pub(crate) enum Done {
     Write(WriteAck),
     Read(Option<Entry>),
     Claim(ClaimAck),
+    #[cfg(feature = "bench")]
     Unfenced,
 }
 
@@ -499,8 +502,9 @@ fn run_job(
                 advanced,
             }))
         }
+        #[cfg(feature = "bench")]
         Work::UnfencedPut { key, value } => {
-            txn.open_table(UNFENCED_BENCH_TABLE)?
+            txn.open_table(crate::schema::UNFENCED_BENCH_TABLE)?
                 .insert(key.as_str(), ("", 0, 0, true, 0, value.as_slice()))?;
             state.dirty = true;
             Ok(Done::Unfenced)
@@ -777,28 +781,6 @@ fn request_usage(
     }
     Ok(usage)
 }
-
-/// How the request-id table names a sequencer's request: `sha256:<hex of the SHA-256 of the
-/// sequencer's text> <request id>`. The hash, not the sequencer: the file must not hold a
-/// capability to write as the current holder (a sequencer is one, until the next grant).
-pub(crate) fn request_key(sequencer: &str, request_id: &str) -> String {
-    use sha2::Digest as _;
-    use std::fmt::Write as _;
-    let digest = sha2::Sha256::digest(sequencer.as_bytes());
-    let mut key =
-        String::with_capacity(REQUEST_KEY_PREFIX.len() + 2 * digest.len() + 1 + request_id.len());
-    key.push_str(REQUEST_KEY_PREFIX);
-    for byte in digest {
-        let _ = write!(key, "{byte:02x}");
-    }
-    key.push(' ');
-    key.push_str(request_id);
-    key
-}
-
-/// What every request key of today starts with; a key without it is of an older store, which
-/// named the sequencer in full ([`crate::store`] rewrites those when it opens).
-pub(crate) const REQUEST_KEY_PREFIX: &str = "sha256:";
 
 struct RequestKey<'a> {
     key: String,

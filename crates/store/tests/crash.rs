@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use palisade_sequencer::PublicKey;
-use palisade_store::{Store, StoreClient, StoreError, StoreServer};
+use palisade_store::{Store, StoreClient, StoreClientError, StoreError, StoreServer};
 use palisade_testkit::ServiceKey;
 use palisade_testkit::process::{Announce, ServerProcess};
 
@@ -215,11 +215,11 @@ impl Writer {
             let old = service.grant(self.lock, token_max - 1, token_max - 1);
             let key = format!("{}/key-0", self.lock);
             match client.put(&key, b"replayed", Some(&old), None).await {
-                Err(StoreError::Stale {
+                Err(StoreClientError::Store(StoreError::Stale {
                     presented,
                     accepted,
                     ..
-                }) => {
+                })) => {
                     assert_eq!(presented, token_max - 1);
                     assert!(accepted >= token_max);
                 }

@@ -1,6 +1,7 @@
 //! Scenarios for the store's HTTP API with a real server on a loopback port: status codes and
 //! JSON bodies as a curl user sees them, and the typed errors of `StoreClient`.
 
+use palisade_store::StoreClientError::Store;
 use palisade_store::limits::{BATCH_BODY_BYTES_MAX, BATCH_OPS_MAX, VALUE_BYTES_MAX};
 use palisade_store::{BatchOp, StoreClient, StoreError};
 use palisade_testkit::{ServiceKey, StoreServer, impostor_grant};
@@ -154,11 +155,10 @@ async fn each_refusal_has_its_status_and_a_json_body_that_explains_it() {
         "{stale}"
     );
 
-    // Missing: 401 with a challenge naming the header.
+    // Missing: 428, the sequencer being a precondition of the write.
     let response = put(None, "report", "x").await.unwrap();
-    assert_eq!(response.headers()["www-authenticate"], "Palisade-Sequencer");
     let (status, missing) = answer(response).await;
-    assert_eq!((status, &missing["kind"]), (401, &json!("missing")));
+    assert_eq!((status, &missing["kind"]), (428, &json!("missing")));
 
     // Forged, malformed, another lock's.
     let cases = [
@@ -465,16 +465,16 @@ async fn the_client_returns_the_servers_refusals_as_typed_errors() {
             .put("report", b"v7", Some(&old), None)
             .await
             .unwrap_err(),
-        StoreError::Stale {
+        Store(StoreError::Stale {
             lock: "jobs/nightly".into(),
             presented: 7,
             accepted: 9,
             holder_session: Some(4),
-        }
+        })
     );
     assert_eq!(
         client.put("report", b"x", None, None).await.unwrap_err(),
-        StoreError::Missing
+        Store(StoreError::Missing)
     );
     let forged = impostor_grant("jobs/nightly", 99, 1);
     assert!(matches!(
@@ -482,16 +482,16 @@ async fn the_client_returns_the_servers_refusals_as_typed_errors() {
             .delete("report", Some(&forged), None)
             .await
             .unwrap_err(),
-        StoreError::Forged { .. }
+        Store(StoreError::Forged { .. })
     ));
     let wrong = service.grant("jobs/other", 1, 1);
     assert!(matches!(
         client.batch(&[BatchOp::Delete { key: "report".into() }], Some(&wrong), None).await.unwrap_err(),
-        StoreError::WrongLock { key: Some(key), .. } if key == "report"
+        Store(StoreError::WrongLock { key: Some(key), .. }) if key == "report"
     ));
     assert!(matches!(
         client.put("report", &vec![0; VALUE_BYTES_MAX + 1], Some(&new), None).await.unwrap_err(),
-        StoreError::TooLarge { limit, .. } if limit == "value_bytes_max"
+        Store(StoreError::TooLarge { limit, .. }) if limit == "value_bytes_max"
     ));
     assert_eq!(client.get("absent").await.unwrap(), None);
     assert_eq!(
@@ -510,4 +510,31 @@ async fn the_client_returns_the_servers_refusals_as_typed_errors() {
         .unwrap_err();
     assert!(error.is_retryable(), "{error:?}");
     assert_eq!(error.kind(), "unavailable");
+}
+
+/// A write without a sequencer has the status the fence gives a missing sequencer everywhere
+/// (`FenceError::http_status`): 428 Precondition Required, not 401, which HTTP clients read as
+/// "fix your credentials", and without a `WWW-Authenticate` challenge, which only a 401 carries.
+#[tokio::test]
+async fn a_missing_sequencer_is_428_as_the_fence_says_and_carries_no_credential_challenge() {
+    let service = ServiceKey::new();
+    let server = StoreServer::start(&service).await;
+    let response = reqwest::Client::new()
+        .put(format!("{}/v1/kv/report", server.url))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    let challenge = response.headers().get("www-authenticate").cloned();
+    let (status, body) = answer(response).await;
+    assert_eq!(
+        (status, &body["kind"]),
+        (
+            palisade_fence::FenceError::Missing.http_status(),
+            &json!("missing")
+        )
+    );
+    assert_eq!(status, 428);
+    assert_eq!(challenge, None);
+    assert_eq!(StoreError::Missing.http_status(), 428);
 }

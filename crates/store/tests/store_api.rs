@@ -619,6 +619,7 @@ fn a_second_store_cannot_open_the_same_data_directory() {
     Store::open(dir.path(), service.key.public_key()).unwrap();
 }
 
+/// Needs the `bench` feature, which the crate's own dev-dependency on itself turns on.
 #[test]
 fn the_benchmark_only_unfenced_write_is_never_visible_to_reads() {
     let service = ServiceKey::new();

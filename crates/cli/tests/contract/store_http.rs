@@ -144,13 +144,10 @@ fn store_http_rejections_have_documented_statuses_and_kinds() {
     let http = Http::new(&p.store_url());
     assert_eq!(http.put("/v1/kv/doc", &old.sequencer, "v0").status, 200);
 
-    // 401 missing, with the challenge header.
+    // 428 missing, without a credential challenge.
     let resp = http.send("PUT", "/v1/kv/doc", &[], "x");
-    expect_error(&resp, 401, "missing");
-    assert_eq!(
-        resp.header("www-authenticate").as_deref(),
-        Some("Palisade-Sequencer")
-    );
+    expect_error(&resp, 428, "missing");
+    assert_eq!(resp.header("www-authenticate"), None);
     // 400 malformed.
     expect_error(&http.put("/v1/kv/doc", "garbage", "x"), 400, "malformed");
     // 403 wrong_lock.
