@@ -10,8 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use palisade_core::error_chain::error_chain;
-use palisade_core::limits::{LOCK_NAME_BYTES_MAX, validate_lock_name};
-use palisade_core::{RequestId, SessionId, Token};
+use palisade_core::{LockName, RequestId, SessionId, Token};
 use palisade_proto::transport::{self, Dialer};
 use palisade_proto::v1::locks_client::LocksClient;
 use palisade_proto::{DEFAULT_ENDPOINT, MESSAGE_BYTES_MAX, v1 as pb};
@@ -679,8 +678,7 @@ impl Client {
         request_id: RequestId,
     ) -> Result<Grant, AcquireError> {
         let session = credential.id();
-        validate_lock_name(lock, LOCK_NAME_BYTES_MAX)
-            .map_err(|e| AcquireError::InvalidArgument(invalid_name(lock, &e)))?;
+        LockName::new(lock).map_err(|e| AcquireError::InvalidArgument(invalid_name(lock, &e)))?;
         let value = wire_value(options.value.as_deref())
             .map_err(|e| AcquireError::InvalidArgument(invalid_value(&e)))?;
         let started = Instant::now();
@@ -739,11 +737,11 @@ impl Client {
         request_id: RequestId,
     ) -> Result<Option<Token>, ReleaseError> {
         let session = credential.id();
-        validate_lock_name(lock, LOCK_NAME_BYTES_MAX)
+        let name = LockName::new(lock)
             .map_err(|e| ReleaseError::InvalidArgument(invalid_name(lock, &e)))?;
         let request = pb::ReleaseRequest {
             session: session.get(),
-            lock: lock.to_string(),
+            lock: name.into_string(),
             request_id: request_id.get(),
             session_secret: credential.secret().as_bytes().to_vec(),
         };
@@ -774,13 +772,13 @@ impl Client {
         value: Option<&str>,
     ) -> Result<(), ProclaimError> {
         let session = credential.id();
-        validate_lock_name(lock, LOCK_NAME_BYTES_MAX)
+        let name = LockName::new(lock)
             .map_err(|e| ProclaimError::InvalidArgument(invalid_name(lock, &e)))?;
         let value =
             wire_value(value).map_err(|e| ProclaimError::InvalidArgument(invalid_value(&e)))?;
         let request = pb::ProclaimRequest {
             session: session.get(),
-            lock: lock.to_string(),
+            lock: name.into_string(),
             token: token.get(),
             value,
             session_secret: credential.secret().as_bytes().to_vec(),
@@ -802,10 +800,10 @@ impl Client {
     /// [`Client::status`], as current as `read` asks: [`Read::Stale`] lets any node answer
     /// from its own copy, without confirming with the leader.
     pub async fn status_with(&self, lock: &str, read: Read) -> Result<LockStatus, QueryError> {
-        validate_lock_name(lock, LOCK_NAME_BYTES_MAX)
-            .map_err(|e| QueryError::InvalidArgument(invalid_name(lock, &e)))?;
+        let name =
+            LockName::new(lock).map_err(|e| QueryError::InvalidArgument(invalid_name(lock, &e)))?;
         let request = pb::StatusRequest {
-            lock: lock.to_string(),
+            lock: name.into_string(),
             stale: read == Read::Stale,
         };
         let info = self
@@ -879,8 +877,7 @@ impl Client {
 
     /// Streams the holder changes of `lock`, starting with its current state.
     pub async fn watch(&self, lock: &str) -> Result<LockEvents, QueryError> {
-        validate_lock_name(lock, LOCK_NAME_BYTES_MAX)
-            .map_err(|e| QueryError::InvalidArgument(invalid_name(lock, &e)))?;
+        LockName::new(lock).map_err(|e| QueryError::InvalidArgument(invalid_name(lock, &e)))?;
         let opened = self.open_watch(lock).await?;
         Ok(LockEvents::new(self.clone(), lock.to_string(), opened))
     }

@@ -116,6 +116,17 @@ impl Token {
     /// The first token the table grants.
     pub const FIRST: Token = Token(1);
 
+    /// `value` as a token a grant may carry: `None` outside
+    /// `1..=`[`TOKEN_MAX`](crate::limits::TOKEN_MAX). A token from outside the table (a parsed
+    /// sequencer) or about to leave the server (a grant signed) is built with this.
+    pub const fn checked(value: u64) -> Option<Token> {
+        if value >= Token::FIRST.0 && value <= crate::limits::TOKEN_MAX.0 {
+            Some(Token(value))
+        } else {
+            None
+        }
+    }
+
     /// The token after this one: every grant takes the successor of the last token granted.
     ///
     /// # Panics

@@ -324,8 +324,9 @@ impl Limits {
     }
 }
 
-/// Checks a lock name: 1..=`bytes_max` bytes of UTF-8 with no control characters.
-pub fn validate_lock_name(name: &str, bytes_max: usize) -> Result<(), LockNameError> {
+/// Checks a lock name: 1..=`bytes_max` bytes of UTF-8 with no control characters. Outside
+/// this crate a name is checked by building a [`crate::LockName`].
+pub(crate) fn validate_lock_name(name: &str, bytes_max: usize) -> Result<(), LockNameError> {
     if name.is_empty() {
         return Err(LockNameError::Empty);
     }

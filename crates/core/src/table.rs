@@ -17,7 +17,7 @@
 //! leaves about half full, so an entry costs about twice its size. So the lock map's values are
 //! `Arc<Lock>`s (8 bytes, not the 112 a `Lock` was): a leaf copied after a clone copies
 //! pointers, and a change copies just the lock it changes ([`lock_mut`], `Arc::make_mut`). A
-//! lock's name is one `Arc<str>` ([`LockName`]), shared by the lock map, its holder's or
+//! lock's name is one `Arc<str>` ([`SharedName`]), shared by the lock map, its holder's or
 //! waiters' sets, the deadlines, the remembered outcomes and the memory of forgotten locks,
 //! where each kept a `String` of its own. An empty queue is a null pointer ([`Waiters`]). With
 //! serde's `rc` feature an `Arc` is stored as what it points to, so neither the JSON nor the
@@ -61,8 +61,8 @@ struct Session {
     /// one from before identities.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     owner: Option<Identity>,
-    held: OrdSet<LockName>,
-    waiting: OrdSet<LockName>,
+    held: OrdSet<SharedName>,
+    waiting: OrdSet<SharedName>,
     /// Outcomes of recent acquires and releases, oldest first, for retried requests.
     recent: VecDeque<Remembered>,
 }
@@ -79,7 +79,7 @@ enum Opener {
 struct Remembered {
     request_id: RequestId,
     kind: RequestKind,
-    lock: LockName,
+    lock: SharedName,
     result: Result<Reply, CoreError>,
 }
 
@@ -177,10 +177,10 @@ impl Lock {
 /// A lock's name, as the table keeps it: one allocation per lock, shared by the lock map, its
 /// holder's and waiters' sets, the deadlines, the remembered outcomes that name it and the
 /// memory of forgotten locks. Serialised as the string it is.
-type LockName = Arc<str>;
+type SharedName = Arc<str>;
 
 /// The lock `name` of `locks`, to change: copied first if a clone of the table still shares it.
-fn lock_mut<'a>(locks: &'a mut OrdMap<LockName, Arc<Lock>>, name: &str) -> Option<&'a mut Lock> {
+fn lock_mut<'a>(locks: &'a mut OrdMap<SharedName, Arc<Lock>>, name: &str) -> Option<&'a mut Lock> {
     locks.get_mut(name).map(Arc::make_mut)
 }
 
@@ -194,7 +194,7 @@ pub struct LockTable {
     /// The last session id assigned. Only ever grows.
     last_session: SessionId,
     sessions: OrdMap<SessionId, Session>,
-    locks: OrdMap<LockName, Arc<Lock>>,
+    locks: OrdMap<SharedName, Arc<Lock>>,
     /// Request ids of live sessions opened by [`Command::OpenSessionByRequestId`] (logs of older
     /// versions), so that their replay deduplicates exactly as it did when first applied.
     open_requests: OrdMap<RequestId, SessionId>,
@@ -204,15 +204,15 @@ pub struct LockTable {
     open_keys: OrdMap<OpenKey, SessionId>,
     /// Deadlines, ordered: session expiries, waiter deadlines and lock-delay ends.
     session_deadlines: OrdSet<(TimeMs, SessionId)>,
-    wait_deadlines: OrdSet<(TimeMs, SessionId, LockName)>,
-    delay_deadlines: OrdSet<(TimeMs, LockName)>,
+    wait_deadlines: OrdSet<(TimeMs, SessionId, SharedName)>,
+    delay_deadlines: OrdSet<(TimeMs, SharedName)>,
     /// The last tokens of recently forgotten locks, for status reads only: safety never depends
     /// on them (the shared counter does that). Bounded by `FORGOTTEN_LOCKS_REMEMBERED_MAX`,
     /// oldest forgotten first out.
     #[serde(default)]
-    forgotten: OrdMap<LockName, (u64, Token)>,
+    forgotten: OrdMap<SharedName, (u64, Token)>,
     #[serde(default)]
-    forgotten_order: OrdMap<u64, LockName>,
+    forgotten_order: OrdMap<u64, SharedName>,
     #[serde(default)]
     last_forgotten: u64,
     /// The live sessions of each owner, so that an identity's use of its quotas is counted
@@ -667,8 +667,7 @@ impl LockTable {
             .get(&id)
             .ok_or(CoreError::SessionNotFound { session: id })?;
         // Checked before anything is remembered: an invalid name costs no dedup slot.
-        limits::validate_lock_name(&lock, self.limits.lock_name_bytes_max as usize)
-            .map_err(CoreError::InvalidLockName)?;
+        let lock = self.checked_name(lock)?;
         if let Some(earlier) = remembered(session, request_id, RequestKind::Acquire, &lock)? {
             return earlier;
         }
@@ -681,7 +680,7 @@ impl LockTable {
     fn acquire_new(
         &mut self,
         id: SessionId,
-        lock: &LockName,
+        lock: &SharedName,
         request_id: RequestId,
         wait: Wait,
         value: Option<GrantValue>,
@@ -721,9 +720,18 @@ impl LockTable {
         }
     }
 
+    /// `lock` from a command, refused unless it is a lock name within this table's configured
+    /// limit. Commands carry a plain string: a log may hold a name an older version refused
+    /// here, and replaying it must refuse it again, not fail to read the entry.
+    fn checked_name(&self, lock: String) -> Result<String, CoreError> {
+        LockName::with_limit(lock, self.limits.lock_name_bytes_max)
+            .map(LockName::into_string)
+            .map_err(CoreError::InvalidLockName)
+    }
+
     /// The name `lock` as the table keeps it: the live lock's own, so that whatever else names
     /// the lock shares its one allocation, or a new one for a lock the table does not know.
-    fn shared_name(&self, lock: String) -> LockName {
+    fn shared_name(&self, lock: String) -> SharedName {
         match self.locks.get_key_value(lock.as_str()) {
             Some((name, _)) => Arc::clone(name),
             None => lock.into(),
@@ -732,7 +740,7 @@ impl LockTable {
 
     /// Makes sure `lock` exists, creating it (with the last token it had before it was
     /// forgotten, if it is still remembered) within the limit on locks.
-    fn ensure_lock(&mut self, lock: &LockName) -> Result<(), CoreError> {
+    fn ensure_lock(&mut self, lock: &SharedName) -> Result<(), CoreError> {
         if self.locks.contains_key(lock) {
             return Ok(());
         }
@@ -757,7 +765,7 @@ impl LockTable {
     /// Grants a free lock, unless the tokens are used up.
     fn grant_free(
         &mut self,
-        lock: &LockName,
+        lock: &SharedName,
         id: SessionId,
         request_id: RequestId,
         value: Option<GrantValue>,
@@ -781,7 +789,7 @@ impl LockTable {
     fn enqueue(
         &mut self,
         id: SessionId,
-        lock: &LockName,
+        lock: &SharedName,
         request_id: RequestId,
         deadline_ms: Option<TimeMs>,
         value: Option<GrantValue>,
@@ -824,8 +832,7 @@ impl LockTable {
             .sessions
             .get(&id)
             .ok_or(CoreError::SessionNotFound { session: id })?;
-        limits::validate_lock_name(&lock, self.limits.lock_name_bytes_max as usize)
-            .map_err(CoreError::InvalidLockName)?;
+        let lock = self.checked_name(lock)?;
         if let Some(earlier) = remembered(session, request_id, RequestKind::Release, &lock)? {
             return earlier;
         }
@@ -874,8 +881,7 @@ impl LockTable {
         if !self.sessions.contains_key(&id) {
             return Err(CoreError::SessionNotFound { session: id });
         }
-        limits::validate_lock_name(&lock, self.limits.lock_name_bytes_max as usize)
-            .map_err(CoreError::InvalidLockName)?;
+        let lock = self.checked_name(lock)?;
         let holder = lock_mut(&mut self.locks, &lock).and_then(|l| l.holder.as_mut());
         let grant = match holder {
             Some(grant) if grant.session == id && grant.token == token => grant,
@@ -904,7 +910,7 @@ impl LockTable {
     /// Grants a free lock to `id` with the next token.
     fn grant(
         &mut self,
-        lock: &LockName,
+        lock: &SharedName,
         id: SessionId,
         request_id: RequestId,
         value: Option<GrantValue>,
@@ -950,7 +956,7 @@ impl LockTable {
     /// Takes `lock` away from its holder `id`; lock-delay starts if the session expired.
     fn free(
         &mut self,
-        lock: &LockName,
+        lock: &SharedName,
         id: SessionId,
         cause: ReleaseCause,
         events: &mut Vec<Event>,
@@ -981,7 +987,7 @@ impl LockTable {
     fn remove_waiter(
         &mut self,
         id: SessionId,
-        lock: &LockName,
+        lock: &SharedName,
         cause: WaitEndCause,
         events: &mut Vec<Event>,
     ) {
@@ -1012,7 +1018,7 @@ impl LockTable {
     /// them one at a time; a waiter whose own lease or deadline has also passed is about to be
     /// removed by a later step of that same pass (which settles the lock again), and must not be
     /// granted in between (invariant 7; etcd#11456).
-    fn settle(&mut self, lock: &LockName, events: &mut Vec<Event>) {
+    fn settle(&mut self, lock: &SharedName, events: &mut Vec<Event>) {
         let Some(l) = self.locks.get(lock) else {
             return;
         };
@@ -1097,7 +1103,7 @@ impl LockTable {
         id: SessionId,
         request_id: RequestId,
         kind: RequestKind,
-        lock: LockName,
+        lock: SharedName,
         result: &Result<Reply, CoreError>,
     ) {
         let Some(session) = self.sessions.get_mut(&id) else {

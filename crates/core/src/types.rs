@@ -69,6 +69,68 @@ fn from_lowercase_hex(hex: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// A lock's name, checked once where it comes in (a call, a client, a sequencer, a binding).
+///
+/// The type holds only names of 1 to [`crate::limits::LOCK_NAME_BYTES_MAX`] bytes of UTF-8
+/// with no control character, including those read back from a log or a snapshot. That
+/// ceiling is the only limit it knows: a table configured with a lower
+/// [`Limits::lock_name_bytes_max`](crate::Limits) refuses longer names itself
+/// ([`LockName::with_limit`]), and the service checks that limit before it proposes a command.
+/// Serialised as its string.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct LockName(String);
+
+impl LockName {
+    /// `name`, refused unless it is a lock name within the ceiling.
+    pub fn new(name: impl Into<String>) -> Result<LockName, LockNameError> {
+        LockName::with_limit(name, crate::limits::LOCK_NAME_BYTES_MAX as u32)
+    }
+
+    /// `name`, refused unless it is a lock name of at most `bytes_max` bytes: a table's
+    /// configured limit, which the ceiling caps.
+    pub fn with_limit(name: impl Into<String>, bytes_max: u32) -> Result<LockName, LockNameError> {
+        let name = name.into();
+        let bytes_max = (bytes_max as usize).min(crate::limits::LOCK_NAME_BYTES_MAX);
+        crate::limits::validate_lock_name(&name, bytes_max)?;
+        Ok(LockName(name))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+impl TryFrom<String> for LockName {
+    type Error = LockNameError;
+
+    fn try_from(name: String) -> Result<LockName, LockNameError> {
+        LockName::new(name)
+    }
+}
+
+impl From<LockName> for String {
+    fn from(name: LockName) -> String {
+        name.0
+    }
+}
+
+impl AsRef<str> for LockName {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for LockName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// What a holder tells everyone about its grant: for a leader election, the leader's address.
 ///
 /// Shown beside the holder by every read of the lock (status, listings, watches), set by the

@@ -8,8 +8,8 @@ use std::fmt;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ed25519_dalek::Signer as _;
-use palisade_core::limits::{LOCK_NAME_BYTES_MAX, TOKEN_MAX, validate_lock_name};
-use palisade_core::{SessionId, Token};
+use palisade_core::limits::TOKEN_MAX;
+use palisade_core::{LockName, SessionId, Token};
 
 use crate::error::{KeyIdError, PublicKeyError, SequencerError, SignError};
 use crate::sequencer::{Sequencer, VerifiedSequencer};
@@ -76,7 +76,7 @@ impl SigningKey {
         token: Token,
         session: SessionId,
     ) -> Result<Sequencer, SignError> {
-        validate_lock_name(lock, LOCK_NAME_BYTES_MAX).map_err(SignError::LockName)?;
+        LockName::new(lock).map_err(SignError::LockName)?;
         if token == Token::ZERO {
             return Err(SignError::TokenZero);
         }

@@ -9,8 +9,8 @@ use std::str::FromStr;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use palisade_core::limits::{LOCK_NAME_BYTES_MAX, TOKEN_MAX, validate_lock_name};
-use palisade_core::{SessionId, Token};
+use palisade_core::limits::TOKEN_MAX;
+use palisade_core::{LockName, SessionId, Token};
 
 use crate::error::{ParseError, SequencerError};
 use crate::key::KeyId;
@@ -63,7 +63,9 @@ impl Sequencer {
             .decode(lock)
             .map_err(|_| ParseError::LockEncoding)?;
         let lock = String::from_utf8(lock).map_err(|_| ParseError::LockNotUtf8)?;
-        validate_lock_name(&lock, LOCK_NAME_BYTES_MAX).map_err(ParseError::LockName)?;
+        let lock = LockName::new(lock)
+            .map_err(ParseError::LockName)?
+            .into_string();
         let token = parse_token(token)?;
         let session = parse_session(session)?;
         let signature_bytes = URL_SAFE_NO_PAD
@@ -162,10 +164,11 @@ fn parse_token(text: &str) -> Result<Token, ParseError> {
         Err(DecimalError::NotANumber) => Err(ParseError::TokenNotANumber),
         Err(DecimalError::LeadingZero) => Err(ParseError::TokenLeadingZero),
         Ok(Some(0)) => Err(ParseError::TokenZero),
-        Ok(Some(token)) if token <= TOKEN_MAX.get() => Ok(Token::new(token)),
-        Ok(_) => Err(ParseError::TokenAboveMax {
-            token_max: TOKEN_MAX,
-        }),
+        Ok(token) => token
+            .and_then(Token::checked)
+            .ok_or(ParseError::TokenAboveMax {
+                token_max: TOKEN_MAX,
+            }),
     }
 }
 

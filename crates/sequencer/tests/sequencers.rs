@@ -405,5 +405,5 @@ fn generated_keys_differ_and_restore_from_bytes() {
 }
 
 fn lock_name_empty() -> palisade_core::limits::LockNameError {
-    palisade_core::limits::validate_lock_name("", 1).unwrap_err()
+    palisade_core::LockName::new("").unwrap_err()
 }

@@ -13,9 +13,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use futures::{Stream, StreamExt};
-use palisade_core::limits::{LOCK_NAME_BYTES_MAX, WAIT_MS_MAX, validate_lock_name};
+use palisade_core::limits::WAIT_MS_MAX;
 use palisade_core::{
-    Command, CoreError, DurationMs, Event, GrantValue, LockStatus, LockTable, OpenKey,
+    Command, CoreError, DurationMs, Event, GrantValue, LockName, LockStatus, LockTable, OpenKey,
     ReleaseCause, Reply, RequestId, Right, SecretDigest, SessionId, Token, Wait, WaitEndCause,
 };
 use palisade_sequencer::{KeySet, PublicKey, Sequencer};
@@ -677,12 +677,25 @@ impl LockService {
     /// valid lock name, the lock right. Checked before proposing, as the table would check
     /// them: a refused acquire costs no log entry.
     async fn check_acquire(&self, caller: &Caller, proof: &SessionProof, lock: &str) -> Result<()> {
+        let lock = self.authorize_lock(caller, proof, lock).await?;
+        self.auth.require(caller, Right::Lock, lock.as_str())?;
+        Ok(())
+    }
+
+    /// The caller's session authorized (see [`LockService::authorize`]) and `lock` checked
+    /// as the table will check it: a lock name (within the ceiling every [`LockName`] keeps)
+    /// and within the table's configured limit. Every call that proposes a command naming a
+    /// lock takes this path first, so a refused name costs no log entry.
+    async fn authorize_lock(
+        &self,
+        caller: &Caller,
+        proof: &SessionProof,
+        lock: impl Into<String>,
+    ) -> Result<LockName> {
         let name_bytes_max = self
             .authorize(caller, proof, |t| t.limits().lock_name_bytes_max)
             .await?;
-        validate_lock_name(lock, name_bytes_max as usize).map_err(CoreError::InvalidLockName)?;
-        self.auth.require(caller, Right::Lock, lock)?;
-        Ok(())
+        Ok(LockName::with_limit(lock, name_bytes_max).map_err(CoreError::InvalidLockName)?)
     }
 
     /// Reserves what an acquire holds while it is proposed: the caller's quota, and for a
@@ -845,10 +858,10 @@ impl LockService {
         request_id: RequestId,
     ) -> Result<Option<Token>> {
         let session = proof.session;
-        let name_bytes_max = self
-            .authorize(caller, proof, |t| t.limits().lock_name_bytes_max)
-            .await?;
-        validate_lock_name(&lock, name_bytes_max as usize).map_err(CoreError::InvalidLockName)?;
+        let lock = self
+            .authorize_lock(caller, proof, lock)
+            .await?
+            .into_string();
         match self
             .apply(Command::Release {
                 session,
@@ -874,10 +887,10 @@ impl LockService {
         value: Option<GrantValue>,
     ) -> Result<()> {
         let session = proof.session;
-        let name_bytes_max = self
-            .authorize(caller, proof, |t| t.limits().lock_name_bytes_max)
-            .await?;
-        validate_lock_name(&lock, name_bytes_max as usize).map_err(CoreError::InvalidLockName)?;
+        let lock = self
+            .authorize_lock(caller, proof, lock)
+            .await?
+            .into_string();
         self.auth.require(caller, Right::Lock, &lock)?;
         match self
             .apply(Command::SetValue {
@@ -896,7 +909,10 @@ impl LockService {
     /// One lock's state, reflecting every write committed before the call.
     /// Needs the read right on `lock`.
     pub async fn status(&self, caller: &Caller, lock: String, read: Read) -> Result<LockView> {
-        validate_lock_name(&lock, LOCK_NAME_BYTES_MAX).map_err(CoreError::InvalidLockName)?;
+        // A read proposes nothing: the ceiling is its only limit.
+        let lock = LockName::new(lock)
+            .map_err(CoreError::InvalidLockName)?
+            .into_string();
         self.auth.require(caller, Right::Read, &lock)?;
         self.before_read(read).await?;
         let (status, last_token) = self
@@ -965,7 +981,10 @@ impl LockService {
         mut caller: LiveCaller,
         lock: String,
     ) -> Result<impl Stream<Item = Result<LockChange>> + use<>> {
-        validate_lock_name(&lock, LOCK_NAME_BYTES_MAX).map_err(CoreError::InvalidLockName)?;
+        // A read proposes nothing: the ceiling is its only limit.
+        let lock = LockName::new(lock)
+            .map_err(CoreError::InvalidLockName)?
+            .into_string();
         self.auth.require(caller.caller(), Right::Read, &lock)?;
         let quota_permit = self.auth.watch_permit(caller.caller())?;
         let permit = self.watches.take(connection)?;
@@ -1056,12 +1075,12 @@ impl LockService {
 
     fn sign(&self, lock: String, session: SessionId, token: Token) -> Result<SignedGrant> {
         // The token leaves the server here: re-assert what the table promised.
-        if !(Token::FIRST..=palisade_core::limits::TOKEN_MAX).contains(&token) {
-            return Err(ServiceError::Internal(format!(
+        let token = Token::checked(token.get()).ok_or_else(|| {
+            ServiceError::Internal(format!(
                 "the lock table granted token {token}, outside 1..={}",
                 palisade_core::limits::TOKEN_MAX
-            )));
-        }
+            ))
+        })?;
         let sequencer = self
             .node
             .signing_key()

@@ -12,8 +12,6 @@
 //! byte for byte (`reports/` does not cover `reports`); an empty prefix (`=shared`) covers every
 //! key no longer prefix covers.
 
-use palisade_core::limits::LOCK_NAME_BYTES_MAX;
-
 use crate::StoreError;
 use crate::limits::{BINDINGS_MAX, KEY_BYTES_MAX};
 
@@ -117,7 +115,7 @@ fn parse_rule(rule: &str) -> Result<(String, String), String> {
             "the key prefix of {rule:?} holds a control character"
         ));
     }
-    palisade_core::limits::validate_lock_name(lock, LOCK_NAME_BYTES_MAX)
+    palisade_core::LockName::new(lock)
         .map_err(|error| format!("the lock of {rule:?} is not a valid lock name: {error}"))?;
     Ok((prefix.to_owned(), lock.to_owned()))
 }

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use imbl::{OrdMap, OrdSet};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::{InvalidTable, Lock, LockName, LockTable, Remembered, Session, Waiter};
+use super::{InvalidTable, Lock, LockTable, Remembered, Session, SharedName, Waiter};
 use crate::limits::Limits;
 use crate::types::*;
 
@@ -240,9 +240,9 @@ impl LockTable {
         }
 
         let mut locks = OrdMap::new();
-        let mut previous: Option<LockName> = None;
+        let mut previous: Option<SharedName> = None;
         for l in image.locks {
-            let name = LockName::from(l.name);
+            let name = SharedName::from(l.name);
             if previous.as_ref().is_some_and(|p| *p >= name) {
                 return Err(inconsistent(format!("lock {name:?} is out of order")));
             }
@@ -315,7 +315,7 @@ impl LockTable {
         }
 
         for (order, name, token) in image.forgotten {
-            let name = LockName::from(name);
+            let name = SharedName::from(name);
             if locks.contains_key(&name) || token > table.last_token {
                 return Err(inconsistent(format!(
                     "forgotten lock {name:?} is live, or remembers a token above the counter"

@@ -54,9 +54,8 @@ use axum::routing::get;
 use futures::StreamExt as _;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use palisade_core::limits::{LOCK_NAME_BYTES_MAX, validate_lock_name};
 use palisade_core::{
-    CoreError, DurationMs, ErrorCategory, GrantValue, LockStatus, SessionId, Token,
+    CoreError, DurationMs, ErrorCategory, GrantValue, LockName, LockStatus, SessionId, Token,
 };
 use palisade_tls::host::AllowedHosts;
 use serde::{Deserialize, Serialize};
@@ -336,11 +335,11 @@ impl PageQuery {
     fn checked(self) -> Result<PageAsk, UiError> {
         // A prefix is a lock name's beginning: its limits, except that it may be empty.
         if !self.prefix.is_empty() {
-            validate_lock_name(&self.prefix, LOCK_NAME_BYTES_MAX)
+            LockName::new(self.prefix.as_str())
                 .map_err(|e| UiError::invalid(format!("prefix: {e}")))?;
         }
         if let Some(after) = &self.start_after {
-            validate_lock_name(after, LOCK_NAME_BYTES_MAX)
+            LockName::new(after.as_str())
                 .map_err(|e| UiError::invalid(format!("start_after: {e}")))?;
         }
         Ok(PageAsk {
