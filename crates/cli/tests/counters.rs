@@ -158,6 +158,26 @@ fn started_in(parent: &Path) -> (PathBuf, ServerProcess) {
     (dir, node)
 }
 
+/// `palisade cluster backup` of `node` into `parent/palisade.backup`.
+fn backed_up(node: &ServerProcess, parent: &Path) -> PathBuf {
+    let backup = parent.join("palisade.backup");
+    admin(node, &["cluster", "backup", backup.to_str().unwrap()]).expect_success();
+    backup
+}
+
+/// `palisade restore BACKUP` into `parent/restored`, and a lock service started on it.
+fn restored_in(parent: &Path, backup: &Path) -> (PathBuf, ServerProcess) {
+    let dir = parent.join("restored");
+    let mut command = palisade_testkit::command(BIN);
+    command
+        .args(["restore", backup.to_str().unwrap(), "--data-dir"])
+        .arg(&dir);
+    run(command).expect_success();
+    let mut node = ServerProcess::lock_service(BIN, &dir);
+    node.start();
+    (dir, node)
+}
+
 /// N3: the log deleted, the signing key kept. Before, the node started as new and issued
 /// `token 1, session 1` again: the first grant's sequencer, byte for byte.
 #[test]
@@ -242,21 +262,12 @@ fn a_restore_after_a_raised_floor_issues_only_tokens_and_sessions_above_every_ea
     .expect_success();
     issued.rounds(&endpoint, "doc", 1);
 
-    let backup = parent.path().join("palisade.backup");
-    admin(&node, &["cluster", "backup", backup.to_str().unwrap()]).expect_success();
+    let backup = backed_up(&node, parent.path());
     // The cluster goes on after the backup: these are the grants a restore must not repeat.
     issued.rounds(&endpoint, "doc", 3);
     node.kill9();
 
-    let restored_dir = parent.path().join("restored");
-    let mut command = palisade_testkit::command(BIN);
-    command
-        .args(["restore", backup.to_str().unwrap(), "--data-dir"])
-        .arg(&restored_dir);
-    let restored = run(command);
-    restored.expect_success();
-    let mut restored_node = ServerProcess::lock_service(BIN, &restored_dir);
-    restored_node.start();
+    let (_, restored_node) = restored_in(parent.path(), &backup);
     issued.rounds(&restored_node.endpoint(), "doc", 3);
 }
 
@@ -271,8 +282,7 @@ fn a_restore_of_a_backup_from_before_an_unforced_raise_issues_only_tokens_above_
     let endpoint = node.endpoint();
     let mut issued = Issued::default();
     issued.rounds(&endpoint, "doc", 1);
-    let backup = parent.path().join("palisade.backup");
-    admin(&node, &["cluster", "backup", backup.to_str().unwrap()]).expect_success();
+    let backup = backed_up(&node, parent.path());
 
     // The time floor of a few seconds from now, plus 2^40: within what needs no `--force`.
     let now_s = std::time::SystemTime::now()
@@ -290,14 +300,7 @@ fn a_restore_of_a_backup_from_before_an_unforced_raise_issues_only_tokens_above_
     issued.rounds(&endpoint, "doc", 3);
     node.kill9();
 
-    let restored_dir = parent.path().join("restored");
-    let mut command = palisade_testkit::command(BIN);
-    command
-        .args(["restore", backup.to_str().unwrap(), "--data-dir"])
-        .arg(&restored_dir);
-    run(command).expect_success();
-    let mut restored_node = ServerProcess::lock_service(BIN, &restored_dir);
-    restored_node.start();
+    let (_, restored_node) = restored_in(parent.path(), &backup);
     issued.rounds(&restored_node.endpoint(), "doc", 3);
 }
 
@@ -310,18 +313,10 @@ fn a_lost_snapshot_under_a_log_that_starts_after_it_stops_the_takeover_until_rec
     let (_, mut node) = started_in(parent.path());
     let mut issued = Issued::default();
     issued.rounds(&node.endpoint(), "doc", 2);
-    let backup = parent.path().join("palisade.backup");
-    admin(&node, &["cluster", "backup", backup.to_str().unwrap()]).expect_success();
+    let backup = backed_up(&node, parent.path());
     node.kill9();
 
-    let restored_dir = parent.path().join("restored");
-    let mut command = palisade_testkit::command(BIN);
-    command
-        .args(["restore", backup.to_str().unwrap(), "--data-dir"])
-        .arg(&restored_dir);
-    run(command).expect_success();
-    let mut restored = ServerProcess::lock_service(BIN, &restored_dir);
-    restored.start();
+    let (restored_dir, mut restored) = restored_in(parent.path(), &backup);
     issued.rounds(&restored.endpoint(), "doc", 2);
     restored.terminate();
 
