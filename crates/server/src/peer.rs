@@ -32,18 +32,21 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
 use openraft::OptionalSend;
+use openraft::base::{BoxFuture, BoxStream};
 use openraft::entry::RaftEntry;
 use openraft::errors::{RPCError, ReplicationClosed, StreamingError, Timeout, Unreachable};
-use openraft::network::{Backoff, RPCOption, RPCTypes, RaftNetworkFactory, RaftNetworkV2};
+use openraft::network::{
+    Backoff, RPCOption, RPCTypes, RaftNetworkFactory, RaftNetworkV2, stream_append_sequential,
+};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
-    TransferLeaderResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendResult,
+    TransferLeaderRequest, TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::type_config::alias::{LogIdOf, SnapshotOf, VoteOf};
 use palisade_core::Token;
@@ -65,6 +68,8 @@ use crate::limits::{
     PEER_KEEPALIVE_INTERVAL, PEER_KEEPALIVE_TIMEOUT,
 };
 use crate::raft_types::{C, Member, SnapshotData};
+
+mod append_stream;
 
 /// The name every node of one cluster shares. Each peer request carries it and a node refuses
 /// requests for another cluster, so two clusters whose addresses overlap cannot mix.
@@ -144,6 +149,9 @@ pub const SESSION_FLOOR_HEADER: &str = "palisade-session-floor";
 struct PeerChannel {
     addr: String,
     channel: Channel,
+    /// Set once the peer answered that it serves no `StreamAppend` (an older version): appends
+    /// to it go as unary calls from then on.
+    unary_only: Arc<AtomicBool>,
 }
 
 impl PeerNetwork {
@@ -210,8 +218,8 @@ impl PeerNetwork {
         addr: &str,
         signing_key: [u8; 32],
     ) -> Result<u64, AdmitError> {
-        let channel = self.channel(target, addr).map_err(AdmitError::Refused)?;
-        let mut client = RaftClient::new(channel);
+        let peer = self.channel(target, addr).map_err(AdmitError::Refused)?;
+        let mut client = RaftClient::new(peer.channel);
         let mut request = tonic::Request::new(AdmitRequest {
             envelope: Some(self.envelope(target, 0)),
             signing_key: signing_key.to_vec(),
@@ -246,22 +254,20 @@ impl PeerNetwork {
 
     /// The cached channel to `target` at `addr`, made (not yet connected) if there is none or
     /// the address changed.
-    fn channel(&self, target: u64, addr: &str) -> Result<Channel, String> {
+    fn channel(&self, target: u64, addr: &str) -> Result<PeerChannel, String> {
         let mut channels = self.channels.lock().expect("peer channel cache poisoned");
         if let Some(cached) = channels.get(&target)
             && cached.addr == addr
         {
-            return Ok(cached.channel.clone());
+            return Ok(cached.clone());
         }
-        let channel = transport::connect_lazy(endpoint(addr)?, self.dialer.as_ref());
-        channels.insert(
-            target,
-            PeerChannel {
-                addr: addr.to_string(),
-                channel: channel.clone(),
-            },
-        );
-        Ok(channel)
+        let peer = PeerChannel {
+            addr: addr.to_string(),
+            channel: transport::connect_lazy(endpoint(addr)?, self.dialer.as_ref()),
+            unary_only: Arc::new(AtomicBool::new(false)),
+        };
+        channels.insert(target, peer.clone());
+        Ok(peer)
     }
 }
 
@@ -300,8 +306,13 @@ impl RaftNetworkFactory<C> for PeerNetwork {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: u64, node: &Member) -> PeerClient {
-        let client = self.channel(target, &node.addr).map(|channel| {
-            RaftClient::new(channel)
+        let peer = self.channel(target, &node.addr);
+        let unary_only = match &peer {
+            Ok(peer) => peer.unary_only.clone(),
+            Err(_) => Arc::new(AtomicBool::new(false)),
+        };
+        let client = peer.map(|peer| {
+            RaftClient::new(peer.channel)
                 .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX)
         });
@@ -310,6 +321,7 @@ impl RaftNetworkFactory<C> for PeerNetwork {
             addr: node.addr.clone(),
             envelope: self.envelope(target, node.incarnation),
             client,
+            unary_only,
             local_id: self.local_id,
             removed: self.removed.clone(),
             learned_floor: self.learned_floor.clone(),
@@ -326,6 +338,8 @@ pub struct PeerClient {
     envelope: Envelope,
     /// The client, or why this peer cannot be called (no or a malformed address).
     client: Result<RaftClient<Channel>, String>,
+    /// The peer serves no `StreamAppend`: appends go as unary calls.
+    unary_only: Arc<AtomicBool>,
     local_id: u64,
     removed: Option<tokio::sync::watch::Sender<bool>>,
     learned_floor: Arc<AtomicU64>,
@@ -556,6 +570,65 @@ impl RaftNetworkV2<C> for PeerClient {
                 AppendEntriesResponse::PartialSuccess(Some(last))
             }
             (response, _) => response,
+        })
+    }
+
+    /// openraft's requests to this follower on one `StreamAppend` stream, pipelined (see
+    /// [`append_stream`]). A follower of an older version, which answers `UNIMPLEMENTED`, gets
+    /// unary calls from then on: this stream fails as unreachable, and openraft sends the same
+    /// entries again after its backoff.
+    fn stream_append<'s, S>(
+        &'s mut self,
+        input: S,
+        option: RPCOption,
+    ) -> BoxFuture<'s, Result<BoxStream<'s, Result<StreamAppendResult<C>, RPCError<C>>>, RPCError<C>>>
+    where
+        S: futures::Stream<Item = AppendEntriesRequest<C>> + OptionalSend + Unpin + 'static,
+    {
+        if self.unary_only.load(Ordering::Relaxed) {
+            return stream_append_sequential(self, input, option);
+        }
+        Box::pin(async move {
+            let mut client = self.client()?;
+            let deadline = option.soft_ttl();
+            let in_flight = Arc::new(append_stream::InFlight::default());
+            let requests = append_stream::requests(input, self.envelope.clone(), in_flight.clone());
+            let opened = tokio::time::timeout(deadline, client.stream_append(requests)).await;
+            let replies = match opened {
+                Err(_elapsed) => {
+                    return Err(RPCError::Timeout(
+                        self.timeout(RPCTypes::AppendEntries, deadline),
+                    ));
+                }
+                Ok(Err(status)) if status.code() == tonic::Code::Unimplemented => {
+                    self.unary_only.store(true, Ordering::Relaxed);
+                    tracing::warn!(
+                        peer = self.target,
+                        "the peer serves no append stream (an older version): appends to it go \
+                         one call at a time"
+                    );
+                    return Err(RPCError::Unreachable(self.unreachable(
+                        "it serves no append stream; retrying with unary calls",
+                    )));
+                }
+                Ok(Err(status)) => {
+                    return Err(self.failed(RPCTypes::AppendEntries, deadline, status));
+                }
+                Ok(Ok(replies)) => replies.into_inner(),
+            };
+            let answers = append_stream::Answers {
+                peer: &*self,
+                replies,
+                in_flight,
+                deadline,
+                ended: false,
+            };
+            let answers = futures::stream::unfold(answers, |mut answers| async move {
+                let answer = answers.next().await?;
+                Some((answer, answers))
+            });
+            let answers: BoxStream<'s, _> = Box::pin(answers);
+            Ok(answers)
         })
     }
 

@@ -11,14 +11,17 @@
 //!
 //! Before anything reaches Raft, the request's envelope must name this node's cluster and id:
 //! otherwise the sender has a wrong address for the node it means, and the request is refused
-//! with `FAILED_PRECONDITION`. A snapshot arrives as a stream (a header, then pieces of at most
+//! with `FAILED_PRECONDITION`. A leader streams its log to a follower (`StreamAppend`), and every
+//! request on the stream is checked as a unary one is. A snapshot arrives as a stream (a header, then pieces of at most
 //! [`SNAPSHOT_CHUNK_BYTES_MAX`]); it is reassembled in memory, never beyond the length its header
 //! declares nor beyond [`SNAPSHOT_BYTES_MAX`], and installed only when exactly that many bytes
 //! arrived.
 
 use std::io::Cursor;
 
+use futures::StreamExt;
 use openraft::async_runtime::WatchReceiver;
+use openraft::raft::AppendEntriesRequest;
 use openraft::type_config::alias::{SnapshotMetaOf, SnapshotOf, VoteOf};
 use palisade_core::canary::{self, Canary};
 use palisade_proto::raft::v1::raft_server::{Raft, RaftServer};
@@ -285,11 +288,19 @@ fn decode<T: DeserializeOwned>(body: &[u8], what: &str) -> Result<T, Status> {
     })
 }
 
-fn reply<T: Serialize>(value: &T) -> Result<Response<PeerReply>, Status> {
+fn encode_reply<T: Serialize>(value: &T) -> Result<PeerReply, Status> {
     let body = serde_json::to_vec(value)
         .map_err(|e| Status::internal(format!("cannot encode the reply: {e}")))?;
-    Ok(Response::new(PeerReply { body }))
+    Ok(PeerReply { body })
 }
+
+fn reply<T: Serialize>(value: &T) -> Result<Response<PeerReply>, Status> {
+    encode_reply(value).map(Response::new)
+}
+
+/// The replies of a [`Raft::stream_append`] call.
+pub type AppendReplies =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<PeerReply, Status>> + Send + 'static>>;
 
 fn refused_snapshot(why: String) -> Status {
     Status::invalid_argument(format!("snapshot refused: {why}"))
@@ -312,6 +323,62 @@ impl Raft for RaftPeerServer {
             .await
             .map_err(|e| self.stopped(e))?;
         reply(&response)
+    }
+
+    type StreamAppendStream = AppendReplies;
+
+    /// A leader's stream of append-entries requests, handed to openraft's pipelined
+    /// [`stream_append`](openraft::Raft::stream_append) as they arrive; its results go back in
+    /// order. Each request is checked as [`Self::append_entries`] checks one: the first refused
+    /// or unreadable request ends the input, its predecessors are still answered, and the stream
+    /// ends with the refusal.
+    async fn stream_append(
+        &self,
+        request: Request<Streaming<PeerRequest>>,
+    ) -> Result<Response<AppendReplies>, Status> {
+        let refusal = std::sync::Arc::new(std::sync::Mutex::new(None::<Status>));
+        let requests = {
+            let refusal = refusal.clone();
+            let server = self.clone();
+            futures::stream::unfold(Some(request.into_inner()), move |stream| {
+                let refusal = refusal.clone();
+                let server = server.clone();
+                async move {
+                    let mut stream = stream?;
+                    let opened = match stream.message().await {
+                        Ok(Some(request)) => server.open::<AppendEntriesRequest<C>>(
+                            request,
+                            "append-entries request",
+                            Sender::Leader,
+                        ),
+                        Ok(None) => return None,
+                        Err(status) => Err(status),
+                    };
+                    match opened {
+                        Ok(rpc) => Some((rpc, Some(stream))),
+                        Err(status) => {
+                            *refusal.lock().expect("refusal slot poisoned") = Some(status);
+                            None
+                        }
+                    }
+                }
+            })
+        };
+        let server = self.clone();
+        let replies = self
+            .raft
+            .stream_append(requests)
+            .map(move |result| match result {
+                Ok(result) => encode_reply(&result),
+                Err(fatal) => Err(server.stopped(fatal)),
+            })
+            .chain(
+                futures::stream::once(async move {
+                    refusal.lock().expect("refusal slot poisoned").take()
+                })
+                .filter_map(|refusal| async move { refusal.map(Err) }),
+            );
+        Ok(Response::new(Box::pin(replies)))
     }
 
     async fn vote(&self, request: Request<PeerRequest>) -> Result<Response<PeerReply>, Status> {

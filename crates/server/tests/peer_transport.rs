@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use openraft::errors::{ClientWriteError, RPCError, RaftError};
@@ -21,14 +22,16 @@ use palisade_core::{
     Token, Wait,
 };
 use palisade_proto::raft::v1::raft_client::RaftClient;
+use palisade_proto::raft::v1::raft_server::{Raft, RaftServer};
 use palisade_proto::raft::v1::{
-    Envelope, PeerRequest, SnapshotHeader, SnapshotPart, snapshot_part,
+    AdmitReply, AdmitRequest, Envelope, PeerReply, PeerRequest, SnapshotHeader, SnapshotPart,
+    snapshot_part,
 };
 use palisade_server::limits::SHUTDOWN_GRACE;
-use palisade_server::limits::SNAPSHOT_BYTES_MAX;
+use palisade_server::limits::{PEER_MESSAGE_BYTES_MAX, SNAPSHOT_BYTES_MAX};
 use palisade_server::log_store::LogStore;
 use palisade_server::peer::{ClusterName, PeerNetwork};
-use palisade_server::peer_service::RaftPeerServer;
+use palisade_server::peer_service::{AppendReplies, RaftPeerServer};
 use palisade_server::raft_types::{C, Member, Proposal};
 use palisade_server::state_machine::PalisadeRaft;
 use palisade_server::state_machine::{Shared, StateMachine};
@@ -73,6 +76,94 @@ struct TestNode {
     stop_serving: Option<oneshot::Sender<()>>,
     serving: tokio::task::JoinHandle<()>,
     dir: tempfile::TempDir,
+    /// What the node's peer service was asked.
+    calls: Arc<PeerCalls>,
+}
+
+/// Which version of the peer service a node runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Version {
+    /// This one.
+    Current,
+    /// One from before `StreamAppend`: it answers `UNIMPLEMENTED` to it.
+    WithoutAppendStream,
+}
+
+/// The append-entries a node's peer service was asked to take, by way.
+#[derive(Debug, Default)]
+struct PeerCalls {
+    unary_appends: AtomicU64,
+    append_streams: AtomicU64,
+}
+
+/// The node's real [`RaftPeerServer`], counting the appends it is sent; as a
+/// [`Version::WithoutAppendStream`] node it serves everything but `StreamAppend`.
+#[derive(Clone)]
+struct CountingPeer {
+    inner: RaftPeerServer,
+    version: Version,
+    calls: Arc<PeerCalls>,
+}
+
+#[tonic::async_trait]
+impl Raft for CountingPeer {
+    async fn append_entries(
+        &self,
+        request: tonic::Request<PeerRequest>,
+    ) -> Result<tonic::Response<PeerReply>, tonic::Status> {
+        self.calls.unary_appends.fetch_add(1, Ordering::SeqCst);
+        self.inner.append_entries(request).await
+    }
+
+    type StreamAppendStream = AppendReplies;
+
+    async fn stream_append(
+        &self,
+        request: tonic::Request<tonic::Streaming<PeerRequest>>,
+    ) -> Result<tonic::Response<AppendReplies>, tonic::Status> {
+        if self.version == Version::WithoutAppendStream {
+            return Err(tonic::Status::unimplemented(
+                "no StreamAppend in this version",
+            ));
+        }
+        self.calls.append_streams.fetch_add(1, Ordering::SeqCst);
+        self.inner.stream_append(request).await
+    }
+
+    async fn vote(
+        &self,
+        request: tonic::Request<PeerRequest>,
+    ) -> Result<tonic::Response<PeerReply>, tonic::Status> {
+        self.inner.vote(request).await
+    }
+
+    async fn pre_vote(
+        &self,
+        request: tonic::Request<PeerRequest>,
+    ) -> Result<tonic::Response<PeerReply>, tonic::Status> {
+        self.inner.pre_vote(request).await
+    }
+
+    async fn transfer_leader(
+        &self,
+        request: tonic::Request<PeerRequest>,
+    ) -> Result<tonic::Response<PeerReply>, tonic::Status> {
+        self.inner.transfer_leader(request).await
+    }
+
+    async fn install_snapshot(
+        &self,
+        request: tonic::Request<tonic::Streaming<SnapshotPart>>,
+    ) -> Result<tonic::Response<PeerReply>, tonic::Status> {
+        self.inner.install_snapshot(request).await
+    }
+
+    async fn admit(
+        &self,
+        request: tonic::Request<AdmitRequest>,
+    ) -> Result<tonic::Response<AdmitReply>, tonic::Status> {
+        self.inner.admit(request).await
+    }
 }
 
 /// A stopped node's directory and address, to start it again.
@@ -84,16 +175,25 @@ struct Stopped {
 
 impl TestNode {
     async fn start(id: u64) -> TestNode {
+        TestNode::start_version(id, Version::Current).await
+    }
+
+    async fn start_version(id: u64, version: Version) -> TestNode {
         let any_port: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        TestNode::start_in(id, tempfile::tempdir().unwrap(), any_port).await
+        TestNode::start_in(id, tempfile::tempdir().unwrap(), any_port, version).await
     }
 
     /// Starts `stopped` again from its directory, on its address.
     async fn restart(stopped: Stopped) -> TestNode {
-        TestNode::start_in(stopped.id, stopped.dir, stopped.addr).await
+        TestNode::start_in(stopped.id, stopped.dir, stopped.addr, Version::Current).await
     }
 
-    async fn start_in(id: u64, dir: tempfile::TempDir, listen: SocketAddr) -> TestNode {
+    async fn start_in(
+        id: u64,
+        dir: tempfile::TempDir,
+        listen: SocketAddr,
+        version: Version,
+    ) -> TestNode {
         let listener = tokio::net::TcpListener::bind(listen).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let log = LogStore::open(&dir.path().join("raft.wal")).unwrap();
@@ -108,7 +208,14 @@ impl TestNode {
         )
         .await
         .unwrap();
-        let service = RaftPeerServer::new(raft.clone(), id, cluster()).into_service();
+        let calls = Arc::new(PeerCalls::default());
+        let service = RaftServer::new(CountingPeer {
+            inner: RaftPeerServer::new(raft.clone(), id, cluster()),
+            version,
+            calls: calls.clone(),
+        })
+        .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX);
         let (stop_serving, stopped) = oneshot::channel::<()>();
         let serving = tokio::spawn(async move {
             tonic::transport::Server::builder()
@@ -128,6 +235,7 @@ impl TestNode {
             stop_serving: Some(stop_serving),
             serving,
             dir,
+            calls,
         }
     }
 
@@ -176,10 +284,15 @@ impl TestNode {
 }
 
 async fn start_three() -> Vec<TestNode> {
+    start_three_with(Version::Current).await
+}
+
+/// Nodes 1 and 2 of this version, node 3 of `third`.
+async fn start_three_with(third: Version) -> Vec<TestNode> {
     let nodes = vec![
         TestNode::start(1).await,
         TestNode::start(2).await,
-        TestNode::start(3).await,
+        TestNode::start_version(3, third).await,
     ];
     let members: BTreeMap<u64, Member> = nodes.iter().map(|n| (n.id, n.member())).collect();
     nodes[0].raft.initialize(members).await.unwrap();
@@ -348,6 +461,41 @@ async fn writes_reach_every_node_and_continue_after_the_leader_is_killed_and_res
     }
 }
 
+/// The leader streams its log to each follower (`StreamAppend`): no append goes as a unary
+/// call between nodes of this version. A follower of an older version, which serves no stream,
+/// still takes every entry, by unary calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_stream_to_followers_and_fall_back_to_calls_for_an_older_one() {
+    for third in [Version::Current, Version::WithoutAppendStream] {
+        let nodes = start_three_with(third).await;
+        let (_, session) = open_session(&nodes, 1_000, 1).await;
+        let mut index = 0;
+        for (request, lock) in ["a", "b", "c", "d"].into_iter().enumerate() {
+            (index, _) = acquire(&nodes, 1_001, session, lock, request as u64 + 1).await;
+        }
+        assert_same_table_everywhere(&nodes, index).await;
+        let leader = leader(&nodes).await.id;
+        for node in nodes.iter().filter(|node| node.id != leader) {
+            let unary = node.calls.unary_appends.load(Ordering::SeqCst);
+            let streams = node.calls.append_streams.load(Ordering::SeqCst);
+            if third == Version::WithoutAppendStream && node.id == 3 {
+                assert_eq!(streams, 0, "node 3 serves no stream");
+                assert!(unary > 0, "node 3 took its entries without a single call");
+            } else {
+                assert_eq!(
+                    unary, 0,
+                    "node {} ({third:?} cluster) got unary appends",
+                    node.id
+                );
+                assert!(streams > 0, "node {} got no append stream", node.id);
+            }
+        }
+        for node in nodes {
+            node.stop().await;
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_learner_added_after_the_log_was_purged_catches_up_from_a_streamed_snapshot() {
     let mut nodes = start_three().await;
@@ -506,6 +654,29 @@ async fn a_member_takes_no_entries_and_gives_no_vote_to_a_node_outside_its_membe
         refused.message().contains("node 4 is not a member"),
         "{}",
         refused.message()
+    );
+    // On the append stream, the same request is refused the same way: the stream ends with
+    // the refusal, and nothing reached Raft.
+    let vote_before = node.raft.metrics().borrow_watched().vote;
+    let mut replies = client
+        .stream_append(futures::stream::iter([PeerRequest {
+            envelope: from_4.clone(),
+            body: serde_json::to_vec(&heartbeat).unwrap(),
+        }]))
+        .await
+        .unwrap()
+        .into_inner();
+    let refused = replies.message().await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+    assert!(
+        refused.message().contains("node 4 is not a member"),
+        "{}",
+        refused.message()
+    );
+    assert_eq!(
+        node.raft.metrics().borrow_watched().vote,
+        vote_before,
+        "the refused stream moved this node's vote"
     );
     let from_itself = Some(Envelope {
         from_node_id: 2,
