@@ -589,6 +589,15 @@ impl RaftNetworkV2<C> for PeerClient {
             return stream_append_sequential(self, input, option);
         }
         Box::pin(async move {
+            // The first request before the stream: openraft applies its backoff inside the
+            // request stream, so a stream opened before it would dial an unreachable peer again
+            // at once, in a loop.
+            let mut input = input;
+            let Some(first) = input.next().await else {
+                let nothing: BoxStream<'s, _> = Box::pin(futures::stream::empty());
+                return Ok(nothing);
+            };
+            let input = futures::stream::iter([first]).chain(input);
             let mut client = self.client()?;
             let deadline = option.soft_ttl();
             let in_flight = Arc::new(append_stream::InFlight::default());
