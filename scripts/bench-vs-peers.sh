@@ -10,10 +10,19 @@
 #     until the next grant a client with every endpoint gets) for Palisade and etcd.
 #
 #   scripts/bench-vs-peers.sh [--nodes 1|3] [--duration 5s] [--warmup 1s] [--json FILE]
-#                             [--scale [-- ARGS FOR scripts/bench-scale.sh]]
+#                             [--palisade-bin PATH] [--scale [-- ARGS FOR scripts/bench-scale.sh]]
 #
 # --nodes runs only one of the two. --json writes each run's report: FILE for the single node,
 # FILE with .3-node before its extension for the clusters.
+#
+# Every system's server processes (every member of a cluster) are passed to the bench with
+# --target-pids: beside each throughput the table gives the servers' CPU time and context
+# switches per lock operation (an acquire or a release) over the measured window.
+#
+# --palisade-bin PATH benchmarks a saved (older) build: it replaces the palisade *server* binary
+# only (`palisade serve` and `palisade store serve`). The bench client, the floor and the /proc
+# readings, and the client commands (`cluster status`, `pubkey`, the failover's `acquire`) stay
+# the freshly built one, so an older binary without the newer bench flags still works.
 #
 # Installs what is missing (Debian packages etcd-server, etcd-client, zookeeper, redis-server),
 # builds palisade in release mode, starts every server on temporary directories and free loopback
@@ -27,21 +36,26 @@ warmup=1s
 json_out=""
 runs="1 3"
 failover_rounds=3
+palisade_bin=""
 scale=0
 scale_args=()
-usage="usage: $0 [--nodes 1|3] [--duration D] [--warmup D] [--json FILE] [--scale [-- ARGS]]"
+usage="usage: $0 [--nodes 1|3] [--duration D] [--warmup D] [--json FILE] [--palisade-bin PATH] [--scale [-- ARGS]]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) runs="$2"; shift 2 ;;
     --duration) duration="$2"; shift 2 ;;
     --warmup) warmup="$2"; shift 2 ;;
     --json) json_out="$2"; shift 2 ;;
+    --palisade-bin) palisade_bin="$2"; shift 2 ;;
     --scale) scale=1; shift ;;
     --) shift; scale_args=("$@"); break ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
 case "$runs" in "1 3"|1|3) ;; *) echo "--nodes is 1 or 3" >&2; exit 2 ;; esac
+if [ -n "$palisade_bin" ] && [ ! -x "$palisade_bin" ]; then
+  echo "--palisade-bin $palisade_bin is not an executable file" >&2; exit 2
+fi
 
 log() { echo "bench-vs-peers: $*" >&2; }
 
@@ -66,6 +80,9 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 log "building palisade (release)"
 cargo build --release -q -p palisade-cli
 palisade="$CARGO_TARGET_DIR/release/palisade"
+# The servers' binary: the fresh build unless --palisade-bin names another.
+palisade_server="${palisade_bin:-$palisade}"
+if [ -n "$palisade_bin" ]; then log "palisade servers from $palisade_bin; the bench client is $palisade"; fi
 
 # --- services ----------------------------------------------------------------------------------
 work="$(mktemp -d -t palisade-bench-vs-peers.XXXXXX)"
@@ -116,7 +133,7 @@ run() { # nodes
   local nodes=$1 i
   dir="$work/$nodes-node"
   mkdir -p "$dir"
-  declare -g -a etcd_client etcd_peer etcd_pid lock_port lock_pid metrics_port zk_client
+  declare -g -a etcd_client etcd_peer etcd_pid lock_port lock_pid metrics_port zk_client zk_pid
   local etcd_cluster="" palisade_cluster="" zk_servers=""
   for i in $(seq 1 "$nodes"); do
     etcd_client[$i]=$(free_port); etcd_peer[$i]=$(free_port); lock_port[$i]=$(free_port)
@@ -143,7 +160,7 @@ run() { # nodes
   start_palisade() { # node
     local i=$1 flags=()
     if [ "$nodes" -gt 1 ]; then flags=(--node-id "$i" --initial-cluster "$palisade_cluster"); fi
-    RUST_LOG=warn "$palisade" serve --data-dir "$dir/palisade-$i" \
+    RUST_LOG=warn "$palisade_server" serve --data-dir "$dir/palisade-$i" \
       --listen "127.0.0.1:${lock_port[$i]}" --metrics-listen "127.0.0.1:${metrics_port[$i]}" \
       "${flags[@]}" >>"$dir/palisade-$i.log" 2>&1 &
     lock_pid[$i]=$!
@@ -172,6 +189,7 @@ EOF
     fi
     java -Xms256m -Xmx512m -cp "$zk_classpath" org.apache.zookeeper.server.quorum.QuorumPeerMain \
       "$data/zoo.cfg" >>"$dir/zookeeper-$i.log" 2>&1 &
+    zk_pid[$i]=$!
     pids+=($!)
   }
 
@@ -182,12 +200,13 @@ EOF
     wait_for_port "${lock_port[$i]}" "palisade-$i"
     wait_for_port "${zk_client[$i]}" "zookeeper-$i"
   done
-  local redis_port=""
+  local redis_port="" redis_pid=""
   if [ "$nodes" -eq 1 ]; then
     redis_port=$(free_port)
     mkdir -p "$dir/redis"
     redis-server --bind 127.0.0.1 --port "$redis_port" --dir "$dir/redis" --save "" \
       --appendonly no --daemonize no >"$dir/redis.log" 2>&1 &
+    redis_pid=$!
     pids+=($!)
     wait_for_port "$redis_port" redis
   fi
@@ -234,16 +253,24 @@ for s in json.load(sys.stdin):
   local public_key store_port
   public_key="$(PALISADE_ENDPOINT="$lock_endpoints" "$palisade" pubkey)"
   store_port=$(free_port)
-  RUST_LOG=warn "$palisade" store serve --data-dir "$dir/store" --listen "127.0.0.1:$store_port" \
+  RUST_LOG=warn "$palisade_server" store serve --data-dir "$dir/store" --listen "127.0.0.1:$store_port" \
     --public-key "$public_key" >"$dir/store.log" 2>&1 &
   pids+=($!)
   wait_for_port "$store_port" store
 
   local args=(bench all --target "palisade://127.0.0.1:${lock_port[$pl]}"
     --target "etcd://127.0.0.1:${etcd_client[$el]}" --target "zk://127.0.0.1:${zk_client[$zl]}")
-  if [ -n "$redis_port" ]; then args+=(--target "redis://127.0.0.1:$redis_port"); fi
+  if [ -n "$redis_port" ]; then
+    args+=(--target "redis://127.0.0.1:$redis_port" --target-pids "redis=$redis_pid")
+  fi
+  # Every member's process: a follower's CPU is part of what an operation costs.
+  local members
+  members=$(seq 1 "$nodes")
+  args+=(--target-pids "palisade=$(for i in $members; do echo "${lock_pid[$i]}"; done | paste -sd,)"
+    --target-pids "etcd=$(for i in $members; do echo "${etcd_pid[$i]}"; done | paste -sd,)"
+    --target-pids "zk=$(for i in $members; do echo "${zk_pid[$i]}"; done | paste -sd,)")
   args+=(--store "127.0.0.1:$store_port" --store-dir "$dir" --duration "$duration" --warmup "$warmup"
-    --metrics "http://127.0.0.1:${metrics_port[$pl]}/metrics" --server-pid "${lock_pid[$pl]}"
+    --metrics "http://127.0.0.1:${metrics_port[$pl]}/metrics" --nodes "$nodes"
     --floor --markdown)
   if [ -n "$json_out" ]; then
     if [ "$nodes" -eq 1 ]; then

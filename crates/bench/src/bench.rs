@@ -30,7 +30,8 @@ use palisade_core::duration::parse_duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::floor::Floor;
+use crate::floor::{Bounds, Floor};
+use crate::server_cpu::{ServerCpu, TargetPids};
 use crate::server_view::{Probe, ServerView};
 use crate::stats::{Latencies, Percentiles, format_us};
 use crate::target::{LockConn, Target};
@@ -161,9 +162,19 @@ pub struct BenchArgs {
     /// also reports the server's log commits, writes per commit and request latency.
     #[arg(long)]
     pub metrics: Option<String>,
-    /// The palisade server's process id, to report its CPU use per workload.
+    /// The server processes of the targets of one kind, KIND=PID,PID,... (every member of a
+    /// cluster, e.g. etcd=41,42,43; the kind is palisade, etcd, zk or redis). Each lock workload
+    /// on such a target then reports the servers' CPU time and context switches per lock
+    /// operation over the measured window. Repeat for each kind.
+    #[arg(long = "target-pids", value_name = "KIND=PID,...")]
+    pub target_pids: Vec<TargetPids>,
+    /// The same as --target-pids palisade=PID (one server).
     #[arg(long)]
     pub server_pid: Option<u32>,
+    /// Members of each system (1: single nodes; 3: clusters): which of the floor's bounds the
+    /// table relates results to (with --floor).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=9))]
+    pub nodes: u16,
     /// Also write the report as JSON to this file.
     #[arg(long)]
     pub json_file: Option<std::path::PathBuf>,
@@ -212,9 +223,13 @@ pub struct Measurement {
     pub acquire: Option<Percentiles>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub release: Option<Percentiles>,
-    /// The lock service's own account (with `--metrics` / `--server-pid`).
+    /// The lock service's own account (with `--metrics`), over the measured window.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server: Option<ServerView>,
+    /// The servers' CPU time and context switches per lock operation (with `--target-pids`),
+    /// over the measured window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_cpu: Option<ServerCpu>,
 }
 
 /// Everything one `palisade bench` run measured.
@@ -223,6 +238,8 @@ pub struct BenchReport {
     pub cpus: usize,
     pub duration_s: f64,
     pub warmup_s: f64,
+    /// Members of each system (`--nodes`): the floor's bounds the table uses.
+    pub nodes: usize,
     pub measurements: Vec<Measurement>,
     /// Workloads that were not run on some target, and why.
     pub skipped: Vec<String>,
@@ -284,7 +301,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             print!("{}", markdown_table(&report, &args.targets));
             let server = server_table(&report);
             if !server.is_empty() {
-                println!("\nThe lock service's side (its /metrics and CPU, warm-up included):\n");
+                println!(
+                    "\nThe lock service's side (its /metrics and CPU, the measured window):\n"
+                );
                 print!("{server}");
             }
         }
@@ -332,10 +351,12 @@ pub async fn measure(args: &BenchArgs) -> anyhow::Result<BenchReport> {
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         duration_s: args.duration.as_secs_f64(),
         warmup_s: args.warmup.as_secs_f64(),
+        nodes: usize::from(args.nodes),
         measurements: Vec::new(),
         skipped: Vec::new(),
         floor: None,
     };
+    let pids = server_pids(args)?;
     if args.floor {
         report.floor = Some(measure_floor(args).await.context("the floor")?);
     }
@@ -383,28 +404,58 @@ pub async fn measure(args: &BenchArgs) -> anyhow::Result<BenchReport> {
             }
             continue;
         }
-        let probe = Probe {
-            metrics_url: args.metrics.clone(),
-            server_pid: args.server_pid,
-        };
         for target in &args.targets {
-            let probed = matches!(target, Target::Palisade { .. }) && !probe.is_empty();
-            let before = if probed {
-                Some(probe.read().await?)
-            } else {
-                None
+            let observe = Observe {
+                pids: pids
+                    .iter()
+                    .find(|p| p.kind == target.kind())
+                    .map(|p| p.pids.clone())
+                    .unwrap_or_default(),
+                probe: match (target, &args.metrics) {
+                    (Target::Palisade { .. }, Some(url)) => Some(Probe {
+                        metrics_url: url.clone(),
+                    }),
+                    _ => None,
+                },
             };
-            let mut m = lock_workload(workload, target, clients, args.warmup, args.duration)
-                .await
-                .with_context(|| format!("{} on {target}", workload.name()))?;
-            if let Some(before) = before {
-                m.server = Some(probe.since(&before).await?);
-            }
+            let m = lock_workload(
+                workload,
+                target,
+                clients,
+                args.warmup,
+                args.duration,
+                &observe,
+            )
+            .await
+            .with_context(|| format!("{} on {target}", workload.name()))?;
             progress(args, &m);
             report.measurements.push(m);
         }
     }
     Ok(report)
+}
+
+/// The server processes of each target kind (`--target-pids`, `--server-pid`), each checked
+/// readable now, before any workload runs.
+fn server_pids(args: &BenchArgs) -> anyhow::Result<Vec<TargetPids>> {
+    let mut pids = args.target_pids.clone();
+    if let Some(pid) = args.server_pid {
+        pids.push(TargetPids {
+            kind: "palisade",
+            pids: vec![pid],
+        });
+    }
+    for (i, named) in pids.iter().enumerate() {
+        if pids[..i].iter().any(|earlier| earlier.kind == named.kind) {
+            bail!("--target-pids names {} twice", named.kind);
+        }
+        if !args.targets.iter().any(|t| t.kind() == named.kind) {
+            bail!("--target-pids names {}, but no --target is one", named.kind);
+        }
+        crate::server_cpu::sample(&named.pids)
+            .with_context(|| format!("--target-pids {}", named.kind))?;
+    }
+    Ok(pids)
 }
 
 fn progress(args: &BenchArgs, m: &Measurement) {
@@ -432,6 +483,57 @@ impl Window {
     pub fn counts(&self, started: Instant, ended: Instant) -> bool {
         started >= self.start && ended <= self.end
     }
+
+    /// Whether something that ended at `ended` ended inside the window.
+    pub fn holds(&self, ended: Instant) -> bool {
+        ended >= self.start && ended <= self.end
+    }
+}
+
+/// What is read from a target's servers at the start and the end of a workload's measured
+/// window: their processes' CPU and context switches, and Palisade's `/metrics`.
+#[derive(Debug, Clone, Default)]
+pub struct Observe {
+    pub pids: Vec<u32>,
+    pub probe: Option<Probe>,
+}
+
+/// What [`Observe`] read over one window.
+#[derive(Debug, Default)]
+struct Observed {
+    cpu: Option<(crate::server_cpu::Sample, crate::server_cpu::Sample)>,
+    view: Option<ServerView>,
+}
+
+impl Observe {
+    /// Waits for the window to open, reads, waits for it to close, reads again. The `/metrics`
+    /// scrapes (which cost the server some CPU) happen outside the two `/proc` readings.
+    async fn over(self, window: Window) -> anyhow::Result<Observed> {
+        let sample = |pids: Vec<u32>| async move {
+            if pids.is_empty() {
+                return Ok(None);
+            }
+            tokio::task::spawn_blocking(move || crate::server_cpu::sample(&pids))
+                .await?
+                .map(Some)
+        };
+        tokio::time::sleep_until(window.start).await;
+        let metrics_before = match &self.probe {
+            Some(probe) => Some(probe.read().await?),
+            None => None,
+        };
+        let cpu_before = sample(self.pids.clone()).await?;
+        tokio::time::sleep_until(window.end).await;
+        let cpu_after = sample(self.pids.clone()).await?;
+        let view = match (&self.probe, metrics_before) {
+            (Some(probe), Some(before)) => Some(probe.since(&before).await?),
+            _ => None,
+        };
+        Ok(Observed {
+            cpu: cpu_before.zip(cpu_after),
+            view,
+        })
+    }
 }
 
 /// What one worker measured.
@@ -440,6 +542,9 @@ pub(crate) struct WorkerStats {
     pub whole: Latencies,
     pub first: Latencies,
     pub second: Latencies,
+    /// Lock operations (each acquire, each release) that ended inside the window, whenever they
+    /// started: what the servers' CPU in the window is divided by.
+    pub lock_operations_in_window: u64,
     pub errors: u64,
     pub first_error: Option<String>,
 }
@@ -456,6 +561,7 @@ impl WorkerStats {
         self.whole.merge(&other.whole);
         self.first.merge(&other.first);
         self.second.merge(&other.second);
+        self.lock_operations_in_window += other.lock_operations_in_window;
         self.errors += other.errors;
         if self.first_error.is_none() {
             self.first_error = other.first_error;
@@ -486,13 +592,15 @@ pub(crate) async fn join_workers(
     total
 }
 
-/// Runs `uncontended`, `contended` or `latency` on one target.
+/// Runs `uncontended`, `contended` or `latency` on one target, reading what `observe` names
+/// over the measured window.
 pub async fn lock_workload(
     workload: Workload,
     target: &Target,
     clients: usize,
     warmup: Duration,
     duration: Duration,
+    observe: &Observe,
 ) -> anyhow::Result<Measurement> {
     // A fresh lock-name prefix per run, so locks of an earlier run (and their waiters) are
     // never in the way.
@@ -515,12 +623,17 @@ pub async fn lock_workload(
     let conns = conns.into_iter().collect::<anyhow::Result<Vec<_>>>()?;
 
     let window = Window::after_warmup(warmup, duration);
+    let observer = tokio::spawn(observe.clone().over(window));
     let handles = conns
         .into_iter()
         .enumerate()
         .map(|(i, conn)| tokio::spawn(lock_worker(conn, lock_name(i), window)))
         .collect();
     let stats = join_workers(handles, window).await;
+    let observed = observer
+        .await
+        .context("the window's observer failed")?
+        .with_context(|| format!("reading {target}'s servers over the window"))?;
     let operations = stats.whole.count();
     Ok(Measurement {
         workload,
@@ -538,7 +651,10 @@ pub async fn lock_workload(
         latency: stats.whole.percentiles(),
         acquire: Some(stats.first.percentiles()),
         release: Some(stats.second.percentiles()),
-        server: None,
+        server: observed.view,
+        server_cpu: observed.cpu.map(|(before, after)| {
+            crate::server_cpu::over_window(&before, &after, stats.lock_operations_in_window)
+        }),
     })
 }
 
@@ -562,6 +678,8 @@ async fn lock_worker(mut conn: LockConn, lock: String, window: Window) -> Worker
             break;
         }
         let released = Instant::now();
+        stats.lock_operations_in_window +=
+            u64::from(window.holds(granted)) + u64::from(window.holds(released));
         if window.counts(started, released) {
             stats.whole.record(released - started);
             stats.first.record(granted - started);
@@ -627,14 +745,28 @@ pub fn describe(m: &Measurement) -> String {
         let _ = writeln!(
             out,
             "  server   {} log commits/s, mean {} each, {} records per commit; \
-             acquire {} release {} server-side; CPU: server {} bench {} cores",
+             acquire {} release {} server-side; bench CPU {} cores",
             show(v.log_commits_per_s, 1.0, ""),
             show(v.log_commit_mean_us, 1e-3, " ms"),
             show(v.writes_per_commit, 1.0, ""),
             show(v.acquire_mean_us, 1e-3, " ms"),
             show(v.release_mean_us, 1e-3, " ms"),
-            show(v.server_cpu_cores, 1.0, ""),
             show(v.bench_cpu_cores, 1.0, ""),
+        );
+    }
+    if let Some(c) = &m.server_cpu {
+        let per_op =
+            |v: Option<f64>, digits: usize| v.map_or("—".into(), |v| format!("{v:.digits$}"));
+        let _ = writeln!(
+            out,
+            "  servers  {} µs CPU and {} context switches per lock operation \
+             ({} operations, {:.2} cores, {} threads of pids {:?})",
+            per_op(c.cpu_us_per_operation, 0),
+            per_op(c.context_switches_per_operation, 2),
+            c.lock_operations,
+            c.cpu_cores,
+            c.threads,
+            c.pids,
         );
     }
     if let Some(e) = &m.first_error {
@@ -673,7 +805,7 @@ pub fn server_table(report: &BenchReport) -> String {
             num(v.log_commits_per_s, 0),
             us(v.log_commit_mean_us),
             num(v.writes_per_commit, 2),
-            num(v.server_cpu_cores, 2),
+            num(m.server_cpu.as_ref().map(|c| c.cpu_cores), 2),
             num(v.bench_cpu_cores, 2),
         );
     }
@@ -842,89 +974,127 @@ impl Row {
 struct LockMetric {
     workload: Workload,
     metric: &'static str,
-    value: fn(&Measurement) -> f64,
+    value: fn(&Measurement) -> Option<f64>,
     /// What the machine allows for it (`palisade bench floor`), where the floor bounds it.
-    floor: Option<fn(&Floor) -> f64>,
+    floor: Option<fn(&Bounds) -> Option<f64>>,
     higher_better: bool,
     /// Our target against etcd, where there is one.
     target: &'static str,
     unit: Unit,
 }
 
+/// Row labels of the servers' CPU and context switches (one lock operation: an acquire or a
+/// release; a cycle is two).
+const CPU_METRIC: &str = "server CPU per lock operation (acquire or release; all members)";
+const SWITCHES_METRIC: &str =
+    "server context switches per lock operation (voluntary + involuntary; all members)";
+
+/// The servers' CPU and context switches per lock operation, after each workload's throughput
+/// (or, for `latency`, its percentiles).
+const fn cpu_metrics(workload: Workload) -> [LockMetric; 2] {
+    [
+        LockMetric {
+            workload,
+            metric: CPU_METRIC,
+            value: |m| m.server_cpu.as_ref()?.cpu_us_per_operation,
+            floor: None,
+            higher_better: false,
+            target: "",
+            unit: Unit::CpuMicros,
+        },
+        LockMetric {
+            workload,
+            metric: SWITCHES_METRIC,
+            value: |m| m.server_cpu.as_ref()?.context_switches_per_operation,
+            floor: None,
+            higher_better: false,
+            target: "",
+            unit: Unit::Count,
+        },
+    ]
+}
+
 /// The rows of the lock workloads, in the table's order.
-const LOCK_METRICS: [LockMetric; 8] = [
-    LockMetric {
+const LOCK_METRICS: [&[LockMetric]; 6] = [
+    &[LockMetric {
         workload: Workload::Uncontended,
         metric: "acquire+release cycles/s",
-        value: |m| m.operations_per_s,
-        floor: Some(Floor::cycles_ceiling_per_s),
+        value: |m| Some(m.operations_per_s),
+        floor: Some(|b| b.cycles_estimate_per_s),
         higher_better: true,
         target: "≥ 10×",
         unit: Unit::PerSecond,
-    },
-    LockMetric {
-        workload: Workload::Uncontended,
-        metric: "cycle latency p50",
-        value: |m| m.latency.p50_us,
-        floor: Some(Floor::latency_floor_us),
-        higher_better: false,
-        target: "",
-        unit: Unit::Micros,
-    },
-    LockMetric {
-        workload: Workload::Contended,
-        metric: "grants/s",
-        value: |m| m.operations_per_s,
-        floor: Some(Floor::contended_ceiling_per_s),
-        higher_better: true,
-        target: "≥ 20×",
-        unit: Unit::PerSecond,
-    },
-    LockMetric {
-        workload: Workload::Contended,
-        metric: "wait for the grant p99",
-        value: |m| m.acquire.map_or(f64::NAN, |p| p.p99_us),
-        floor: None,
-        higher_better: false,
-        target: "",
-        unit: Unit::Micros,
-    },
-    LockMetric {
-        workload: Workload::Latency,
-        metric: "acquire+release p50",
-        value: |m| m.latency.p50_us,
-        floor: Some(Floor::latency_floor_us),
-        higher_better: false,
-        target: "≤ 0.45 ms",
-        unit: Unit::Micros,
-    },
-    LockMetric {
-        workload: Workload::Latency,
-        metric: "acquire+release p99",
-        value: |m| m.latency.p99_us,
-        floor: Some(Floor::latency_floor_p99_us),
-        higher_better: false,
-        target: "",
-        unit: Unit::Micros,
-    },
-    LockMetric {
-        workload: Workload::Latency,
-        metric: "acquire+release p99.9",
-        value: |m| m.latency.p999_us,
-        floor: Some(Floor::latency_floor_p999_us),
-        higher_better: false,
-        target: "",
-        unit: Unit::Micros,
-    },
-    LockMetric {
-        workload: Workload::Latency,
-        metric: "acquire alone p50",
-        value: |m| m.acquire.map_or(f64::NAN, |p| p.p50_us),
-        floor: Some(Floor::acquire_floor_us),
-        higher_better: false,
-        target: "",
-        unit: Unit::Micros,
-    },
+    }],
+    &cpu_metrics(Workload::Uncontended),
+    &[
+        LockMetric {
+            workload: Workload::Uncontended,
+            metric: "cycle latency p50",
+            value: |m| Some(m.latency.p50_us),
+            floor: Some(|b| Some(b.cycle_us)),
+            higher_better: false,
+            target: "",
+            unit: Unit::Micros,
+        },
+        LockMetric {
+            workload: Workload::Contended,
+            metric: "grants/s",
+            value: |m| Some(m.operations_per_s),
+            floor: Some(|b| Some(b.contended_per_s)),
+            higher_better: true,
+            target: "≥ 20×",
+            unit: Unit::PerSecond,
+        },
+    ],
+    &cpu_metrics(Workload::Contended),
+    &[
+        LockMetric {
+            workload: Workload::Contended,
+            metric: "wait for the grant p99",
+            value: |m| Some(m.acquire?.p99_us),
+            floor: None,
+            higher_better: false,
+            target: "",
+            unit: Unit::Micros,
+        },
+        LockMetric {
+            workload: Workload::Latency,
+            metric: "acquire+release p50",
+            value: |m| Some(m.latency.p50_us),
+            floor: Some(|b| Some(b.cycle_us)),
+            higher_better: false,
+            target: "≤ 0.45 ms",
+            unit: Unit::Micros,
+        },
+        LockMetric {
+            workload: Workload::Latency,
+            metric: "acquire+release p99",
+            value: |m| Some(m.latency.p99_us),
+            floor: Some(|b| Some(b.cycle_p99_reference_us)),
+            higher_better: false,
+            target: "",
+            unit: Unit::Micros,
+        },
+        LockMetric {
+            workload: Workload::Latency,
+            metric: "acquire+release p99.9",
+            value: |m| Some(m.latency.p999_us),
+            floor: Some(|b| Some(b.cycle_p999_reference_us)),
+            higher_better: false,
+            target: "",
+            unit: Unit::Micros,
+        },
+        LockMetric {
+            workload: Workload::Latency,
+            metric: "acquire alone p50",
+            value: |m| Some(m.acquire?.p50_us),
+            floor: Some(|b| Some(b.acquire_us)),
+            higher_better: false,
+            target: "",
+            unit: Unit::Micros,
+        },
+    ],
+    &cpu_metrics(Workload::Latency),
 ];
 
 /// The rows of the lock workloads (`uncontended`, `contended`, `latency`) that were measured.
@@ -936,19 +1106,26 @@ fn lock_rows(report: &BenchReport, columns: &Columns<'_>) -> Vec<Row> {
             .find(|m| m.workload == workload)
             .map(|m| format!("{} ({})", workload.name(), shape(m)))
     };
+    let bounds = columns.floor.map(|f| f.bounds(report.nodes));
     LOCK_METRICS
         .iter()
+        .flat_map(|metrics| metrics.iter())
         .filter_map(|metric| {
             let workload = label_of(metric.workload)?;
+            let values: Vec<Option<f64>> = columns
+                .kinds
+                .iter()
+                .map(|(k, _)| (metric.value)(report.find(metric.workload, None, k)?))
+                .collect();
+            // The servers' rows only when some server was read.
+            if metric.unit.is_server_side() && values.iter().all(Option::is_none) {
+                return None;
+            }
             Some(Row {
                 workload,
                 metric: metric.metric,
-                values: columns
-                    .kinds
-                    .iter()
-                    .map(|(k, _)| report.find(metric.workload, None, k).map(metric.value))
-                    .collect(),
-                floor: columns.floor.zip(metric.floor).map(|(f, bound)| bound(f)),
+                values,
+                floor: bounds.zip(metric.floor).and_then(|(b, bound)| bound(&b)),
                 higher_better: metric.higher_better,
                 target: metric.target,
                 unit: metric.unit,
@@ -1059,6 +1236,10 @@ fn store_rows(report: &BenchReport, workload: Workload, columns: &Columns<'_>) -
 enum Unit {
     PerSecond,
     Micros,
+    /// `137 µs`: CPU time per operation.
+    CpuMicros,
+    /// `4.2`: a count per operation.
+    Count,
 }
 
 impl Unit {
@@ -1067,9 +1248,16 @@ impl Unit {
             Some(v) if v.is_finite() => match self {
                 Unit::PerSecond => format!("{v:.0}"),
                 Unit::Micros => format_us(v),
+                Unit::CpuMicros => format!("{v:.0} µs"),
+                Unit::Count => format!("{v:.1}"),
             },
             _ => "—".into(),
         }
+    }
+
+    /// Read from the servers' `/proc` (shown only when some target's servers were named).
+    fn is_server_side(self) -> bool {
+        matches!(self, Unit::CpuMicros | Unit::Count)
     }
 }
 
@@ -1104,6 +1292,7 @@ mod tests {
             acquire: Some(percentiles),
             release: Some(percentiles),
             server: None,
+            server_cpu: None,
         }
     }
 
@@ -1124,6 +1313,7 @@ mod tests {
             cpus: 2,
             duration_s: 1.0,
             warmup_s: 0.0,
+            nodes: 1,
             measurements: vec![
                 measured(Workload::Contended, "palisade", 2000.0, 960.0),
                 measured(Workload::Contended, "etcd", 400.0, 4800.0),
@@ -1167,5 +1357,75 @@ mod tests {
             table.lines().next().unwrap(),
             "| workload | metric | palisade |"
         );
+    }
+
+    #[test]
+    fn every_system_gets_cpu_and_switch_rows_and_a_cluster_its_three_node_bounds() {
+        let targets: Vec<Target> = ["palisade://127.0.0.1:1", "etcd://127.0.0.1:2"]
+            .iter()
+            .map(|t| t.parse().unwrap())
+            .collect();
+        let with_cpu = |kind: &'static str, cpu_us: f64, switches: f64| {
+            let mut m = measured(Workload::Latency, kind, 1000.0, 800.0);
+            m.server_cpu = Some(ServerCpu {
+                pids: vec![1, 2, 3],
+                window_s: 1.0,
+                lock_operations: 2000,
+                cpu_s: cpu_us * 2000.0 / 1e6,
+                cpu_cores: cpu_us * 2000.0 / 1e6,
+                cpu_us_per_operation: Some(cpu_us),
+                context_switches: (switches * 2000.0) as u64,
+                context_switches_per_operation: Some(switches),
+                threads: 30,
+                threads_started: 0,
+                threads_exited: 0,
+            });
+            m
+        };
+        let report = BenchReport {
+            cpus: 2,
+            duration_s: 1.0,
+            warmup_s: 0.0,
+            nodes: 3,
+            measurements: vec![
+                with_cpu("palisade", 150.0, 4.0),
+                with_cpu("etcd", 300.0, 10.0),
+            ],
+            skipped: Vec::new(),
+            floor: Some(Floor::example()),
+        };
+        let table = markdown_table(&report, &targets);
+        let row = |metric: &str| {
+            table
+                .lines()
+                .find(|l| l.contains(metric))
+                .unwrap_or_else(|| panic!("no {metric} row: {table}"))
+                .to_string()
+        };
+        // Lower is better: etcd's 300 µs is twice palisade's 150 µs, a 2× advantage.
+        assert_eq!(
+            row(CPU_METRIC),
+            format!(
+                "| latency (1 client, 1 lock) | {CPU_METRIC} | — | 150 µs | 300 µs | 2.00× |  |"
+            )
+        );
+        assert_eq!(
+            row(SWITCHES_METRIC),
+            format!(
+                "| latency (1 client, 1 lock) | {SWITCHES_METRIC} | — | 4.0 | 10.0 | 2.50× |  |"
+            )
+        );
+        // The floor column holds the 3-node bound: 2 × (100 + 80 + 80 + 2 × 25) + 20 µs.
+        assert!(
+            row("acquire+release p50").contains("| 0.640 ms | 0.800 ms (80 %) |"),
+            "{table}"
+        );
+
+        // Without any server read, no CPU rows at all.
+        let unread = BenchReport {
+            measurements: vec![measured(Workload::Latency, "palisade", 1000.0, 800.0)],
+            ..report.clone()
+        };
+        assert!(!markdown_table(&unread, &targets).contains("server CPU"));
     }
 }

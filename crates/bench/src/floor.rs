@@ -5,6 +5,8 @@
 //! the server a hand-off to the thread that syncs and one back; a grant also needs one Ed25519
 //! signature. Each is measured here on its own, in this process, with nothing else of ours
 //! running, so the bounds below are what a perfect implementation would reach on this machine.
+//! A cluster's operation also waits for a follower: one peer round trip more, its fsync in
+//! place of the leader's, which runs in parallel ([`Bounds`] gives every formula).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -45,50 +47,68 @@ pub struct Floor {
     pub fsync_dir: std::path::PathBuf,
 }
 
+/// What the primitives leave for a perfect server, on one node or on a cluster.
+///
+/// One durable operation seen by one client (`op` below), with the fsync at its p50:
+///
+/// - **one node**: `fsync + round trip + 2 hand-offs` — the client's loopback round trip, and
+///   inside the server a hand-off to the thread that syncs and one back;
+/// - **a cluster** (3 nodes or more): `fsync + 2 × round trip + 2 hand-offs` — the single node's
+///   operation plus one peer round trip. The leader sends the entry to its followers as soon as
+///   it has it and syncs its own copy in parallel (openraft's `Replicate` waits on no flush), so
+///   the leader's fsync is hidden behind the longer path in series: the peer hop, a follower's
+///   hand-off to its syncing thread, the follower's fsync, its hand-off back, and the ack's way
+///   back. That path is the single node's durable step moved to the follower, plus the peer
+///   round trip (on this machine a loopback one, like the client's). A majority of three needs
+///   one follower's ack; larger clusters need more acks, all in parallel, so the same sum is
+///   still a lower bound.
+///
+/// From `op`: one-client acquire+release `2 × op + signature`; acquire alone `op + signature`;
+/// contended handoffs/s `1 / (op + signature)` (each handoff is the release that grants the next
+/// waiter, in series); the p99 and p99.9 references put the fsync at its p99 and p99.9.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Bounds {
+    pub nodes: usize,
+    pub one_operation_us: f64,
+    pub acquire_us: f64,
+    pub cycle_us: f64,
+    /// Not a bound: both fsyncs of a cycle at their p99 are rarer than 1 in 100.
+    pub cycle_p99_reference_us: f64,
+    pub cycle_p999_reference_us: f64,
+    pub contended_per_s: f64,
+    /// An estimate of the uncontended throughput, not a bound, and on one node only (a
+    /// cluster's batching of peer messages makes any per-cycle count of them arbitrary).
+    pub cycles_estimate_per_s: Option<f64>,
+}
+
 impl Floor {
-    /// One durable operation seen by one client: the fsync, the round trip, and the server's
-    /// two hand-offs (to the syncing thread and back).
-    fn one_operation_us(&self) -> f64 {
-        self.one_operation_with_fsync_us(self.fsync_overwrite_p50_us)
-    }
-
-    fn one_operation_with_fsync_us(&self, fsync_us: f64) -> f64 {
-        fsync_us + self.loopback_round_trip_us + 2.0 * self.thread_handoff_us
-    }
-
-    /// The lowest latency of an acquire alone: one durable operation and the grant's signature.
-    pub fn acquire_floor_us(&self) -> f64 {
-        self.one_operation_us() + self.sign_us
-    }
-
-    /// The lowest acquire+release latency: two operations in series and one signature.
-    pub fn latency_floor_us(&self) -> f64 {
-        2.0 * self.one_operation_us() + self.sign_us
-    }
-
-    /// Two operations whose fsyncs both take the probe's p99: the tail the disk alone gives a
-    /// perfect server. A reference for our p99, not a bound (two syncs both at their p99 are
-    /// rarer than 1 in 100).
-    pub fn latency_floor_p99_us(&self) -> f64 {
-        2.0 * self.one_operation_with_fsync_us(self.fsync_overwrite_p99_us) + self.sign_us
-    }
-
-    /// [`Floor::latency_floor_p99_us`] at p99.9.
-    pub fn latency_floor_p999_us(&self) -> f64 {
-        2.0 * self.one_operation_with_fsync_us(self.fsync_overwrite_p999_us) + self.sign_us
-    }
-
-    /// The most handoffs per second one contended lock allows: each handoff is one durable
-    /// operation in series (the release that grants the next waiter) plus its signature.
-    pub fn contended_ceiling_per_s(&self) -> f64 {
-        1e6 / (self.one_operation_us() + self.sign_us)
-    }
-
-    /// Acquire+release cycles per second if every core did nothing but move the two requests
-    /// and two replies of each cycle over loopback and sign its sequencer. Not a hard bound:
-    /// with many clients a reader often finds several messages per wake-up.
-    pub fn cycles_ceiling_per_s(&self) -> f64 {
-        self.cpus as f64 * 1e6 / (2.0 * self.loopback_round_trip_cpu_us + self.sign_us)
+    /// The bounds on a system of `nodes` members (1: a single node; 2 or more: a cluster, whose
+    /// operations also wait for a follower).
+    pub fn bounds(&self, nodes: usize) -> Bounds {
+        let operation = |fsync_us: f64| {
+            let single = fsync_us + self.loopback_round_trip_us + 2.0 * self.thread_handoff_us;
+            if nodes > 1 {
+                single + self.loopback_round_trip_us
+            } else {
+                single
+            }
+        };
+        let one_operation_us = operation(self.fsync_overwrite_p50_us);
+        Bounds {
+            nodes,
+            one_operation_us,
+            acquire_us: one_operation_us + self.sign_us,
+            cycle_us: 2.0 * one_operation_us + self.sign_us,
+            cycle_p99_reference_us: 2.0 * operation(self.fsync_overwrite_p99_us) + self.sign_us,
+            cycle_p999_reference_us: 2.0 * operation(self.fsync_overwrite_p999_us) + self.sign_us,
+            contended_per_s: 1e6 / (one_operation_us + self.sign_us),
+            // Every core doing nothing but move the two requests and two replies of each cycle
+            // over loopback and sign its sequencer. Not a hard bound: with many clients a reader
+            // often finds several messages per wake-up.
+            cycles_estimate_per_s: (nodes <= 1).then(|| {
+                self.cpus as f64 * 1e6 / (2.0 * self.loopback_round_trip_cpu_us + self.sign_us)
+            }),
+        }
     }
 }
 
@@ -260,22 +280,37 @@ pub fn markdown(floor: &Floor) -> String {
     out.push_str(
         "\n| what that leaves for a perfect server on this machine | value | target |\n|---|---:|---|\n",
     );
+    let one = floor.bounds(1);
+    let three = floor.bounds(3);
     out.push_str(&format!(
         "| one-client acquire+release ≥ 2 × (fsync + round trip + 2 hand-offs) + signature | {} | ≤ 0.45 ms |\n",
-        ms(floor.latency_floor_us())
+        ms(one.cycle_us)
     ));
     out.push_str(&format!(
         "| reference, not a bound: one-client acquire+release with both fsyncs at their p99 | {} | ≤ 3 × our p50 |\n",
-        ms(floor.latency_floor_p99_us())
+        ms(one.cycle_p99_reference_us)
     ));
     out.push_str(&format!(
         "| contended handoffs/s ≤ 1 / (fsync + round trip + 2 hand-offs + signature) | {:.0} | ≥ 20 × etcd |\n",
-        floor.contended_ceiling_per_s()
+        one.contended_per_s
+    ));
+    if let Some(cycles) = one.cycles_estimate_per_s {
+        out.push_str(&format!(
+            "| estimate, not a bound: acquire+release cycles/s on {} CPUs doing nothing but 2 round trips (each message waking its reader) and 1 signature per cycle | {cycles:.0} | uncontended ≥ 10 × etcd |\n",
+            floor.cpus,
+        ));
+    }
+    out.push_str(&format!(
+        "| 3 nodes: one-client acquire+release ≥ 2 × (fsync + client round trip + peer round trip + 2 hand-offs) + signature (the leader's fsync runs in parallel with the follower's path) | {} | p50 ≤ 1.3 × this |\n",
+        ms(three.cycle_us)
     ));
     out.push_str(&format!(
-        "| estimate, not a bound: acquire+release cycles/s on {} CPUs doing nothing but 2 round trips (each message waking its reader) and 1 signature per cycle | {:.0} | uncontended ≥ 10 × etcd |\n",
-        floor.cpus,
-        floor.cycles_ceiling_per_s()
+        "| 3 nodes: reference, not a bound: the same with the follower's fsyncs at their p99 | {} | |\n",
+        ms(three.cycle_p99_reference_us)
+    ));
+    out.push_str(&format!(
+        "| 3 nodes: contended handoffs/s ≤ 1 / (fsync + client round trip + peer round trip + 2 hand-offs + signature) | {:.0} | ≥ 50 % of this |\n",
+        three.contended_per_s
     ));
     out
 }
@@ -307,13 +342,27 @@ mod tests {
     #[test]
     fn the_bounds_follow_from_the_primitives() {
         let floor = Floor::example();
+        let one = floor.bounds(1);
         // One operation: 100 + 80 + 2 × 25 = 230 µs.
-        assert_eq!(floor.latency_floor_us(), 480.0);
+        assert_eq!(one.one_operation_us, 230.0);
+        assert_eq!(one.cycle_us, 480.0);
+        assert_eq!(one.acquire_us, 250.0);
         // At the fsync's p99 (400 µs): 2 × 530 + 20.
-        assert_eq!(floor.latency_floor_p99_us(), 1080.0);
-        assert_eq!(floor.latency_floor_p999_us(), 2080.0);
-        assert_eq!(floor.contended_ceiling_per_s(), 1e6 / 250.0);
-        assert_eq!(floor.cycles_ceiling_per_s(), 2e6 / 100.0);
+        assert_eq!(one.cycle_p99_reference_us, 1080.0);
+        assert_eq!(one.cycle_p999_reference_us, 2080.0);
+        assert_eq!(one.contended_per_s, 1e6 / 250.0);
+        assert_eq!(one.cycles_estimate_per_s, Some(2e6 / 100.0));
+        // Three nodes: the follower's path adds one peer round trip (80 µs) to each operation;
+        // the leader's own fsync runs in parallel and adds nothing.
+        let three = floor.bounds(3);
+        assert_eq!(three.one_operation_us, 310.0);
+        assert_eq!(three.cycle_us, 640.0);
+        assert_eq!(three.acquire_us, 330.0);
+        assert_eq!(three.cycle_p99_reference_us, 2.0 * 610.0 + 20.0);
+        assert_eq!(three.contended_per_s, 1e6 / 330.0);
+        assert_eq!(three.cycles_estimate_per_s, None);
+        assert_eq!(floor.bounds(5).cycle_us, three.cycle_us);
+
         let table = markdown(&floor);
         assert!(table.contains("| 0.480 ms | ≤ 0.45 ms |"), "{table}");
         assert!(
@@ -322,6 +371,8 @@ mod tests {
         );
         assert!(table.contains("| 1.080 ms | ≤ 3 × our p50 |"), "{table}");
         assert!(table.contains("| 4000 |"), "{table}");
+        assert!(table.contains("| 0.640 ms | p50 ≤ 1.3 × this |"), "{table}");
+        assert!(table.contains("| 3030 | ≥ 50 % of this |"), "{table}");
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //!   v3 client generated from `proto/` (leases and the lock service only), ZooKeeper's lock
 //!   recipe on a minimal client ([`zookeeper`]), or Redis `SET NX PX` ([`redis_lock`], unsafe);
 //! - [`local`]: the in-process lock service and store the demo and tests use;
-//! - [`server_view`]: the lock service's own account of a workload (its `/metrics` and CPU);
+//! - [`server_view`]: the lock service's own account of a workload (its `/metrics`);
+//! - [`server_cpu`]: every system's servers' CPU and context switches per lock operation, from
+//!   `/proc` over the measured window;
 //! - [`scale`]: `palisade bench scale`, how cost grows with the state (sessions, held locks,
 //!   waiters, watchers) on a `palisade serve` (and an etcd) it starts, measures and restarts as
 //!   child processes ([`scale_process`]);
@@ -26,6 +28,7 @@ pub mod local;
 pub mod redis_lock;
 pub mod scale;
 mod scale_process;
+pub mod server_cpu;
 pub mod server_view;
 pub mod stats;
 mod store_workloads;

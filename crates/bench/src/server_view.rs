@@ -1,6 +1,7 @@
 //! The lock service's own account of a workload: deltas of its Prometheus `/metrics` (log group
-//! commits, writes per commit, server-side request latency) and the CPU time of the server and of
-//! this benchmark process. This is what tells "waiting on fsync" from "burning CPU".
+//! commits, writes per commit, server-side request latency) over the measured window, and the CPU
+//! time of this benchmark process. This is what tells "waiting on fsync" from "burning CPU"; the
+//! servers' own CPU is [`crate::server_cpu`]'s.
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -11,11 +12,10 @@ use serde::Serialize;
 /// Linux reports process CPU time in clock ticks of 1/100 s (`USER_HZ`).
 pub(crate) const TICKS_PER_S: f64 = 100.0;
 
-/// Where to look: the `/metrics` URL and, optionally, the server's process id.
+/// Where to look: the `/metrics` URL.
 #[derive(Debug, Clone)]
 pub struct Probe {
-    pub metrics_url: Option<String>,
-    pub server_pid: Option<u32>,
+    pub metrics_url: String,
 }
 
 /// A reading taken before a workload.
@@ -23,7 +23,6 @@ pub struct Probe {
 pub struct Reading {
     at: Instant,
     metrics: HashMap<String, f64>,
-    server_ticks: Option<u64>,
     bench_ticks: Option<u64>,
 }
 
@@ -38,27 +37,16 @@ pub struct ServerView {
     /// Server-side latency of Acquire and Release (from the request, to the response).
     pub acquire_mean_us: Option<f64>,
     pub release_mean_us: Option<f64>,
-    /// CPU time per wall-clock second: 1.0 is one core busy.
-    pub server_cpu_cores: Option<f64>,
+    /// CPU time of this benchmark process per wall-clock second: 1.0 is one core busy.
     pub bench_cpu_cores: Option<f64>,
 }
 
 impl Probe {
-    pub fn is_empty(&self) -> bool {
-        self.metrics_url.is_none() && self.server_pid.is_none()
-    }
-
     pub async fn read(&self) -> anyhow::Result<Reading> {
-        let metrics = match &self.metrics_url {
-            Some(url) => scrape(url).await?,
-            None => HashMap::new(),
-        };
+        let metrics = scrape(&self.metrics_url).await?;
         Ok(Reading {
             at: Instant::now(),
             metrics,
-            server_ticks: self
-                .server_pid
-                .and_then(|pid| cpu_ticks(&format!("/proc/{pid}/stat"))),
             bench_ticks: cpu_ticks("/proc/self/stat"),
         })
     }
@@ -88,7 +76,6 @@ impl Probe {
             writes_per_commit: batch_mean,
             acquire_mean_us: mean_us("palisade_request_duration_seconds", "{method=\"acquire\"}"),
             release_mean_us: mean_us("palisade_request_duration_seconds", "{method=\"release\"}"),
-            server_cpu_cores: cores(before.server_ticks, after.server_ticks),
             bench_cpu_cores: cores(before.bench_ticks, after.bench_ticks),
         })
     }
@@ -117,14 +104,7 @@ fn parse_exposition(text: &str) -> HashMap<String, f64> {
 
 /// User plus system CPU time of a process, in ticks, from its `/proc/…/stat`.
 pub(crate) fn cpu_ticks(path: &str) -> Option<u64> {
-    let stat = std::fs::read_to_string(path).ok()?;
-    // The command name (field 2) may contain spaces; fields after its closing parenthesis are
-    // plain. utime and stime are fields 14 and 15, i.e. 12th and 13th after the name.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some(utime + stime)
+    crate::server_cpu::parse_stat_cpu_ticks(&std::fs::read_to_string(path).ok()?)
 }
 
 #[cfg(test)]

@@ -327,6 +327,7 @@ pub(crate) async fn store_workload(
                 acquire: None,
                 release: None,
                 server: None,
+                server_cpu: None,
             }
         })
         .collect();

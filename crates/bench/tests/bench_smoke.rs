@@ -18,7 +18,9 @@ fn args(service: &LocalLockService, workload: Workload) -> BenchArgs {
         json: true,
         json_file: None,
         metrics: None,
+        target_pids: Vec::new(),
         server_pid: Some(std::process::id()),
+        nodes: 1,
         markdown: false,
         floor: false,
         tls: None,
@@ -52,17 +54,35 @@ async fn every_workload_completes_operations_and_reports_percentiles() {
         let acquire = m.acquire.expect("lock workloads time the acquire");
         assert_eq!(acquire.samples, m.operations);
         // The server runs in this process here, so its CPU time is this process's: it was
-        // busy for a second of work, on no more cores than the machine has, and the two
-        // readings of the same process agree within a clock tick or two.
-        let server = m.server.expect("the server was probed by pid");
-        let server_cores = server.server_cpu_cores.expect("CPU time was read");
-        let bench_cores = server.bench_cpu_cores.expect("CPU time was read");
+        // busy for the window, on no more cores than the machine has, its threads switched,
+        // and every cycle of the window is two lock operations (those straddling its edges
+        // count what ended inside: at most 3 operations more per client).
+        let cpu = m.server_cpu.as_ref().expect("the server was read by pid");
+        assert_eq!(cpu.pids, vec![std::process::id()]);
         let cores_max = std::thread::available_parallelism().unwrap().get() as f64;
+        assert!(cpu.cpu_cores > 0.0 && cpu.cpu_cores <= cores_max, "{cpu:?}");
+        assert!(cpu.context_switches > 0 && cpu.threads > 0, "{cpu:?}");
         assert!(
-            server_cores > 0.0 && server_cores <= cores_max,
-            "{server:?}"
+            cpu.lock_operations >= 2 * m.operations
+                && cpu.lock_operations <= 2 * m.operations + 3 * m.clients as u64,
+            "{cpu:?} {m:?}"
         );
-        assert!((server_cores - bench_cores).abs() < 0.1, "{server:?}");
+        let per_op = cpu.cpu_us_per_operation.expect("operations were counted");
+        assert!(
+            (per_op - cpu.cpu_s * 1e6 / cpu.lock_operations as f64).abs() < 1e-6,
+            "{cpu:?}"
+        );
+    }
+    let table = palisade_bench::bench::markdown_table(&report, &[service.target()]);
+    for row in [
+        "server CPU per lock operation",
+        "server context switches per lock operation",
+    ] {
+        assert_eq!(
+            table.lines().filter(|l| l.contains(row)).count(),
+            3,
+            "one {row} row per lock workload: {table}"
+        );
     }
     assert_eq!(
         report
@@ -87,7 +107,6 @@ async fn every_workload_completes_operations_and_reports_percentiles() {
         assert!(m.latency.p50_us > 0.0);
     }
 
-    let table = palisade_bench::bench::markdown_table(&report, &[service.target()]);
     assert!(
         table.contains("grants/s") && table.contains("fencing cost"),
         "{table}"

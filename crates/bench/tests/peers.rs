@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use palisade_bench::bench::{Workload, lock_workload};
+use palisade_bench::bench::{Observe, Workload, lock_workload};
 use palisade_bench::target::{LockConn, Target};
 
 /// Clients contending for the one lock.
@@ -123,6 +123,7 @@ async fn one_holder_at_a_time(target: Target) {
         CLIENTS,
         Duration::from_millis(200),
         Duration::from_secs(1),
+        &Observe::default(),
     )
     .await
     .expect("the contended workload runs");
