@@ -84,6 +84,6 @@ mod verifier;
 pub use error::{FenceError, FenceErrorClass};
 pub use fence::{FenceState, LockBinding, SCOPE_BYTES_MAX, check, verify_presented};
 pub use memory::MemoryResource;
-pub use redb::{Advance, FencedTxn, RedbFence};
+pub use redb::{Advance, FenceTable, FencedTxn, RedbFence};
 pub use redis::{RedisCondition, RedisFence, RedisOp, RedisOutcome, RedisReply};
 pub use verifier::{VERIFIED_SEQUENCERS_CACHED_MAX, Verifier};

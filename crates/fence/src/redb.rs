@@ -27,6 +27,9 @@ use crate::fence::{FenceState, LockBinding, assert_advance, check, stored_state,
 pub const FENCE_TABLE: TableDefinition<'static, &str, (u64, u64, &str)> =
     TableDefinition::new("palisade_fence");
 
+/// [`FENCE_TABLE`] opened in a write transaction.
+pub type FenceTable<'txn> = redb::Table<'txn, &'static str, (u64, u64, &'static str)>;
+
 /// Fences writes to a redb database, per scope.
 #[derive(Debug)]
 pub struct RedbFence {
@@ -98,6 +101,20 @@ impl RedbFence {
     ) -> Result<Advance, FenceError> {
         validate_scope(scope)?;
         let table = txn.open_table(FENCE_TABLE).map_err(FenceError::storage)?;
+        self.check_in_table(&table, sequencer, scope)
+    }
+
+    /// [`RedbFence::check_in`] against [`FENCE_TABLE`] as already opened in the caller's write
+    /// transaction: a caller checking many sequencers in one transaction (the store's group
+    /// commit) opens the table once, not once per sequencer. Pair it with
+    /// [`Advance::write_to`] on the same table.
+    pub fn check_in_table(
+        &self,
+        table: &FenceTable<'_>,
+        sequencer: &VerifiedSequencer,
+        scope: &str,
+    ) -> Result<Advance, FenceError> {
+        validate_scope(scope)?;
         let previous = match table.get(scope).map_err(FenceError::storage)? {
             Some(stored) => Some(decode(scope, stored.value())?),
             None => None,
@@ -171,6 +188,15 @@ impl Advance {
             return Ok(false);
         }
         let mut table = txn.open_table(FENCE_TABLE).map_err(FenceError::storage)?;
+        self.write_to(&mut table)
+    }
+
+    /// [`Advance::write`] into [`FENCE_TABLE`] as opened in the transaction it was checked in
+    /// (see [`RedbFence::check_in_table`]).
+    pub fn write_to(&self, table: &mut FenceTable<'_>) -> Result<bool, FenceError> {
+        if !self.changes() {
+            return Ok(false);
+        }
         // Pair of the check's assertion, where the state is persisted: never backwards.
         assert_advance(self.previous.as_ref(), &self.next);
         table

@@ -8,7 +8,7 @@
 //! replacing the keys ([`Verifier::set_keys`]) forgets every entry.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use palisade_sequencer::{KeySet, VerifiedSequencer};
 
@@ -27,7 +27,7 @@ pub struct Verifier {
 #[derive(Debug)]
 struct Trusted {
     keys: KeySet,
-    verified: HashMap<String, VerifiedSequencer>,
+    verified: HashMap<String, Arc<VerifiedSequencer>>,
 }
 
 impl Verifier {
@@ -57,23 +57,36 @@ impl Verifier {
 
     /// [`verify_presented`], answered from memory when this exact text verified before.
     pub fn verify(&self, presented: Option<&str>) -> Result<VerifiedSequencer, FenceError> {
+        self.verify_shared(presented)
+            .map(|verified| VerifiedSequencer::clone(&verified))
+    }
+
+    /// [`Verifier::verify`], sharing the remembered sequencer instead of copying it: a
+    /// holder's every write then costs a map lookup and a reference count, not two string
+    /// copies (the store's write path).
+    pub fn verify_shared(
+        &self,
+        presented: Option<&str>,
+    ) -> Result<Arc<VerifiedSequencer>, FenceError> {
         let text = presented.map(str::trim).unwrap_or("");
         let keys = {
             let state = self.state();
             if let Some(verified) = state.verified.get(text) {
-                return Ok(verified.clone());
+                return Ok(Arc::clone(verified));
             }
             state.keys.clone()
         };
         // The signature check runs unlocked; its result is remembered only if the keys it was
         // checked with are still the trusted ones.
-        let verified = verify_presented(Some(text), &keys)?;
+        let verified = Arc::new(verify_presented(Some(text), &keys)?);
         let mut state = self.state();
         if state.keys == keys {
             if state.verified.len() >= VERIFIED_SEQUENCERS_CACHED_MAX {
                 state.verified.clear();
             }
-            state.verified.insert(text.to_owned(), verified.clone());
+            state
+                .verified
+                .insert(text.to_owned(), Arc::clone(&verified));
         }
         Ok(verified)
     }

@@ -191,9 +191,9 @@ impl Store {
         value: &[u8],
         request_id: Option<&str>,
     ) -> Result<WriteAck, StoreError> {
-        self.txn(
+        self.txn_owned(
             sequencer,
-            &BatchRequest {
+            BatchRequest {
                 compare: Vec::new(),
                 ops: vec![BatchOp::Put {
                     key: key.to_owned(),
@@ -213,9 +213,9 @@ impl Store {
         key: &str,
         request_id: Option<&str>,
     ) -> Result<WriteAck, StoreError> {
-        self.txn(
+        self.txn_owned(
             sequencer,
-            &BatchRequest {
+            BatchRequest {
                 compare: Vec::new(),
                 ops: vec![BatchOp::Delete {
                     key: key.to_owned(),
@@ -233,9 +233,9 @@ impl Store {
         ops: &[BatchOp],
         request_id: Option<&str>,
     ) -> Result<WriteAck, StoreError> {
-        self.txn(
+        self.txn_owned(
             sequencer,
-            &BatchRequest {
+            BatchRequest {
                 compare: Vec::new(),
                 ops: ops.to_vec(),
             },
@@ -252,6 +252,17 @@ impl Store {
         request: &BatchRequest,
         request_id: Option<&str>,
     ) -> Result<WriteAck, StoreError> {
+        self.txn_owned(sequencer, request.clone(), request_id)
+    }
+
+    /// [`Store::txn`] of a request the caller built for it (a put, a delete, a batch): moved
+    /// into the writer's job, not copied.
+    fn txn_owned(
+        &self,
+        sequencer: Option<&str>,
+        request: BatchRequest,
+        request_id: Option<&str>,
+    ) -> Result<WriteAck, StoreError> {
         let work = self.txn_work(sequencer, request, request_id)?;
         expect_write(self.writer.submit_blocking(work)?)
     }
@@ -263,7 +274,7 @@ impl Store {
         request: &BatchRequest,
         request_id: Option<&str>,
     ) -> Result<WriteAck, StoreError> {
-        let work = self.txn_work(sequencer, request, request_id)?;
+        let work = self.txn_work(sequencer, request.clone(), request_id)?;
         expect_write(self.writer.submit(work).await?)
     }
 
@@ -391,24 +402,24 @@ impl Store {
         self.verify(sequencer).map(drop)
     }
 
-    fn verify(&self, sequencer: Option<&str>) -> Result<VerifiedSequencer, StoreError> {
-        Ok(self.verifier.verify(sequencer)?)
+    fn verify(&self, sequencer: Option<&str>) -> Result<Arc<VerifiedSequencer>, StoreError> {
+        Ok(self.verifier.verify_shared(sequencer)?)
     }
 
     fn txn_work(
         &self,
         sequencer: Option<&str>,
-        request: &BatchRequest,
+        request: BatchRequest,
         request_id: Option<&str>,
     ) -> Result<Work, StoreError> {
-        validate_txn(request)?;
+        validate_txn(&request)?;
         if let Some(request_id) = request_id {
             validate_request_id(request_id)?;
         }
         Ok(Work::Txn {
             sequencer: self.verify(sequencer)?,
-            compare: request.compare.clone(),
-            ops: request.ops.clone(),
+            compare: request.compare,
+            ops: request.ops,
             request_id: request_id.map(str::to_owned),
         })
     }

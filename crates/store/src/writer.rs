@@ -29,9 +29,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError};
 
-use palisade_fence::{FenceError, RedbFence};
+use palisade_fence::{FenceError, FenceTable, RedbFence};
 use palisade_sequencer::VerifiedSequencer;
-use redb::{Durability, ReadableTable, ReadableTableMetadata, WriteTransaction};
+use redb::{Durability, ReadableTable, ReadableTableMetadata, Table, WriteTransaction};
 
 use crate::StoreError;
 use crate::bindings::Bindings;
@@ -41,7 +41,7 @@ use crate::limits::{
 };
 use crate::quota::{GroupUsage, Quotas, RequestUsage, Usage};
 use crate::schema::{
-    KV_TABLE, META_TABLE, REQUEST_ORDER_TABLE, REQUESTS_TABLE, REVISION_KEY, request_key,
+    KV_TABLE, KvRow, META_TABLE, REQUEST_ORDER_TABLE, REQUESTS_TABLE, REVISION_KEY, request_key,
 };
 use crate::types::{BatchOp, ClaimAck, Compare, Entry, OpAck, WriteAck};
 
@@ -50,20 +50,20 @@ use crate::types::{BatchOp, ClaimAck, Compare, Entry, OpAck, WriteAck};
 pub(crate) enum Work {
     /// Compares, then operations, all or nothing, under one sequencer check.
     Txn {
-        sequencer: VerifiedSequencer,
+        sequencer: Arc<VerifiedSequencer>,
         compare: Vec<Compare>,
         ops: Vec<BatchOp>,
         request_id: Option<String>,
     },
     /// A fenced read of one key: the lock's accepted token advances before the value is read.
     Read {
-        sequencer: VerifiedSequencer,
+        sequencer: Arc<VerifiedSequencer>,
         key: String,
     },
     /// Advance the lock's accepted token to the sequencer's, and nothing else. `lock`, when
     /// given, must be the sequencer's lock.
     Claim {
-        sequencer: VerifiedSequencer,
+        sequencer: Arc<VerifiedSequencer>,
         lock: Option<String>,
     },
     /// Benchmark only: the write path of a put without the fence, into a table no read uses.
@@ -343,7 +343,11 @@ fn run_group(
     {
         return all_failed(&error);
     }
-    let mut group_state = match GroupState::load(&txn) {
+    let mut tables = match Tables::open(&txn) {
+        Ok(tables) => tables,
+        Err(error) => return all_failed(&error),
+    };
+    let mut group_state = match GroupState::load(&tables.meta) {
         Ok(state) => state,
         Err(error) => return all_failed(&error),
     };
@@ -353,21 +357,32 @@ fn run_group(
             bindings,
             quotas: quotas.as_deref(),
         };
-        match run_job(fence, limits, &txn, &mut group_state, &job.work) {
+        match run_job(
+            fence,
+            limits,
+            &txn,
+            &mut tables,
+            &mut group_state,
+            &job.work,
+        ) {
             Ok(done) => outcomes.push(Ok(done)),
             Err(Failure::Refused(error)) => outcomes.push(Err(error)),
             Err(Failure::Storage(error)) => {
                 // Aborting drops every job's writes; none of them happened.
+                drop(tables);
                 let _ = txn.abort();
                 return all_failed(&error);
             }
         }
     }
     if !group_state.dirty {
+        drop(tables);
         let _ = txn.abort();
         return outcomes;
     }
-    if let Err(error) = group_state.store_revision(&txn) {
+    let stored = group_state.store_revision(&mut tables.meta);
+    drop(tables);
+    if let Err(error) = stored {
         let _ = txn.abort();
         return all_failed(&error);
     }
@@ -398,6 +413,32 @@ struct Limits<'a> {
     quotas: Option<&'a Quotas>,
 }
 
+/// The tables every group uses, opened once per group rather than once per job: opening a
+/// redb table in a write transaction costs ≈ 7k instructions (a lookup in the table tree,
+/// bookkeeping, and the root's update when it is dropped), and a fenced put opened three (the
+/// fence table, the key table twice), which was most of the fencing cost (`docs/benchmarks.md`,
+/// "The fencing cost, found"). They are dropped before the transaction commits or aborts.
+struct Tables<'txn> {
+    kv: Table<'txn, &'static str, KvRow>,
+    fence: FenceTable<'txn>,
+    meta: Table<'txn, &'static str, u64>,
+    /// Benchmark only: opened by the group's first unfenced put.
+    #[cfg(feature = "bench")]
+    unfenced: Option<Table<'txn, &'static str, KvRow>>,
+}
+
+impl<'txn> Tables<'txn> {
+    fn open(txn: &'txn WriteTransaction) -> Result<Tables<'txn>, StoreError> {
+        Ok(Tables {
+            kv: txn.open_table(KV_TABLE)?,
+            fence: txn.open_table(palisade_fence::redb::FENCE_TABLE)?,
+            meta: txn.open_table(META_TABLE)?,
+            #[cfg(feature = "bench")]
+            unfenced: None,
+        })
+    }
+}
+
 /// What the jobs of one group share: the store revision, whether anything was written, and
 /// what the accepted jobs changed of each lock's use.
 struct GroupState {
@@ -408,8 +449,7 @@ struct GroupState {
 }
 
 impl GroupState {
-    fn load(txn: &WriteTransaction) -> Result<GroupState, StoreError> {
-        let meta = txn.open_table(META_TABLE)?;
+    fn load(meta: &Table<'_, &'static str, u64>) -> Result<GroupState, StoreError> {
         let revision = meta.get(REVISION_KEY)?.map_or(0, |value| value.value());
         Ok(GroupState {
             revision,
@@ -419,23 +459,23 @@ impl GroupState {
         })
     }
 
-    fn store_revision(&self, txn: &WriteTransaction) -> Result<(), StoreError> {
+    fn store_revision(&self, meta: &mut Table<'_, &'static str, u64>) -> Result<(), StoreError> {
         if self.revision != self.revision_at_start {
             assert!(
                 self.revision > self.revision_at_start,
                 "store revision went back"
             );
-            txn.open_table(META_TABLE)?
-                .insert(REVISION_KEY, self.revision)?;
+            meta.insert(REVISION_KEY, self.revision)?;
         }
         Ok(())
     }
 }
 
-fn run_job(
+fn run_job<'txn>(
     fence: &RedbFence,
     limits: Limits<'_>,
-    txn: &WriteTransaction,
+    txn: &'txn WriteTransaction,
+    tables: &mut Tables<'txn>,
     state: &mut GroupState,
     work: &Work,
 ) -> Result<Done, Failure> {
@@ -449,6 +489,7 @@ fn run_job(
             fence,
             limits,
             txn,
+            tables,
             state,
             TxnRequest {
                 sequencer,
@@ -460,11 +501,11 @@ fn run_job(
         .map(Done::Write),
         Work::Read { sequencer, key } => {
             let advance = fence
-                .check_in(txn, sequencer, sequencer.lock())
+                .check_in_table(&tables.fence, sequencer, sequencer.lock())
                 .map_err(fence_failure)?;
             let entry = {
-                let table = txn.open_table(KV_TABLE)?;
-                let row = table
+                let row = tables
+                    .kv
                     .get(key.as_str())?
                     .map(|row| Row::from_value(row.value()));
                 check_binding(
@@ -476,7 +517,7 @@ fn run_job(
                 .map_err(refused)?;
                 row.and_then(|row| row.into_entry(key))
             };
-            state.dirty |= advance.write(txn).map_err(fence_failure)?;
+            state.dirty |= advance.write_to(&mut tables.fence).map_err(fence_failure)?;
             Ok(Done::Read(entry))
         }
         Work::Claim { sequencer, lock } => {
@@ -490,9 +531,9 @@ fn run_job(
                 }));
             }
             let advance = fence
-                .check_in(txn, sequencer, sequencer.lock())
+                .check_in_table(&tables.fence, sequencer, sequencer.lock())
                 .map_err(fence_failure)?;
-            let advanced = advance.write(txn).map_err(fence_failure)?;
+            let advanced = advance.write_to(&mut tables.fence).map_err(fence_failure)?;
             state.dirty |= advanced;
             Ok(Done::Claim(ClaimAck {
                 lock: sequencer.lock().to_owned(),
@@ -504,8 +545,12 @@ fn run_job(
         }
         #[cfg(feature = "bench")]
         Work::UnfencedPut { key, value } => {
-            txn.open_table(crate::schema::UNFENCED_BENCH_TABLE)?
-                .insert(key.as_str(), ("", 0, 0, true, 0, value.as_slice()))?;
+            // Opened once per group, as the fenced path's tables are.
+            let table = match &mut tables.unfenced {
+                Some(table) => table,
+                unopened => unopened.insert(txn.open_table(crate::schema::UNFENCED_BENCH_TABLE)?),
+            };
+            table.insert(key.as_str(), ("", 0, 0, true, 0, value.as_slice()))?;
             state.dirty = true;
             Ok(Done::Unfenced)
         }
@@ -606,6 +651,7 @@ fn run_txn(
     fence: &RedbFence,
     limits: Limits<'_>,
     txn: &WriteTransaction,
+    tables: &mut Tables<'_>,
     state: &mut GroupState,
     request: TxnRequest<'_>,
 ) -> Result<WriteAck, Failure> {
@@ -634,10 +680,10 @@ fn run_txn(
 
     // Phase 1: everything that can refuse the request, writing nothing.
     let advance = fence
-        .check_in(txn, sequencer, sequencer.lock())
+        .check_in_table(&tables.fence, sequencer, sequencer.lock())
         .map_err(fence_failure)?;
     {
-        let table = txn.open_table(KV_TABLE)?;
+        let table = &tables.kv;
         for (index, condition) in compare.iter().enumerate() {
             let row = table
                 .get(condition.key())?
@@ -669,7 +715,7 @@ fn run_txn(
     }
     let usage = match limits.quotas {
         Some(quotas) => {
-            let usage = request_usage(txn, sequencer.lock(), ops)?;
+            let usage = request_usage(&tables.kv, sequencer.lock(), ops)?;
             quotas
                 .check(&state.usage, sequencer.lock(), usage.of(sequencer.lock()))
                 .map_err(refused)?;
@@ -679,7 +725,7 @@ fn run_txn(
     };
 
     // Phase 2: write. Only redb itself can fail from here on.
-    state.dirty |= advance.write(txn)?;
+    state.dirty |= advance.write_to(&mut tables.fence)?;
     let writes = ops.iter().any(|op| !matches!(op, BatchOp::Get { .. }));
     if writes {
         state.revision += 1;
@@ -688,7 +734,7 @@ fn run_txn(
     let revision = state.revision;
     let mut acks = Vec::with_capacity(ops.len());
     {
-        let mut table = txn.open_table(KV_TABLE)?;
+        let table = &mut tables.kv;
         let (lock, token, session) = (
             sequencer.lock(),
             sequencer.token().get(),
@@ -750,11 +796,10 @@ fn run_txn(
 /// What `ops`, written by `lock`, would change of each lock's use: each key's row goes from what
 /// the table (or an earlier op of the request) holds to what the op writes.
 fn request_usage(
-    txn: &WriteTransaction,
+    table: &Table<'_, &'static str, KvRow>,
     lock: &str,
     ops: &[BatchOp],
 ) -> Result<RequestUsage, StoreError> {
-    let table = txn.open_table(KV_TABLE)?;
     let mut rows: HashMap<&str, Option<(String, Usage)>> = HashMap::new();
     let mut usage = RequestUsage::default();
     for op in ops {
