@@ -1115,7 +1115,13 @@ fn lock_rows(report: &BenchReport, columns: &Columns<'_>) -> Vec<Row> {
             let values: Vec<Option<f64>> = columns
                 .kinds
                 .iter()
-                .map(|(k, _)| (metric.value)(report.find(metric.workload, None, k)?))
+                .map(|(k, _)| {
+                    // A workload that completed no operation (it failed) has no figures.
+                    let measured = report
+                        .find(metric.workload, None, k)
+                        .filter(|m| m.operations > 0)?;
+                    (metric.value)(measured)
+                })
                 .collect();
             // The servers' rows only when some server was read.
             if metric.unit.is_server_side() && values.iter().all(Option::is_none) {
@@ -1420,6 +1426,20 @@ mod tests {
             row("acquire+release p50").contains("| 0.640 ms | 0.800 ms (80 %) |"),
             "{table}"
         );
+
+        // A system whose workload failed (no operation completed) shows no figure, not 0 ms.
+        let mut failed = measured(Workload::Latency, "etcd", 0.0, 0.0);
+        failed.errors = 1;
+        let one_failed = BenchReport {
+            measurements: vec![with_cpu("palisade", 150.0, 4.0), failed],
+            ..report.clone()
+        };
+        let table = markdown_table(&one_failed, &targets);
+        let p50 = table
+            .lines()
+            .find(|l| l.contains("acquire+release p50"))
+            .unwrap();
+        assert!(p50.contains("| 0.800 ms (80 %) | — |"), "{p50}");
 
         // Without any server read, no CPU rows at all.
         let unread = BenchReport {
