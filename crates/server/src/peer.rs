@@ -601,7 +601,9 @@ impl RaftNetworkV2<C> for PeerClient {
             let mut client = self.client()?;
             let deadline = option.soft_ttl();
             let in_flight = Arc::new(append_stream::InFlight::default());
-            let requests = append_stream::requests(input, self.envelope.clone(), in_flight.clone());
+            let (stop, stopped) = tokio::sync::oneshot::channel();
+            let requests =
+                append_stream::requests(input, self.envelope.clone(), in_flight.clone(), stopped);
             let opened = tokio::time::timeout(deadline, client.stream_append(requests)).await;
             let replies = match opened {
                 Err(_elapsed) => {
@@ -630,7 +632,7 @@ impl RaftNetworkV2<C> for PeerClient {
                 replies,
                 in_flight,
                 deadline,
-                ended: false,
+                stop: Some(stop),
             };
             let answers = futures::stream::unfold(answers, |mut answers| async move {
                 let answer = answers.next().await?;

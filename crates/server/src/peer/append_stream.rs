@@ -13,6 +13,9 @@
 //! - **A batch over [`APPEND_ENTRIES_BYTES_MAX`](crate::limits::APPEND_ENTRIES_BYTES_MAX) is cut** ([`encode_append`]). The cut request
 //!   is the last one of the stream: its answer is a partial success, and openraft opens the next
 //!   stream from there.
+//! - **A stream openraft gave up on** (a timeout, an error, a refusal) stops taking requests
+//!   at once: its answers' end drops the [`requests`] stream's stop signal. openraft's next
+//!   stream draws from the same source, so a forgotten one would take its requests.
 //! - **Failures are the unary call's:** a refusal or a broken connection is `Unreachable`, so
 //!   openraft backs off, and a peer's word that this node was removed is acted on.
 
@@ -26,7 +29,7 @@ use openraft::errors::RPCError;
 use openraft::network::RPCTypes;
 use openraft::raft::{AppendEntriesRequest, StreamAppendResult};
 use palisade_proto::raft::v1::{PeerReply, PeerRequest};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 use super::{AppendBody, PeerClient, encode_append};
@@ -71,21 +74,30 @@ impl InFlight {
 }
 
 /// openraft's `input` as the gRPC requests of one stream, each with `envelope`. The stream
-/// ends after a cut request (see the module doc) and before a request that cannot be encoded.
+/// ends after a cut request (see the module doc), before a request that cannot be encoded, and
+/// as soon as `stop` fires or is dropped: when the [`Answers`] of the stream end or go away, so
+/// that a stream openraft gave up on takes no more of its requests (openraft's next stream
+/// draws from the same source).
 pub(super) fn requests<S>(
     input: S,
     envelope: palisade_proto::raft::v1::Envelope,
     in_flight: Arc<InFlight>,
+    stop: oneshot::Receiver<()>,
 ) -> impl futures::Stream<Item = PeerRequest> + Send + 'static
 where
     S: futures::Stream<Item = AppendEntriesRequest<C>> + OptionalSend + Unpin + 'static,
 {
-    futures::stream::unfold(Some(input), move |input| {
+    futures::stream::unfold(Some((input, stop)), move |state| {
         let envelope = envelope.clone();
         let in_flight = in_flight.clone();
         async move {
-            let mut input = input?;
-            let rpc = input.next().await?;
+            let (mut input, mut stop) = state?;
+            // On `stop`, `input` is dropped here, with any request openraft was making.
+            let rpc = tokio::select! {
+                biased;
+                _ = &mut stop => return None,
+                rpc = input.next() => rpc?,
+            };
             match encode_append(rpc) {
                 Ok(AppendBody { body, cut }) => {
                     let cut = cut.is_some();
@@ -94,7 +106,7 @@ where
                         envelope: Some(envelope),
                         body,
                     };
-                    Some((request, (!cut).then_some(input)))
+                    Some((request, (!cut).then_some((input, stop))))
                 }
                 Err(why) => {
                     in_flight.lock().failed = Some(why);
@@ -113,7 +125,8 @@ pub(super) struct Answers<'s> {
     pub(super) in_flight: Arc<InFlight>,
     /// How long a request may stay unanswered.
     pub(super) deadline: Duration,
-    pub(super) ended: bool,
+    /// Dropped when these answers end (or are dropped): the sending half then stops.
+    pub(super) stop: Option<oneshot::Sender<()>>,
 }
 
 type Answer = Result<StreamAppendResult<C>, RPCError<C>>;
@@ -123,14 +136,16 @@ impl Answers<'_> {
     /// answer to a cut request or a refused append (a conflict, a higher vote), the stream is
     /// over.
     pub(super) async fn next(&mut self) -> Option<Answer> {
-        if self.ended {
-            return None;
-        }
+        self.stop.as_ref()?;
         let answer = self.receive().await;
         if !matches!(answer, Some(Ok(Ok(_)))) {
-            self.ended = true;
+            self.end();
         }
         answer
+    }
+
+    fn end(&mut self) {
+        self.stop = None;
     }
 
     async fn receive(&mut self) -> Option<Answer> {
@@ -166,7 +181,6 @@ impl Answers<'_> {
                         ),
                     ))));
                 }
-                self.ended = true;
                 return None;
             }
             Err(status) => {
@@ -192,7 +206,7 @@ impl Answers<'_> {
             }
         };
         if sent.cut {
-            self.ended = true;
+            self.end();
         }
         Some(Ok(result))
     }
@@ -202,5 +216,55 @@ async fn sleep_until(due: Option<Instant>) {
     match due {
         Some(due) => tokio::time::sleep_until(due).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+
+    /// openraft's request stream as the tests see it: it never yields (a leader with nothing
+    /// new to send), and says when it is dropped.
+    struct Idle(Arc<AtomicBool>);
+
+    impl futures::Stream for Idle {
+        type Item = AppendEntriesRequest<C>;
+
+        fn poll_next(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Self::Item>> {
+            std::task::Poll::Pending
+        }
+    }
+
+    impl Drop for Idle {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Once the answers of a stream end (openraft gave up on it: a timeout, an error), its
+    /// sending half takes no more of openraft's requests: they belong to the next stream.
+    #[tokio::test]
+    async fn a_stream_whose_answers_ended_takes_no_more_requests() {
+        let dropped = Arc::new(AtomicBool::new(false));
+        let (stop, stopped) = oneshot::channel();
+        let mut requests = Box::pin(requests(
+            Idle(dropped.clone()),
+            Default::default(),
+            Arc::default(),
+            stopped,
+        ));
+        let waiting = tokio::time::timeout(Duration::from_millis(50), requests.next()).await;
+        assert!(waiting.is_err(), "an idle input yields nothing");
+        drop(stop);
+        let ended = tokio::time::timeout(Duration::from_secs(10), requests.next())
+            .await
+            .expect("the request stream still waits on openraft after its answers ended");
+        assert!(ended.is_none());
+        assert!(dropped.load(Ordering::SeqCst), "openraft's stream was kept");
     }
 }
