@@ -885,3 +885,23 @@ fn raft_messages_from_outside_the_membership_are_refused() {
     let (token, _) = acquire(&mut cluster, "jobs/after", "30s");
     assert!(token > 0);
 }
+
+/// A follower asked to stop (SIGTERM) does not wait for its leader: the leader's append stream
+/// to it, which never ends by itself, ends when the node begins to stop. Before, every follower
+/// waited out its shutdown grace for that stream and logged "connections still open".
+#[test]
+fn a_follower_stops_without_waiting_out_its_leaders_append_stream() {
+    let mut cluster = LocalCluster::start(BIN, 3);
+    acquire(&mut cluster, "replicated", "5s");
+    let leader = cluster.leader();
+    let follower = *cluster
+        .nodes
+        .keys()
+        .find(|id| **id != leader)
+        .expect("a follower");
+    let node = cluster.node(follower);
+    node.process.terminate();
+    let log = node.process.log();
+    assert!(log.contains("shutting down"), "{log}");
+    assert!(!log.contains("connections still open"), "{log}");
+}

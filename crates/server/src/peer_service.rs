@@ -69,6 +69,9 @@ pub struct RaftPeerServer {
     local_incarnation: u64,
     cluster: ClusterName,
     admission: Option<std::sync::Arc<dyn Admission>>,
+    /// True once the node is stopping: append streams then end, so that a graceful shutdown
+    /// does not wait for the leader's stream, which never ends by itself.
+    stopping: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl std::fmt::Debug for RaftPeerServer {
@@ -90,7 +93,14 @@ impl RaftPeerServer {
             local_incarnation: 0,
             cluster,
             admission: None,
+            stopping: None,
         }
+    }
+
+    /// Ends every append stream once `stopping` turns true (`Node::stopping_signal`).
+    pub fn with_stopping(mut self, stopping: tokio::sync::watch::Receiver<bool>) -> RaftPeerServer {
+        self.stopping = Some(stopping);
+        self
     }
 
     /// Refuse requests addressed to another incarnation of this node id, and answer `Admit`
@@ -378,6 +388,30 @@ impl Raft for RaftPeerServer {
                 })
                 .filter_map(|refusal| async move { refusal.map(Err) }),
             );
+        // A stopping node ends the stream with UNAVAILABLE: its leader backs off.
+        let stopped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = {
+            let stopping = self.stopping.clone();
+            let stopped = stopped.clone();
+            async move {
+                let Some(mut stopping) = stopping else {
+                    return std::future::pending().await;
+                };
+                if stopping.wait_for(|stopping| *stopping).await.is_ok() {
+                    stopped.store(true, std::sync::atomic::Ordering::SeqCst);
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        let local_id = self.local_id;
+        let replies = replies.take_until(stopping).chain(
+            futures::stream::once(async move { stopped.load(std::sync::atomic::Ordering::SeqCst) })
+                .filter_map(move |stopped| async move {
+                    stopped
+                        .then(|| Err(Status::unavailable(format!("node {local_id} is stopping"))))
+                }),
+        );
         Ok(Response::new(Box::pin(replies)))
     }
 

@@ -372,6 +372,7 @@ impl Server {
             peer::ClusterName::new(node::CLUSTER_NAME).expect("the cluster name is valid"),
         )
         .with_identity(self.node.incarnation(), self.node.clone())
+        .with_stopping(self.node.stopping_signal())
         .into_service();
         let cluster = cluster::GrpcCluster::with_auth(self.node.clone(), self.auth.clone())
             .refusing_growth(self.unauthenticated_peers)

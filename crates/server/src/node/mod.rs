@@ -459,6 +459,11 @@ impl Node {
         let _ = stopping.wait_for(|stopping| *stopping).await;
     }
 
+    /// What [`Node::stopping`] waits for, as a watch: true once the node is stopping.
+    pub(crate) fn stopping_signal(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.stopping.subscribe()
+    }
+
     /// Marks the node as stopping: see [`Node::stopping`].
     pub fn begin_shutdown(&self) {
         self.stopping.send_replace(true);
