@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs the Python client's tests: a virtualenv in clients/python/.venv with the package and its
-# test extras from PyPI, the `palisade` binary the tests start (built unless PALISADE_BIN names
-# one), then pytest.
+# Runs the Python client's checks: a virtualenv in clients/python/.venv with the package and its
+# test and lint extras from PyPI, `mypy --strict` over the package, its tests and scripts
+# (configured in pyproject.toml: a type error fails the run), the `palisade` binary the tests
+# start (built unless PALISADE_BIN names one), then pytest.
 # Arguments go to pytest (e.g. -q, -k keepalive). PostgreSQL and Redis come from
 # PALISADE_TEST_POSTGRES and PALISADE_TEST_REDIS; their tests skip, saying so, without them.
 set -euo pipefail
@@ -13,7 +14,10 @@ python="${PYTHON:-python3}"
 if [[ ! -x "$venv/bin/python" ]]; then
   "$python" -m venv "$venv"
 fi
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input "$here[test]"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input "$here[test,lint]"
+
+# Before anything is built: a few seconds, the cache in clients/python/.mypy_cache.
+(cd "$here" && "$venv/bin/python" -m mypy)
 
 target="${CARGO_TARGET_DIR:-$repo/target}"
 # Built every time (a no-op when they are up to date): a binary older than the sources, say

@@ -39,7 +39,7 @@ def generate(out: pathlib.Path, proto_dir: pathlib.Path = PROTO_DIR) -> list[pat
             "generate_stubs: grpcio-tools is not installed; run "
             "`pip install './clients/python[test]'` (it pins the version the stubs were made with)"
         ) from None
-    import grpc_tools  # type: ignore[import-untyped]
+    import grpc_tools
 
     source = proto_dir / PROTO_FILE
     if not source.is_file():

@@ -70,7 +70,8 @@ def palisade_bin() -> pathlib.Path:
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 class Server:
@@ -187,7 +188,7 @@ def redis_url() -> str:
 
 
 @pytest.fixture
-def schema_dsn(postgres_dsn):
+def schema_dsn(postgres_dsn: str) -> Iterator[str]:
     """A connection string whose search_path is a fresh schema, dropped afterwards: the fence
     table and the reports table of one test, shared by every process the test starts."""
     psycopg = pytest.importorskip("psycopg")

@@ -3,6 +3,7 @@
 import asyncio
 import contextlib
 import logging
+from typing import AsyncIterator
 
 import grpc
 import pytest
@@ -11,10 +12,10 @@ import palisade
 from palisade import aio, errors
 from palisade._proto import palisade_pb2 as pb
 
-from .conftest import KEEPALIVE_STREAMS_PER_CONNECTION_MAX
+from .conftest import KEEPALIVE_STREAMS_PER_CONNECTION_MAX, Server
 
 
-async def test_an_async_lock_gives_a_verifiable_grant_and_queues_waiters(server, unique):
+async def test_an_async_lock_gives_a_verifiable_grant_and_queues_waiters(server: Server, unique: str) -> None:
     async with await aio.Client.connect([server.endpoint]) as client:
         keys = await client.public_keys()
         async with client.lock(unique, ttl=1) as grant:
@@ -26,22 +27,22 @@ async def test_an_async_lock_gives_a_verifiable_grant_and_queues_waiters(server,
             waiter = asyncio.ensure_future(_hold_briefly(client, unique))
             await asyncio.sleep(2.0)  # past the ttl: the keepalive task renews the lease
             status = await client.status(unique)
-            assert status.holder.session == grant.session_id and status.waiters
+            assert status.holder is not None and status.holder.session == grant.session_id and status.waiters
             listed = await client.list_locks(unique)
-            assert [(s.lock, s.holder.token) for s in listed] == [(unique, grant.token)]
+            assert [(s.lock, s.holder.token if s.holder else None) for s in listed] == [(unique, grant.token)]
             assert not grant.lost.is_set()
         assert await asyncio.wait_for(waiter, 10) > grant.token
 
 
-async def _hold_briefly(client, lock):
+async def _hold_briefly(client: aio.Client, lock: str) -> int:
     async with client.lock(lock, ttl=5, wait=10) as grant:
         return grant.token
 
 
-async def test_an_async_session_is_lost_when_the_server_freezes(own_server, unique):
-    lost = []
+async def test_an_async_session_is_lost_when_the_server_freezes(own_server: Server, unique: str) -> None:
+    lost: list[str] = []
 
-    async def on_lost(grant, reason):
+    async def on_lost(grant: aio.Grant, reason: str) -> None:
         lost.append(reason)
 
     client = await aio.Client.connect([own_server.endpoint])
@@ -59,7 +60,7 @@ async def test_an_async_session_is_lost_when_the_server_freezes(own_server, uniq
     await client.close()
 
 
-async def test_async_calls_for_a_session_need_its_secret(server, unique):
+async def test_async_calls_for_a_session_need_its_secret(server: Server, unique: str) -> None:
     async with await aio.Client.connect([server.endpoint]) as client:
         credential, _ = await client.open_session_without_keepalive(5)
         with pytest.raises(palisade.Unauthenticated):
@@ -69,7 +70,7 @@ async def test_async_calls_for_a_session_need_its_secret(server, unique):
             await client.renew(credential)
 
 
-async def test_closing_a_session_returns_even_when_an_ack_arrives_with_it(server):
+async def test_closing_a_session_returns_even_when_an_ack_arrives_with_it(server: Server) -> None:
     # Before Python 3.12 asyncio.wait_for loses a cancel that lands in the step its inner future
     # finishes in. A keepalive told to stop just as an ack came in ran on, and close() waited for
     # it forever (one close in ten hung with acks every 10 ms).
@@ -86,7 +87,7 @@ async def test_closing_a_session_returns_even_when_an_ack_arrives_with_it(server
 
 
 @contextlib.asynccontextmanager
-async def _no_keepalive_stream_to_spare(client):
+async def _no_keepalive_stream_to_spare(client: aio.Client) -> AsyncIterator[None]:
     """Streams that send nothing hold the whole budget of keepalive streams of ``client``'s
     connection: a session on it is renewed by Renew calls."""
     stub = client._endpoints.current().stub
@@ -118,7 +119,9 @@ async def _no_keepalive_stream_to_spare(client):
             hog.cancel()
 
 
-async def test_a_session_renews_by_call_when_its_connection_has_no_keepalive_stream_to_spare(own_server, unique, caplog):
+async def test_a_session_renews_by_call_when_its_connection_has_no_keepalive_stream_to_spare(
+    own_server: Server, unique: str, caplog: pytest.LogCaptureFixture
+) -> None:
     client = await aio.Client.connect([own_server.endpoint])
     try:
         async with _no_keepalive_stream_to_spare(client):
@@ -142,7 +145,9 @@ async def test_a_session_renews_by_call_when_its_connection_has_no_keepalive_str
         await client.close()
 
 
-async def test_a_session_renewed_by_call_is_lost_with_its_lease_when_the_server_freezes(own_server, unique):
+async def test_a_session_renewed_by_call_is_lost_with_its_lease_when_the_server_freezes(
+    own_server: Server, unique: str
+) -> None:
     client = await aio.Client.connect([own_server.endpoint])
     try:
         async with _no_keepalive_stream_to_spare(client):

@@ -10,7 +10,7 @@ import pathlib
 import pickle
 import subprocess
 import time
-from typing import Iterator
+from typing import Any, Iterator
 
 import grpc
 import pytest
@@ -75,7 +75,7 @@ def secured(palisade_bin: pathlib.Path, tmp_path_factory: pytest.TempPathFactory
     server.stop()
 
 
-def test_without_a_token_every_call_is_refused_as_unauthenticated(secured, unique):
+def test_without_a_token_every_call_is_refused_as_unauthenticated(secured: Secured, unique: str) -> None:
     with secured.client(None) as anonymous:
         with pytest.raises(palisade.Unauthenticated) as refused:
             anonymous.status("jobs/x")
@@ -91,7 +91,7 @@ def test_without_a_token_every_call_is_refused_as_unauthenticated(secured, uniqu
                 pass
 
 
-def test_a_wrong_token_is_refused_and_never_shown(secured):
+def test_a_wrong_token_is_refused_and_never_shown(secured: Secured) -> None:
     started = time.monotonic()
     with palisade.Client([secured.endpoint], token=WRONG_TOKEN) as forged:
         with pytest.raises(palisade.Unauthenticated) as refused:
@@ -102,11 +102,14 @@ def test_a_wrong_token_is_refused_and_never_shown(secured):
     assert time.monotonic() - started < 2
 
 
-def test_an_identity_locks_under_its_prefix_and_is_denied_elsewhere_naming_the_right(secured, unique):
+def test_an_identity_locks_under_its_prefix_and_is_denied_elsewhere_naming_the_right(
+    secured: Secured, unique: str
+) -> None:
     with secured.client("alice") as alice:
         with alice.lock(f"jobs/{unique}", ttl=5, wait=0) as grant:
             assert grant.token > 0
-            assert alice.status(f"jobs/{unique}").holder.token == grant.token
+            holder = alice.status(f"jobs/{unique}").holder
+            assert holder is not None and holder.token == grant.token
         with pytest.raises(palisade.PermissionDenied) as denied:
             with alice.lock(f"other/{unique}", ttl=5, wait=0):
                 pytest.fail("alice locked a lock outside jobs/")
@@ -121,7 +124,7 @@ def test_an_identity_locks_under_its_prefix_and_is_denied_elsewhere_naming_the_r
     assert (denied.value.right, denied.value.scope) == ("read", f"other/{unique}")
 
 
-def test_a_read_only_identity_reads_but_cannot_lock(secured, unique):
+def test_a_read_only_identity_reads_but_cannot_lock(secured: Secured, unique: str) -> None:
     with secured.client("bob") as bob:
         assert bob.status(f"jobs/{unique}").holder is None
         assert bob.list_locks(f"jobs/{unique}") == []
@@ -133,7 +136,7 @@ def test_a_read_only_identity_reads_but_cannot_lock(secured, unique):
         assert bob.status(f"jobs/{unique}").holder is None
 
 
-def test_an_identity_at_its_lock_quota_is_refused_another_until_it_frees_one(secured, unique):
+def test_an_identity_at_its_lock_quota_is_refused_another_until_it_frees_one(secured: Secured, unique: str) -> None:
     with secured.client("carol") as carol, carol.session(ttl=5) as session:
         first = session.acquire(f"quota/{unique}/1", wait=0)
         with pytest.raises(palisade.QuotaReached) as refused:
@@ -149,7 +152,7 @@ def test_an_identity_at_its_lock_quota_is_refused_another_until_it_frees_one(sec
         assert second.token > 0
 
 
-def test_a_session_acts_only_for_the_identity_that_opened_it(secured, unique):
+def test_a_session_acts_only_for_the_identity_that_opened_it(secured: Secured, unique: str) -> None:
     with secured.client("alice") as alice, secured.client("dave") as dave:
         with alice.session(ttl=5) as session:
             with pytest.raises(palisade.SessionNotOwned) as refused:
@@ -159,16 +162,19 @@ def test_a_session_acts_only_for_the_identity_that_opened_it(secured, unique):
             assert isinstance(refused.value, palisade.Refused)
 
 
-def test_the_keepalive_stream_carries_the_token(secured, unique):
+def test_the_keepalive_stream_carries_the_token(secured: Secured, unique: str) -> None:
     # Without the token on the stream, every renewal would be refused and the lease run out.
     with secured.client("alice") as alice, alice.session(ttl=1, keepalive_interval=0.1) as session:
         grant = session.acquire(f"jobs/{unique}", wait=0)
         time.sleep(1.5)
         assert not grant.lost.is_set() and session.ended is None
-        assert session.lease_remaining() > 0.5
+        remaining = session.lease_remaining()
+        assert remaining is not None and remaining > 0.5
 
 
-def test_the_token_comes_from_the_environment_when_none_is_given(secured, unique, monkeypatch):
+def test_the_token_comes_from_the_environment_when_none_is_given(
+    secured: Secured, unique: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(palisade.AUTH_TOKEN_ENV, secured.tokens["alice"] + "\n")  # a file's newline
     with palisade.Client([secured.endpoint]) as alice:
         with alice.lock(f"jobs/{unique}", ttl=5, wait=0) as grant:
@@ -189,7 +195,9 @@ def test_the_token_comes_from_the_environment_when_none_is_given(secured, unique
         palisade.Client([secured.endpoint])
 
 
-def test_the_asyncio_client_sends_the_token_and_raises_the_same_errors(secured, unique, monkeypatch):
+def test_the_asyncio_client_sends_the_token_and_raises_the_same_errors(
+    secured: Secured, unique: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async def main() -> None:
         anonymous = await aio.Client.connect([secured.endpoint])
         try:
@@ -203,7 +211,8 @@ def test_the_asyncio_client_sends_the_token_and_raises_the_same_errors(secured, 
             session = await alice.session(ttl=1, keepalive_interval=0.1)
             grant = await session.acquire(f"jobs/{unique}", wait=0)
             await asyncio.sleep(1.5)  # the keepalive stream renews with the token
-            assert not grant.lost.is_set() and session.lease_remaining() > 0.5
+            remaining = session.lease_remaining()
+            assert not grant.lost.is_set() and remaining is not None and remaining > 0.5
             with pytest.raises(palisade.PermissionDenied) as denied:
                 await session.acquire(f"other/{unique}", wait=0)
             assert (denied.value.identity, denied.value.right) == ("alice", "lock")
@@ -224,7 +233,7 @@ def test_the_asyncio_client_sends_the_token_and_raises_the_same_errors(secured, 
 # --- without a server -----------------------------------------------------------------------
 
 
-def test_a_bearer_token_is_checked_as_the_rust_client_checks_it_and_never_shown():
+def test_a_bearer_token_is_checked_as_the_rust_client_checks_it_and_never_shown() -> None:
     token = palisade.BearerToken("pst_abc\n")
     assert token.metadata == (("authorization", "Bearer pst_abc"),)
     assert repr(token) == str(token) == "BearerToken(…)"
@@ -240,14 +249,14 @@ def test_a_bearer_token_is_checked_as_the_rust_client_checks_it_and_never_shown(
     assert "pst_abc" not in repr(stub)
 
 
-def test_the_token_is_refused_before_anything_is_sent():
+def test_the_token_is_refused_before_anything_is_sent() -> None:
     # No server at this address: the bad token is named first.
     with pytest.raises(palisade.Misconfigured, match="printable ASCII"):
         palisade.Client(["127.0.0.1:1"], token="two words")
 
 
-def test_the_authorization_refusals_map_to_their_classes():
-    def error(kind: str, code: grpc.StatusCode, **fields) -> errors.PalisadeError:
+def test_the_authorization_refusals_map_to_their_classes() -> None:
+    def error(kind: str, code: grpc.StatusCode, **fields: Any) -> errors.PalisadeError:
         detail = pb.ErrorDetail(kind=kind, **fields)
         return _core.Failure(_core.Failure.CORE, "refused", code, detail).error("the call")
 

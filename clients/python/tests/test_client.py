@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import pathlib
 import queue
 import threading
 import time
+from typing import Iterator
 
 import grpc
 import pytest
@@ -15,10 +17,12 @@ from palisade import _core, errors
 from palisade._core import Endpoints, Failure
 from palisade._proto import palisade_pb2 as pb
 
-from .conftest import KEEPALIVE_STREAMS_PER_CONNECTION_MAX
+from .conftest import KEEPALIVE_STREAMS_PER_CONNECTION_MAX, Server, free_port
 
 
-def test_a_lock_gives_a_token_and_a_verifiable_sequencer_and_is_released_on_exit(client, unique):
+def test_a_lock_gives_a_token_and_a_verifiable_sequencer_and_is_released_on_exit(
+    client: palisade.Client, unique: str
+) -> None:
     keys = client.public_keys()
     with client.lock(unique, ttl=5) as grant:
         assert grant.token > 0
@@ -27,13 +31,14 @@ def test_a_lock_gives_a_token_and_a_verifiable_sequencer_and_is_released_on_exit
         status = client.status(unique)
         assert status.holder is not None and status.holder.token == grant.token
         assert not grant.lost.is_set()
-        assert [(s.lock, s.holder.token) for s in client.list_locks(unique)] == [(unique, grant.token)]
+        listed = client.list_locks(unique)
+        assert [(s.lock, s.holder.token if s.holder else None) for s in listed] == [(unique, grant.token)]
     assert client.status(unique).holder is None
     with client.lock(unique, ttl=5) as second:
         assert second.token > grant.token, "tokens only grow"
 
 
-def test_a_busy_lock_is_not_acquired_and_names_its_holder(client, unique):
+def test_a_busy_lock_is_not_acquired_and_names_its_holder(client: palisade.Client, unique: str) -> None:
     with client.lock(unique, ttl=5) as grant:
         with pytest.raises(palisade.Busy) as busy:
             with client.lock(unique, ttl=5, wait=0):
@@ -50,7 +55,7 @@ def test_a_busy_lock_is_not_acquired_and_names_its_holder(client, unique):
         assert time.monotonic() - started >= 0.25
 
 
-def test_a_waiter_gets_the_lock_when_the_holder_releases(client, unique):
+def test_a_waiter_gets_the_lock_when_the_holder_releases(client: palisade.Client, unique: str) -> None:
     got = {}
     holder = client.session(5)
     first = holder.acquire(unique)
@@ -69,7 +74,7 @@ def test_a_waiter_gets_the_lock_when_the_holder_releases(client, unique):
     holder.close()
 
 
-def test_the_session_outlives_its_ttl_while_the_keepalive_runs(client, unique):
+def test_the_session_outlives_its_ttl_while_the_keepalive_runs(client: palisade.Client, unique: str) -> None:
     with client.lock(unique, ttl=1) as grant:
         time.sleep(2.5)
         status = client.status(unique)
@@ -77,7 +82,7 @@ def test_the_session_outlives_its_ttl_while_the_keepalive_runs(client, unique):
         assert not grant.lost.is_set()
 
 
-def test_every_call_for_a_session_needs_its_secret(client, unique):
+def test_every_call_for_a_session_needs_its_secret(client: palisade.Client, unique: str) -> None:
     credential, _ = client.open_session_without_keepalive(5)
     borrowed = palisade.SessionCredential(credential.id, bytes(32))
     with pytest.raises(palisade.Unauthenticated) as refused:
@@ -89,7 +94,8 @@ def test_every_call_for_a_session_needs_its_secret(client, unique):
     grant = client.acquire(credential, unique, wait=0)
     with pytest.raises(palisade.Unauthenticated):
         client.release(borrowed, unique)
-    assert client.status(unique).holder.token == grant.token, "the owner's grant stands"
+    holder = client.status(unique).holder
+    assert holder is not None and holder.token == grant.token, "the owner's grant stands"
     assert client.release(credential, unique) == grant.token
     text = str(credential)
     assert palisade.SessionCredential.parse(text) == credential
@@ -100,7 +106,7 @@ def test_every_call_for_a_session_needs_its_secret(client, unique):
         client.renew(credential)
 
 
-def test_release_by_a_session_that_does_not_hold_the_lock_is_refused(client, unique):
+def test_release_by_a_session_that_does_not_hold_the_lock_is_refused(client: palisade.Client, unique: str) -> None:
     owner, _ = client.open_session_without_keepalive(5)
     other, _ = client.open_session_without_keepalive(5)
     client.acquire(owner, unique, wait=0)
@@ -111,7 +117,7 @@ def test_release_by_a_session_that_does_not_hold_the_lock_is_refused(client, uni
     client.close_session(other)
 
 
-def test_bad_input_is_refused_before_it_is_sent(client):
+def test_bad_input_is_refused_before_it_is_sent(client: palisade.Client) -> None:
     with pytest.raises(palisade.InvalidArgument, match="empty"):
         client.status("")
     with pytest.raises(palisade.InvalidArgument, match="257 bytes, the limit is 256"):
@@ -136,22 +142,22 @@ def test_bad_input_is_refused_before_it_is_sent(client):
             palisade.Client(bad)
 
 
-def test_no_reachable_endpoint_is_reported_with_every_address():
-    dead = [f"127.0.0.1:{_free()}", f"127.0.0.1:{_free()}"]
+def test_no_reachable_endpoint_is_reported_with_every_address() -> None:
+    dead = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
     with pytest.raises(palisade.errors.Unreachable) as unreachable:
         palisade.Client(dead, connect_timeout=0.3)
     assert all(address in str(unreachable.value) for address in dead)
     assert unreachable.value.error_class is palisade.ErrorClass.UNAVAILABLE
 
 
-def test_a_client_given_a_dead_member_first_moves_on_to_a_live_one(server, unique):
-    with palisade.Client([f"127.0.0.1:{_free()}", server.endpoint], connect_timeout=0.5) as client:
+def test_a_client_given_a_dead_member_first_moves_on_to_a_live_one(server: Server, unique: str) -> None:
+    with palisade.Client([f"127.0.0.1:{free_port()}", server.endpoint], connect_timeout=0.5) as client:
         assert client.endpoint == server.endpoint
         with client.lock(unique, ttl=5) as grant:
             assert grant.token > 0
 
 
-def test_a_session_is_lost_when_its_lease_cannot_be_proven(own_server, unique):
+def test_a_session_is_lost_when_its_lease_cannot_be_proven(own_server: Server, unique: str) -> None:
     lost_calls = []
     with palisade.Client([own_server.endpoint]) as client:
         session = client.session(1)
@@ -174,7 +180,7 @@ def test_a_session_is_lost_when_its_lease_cannot_be_proven(own_server, unique):
             assert next_grant.token > grant.token
 
 
-def test_a_call_in_flight_to_a_frozen_server_fails_within_seconds_as_unknown(own_server, unique):
+def test_a_call_in_flight_to_a_frozen_server_fails_within_seconds_as_unknown(own_server: Server, unique: str) -> None:
     """HTTP/2 pings every second: a member that freezes with its socket open does not hang a call
     that has no deadline of its own (an acquire waiting forever)."""
     with palisade.Client([own_server.endpoint], retry_budget=0.5) as client:
@@ -192,7 +198,7 @@ def test_a_call_in_flight_to_a_frozen_server_fails_within_seconds_as_unknown(own
         assert "ping" in str(unknown.value)
 
 
-def test_a_session_closed_elsewhere_is_lost_as_not_found(client, unique):
+def test_a_session_closed_elsewhere_is_lost_as_not_found(client: palisade.Client, unique: str) -> None:
     session = client.session(3, keepalive_interval=0.1)
     grant = session.acquire(unique)
     client.close_session(session.credential)
@@ -202,10 +208,13 @@ def test_a_session_closed_elsewhere_is_lost_as_not_found(client, unique):
         session.close()
 
 
-def test_endpoints_follow_leader_hints_and_rotate_on_failures():
+def test_endpoints_follow_leader_hints_and_rotate_on_failures() -> None:
     # The same rules as the Rust client's `Endpoints` tests.
     endpoints = Endpoints(["10.0.0.1:7457", "10.0.0.2:7457", "10.0.0.3:7457"], 0, lambda target: target)
-    hint = lambda leader: Failure(Failure.NOT_LEADER, "not the leader", leader=leader)  # noqa: E731
+
+    def hint(leader: str) -> Failure:
+        return Failure(Failure.NOT_LEADER, "not the leader", leader=leader)
+
     endpoints.after_failure(0, hint("10.0.0.3:7457"))
     current = endpoints.current()
     assert (current.target, current.index, current.generation) == ("10.0.0.3:7457", 2, 1)
@@ -224,26 +233,19 @@ def test_endpoints_follow_leader_hints_and_rotate_on_failures():
     assert endpoints.current().target == "10.0.0.3:7457"
 
 
-def test_request_ids_and_open_keys_are_random():
+def test_request_ids_and_open_keys_are_random() -> None:
     assert len({_core.request_id() for _ in range(256)}) == 256
     keys = {_core.open_key() for _ in range(256)}
     assert len(keys) == 256 and all(len(k) == 16 for k in keys)
 
 
-def _free() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
-def _no_keepalive_stream_to_spare(client):
+def _no_keepalive_stream_to_spare(client: palisade.Client) -> Iterator[None]:
     """Streams that send nothing hold the whole budget of keepalive streams of ``client``'s
     connection: a session on it is renewed by Renew calls."""
     stub = client._endpoints.current().stub
-    silence: "queue.Queue[None]" = queue.Queue()
+    # Only the sentinel "never" is ever put: it ends the hogs' request iterators.
+    silence: "queue.Queue[str]" = queue.Queue()
     hogs = [stub.KeepAlive(iter(silence.get, "never")) for _ in range(KEEPALIVE_STREAMS_PER_CONNECTION_MAX)]
     threads = KEEPALIVE_STREAMS_PER_CONNECTION_MAX
     try:
@@ -273,17 +275,22 @@ def _no_keepalive_stream_to_spare(client):
             silence.put("never")
 
 
-def test_a_session_renews_by_call_when_its_connection_has_no_keepalive_stream_to_spare(own_server, unique):
+def test_a_session_renews_by_call_when_its_connection_has_no_keepalive_stream_to_spare(
+    own_server: Server, unique: str
+) -> None:
     with palisade.Client([own_server.endpoint]) as client, _no_keepalive_stream_to_spare(client):
         # A ttl of 3 s: with 1000 idle streams' threads, a 1 s lease could go unproven on a
         # busy machine through scheduling alone.
         with client.lock(unique, ttl=3) as grant:
             time.sleep(6.5)  # over twice the ttl
             assert not grant.lost.is_set(), grant.lost_reason
-            assert client.status(unique).holder.token == grant.token
+            holder = client.status(unique).holder
+            assert holder is not None and holder.token == grant.token
 
 
-def test_a_session_renewed_by_call_is_lost_with_its_lease_when_the_server_freezes(own_server, unique):
+def test_a_session_renewed_by_call_is_lost_with_its_lease_when_the_server_freezes(
+    own_server: Server, unique: str
+) -> None:
     with palisade.Client([own_server.endpoint]) as client, _no_keepalive_stream_to_spare(client):
         # Renewals back to back, so that a freeze often lands while a Renew is in flight; five
         # freezes.
@@ -303,7 +310,7 @@ def test_a_session_renewed_by_call_is_lost_with_its_lease_when_the_server_freeze
                 session.close()
 
 
-def test_list_locks_follows_the_pages(client, unique):
+def test_list_locks_follows_the_pages(client: palisade.Client, unique: str) -> None:
     # More locks than one page holds (the server's LIST_PAGE_LOCKS_MAX is 128).
     credential, _ = client.open_session_without_keepalive(30)
     names = [f"{unique}/{i:03}" for i in range(130)]
@@ -311,6 +318,6 @@ def test_list_locks_follows_the_pages(client, unique):
         client.acquire(credential, name, wait=0)
     listed = client.list_locks(unique + "/")
     assert [s.lock for s in listed] == names
-    assert all(s.holder.session == credential.id for s in listed)
+    assert all(s.holder is not None and s.holder.session == credential.id for s in listed)
     client.close_session(credential)
     assert all(s.holder is None for s in client.list_locks(unique + "/"))

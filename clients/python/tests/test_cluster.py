@@ -1,6 +1,8 @@
 """Following the leader of a real three-node cluster, and riding out a `kill -9` of it."""
 
+import pathlib
 import time
+from typing import Iterator
 
 import pytest
 
@@ -10,7 +12,7 @@ from .conftest import Server, free_port
 
 
 @pytest.fixture
-def cluster(palisade_bin, tmp_path):
+def cluster(palisade_bin: pathlib.Path, tmp_path: pathlib.Path) -> Iterator[list[Server]]:
     ports = [free_port() for _ in range(3)]
     members = ",".join(f"{i + 1}=127.0.0.1:{port}" for i, port in enumerate(ports))
     nodes = [
@@ -31,7 +33,7 @@ def cluster(palisade_bin, tmp_path):
         node.stop()
 
 
-def test_calls_follow_the_leader_and_a_session_survives_its_kill(cluster):
+def test_calls_follow_the_leader_and_a_session_survives_its_kill(cluster: list[Server]) -> None:
     endpoints = [node.endpoint for node in cluster]
     deadline = time.monotonic() + 30
     while True:  # the cluster elects its first leader

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import pathlib
 import queue
 import sqlite3
 import threading
+from typing import Any, Callable, Optional, Union, cast
 
 import pytest
 
 import palisade
 from palisade import aio, fence
 from palisade._proto import palisade_pb2 as pb
-from palisade.client import LockEvent
-from palisade.election import Leader, LeaderChanges
+from palisade.client import LockEvent, LockEvents
+from palisade.election import Leader, LeaderChanges, Leadership
 from palisade.fence import sqlite
 
 from .conftest import Server
@@ -26,9 +28,9 @@ class Follower:
     """Reads an iterator (a watch, an observation) on a thread of its own, so that the test's
     waits for its items are bounded."""
 
-    def __init__(self, iterator) -> None:
+    def __init__(self, iterator: Union[LockEvents, LeaderChanges]) -> None:
         self.iterator = iterator
-        self.items: "queue.Queue" = queue.Queue()
+        self.items: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
@@ -40,7 +42,7 @@ class Follower:
             self.items.put(("error", error))
         self.items.put(("end", None))
 
-    def next(self):
+    def next(self) -> Any:
         what, item = self.items.get(timeout=WAIT_S)
         if what == "error":
             raise item
@@ -52,7 +54,9 @@ class Follower:
         self.thread.join(WAIT_S)
 
 
-def test_candidates_lead_in_turn_and_an_observer_sees_their_values(client, unique, tmp_path):
+def test_candidates_lead_in_turn_and_an_observer_sees_their_values(
+    client: palisade.Client, unique: str, tmp_path: pathlib.Path
+) -> None:
     election = palisade.Election(client, unique)
     observer = Follower(election.observe())
     try:
@@ -66,11 +70,11 @@ def test_candidates_lead_in_turn_and_an_observer_sees_their_values(client, uniqu
         assert election.leader() == a
         assert leading.sequencer == leading.grant.sequencer and leading.epoch == leading.grant.token
         status = client.status(unique)
-        assert status.holder.value == "10.0.0.1:5432"
-        assert [s.holder.value for s in client.list_locks(unique)] == ["10.0.0.1:5432"]
+        assert status.holder is not None and status.holder.value == "10.0.0.1:5432"
+        assert [s.holder.value if s.holder else None for s in client.list_locks(unique)] == ["10.0.0.1:5432"]
 
         # The second candidate waits its turn; its value shows only once it leads.
-        campaigned: "queue.Queue" = queue.Queue()
+        campaigned: queue.Queue[Leadership] = queue.Queue()
         threading.Thread(target=lambda: campaigned.put(election.campaign(second, "10.0.0.2:5432")), daemon=True).start()
         _until(lambda: client.status(unique).waiters == (second.id,))
         assert election.leader() == a
@@ -117,7 +121,7 @@ def test_candidates_lead_in_turn_and_an_observer_sees_their_values(client, uniqu
         observer.close()
 
 
-def test_a_lock_carries_a_value_to_status_and_watch(client, unique):
+def test_a_lock_carries_a_value_to_status_and_watch(client: palisade.Client, unique: str) -> None:
     events = Follower(client.watch(unique))
     try:
         snapshot = events.next()
@@ -128,7 +132,8 @@ def test_a_lock_carries_a_value_to_status_and_watch(client, unique):
             grant.proclaim(None)  # removes it
             cleared = events.next()
             assert (cleared.kind, cleared.token, cleared.value) == ("value_set", grant.token, None)
-            assert client.status(unique).holder.value is None
+            holder = client.status(unique).holder
+            assert holder is not None and holder.value is None
             grant.proclaim("é" * 512)  # 1024 bytes: the longest value
             assert events.next().value == "é" * 512
         released = events.next()
@@ -137,9 +142,9 @@ def test_a_lock_carries_a_value_to_status_and_watch(client, unique):
         events.close()
 
 
-def test_invalid_values_are_refused_before_they_are_sent(client, unique):
+def test_invalid_values_are_refused_before_they_are_sent(client: palisade.Client, unique: str) -> None:
     credential = palisade.SessionCredential(1, bytes(32))  # a session the server would refuse
-    for bad, says in [
+    cases: list[tuple[Any, str]] = [
         ("", "value is empty"),
         ("x" * 1025, "1025 bytes, the limit is 1024"),
         ("é" * 512 + "x", "1025 bytes, the limit is 1024"),
@@ -148,11 +153,13 @@ def test_invalid_values_are_refused_before_they_are_sent(client, unique):
         ("\x85", "control character"),
         ("\ud800", "not valid UTF-8"),
         (b"bytes", "a value is a str"),
-    ]:
-        for call in [
+    ]
+    for bad, says in cases:
+        calls: list[Callable[[], object]] = [
             lambda: client.acquire(credential, unique, wait=0, value=bad),
             lambda: client.proclaim(credential, unique, 1, bad),
-        ]:
+        ]
+        for call in calls:
             with pytest.raises(palisade.InvalidArgument, match=says) as refused:
                 call()
             assert refused.value.kind is None, "refused by the client: the service would have said why"
@@ -176,27 +183,29 @@ def test_invalid_values_are_refused_before_they_are_sent(client, unique):
         assert (refused.value.kind, refused.value.detail.reason) == ("invalid_value", "control_character")
 
 
-def test_observing_skips_unknown_kinds_and_repeats():
-    def event(kind, session=None, token=None, value=None):
+def test_observing_skips_unknown_kinds_and_repeats() -> None:
+    def event(
+        kind: str, session: Optional[int] = None, token: Optional[int] = None, value: Optional[str] = None
+    ) -> LockEvent:
         return LockEvent(kind, "e", session, token, 0, value, 0)
 
-    changes = LeaderChanges(
-        iter(
-            [
-                event("snapshot", 3, 9, "a"),
-                event("other", 3, 9),
-                event("snapshot", 3, 9, "a"),  # a reopened stream's snapshot: nothing changed
-                event("value_set", 3, 9, "b"),
-                event("released", 3, 9),
-                event("snapshot"),
-                event("granted", 4, 11, "c"),
-            ]
-        )
-    )
+    events = [
+        event("snapshot", 3, 9, "a"),
+        event("other", 3, 9),
+        event("snapshot", 3, 9, "a"),  # a reopened stream's snapshot: nothing changed
+        event("value_set", 3, 9, "b"),
+        event("released", 3, 9),
+        event("snapshot"),
+        event("granted", 4, 11, "c"),
+    ]
+    # An iterator stands in for the watch: LeaderChanges only iterates it.
+    changes = LeaderChanges(cast(LockEvents, iter(events)))
     assert list(changes) == [Leader(3, 9, "a"), Leader(3, 9, "b"), None, Leader(4, 11, "c")]
 
 
-def test_an_observation_is_reopened_after_the_server_restarts(palisade_bin, tmp_path, unique):
+def test_an_observation_is_reopened_after_the_server_restarts(
+    palisade_bin: pathlib.Path, tmp_path: pathlib.Path, unique: str
+) -> None:
     server = Server(palisade_bin, tmp_path / "data")
     try:
         with palisade.Client([server.endpoint]) as client:
@@ -216,7 +225,7 @@ def test_an_observation_is_reopened_after_the_server_restarts(palisade_bin, tmp_
         server.stop()
 
 
-async def test_async_candidates_lead_in_turn_and_an_observer_sees_them(server, unique):
+async def test_async_candidates_lead_in_turn_and_an_observer_sees_them(server: Server, unique: str) -> None:
     async with await aio.Client.connect([server.endpoint]) as client:
         election = aio.Election(client, unique)
         changes = await election.observe()
@@ -246,11 +255,11 @@ async def test_async_candidates_lead_in_turn_and_an_observer_sees_them(server, u
             await changes.close()
 
 
-async def _next(changes):
+async def _next(changes: aio.LeaderChanges) -> Optional[Leader]:
     return await asyncio.wait_for(changes.__anext__(), WAIT_S)
 
 
-def _until(condition) -> None:
+def _until(condition: Callable[[], bool]) -> None:
     import time
 
     deadline = time.monotonic() + WAIT_S

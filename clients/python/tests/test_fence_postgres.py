@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import uuid
+from typing import TYPE_CHECKING, Any, Iterator
 
 import pytest
 
@@ -17,8 +18,11 @@ import palisade
 from palisade import fence
 from palisade.fence import postgres
 
-from .conftest import cargo_binary
+from .conftest import Server, cargo_binary
 from .signing import ServiceKey
+
+if TYPE_CHECKING:
+    from psycopg import Connection
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -27,7 +31,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 SCOPE = "reports/nightly"
 
 
-def append_line(conn, verifier, sequencer_text: str, line: str) -> None:
+def append_line(conn: Connection[Any], verifier: fence.Verifier, sequencer_text: str, line: str) -> None:
     """What `protect_postgres` does, in Python: claim, read the report, write it back."""
     with postgres.transaction(conn, SCOPE, verifier.verify(sequencer_text)):
         row = conn.execute("SELECT body FROM reports WHERE name = 'nightly'").fetchone()
@@ -39,14 +43,21 @@ def append_line(conn, verifier, sequencer_text: str, line: str) -> None:
         )
 
 
-def report(conn) -> list[str]:
+def scalar(conn: Connection[Any], sql: str) -> Any:
+    """The first column of the one row ``sql`` returns."""
+    row = conn.execute(sql).fetchone()
+    assert row is not None, f"no row from {sql}"
+    return row[0]
+
+
+def report(conn: Connection[Any]) -> list[str]:
     row = conn.execute("SELECT body FROM reports WHERE name = 'nightly'").fetchone()
     conn.rollback()
     return [] if row is None else row[0].split("\n")
 
 
 @pytest.fixture
-def db(schema_dsn):
+def db(schema_dsn: str) -> Iterator[Connection[Any]]:
     with psycopg.connect(schema_dsn) as conn:
         postgres.ensure_schema(conn)
         conn.execute("CREATE TABLE IF NOT EXISTS reports (name text PRIMARY KEY, body text NOT NULL)")
@@ -54,7 +65,7 @@ def db(schema_dsn):
         yield conn
 
 
-def test_the_fence_table_is_the_rust_adapters(db):
+def test_the_fence_table_is_the_rust_adapters(db: Connection[Any]) -> None:
     import re
 
     rust = (pathlib.Path(__file__).resolve().parents[3] / "crates/fence/src/postgres.rs").read_text()
@@ -64,7 +75,9 @@ def test_the_fence_table_is_the_rust_adapters(db):
         assert sql.replace("%s", "$N") in rust_text, sql
 
 
-def test_an_older_grant_is_refused_after_a_newer_one_claimed(client, db, unique):
+def test_an_older_grant_is_refused_after_a_newer_one_claimed(
+    client: palisade.Client, db: Connection[Any], unique: str
+) -> None:
     verifier = fence.Verifier(client.public_keys())
     with client.lock(unique, ttl=5) as old:
         pass
@@ -78,7 +91,7 @@ def test_an_older_grant_is_refused_after_a_newer_one_claimed(client, db, unique)
     assert (stale.value.presented, stale.value.accepted) == (old.token, new.token)
     assert stale.value.holder_session == new.session_id
     assert stale.value.is_rejection and stale.value.is_final
-    assert db.execute("SELECT array_agg(n) FROM orders").fetchone()[0] == [1], "nothing of the old holder landed"
+    assert scalar(db, "SELECT array_agg(n) FROM orders") == [1], "nothing of the old holder landed"
     db.rollback()
     state = postgres.fence_state(db, "orders")
     assert state == fence.FenceState(unique, new.token, new.session_id)
@@ -96,7 +109,7 @@ def test_an_older_grant_is_refused_after_a_newer_one_claimed(client, db, unique)
         postgres.claim(db, "x" * 513, verifier.verify(new.sequencer))
 
 
-def test_a_token_issued_twice_is_refused_from_the_second_session_and_the_first_writes_on(db):
+def test_a_token_issued_twice_is_refused_from_the_second_session_and_the_first_writes_on(db: Connection[Any]) -> None:
     service = ServiceKey()
     db.execute("CREATE TABLE tally (n int NOT NULL)")
     db.execute("INSERT INTO tally VALUES (0)")
@@ -121,19 +134,19 @@ def test_a_token_issued_twice_is_refused_from_the_second_session_and_the_first_w
         )
         assert refusal.is_rejection and refusal.is_final
     assert postgres.fence_state(db, "tally") == before
-    assert db.execute("SELECT n FROM tally").fetchone()[0] == 1
+    assert scalar(db, "SELECT n FROM tally") == 1
     db.rollback()
     # The first session writes on with token 5; a newer token advances as before.
     with postgres.transaction(db, "tally", service.grant("jobs", 5, first)):
         db.execute("UPDATE tally SET n = n + 1")
     with postgres.transaction(db, "tally", service.grant("jobs", 6, second)):
         db.execute("UPDATE tally SET n = n + 1")
-    assert db.execute("SELECT n FROM tally").fetchone()[0] == 3
+    assert scalar(db, "SELECT n FROM tally") == 3
     assert postgres.fence_state(db, "tally") == fence.FenceState("jobs", 6, second)
     db.rollback()
 
 
-def test_a_claim_must_start_its_transaction(client, db, unique):
+def test_a_claim_must_start_its_transaction(client: palisade.Client, db: Connection[Any], unique: str) -> None:
     verifier = fence.Verifier(client.public_keys())
     with client.lock(unique, ttl=5) as grant:
         sequencer = verifier.verify(grant.sequencer)
@@ -145,7 +158,7 @@ def test_a_claim_must_start_its_transaction(client, db, unique):
 
 
 @pytest.fixture(scope="module")
-def protect_postgres():
+def protect_postgres() -> pathlib.Path:
     return cargo_binary(
         "examples/protect_postgres",
         ["-p", "palisade-fence", "--example", "protect_postgres"],
@@ -153,12 +166,16 @@ def protect_postgres():
     )
 
 
-def run_rust_writer(binary, schema_dsn, public_key, sequencer, line):
+def run_rust_writer(
+    binary: pathlib.Path, schema_dsn: str, public_key: str, sequencer: str, line: str
+) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PALISADE_PUBLIC_KEY=public_key, DATABASE_URL=schema_dsn, PALISADE_SEQUENCER=sequencer)
     return subprocess.run([str(binary), line], env=env, capture_output=True, text=True, timeout=60)
 
 
-def test_a_rust_writer_and_a_python_writer_fence_the_same_row(client, db, schema_dsn, protect_postgres):
+def test_a_rust_writer_and_a_python_writer_fence_the_same_row(
+    client: palisade.Client, db: Connection[Any], schema_dsn: str, protect_postgres: pathlib.Path
+) -> None:
     keys = client.public_keys()
     verifier = fence.Verifier(keys)
     public_key = str(keys.keys[-1])
@@ -184,7 +201,9 @@ def test_a_rust_writer_and_a_python_writer_fence_the_same_row(client, db, schema
     assert report(db) == ["rust, second grant", "python, third grant"]
 
 
-def test_a_holder_frozen_past_its_lease_is_refused_after_a_newer_holder_wrote(server, client, db, schema_dsn):
+def test_a_holder_frozen_past_its_lease_is_refused_after_a_newer_holder_wrote(
+    server: Server, client: palisade.Client, db: Connection[Any], schema_dsn: str
+) -> None:
     """SIGSTOP a holder process past its lease; another process takes the lock and writes; on
     SIGCONT the first believes it still holds the lock and writes: the fence refuses it."""
     verifier = fence.Verifier(client.public_keys())
@@ -195,6 +214,7 @@ def test_a_holder_frozen_past_its_lease_is_refused_after_a_newer_holder_wrote(se
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert holder.stdout is not None and holder.stderr is not None
     try:
         granted = holder.stdout.readline().split()
         assert granted[:1] == ["granted"], (granted, holder.stderr.read() if holder.poll() is not None else "")

@@ -1,32 +1,39 @@
 """The Redis fence against a real Redis: the Rust adapter's script and key layout."""
 
+from __future__ import annotations
+
 import pathlib
 import uuid
+from typing import TYPE_CHECKING, Iterator
 
 import pytest
 
+import palisade
 from palisade import fence
 from palisade.fence import redis as redis_fence
 from palisade.fence.redis import CompareFailed, Condition, Op, RedisFence
 
 from .signing import ServiceKey
 
+if TYPE_CHECKING:
+    from redis import Redis
+
 redis_py = pytest.importorskip("redis")
 
 
 @pytest.fixture
-def conn(redis_url):
+def conn(redis_url: str) -> Iterator[Redis]:
     connection = redis_py.Redis.from_url(redis_url)
     yield connection
     connection.close()
 
 
-def test_the_script_is_the_rust_adapters_byte_for_byte():
+def test_the_script_is_the_rust_adapters_byte_for_byte() -> None:
     rust = (pathlib.Path(__file__).resolve().parents[3] / "crates/fence/src/redis.lua").read_text()
     assert redis_fence.SCRIPT == rust
 
 
-def test_writes_reads_and_compares_are_fenced(client, conn, unique):
+def test_writes_reads_and_compares_are_fenced(client: palisade.Client, conn: Redis, unique: str) -> None:
     verifier = fence.Verifier(client.public_keys())
     with client.lock(unique, ttl=5) as old:
         pass
@@ -70,7 +77,7 @@ def test_writes_reads_and_compares_are_fenced(client, conn, unique):
         conn.delete(key, f"{key}-list", f"palisade:fence:{scope}")
 
 
-def test_a_token_issued_twice_is_refused_from_the_second_session_and_the_first_writes_on(conn):
+def test_a_token_issued_twice_is_refused_from_the_second_session_and_the_first_writes_on(conn: Redis) -> None:
     service = ServiceKey()
     scope, key = f"py-{uuid.uuid4().hex}", f"py-value-{uuid.uuid4().hex}"
     store = RedisFence()

@@ -3,9 +3,11 @@
 import pathlib
 import re
 import sqlite3
+from typing import Iterator
 
 import pytest
 
+import palisade
 from palisade import fence
 from palisade.fence import sqlite
 
@@ -13,7 +15,7 @@ from .signing import ServiceKey
 
 
 @pytest.fixture
-def conn(tmp_path):
+def conn(tmp_path: pathlib.Path) -> Iterator[sqlite3.Connection]:
     connection = sqlite3.connect(tmp_path / "app.db", isolation_level=None)
     sqlite.ensure_schema(connection)
     connection.execute("CREATE TABLE counter (n INTEGER NOT NULL)")
@@ -22,13 +24,15 @@ def conn(tmp_path):
     connection.close()
 
 
-def test_the_fence_table_is_the_rust_adapters():
+def test_the_fence_table_is_the_rust_adapters() -> None:
     rust = (pathlib.Path(__file__).resolve().parents[3] / "crates/fence/src/sqlite.rs").read_text()
     assert sqlite.CREATE_TABLE_SQL in rust
     assert sqlite.ADVANCE_SQL in rust
 
 
-def test_a_superseded_holder_cannot_write_back_what_it_read(client, conn, unique, tmp_path):
+def test_a_superseded_holder_cannot_write_back_what_it_read(
+    client: palisade.Client, conn: sqlite3.Connection, unique: str, tmp_path: pathlib.Path
+) -> None:
     verifier = fence.Verifier(client.public_keys())
     with client.lock(unique, ttl=5) as old:
         pass
@@ -58,7 +62,9 @@ def test_a_superseded_holder_cannot_write_back_what_it_read(client, conn, unique
     reopened.close()
 
 
-def test_a_connection_that_manages_transactions_itself_is_refused(tmp_path, client, unique):
+def test_a_connection_that_manages_transactions_itself_is_refused(
+    tmp_path: pathlib.Path, client: palisade.Client, unique: str
+) -> None:
     verifier = fence.Verifier(client.public_keys())
     with client.lock(unique, ttl=5) as grant:
         sequencer = verifier.verify(grant.sequencer)
@@ -70,7 +76,9 @@ def test_a_connection_that_manages_transactions_itself_is_refused(tmp_path, clie
     legacy.close()
 
 
-def test_a_token_issued_twice_is_refused_from_the_second_session_and_the_first_writes_on(conn, tmp_path):
+def test_a_token_issued_twice_is_refused_from_the_second_session_and_the_first_writes_on(
+    conn: sqlite3.Connection, tmp_path: pathlib.Path
+) -> None:
     service = ServiceKey()
     # Sessions above i64::MAX are stored bit for bit as negative integers: compare them too.
     first, second = (1 << 64) - 2, 7

@@ -1,8 +1,11 @@
 """Operators' files checked against a real server: the Grafana dashboard's metrics exist."""
 
+from __future__ import annotations
+
 import json
 import pathlib
 import re
+import subprocess
 import time
 import urllib.request
 
@@ -14,14 +17,16 @@ REPO = pathlib.Path(__file__).resolve().parents[3]
 DASHBOARD = REPO / "docs" / "grafana" / "palisade.json"
 
 
-def dashboard_metrics() -> set:
+def dashboard_metrics() -> set[str]:
     text = json.dumps(json.loads(DASHBOARD.read_text()))
     exprs = re.findall(r'"expr": "((?:[^"\\]|\\.)*)"', text)
     assert exprs, "the dashboard has no queries"
     return {name for expr in exprs for name in re.findall(r"\b(palisade_[a-z_]+)\b", expr)}
 
 
-def test_every_metric_the_dashboard_queries_is_exported_by_a_real_server(palisade_bin, tmp_path):
+def test_every_metric_the_dashboard_queries_is_exported_by_a_real_server(
+    palisade_bin: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
     metrics_port = free_port()
     server = Server(palisade_bin, tmp_path / "data", "--metrics-listen", f"127.0.0.1:{metrics_port}")
     try:
@@ -57,7 +62,7 @@ def test_every_metric_the_dashboard_queries_is_exported_by_a_real_server(palisad
 SYSTEMD = REPO / "packaging" / "systemd"
 
 
-def unit_exec_start(unit: str) -> list:
+def unit_exec_start(unit: str) -> list[str]:
     import shlex
 
     lines = [line for line in (SYSTEMD / unit).read_text().splitlines() if line.startswith("ExecStart=")]
@@ -65,7 +70,7 @@ def unit_exec_start(unit: str) -> list:
     return shlex.split(lines[0][len("ExecStart=") :])
 
 
-def env_file(name: str) -> dict:
+def env_file(name: str) -> dict[str, str]:
     values = {}
     for line in (SYSTEMD / name).read_text().splitlines():
         line = line.strip()
@@ -75,11 +80,12 @@ def env_file(name: str) -> dict:
     return values
 
 
-def start_as_unit(binary, unit: str, env_name: str, overrides: dict):
+def start_as_unit(
+    binary: pathlib.Path, unit: str, env_name: str, overrides: dict[str, str]
+) -> subprocess.Popen[bytes]:
     """Runs the unit's ExecStart with its environment file, paths and ports moved by `overrides`
     (each of which the file must set: a misspelt variable would leave the default in force)."""
     import os
-    import subprocess
 
     argv = unit_exec_start(unit)
     assert argv[0] == "/usr/local/bin/palisade"
@@ -89,18 +95,22 @@ def start_as_unit(binary, unit: str, env_name: str, overrides: dict):
     return subprocess.Popen([str(binary), *argv[1:]], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
-def wait_http(url: str, process) -> int:
+def wait_http(url: str, process: subprocess.Popen[bytes]) -> int:
+    assert process.stderr is not None, "the process needs stderr=PIPE"
     deadline = time.monotonic() + 20
     while True:
         try:
-            return urllib.request.urlopen(url, timeout=2).status
+            status: int = urllib.request.urlopen(url, timeout=2).status
+            return status
         except OSError:
             if process.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"{url} never answered: {process.stderr.read().decode() if process.poll() is not None else 'still running'}")
             time.sleep(0.1)
 
 
-def test_the_systemd_units_start_the_lock_service_and_the_store_from_their_example_files(palisade_bin, tmp_path):
+def test_the_systemd_units_start_the_lock_service_and_the_store_from_their_example_files(
+    palisade_bin: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
     listen, metrics, store_listen = free_port(), free_port(), free_port()
     serve = start_as_unit(
         palisade_bin,
@@ -138,9 +148,8 @@ def test_the_systemd_units_start_the_lock_service_and_the_store_from_their_examp
     assert (tmp_path / "lock-data").is_dir() and (tmp_path / "store-data").is_dir()
 
 
-def test_the_systemd_units_verify(palisade_bin, tmp_path):
+def test_the_systemd_units_verify(palisade_bin: pathlib.Path, tmp_path: pathlib.Path) -> None:
     import shutil
-    import subprocess
 
     import pytest
 

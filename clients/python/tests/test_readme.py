@@ -6,6 +6,8 @@ import re
 import subprocess
 import sys
 
+from .conftest import Server
+
 README = pathlib.Path(__file__).resolve().parents[3] / "README.md"
 
 
@@ -16,7 +18,9 @@ def readme_program() -> str:
     return match.group(1)
 
 
-def test_the_readme_program_writes_and_is_refused_with_its_old_grant(server, schema_dsn, tmp_path):
+def test_the_readme_program_writes_and_is_refused_with_its_old_grant(
+    server: Server, schema_dsn: str, tmp_path: pathlib.Path
+) -> None:
     program = tmp_path / "from_python.py"
     program.write_text(readme_program())
     env = dict(os.environ, PALISADE_ENDPOINT=server.endpoint, DATABASE_URL=schema_dsn)
@@ -34,5 +38,7 @@ def test_the_readme_program_writes_and_is_refused_with_its_old_grant(server, sch
     import psycopg
 
     with psycopg.connect(schema_dsn) as conn:
-        body = conn.execute("SELECT body FROM reports WHERE name = 'nightly'").fetchone()[0]
+        row = conn.execute("SELECT body FROM reports WHERE name = 'nightly'").fetchone()
+    assert row is not None, "the program wrote no report"
+    body = row[0]
     assert body.split("\n") == [f"written with token {old}", f"written with token {newer}"]

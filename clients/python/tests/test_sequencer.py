@@ -8,7 +8,7 @@ import palisade
 from palisade.sequencer import Forged, KeySet, Malformed, PublicKey, Sequencer, verify
 
 
-def test_a_real_grant_verifies_and_names_its_key(client, unique):
+def test_a_real_grant_verifies_and_names_its_key(client: palisade.Client, unique: str) -> None:
     keys = client.public_keys()
     with client.lock(unique, ttl=5) as grant:
         verified = verify(grant.sequencer, keys)
@@ -17,7 +17,7 @@ def test_a_real_grant_verifies_and_names_its_key(client, unique):
     assert str(verified) == grant.sequencer
 
 
-def test_altered_foreign_and_malformed_sequencers_are_refused(client, unique):
+def test_altered_foreign_and_malformed_sequencers_are_refused(client: palisade.Client, unique: str) -> None:
     keys = client.public_keys()
     with client.lock(unique, ttl=5) as grant:
         text = grant.sequencer
@@ -50,7 +50,7 @@ def test_altered_foreign_and_malformed_sequencers_are_refused(client, unique):
             Sequencer.parse(bad)
 
 
-def test_key_sets_parse_like_the_rust_key_set():
+def test_key_sets_parse_like_the_rust_key_set() -> None:
     a = "ed25519:3d4017c3e843895a92b70aa74d1b7ebc9c982ccf2ec4968cc0cd55f12af4660c"
     b = "ed25519:fc51cd8e6218a1a38da47ed00230f0580816ed13ba3303ac5deb911548908025"
     keys = KeySet.parse(f"# the lock service's keys\n{a},\n  {b}\n{a}\n")

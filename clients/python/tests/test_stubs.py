@@ -9,7 +9,7 @@ SCRIPT = PYTHON_CLIENT / "scripts" / "generate_stubs.py"
 COMMITTED = PYTHON_CLIENT / "src" / "palisade" / "_proto"
 
 
-def test_the_committed_stubs_match_the_proto(tmp_path):
+def test_the_committed_stubs_match_the_proto(tmp_path: pathlib.Path) -> None:
     result = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     generated = tmp_path / "palisade" / "_proto"
@@ -22,7 +22,7 @@ def test_the_committed_stubs_match_the_proto(tmp_path):
     )
 
 
-def test_a_changed_proto_is_noticed(tmp_path):
+def test_a_changed_proto_is_noticed(tmp_path: pathlib.Path) -> None:
     """The check above can fail: a proto with one more field generates different stubs."""
     proto_dir = tmp_path / "proto"
     proto_dir.mkdir()

@@ -337,7 +337,7 @@ class Failure:
     kind: str
     message: str
     code: Optional[grpc.StatusCode] = None
-    detail: Any = None
+    detail: Optional[pb.ErrorDetail] = None  # set for CORE
     leader: Optional[str] = None
 
     @property
@@ -346,8 +346,8 @@ class Failure:
 
     def error(self, what: str) -> errors.PalisadeError:
         """The exception for this failure of ``what`` (e.g. ``"acquire of lock 'a'"``)."""
-        if self.kind == Failure.CORE:
-            cls = errors.class_for_kind(self.detail.kind) or errors.class_for_code(self.code)
+        if self.kind == Failure.CORE and self.detail is not None:
+            cls = errors.class_for_kind(self.detail.kind) or _class_for_code(self.code)
             return cls(f"{what}: {self.message}", code=self.code, detail=self.detail)
         if self.kind in (Failure.NOT_APPLIED, Failure.NOT_LEADER):
             return errors.NotApplied(
@@ -359,10 +359,14 @@ class Failure:
                 f"{what} has an unknown outcome ({self.message}); it may have taken effect",
                 code=self.code,
             )
-        cls = errors.class_for_code(self.code) if self.code is not None else errors.ProtocolError
+        cls = _class_for_code(self.code)
         if cls in (errors.NotApplied, errors.OutcomeUnknown):
             cls = errors.Refused
         return cls(f"{what} was refused ({_code_name(self.code)}): {self.message}", code=self.code)
+
+
+def _class_for_code(code: Optional[grpc.StatusCode]) -> type[errors.PalisadeError]:
+    return errors.class_for_code(code) if code is not None else errors.ProtocolError
 
 
 def _code_name(code: Optional[grpc.StatusCode]) -> str:
@@ -418,10 +422,11 @@ def failure_from_status(
 
 def failure_from_rpc_error(error: grpc.RpcError) -> Failure:
     """Classifies a failed call of the blocking API."""
+    # The stubs give every RpcError a call's methods; at run time only a call's error has them.
     try:
-        code = error.code()  # type: ignore[attr-defined]
-        details = error.details()  # type: ignore[attr-defined]
-        trailing = error.trailing_metadata()  # type: ignore[attr-defined]
+        code = error.code()
+        details = error.details()
+        trailing = error.trailing_metadata()
     except Exception:  # not a call's error: the outcome cannot be told
         return Failure(Failure.UNKNOWN, str(error))
     return failure_from_status(code, details, trailing)
@@ -545,7 +550,10 @@ def request_id() -> int:
     except NotImplementedError:
         nanos = time.time_ns() & 0xFFFF_FFFF_FFFF_FFFF
         count = next(_fallback_counter)
-        rotate = lambda x, n: ((x << n) | (x >> (64 - n))) & 0xFFFF_FFFF_FFFF_FFFF  # noqa: E731
+
+        def rotate(x: int, n: int) -> int:
+            return ((x << n) | (x >> (64 - n))) & 0xFFFF_FFFF_FFFF_FFFF
+
         return nanos ^ rotate(count & 0xFFFF_FFFF_FFFF_FFFF, 48) ^ rotate(os.getpid(), 32)
 
 

@@ -39,7 +39,7 @@ from .client import (
     lock_event,
     lock_status,
 )
-from .election import _NOTHING, Leader, leader_after, leader_of
+from .election import _NOTHING, Leader, LeaderOrNothing, leader_after, leader_of
 from .sequencer import KeySet, PublicKey
 
 log = logging.getLogger("palisade")
@@ -58,7 +58,13 @@ def _failure(error: BaseException) -> Failure:
 class Client:
     """An asyncio connection to the lock service; make one with :meth:`Client.connect`."""
 
-    def __init__(self, channels: dict, endpoints: _core.Endpoints, request_timeout: float, retry_budget: float):
+    def __init__(
+        self,
+        channels: dict[str, grpc.aio.Channel],
+        endpoints: _core.Endpoints[_core.AuthorizedStub],
+        request_timeout: float,
+        retry_budget: float,
+    ) -> None:
         self._channels = channels
         self._endpoints = endpoints
         self.request_timeout = request_timeout
@@ -198,7 +204,7 @@ class Client:
         return credential, granted
 
     async def renew(self, credential: SessionCredential) -> float:
-        response = await self._call(
+        response: pb.KeepAliveResponse = await self._call(
             "Renew", _core.keep_alive_request(credential.id, credential.secret), f"renewal of session {credential.id}"
         )
         if response.session != credential.id:
@@ -586,7 +592,7 @@ class Session:
                 return end
         return errors.LOST_CLOSED
 
-    async def _get(self, events: asyncio.Queue, until: float) -> Optional[tuple[str, Any]]:
+    async def _get(self, events: asyncio.Queue[tuple[str, Any]], until: float) -> Optional[tuple[str, Any]]:
         try:
             return await asyncio.wait_for(events.get(), max(0.0, until - time.monotonic()))
         except asyncio.TimeoutError:
@@ -597,7 +603,7 @@ class Session:
         sent_at: collections.deque[float] = collections.deque()
         current = self._client._endpoints.current()
         call = current.stub.KeepAlive()
-        events: asyncio.Queue = asyncio.Queue()
+        events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
         async def read() -> None:
             try:
@@ -727,7 +733,7 @@ class LeaderChanges:
 
     def __init__(self, events: LockEvents) -> None:
         self._events = events
-        self._last: Any = _NOTHING
+        self._last: LeaderOrNothing = _NOTHING
 
     def __aiter__(self) -> "LeaderChanges":
         return self

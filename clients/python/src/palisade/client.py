@@ -183,7 +183,7 @@ class AcquireResult:
 class _Calls:
     """The retry loop of the blocking API over one :class:`_core.Endpoints`."""
 
-    def __init__(self, endpoints: _core.Endpoints[pb_grpc.LocksStub], request_timeout: float, retry_budget: float):
+    def __init__(self, endpoints: _core.Endpoints[_core.AuthorizedStub], request_timeout: float, retry_budget: float):
         self.endpoints = endpoints
         self.request_timeout = request_timeout
         self.retry_budget = retry_budget
@@ -380,7 +380,9 @@ class Client:
                 return message, max(0.001, min(timeout, end - time.monotonic()))
 
             request = bounded
-        response = self._calls.call("Renew", request, f"renewal of session {credential.id}", budget=within)
+        response: pb.KeepAliveResponse = self._calls.call(
+            "Renew", request, f"renewal of session {credential.id}", budget=within
+        )
         if response.session != credential.id:
             raise errors.ProtocolError(
                 f"renewal of session {credential.id} answered for session {response.session}"
@@ -824,7 +826,7 @@ class Session:
                     return
                 yield item
 
-        self._wake = events = queue.Queue()
+        self._wake = events = queue.Queue[tuple[str, Any]]()
         if self._stopping.is_set():
             return errors.LOST_CLOSED
         current = self._client._endpoints.current()
@@ -946,6 +948,6 @@ def _check_interval(interval: Any) -> None:
 
 
 def _session_gone(failure: Failure) -> bool:
-    if failure.kind == Failure.CORE:
+    if failure.kind == Failure.CORE and failure.detail is not None:
         return failure.detail.kind == "session_not_found"
     return failure.code is grpc.StatusCode.NOT_FOUND

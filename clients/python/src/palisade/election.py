@@ -19,8 +19,9 @@ leader writes can be fenced with it, exactly as a lock holder's writes are with 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, Union
 
 from . import errors
 from .client import LockEvent, LockEvents, LockStatus
@@ -43,8 +44,15 @@ class Leader:
     value: Optional[str]
 
 
-#: Marks "nothing reported yet" in :class:`LeaderChanges`, where ``None`` means nobody leads.
-_NOTHING = object()
+class _Nothing(enum.Enum):
+    NOTHING = enum.auto()
+
+
+#: Marks "nothing reported yet" in :class:`LeaderChanges`, where ``None`` means nobody leads
+#: (an enum's only member, so that a type checker tells it from a leader).
+_NOTHING = _Nothing.NOTHING
+#: A leader, ``None`` (nobody leads) or :data:`_NOTHING` (not known).
+LeaderOrNothing = Union[Leader, None, Literal[_Nothing.NOTHING]]
 
 
 def leader_of(status: LockStatus) -> Optional[Leader]:
@@ -53,7 +61,7 @@ def leader_of(status: LockStatus) -> Optional[Leader]:
     return None if holder is None else Leader(holder.session, holder.token, holder.value)
 
 
-def leader_after(event: LockEvent) -> Any:
+def leader_after(event: LockEvent) -> LeaderOrNothing:
     """The leader after ``event`` (a :class:`Leader` or ``None``), or :data:`_NOTHING` for an
     event that says nothing about it (a kind this client does not know)."""
     if event.kind in ("snapshot", "granted", "value_set"):
@@ -71,7 +79,7 @@ class LeaderChanges:
 
     def __init__(self, events: LockEvents) -> None:
         self._events = events
-        self._last: Any = _NOTHING
+        self._last: LeaderOrNothing = _NOTHING
 
     def __iter__(self) -> "LeaderChanges":
         return self

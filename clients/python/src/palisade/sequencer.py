@@ -181,7 +181,7 @@ class KeySet:
             raise Malformed("a key set is text")
         if len(text.encode()) > KEY_SET_TEXT_BYTES_MAX:
             raise Malformed(f"a key set's text is at most {KEY_SET_TEXT_BYTES_MAX} bytes")
-        keys = []
+        keys: list[PublicKey] = []
         for line in text.splitlines():
             if line.lstrip().startswith("#"):
                 continue

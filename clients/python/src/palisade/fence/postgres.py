@@ -33,7 +33,6 @@ from . import (
     FenceState,
     OutcomeUnknown,
     Storage,
-    VerifiedSequencer,
     check,
     confirm_advanced,
     explain_refusal,
@@ -41,6 +40,7 @@ from . import (
     to_signed,
     validate_scope,
 )
+from ..sequencer import VerifiedSequencer
 
 CREATE_TABLE_SQL = """CREATE TABLE IF NOT EXISTS palisade_fence (
         scope text PRIMARY KEY,

@@ -36,11 +36,11 @@ from . import (
     Stale,
     Storage,
     TokenReissued,
-    VerifiedSequencer,
     WrongLock,
     check,
     validate_scope,
 )
+from ..sequencer import VerifiedSequencer
 
 #: Most ops one fenced script call may apply (and most keys one read returns).
 REDIS_OPS_MAX = 64
@@ -264,7 +264,9 @@ def _decode(scope: str, sequencer: VerifiedSequencer, ops: Sequence[Op], reply: 
         pairs = reply[1:]
         if len(pairs) != 2 * len(ops):
             raise _unexpected(f"{len(pairs) // 2} replies for {len(ops)} ops")
-        replies = []
+        # One per op: True for a done, the value (bytes, or None when missing) for a get, the
+        # new value for an incr_by.
+        replies: list[Union[bool, bytes, int, None]] = []
         for kind, value in zip(pairs[0::2], pairs[1::2]):
             kind = _text(kind) if kind is not None else None
             if kind == "done":

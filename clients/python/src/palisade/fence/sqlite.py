@@ -23,7 +23,6 @@ from . import (
     FenceState,
     InvalidRequest,
     Storage,
-    VerifiedSequencer,
     check,
     confirm_advanced,
     explain_refusal,
@@ -31,6 +30,7 @@ from . import (
     to_signed,
     validate_scope,
 )
+from ..sequencer import VerifiedSequencer
 
 CREATE_TABLE_SQL = """CREATE TABLE IF NOT EXISTS palisade_fence (
         scope TEXT PRIMARY KEY NOT NULL,
