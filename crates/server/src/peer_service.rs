@@ -11,13 +11,14 @@
 //!
 //! Before anything reaches Raft, the request's envelope must name this node's cluster and id:
 //! otherwise the sender has a wrong address for the node it means, and the request is refused
-//! with `FAILED_PRECONDITION`. A leader streams its log to a follower (`StreamAppend`), and every
-//! request on the stream is checked as a unary one is. A snapshot arrives as a stream (a header, then pieces of at most
-//! [`SNAPSHOT_CHUNK_BYTES_MAX`]); it is reassembled in memory, never beyond the length its header
-//! declares nor beyond [`SNAPSHOT_BYTES_MAX`], and installed only when exactly that many bytes
-//! arrived.
+//! with `FAILED_PRECONDITION`. A leader streams its log to a follower (`StreamAppend`), and
+//! every request on the stream is checked as a unary one is. A snapshot arrives as a stream (a
+//! header, then pieces of at most [`SNAPSHOT_CHUNK_BYTES_MAX`]); it is reassembled in memory,
+//! never beyond the length its header declares nor beyond [`SNAPSHOT_BYTES_MAX`], and installed
+//! only when exactly that many bytes arrived.
 
 use std::io::Cursor;
+use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use openraft::async_runtime::WatchReceiver;
@@ -68,7 +69,7 @@ pub struct RaftPeerServer {
     local_id: u64,
     local_incarnation: u64,
     cluster: ClusterName,
-    admission: Option<std::sync::Arc<dyn Admission>>,
+    admission: Option<Arc<dyn Admission>>,
     /// True once the node is stopping: append streams then end, so that a graceful shutdown
     /// does not wait for the leader's stream, which never ends by itself.
     stopping: Option<tokio::sync::watch::Receiver<bool>>,
@@ -108,7 +109,7 @@ impl RaftPeerServer {
     pub fn with_identity(
         mut self,
         incarnation: u64,
-        admission: std::sync::Arc<dyn Admission>,
+        admission: Arc<dyn Admission>,
     ) -> RaftPeerServer {
         self.local_incarnation = incarnation;
         self.admission = Some(admission);
@@ -346,12 +347,20 @@ impl Raft for RaftPeerServer {
         &self,
         request: Request<Streaming<PeerRequest>>,
     ) -> Result<Response<AppendReplies>, Status> {
-        let refusal = std::sync::Arc::new(std::sync::Mutex::new(None::<Status>));
+        // Why the stream ends before the leader ends it: the first refused request, or this
+        // node stopping (UNAVAILABLE, so that the leader backs off). Sent after the replies.
+        let ending = Arc::new(Mutex::new(None::<Status>));
+        let end_with = |ending: &Mutex<Option<Status>>, status: Status| {
+            ending
+                .lock()
+                .expect("stream ending poisoned")
+                .get_or_insert(status);
+        };
         let requests = {
-            let refusal = refusal.clone();
+            let ending = ending.clone();
             let server = self.clone();
             futures::stream::unfold(Some(request.into_inner()), move |stream| {
-                let refusal = refusal.clone();
+                let ending = ending.clone();
                 let server = server.clone();
                 async move {
                     let mut stream = stream?;
@@ -367,12 +376,29 @@ impl Raft for RaftPeerServer {
                     match opened {
                         Ok(rpc) => Some((rpc, Some(stream))),
                         Err(status) => {
-                            *refusal.lock().expect("refusal slot poisoned") = Some(status);
+                            end_with(&ending, status);
                             None
                         }
                     }
                 }
             })
+        };
+        let stopping = {
+            let ending = ending.clone();
+            let stopping = self.stopping.clone();
+            let local_id = self.local_id;
+            async move {
+                let Some(mut stopping) = stopping else {
+                    return std::future::pending().await;
+                };
+                if stopping.wait_for(|stopping| *stopping).await.is_err() {
+                    return std::future::pending().await;
+                }
+                end_with(
+                    &ending,
+                    Status::unavailable(format!("node {local_id} is stopping")),
+                );
+            }
         };
         let server = self.clone();
         let replies = self
@@ -382,36 +408,13 @@ impl Raft for RaftPeerServer {
                 Ok(result) => encode_reply(&result),
                 Err(fatal) => Err(server.stopped(fatal)),
             })
+            .take_until(stopping)
             .chain(
                 futures::stream::once(async move {
-                    refusal.lock().expect("refusal slot poisoned").take()
+                    ending.lock().expect("stream ending poisoned").take()
                 })
-                .filter_map(|refusal| async move { refusal.map(Err) }),
+                .filter_map(|ending| async move { ending.map(Err) }),
             );
-        // A stopping node ends the stream with UNAVAILABLE: its leader backs off.
-        let stopped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let stopping = {
-            let stopping = self.stopping.clone();
-            let stopped = stopped.clone();
-            async move {
-                let Some(mut stopping) = stopping else {
-                    return std::future::pending().await;
-                };
-                if stopping.wait_for(|stopping| *stopping).await.is_ok() {
-                    stopped.store(true, std::sync::atomic::Ordering::SeqCst);
-                } else {
-                    std::future::pending::<()>().await;
-                }
-            }
-        };
-        let local_id = self.local_id;
-        let replies = replies.take_until(stopping).chain(
-            futures::stream::once(async move { stopped.load(std::sync::atomic::Ordering::SeqCst) })
-                .filter_map(move |stopped| async move {
-                    stopped
-                        .then(|| Err(Status::unavailable(format!("node {local_id} is stopping"))))
-                }),
-        );
         Ok(Response::new(Box::pin(replies)))
     }
 
