@@ -1,0 +1,120 @@
+package palisade
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// Mutex is one lock taken in a session: Lock waits in FIFO order, TryLock does not, Unlock gives
+// it up. While held, Token is its fencing token and Sequencer the signed text to present to
+// every resource written; the hold ends when the session does (Session.Done).
+type Mutex struct {
+	session *Session
+	name    string
+	value   string
+
+	mu    sync.Mutex
+	grant *Grant
+}
+
+// MutexOption configures Session.Mutex.
+type MutexOption func(*Mutex)
+
+// WithValue is what the grant tells everyone who reads the lock (Status, ListLocks, Watch): 1
+// to 1024 bytes of UTF-8 without control characters.
+func WithValue(value string) MutexOption { return func(m *Mutex) { m.value = value } }
+
+// Mutex is the lock name in this session (nothing is sent until Lock or TryLock).
+func (s *Session) Mutex(name string, opts ...MutexOption) *Mutex {
+	m := &Mutex{session: s, name: name}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// Name is the lock's name.
+func (m *Mutex) Name() string { return m.name }
+
+// Lock takes the lock, waiting until it is granted or ctx ends (the service ends the wait just
+// before ctx's deadline: ErrWaitEnded). If ctx ends while the acquire may be waiting, the wait
+// is withdrawn before Lock returns. Locking a held Mutex again returns its grant unchanged.
+func (m *Mutex) Lock(ctx context.Context) error { return m.acquire(ctx, false) }
+
+// TryLock takes the lock only if it is free: ErrBusy (class ErrNotAcquired) otherwise, whose
+// Detail names the holder and its token.
+func (m *Mutex) TryLock(ctx context.Context) error { return m.acquire(ctx, true) }
+
+func (m *Mutex) acquire(ctx context.Context, tryOnly bool) error {
+	if err := m.session.Err(); err != nil {
+		return err
+	}
+	grant, err := m.session.client.Acquire(ctx, m.session.cred, m.name, AcquireOptions{TryOnly: tryOnly, Value: m.value})
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.grant = &grant
+	m.mu.Unlock()
+	// A grant that arrives after the session ended is no grant: the service may have freed it.
+	return m.session.Err()
+}
+
+// Unlock gives the lock up; an error if the service did not confirm it, or if the session ended
+// while it was held (then the lock is lost, not released: *SessionLostError).
+func (m *Mutex) Unlock(ctx context.Context) error {
+	m.mu.Lock()
+	grant := m.grant
+	m.grant = nil
+	m.mu.Unlock()
+	if grant == nil {
+		return invalidArgument("unlock of lock %q, which this Mutex does not hold", m.name)
+	}
+	if err := m.session.Err(); err != nil {
+		return err
+	}
+	token, held, err := m.session.client.Release(ctx, m.session.cred, m.name)
+	if err != nil {
+		return err
+	}
+	if !held || token != grant.Token {
+		ended := "a wait instead"
+		if held {
+			ended = fmt.Sprintf("token %d", token)
+		}
+		return protocolError("release of lock %q with token %d ended %s", m.name, grant.Token, ended)
+	}
+	return nil
+}
+
+// Grant is the current grant, and false when the Mutex holds nothing (or its session ended).
+func (m *Mutex) Grant() (Grant, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.grant == nil || m.session.Err() != nil {
+		return Grant{}, false
+	}
+	return *m.grant, true
+}
+
+// Token is the fencing token of the current grant (0 when none).
+func (m *Mutex) Token() uint64 {
+	g, _ := m.Grant()
+	return g.Token
+}
+
+// Sequencer is the signed sequencer of the current grant ("" when none): what resources check.
+func (m *Mutex) Sequencer() string {
+	g, _ := m.Grant()
+	return g.Sequencer
+}
+
+// Proclaim replaces the value the current grant tells readers of the lock ("" removes it).
+func (m *Mutex) Proclaim(ctx context.Context, value string) error {
+	g, ok := m.Grant()
+	if !ok {
+		return &Error{Class: ErrRefused, Kind: ErrNotHolder, Message: fmt.Sprintf("proclaim on lock %q, which this Mutex does not hold", m.name)}
+	}
+	return m.session.client.Proclaim(ctx, m.session.cred, m.name, g.Token, value)
+}

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Fails if clients/go/palisadev1 is not what scripts/generate.sh makes from the current .proto
+# (regenerated into a temporary directory and compared file by file).
+set -euo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+"$here/scripts/generate.sh" "$tmp"
+if ! diff -r "$here/palisadev1" "$tmp" >"$tmp.diff" 2>&1; then
+  cat "$tmp.diff" >&2
+  rm -f "$tmp.diff"
+  echo "check-generated: clients/go/palisadev1 is stale; run clients/go/scripts/generate.sh and commit the result" >&2
+  exit 1
+fi
+rm -f "$tmp.diff"
+echo "check-generated: clients/go/palisadev1 matches crates/proto/proto/palisade.proto"
