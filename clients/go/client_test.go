@@ -382,3 +382,22 @@ func waitFor(t *testing.T, condition func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+func TestASessionWhoseServerDiesIsLostOnceItsLeaseCannotBeProven(t *testing.T) {
+	server := testserver.Start(t)
+	c := connect(t, server.Endpoint)
+	s := session(t, c, palisade.WithTTL(time.Second))
+	server.Kill()
+	select {
+	case <-s.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the session outlived its server by 5 s")
+	}
+	var lost *palisade.SessionLostError
+	if !errors.As(s.Err(), &lost) || lost.Reason != palisade.LostLeaseUnproven {
+		t.Fatalf("Err: %v", s.Err())
+	}
+	if _, ok := s.LeaseRemaining(); ok {
+		t.Fatal("a lost session still reports a lease")
+	}
+}

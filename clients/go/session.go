@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	mathrand "math/rand/v2"
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"example.invalid/palisade/clients/go/keepalive"
 	"example.invalid/palisade/clients/go/palisadev1"
@@ -69,7 +73,7 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	s := &Session{
 		client: c, cred: cred, ttl: granted,
 		done: make(chan struct{}), stop: make(chan struct{}), stopped: make(chan struct{}),
-		leaseDeadline: sentAt.Add(keepalive.ProvenLease(granted)),
+		leaseDeadline: sentAt.Add(time.Duration(keepalive.ProvenLease(granted.Milliseconds())) * time.Millisecond),
 	}
 	go s.run(sentAt, interval)
 	return s, nil
@@ -151,85 +155,87 @@ func (s *Session) Close(ctx context.Context) error {
 
 // --- the keepalive driver: I/O around keepalive.Engine ---------------------------------------
 
-// event is an engine event from the stream or renewal numbered gen.
+// event is an engine event from the stream or Renew call numbered gen.
 type event struct {
 	gen uint64
 	ev  keepalive.Event
 }
 
-// stream is one KeepAlive stream: pings go through send, its goroutines end with cancel.
-type stream struct {
-	gen    uint64
+// inFlight is the open stream or Renew call: pings go through send; cancel ends its goroutines.
+type inFlight struct {
 	send   chan struct{}
 	cancel context.CancelFunc
+	// endpoint is the generation of the endpoint a stream was opened at.
+	endpoint uint64
 }
 
 func (s *Session) run(opened time.Time, interval time.Duration) {
 	defer close(s.stopped)
-	now := func() time.Duration { return time.Since(opened) }
-	engine := keepalive.New(s.ttl, interval, 0, mathrand.Float64)
+	now := func() int64 { return time.Since(opened).Milliseconds() }
+	seed := mathrand.Uint64() >> 12 // below 2^53, as the vectors' seeds
+	engine := keepalive.New(s.ttl.Milliseconds(), interval.Milliseconds(), 0, &seed)
 	events := make(chan event, 64)
 	var gen uint64
-	var cur *stream
-	closeStream := func() {
+	var cur *inFlight
+	end := func() {
 		if cur != nil {
 			cur.cancel()
 			cur = nil
 		}
+		gen++ // whatever it still reports is dropped
 	}
-	defer closeStream()
+	defer end()
 	apply := func(actions []keepalive.Action) bool {
 		for _, a := range actions {
-			switch a.Kind {
-			case keepalive.Open:
-				closeStream()
-				gen++
-				cur = s.openStream(gen, events, now)
-			case keepalive.Ping:
+			switch a.Type {
+			case keepalive.OpenStream:
+				end()
+				cur = s.openStream(gen, events)
+			case keepalive.SendPing:
 				if cur != nil {
 					select {
 					case cur.send <- struct{}{}:
 					default: // the sender is blocked: the stream is stuck, which the engine sees
 					}
 				}
-			case keepalive.Close:
-				closeStream()
+			case keepalive.CloseStream:
+				if a.Reason == keepalive.ReasonStuck && cur != nil {
+					s.client.endpoints.afterFailure(cur.endpoint, &failure{kind: failUnknown, message: "the keepalive stream is stuck"})
+				}
+				end()
 			case keepalive.Renew:
-				closeStream()
-				gen++
-				go s.renewByCall(gen, a.Budget, events, now)
-			case keepalive.Pause:
-				closeStream()
+				end()
+				cur = s.renewByCall(gen, a, opened, events)
+			case keepalive.CancelRenew, keepalive.Pause:
+				end()
 			case keepalive.Lost:
 				if s.end(a.Reason) == "" {
 					s.client.cfg.Logger.Info("palisade session lost", "session", s.cred.ID, "reason", DescribeLost(a.Reason))
 				}
-				if a.Reason == keepalive.LostNotFound {
-					return false
-				}
+			case keepalive.Stop:
+				return false
 			}
 		}
-		deadline, proving := engine.LeaseDeadline()
-		if proving {
+		if deadline, proving := engine.LeaseDeadline(); proving {
 			s.mu.Lock()
-			if t := opened.Add(deadline); t.After(s.leaseDeadline) {
+			if t := opened.Add(time.Duration(deadline) * time.Millisecond); t.After(s.leaseDeadline) {
 				s.leaseDeadline = t
 			}
 			s.mu.Unlock()
 		}
 		return true
 	}
-	if !apply(engine.Start(now())) {
+	if !apply(engine.On(keepalive.Event{Type: keepalive.Start}, now())) {
 		return
 	}
-	timer := time.NewTimer(0)
+	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		wake, ok := engine.Wake()
-		if !ok {
-			return
+		var wakeC <-chan time.Time
+		if wake, ok := engine.Wake(); ok {
+			timer.Reset(time.Duration(max(wake-now(), 0)) * time.Millisecond)
+			wakeC = timer.C
 		}
-		timer.Reset(max(wake-now(), 0))
 		var actions []keepalive.Action
 		select {
 		case <-s.stop:
@@ -238,12 +244,13 @@ func (s *Session) run(opened time.Time, interval time.Duration) {
 			return
 		case e := <-events:
 			if e.gen != gen {
-				continue // from a stream or renewal already given up
+				continue // from a stream or call already given up
 			}
-			actions = engine.Step(e.ev)
-		case <-timer.C:
-			actions = engine.Step(keepalive.Event{Kind: keepalive.Tick, At: now()})
+			actions = engine.On(e.ev, now())
+		case <-wakeC:
+			actions = engine.On(keepalive.Event{Type: keepalive.Tick}, now())
 		}
+		timer.Stop()
 		if !apply(actions) {
 			return
 		}
@@ -252,32 +259,38 @@ func (s *Session) run(opened time.Time, interval time.Duration) {
 
 // openStream opens a KeepAlive stream at the current endpoint, sends its first ping, and feeds
 // its answers and its end to events.
-func (s *Session) openStream(gen uint64, events chan<- event, now func() time.Duration) *stream {
+func (s *Session) openStream(gen uint64, events chan<- event) *inFlight {
 	ctx, cancel := context.WithCancel(context.Background())
-	st := &stream{gen: gen, send: make(chan struct{}, 4), cancel: cancel}
-	st.send <- struct{}{} // the first ping goes out with the stream
 	cur := s.client.endpoints.current()
+	st := &inFlight{send: make(chan struct{}, 4), cancel: cancel, endpoint: cur.generation}
+	st.send <- struct{}{} // the first ping goes out with the stream
 	ping := &palisadev1.KeepAliveRequest{Session: s.cred.ID, SessionSecret: s.cred.Secret}
+	deliver := func(ev keepalive.Event) bool {
+		select {
+		case events <- event{gen, ev}:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	var trailer metadata.MD
 	report := func(err error) {
-		f := classify(err, nil)
 		if ctx.Err() != nil {
 			return // closed by the driver
 		}
+		f := classify(err, trailer)
 		s.client.endpoints.afterFailure(cur.generation, f)
-		ev := keepalive.Event{Kind: keepalive.StreamBroken, At: now(), LeaderHint: f.kind == failNotLeader}
 		switch {
 		case sessionGone(f):
-			ev.Gone = true
+			deliver(keepalive.Event{Type: keepalive.SessionGone})
 		case f.code == codes.ResourceExhausted:
-			ev.Kind = keepalive.StreamRefused
-		}
-		select {
-		case events <- event{gen, ev}:
-		case <-ctx.Done():
+			deliver(keepalive.Event{Type: keepalive.StreamRefused})
+		default:
+			deliver(keepalive.Event{Type: keepalive.StreamBroken, LeaderNamed: f.kind == failNotLeader})
 		}
 	}
 	go func() {
-		call, err := cur.stub.KeepAlive(ctx)
+		call, err := cur.stub.KeepAlive(ctx, grpc.Trailer(&trailer))
 		if err != nil {
 			report(err)
 			return
@@ -296,6 +309,9 @@ func (s *Session) openStream(gen uint64, events chan<- event, now func() time.Du
 		}()
 		for {
 			ack, err := call.Recv()
+			if err == io.EOF {
+				err = status.Error(codes.Unavailable, "the keepalive stream ended")
+			}
 			if err != nil {
 				report(err)
 				return
@@ -303,9 +319,7 @@ func (s *Session) openStream(gen uint64, events chan<- event, now func() time.Du
 			if ack.GetSession() != s.cred.ID {
 				continue
 			}
-			select {
-			case events <- event{gen, keepalive.Event{Kind: keepalive.Ack, At: now(), Remaining: time.Duration(ack.GetTtlRemainingMs()) * time.Millisecond}}:
-			case <-ctx.Done():
+			if !deliver(keepalive.Event{Type: keepalive.Ack, TTLRemainingMs: int64(ack.GetTtlRemainingMs())}) {
 				return
 			}
 		}
@@ -313,25 +327,31 @@ func (s *Session) openStream(gen uint64, events chan<- event, now func() time.Du
 	return st
 }
 
-// renewByCall renews the session by one Renew call within budget (0: the client's).
-func (s *Session) renewByCall(gen uint64, budget time.Duration, events chan<- event, now func() time.Duration) {
-	ctx := context.Background()
-	if budget == 0 {
-		budget = s.client.cfg.RetryBudget
-	} else {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, budget)
-		defer cancel()
+// renewByCall renews the session by one Renew call, given up at the action's until (none: the
+// client's retry budget).
+func (s *Session) renewByCall(gen uint64, a keepalive.Action, opened time.Time, events chan<- event) *inFlight {
+	ctx, cancel := context.WithCancel(context.Background())
+	budget := s.client.cfg.RetryBudget
+	if a.HasUntil {
+		ctx, cancel = context.WithDeadline(context.Background(), opened.Add(time.Duration(a.Until)*time.Millisecond))
+		budget = time.Until(opened.Add(time.Duration(a.Until) * time.Millisecond))
 	}
-	remaining, err := s.client.renew(ctx, s.cred, budget)
-	ev := keepalive.Event{Kind: keepalive.RenewAnswered, At: now(), Remaining: remaining}
-	if err != nil {
-		ev = keepalive.Event{Kind: keepalive.RenewFailed, At: now(), Gone: errors.Is(err, ErrSessionNotFound)}
-	}
-	select {
-	case events <- event{gen, ev}:
-	case <-s.stopped:
-	}
+	go func() {
+		remaining, err := s.client.renew(ctx, s.cred, max(budget, 0))
+		ev := keepalive.Event{Type: keepalive.RenewAnswered, TTLRemainingMs: remaining.Milliseconds()}
+		switch {
+		case errors.Is(err, ErrSessionNotFound):
+			ev = keepalive.Event{Type: keepalive.SessionGone}
+		case err != nil:
+			ev = keepalive.Event{Type: keepalive.RenewFailed}
+		}
+		select {
+		case events <- event{gen, ev}:
+		case <-ctx.Done():
+		case <-s.stopped:
+		}
+	}()
+	return &inFlight{send: make(chan struct{}), cancel: cancel}
 }
 
 func sessionGone(f *failure) bool {

@@ -1,305 +1,340 @@
-// Package keepalive is the session keepalive as a pure state machine, without I/O: it takes
-// events (a tick, a ping's answer, a stream refused or broken, a renewal answered or failed),
-// each with the time it happened, and returns the actions to take (open a stream, ping, renew
-// by one call within a budget, pause until a time, the session is lost for a reason). The
-// session's goroutine in package palisade is its thin driver.
+// Package keepalive is a session's keepalive rules as a state machine without I/O: it takes
+// timed events (start, tick, a ping's answer, a stream broken or refused, the session gone, a
+// Renew call answered or failed) and returns the actions to take (open a stream, send a ping,
+// close the stream, renew by one call until a time, cancel that call, pause until a time, the
+// session is lost, stop). The session's goroutine in package palisade is its thin driver and
+// holds no rules of its own.
 //
-// The rules are the Rust client's Pinger and the Python client's: a ping every interval (a
-// third of the TTL by default); the lease is proven until a ping's send time plus the remainder
-// the service reported, less a margin; a stream whose oldest ping has gone unanswered for a
-// whole interval is stuck and reopened elsewhere; when the service has no keepalive stream to
-// spare (RESOURCE_EXHAUSTED) the session is renewed by one Renew call per interval, within what
-// is left of the proven lease, and a stream tried again after it; a stream that broke is
-// reopened at once after a leader hint (at most three times in a row), else after a pause of 50
-// ms doubling to 1 s, jittered. When the lease can no longer be proven the session is lost
-// (LostLeaseUnproven), but renewed best effort until its owner closes it, so its locks are not
-// handed on while the owner is still stopping; when the service says the session is gone it is
-// lost for good (LostNotFound).
-//
-// Times are durations since an origin the driver chooses (its start), so that a test can feed
-// any sequence of events without a clock.
+// The same engine is written in Rust (crates/client) and Python (palisade._keepalive), and all
+// of them pass the shared vectors in spec/keepalive/v1, whose README states every rule. Times
+// are integer milliseconds on the client's monotonic clock, from an origin the driver chooses.
 package keepalive
 
-import "time"
+import "math"
 
-// Reasons a session is lost.
+// Lost reasons, as package palisade spells them.
 const (
-	LostNotFound      = "not_found"
-	LostLeaseUnproven = "lease_unproven"
+	LeaseUnproven = "lease_unproven"
+	NotFound      = "not_found"
 )
 
-// Backoff and retry constants (the same in every client).
+// Backoff constants, the same in every client.
 const (
-	BackoffInitial   = 50 * time.Millisecond
-	BackoffMax       = time.Second
+	BackoffInitialMs = 50
+	BackoffMaxMs     = 1000
 	RetriesAtOnceMax = 3
+	IntervalMinMs    = 10
 )
 
-// EventKind names an event.
-type EventKind string
-
-// The events.
-const (
-	// Tick: time passed (the driver calls at Engine.Wake, or at any time).
-	Tick EventKind = "tick"
-	// Ack: the current stream answered its oldest unanswered ping; Remaining is the lease the
-	// service reported.
-	Ack EventKind = "ack"
-	// StreamRefused: the service has no keepalive stream to spare (RESOURCE_EXHAUSTED).
-	StreamRefused EventKind = "stream_refused"
-	// StreamBroken: the stream failed or ended; LeaderHint says the failure named a leader to
-	// go to (the driver has already switched endpoints); Gone says the service no longer knows
-	// the session.
-	StreamBroken EventKind = "stream_broken"
-	// RenewAnswered: the Renew call the engine asked for answered with Remaining.
-	RenewAnswered EventKind = "renew_answered"
-	// RenewFailed: that Renew call failed; Gone as for StreamBroken.
-	RenewFailed EventKind = "renew_failed"
-)
-
-// Event is one input of the engine.
-type Event struct {
-	Kind       EventKind
-	At         time.Duration
-	Remaining  time.Duration
-	LeaderHint bool
-	Gone       bool
+// ProvenLease is how much of a reported lease remainder the client counts on: less 20 ms for a
+// late timer and 0.2 % (rounded up) for the two machines' clock rates differing.
+func ProvenLease(remainingMs int64) int64 {
+	return max(0, remainingMs-20-(2*remainingMs+999)/1000)
 }
 
-// ActionKind names an action.
-type ActionKind string
+// splitMix64 is the jitter's generator: the same numbers in every client, so vectors fix them.
+type splitMix64 struct{ state uint64 }
 
-// The actions.
+func (r *splitMix64) fraction() float64 {
+	r.state += 0x9E3779B97F4A7C15
+	z := r.state
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+	z ^= z >> 31
+	return float64(z>>11) * math.Ldexp(1, -53)
+}
+
+// backoff is exponential backoff within a budget, with a few attempts at once, on the engine's
+// clock.
+type backoff struct {
+	budgetMs   int64
+	rng        *splitMix64
+	step       int64
+	giveUpAt   int64
+	atOnceLeft int
+}
+
+func newBackoff(now, budgetMs int64, rng *splitMix64) *backoff {
+	b := &backoff{budgetMs: budgetMs, rng: rng}
+	b.reset(now)
+	return b
+}
+
+func (b *backoff) reset(now int64) {
+	b.step = BackoffInitialMs
+	b.giveUpAt = now + b.budgetMs
+	b.atOnceLeft = RetriesAtOnceMax
+}
+
+func (b *backoff) atOnce(now int64) bool {
+	if b.atOnceLeft == 0 || now >= b.giveUpAt {
+		return false
+	}
+	b.atOnceLeft--
+	return true
+}
+
+// nextDelay is the next pause, or false once the budget is spent.
+func (b *backoff) nextDelay(now int64) (int64, bool) {
+	if now >= b.giveUpAt {
+		return 0, false
+	}
+	step := b.step
+	if b.rng != nil {
+		step = int64(float64(step) * (0.5 + b.rng.fraction()/2))
+	}
+	delay := min(step, b.giveUpAt-now)
+	b.step = min(b.step*2, BackoffMaxMs)
+	b.atOnceLeft = RetriesAtOnceMax
+	return delay, true
+}
+
+// EventType names an event.
+type EventType string
+
+// The events (see spec/keepalive/v1/README.md for when the driver feeds each).
 const (
-	// Open: open a new keepalive stream, its first ping sent with it (close the old one, if any).
-	Open ActionKind = "open"
-	// Ping: send a ping on the current stream.
-	Ping ActionKind = "ping"
-	// Close: close the current stream (it is stuck or being replaced by a pause).
-	Close ActionKind = "close"
-	// Renew: renew the session by one Renew call, given up after Budget (0: no budget, the
-	// client's own retry budget).
-	Renew ActionKind = "renew"
-	// Pause: open nothing until Until.
-	Pause ActionKind = "pause"
-	// Lost: the session is lost for Reason. After LostLeaseUnproven the engine goes on renewing;
-	// after LostNotFound it asks for nothing more.
-	Lost ActionKind = "lost"
+	Start         EventType = "start"
+	Tick          EventType = "tick"
+	Ack           EventType = "ack"
+	StreamBroken  EventType = "stream_broken"
+	StreamRefused EventType = "stream_refused"
+	SessionGone   EventType = "session_gone"
+	RenewAnswered EventType = "renew_answered"
+	RenewFailed   EventType = "renew_failed"
 )
 
-// Action is one output of the engine.
+// Event is one input: its type, and TTLRemainingMs for Ack and RenewAnswered, LeaderNamed for
+// StreamBroken.
+type Event struct {
+	Type           EventType
+	TTLRemainingMs int64
+	LeaderNamed    bool
+}
+
+// ActionType names an action.
+type ActionType string
+
+// The actions (see spec/keepalive/v1/README.md for what the driver does with each).
+const (
+	OpenStream  ActionType = "open_stream"
+	SendPing    ActionType = "send_ping"
+	CloseStream ActionType = "close_stream"
+	Renew       ActionType = "renew"
+	CancelRenew ActionType = "cancel_renew"
+	Pause       ActionType = "pause"
+	Lost        ActionType = "lost"
+	Stop        ActionType = "stop"
+)
+
+// Close reasons of CloseStream.
+const (
+	ReasonStuck            = "stuck"
+	ReasonLeaseEnded       = "lease_ended"
+	noUntil          int64 = -1
+)
+
+// Action is one output. Reason is set for CloseStream and Lost; Until for Pause and Renew, where
+// HasUntil false means none (a Renew of a lost session has no end).
 type Action struct {
-	Kind   ActionKind
-	Budget time.Duration
-	Until  time.Duration
-	Reason string
+	Type     ActionType
+	Reason   string
+	Until    int64
+	HasUntil bool
 }
 
 type state int
 
 const (
-	streaming state = iota
+	idle state = iota
+	streaming
 	renewing
-	afterRenew
-	pausing
-	ended
+	waiting
+	stopped
 )
 
-// Engine is one session's keepalive. Not safe for concurrent use: its driver serializes events.
+// Engine is one session's keepalive. Feed On events, perform what it returns, and feed a Tick by
+// Wake at the latest. Not safe for concurrent use: its driver serializes events.
 type Engine struct {
-	ttl, interval time.Duration
-	jitter        func() float64
-
-	proving       bool
-	leaseDeadline time.Duration
-	st            state
-	sent          []time.Duration // send times of the current stream's unanswered pings
-	nextPing      time.Duration
-	renewSentAt   time.Duration
-	wakeAt        time.Duration
-
-	delay      time.Duration
-	atOnceLeft int
+	ttlMs, intervalMs int64
+	leaseDeadline     int64 // noUntil once lost
+	rng               *splitMix64
+	backoff           *backoff
+	st                state
+	sentAt            []int64
+	nextPing          int64
+	renewSent         int64
+	until             int64
 }
 
-// New is the engine of a session whose granted TTL is ttl, pinged every interval, opened by a
-// request sent at opened (the lease is proven from then). jitter returns a number in [0, 1) that
-// spreads pauses (math/rand in the driver, a constant in tests); nil means 0.5.
-func New(ttl, interval, opened time.Duration, jitter func() float64) *Engine {
-	if jitter == nil {
-		jitter = func() float64 { return 0.5 }
+// New is the engine of a session granted ttlMs, pinged every intervalMs (0: ttlMs / 3; clamped
+// to 10..=ttlMs), whose OpenSession was sent at openedAtMs. jitterSeed seeds the backoff's
+// jitter (nil: none, every pause the whole step).
+func New(ttlMs, intervalMs, openedAtMs int64, jitterSeed *uint64) *Engine {
+	if intervalMs == 0 {
+		intervalMs = ttlMs / 3
 	}
-	interval = min(max(interval, 10*time.Millisecond), ttl)
-	return &Engine{
-		ttl: ttl, interval: interval, jitter: jitter, proving: true,
-		leaseDeadline: opened + ProvenLease(ttl),
-		delay:         BackoffInitial, atOnceLeft: RetriesAtOnceMax,
+	e := &Engine{
+		ttlMs:         ttlMs,
+		intervalMs:    min(max(intervalMs, IntervalMinMs), ttlMs),
+		leaseDeadline: openedAtMs + ProvenLease(ttlMs),
 	}
+	if jitterSeed != nil {
+		e.rng = &splitMix64{*jitterSeed}
+	}
+	e.backoff = newBackoff(openedAtMs, ttlMs, e.rng)
+	return e
 }
 
-// ProvenLease is how much of a lease the server reported the client counts on: less a margin for
-// a late timer (20 ms) and the two machines' clock rates differing (0.2 %).
-func ProvenLease(remaining time.Duration) time.Duration {
-	return max(0, remaining-(20*time.Millisecond+remaining/500))
+// IntervalMs is the time between pings.
+func (e *Engine) IntervalMs() int64 { return e.intervalMs }
+
+// LeaseDeadline is the proven lease deadline, and false once the session is lost.
+func (e *Engine) LeaseDeadline() (int64, bool) {
+	return e.leaseDeadline, e.leaseDeadline != noUntil
 }
 
-// Start opens the first stream at now.
-func (e *Engine) Start(now time.Duration) []Action {
-	return e.open(now, nil)
-}
+// Stopped reports whether the engine asks for nothing more.
+func (e *Engine) Stopped() bool { return e.st == stopped }
 
-// LeaseDeadline is when the proven lease ends, and whether it is still being proven (false once
-// the session was lost).
-func (e *Engine) LeaseDeadline() (time.Duration, bool) { return e.leaseDeadline, e.proving }
-
-// Wake is when the driver must tick next (if no other event comes first), and false once the
-// engine asks for nothing more.
-func (e *Engine) Wake() (time.Duration, bool) {
-	if e.st == ended {
-		return 0, false
-	}
-	wake := e.wakeAt
-	if e.proving && e.leaseDeadline < wake {
-		wake = e.leaseDeadline
-	}
-	return wake, true
-}
-
-// Interval is the time between pings.
-func (e *Engine) Interval() time.Duration { return e.interval }
-
-// Step feeds one event and returns the actions it calls for, in order.
-func (e *Engine) Step(ev Event) []Action {
-	if e.st == ended {
-		return nil
-	}
-	var out []Action
-	now := ev.At
-	switch ev.Kind {
-	case Ack:
-		if e.st == streaming && len(e.sent) > 0 {
-			e.prove(e.sent[0], ev.Remaining)
-			e.sent = e.sent[1:]
-			e.resetBackoff()
-		}
-	case StreamBroken, StreamRefused:
-		if e.st != streaming {
-			break
-		}
-		e.sent = nil
-		switch {
-		case ev.Gone:
-			return e.lose(LostNotFound)
-		case ev.Kind == StreamRefused:
-			// No keepalive stream to spare: renew by one call, within what is left of the lease.
-			e.st = renewing
-			e.renewSentAt = now
-			budget := time.Duration(0)
-			if e.proving {
-				budget = max(e.leaseDeadline-now, 0)
-			}
-			e.wakeAt = e.leaseDeadline
-			if !e.proving {
-				e.wakeAt = now + e.interval
-			}
-			out = append(out, Action{Kind: Renew, Budget: budget})
-		case ev.LeaderHint && e.atOnceLeft > 0:
-			e.atOnceLeft--
-			return e.open(now, nil)
-		default:
-			out = e.pause(now, out)
-		}
-	case RenewAnswered:
-		if e.st != renewing {
-			break
-		}
-		e.prove(e.renewSentAt, ev.Remaining)
-		e.resetBackoff()
-		e.st = afterRenew
-		e.wakeAt = e.renewSentAt + e.interval
-	case RenewFailed:
-		if e.st != renewing {
-			break
-		}
-		if ev.Gone {
-			return e.lose(LostNotFound)
-		}
-		out = e.pause(now, out)
-	}
-	return e.tick(now, out)
-}
-
-// tick does what time calls for at now: a lost lease, a ping, a stuck stream, a pause's end.
-func (e *Engine) tick(now time.Duration, out []Action) []Action {
-	if e.proving && now >= e.leaseDeadline {
-		e.proving = false
-		out = append(out, Action{Kind: Lost, Reason: LostLeaseUnproven})
-		if e.st == renewing {
-			e.wakeAt = e.renewSentAt + e.interval
-		}
-		if e.st == pausing {
-			e.wakeAt = min(e.wakeAt, now+e.interval)
-		}
-	}
+// Wake is the latest time to feed a Tick, and false when none is needed (the engine waits for
+// I/O, or has stopped).
+func (e *Engine) Wake() (int64, bool) {
+	var at int64
+	has := false
 	switch e.st {
 	case streaming:
-		if now >= e.nextPing {
-			// A renewal takes one commit; one unanswered for a whole interval will not be
-			// answered in time, wherever it is stuck.
-			if len(e.sent) > 0 && now-e.sent[0] >= e.interval {
-				e.sent = nil
-				out = append(out, Action{Kind: Close})
-				return e.pause(now, out)
-			}
-			e.sent = append(e.sent, now)
-			e.nextPing = now + e.interval
-			e.wakeAt = e.nextPing
-			out = append(out, Action{Kind: Ping})
-		}
-	case afterRenew, pausing:
-		if now >= e.wakeAt {
-			return e.open(now, out)
-		}
+		at, has = e.nextPing, true
+	case waiting:
+		at, has = e.until, true
 	case renewing:
-		// The Renew call's answer or failure moves on; its budget ends with the lease.
+	default:
+		return 0, false
+	}
+	if e.leaseDeadline == noUntil {
+		return at, has
+	}
+	if !has || e.leaseDeadline < at {
+		return e.leaseDeadline, true
+	}
+	return at, true
+}
+
+// On takes in ev at now and returns what to do, in order.
+func (e *Engine) On(ev Event, now int64) []Action {
+	var out []Action
+	if e.st == stopped {
+		return out
+	}
+	if e.leaseDeadline != noUntil && now >= e.leaseDeadline {
+		return e.lose(now, out)
+	}
+	switch ev.Type {
+	case Start:
+		if e.st == idle {
+			out = e.open(now, out)
+		}
+	case Tick:
+		if e.st == streaming && now >= e.nextPing {
+			if len(e.sentAt) > 0 && now-e.sentAt[0] >= e.intervalMs {
+				out = append(out, Action{Type: CloseStream, Reason: ReasonStuck})
+				out = e.failed(now, false, out)
+			} else {
+				e.sentAt = append(e.sentAt, now)
+				e.nextPing = now + e.intervalMs
+				out = append(out, Action{Type: SendPing})
+			}
+		} else if e.st == waiting && now >= e.until {
+			out = e.open(now, out)
+		}
+	case Ack:
+		if e.st == streaming && len(e.sentAt) > 0 {
+			e.proven(e.sentAt[0], ev.TTLRemainingMs)
+			e.sentAt = e.sentAt[1:]
+			e.backoff.reset(now)
+		}
+	case StreamBroken:
+		if e.st == streaming {
+			out = e.failed(now, ev.LeaderNamed, out)
+		}
+	case StreamRefused:
+		if e.st == streaming {
+			e.st = renewing
+			e.renewSent = now
+			out = append(out, Action{Type: Renew, Until: e.leaseDeadline, HasUntil: e.leaseDeadline != noUntil})
+		}
+	case SessionGone:
+		if e.st == streaming || e.st == renewing {
+			if e.leaseDeadline != noUntil {
+				out = append(out, Action{Type: Lost, Reason: NotFound})
+				e.leaseDeadline = noUntil
+			}
+			e.st = stopped
+			out = append(out, Action{Type: Stop})
+		}
+	case RenewAnswered:
+		if e.st == renewing {
+			e.proven(e.renewSent, ev.TTLRemainingMs)
+			e.backoff.reset(now)
+			if until := e.renewSent + e.intervalMs; until > now {
+				e.st = waiting
+				e.until = until
+				out = append(out, Action{Type: Pause, Until: until, HasUntil: true})
+			} else {
+				out = e.open(now, out)
+			}
+		}
+	case RenewFailed:
+		if e.st == renewing {
+			out = e.pause(now, out)
+		}
 	}
 	return out
 }
 
-func (e *Engine) open(now time.Duration, out []Action) []Action {
+func (e *Engine) open(now int64, out []Action) []Action {
 	e.st = streaming
-	e.sent = []time.Duration{now}
-	e.nextPing = now + e.interval
-	e.wakeAt = e.nextPing
-	return append(out, Action{Kind: Open})
+	e.sentAt = []int64{now}
+	e.nextPing = now + e.intervalMs
+	return append(out, Action{Type: OpenStream})
 }
 
-func (e *Engine) pause(now time.Duration, out []Action) []Action {
-	delay := time.Duration(float64(e.delay) * (0.5 + e.jitter()/2))
-	e.delay = min(e.delay*2, BackoffMax)
-	e.atOnceLeft = RetriesAtOnceMax
-	if !e.proving {
-		delay = min(delay, e.interval)
-	}
-	e.st = pausing
-	e.wakeAt = now + delay
-	return append(out, Action{Kind: Pause, Until: e.wakeAt})
-}
-
-func (e *Engine) prove(sentAt, remaining time.Duration) {
-	proven := sentAt + ProvenLease(min(remaining, e.ttl))
-	if e.proving && proven > e.leaseDeadline {
+func (e *Engine) proven(sent, remainingMs int64) {
+	proven := sent + ProvenLease(min(remainingMs, e.ttlMs))
+	if e.leaseDeadline != noUntil && proven > e.leaseDeadline {
 		e.leaseDeadline = proven
 	}
 }
 
-func (e *Engine) resetBackoff() {
-	e.delay = BackoffInitial
-	e.atOnceLeft = RetriesAtOnceMax
+func (e *Engine) failed(now int64, leaderNamed bool, out []Action) []Action {
+	if leaderNamed && e.backoff.atOnce(now) {
+		return e.open(now, out)
+	}
+	return e.pause(now, out)
 }
 
-func (e *Engine) lose(reason string) []Action {
-	e.st = ended
-	e.proving = false
-	return []Action{{Kind: Lost, Reason: reason}}
+func (e *Engine) pause(now int64, out []Action) []Action {
+	delay, ok := e.backoff.nextDelay(now)
+	if !ok {
+		delay = BackoffMaxMs
+	}
+	if e.leaseDeadline == noUntil {
+		delay = min(delay, e.intervalMs)
+	}
+	e.st = waiting
+	e.until = now + delay
+	return append(out, Action{Type: Pause, Until: e.until, HasUntil: true})
+}
+
+func (e *Engine) lose(now int64, out []Action) []Action {
+	switch e.st {
+	case streaming:
+		out = append(out, Action{Type: CloseStream, Reason: ReasonLeaseEnded})
+	case renewing:
+		out = append(out, Action{Type: CancelRenew})
+	}
+	out = append(out, Action{Type: Lost, Reason: LeaseUnproven})
+	e.leaseDeadline = noUntil
+	e.backoff = newBackoff(now, e.ttlMs, e.rng)
+	return e.open(now, out)
 }
