@@ -485,9 +485,3 @@ func validateValue(value string) error {
 	}
 	return nil
 }
-
-// provenLease is how much of a lease the server reported this client counts on: less a margin
-// for a late timer (20 ms) and the two machines' clock rates differing (0.2 %).
-func provenLease(remaining time.Duration) time.Duration {
-	return max(0, remaining-(20*time.Millisecond+remaining/500))
-}
