@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# Generates the Go code of the Palisade API (package palisadev1) from crates/proto/proto, with
-# Debian's protoc and protoc-gen-go / protoc-gen-go-grpc at the versions pinned below (installed
-# with `go install` from the Go module proxy into clients/go/.tools, not committed).
+# Generates what clients/go takes from the rest of the repository, and commits as files because
+# Go can neither run protoc at build time nor embed a file outside its module:
 #
-#   scripts/generate.sh            regenerates clients/go/palisadev1 (commit the result)
-#   scripts/generate.sh DIR        writes the generated files into DIR instead
+# - the Go code of the Palisade API (package palisadev1) from crates/proto/proto, with Debian's
+#   protoc and protoc-gen-go / protoc-gen-go-grpc at the versions pinned below (installed with
+#   `go install` from the Go module proxy into clients/go/.tools, not committed);
+# - fence/redis/redis.lua, a copy of crates/fence/src/redis.lua (the one fence script every
+#   language runs), which package fence/redis embeds.
+#
+#   scripts/generate.sh            regenerates them in clients/go (commit the result)
+#   scripts/generate.sh DIR        writes them under DIR instead (DIR/palisadev1, DIR/fence/...)
 #
 # scripts/check-generated.sh runs it into a temporary directory and fails if the committed files
-# differ: a change of the .proto without regenerating is caught there.
+# differ: a change of the .proto or of the script without regenerating is caught there.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-out="${1:-$here/palisadev1}"
+root="${1:-$here}"
+out="$root/palisadev1"
 
 # The pinned generators: a new version changes the generated text, so it is changed here, on
 # purpose, and the files regenerated in the same commit.
@@ -46,3 +52,6 @@ PATH="$tools:$PATH" protoc \
   --go_out="$out" --go_opt=paths=source_relative --go_opt="$mapping" \
   --go-grpc_out="$out" --go-grpc_opt=paths=source_relative --go-grpc_opt="$mapping" \
   palisade.proto
+
+mkdir -p "$root/fence/redis"
+cp "$repo/crates/fence/src/redis.lua" "$root/fence/redis/redis.lua"
