@@ -3,11 +3,13 @@ package main
 
 import (
 	"bytes"
+	"database/sql"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
 
+	"example.invalid/palisade/clients/go/fence/postgres"
 	"example.invalid/palisade/clients/go/internal/testserver"
 )
 
@@ -21,8 +23,18 @@ func TestTheExampleRefusesTheLateWrite(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	db := exec.Command("psql", dsn, "-c", "DROP TABLE IF EXISTS reports")
-	_ = db.Run()
+	// A fresh server's tokens start low again: forget what earlier runs left in the database.
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, statement := range []string{"DROP TABLE IF EXISTS reports", postgres.CreateTableSQL,
+		"DELETE FROM palisade_fence WHERE scope = 'reports/nightly'"} {
+		if _, err := db.Exec(statement); err != nil {
+			t.Fatal(err)
+		}
+	}
 	cmd := exec.Command(binary)
 	cmd.Env = append(os.Environ(), "PALISADE_ENDPOINT="+server.Endpoint, "DATABASE_URL="+dsn)
 	var out bytes.Buffer
