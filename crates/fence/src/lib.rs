@@ -39,6 +39,9 @@
 //! - [`RedisFence`]: a Lua script that checks and applies atomically (read the [`redis`] module's
 //!   durability caveats before using it).
 //!
+//! With the `testing` feature, [`testing`] is the conformance suite every backend passes, for
+//! anyone writing a fence of their own.
+//!
 //! Every failure is one [`FenceError`], which says whether the request did not happen and may be
 //! retried ([`FenceError::is_retryable`]), did not happen and never will as sent
 //! ([`FenceError::is_final`]), or may or may not have happened
@@ -79,6 +82,8 @@ pub mod postgres;
 pub mod redb;
 pub mod redis;
 pub mod sqlite;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod verifier;
 
 pub use error::{FenceError, FenceErrorClass};
