@@ -701,10 +701,22 @@ def session_gone(failure: Failure) -> bool:
     return failure.code is grpc.StatusCode.NOT_FOUND
 
 
-def stream_event(failure: Failure) -> _keepalive.Event:
-    """What a keepalive stream's failure (or end) tells the engine."""
+def stream_event(
+    kind: str, payload: Any, session: int, endpoints: "Endpoints[Any]", generation: int
+) -> Optional[_keepalive.Event]:
+    """What a message of a keepalive stream to the endpoint of ``generation`` tells the engine:
+    ``opened`` (the headers came), ``ack`` (``None`` for another session's, which is dropped), or
+    the stream's end (``payload`` the :class:`Failure`). After a failure other than a refusal or
+    a session gone, the client moves on from the endpoint as every call does."""
+    if kind == "opened":
+        return _keepalive.StreamOpened()
+    if kind == "ack":
+        return _keepalive.Ack(payload.ttl_remaining_ms) if payload.session == session else None
+    failure: Failure = payload
     if session_gone(failure):
         return _keepalive.SessionGone()
     if failure.code is grpc.StatusCode.RESOURCE_EXHAUSTED:
         return _keepalive.StreamRefused()
+    _log.debug("keepalive stream of session %d failed: %s", session, failure.message)
+    endpoints.after_failure(generation, failure)
     return _keepalive.StreamBroken(failure.kind == Failure.NOT_LEADER)

@@ -839,18 +839,12 @@ class Session:
                 raise _Stopped()
             if stream is None or number != stream.number:
                 continue  # from a stream closed earlier
-            if kind == "opened":
-                return ka.StreamOpened(), stream
-            if kind == "ack":
-                if payload.session == self.id:
-                    return ka.Ack(payload.ttl_remaining_ms), stream
+            event = _core.stream_event(kind, payload, self.id, self._client._endpoints, stream.generation)
+            if event is None:
                 continue
-            failure: Failure = payload
+            if kind in ("opened", "ack"):
+                return event, stream
             stream.close()
-            event = _core.stream_event(failure)
-            if isinstance(event, ka.StreamBroken):
-                log.debug("keepalive stream of session %d failed: %s", self.id, failure.message)
-                self._client._endpoints.after_failure(stream.generation, failure)
             return event, None
 
     def _renew_once(self, until: Optional[int]) -> ka.Event:

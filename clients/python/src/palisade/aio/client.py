@@ -624,18 +624,12 @@ class Session:
                 return payload, stream
             if stream is None:
                 continue
-            if kind == "opened":
-                return ka.StreamOpened(), stream
-            if kind == "ack":
-                if payload.session == self.id:
-                    return ka.Ack(payload.ttl_remaining_ms), stream
+            event = _core.stream_event(kind, payload, self.id, self._client._endpoints, stream.generation)
+            if event is None:
                 continue
-            failure: Failure = payload
+            if kind in ("opened", "ack"):
+                return event, stream
             stream.close()
-            event = _core.stream_event(failure)
-            if isinstance(event, ka.StreamBroken):
-                log.debug("keepalive stream of session %d failed: %s", self.id, failure.message)
-                self._client._endpoints.after_failure(stream.generation, failure)
             return event, None
 
     async def _renew_once(self, number: int, events: asyncio.Queue[tuple[str, int, Any]]) -> None:
