@@ -506,8 +506,7 @@ async fn keepalive(
     let now = || u64::try_from(clock.now().as_millis()).unwrap_or(u64::MAX);
     let (events, mut received) = mpsc::channel::<(u64, StreamMessage)>(PINGS_OUTSTANDING_MAX);
     let mut stream: Option<KeepaliveStream> = None;
-    let mut renewal: Option<Pin<Box<dyn Future<Output = Result<Duration, RenewError>> + Send>>> =
-        None;
+    let mut renewal: Option<Renewal> = None;
     // The number of the stream whose messages are taken; a closed one's are dropped.
     let mut streams = 0;
     let mut event = Event::Start;
@@ -633,6 +632,9 @@ async fn keepalive(
         };
     }
 }
+
+/// A `Renew` call in flight, for a connection with no keepalive stream to spare.
+type Renewal = Pin<Box<dyn Future<Output = Result<Duration, RenewError>> + Send>>;
 
 /// What a keepalive stream's task hands to the keepalive task.
 enum StreamMessage {
