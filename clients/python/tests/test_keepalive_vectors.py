@@ -30,6 +30,9 @@ def _event(raw: dict[str, Any], where: str) -> ka.Event:
     if kind == "tick":
         _fields(raw, {"type"}, set(), where)
         return ka.Tick()
+    if kind == "stream_opened":
+        _fields(raw, {"type"}, set(), where)
+        return ka.StreamOpened()
     if kind == "ack":
         _fields(raw, {"type", "ttl_remaining_ms"}, set(), where)
         return ka.Ack(int(raw["ttl_remaining_ms"]))
@@ -125,5 +128,5 @@ class _BeforeF655baa(ka.Keepalive):
 
 
 def test_the_renew_budget_vector_fails_against_the_rule_before_f655baa() -> None:
-    with pytest.raises(AssertionError, match="step 4"):
+    with pytest.raises(AssertionError, match="step 5"):
         run_vector(VECTORS / "008-renew-bounded-by-lease.json", _BeforeF655baa)

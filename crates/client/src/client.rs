@@ -26,17 +26,56 @@ use crate::error::{
     AcquireError, CloseError, ConnectError, Failure, ProclaimError, QueryError, ReleaseError,
     RenewError, SessionError,
 };
+use crate::limits::ENDPOINTS_MAX;
 use crate::retry::{Backoff, open_key, request_id, retry_until_known};
-use crate::session::{AcquireOptions, Session, SessionOptions, Wait};
-use crate::watch::LockEvents;
+
+/// How long an acquire may wait for a busy lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Grant now or fail with [`AcquireError::Busy`].
+    Try,
+    /// Queue (FIFO) for at most this long, then fail with [`AcquireError::WaitEnded`].
+    For(Duration),
+    /// Queue until granted or the session ends.
+    Forever,
+}
+
+/// How to acquire a lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcquireOptions {
+    pub wait: Wait,
+    /// What the grant tells everyone who reads the lock (status, listings, watches): for a
+    /// leader election, the leader's address. 1 to 1024 bytes, no control characters.
+    pub value: Option<String>,
+}
+
+impl Default for AcquireOptions {
+    fn default() -> Self {
+        AcquireOptions {
+            wait: Wait::Forever,
+            value: None,
+        }
+    }
+}
+
+impl AcquireOptions {
+    /// Options with this wait.
+    pub fn wait(wait: Wait) -> AcquireOptions {
+        AcquireOptions { wait, value: None }
+    }
+
+    /// The same options, with the grant carrying `value`.
+    pub fn with_value(self, value: impl Into<String>) -> AcquireOptions {
+        AcquireOptions {
+            value: Some(value.into()),
+            ..self
+        }
+    }
+}
 
 /// Environment variable naming the lock service's address, or a comma-separated list of the
 /// addresses of a cluster's members.
 pub const ENDPOINT_ENV: &str = "PALISADE_ENDPOINT";
-
-/// Most endpoints one client takes: a cluster has at most 9 members, and a list this long is a
-/// mistake, not a deployment.
-pub const ENDPOINTS_MAX: usize = 16;
 
 /// HTTP/2 pings on every connection, and how long one may go unanswered before the connection
 /// is dropped. A server that stops answering while its socket stays open (a frozen process, a
@@ -564,11 +603,6 @@ impl Client {
             .collect()
     }
 
-    /// Opens a session kept alive in the background until it is closed or dropped.
-    pub async fn open_session(&self, options: SessionOptions) -> Result<Session, SessionError> {
-        Session::open(self.clone(), options).await
-    }
-
     /// Opens a session that nothing keeps alive: it expires `ttl` after it was opened or last
     /// renewed with [`Client::renew`]. For scripts that hand the session id around.
     pub async fn open_session_without_keepalive(
@@ -875,27 +909,6 @@ impl Client {
         )))
     }
 
-    /// Streams the holder changes of `lock`, starting with its current state.
-    pub async fn watch(&self, lock: &str) -> Result<LockEvents, QueryError> {
-        LockName::new(lock).map_err(|e| QueryError::InvalidArgument(invalid_name(lock, &e)))?;
-        let opened = self.open_watch(lock).await?;
-        Ok(LockEvents::new(self.clone(), lock.to_string(), opened))
-    }
-
-    /// Opens a watch stream, with retries; also returns the generation of the endpoint that
-    /// answered, for [`Endpoints::after_failure`] when the stream fails.
-    pub(crate) async fn open_watch(&self, lock: &str) -> Result<crate::watch::Opened, QueryError> {
-        let request = pb::WatchRequest {
-            lock: lock.to_string(),
-        };
-        self.read_with_retries(|mut raw| {
-            let request = request.clone();
-            async move { raw.watch(request).await }
-        })
-        .await
-        .map(|stream| (stream, self.endpoints.current().generation))
-    }
-
     /// The public key that signs sequencers now: `ed25519:` and 64 hex digits. Resources
     /// should trust [`Client::public_keys`], which stays right across a key rotation.
     pub async fn public_key(&self) -> Result<String, QueryError> {
@@ -967,7 +980,7 @@ impl Client {
         }
     }
 
-    async fn read_with_retries<T, F, Fut>(&self, call: F) -> Result<T, QueryError>
+    pub(crate) async fn read_with_retries<T, F, Fut>(&self, call: F) -> Result<T, QueryError>
     where
         F: FnMut(RawLocks) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
@@ -1105,7 +1118,7 @@ fn invalid_value(error: &palisade_core::limits::GrantValueError) -> String {
     format!("invalid value: {error}")
 }
 
-fn invalid_name(lock: &str, error: &palisade_core::limits::LockNameError) -> String {
+pub(crate) fn invalid_name(lock: &str, error: &palisade_core::limits::LockNameError) -> String {
     const QUOTED_CHARS_MAX: usize = 64;
     match lock.char_indices().nth(QUOTED_CHARS_MAX) {
         Some((cut, _)) => format!("invalid lock name {:?}…: {error}", &lock[..cut]),

@@ -53,9 +53,11 @@ use std::task::{Context, Poll, ready};
 use palisade_core::{SessionId, Token};
 use tokio_stream::Stream;
 
+use crate::client::{AcquireOptions, Wait};
 use crate::client::{Client, LockStatus};
+use crate::error::SessionLost;
 use crate::error::{AcquireError, ProclaimError, QueryError, ReleaseError};
-use crate::session::{AcquireOptions, LockGuard, Session, SessionLost, Wait};
+use crate::session::{LockGuard, Session};
 use crate::watch::{LockEvent, LockEventKind, LockEvents};
 
 /// One election, named by its lock.

@@ -198,7 +198,7 @@ fn chain_has_connect_error(status: &Status) -> bool {
 pub enum ConnectError {
     #[error(
         "invalid endpoint {endpoint:?}: {reason}; expected e.g. http://127.0.0.1:7457, or a comma-separated list of up to {} such addresses",
-        crate::client::ENDPOINTS_MAX
+        crate::limits::ENDPOINTS_MAX
     )]
     InvalidEndpoint { endpoint: String, reason: String },
     #[error(
@@ -351,7 +351,7 @@ pub enum AcquireError {
     SessionLost {
         lock: String,
         session: SessionId,
-        reason: crate::SessionLost,
+        reason: SessionLost,
     },
     #[error("lock {lock:?} already has {waiters_max} waiters, the limit; retry later")]
     TooManyWaiters { lock: String, waiters_max: u32 },
@@ -857,6 +857,24 @@ impl QueryError {
             Failure::Rejected { code, message } => QueryError::Rejected { code, message },
         }
     }
+}
+
+/// Why a session ended while its holder still used it. Every lock it held is gone (or must be
+/// assumed gone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionLost {
+    /// The server no longer knows the session: it expired or was closed elsewhere.
+    #[error("the lock service no longer knows the session (it expired or was closed)")]
+    NotFound,
+    /// No renewal was acknowledged within the lease, so the server may have expired it.
+    #[error(
+        "no keepalive was acknowledged within the session's ttl, so its lease may have run out"
+    )]
+    LeaseUnproven,
+    /// The session was closed by this process.
+    #[error("the session was closed")]
+    Closed,
 }
 
 #[cfg(test)]

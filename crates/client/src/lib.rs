@@ -66,23 +66,26 @@ mod client;
 mod credential;
 mod election;
 mod error;
+mod keepalive;
+mod limits;
 mod retry;
 mod session;
 mod watch;
 
 pub use bearer::{AUTH_TOKEN_ENV, BEARER_TOKEN_BYTES_MAX, Bearer, BearerToken};
 pub use client::{
-    Client, ClientOptions, ENDPOINT_ENV, ENDPOINTS_MAX, Grant, Holder, LockStatus, Read,
-    SessionLease, parse_endpoints,
+    AcquireOptions, Client, ClientOptions, ENDPOINT_ENV, Grant, Holder, LockStatus, Read,
+    SessionLease, Wait, parse_endpoints,
 };
 pub use credential::{CredentialError, SESSION_SECRET_BYTES, SessionCredential, SessionSecret};
 pub use election::{Election, Leader, LeaderChanges, Leadership};
 pub use error::{
     AcquireError, CloseError, ConnectError, ErrorClass, ProclaimError, QueryError, ReleaseError,
-    RenewError, SessionError,
+    RenewError, SessionError, SessionLost,
 };
+pub use limits::ENDPOINTS_MAX;
 pub use palisade_core::limits::GRANT_VALUE_BYTES_MAX;
 pub use palisade_core::{DurationMs, RequestId, SessionId, Token};
 pub use retry::{AttemptFailure, RetryPolicy, request_id, retry_until_known};
-pub use session::{AcquireOptions, LockGuard, Session, SessionLost, SessionOptions, Wait};
+pub use session::{LockGuard, Session, SessionOptions};
 pub use watch::{LockEvent, LockEventKind, LockEvents};

@@ -103,11 +103,6 @@ impl Backoff {
         true
     }
 
-    /// Starts over after a success.
-    pub(crate) fn reset(&mut self, budget: Duration) {
-        *self = Backoff::new(budget);
-    }
-
     /// The pause before the next attempt, or `None` when the budget is spent.
     pub(crate) fn next_delay(&mut self) -> Option<Duration> {
         let now = Instant::now();

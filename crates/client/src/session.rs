@@ -1,12 +1,14 @@
 //! Sessions kept alive in the background, and the lock guards they hand out.
 //!
-//! A [`Session`] owns a keepalive task that pings the server over one bidirectional stream every
-//! `ttl / 3`, reconnecting after transport errors: to the leader when a member names it, to the
+//! A [`Session`] owns a keepalive task that drives the keepalive engine (`keepalive.rs`, whose
+//! rules every Palisade client shares, checked by the vectors in `spec/keepalive/v1`): it pings
+//! the server over one bidirectional stream every `ttl / 3`, reconnecting after transport errors: to the leader when a member names it, to the
 //! client's next endpoint otherwise, as every call of the [`Client`] does. A stream whose oldest
 //! ping has gone unanswered for a whole interval is stuck, and is reopened the same way: a
 //! leader cut off from its quorum may take a renewal and never answer it while it still answers
 //! HTTP/2 pings, so a healthy connection proves nothing about the renewals. A failover shorter
-//! than the proven lease is ridden out, and the session is not reported lost. The task tracks the *proven* lease: a ping
+//! than the proven lease is ridden out, and the session is not reported lost. The engine tracks
+//! the *proven* lease: a ping
 //! acknowledged with `ttl_remaining_ms` proves the lease lasts at least until the ping's **send**
 //! time plus that remainder (the server applied it after we sent it), measured on the
 //! monotonic clock. When the lease can no longer be proven — no acknowledgement in time — or
@@ -22,8 +24,9 @@
 //! Holding a lock this way is still advisory (a paused process learns of the loss late);
 //! what makes it safe is that resources check the guard's [`LockGuard::sequencer`].
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -35,15 +38,16 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::client::{Client, Grant, keep_alive_request};
+use crate::client::{AcquireOptions, Client, Grant, keep_alive_request};
 use crate::credential::SessionCredential;
 use crate::error::{
     AcquireError, CloseError, Failure, ProclaimError, ReleaseError, RenewError, SessionError,
+    SessionLost,
 };
-use crate::retry::Backoff;
+use crate::keepalive::{Action, CloseReason, Event, Keepalive, LostReason};
 
-/// Pings that may wait for their acknowledgement at once; a stream is reopened long before
-/// (see [`Pinger::one_stream`]), so this only bounds the channel.
+/// Pings that may wait for their acknowledgement at once, and messages of a stream not yet
+/// taken; the engine finds a stream stuck long before, so this only bounds the channels.
 const PINGS_OUTSTANDING_MAX: usize = 8;
 
 /// How to open a [`Session`].
@@ -75,66 +79,11 @@ impl SessionOptions {
     }
 }
 
-/// How long an acquire may wait for a busy lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wait {
-    /// Grant now or fail with [`AcquireError::Busy`].
-    Try,
-    /// Queue (FIFO) for at most this long, then fail with [`AcquireError::WaitEnded`].
-    For(Duration),
-    /// Queue until granted or the session ends.
-    Forever,
-}
-
-/// How to acquire a lock.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AcquireOptions {
-    pub wait: Wait,
-    /// What the grant tells everyone who reads the lock (status, listings, watches): for a
-    /// leader election, the leader's address. 1 to 1024 bytes, no control characters.
-    pub value: Option<String>,
-}
-
-impl Default for AcquireOptions {
-    fn default() -> Self {
-        AcquireOptions {
-            wait: Wait::Forever,
-            value: None,
-        }
+impl Client {
+    /// Opens a session kept alive in the background until it is closed or dropped.
+    pub async fn open_session(&self, options: SessionOptions) -> Result<Session, SessionError> {
+        Session::open(self.clone(), options).await
     }
-}
-
-impl AcquireOptions {
-    /// Options with this wait.
-    pub fn wait(wait: Wait) -> AcquireOptions {
-        AcquireOptions { wait, value: None }
-    }
-
-    /// The same options, with the grant carrying `value`.
-    pub fn with_value(self, value: impl Into<String>) -> AcquireOptions {
-        AcquireOptions {
-            value: Some(value.into()),
-            ..self
-        }
-    }
-}
-
-/// Why a session ended while its holder still used it. Every lock it held is gone (or must be
-/// assumed gone).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum SessionLost {
-    /// The server no longer knows the session: it expired or was closed elsewhere.
-    #[error("the lock service no longer knows the session (it expired or was closed)")]
-    NotFound,
-    /// No renewal was acknowledged within the lease, so the server may have expired it.
-    #[error(
-        "no keepalive was acknowledged within the session's ttl, so its lease may have run out"
-    )]
-    LeaseUnproven,
-    /// The session was closed by this process.
-    #[error("the session was closed")]
-    Closed,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -274,17 +223,19 @@ impl Session {
     ) -> Result<Session, SessionError> {
         let (lease, first_sent_at) = client.open_session_raw(options.ttl).await?;
         let ttl = lease.ttl;
-        let interval = options
-            .keepalive_interval
-            .unwrap_or(ttl / 3)
-            .clamp(Duration::from_millis(10), ttl);
-        let lease_deadline = first_sent_at + proven_lease(ttl);
+        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let engine = Keepalive::new(
+            millis(ttl),
+            options.keepalive_interval.map(millis),
+            millis(first_sent_at),
+            palisade_clock::entropy::u64().ok(),
+        );
+        let lease_deadline = Duration::from_millis(engine.lease_deadline().unwrap_or_default());
         let state = Arc::new(watch::Sender::new(State::Alive { lease_deadline }));
         let keepalive = tokio::spawn(keepalive(
             client.clone(),
             lease.credential,
-            ttl,
-            interval,
+            engine,
             state.clone(),
         ));
         Ok(Session {
@@ -538,294 +489,228 @@ impl Drop for LockGuard {
     }
 }
 
-/// Keeps `session` alive until it is lost, then records why.
+/// Drives the session's keepalive engine ([`Keepalive`]) until the session does not exist any
+/// more or the session is closed (which aborts this task): feeds it what the streams and the
+/// `Renew` calls answer, and does what it returns. A session lost for want of a proven lease
+/// is not closed here: the engine goes on renewing it, best effort, until the owner closes or
+/// drops it; closing it here would free its locks while the owner is still stopping.
 async fn keepalive(
     client: Client,
     session: SessionCredential,
-    ttl: Duration,
-    interval: Duration,
+    mut engine: Keepalive,
     state: Arc<watch::Sender<State>>,
 ) {
-    let lease_deadline = match *state.borrow() {
-        State::Alive { lease_deadline } => Some(lease_deadline),
-        State::Ended(_) => None,
-    };
-    let pinger = Pinger {
-        client: &client,
-        session,
-        ttl,
-        interval,
-        state: &state,
-    };
-    let reason = match lease_deadline {
-        Some(deadline) => pinger.until_lost(Some(deadline)).await,
-        None => return,
-    };
-    let mut ended_now = false;
-    state.send_if_modified(|s| {
-        ended_now = s.ended().is_none();
-        if ended_now {
-            *s = State::Ended(reason);
-        }
-        ended_now
-    });
-    if ended_now {
-        // The application hears of it through `lost()`; it decides how loudly to log.
-        tracing::info!(session = session.id().get(), %reason, "session lost");
-    }
-    if reason == SessionLost::LeaseUnproven {
-        // The server may still hold the session: keep renewing it, without a deadline, until
-        // the owner closes or drops it (which aborts this task). Closing it here would free its
-        // locks for the next holder while the owner is still stopping.
-        let reason = pinger.until_lost(None).await;
-        tracing::debug!(session = session.id().get(), %reason, "stopped renewing a lost session");
-    }
-}
-
-/// The keepalive pings of one session, over one stream after another.
-struct Pinger<'a> {
-    client: &'a Client,
-    session: SessionCredential,
-    ttl: Duration,
-    interval: Duration,
-    state: &'a watch::Sender<State>,
-}
-
-/// How a keepalive stream ended.
-enum StreamEnd {
-    /// The session is lost: stop pinging.
-    Lost(SessionLost),
-    /// The stream failed, ended or got stuck, and the pause after it is over: open another.
-    Reopen,
-}
-
-impl Pinger<'_> {
-    /// Pings, reconnecting the stream after transport errors, until the session is lost:
-    /// until the proven lease runs out (`LeaseUnproven`) while `lease_deadline` is `Some`, or
-    /// the server says the session is gone (`NotFound`). With `None` — the session is already
-    /// lost — the renewals are best effort: they extend the server's lease but not the proven
-    /// one.
-    async fn until_lost(&self, mut lease_deadline: Option<Duration>) -> SessionLost {
-        let mut backoff = Backoff::new(self.ttl);
-        loop {
-            if let StreamEnd::Lost(reason) =
-                self.one_stream(&mut lease_deadline, &mut backoff).await
-            {
-                return reason;
-            }
-        }
-    }
-
-    /// Opens one keepalive stream and pings over it, every `interval`, until it fails, ends or
-    /// gets stuck; then pauses before the next one.
-    async fn one_stream(
-        &self,
-        lease_deadline: &mut Option<Duration>,
-        backoff: &mut Backoff,
-    ) -> StreamEnd {
-        // As the wire and the logs spell it.
-        let session = self.session.id().get();
-        let ping = keep_alive_request(&self.session);
-        let clock = &self.client.clock;
-        let (pings, receiver) = mpsc::channel::<pb::KeepAliveRequest>(PINGS_OUTSTANDING_MAX);
-        let mut sent_at: VecDeque<Duration> = VecDeque::new();
-        // The first ping goes out with the stream, so a fresh stream renews at once.
-        sent_at.push_back(clock.now());
-        let _ = pings.try_send(ping.clone());
-        // The stream goes to the client's current endpoint, the leader as far as it knows.
-        let used = self.client.endpoints.current();
-        let mut raw = used.target.raw;
-        let opened = tokio::select! {
-            biased;
-            () = sleep_until(clock, *lease_deadline) => return StreamEnd::Lost(SessionLost::LeaseUnproven),
-            opened = raw.keep_alive(ReceiverStream::new(receiver)) => opened,
-        };
-        let mut stream = match opened {
-            Ok(response) => response.into_inner(),
-            Err(status) => {
-                if session_gone(&status) {
-                    return StreamEnd::Lost(SessionLost::NotFound);
+    // As the wire and the logs spell it.
+    let id = session.id().get();
+    let clock = client.clock.clone();
+    let now = || u64::try_from(clock.now().as_millis()).unwrap_or(u64::MAX);
+    let (events, mut received) = mpsc::channel::<(u64, StreamMessage)>(PINGS_OUTSTANDING_MAX);
+    let mut stream: Option<KeepaliveStream> = None;
+    let mut renewal: Option<Renewal> = None;
+    // The number of the stream whose messages are taken; a closed one's are dropped.
+    let mut streams = 0;
+    let mut event = Event::Start;
+    loop {
+        let actions = engine.on(event, now());
+        if let Some(deadline) = engine.lease_deadline() {
+            let lease_deadline = Duration::from_millis(deadline);
+            state.send_if_modified(|s| match s {
+                State::Alive { lease_deadline: d } if *d != lease_deadline => {
+                    *d = lease_deadline;
+                    true
                 }
-                if status.code() == tonic::Code::ResourceExhausted {
-                    // The server's budget of keepalive streams is taken (or this connection's):
-                    // renew with one call instead, and try a stream again an interval later.
-                    tracing::debug!(session, %status, "no keepalive stream; renewing by Renew");
-                    return self.renew_by_call(lease_deadline, backoff).await;
-                }
-                tracing::debug!(session, %status, endpoint = %used.target.url, "keepalive stream did not open");
-                let failure = Failure::from_status(&status);
-                return self
-                    .failed(used.generation, &failure, backoff, *lease_deadline)
-                    .await;
-            }
-        };
-        // The next ping is due one interval after the last one went out (a late tick is not
-        // made up for).
-        let mut next_ping = clock.now() + self.interval;
-        let failure = loop {
-            tokio::select! {
-                biased;
-                () = sleep_until(clock, *lease_deadline) => return StreamEnd::Lost(SessionLost::LeaseUnproven),
-                message = stream.message() => match message {
-                    Ok(Some(ack)) => self.acknowledged(&ack, &mut sent_at, lease_deadline, backoff),
-                    Ok(None) => {
-                        tracing::debug!(session, "keepalive stream ended; reopening");
-                        break Failure::NotApplied("the keepalive stream ended".to_string());
-                    }
-                    Err(status) => {
-                        if session_gone(&status) {
-                            return StreamEnd::Lost(SessionLost::NotFound);
-                        }
-                        tracing::debug!(session, %status, "keepalive stream failed; reopening");
-                        break Failure::from_status(&status);
-                    }
-                },
-                () = clock.sleep_until(next_ping) => {
-                    // A renewal takes one commit, milliseconds; one unanswered for a whole
-                    // interval will not be answered in time, wherever it is stuck.
-                    let unanswered = sent_at
-                        .front()
-                        .is_some_and(|sent| clock.now().saturating_sub(*sent) >= self.interval);
-                    if unanswered || pings.try_send(ping.clone()).is_err() {
-                        tracing::debug!(session, "keepalive stream is stuck; reopening");
-                        break Failure::Unknown("the keepalive stream is stuck".to_string());
-                    }
-                    let now = clock.now();
-                    sent_at.push_back(now);
-                    next_ping = now + self.interval;
-                }
-            }
-        };
-        self.failed(used.generation, &failure, backoff, *lease_deadline)
-            .await
-    }
-
-    /// After a stream to the endpoint of `used` (its generation) failed: moves on, as every
-    /// call of the client does ([`crate::client::Endpoints::after_failure`]), and reopens at
-    /// once if a member named the leader (a few times in a row at most), after a pause
-    /// otherwise. Renewals are idempotent, so sending one again is always safe.
-    async fn failed(
-        &self,
-        used: u64,
-        failure: &Failure,
-        backoff: &mut Backoff,
-        lease_deadline: Option<Duration>,
-    ) -> StreamEnd {
-        self.client.endpoints.after_failure(used, failure);
-        if matches!(failure, Failure::NotLeader { .. }) && backoff.at_once() {
-            return StreamEnd::Reopen;
-        }
-        self.pause(backoff, lease_deadline).await
-    }
-
-    /// Takes in a ping's acknowledgement: the lease is proven until the ping's send time plus
-    /// the remainder the server reported.
-    fn acknowledged(
-        &self,
-        ack: &pb::KeepAliveResponse,
-        sent_at: &mut VecDeque<Duration>,
-        lease_deadline: &mut Option<Duration>,
-        backoff: &mut Backoff,
-    ) {
-        // As the wire and the logs spell it.
-        let session = self.session.id().get();
-        if ack.session != session {
-            tracing::warn!(
-                session,
-                answered = ack.session,
-                "keepalive answered for another session; ignored"
-            );
-            return;
-        }
-        // Acks answer pings in order; the oldest unanswered ping is the one answered, or an
-        // earlier-sent one, which only shortens our view.
-        let Some(sent) = sent_at.pop_front() else {
-            tracing::warn!(session, "keepalive answer without a ping; ignored");
-            return;
-        };
-        self.proven(
-            sent,
-            Duration::from_millis(ack.ttl_remaining_ms),
-            lease_deadline,
-        );
-        backoff.reset(self.ttl);
-    }
-
-    /// A renewal sent at `sent` was applied with `remaining` of the lease left: the lease is
-    /// proven until the send time plus that remainder.
-    fn proven(&self, sent: Duration, remaining: Duration, lease_deadline: &mut Option<Duration>) {
-        let proven = sent + proven_lease(remaining.min(self.ttl));
-        if let Some(deadline) = lease_deadline.as_mut()
-            && proven > *deadline
-        {
-            *deadline = proven;
-            self.state.send_replace(State::Alive {
-                lease_deadline: proven,
+                _ => false,
             });
         }
-    }
-
-    /// One renewal by the unary `Renew` call, for when the server has no keepalive stream to
-    /// spare; then, an interval later, a stream is tried again.
-    async fn renew_by_call(
-        &self,
-        lease_deadline: &mut Option<Duration>,
-        backoff: &mut Backoff,
-    ) -> StreamEnd {
-        let clock = &self.client.clock;
-        let sent = clock.now();
-        let renewed = tokio::select! {
-            biased;
-            () = sleep_until(clock, *lease_deadline) => return StreamEnd::Lost(SessionLost::LeaseUnproven),
-            renewed = self.client.renew(self.session) => renewed,
-        };
-        match renewed {
-            Ok(remaining) => {
-                self.proven(sent, remaining, lease_deadline);
-                backoff.reset(self.ttl);
-                tokio::select! {
-                    biased;
-                    () = sleep_until(clock, *lease_deadline) => StreamEnd::Lost(SessionLost::LeaseUnproven),
-                    () = clock.sleep_until(sent + self.interval) => StreamEnd::Reopen,
+        for action in actions {
+            match action {
+                Action::OpenStream => {
+                    streams += 1;
+                    stream = Some(KeepaliveStream::open(&client, session, streams, &events));
+                }
+                Action::SendPing => {
+                    if let Some(stream) = &stream {
+                        stream.ping();
+                    }
+                }
+                Action::CloseStream(reason) => {
+                    if let Some(closed) = stream.take()
+                        && reason == CloseReason::Stuck
+                    {
+                        tracing::debug!(session = id, "keepalive stream is stuck; reopening");
+                        let failure = Failure::Unknown("the keepalive stream is stuck".to_string());
+                        client.endpoints.after_failure(closed.generation, &failure);
+                    }
+                }
+                Action::Renew { .. } => {
+                    // The engine's wake ends the call at the lease deadline (`CancelRenew`).
+                    let client = client.clone();
+                    renewal = Some(Box::pin(async move { client.renew(session).await }));
+                }
+                Action::CancelRenew => renewal = None,
+                Action::Pause { until } => {
+                    tracing::debug!(session = id, until_ms = until, "keepalive pauses");
+                }
+                Action::Lost(reason) => {
+                    let reason = match reason {
+                        LostReason::LeaseUnproven => SessionLost::LeaseUnproven,
+                        LostReason::NotFound => SessionLost::NotFound,
+                    };
+                    let mut ended_now = false;
+                    state.send_if_modified(|s| {
+                        ended_now = s.ended().is_none();
+                        if ended_now {
+                            *s = State::Ended(reason);
+                        }
+                        ended_now
+                    });
+                    if ended_now {
+                        // The application hears of it through `lost()`; it decides how loudly to log.
+                        tracing::info!(session = id, %reason, "session lost");
+                    }
+                }
+                Action::Stop => {
+                    tracing::debug!(session = id, "the session is gone; keepalive stopped");
+                    return;
                 }
             }
-            Err(RenewError::SessionNotFound { .. }) => StreamEnd::Lost(SessionLost::NotFound),
-            Err(error) => {
-                tracing::debug!(session = self.session.id().get(), %error, "renewal by Renew failed");
-                self.pause(backoff, *lease_deadline).await
+        }
+        let wake = engine.wake();
+        event = loop {
+            tokio::select! {
+                biased;
+                () = sleep_until(&clock, wake.map(Duration::from_millis)) => break Event::Tick,
+                renewed = async { renewal.as_mut().expect("guarded").await }, if renewal.is_some() => {
+                    renewal = None;
+                    break match renewed {
+                        Ok(remaining) => Event::RenewAnswered {
+                            ttl_remaining_ms: u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
+                        },
+                        Err(RenewError::SessionNotFound { .. }) => Event::SessionGone,
+                        Err(error) => {
+                            tracing::debug!(session = id, %error, "renewal by Renew failed");
+                            Event::RenewFailed
+                        }
+                    };
+                }
+                Some((number, message)) = received.recv() => {
+                    let Some(open) = stream.as_ref().filter(|open| open.number == number) else {
+                        continue; // From a stream closed earlier.
+                    };
+                    let failure = match message {
+                        StreamMessage::Opened => break Event::StreamOpened,
+                        StreamMessage::Ack(ack) if ack.session == id => break Event::Ack {
+                            ttl_remaining_ms: ack.ttl_remaining_ms,
+                        },
+                        StreamMessage::Ack(ack) => {
+                            tracing::warn!(session = id, answered = ack.session, "keepalive answered for another session; ignored");
+                            continue;
+                        }
+                        StreamMessage::Ended => Failure::NotApplied("the keepalive stream ended".to_string()),
+                        StreamMessage::Failed(status) => {
+                            if session_gone(&status) {
+                                stream = None;
+                                break Event::SessionGone;
+                            }
+                            if status.code() == tonic::Code::ResourceExhausted {
+                                // The server's budget of keepalive streams is taken (or this
+                                // connection's): the engine renews by call.
+                                tracing::debug!(session = id, %status, "no keepalive stream; renewing by Renew");
+                                stream = None;
+                                break Event::StreamRefused;
+                            }
+                            Failure::from_status(&status)
+                        }
+                    };
+                    tracing::debug!(session = id, ?failure, "keepalive stream failed; reopening");
+                    client.endpoints.after_failure(open.generation, &failure);
+                    let leader_named = matches!(failure, Failure::NotLeader { .. });
+                    stream = None;
+                    break Event::StreamBroken { leader_named };
+                }
             }
-        }
-    }
-
-    /// The pause before the next stream; the session is lost if its lease ran out meanwhile.
-    async fn pause(&self, backoff: &mut Backoff, lease_deadline: Option<Duration>) -> StreamEnd {
-        if pause(&self.client.clock, backoff, lease_deadline, self.interval).await {
-            StreamEnd::Reopen
-        } else {
-            StreamEnd::Lost(SessionLost::LeaseUnproven)
-        }
+        };
     }
 }
 
-/// Waits before reconnecting; false if the lease ran out meanwhile.
-///
-/// Without a deadline (a lost session renewed best effort) the wait is at most `interval`, so
-/// a server that comes back finds the session renewed before its fresh lease runs out.
-async fn pause(
-    clock: &SharedClock,
-    backoff: &mut Backoff,
-    lease_deadline: Option<Duration>,
-    interval: Duration,
-) -> bool {
-    let mut delay = backoff.next_delay().unwrap_or(crate::retry::BACKOFF_MAX);
-    if lease_deadline.is_none() {
-        delay = delay.min(interval);
+/// A `Renew` call in flight, for a connection with no keepalive stream to spare.
+type Renewal = Pin<Box<dyn Future<Output = Result<Duration, RenewError>> + Send>>;
+
+/// What a keepalive stream's task hands to the keepalive task.
+enum StreamMessage {
+    Opened,
+    Ack(pb::KeepAliveResponse),
+    Ended,
+    Failed(tonic::Status),
+}
+
+/// One keepalive stream: its pings go through a channel, and a task of its own hands its
+/// headers, answers and end to the keepalive task. Dropping it ends the stream.
+struct KeepaliveStream {
+    number: u64,
+    /// The generation of the endpoint it went to, for [`crate::client::Endpoints::after_failure`].
+    generation: u64,
+    ping: pb::KeepAliveRequest,
+    pings: mpsc::Sender<pb::KeepAliveRequest>,
+    task: JoinHandle<()>,
+}
+
+impl KeepaliveStream {
+    /// Opens a stream to the client's current endpoint (the leader as far as it knows), its
+    /// first ping with it.
+    fn open(
+        client: &Client,
+        session: SessionCredential,
+        number: u64,
+        events: &mpsc::Sender<(u64, StreamMessage)>,
+    ) -> KeepaliveStream {
+        let ping = keep_alive_request(&session);
+        let (pings, receiver) = mpsc::channel::<pb::KeepAliveRequest>(PINGS_OUTSTANDING_MAX);
+        let _ = pings.try_send(ping.clone());
+        let used = client.endpoints.current();
+        let mut raw = used.target.raw;
+        let events = events.clone();
+        let task = tokio::spawn(async move {
+            let send = |message| events.send((number, message));
+            let mut stream = match raw.keep_alive(ReceiverStream::new(receiver)).await {
+                Ok(response) => response.into_inner(),
+                Err(status) => {
+                    let _ = send(StreamMessage::Failed(status)).await;
+                    return;
+                }
+            };
+            let _ = send(StreamMessage::Opened).await;
+            loop {
+                let message = match stream.message().await {
+                    Ok(Some(ack)) => StreamMessage::Ack(ack),
+                    Ok(None) => StreamMessage::Ended,
+                    Err(status) => StreamMessage::Failed(status),
+                };
+                let last = !matches!(message, StreamMessage::Ack(_));
+                if send(message).await.is_err() || last {
+                    return;
+                }
+            }
+        });
+        KeepaliveStream {
+            number,
+            generation: used.generation,
+            ping,
+            pings,
+            task,
+        }
     }
-    let wake = clock.now() + delay;
-    clock
-        .sleep_until(lease_deadline.map_or(wake, |deadline| wake.min(deadline)))
-        .await;
-    lease_deadline.is_none_or(|deadline| clock.now() < deadline)
+
+    fn ping(&self) {
+        // A full channel means pings long unanswered: the engine finds the stream stuck.
+        let _ = self.pings.try_send(self.ping.clone());
+    }
+}
+
+impl Drop for KeepaliveStream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 /// Sleeps until `deadline`; never wakes without one.
@@ -843,16 +728,4 @@ fn session_gone(status: &tonic::Status) -> bool {
         Failure::Core(palisade_core::CoreError::SessionNotFound { .. })
             | Failure::SessionNotFound(_)
     )
-}
-
-/// How much of a lease the server reported this client counts on. The server's lease is
-/// measured from when it applied the renewal, which is after this client sent it, so counting
-/// from the send time is already conservative; the margin also covers a late timer here and the
-/// two machines' monotonic clocks running at slightly different rates (up to 0.2 %), so that
-/// `lost()` fires no later than the server could grant the lock to someone else.
-fn proven_lease(remaining: Duration) -> Duration {
-    const TIMER_LATENESS_MAX: Duration = Duration::from_millis(20);
-    const CLOCK_RATE_DIFFERENCE_PER_MILLE: u32 = 2;
-    let margin = TIMER_LATENESS_MAX + remaining * CLOCK_RATE_DIFFERENCE_PER_MILLE / 1000;
-    remaining.saturating_sub(margin)
 }

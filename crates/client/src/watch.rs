@@ -4,12 +4,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use palisade_core::{SessionId, Token};
+use palisade_core::{LockName, SessionId, Token};
 use palisade_proto::v1 as pb;
 use pb::watch_event::Kind;
 use tokio_stream::Stream;
 
-use crate::client::Client;
+use crate::client::{Client, invalid_name};
 use crate::error::{Failure, QueryError};
 
 /// What happened to a lock.
@@ -190,6 +190,29 @@ fn convert(lock: &str, event: pb::WatchEvent) -> Result<LockEvent, QueryError> {
         waiters: event.waiters,
         value: (!event.value.is_empty()).then_some(event.value),
     })
+}
+
+impl Client {
+    /// Streams the holder changes of `lock`, starting with its current state.
+    pub async fn watch(&self, lock: &str) -> Result<LockEvents, QueryError> {
+        LockName::new(lock).map_err(|e| QueryError::InvalidArgument(invalid_name(lock, &e)))?;
+        let opened = self.open_watch(lock).await?;
+        Ok(LockEvents::new(self.clone(), lock.to_string(), opened))
+    }
+
+    /// Opens a watch stream, with retries; also returns the generation of the endpoint that
+    /// answered, for [`Endpoints::after_failure`] when the stream fails.
+    pub(crate) async fn open_watch(&self, lock: &str) -> Result<Opened, QueryError> {
+        let request = pb::WatchRequest {
+            lock: lock.to_string(),
+        };
+        self.read_with_retries(|mut raw| {
+            let request = request.clone();
+            async move { raw.watch(request).await }
+        })
+        .await
+        .map(|stream| (stream, self.endpoints.current().generation))
+    }
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ from typing import Any, Callable, Generic, Optional, TypeVar
 
 import grpc
 
-from . import errors
+from . import _keepalive, errors
 from ._proto import palisade_pb2 as pb
 
 _log = logging.getLogger("palisade")
@@ -674,7 +674,49 @@ def check_grant(response: pb.AcquireResponse, session: int, lock: str) -> None:
         )
 
 
-def proven_lease(remaining_s: float) -> float:
-    """How much of a lease the server reported this client counts on: less a margin for a late
-    timer (20 ms) and the two machines' clock rates differing (0.2 %)."""
-    return max(0.0, remaining_s - (0.020 + remaining_s * 0.002))
+# --- the keepalive engine's drivers ---------------------------------------------------------
+
+
+def monotonic_ms() -> int:
+    """The keepalive engine's clock: integer milliseconds, rounded down (so a send time is never
+    later than the send)."""
+    return int(time.monotonic() * 1000)
+
+
+def keepalive_engine(ttl_s: float, interval_s: Optional[float], first_sent_at: float) -> _keepalive.Keepalive:
+    """The engine of a session granted ``ttl_s`` by an open sent at ``first_sent_at`` (monotonic
+    seconds), its backoff jittered from a fresh seed."""
+    return _keepalive.Keepalive(
+        round(ttl_s * 1000),
+        None if interval_s is None else round(interval_s * 1000),
+        int(first_sent_at * 1000),
+        random.getrandbits(53),
+    )
+
+
+def session_gone(failure: Failure) -> bool:
+    """True when a failure says the session does not exist any more."""
+    if failure.kind == Failure.CORE and failure.detail is not None:
+        return failure.detail.kind == "session_not_found"
+    return failure.code is grpc.StatusCode.NOT_FOUND
+
+
+def stream_event(
+    kind: str, payload: Any, session: int, endpoints: "Endpoints[Any]", generation: int
+) -> Optional[_keepalive.Event]:
+    """What a message of a keepalive stream to the endpoint of ``generation`` tells the engine:
+    ``opened`` (the headers came), ``ack`` (``None`` for another session's, which is dropped), or
+    the stream's end (``payload`` the :class:`Failure`). After a failure other than a refusal or
+    a session gone, the client moves on from the endpoint as every call does."""
+    if kind == "opened":
+        return _keepalive.StreamOpened()
+    if kind == "ack":
+        return _keepalive.Ack(payload.ttl_remaining_ms) if payload.session == session else None
+    failure: Failure = payload
+    if session_gone(failure):
+        return _keepalive.SessionGone()
+    if failure.code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return _keepalive.StreamRefused()
+    _log.debug("keepalive stream of session %d failed: %s", session, failure.message)
+    endpoints.after_failure(generation, failure)
+    return _keepalive.StreamBroken(failure.kind == Failure.NOT_LEADER)

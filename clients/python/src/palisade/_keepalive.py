@@ -16,9 +16,11 @@ Where the three earlier copies disagreed, the engine takes the safe side:
   deadline while the call is in flight (the blocking client waited for its budget to run out);
 - a refusal (``RESOURCE_EXHAUSTED``) renews by call whenever it comes (the Rust client paused
   after one on an open stream): a renewal is idempotent and bounded by the lease, a pause is not;
-- the ping clock starts when the stream is asked for, with its first ping (the asyncio client
-  pinged once the server's headers came, the Rust client counted from them): a stream that
-  takes an interval to open is stuck, and the next endpoint is tried;
+- the next ping is due an interval after the stream opened (its headers came), and a stream
+  that has not opened cannot be stuck, as in the Rust and asyncio clients (the blocking one
+  counted from the call): a refusal that comes late is still taken for one, not for a stuck
+  stream (which would pause instead of renewing). A member that never answers is left to the
+  HTTP/2 keepalive (about 2 s), and to the lease deadline at the latest;
 - the backoff runs on the engine's clock (the Rust client's ran on the wall of the process even
   under a test clock).
 """
@@ -108,6 +110,11 @@ class Tick:
 
 
 @dataclasses.dataclass(frozen=True)
+class StreamOpened:
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
 class Ack:
     ttl_remaining_ms: int
 
@@ -137,7 +144,7 @@ class RenewFailed:
     pass
 
 
-Event = Union[Start, Tick, Ack, StreamBroken, StreamRefused, SessionGone, RenewAnswered, RenewFailed]
+Event = Union[Start, Tick, StreamOpened, Ack, StreamBroken, StreamRefused, SessionGone, RenewAnswered, RenewFailed]
 
 # --- actions ------------------------------------------------------------------------------
 
@@ -213,7 +220,7 @@ class Keepalive:
         self._backoff = Backoff(opened_at_ms, ttl_ms, self._rng)
         self._state = _IDLE
         self._sent_at: collections.deque[int] = collections.deque()
-        self._next_ping = 0
+        self._next_ping: Optional[int] = None  # None until the stream opened
         self._renew_sent = 0
         self._until = 0
 
@@ -248,8 +255,11 @@ class Keepalive:
         if isinstance(event, Start):
             if state == _IDLE:
                 self._open(now, actions)
+        elif isinstance(event, StreamOpened):
+            if state == _STREAMING and self._next_ping is None:
+                self._next_ping = now + self.interval_ms
         elif isinstance(event, Tick):
-            if state == _STREAMING and now >= self._next_ping:
+            if state == _STREAMING and self._next_ping is not None and now >= self._next_ping:
                 if self._sent_at and now - self._sent_at[0] >= self.interval_ms:
                     actions.append(CloseStream("stuck"))
                     self._failed(now, False, actions)
@@ -297,7 +307,7 @@ class Keepalive:
     def _open(self, now: int, actions: list[Action]) -> None:
         self._state = _STREAMING
         self._sent_at = collections.deque([now])
-        self._next_ping = now + self.interval_ms
+        self._next_ping = None
         actions.append(OpenStream())
 
     def _proven(self, sent: int, remaining_ms: int) -> None:

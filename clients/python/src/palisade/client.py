@@ -1,7 +1,9 @@
 """The blocking client: :class:`Client`, :class:`Session` and :class:`Grant`.
 
-A :class:`Session` keeps its lease alive from a background thread, over one KeepAlive stream
-after another, as the Rust client does: a ping every ``ttl / 3``; the lease is *proven* until a
+A :class:`Session` keeps its lease alive from a background thread that drives the keepalive
+engine (:mod:`palisade._keepalive`, the rules of every Palisade client, checked against the
+shared vectors in ``spec/keepalive/v1``), over one KeepAlive stream after another: a ping every
+``ttl / 3``; the lease is *proven* until a
 ping's send time plus the remainder the service reported; a stream whose oldest ping has gone
 unanswered for a whole interval is stuck and reopened elsewhere; when the service has no
 keepalive stream to spare (``RESOURCE_EXHAUSTED``) the session is renewed by the unary ``Renew``
@@ -17,7 +19,6 @@ is that resources check the grant's ``sequencer`` (see :mod:`palisade.fence`).
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
 import logging
@@ -29,6 +30,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Union
 import grpc
 
 from . import _core, errors
+from . import _keepalive as ka
 from ._core import Failure
 from ._proto import palisade_pb2 as pb
 from ._proto import palisade_pb2_grpc as pb_grpc
@@ -670,17 +672,17 @@ class Session:
         self.credential = credential
         self.id = credential.id
         self.ttl = granted
-        interval = granted / 3 if keepalive_interval is None else keepalive_interval
-        self._interval = min(max(interval, 0.01), granted)
         self._mutex = threading.Lock()
-        self._lease_deadline = first_sent_at + _core.proven_lease(granted)
+        self._engine = _core.keepalive_engine(granted, keepalive_interval, first_sent_at)  # under _mutex
         #: Why the session ended (an ``errors.LOST_*`` reason), or ``None`` while it lives.
         self.ended: Optional[str] = None
         #: Set when the session ends: lost, or closed.
         self.lost = threading.Event()
         self._grants: list[Grant] = []
         self._stopping = threading.Event()
-        self._wake: "queue.Queue[tuple[str, Any]]" = queue.Queue()
+        #: What the keepalive thread waits for: ("stop", 0, None), or (kind, stream number, payload)
+        #: from a stream's reader.
+        self._events: "queue.Queue[tuple[str, int, Any]]" = queue.Queue()
         self._thread = threading.Thread(target=self._keepalive, name=f"palisade-keepalive-{self.id}", daemon=True)
         self._thread.start()
 
@@ -694,9 +696,10 @@ class Session:
     def lease_remaining(self) -> Optional[float]:
         """The lease this process can prove, in seconds, or ``None`` once the session ended."""
         with self._mutex:
-            if self.ended is not None:
+            deadline = self._engine.lease_deadline
+            if self.ended is not None or deadline is None:
                 return None
-            return max(0.0, self._lease_deadline - time.monotonic())
+        return max(0.0, deadline / 1000 - time.monotonic())
 
     def acquire(
         self,
@@ -749,7 +752,7 @@ class Session:
         """Ends the session: stops the keepalive, releases every lock, withdraws every wait.
         After a loss for want of a proven lease, this is what gives the locks up."""
         self._stopping.set()
-        self._wake.put(("stop", None))
+        self._events.put(("stop", 0, None))
         earlier = self._end(errors.LOST_CLOSED)
         if earlier == errors.LOST_NOT_FOUND:
             raise errors.SessionNotFound(f"session {self.id} does not exist (it had already expired or been closed)")
@@ -774,169 +777,135 @@ class Session:
         return None
 
     def _keepalive(self) -> None:
+        """The thread that drives the keepalive engine (:mod:`palisade._keepalive`): it feeds the
+        engine what the stream and the ``Renew`` calls answer and performs what it returns."""
+        stream: Optional[_KeepaliveStream] = None
+        streams = 0
+        event: ka.Event = ka.Start()
         try:
-            reason = self._until_lost(proving=True)
-            if self._end(reason) is None and reason != errors.LOST_CLOSED:
-                log.info("session %d lost: %s", self.id, errors.describe_lost(reason))
-            if reason == errors.LOST_LEASE_UNPROVEN:
-                # The service may still hold the session: keep renewing it until the owner
-                # closes it. Closing it here would free its locks while the owner still works.
-                self._until_lost(proving=False)
+            while True:
+                with self._mutex:
+                    actions = self._engine.on(event, _core.monotonic_ms())
+                    wake = self._engine.wake
+                following: Optional[ka.Event] = None
+                for action in actions:
+                    if isinstance(action, ka.OpenStream):
+                        streams += 1
+                        stream = _KeepaliveStream(self, streams)
+                    elif isinstance(action, ka.SendPing) and stream is not None:
+                        stream.ping()
+                    elif isinstance(action, ka.CloseStream) and stream is not None:
+                        stream.close()
+                        if action.reason == "stuck":
+                            log.debug("keepalive stream of session %d is stuck; reopening", self.id)
+                            failure = Failure(Failure.UNKNOWN, "the keepalive stream is stuck")
+                            self._client._endpoints.after_failure(stream.generation, failure)
+                        stream = None
+                    elif isinstance(action, ka.Renew):
+                        following = self._renew_once(action.until)
+                    elif isinstance(action, ka.Lost):
+                        if self._end(action.reason) is None:
+                            log.info("session %d lost: %s", self.id, errors.describe_lost(action.reason))
+                    elif isinstance(action, ka.Stop):
+                        return
+                    # Pause: nothing to do but wait; CancelRenew: the blocking Renew is over.
+                if following is not None:
+                    event = following
+                    continue
+                if self._stopping.is_set() or self._client._closed:
+                    return
+                event, stream = self._next_event(stream, wake)
+        except _Stopped:
+            return
         except Exception:  # never die silently: the session is lost as far as we can tell
             log.exception("keepalive of session %d failed", self.id)
             self._end(errors.LOST_LEASE_UNPROVEN)
+        finally:
+            if stream is not None:
+                stream.close()
 
-    def _deadline(self, proving: bool) -> Optional[float]:
-        with self._mutex:
-            return self._lease_deadline if proving else None
+    def _next_event(
+        self, stream: Optional["_KeepaliveStream"], wake: Optional[int]
+    ) -> tuple[ka.Event, Optional["_KeepaliveStream"]]:
+        """The next event of the open stream, or a tick at ``wake``; the stream, or ``None`` once
+        it ended. Raises :class:`_Stopped` when the session is closed."""
+        while True:
+            timeout = None if wake is None else max(0, wake - _core.monotonic_ms()) / 1000
+            try:
+                kind, number, payload = self._events.get(timeout=timeout)
+            except queue.Empty:
+                return ka.Tick(), stream
+            if kind == "stop":
+                raise _Stopped()
+            if stream is None or number != stream.number:
+                continue  # from a stream closed earlier
+            event = _core.stream_event(kind, payload, self.id, self._client._endpoints, stream.generation)
+            if event is None:
+                continue
+            if kind in ("opened", "ack"):
+                return event, stream
+            stream.close()
+            return event, None
 
-    def _proven(self, sent: float, remaining_s: float) -> None:
-        proven = sent + _core.proven_lease(min(remaining_s, self.ttl))
-        with self._mutex:
-            if self.ended is None and proven > self._lease_deadline:
-                self._lease_deadline = proven
-
-    def _until_lost(self, proving: bool) -> str:
-        backoff = _core.Backoff(self.ttl)
-        while not self._stopping.is_set() and not self._client._closed:
-            end = self._one_stream(proving, backoff)
-            if end is not None:
-                return end
-        return errors.LOST_CLOSED
-
-    def _wait(self, until: float) -> Optional[tuple[str, Any]]:
-        """The next event of the stream before ``until`` (monotonic), or ``None``."""
+    def _renew_once(self, until: Optional[int]) -> ka.Event:
+        """One ``Renew``, for a connection with no keepalive stream to spare; it may take only
+        until ``until`` (the lease deadline), retries included."""
+        within = None if until is None else max(0, until - _core.monotonic_ms()) / 1000
         try:
-            return self._wake.get(timeout=max(0.0, until - time.monotonic()))
-        except queue.Empty:
-            return None
+            remaining = self._client._renew(self.credential, within)
+        except errors.SessionNotFound:
+            return ka.SessionGone()
+        except errors.PalisadeError as error:
+            log.debug("renewal of session %d by Renew failed: %s", self.id, error)
+            return ka.RenewFailed()
+        return ka.RenewAnswered(round(remaining * 1000))
 
-    def _one_stream(self, proving: bool, backoff: _core.Backoff) -> Optional[str]:
-        """One keepalive stream, pinged every interval until it fails, ends or gets stuck; then
-        the pause before the next. Returns a loss reason, or ``None`` to open another."""
-        ping = _core.keep_alive_request(self.id, self.credential.secret)
-        pings: "queue.Queue[Optional[pb.KeepAliveRequest]]" = queue.Queue()
-        sent_at: collections.deque[float] = collections.deque([time.monotonic()])
-        pings.put(ping)  # the first ping goes out with the stream
+
+class _Stopped(Exception):
+    """The session was closed: its keepalive thread ends."""
+
+
+class _KeepaliveStream:
+    """One keepalive stream of a blocking session: its pings go through a queue, and a reader
+    thread hands its answers and its end to the session's keepalive thread."""
+
+    def __init__(self, session: Session, number: int) -> None:
+        self.number = number
+        self._ping = _core.keep_alive_request(session.id, session.credential.secret)
+        self._pings: "queue.Queue[Optional[pb.KeepAliveRequest]]" = queue.Queue()
+        self._pings.put(self._ping)  # the first ping goes out with the stream
+        current = session._client._endpoints.current()
+        self.generation = current.generation
+        pings = self._pings
 
         def requests() -> Iterator[pb.KeepAliveRequest]:
-            while True:
-                item = pings.get()
-                if item is None:
-                    return
+            while (item := pings.get()) is not None:
                 yield item
 
-        self._wake = events = queue.Queue[tuple[str, Any]]()
-        if self._stopping.is_set():
-            return errors.LOST_CLOSED
-        current = self._client._endpoints.current()
-        call = current.stub.KeepAlive(requests())
+        self._call = current.stub.KeepAlive(requests())
+        events = session._events
+        call = self._call
 
         def read() -> None:
             try:
+                call.initial_metadata()  # the headers, or the end of a refused stream
+                events.put(("opened", number, None))
                 for ack in call:
-                    events.put(("ack", ack))
-                events.put(("end", None))
+                    events.put(("ack", number, ack))
+                events.put(("end", number, Failure(Failure.NOT_APPLIED, "the keepalive stream ended")))
             except grpc.RpcError as error:
-                events.put(("error", error))
+                events.put(("error", number, _core.failure_from_rpc_error(error)))
             except Exception as error:  # the channel was closed under us
-                events.put(("error", error))
+                events.put(("error", number, Failure(Failure.NOT_APPLIED, str(error))))
 
-        threading.Thread(target=read, name=f"palisade-keepalive-read-{self.id}", daemon=True).start()
-        next_ping = time.monotonic() + self._interval
-        failure: Optional[Failure] = None
-        try:
-            while True:
-                deadline = self._deadline(proving)
-                event = self._wait(next_ping if deadline is None else min(next_ping, deadline))
-                now = time.monotonic()
-                if event is not None and event[0] == "stop":
-                    return errors.LOST_CLOSED
-                if event is not None and event[0] == "ack":
-                    ack = event[1]
-                    if ack.session == self.id and sent_at:
-                        self._proven(sent_at.popleft(), ack.ttl_remaining_ms / 1000)
-                        backoff.reset()
-                    continue
-                if event is not None and event[0] == "end":
-                    failure = Failure(Failure.NOT_APPLIED, "the keepalive stream ended")
-                    break
-                if event is not None and event[0] == "error":
-                    error = event[1]
-                    failure = (
-                        _core.failure_from_rpc_error(error)
-                        if isinstance(error, grpc.RpcError)
-                        else Failure(Failure.NOT_APPLIED, str(error))
-                    )
-                    if _session_gone(failure):
-                        return errors.LOST_NOT_FOUND
-                    if failure.code is grpc.StatusCode.RESOURCE_EXHAUSTED:
-                        # No keepalive stream to spare: renew by one call, a stream again later.
-                        return self._renew_by_call(proving, backoff)
-                    break
-                deadline = self._deadline(proving)
-                if deadline is not None and now >= deadline:
-                    return errors.LOST_LEASE_UNPROVEN
-                if now >= next_ping:
-                    # A renewal takes one commit; one unanswered for a whole interval will not be
-                    # answered in time, wherever it is stuck.
-                    if sent_at and now - sent_at[0] >= self._interval:
-                        failure = Failure(Failure.UNKNOWN, "the keepalive stream is stuck")
-                        break
-                    sent_at.append(now)
-                    pings.put(ping)
-                    next_ping = now + self._interval
-        finally:
-            pings.put(None)
-            call.cancel()
-        log.debug("keepalive stream of session %d failed: %s", self.id, failure.message)
-        self._client._endpoints.after_failure(current.generation, failure)
-        if failure.kind == Failure.NOT_LEADER and backoff.at_once():
-            return None
-        return self._pause(proving, backoff)
+        threading.Thread(target=read, name=f"palisade-keepalive-read-{session.id}", daemon=True).start()
 
-    def _renew_by_call(self, proving: bool, backoff: _core.Backoff) -> Optional[str]:
-        sent = time.monotonic()
-        # While the lease is proven, the renewal may take only what is left of it: the session
-        # is lost when its lease is, however long Renew's retries would go on.
-        deadline = self._deadline(proving)
-        try:
-            remaining = self._client._renew(self.credential, None if deadline is None else max(0.0, deadline - sent))
-        except errors.SessionNotFound:
-            return errors.LOST_NOT_FOUND
-        except errors.PalisadeError as error:
-            log.debug("renewal of session %d by Renew failed: %s", self.id, error)
-            return self._pause(proving, backoff)
-        self._proven(sent, remaining)
-        backoff.reset()
-        while True:
-            deadline = self._deadline(proving)
-            until = sent + self._interval
-            event = self._wait(until if deadline is None else min(until, deadline))
-            if event is not None and event[0] == "stop":
-                return errors.LOST_CLOSED
-            if deadline is not None and time.monotonic() >= deadline:
-                return errors.LOST_LEASE_UNPROVEN
-            if time.monotonic() >= until:
-                return None
+    def ping(self) -> None:
+        self._pings.put(self._ping)
 
-    def _pause(self, proving: bool, backoff: _core.Backoff) -> Optional[str]:
-        """The pause before the next stream; the session is lost if its lease ran out meanwhile."""
-        delay = backoff.next_delay()
-        if delay is None:
-            delay = _core.BACKOFF_MAX_S
-        if not proving:
-            delay = min(delay, self._interval)
-        wake = time.monotonic() + delay
-        while True:
-            deadline = self._deadline(proving)
-            event = self._wait(wake if deadline is None else min(wake, deadline))
-            if event is not None and event[0] == "stop":
-                return errors.LOST_CLOSED
-            if deadline is not None and time.monotonic() >= deadline:
-                return errors.LOST_LEASE_UNPROVEN
-            if time.monotonic() >= wake:
-                return None
+    def close(self) -> None:
+        self._pings.put(None)
+        self._call.cancel()
 
 
 def _check_interval(interval: Any) -> None:
@@ -945,9 +914,3 @@ def _check_interval(interval: Any) -> None:
         return
     if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0.01 <= interval <= 86_400:
         raise errors.InvalidArgument(f"keepalive_interval is None or seconds in 0.01..=86400, not {interval!r}")
-
-
-def _session_gone(failure: Failure) -> bool:
-    if failure.kind == Failure.CORE and failure.detail is not None:
-        return failure.detail.kind == "session_not_found"
-    return failure.code is grpc.StatusCode.NOT_FOUND

@@ -1,22 +1,14 @@
-"""The asyncio client, on ``grpc.aio``: the blocking API's rules with ``await``.
+"""The asyncio client, on ``grpc.aio``: :class:`Client`, :class:`Session`, :class:`Grant` and
+:class:`LockEvents`, as :mod:`palisade.client` is for the blocking API.
 
-    from palisade import aio
-
-    client = await aio.Client.connect(["127.0.0.1:7457"])
-    async with client.lock("jobs/nightly", ttl=10) as grant:
-        print(grant.token, grant.sequencer)
-        # grant.lost is an asyncio.Event, set if the session is lost
-
-The session's keepalive is a task on the running loop: the same stream, proven lease, stuck
-stream detection and fallback to unary ``Renew`` as :class:`palisade.Session`. Endpoints, retries,
-request ids and errors are shared with the blocking client (:mod:`palisade._core`,
-:mod:`palisade.errors`).
+The session's keepalive is a task on the running loop that drives the same engine as the
+blocking session's thread (:mod:`palisade._keepalive`). Endpoints, retries, request ids and
+errors are shared with the blocking client (:mod:`palisade._core`, :mod:`palisade.errors`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import time
@@ -25,22 +17,21 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Sequence, 
 import grpc
 import grpc.aio
 
-from . import _core, errors
-from ._core import Failure
-from ._proto import palisade_pb2 as pb
-from ._proto import palisade_pb2_grpc as pb_grpc
-from .client import (
+from .. import _core, errors
+from .. import _keepalive as ka
+from .._core import Failure
+from .._proto import palisade_pb2 as pb
+from .._proto import palisade_pb2_grpc as pb_grpc
+from ..client import (
     AcquireResult,
     LockEvent,
     LockStatus,
     SessionCredential,
     _check_interval,
-    _session_gone,
     lock_event,
     lock_status,
 )
-from .election import _NOTHING, Leader, LeaderOrNothing, leader_after, leader_of
-from .sequencer import KeySet, PublicKey
+from ..sequencer import KeySet, PublicKey
 
 log = logging.getLogger("palisade")
 
@@ -473,9 +464,7 @@ class Session:
         self.credential = credential
         self.id = credential.id
         self.ttl = ttl
-        interval = ttl / 3 if keepalive_interval is None else keepalive_interval
-        self._interval = min(max(float(interval), 0.01), ttl)
-        self._lease_deadline = first_sent_at + _core.proven_lease(ttl)
+        self._engine = _core.keepalive_engine(ttl, keepalive_interval, first_sent_at)
         self.ended: Optional[str] = None
         self.lost = asyncio.Event()
         self._grants: list[Grant] = []
@@ -483,9 +472,10 @@ class Session:
         self._task = asyncio.get_running_loop().create_task(self._keepalive(), name=f"palisade-keepalive-{self.id}")
 
     def lease_remaining(self) -> Optional[float]:
-        if self.ended is not None:
+        deadline = self._engine.lease_deadline
+        if self.ended is not None or deadline is None:
             return None
-        return max(0.0, self._lease_deadline - time.monotonic())
+        return max(0.0, deadline / 1000 - time.monotonic())
 
     async def acquire(
         self,
@@ -567,286 +557,150 @@ class Session:
         return None
 
     async def _keepalive(self) -> None:
+        """The task that drives the keepalive engine (:mod:`palisade._keepalive`): it feeds the
+        engine what the stream and the ``Renew`` calls answer and performs what it returns."""
+        events: asyncio.Queue[tuple[str, int, Any]] = asyncio.Queue()
+        stream: Optional[_KeepaliveStream] = None
+        renewal: Optional[asyncio.Task[None]] = None
+        number = 0  # of the stream or Renew call whose events are taken
+        event: ka.Event = ka.Start()
         try:
-            reason = await self._until_lost(proving=True)
-            if await self._end(reason) is None and reason != errors.LOST_CLOSED:
-                log.info("session %d lost: %s", self.id, errors.describe_lost(reason))
-            if reason == errors.LOST_LEASE_UNPROVEN:
-                await self._until_lost(proving=False)
+            while True:
+                for action in self._engine.on(event, _core.monotonic_ms()):
+                    if isinstance(action, ka.OpenStream):
+                        number += 1
+                        stream = _KeepaliveStream(self, number, events)
+                    elif isinstance(action, ka.SendPing) and stream is not None:
+                        stream.ping()
+                    elif isinstance(action, ka.CloseStream) and stream is not None:
+                        stream.close()
+                        if action.reason == "stuck":
+                            log.debug("keepalive stream of session %d is stuck; reopening", self.id)
+                            failure = Failure(Failure.UNKNOWN, "the keepalive stream is stuck")
+                            self._client._endpoints.after_failure(stream.generation, failure)
+                        stream = None
+                    elif isinstance(action, ka.Renew):
+                        number += 1
+                        renewal = asyncio.ensure_future(self._renew_once(number, events))
+                    elif isinstance(action, ka.CancelRenew) and renewal is not None:
+                        renewal.cancel()
+                        renewal = None
+                    elif isinstance(action, ka.Lost):
+                        if await self._end(action.reason) is None:
+                            log.info("session %d lost: %s", self.id, errors.describe_lost(action.reason))
+                    elif isinstance(action, ka.Stop):
+                        return
+                    # Pause: nothing to do but wait.
+                event, stream = await self._next_event(events, number, stream, self._engine.wake)
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("keepalive of session %d failed", self.id)
             await self._end(errors.LOST_LEASE_UNPROVEN)
+        finally:
+            if stream is not None:
+                stream.close()
+            if renewal is not None:
+                renewal.cancel()
 
-    def _proven(self, sent: float, remaining_s: float) -> None:
-        proven = sent + _core.proven_lease(min(remaining_s, self.ttl))
-        if self.ended is None and proven > self._lease_deadline:
-            self._lease_deadline = proven
+    async def _next_event(
+        self,
+        events: asyncio.Queue[tuple[str, int, Any]],
+        number: int,
+        stream: Optional["_KeepaliveStream"],
+        wake: Optional[int],
+    ) -> tuple[ka.Event, Optional["_KeepaliveStream"]]:
+        """The next event of stream or Renew call ``number``, or a tick at ``wake``; the stream,
+        or ``None`` once it ended."""
+        while True:
+            timeout = None if wake is None else max(0, wake - _core.monotonic_ms()) / 1000
+            try:
+                kind, of, payload = await asyncio.wait_for(events.get(), timeout)
+            except asyncio.TimeoutError:
+                return ka.Tick(), stream
+            if of != number:
+                continue  # from a stream closed, or a call abandoned, earlier
+            if kind == "renewed":
+                return payload, stream
+            if stream is None:
+                continue
+            event = _core.stream_event(kind, payload, self.id, self._client._endpoints, stream.generation)
+            if event is None:
+                continue
+            if kind in ("opened", "ack"):
+                return event, stream
+            stream.close()
+            return event, None
 
-    async def _until_lost(self, proving: bool) -> str:
-        backoff = _core.Backoff(self.ttl)
-        while not self._stop.is_set():
-            end = await self._one_stream(proving, backoff)
-            if end is not None:
-                return end
-        return errors.LOST_CLOSED
-
-    async def _get(self, events: asyncio.Queue[tuple[str, Any]], until: float) -> Optional[tuple[str, Any]]:
+    async def _renew_once(self, number: int, events: asyncio.Queue[tuple[str, int, Any]]) -> None:
+        """One ``Renew``, for a connection with no keepalive stream to spare; the engine cancels
+        it at the lease deadline."""
+        event: ka.Event
         try:
-            return await asyncio.wait_for(events.get(), max(0.0, until - time.monotonic()))
-        except asyncio.TimeoutError:
-            return None
+            event = ka.RenewAnswered(round(await self._client.renew(self.credential) * 1000))
+        except errors.SessionNotFound:
+            event = ka.SessionGone()
+        except errors.PalisadeError as error:
+            log.debug("renewal of session %d by Renew failed: %s", self.id, error)
+            event = ka.RenewFailed()
+        events.put_nowait(("renewed", number, event))
 
-    async def _one_stream(self, proving: bool, backoff: _core.Backoff) -> Optional[str]:
-        ping = _core.keep_alive_request(self.id, self.credential.secret)
-        sent_at: collections.deque[float] = collections.deque()
-        current = self._client._endpoints.current()
-        call = current.stub.KeepAlive()
-        events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+class _KeepaliveStream:
+    """One keepalive stream of an asyncio session. A writer task sends its pings in order, the
+    first once the server's headers came: a write to a stream the server has refused fails, and
+    grpc.aio then replaces the server's status (RESOURCE_EXHAUSTED, which sends the session to
+    Renew) by INTERNAL if it has not arrived yet (grpc/grpc#36066). A reader task hands the
+    answers and the stream's end to the keepalive task."""
+
+    def __init__(self, session: Session, number: int, events: asyncio.Queue[tuple[str, int, Any]]) -> None:
+        current = session._client._endpoints.current()
+        self.generation = current.generation
+        self._call = call = current.stub.KeepAlive()
+        ping = _core.keep_alive_request(session.id, session.credential.secret)
+        self._pings: asyncio.Queue[None] = asyncio.Queue()
+        self._pings.put_nowait(None)  # the first ping goes out with the stream
+        pings = self._pings
+
+        async def write() -> None:
+            # Through a task of its own, so that the reader's task runs first: it takes a
+            # refusal's status before a write can spoil it.
+            await asyncio.ensure_future(call.initial_metadata())
+            events.put_nowait(("opened", number, None))
+            while True:
+                await pings.get()
+                # Not to a call that is over (a refusal comes with the headers): its reader
+                # reports how it ended.
+                if call.done():
+                    return
+                # A write waits for the stream's flow control; the engine finds a stream that
+                # takes no more writes stuck, and closes it.
+                await call.write(ping)
 
         async def read() -> None:
             try:
                 async for ack in call:
-                    events.put_nowait(("ack", ack))
-                events.put_nowait(("end", None))
+                    events.put_nowait(("ack", number, ack))
+                events.put_nowait(("end", number, Failure(Failure.NOT_APPLIED, "the keepalive stream ended")))
             except asyncio.CancelledError:
                 raise
             except BaseException as error:  # noqa: BLE001 - every failure ends the stream
-                events.put_nowait(("error", error))
+                events.put_nowait(("error", number, _failure(error)))
 
-        reader = asyncio.ensure_future(read())
-        failure: Optional[Failure] = None
-        try:
-            # The server's answer first. A write to a stream the server has refused fails, and
-            # grpc.aio then replaces the server's status (RESOURCE_EXHAUSTED, which sends the
-            # session to Renew) by INTERNAL if it has not arrived yet (grpc/grpc#36066).
-            with contextlib.suppress(asyncio.TimeoutError):
-                until = self._lease_deadline if proving else time.monotonic() + self._interval
-                await asyncio.wait_for(call.initial_metadata(), max(0.0, until - time.monotonic()))
-            next_ping = time.monotonic()
-            while True:
-                now = time.monotonic()
-                if now >= next_ping:
-                    if sent_at and now - sent_at[0] >= self._interval:
-                        failure = Failure(Failure.UNKNOWN, "the keepalive stream is stuck")
-                        break
-                    sent_at.append(now)
-                    # A write waits for the stream's flow control: never past the lease.
-                    until = self._lease_deadline if proving else now + self._interval
-                    try:
-                        await asyncio.wait_for(call.write(ping), max(0.0, until - now))
-                    except asyncio.TimeoutError:
-                        failure = Failure(Failure.UNKNOWN, "the keepalive stream takes no more writes")
-                        break
-                    except Exception as error:  # the stream failed; its reader reports why
-                        failure = _failure(error)
-                        # The write fails as soon as the call is over, but the status (a refused
-                        # stream is RESOURCE_EXHAUSTED) comes from the reader, which a busy
-                        # machine may run much later: wait for it, as long as the lease allows.
-                        while (event := await self._get(events, until)) is not None:
-                            if event[0] == "error":
-                                failure = _failure(event[1])
-                                break
-                            if event[0] == "end":
-                                break
-                            if event[1].session == self.id and sent_at:
-                                self._proven(sent_at.popleft(), event[1].ttl_remaining_ms / 1000)
-                        if _session_gone(failure):
-                            return errors.LOST_NOT_FOUND
-                        if failure.code is grpc.StatusCode.RESOURCE_EXHAUSTED:
-                            return await self._renew_by_call(proving, backoff)
-                        break
-                    next_ping = now + self._interval
-                deadline = self._lease_deadline if proving else None
-                event = await self._get(events, next_ping if deadline is None else min(next_ping, deadline))
-                if proving and time.monotonic() >= self._lease_deadline:
-                    return errors.LOST_LEASE_UNPROVEN
-                if event is None:
-                    continue
-                if event[0] == "ack":
-                    if event[1].session == self.id and sent_at:
-                        self._proven(sent_at.popleft(), event[1].ttl_remaining_ms / 1000)
-                        backoff.reset()
-                    continue
-                if event[0] == "end":
-                    failure = Failure(Failure.NOT_APPLIED, "the keepalive stream ended")
-                    break
-                failure = _failure(event[1])
-                if _session_gone(failure):
-                    return errors.LOST_NOT_FOUND
-                if failure.code is grpc.StatusCode.RESOURCE_EXHAUSTED:
-                    return await self._renew_by_call(proving, backoff)
-                break
-        finally:
-            call.cancel()
-            reader.cancel()
-        log.debug("keepalive stream of session %d failed: %s", self.id, failure.message)
-        self._client._endpoints.after_failure(current.generation, failure)
-        if failure.kind == Failure.NOT_LEADER and backoff.at_once():
-            return None
-        return await self._pause(proving, backoff)
+        async def quietly(work: Callable[[], Awaitable[None]]) -> None:
+            # A failed write ends nothing by itself: the call is over, and the reader reports
+            # how (a refused stream's status comes from the reader).
+            with contextlib.suppress(Exception):
+                await work()
 
-    async def _renew_by_call(self, proving: bool, backoff: _core.Backoff) -> Optional[str]:
-        sent = time.monotonic()
-        # While the lease is proven, the renewal may take only what is left of it: the session
-        # is lost when its lease is, however long Renew's retries would go on.
-        renewal = self._client.renew(self.credential)
-        try:
-            remaining = await (asyncio.wait_for(renewal, max(0.0, self._lease_deadline - sent)) if proving else renewal)
-        except asyncio.TimeoutError:
-            return errors.LOST_LEASE_UNPROVEN
-        except errors.SessionNotFound:
-            return errors.LOST_NOT_FOUND
-        except errors.PalisadeError as error:
-            log.debug("renewal of session %d by Renew failed: %s", self.id, error)
-            return await self._pause(proving, backoff)
-        self._proven(sent, remaining)
-        backoff.reset()
-        return await self._sleep(proving, sent + self._interval)
+        self._tasks = [asyncio.ensure_future(read()), asyncio.ensure_future(quietly(write))]
 
-    async def _pause(self, proving: bool, backoff: _core.Backoff) -> Optional[str]:
-        delay = backoff.next_delay()
-        if delay is None:
-            delay = _core.BACKOFF_MAX_S
-        if not proving:
-            delay = min(delay, self._interval)
-        return await self._sleep(proving, time.monotonic() + delay)
+    def ping(self) -> None:
+        self._pings.put_nowait(None)
 
-    async def _sleep(self, proving: bool, until: float) -> Optional[str]:
-        """Sleeps until ``until``; the session is lost if its lease runs out first."""
-        if proving:
-            until = min(until, self._lease_deadline)
-        await asyncio.sleep(max(0.0, until - time.monotonic()))
-        if proving and time.monotonic() >= self._lease_deadline:
-            return errors.LOST_LEASE_UNPROVEN
-        return None
+    def close(self) -> None:
+        self._call.cancel()
+        for task in self._tasks:
+            task.cancel()
 
 
-# --- leader election ------------------------------------------------------------------------
-
-
-class LeaderChanges:
-    """The changes of an election's leader, from :meth:`Election.observe`: an async iterator of
-    :class:`palisade.Leader` or ``None`` (nobody leads), each item different from the one
-    before."""
-
-    def __init__(self, events: LockEvents) -> None:
-        self._events = events
-        self._last: LeaderOrNothing = _NOTHING
-
-    def __aiter__(self) -> "LeaderChanges":
-        return self
-
-    async def __anext__(self) -> Optional[Leader]:
-        async for event in self._events:
-            leader = leader_after(event)
-            if leader is _NOTHING or leader == self._last:
-                continue
-            self._last = leader
-            return leader
-        raise StopAsyncIteration
-
-    async def close(self) -> None:
-        await self._events.close()
-
-    async def __aenter__(self) -> "LeaderChanges":
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.close()
-
-
-OnLostLeadership = Callable[["Leadership", str], Union[None, Awaitable[None]]]
-
-
-class Leadership:
-    """This process leads an election (see :class:`palisade.Leadership`); ``lost`` is the
-    grant's :class:`asyncio.Event`. As an async context manager it resigns on exit."""
-
-    def __init__(self, grant: Grant) -> None:
-        self.grant = grant
-
-    @property
-    def epoch(self) -> int:
-        return self.grant.token
-
-    @property
-    def sequencer(self) -> str:
-        return self.grant.sequencer
-
-    @property
-    def lock(self) -> str:
-        return self.grant.lock
-
-    @property
-    def session_id(self) -> int:
-        return self.grant.session_id
-
-    @property
-    def lost(self) -> asyncio.Event:
-        return self.grant.lost
-
-    @property
-    def lost_reason(self) -> Optional[str]:
-        return self.grant.lost_reason
-
-    async def proclaim(self, value: Optional[str]) -> None:
-        """Tells observers a new value (``None`` removes it); :class:`errors.NotHolder` once
-        this leadership has ended."""
-        await self.grant.proclaim(value)
-
-    async def resign(self) -> None:
-        """Steps down: the next candidate in line leads."""
-        await self.grant.release()
-
-    async def __aenter__(self) -> "Leadership":
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        if not self.grant.released and not self.grant.lost.is_set():
-            try:
-                await self.resign()
-            except errors.PalisadeError as error:
-                log.debug("resigning from election %r failed: %s", self.lock, error)
-        self.grant.released = True
-
-    def __repr__(self) -> str:
-        return f"Leadership(election={self.lock!r}, epoch={self.epoch}, session={self.session_id}, lost={self.lost.is_set()})"
-
-
-class Election:
-    """One election, named by its lock (see :class:`palisade.Election`)."""
-
-    def __init__(self, client: Client, name: str) -> None:
-        self.client = client
-        self.name = _core.validate_lock_name(name)
-
-    async def campaign(
-        self, session: Session, value: Optional[str] = None, *, on_lost: Optional[OnLostLeadership] = None
-    ) -> Leadership:
-        """Campaigns with ``session``: waits (in FIFO order behind earlier candidates) until
-        this session leads (see :meth:`palisade.Election.campaign`)."""
-        leadership: list[Leadership] = []
-
-        async def lost(grant: Grant, reason: str) -> None:
-            assert on_lost is not None
-            result = on_lost(leadership[0] if leadership else Leadership(grant), reason)
-            if asyncio.iscoroutine(result):
-                await result
-
-        grant = await session.acquire(self.name, wait=None, value=value, on_lost=lost if on_lost is not None else None)
-        leadership.append(Leadership(grant))
-        return leadership[0]
-
-    async def leader(self) -> Optional[Leader]:
-        """The current leader, or ``None`` while nobody leads (linearizable)."""
-        return leader_of(await self.client.status(self.name))
-
-    async def observe(self) -> LeaderChanges:
-        """Follows the leader: the leader now, then one item per change; reopens as
-        :meth:`Client.watch` does."""
-        return LeaderChanges(await self.client.watch(self.name))
-
-    def __repr__(self) -> str:
-        return f"Election({self.name!r})"
