@@ -307,6 +307,13 @@ func (s *Session) openStream(gen uint64, events chan<- event) *inFlight {
 				}
 			}
 		}()
+		// The headers came (or a refusal with them): the next ping is due an interval from now.
+		// A stream that fails first is reported by Recv below.
+		if _, err := call.Header(); err == nil {
+			if !deliver(keepalive.Event{Type: keepalive.StreamOpened}) {
+				return
+			}
+		}
 		for {
 			ack, err := call.Recv()
 			if err == io.EOF {

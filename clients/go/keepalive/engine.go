@@ -1,5 +1,5 @@
 // Package keepalive is a session's keepalive rules as a state machine without I/O: it takes
-// timed events (start, tick, a ping's answer, a stream broken or refused, the session gone, a
+// timed events (start, tick, the stream opened, a ping's answer, a stream broken or refused, the session gone, a
 // Renew call answered or failed) and returns the actions to take (open a stream, send a ping,
 // close the stream, renew by one call until a time, cancel that call, pause until a time, the
 // session is lost, stop). The session's goroutine in package palisade is its thin driver and
@@ -96,6 +96,7 @@ type EventType string
 const (
 	Start         EventType = "start"
 	Tick          EventType = "tick"
+	StreamOpened  EventType = "stream_opened"
 	Ack           EventType = "ack"
 	StreamBroken  EventType = "stream_broken"
 	StreamRefused EventType = "stream_refused"
@@ -163,6 +164,7 @@ type Engine struct {
 	st                state
 	sentAt            []int64
 	nextPing          int64
+	pingDue           bool // nextPing is set: the stream opened
 	renewSent         int64
 	until             int64
 }
@@ -204,7 +206,7 @@ func (e *Engine) Wake() (int64, bool) {
 	has := false
 	switch e.st {
 	case streaming:
-		at, has = e.nextPing, true
+		at, has = e.nextPing, e.pingDue
 	case waiting:
 		at, has = e.until, true
 	case renewing:
@@ -234,8 +236,12 @@ func (e *Engine) On(ev Event, now int64) []Action {
 		if e.st == idle {
 			out = e.open(now, out)
 		}
+	case StreamOpened:
+		if e.st == streaming && !e.pingDue {
+			e.nextPing, e.pingDue = now+e.intervalMs, true
+		}
 	case Tick:
-		if e.st == streaming && now >= e.nextPing {
+		if e.st == streaming && e.pingDue && now >= e.nextPing {
 			if len(e.sentAt) > 0 && now-e.sentAt[0] >= e.intervalMs {
 				out = append(out, Action{Type: CloseStream, Reason: ReasonStuck})
 				out = e.failed(now, false, out)
@@ -295,7 +301,7 @@ func (e *Engine) On(ev Event, now int64) []Action {
 func (e *Engine) open(now int64, out []Action) []Action {
 	e.st = streaming
 	e.sentAt = []int64{now}
-	e.nextPing = now + e.intervalMs
+	e.pingDue = false // until the stream opens: a stream that has not opened is never stuck
 	return append(out, Action{Type: OpenStream})
 }
 
