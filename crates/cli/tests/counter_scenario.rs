@@ -274,7 +274,12 @@ impl Backend {
         for sequence in state.first_sequence..=state.last_sequence {
             // Purged messages are gone; what is left is the counter's history since the reset.
             if let Ok(message) = stream.get_raw_message(sequence).await {
-                values.push(String::from_utf8(message.payload.to_vec()).unwrap().parse().unwrap());
+                values.push(
+                    String::from_utf8(message.payload.to_vec())
+                        .unwrap()
+                        .parse()
+                        .unwrap(),
+                );
             }
         }
         values
@@ -373,7 +378,11 @@ impl Backend {
                         .map_err(|error| status_of(&error))?;
                     values.remove(0).expect("the counter exists")
                 };
-                Ok(String::from_utf8(value).unwrap().parse::<i64>().unwrap().into())
+                Ok(String::from_utf8(value)
+                    .unwrap()
+                    .parse::<i64>()
+                    .unwrap()
+                    .into())
             }
             Backend::Nats { url, stream } => {
                 // The fence's read verifies the sequencer on the last message; unfenced, the
@@ -384,7 +393,10 @@ impl Backend {
                     .await
                     .map_err(|error| status_of(&error))?;
                 let value = last.as_ref().map_or(0, |last| {
-                    String::from_utf8(last.payload.to_vec()).unwrap().parse().unwrap()
+                    String::from_utf8(last.payload.to_vec())
+                        .unwrap()
+                        .parse()
+                        .unwrap()
                 });
                 Ok(Read { value, last })
             }
@@ -532,7 +544,11 @@ async fn nats_context(url: &str) -> async_nats::jetstream::Context {
 
 async fn nats_fence(url: &str, stream: &str, key: &str) -> NatsFence {
     let keys = key.parse::<palisade_sequencer::KeySet>().unwrap();
-    NatsFence::new(nats_context(url).await, stream, Arc::new(Verifier::new(keys)))
+    NatsFence::new(
+        nats_context(url).await,
+        stream,
+        Arc::new(Verifier::new(keys)),
+    )
 }
 
 async fn redis_connect(url: &str) -> redis::aio::MultiplexedConnection {
@@ -1117,7 +1133,11 @@ async fn adapter_scenarios(backend: Backend, fenced: Outcome) {
             [1, 1],
             "plain publishes: both holders published \"last value + 1\", a duplicate"
         );
-        assert_eq!(backend.nats_values().await, [1], "fenced: one message, no duplicate");
+        assert_eq!(
+            backend.nats_values().await,
+            [1],
+            "fenced: one message, no duplicate"
+        );
     }
 
     backend.reset().await;

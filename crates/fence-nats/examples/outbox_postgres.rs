@@ -68,9 +68,10 @@ fn env(name: &str) -> Result<String, Failure> {
 
 async fn run() -> Result<(), Failure> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (mut client, connection) = tokio_postgres::connect(&env("DATABASE_URL")?, tokio_postgres::NoTls)
-        .await
-        .map_err(|e| Failure::Other(format!("DATABASE_URL: {e}")))?;
+    let (mut client, connection) =
+        tokio_postgres::connect(&env("DATABASE_URL")?, tokio_postgres::NoTls)
+            .await
+            .map_err(|e| Failure::Other(format!("DATABASE_URL: {e}")))?;
     tokio::spawn(connection);
     postgres::ensure_schema(&client).await?;
     outbox::ensure_schema(&client).await?;
@@ -103,9 +104,13 @@ async fn run() -> Result<(), Failure> {
                 })
                 .await
                 .map_err(|e| Failure::Other(format!("stream EVENTS: {e}")))?;
-            let published =
-                outbox::relay(&mut client, &context, "outbox-example", outbox::RELAY_BATCH_MAX)
-                    .await?;
+            let published = outbox::relay(
+                &mut client,
+                &context,
+                "outbox-example",
+                outbox::RELAY_BATCH_MAX,
+            )
+            .await?;
             println!("{published} events published");
             Ok(())
         }

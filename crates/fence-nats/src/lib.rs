@@ -228,7 +228,13 @@ impl NatsFence {
             self.check(last.as_ref(), sequencer)?;
             let expected = last.map_or(0, |last| last.sequence);
             let sent = self
-                .send(subject, sequencer, expected, payload.clone(), headers.clone())
+                .send(
+                    subject,
+                    sequencer,
+                    expected,
+                    payload.clone(),
+                    headers.clone(),
+                )
                 .await?;
             if let Sent::Stored(ack) = sent {
                 return Ok(ack);

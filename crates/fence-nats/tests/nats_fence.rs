@@ -78,9 +78,18 @@ async fn a_newer_holders_message_shuts_the_older_holder_out() {
         return;
     };
     let (a, b) = (grant(5, 1), grant(6, 2));
-    fence.publish(&subject, &a, "a1".into(), None).await.unwrap();
-    fence.publish(&subject, &a, "a2".into(), None).await.unwrap();
-    fence.publish(&subject, &b, "b1".into(), None).await.unwrap();
+    fence
+        .publish(&subject, &a, "a1".into(), None)
+        .await
+        .unwrap();
+    fence
+        .publish(&subject, &a, "a2".into(), None)
+        .await
+        .unwrap();
+    fence
+        .publish(&subject, &b, "b1".into(), None)
+        .await
+        .unwrap();
     let refused = fence
         .publish(&subject, &a, "a3".into(), None)
         .await
@@ -133,7 +142,10 @@ async fn the_broker_refuses_a_publish_when_the_subject_moved_since_the_read() {
     // retryable, nothing stored, since its own message moved the subject.
     let read_by_b = fence.last(&subject).await.unwrap().unwrap();
     assert_eq!(read_by_b.payload, "b1");
-    assert_eq!(read_by_b.accepted.as_ref().unwrap().token_max, Token::new(6));
+    assert_eq!(
+        read_by_b.accepted.as_ref().unwrap().token_max,
+        Token::new(6)
+    );
     fence
         .publish_after(&subject, &b, Some(&read_by_b), "b2".into(), None)
         .await
@@ -143,7 +155,10 @@ async fn the_broker_refuses_a_publish_when_the_subject_moved_since_the_read() {
         .await
         .unwrap_err();
     assert!(moved.is_retryable(), "{moved:?}");
-    assert!(moved.to_string().contains("changed since it was read"), "{moved}");
+    assert!(
+        moved.to_string().contains("changed since it was read"),
+        "{moved}"
+    );
 
     let stream = subject.trim_end_matches(".events");
     assert_eq!(

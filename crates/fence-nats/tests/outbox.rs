@@ -88,8 +88,18 @@ async fn only_accepted_events_are_relayed_and_a_relay_retry_adds_no_duplicate() 
         !emit(&mut client, &subject, &a, "from a, late").await,
         "a stale holder's event is refused"
     );
-    assert_eq!(outbox::relay(&mut client, &context, &schema, 100).await.unwrap(), 2);
-    assert_eq!(outbox::relay(&mut client, &context, &schema, 100).await.unwrap(), 0);
+    assert_eq!(
+        outbox::relay(&mut client, &context, &schema, 100)
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        outbox::relay(&mut client, &context, &schema, 100)
+            .await
+            .unwrap(),
+        0
+    );
 
     // The relay's bookkeeping is lost (as if it crashed after publishing, before its commit):
     // it publishes both again, and the stream's duplicate window keeps one of each.
@@ -97,14 +107,23 @@ async fn only_accepted_events_are_relayed_and_a_relay_retry_adds_no_duplicate() 
         .execute("UPDATE palisade_outbox SET published_at = NULL", &[])
         .await
         .unwrap();
-    assert_eq!(outbox::relay(&mut client, &context, &schema, 100).await.unwrap(), 2);
+    assert_eq!(
+        outbox::relay(&mut client, &context, &schema, 100)
+            .await
+            .unwrap(),
+        2
+    );
     let mut stream = stream;
     let state = stream.info().await.unwrap().state.clone();
     assert_eq!(state.messages, 2, "{state:?}");
     let first = stream.get_raw_message(1).await.unwrap();
     assert_eq!(first.payload, "from a");
     assert_eq!(
-        first.headers.get(palisade_fence_nats::SEQUENCER_HEADER).unwrap().as_str(),
+        first
+            .headers
+            .get(palisade_fence_nats::SEQUENCER_HEADER)
+            .unwrap()
+            .as_str(),
         a.as_str()
     );
     assert_eq!(stream.get_raw_message(2).await.unwrap().payload, "from b");

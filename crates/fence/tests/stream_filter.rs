@@ -76,7 +76,9 @@ async fn a_superseded_producers_late_messages_are_dropped_even_after_a_restart()
     }
     assert_eq!(
         decided,
-        ["process", "process", "stale", "forged", "missing", "process"]
+        [
+            "process", "process", "stale", "forged", "missing", "process"
+        ]
     );
 
     // A newer grant's message whose processing rolls back leaves the mark where it was.
@@ -92,9 +94,25 @@ async fn a_superseded_producers_late_messages_are_dropped_even_after_a_restart()
 
     // A restarted consumer (a new connection) still drops A's messages and still takes B's.
     let mut restarted = connect(&url).await;
-    let late = consume(&mut restarted, &table, &scope, &verifier, "a3", Some(a.as_str())).await;
+    let late = consume(
+        &mut restarted,
+        &table,
+        &scope,
+        &verifier,
+        "a3",
+        Some(a.as_str()),
+    )
+    .await;
     assert_eq!(late, "stale");
-    let more = consume(&mut restarted, &table, &scope, &verifier, "b3", Some(b.as_str())).await;
+    let more = consume(
+        &mut restarted,
+        &table,
+        &scope,
+        &verifier,
+        "b3",
+        Some(b.as_str()),
+    )
+    .await;
     assert_eq!(more, "process");
     let rows = restarted
         .query(&format!("SELECT payload FROM {table} ORDER BY id"), &[])
