@@ -354,13 +354,13 @@ impl Backend {
                 if !unfenced {
                     sqlite::claim(&txn, LOCK, &verified).map_err(|error| status_of(&error))?;
                 }
-                let value = txn
+                let value: i64 = txn
                     .query_row("SELECT v FROM counters WHERE name = ?1", [KEY], |row| {
                         row.get(0)
                     })
                     .map_err(|_| 1)?;
                 txn.commit().map_err(|_| UNKNOWN)?;
-                Ok(Read::from(value))
+                Ok(value.into())
             }
             Backend::Redis { url, prefix } => {
                 let mut connection = redis_connect(url).await;
