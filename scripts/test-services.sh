@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The servers the adapter tests talk to, on loopback: PostgreSQL (5432), Redis (6379) and MariaDB
-# (3306), and the ZooKeeper (2181) the bench's zk:// target is tested against. Installs whichever
-# is missing from Debian's packages (postgresql, redis-server, mariadb-server, zookeeper), sets a
+# The servers the adapter tests talk to, on loopback: PostgreSQL (5432), Redis (6379), MariaDB
+# (3306), NATS with JetStream (4222), and the ZooKeeper (2181) the bench's zk:// target is tested
+# against. Installs whichever is missing from Debian's packages (postgresql, redis-server,
+# mariadb-server, nats-server, zookeeper), sets a
 # fresh install up for password-less loopback access as the tests connect (a test machine's
 # setting, never a production one), creates the `test` databases, starts what is down, and fails
 # if a server still cannot be reached. `.ci/run` calls it; it needs root.
@@ -23,6 +24,7 @@ ls /etc/postgresql/*/main >/dev/null 2>&1 || missing+=(postgresql)
 command -v redis-server >/dev/null || missing+=(redis-server)
 [ -x /usr/sbin/mariadbd ] || [ -x /usr/sbin/mysqld ] || missing+=(mariadb-server)
 [ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
+command -v nats-server >/dev/null || [ -x /usr/sbin/nats-server ] || missing+=(nats-server)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test services: installing ${missing[*]} from Debian's packages"
   export DEBIAN_FRONTEND=noninteractive
@@ -96,3 +98,15 @@ EOF
     >"$zk_dir/zookeeper.log" 2>&1 </dev/null &
 fi
 wait_for_port 2181 ZooKeeper
+
+# NATS with JetStream: the fenced publish's tests need `Nats-Expected-Last-Subject-Sequence`
+# (Debian's 2.9 has it). Its store in /var/lib/palisade-test-nats (a test machine's server: nothing
+# there is kept for anyone); the package's systemd unit is not used. Started detached, like
+# ZooKeeper.
+if ! reachable 4222; then
+  nats_dir=/var/lib/palisade-test-nats
+  mkdir -p "$nats_dir/store"
+  setsid /usr/sbin/nats-server --jetstream --store_dir "$nats_dir/store" --addr 127.0.0.1 \
+    --port 4222 --log "$nats_dir/nats-server.log" >/dev/null 2>&1 </dev/null &
+fi
+wait_for_port 4222 NATS

@@ -2,9 +2,10 @@
 
 - The server binary is ``$PALISADE_BIN``, else ``$CARGO_TARGET_DIR/debug/palisade`` (or the
   repository's ``target/debug/palisade``), built with ``cargo build -p palisade-cli`` when missing.
-- PostgreSQL is ``$PALISADE_TEST_POSTGRES`` (a libpq connection string) and Redis
-  ``$PALISADE_TEST_REDIS`` (a URL); a test that needs one and finds its variable unset is
-  skipped with a line saying so (pytest's ``-rs``, on by default here).
+- PostgreSQL is ``$PALISADE_TEST_POSTGRES`` (a libpq connection string), Redis
+  ``$PALISADE_TEST_REDIS`` and NATS with JetStream ``$PALISADE_TEST_NATS`` (URLs); a test that
+  needs one and finds its variable unset is skipped with a line saying so (pytest's ``-rs``, on
+  by default here).
 """
 
 from __future__ import annotations
@@ -185,6 +186,11 @@ def postgres_dsn() -> str:
 @pytest.fixture
 def redis_url() -> str:
     return _require("PALISADE_TEST_REDIS", "Redis")
+
+
+@pytest.fixture
+def nats_url() -> str:
+    return _require("PALISADE_TEST_NATS", "NATS JetStream")
 
 
 @pytest.fixture

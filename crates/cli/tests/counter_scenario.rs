@@ -6,13 +6,19 @@
 //! was unknown.
 //!
 //! Two scenarios, for the fenced store (through the `palisade` CLI) and for each adapter backend
-//! (through the fence library, in this test executable re-run in child mode):
+//! (through the fence library, in this test executable re-run in child mode), NATS JetStream's
+//! fenced publish among them (the counter is the last message's value, and a holder publishes
+//! "last value + 1"):
 //!
 //! - **the interleaving, step by step**: A reads, is frozen, B is granted and reads, A thaws and
 //!   writes, B writes. With an unfenced read both writes are acknowledged and the counter moves by
 //!   one, a lost update; with a fenced read (or a claim first) A's write is refused as stale.
 //! - **chaos**: several workers loop over the critical section while a pauser freezes whichever
 //!   holder is thinking, and the lock service and the store are killed and restarted.
+//!
+//! On NATS the unfenced holders publish plainly, and the interleaving leaves two messages with
+//! the same value (a duplicate); fenced, the broker refuses the second publish, since the
+//! subject moved since that holder's read.
 
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
@@ -25,6 +31,7 @@ use mysql_async::prelude::Queryable as _;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use palisade_fence::{FenceError, RedisFence, RedisOp, Verifier, mysql, postgres, sqlite};
+use palisade_fence_nats::{LastMessage, NatsFence};
 use palisade_store::StoreClient;
 use palisade_testkit::{ServerProcess, locks_client};
 
@@ -65,6 +72,23 @@ enum Backend {
     Sqlite(PathBuf),
     /// A Redis URL and the (test-unique) key prefix.
     Redis { url: String, prefix: String },
+    /// A NATS URL and the (test-unique) JetStream stream; the counter is the last message on
+    /// `<stream>.counter`.
+    Nats { url: String, stream: String },
+}
+
+/// What a holder read: the counter, and on NATS the message it came from (what its publish
+/// expects to be still the last).
+#[derive(Debug)]
+struct Read {
+    value: i64,
+    last: Option<LastMessage>,
+}
+
+impl From<i64> for Read {
+    fn from(value: i64) -> Read {
+        Read { value, last: None }
+    }
 }
 
 impl Backend {
@@ -74,6 +98,7 @@ impl Backend {
             Backend::Mysql { url, table } => format!("mysql|{url}|{table}"),
             Backend::Sqlite(path) => format!("sqlite|{}", path.display()),
             Backend::Redis { url, prefix } => format!("redis|{url}|{prefix}"),
+            Backend::Nats { url, stream } => format!("nats|{url}|{stream}"),
         }
     }
 
@@ -92,6 +117,10 @@ impl Backend {
             ["redis", url, prefix] => Backend::Redis {
                 url: url.into(),
                 prefix: prefix.into(),
+            },
+            ["nats", url, stream] => Backend::Nats {
+                url: url.into(),
+                stream: stream.into(),
             },
             _ => panic!("unknown backend {text:?}"),
         }
@@ -135,12 +164,24 @@ impl Backend {
                     .unwrap();
             }
             Backend::Redis { .. } => {}
+            Backend::Nats { url, stream } => {
+                nats_context(url)
+                    .await
+                    .create_stream(async_nats::jetstream::stream::Config {
+                        name: stream.clone(),
+                        subjects: vec![format!("{stream}.>")],
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap();
+            }
         }
         self.reset().await;
     }
 
     /// Sets the counter to zero without a sequencer: the fence state stays as it is, which is what
-    /// a later holder's (higher) token expects.
+    /// a later holder's (higher) token expects. On NATS the subject is purged (an empty subject
+    /// reads as zero), which forgets the fence state with it.
     async fn reset(&self) {
         match self {
             Backend::Postgres { url, table } => {
@@ -169,6 +210,17 @@ impl Backend {
                     .arg(format!("{prefix}{KEY}"))
                     .arg(0)
                     .query_async(&mut connection)
+                    .await
+                    .unwrap();
+            }
+            Backend::Nats { url, stream } => {
+                nats_context(url)
+                    .await
+                    .get_stream(stream)
+                    .await
+                    .unwrap()
+                    .purge()
+                    .filter(format!("{stream}.{KEY}"))
                     .await
                     .unwrap();
             }
@@ -206,7 +258,31 @@ impl Backend {
                     .unwrap();
                 value.parse().unwrap()
             }
+            Backend::Nats { .. } => self.nats_values().await.last().copied().unwrap_or(0),
         }
+    }
+
+    /// Every value on the NATS counter's subject, in stream order.
+    async fn nats_values(&self) -> Vec<i64> {
+        let Backend::Nats { url, stream } = self else {
+            panic!("not a NATS backend: {self:?}");
+        };
+        let stream = nats_context(url).await.get_stream(stream).await.unwrap();
+        let mut stream = stream;
+        let state = stream.info().await.unwrap().state.clone();
+        let mut values = Vec::new();
+        for sequence in state.first_sequence..=state.last_sequence {
+            // Purged messages are gone; what is left is the counter's history since the reset.
+            if let Ok(message) = stream.get_raw_message(sequence).await {
+                values.push(
+                    String::from_utf8(message.payload.to_vec())
+                        .unwrap()
+                        .parse()
+                        .unwrap(),
+                );
+            }
+        }
+        values
     }
 
     async fn drop_data(&self) {
@@ -223,13 +299,16 @@ impl Backend {
                     .unwrap();
                 conn.disconnect().await.unwrap();
             }
+            Backend::Nats { url, stream } => {
+                nats_context(url).await.delete_stream(stream).await.unwrap();
+            }
             Backend::Sqlite(_) | Backend::Redis { .. } => {}
         }
     }
 
     /// Reads the counter as the holder of `sequencer`: a claim first (which orders the read
     /// after every older grant's write), or with `unfenced` a plain read that orders nothing.
-    async fn holder_read(&self, sequencer: &str, key: &str, unfenced: bool) -> Result<i64, i32> {
+    async fn holder_read(&self, sequencer: &str, key: &str, unfenced: bool) -> Result<Read, i32> {
         let verified = Verifier::new(key.parse::<palisade_sequencer::KeySet>().unwrap())
             .verify(Some(sequencer))
             .map_err(|error| status_of(&error))?;
@@ -247,7 +326,7 @@ impl Backend {
                 postgres::commit(txn)
                     .await
                     .map_err(|error| status_of(&error))?;
-                Ok(value)
+                Ok(value.into())
             }
             Backend::Mysql { url, table } => {
                 let mut conn = mysql_async::Conn::from_url(url.as_str())
@@ -267,7 +346,7 @@ impl Backend {
                 mysql::commit(txn)
                     .await
                     .map_err(|error| status_of(&error))?;
-                Ok(value.expect("the counter exists"))
+                Ok(value.expect("the counter exists").into())
             }
             Backend::Sqlite(path) => {
                 let mut connection = rusqlite::Connection::open(path).map_err(|_| 1)?;
@@ -275,13 +354,13 @@ impl Backend {
                 if !unfenced {
                     sqlite::claim(&txn, LOCK, &verified).map_err(|error| status_of(&error))?;
                 }
-                let value = txn
+                let value: i64 = txn
                     .query_row("SELECT v FROM counters WHERE name = ?1", [KEY], |row| {
                         row.get(0)
                     })
                     .map_err(|_| 1)?;
                 txn.commit().map_err(|_| UNKNOWN)?;
-                Ok(value)
+                Ok(value.into())
             }
             Backend::Redis { url, prefix } => {
                 let mut connection = redis_connect(url).await;
@@ -299,13 +378,41 @@ impl Backend {
                         .map_err(|error| status_of(&error))?;
                     values.remove(0).expect("the counter exists")
                 };
-                Ok(String::from_utf8(value).unwrap().parse().unwrap())
+                Ok(String::from_utf8(value)
+                    .unwrap()
+                    .parse::<i64>()
+                    .unwrap()
+                    .into())
+            }
+            Backend::Nats { url, stream } => {
+                // The fence's read verifies the sequencer on the last message; unfenced, the
+                // same read is taken as it is.
+                let last = nats_fence(url, stream, key)
+                    .await
+                    .last(&format!("{stream}.{KEY}"))
+                    .await
+                    .map_err(|error| status_of(&error))?;
+                let value = last.as_ref().map_or(0, |last| {
+                    String::from_utf8(last.payload.to_vec())
+                        .unwrap()
+                        .parse()
+                        .unwrap()
+                });
+                Ok(Read { value, last })
             }
         }
     }
 
-    /// Writes `value` as the holder of `sequencer`, through the fence.
-    async fn holder_write(&self, sequencer: &str, key: &str, value: i64) -> i32 {
+    /// Writes `value` as the holder of `sequencer`, through the fence. On NATS, `read` is what
+    /// the publish expects to be still the last message, and `unfenced` publishes plainly.
+    async fn holder_write(
+        &self,
+        sequencer: &str,
+        key: &str,
+        value: i64,
+        read: &Read,
+        unfenced: bool,
+    ) -> i32 {
         let verified = match Verifier::new(key.parse::<palisade_sequencer::KeySet>().unwrap())
             .verify(Some(sequencer))
         {
@@ -382,6 +489,28 @@ impl Backend {
                     Err(error) => status_of(&error),
                 }
             }
+            Backend::Nats { url, stream } => {
+                let subject = format!("{stream}.{KEY}");
+                let payload = value.to_string().into();
+                if unfenced {
+                    let context = nats_context(url).await;
+                    return match context.publish(subject, payload).await {
+                        Ok(pending) => match pending.await {
+                            Ok(_ack) => ACKNOWLEDGED,
+                            Err(_) => UNKNOWN,
+                        },
+                        Err(_) => 1,
+                    };
+                }
+                let fence = nats_fence(url, stream, key).await;
+                match fence
+                    .publish_after(&subject, &verified, read.last.as_ref(), payload, None)
+                    .await
+                {
+                    Ok(_ack) => ACKNOWLEDGED,
+                    Err(error) => status_of(&error),
+                }
+            }
         }
     }
 }
@@ -407,6 +536,19 @@ async fn pg_connect(url: &str) -> tokio_postgres::Client {
         .unwrap();
     tokio::spawn(connection);
     client
+}
+
+async fn nats_context(url: &str) -> async_nats::jetstream::Context {
+    palisade_fence_nats::connect(url).await.unwrap()
+}
+
+async fn nats_fence(url: &str, stream: &str, key: &str) -> NatsFence {
+    let keys = key.parse::<palisade_sequencer::KeySet>().unwrap();
+    NatsFence::new(
+        nats_context(url).await,
+        stream,
+        Arc::new(Verifier::new(keys)),
+    )
 }
 
 async fn redis_connect(url: &str) -> redis::aio::MultiplexedConnection {
@@ -436,17 +578,19 @@ fn rmw_child() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let value = match backend.holder_read(&sequencer, &key, unfenced).await {
-            Ok(value) => value,
+        let read = match backend.holder_read(&sequencer, &key, unfenced).await {
+            Ok(read) => read,
             Err(status) => {
                 std::fs::write(dir.join("result"), format!("read {status}")).unwrap();
                 return;
             }
         };
-        std::fs::write(dir.join("read"), value.to_string()).unwrap();
+        std::fs::write(dir.join("read"), read.value.to_string()).unwrap();
         think(&dir, gated);
         std::fs::write(dir.join("attempt"), b"").unwrap();
-        let status = backend.holder_write(&sequencer, &key, value + 1).await;
+        let status = backend
+            .holder_write(&sequencer, &key, read.value + 1, &read, unfenced)
+            .await;
         std::fs::write(dir.join("result"), status.to_string()).unwrap();
     });
 }
@@ -602,14 +746,26 @@ fn interleave(harness: &Harness, dir: &Path) -> (String, String) {
     (result_a.trim().to_owned(), result_b.trim().to_owned())
 }
 
+/// What the fenced interleaving ends with: A's result, B's result, the counter, and why.
+type Outcome = (&'static str, &'static str, i64, &'static str);
+
+/// A fenced read: a claim orders it after every older grant's write, so A's write is refused.
+const CLAIMED_READ: Outcome = (
+    "3",
+    "0",
+    1,
+    "a fenced read: the superseded holder's write is refused as stale",
+);
+
 /// Runs [`interleave`] unfenced, then fenced, from a counter at zero each time (`reset` sets it
-/// and `observe` reads it). Unfenced, both writes are acknowledged and one is lost; fenced, A's
-/// write is refused as stale and the counter equals the acknowledged increments.
+/// and `observe` reads it). Unfenced, both writes are acknowledged and one is lost; fenced, the
+/// run ends as `fenced` says and the counter equals the acknowledged increments.
 async fn the_read_is_ordered<R, O>(
     dir: &Path,
     endpoint: &str,
     public_key: &str,
     rmw: Rmw,
+    fenced: Outcome,
     reset: R,
     observe: O,
 ) where
@@ -634,10 +790,11 @@ async fn the_read_is_ordered<R, O>(
                 "an unfenced read: two acknowledged increments, one effect (a lost update)"
             );
         } else {
+            let (a_expected, b_expected, counter_expected, why) = fenced;
             assert_eq!(
                 (a.as_str(), b.as_str(), counter),
-                ("3", "0", 1),
-                "a fenced read: the superseded holder's write is refused as stale"
+                (a_expected, b_expected, counter_expected),
+                "{why}"
             );
         }
     }
@@ -907,6 +1064,7 @@ async fn the_store_orders_a_holders_read_through_the_cli() {
         &endpoint,
         &public_key,
         Rmw::Store { url: url.clone() },
+        CLAIMED_READ,
         async || reset_store_counter(&endpoint, &url),
         async || store_counter(&url).await,
     )
@@ -943,21 +1101,44 @@ async fn the_store_loses_no_increment_under_pauses_and_kill_9() {
     assert_no_lost_update(&tally, store_counter(&url).await);
 }
 
-/// Both scenarios against one adapter backend.
-async fn adapter_scenarios(backend: Backend) {
+/// Both scenarios against one adapter backend; `fenced` is how its fenced interleaving ends.
+async fn adapter_scenarios(backend: Backend, fenced: Outcome) {
     let dir = tempfile::tempdir().unwrap();
     let (mut locks, public_key) = lock_service(dir.path()).await;
     backend.create().await;
-    let reset = async || backend.reset().await;
+    let nats = matches!(backend, Backend::Nats { .. });
+    // On NATS, every message the subject held before each reset.
+    let histories = Mutex::new(Vec::new());
+    let reset = async || {
+        if nats {
+            let values = backend.nats_values().await;
+            histories.lock().unwrap().push(values);
+        }
+        backend.reset().await
+    };
     the_read_is_ordered(
         dir.path(),
         &locks.endpoint(),
         &public_key,
         Rmw::Adapter(backend.clone()),
+        fenced,
         reset,
         async || backend.observe().await,
     )
     .await;
+    if nats {
+        let unfenced = histories.lock().unwrap()[1].clone();
+        assert_eq!(
+            unfenced,
+            [1, 1],
+            "plain publishes: both holders published \"last value + 1\", a duplicate"
+        );
+        assert_eq!(
+            backend.nats_values().await,
+            [1],
+            "fenced: one message, no duplicate"
+        );
+    }
 
     backend.reset().await;
     let harness = Harness {
@@ -980,6 +1161,14 @@ async fn adapter_scenarios(backend: Backend) {
     )
     .await;
     assert_no_lost_update(&tally, backend.observe().await);
+    if nats {
+        let values = backend.nats_values().await;
+        let expected: Vec<i64> = (1..=values.len() as i64).collect();
+        assert_eq!(
+            values, expected,
+            "the fenced stream holds each value once, in order"
+        );
+    }
     backend.drop_data().await;
 }
 
@@ -994,7 +1183,11 @@ fn unique(name: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_orders_a_holders_read() {
     let dir = tempfile::tempdir().unwrap();
-    adapter_scenarios(Backend::Sqlite(dir.path().join("counter.sqlite"))).await;
+    adapter_scenarios(
+        Backend::Sqlite(dir.path().join("counter.sqlite")),
+        CLAIMED_READ,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1004,7 +1197,7 @@ async fn postgres_orders_a_holders_read() {
         return;
     };
     let table = unique("counter");
-    adapter_scenarios(Backend::Postgres { url, table }).await;
+    adapter_scenarios(Backend::Postgres { url, table }, CLAIMED_READ).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1014,7 +1207,7 @@ async fn redis_orders_a_holders_read() {
         return;
     };
     let prefix = format!("{}:", unique("counter"));
-    adapter_scenarios(Backend::Redis { url, prefix }).await;
+    adapter_scenarios(Backend::Redis { url, prefix }, CLAIMED_READ).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1024,5 +1217,25 @@ async fn mysql_orders_a_holders_read() {
         return;
     };
     let table = unique("counter");
-    adapter_scenarios(Backend::Mysql { url, table }).await;
+    adapter_scenarios(Backend::Mysql { url, table }, CLAIMED_READ).await;
+}
+
+/// NATS JetStream: holders publish "last value + 1" after reading the subject's last message.
+/// A fenced publish expects that message to be still the last one, so in the interleaving A
+/// (thawed first) publishes 1 and B's publish of 1 is refused, nothing stored (status 1); plain
+/// publishes store 1 twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_publishes_no_duplicate_value() {
+    let Ok(url) = std::env::var("PALISADE_TEST_NATS") else {
+        eprintln!("SKIP: PALISADE_TEST_NATS not set; the NATS counter did not run");
+        return;
+    };
+    let stream = unique("counter");
+    let fenced = (
+        "0",
+        "1",
+        1,
+        "a fenced publish: the broker refuses B's, since the subject moved since B's read",
+    );
+    adapter_scenarios(Backend::Nats { url, stream }, fenced).await;
 }

@@ -37,7 +37,10 @@
 //! - [`mysql`]: inside a caller's MySQL or MariaDB (InnoDB) transaction;
 //! - [`sqlite`]: inside a caller's SQLite transaction;
 //! - [`RedisFence`]: a Lua script that checks and applies atomically (read the [`redis`] module's
-//!   durability caveats before using it).
+//!   durability caveats before using it);
+//! - [`stream`]: the consumer side of a message stream, dropping a superseded producer's messages
+//!   with the high-water mark in the consumer's own transaction (the producer side of NATS
+//!   JetStream is the crate `palisade-fence-nats`).
 //!
 //! With the `testing` feature, [`testing`] is the conformance suite every backend passes, for
 //! anyone writing a fence of their own.
@@ -82,6 +85,7 @@ pub mod postgres;
 pub mod redb;
 pub mod redis;
 pub mod sqlite;
+pub mod stream;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod verifier;
