@@ -39,6 +39,8 @@
 //! - [`RedisFence`]: a Lua script that checks and applies atomically (read the [`redis`] module's
 //!   durability caveats before using it).
 //!
+//! [`FenceStats`] counts what a fence accepted and refused, per lock, for the application to read.
+//!
 //! Every failure is one [`FenceError`], which says whether the request did not happen and may be
 //! retried ([`FenceError::is_retryable`]), did not happen and never will as sent
 //! ([`FenceError::is_final`]), or may or may not have happened
@@ -79,6 +81,7 @@ pub mod postgres;
 pub mod redb;
 pub mod redis;
 pub mod sqlite;
+mod stats;
 mod verifier;
 
 pub use error::{FenceError, FenceErrorClass};
@@ -86,4 +89,5 @@ pub use fence::{FenceState, LockBinding, SCOPE_BYTES_MAX, check, verify_presente
 pub use memory::MemoryResource;
 pub use redb::{Advance, FenceTable, FencedTxn, RedbFence};
 pub use redis::{RedisCondition, RedisFence, RedisOp, RedisOutcome, RedisReply};
+pub use stats::{FENCE_STATS_LOCKS_MAX, FenceStats, LockStats, OTHER_LOCKS, UNVERIFIED};
 pub use verifier::{VERIFIED_SEQUENCERS_CACHED_MAX, Verifier};
