@@ -39,6 +39,10 @@
 //! - [`RedisFence`]: a Lua script that checks and applies atomically (read the [`redis`] module's
 //!   durability caveats before using it).
 //!
+//! With the `http` feature, [`http::FenceLayer`] puts the fence in front of any axum or tonic
+//! service: the sequencer from the `Palisade-Sequencer` header, verified, checked and advanced in
+//! a pluggable backend before the service runs.
+//!
 //! [`FenceStats`] counts what a fence accepted and refused, per lock, for the application to read.
 //!
 //! Every failure is one [`FenceError`], which says whether the request did not happen and may be
@@ -75,6 +79,8 @@
 
 mod error;
 pub mod fence;
+#[cfg(feature = "http")]
+pub mod http;
 mod memory;
 pub mod mysql;
 pub mod postgres;

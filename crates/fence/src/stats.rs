@@ -138,12 +138,20 @@ mod tests {
         let stats = FenceStats::new();
         for index in 0..FENCE_STATS_LOCKS_MAX {
             let lock = format!("lock-{index}");
-            assert_eq!(stats.record::<()>(Some(&lock), &Ok(())), Some(lock.as_str()));
+            assert_eq!(
+                stats.record::<()>(Some(&lock), &Ok(())),
+                Some(lock.as_str())
+            );
         }
-        assert_eq!(stats.record::<()>(None, &Err(FenceError::Missing)), Some(UNVERIFIED));
+        assert_eq!(
+            stats.record::<()>(None, &Err(FenceError::Missing)),
+            Some(UNVERIFIED)
+        );
         assert_eq!(stats.record::<()>(Some("late"), &Ok(())), Some(OTHER_LOCKS));
         assert_eq!(stats.record::<()>(Some("lock-3"), &Ok(())), Some("lock-3"));
-        let storage = FenceError::Storage { message: "disk".into() };
+        let storage = FenceError::Storage {
+            message: "disk".into(),
+        };
         assert_eq!(stats.record::<()>(Some("lock-3"), &Err(storage)), None);
         let snapshot = stats.snapshot();
         assert_eq!(snapshot.len(), FENCE_STATS_LOCKS_MAX + 2);
