@@ -201,9 +201,18 @@ async fn a_redb_fence_keeps_refusing_a_stale_holder_after_the_service_restarts()
         ))
         .await;
         let addr = server.addr;
-        assert_eq!(post(addr, "/publish", &[older.clone()]).await.0, 200);
-        assert_eq!(post(addr, "/publish", &[newer.clone()]).await.0, 200);
-        assert_eq!(post(addr, "/publish", &[older.clone()]).await.0, 409);
+        assert_eq!(
+            post(addr, "/publish", std::slice::from_ref(&older)).await.0,
+            200
+        );
+        assert_eq!(
+            post(addr, "/publish", std::slice::from_ref(&newer)).await.0,
+            200
+        );
+        assert_eq!(
+            post(addr, "/publish", std::slice::from_ref(&older)).await.0,
+            409
+        );
         assert_eq!(
             fence.fence_state("jobs").unwrap().unwrap().token_max,
             Token::new(8)
@@ -254,7 +263,9 @@ async fn replicas_sharing_a_postgres_fence_refuse_a_holder_superseded_at_another
     let older = keys.grant(&lock, 10, 1);
     let newer = keys.grant(&lock, 11, 2);
     assert_eq!(
-        post(replicas[0].addr, "/charge", &[older.clone()]).await.0,
+        post(replicas[0].addr, "/charge", std::slice::from_ref(&older))
+            .await
+            .0,
         200
     );
     assert_eq!(post(replicas[1].addr, "/charge", &[newer]).await.0, 200);
