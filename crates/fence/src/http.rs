@@ -10,7 +10,7 @@
 //! let fence = RedbFence::open("/var/lib/reports/fence.redb")?;
 //! let layer = FenceLayer::new(Arc::new(Verifier::new(keys)), fence);
 //! let stats = layer.stats(); // accepted and refused requests per lock, for the application
-//! let app = axum::Router::new()
+//! let app: axum::Router = axum::Router::new()
 //!     .route("/reports", axum::routing::post(|| async { "published" }))
 //!     .layer(layer);
 //! # let _ = (app, stats);
