@@ -150,6 +150,11 @@ pub struct ServeArgs {
     /// to this address
     #[arg(long = "store-host", env = "PALISADE_STORE_HOST", value_delimiter = ',', value_parser = palisade_tls::host::parse_host_name)]
     pub store_hosts: Vec<String>,
+    /// Address of a Prometheus `/metrics` endpoint (off when not set): what the store's fence
+    /// accepted and refused, per lock (`palisade_store_fence_accepted_total`,
+    /// `palisade_store_fence_refused_total` by kind)
+    #[arg(long, env = "PALISADE_STORE_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
     /// Mutual TLS: refuse clients without a certificate chaining to this CA (PEM). TLS itself
     /// is on with the global --tls-cert and --tls-key (the store's certificate)
     #[arg(long = "tls-client-ca", env = "PALISADE_STORE_TLS_CLIENT_CA")]
@@ -524,6 +529,14 @@ pub async fn serve(
         tracing::warn!(
             "no per-lock quotas: the holder of any lock can fill the disk with the keys it may write (--lock-keys-max, --lock-bytes-max)"
         );
+    }
+    if let Some(listen) = args.metrics_listen {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(listen)
+            .install()
+            .with_context(|| format!("cannot serve metrics on {listen}"))?;
+        palisade_store::describe_metrics();
+        tracing::info!(%listen, "serving /metrics");
     }
     let options = StoreOptions { bindings, quota };
     let store =

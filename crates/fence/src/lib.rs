@@ -45,6 +45,12 @@
 //! With the `testing` feature, [`testing`] is the conformance suite every backend passes, for
 //! anyone writing a fence of their own.
 //!
+//! With the `http` feature, [`http::FenceLayer`] puts the fence in front of any axum or tonic
+//! service: the sequencer from the `Palisade-Sequencer` header, verified, checked and advanced in
+//! a pluggable backend before the service runs.
+//!
+//! [`FenceStats`] counts what a fence accepted and refused, per lock, for the application to read.
+//!
 //! Every failure is one [`FenceError`], which says whether the request did not happen and may be
 //! retried ([`FenceError::is_retryable`]), did not happen and never will as sent
 //! ([`FenceError::is_final`]), or may or may not have happened
@@ -79,12 +85,15 @@
 
 mod error;
 pub mod fence;
+#[cfg(feature = "http")]
+pub mod http;
 mod memory;
 pub mod mysql;
 pub mod postgres;
 pub mod redb;
 pub mod redis;
 pub mod sqlite;
+mod stats;
 pub mod stream;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -95,4 +104,5 @@ pub use fence::{FenceState, LockBinding, SCOPE_BYTES_MAX, check, verify_presente
 pub use memory::MemoryResource;
 pub use redb::{Advance, FenceTable, FencedTxn, RedbFence};
 pub use redis::{RedisCondition, RedisFence, RedisOp, RedisOutcome, RedisReply};
+pub use stats::{FENCE_STATS_LOCKS_MAX, FenceStats, LockStats, OTHER_LOCKS, UNVERIFIED};
 pub use verifier::{VERIFIED_SEQUENCERS_CACHED_MAX, Verifier};

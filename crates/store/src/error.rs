@@ -14,7 +14,7 @@
 //! the status) is [`crate::wire`]'s, so renaming a variant or a field here changes nothing a
 //! client reads (invariant 9: explainable rejections).
 
-use palisade_core::SessionId;
+use palisade_core::{SessionId, Token};
 use palisade_fence::{FenceError, FenceErrorClass};
 
 /// Why a store operation did not happen (or, for [`StoreError::OutcomeUnknown`], may not have).
@@ -387,6 +387,49 @@ impl From<HttpRefusal> for StoreClientError {
         StoreClientError::Http(refusal)
     }
 }
+impl StoreError {
+    /// This error as the fence's refusal, if it is one (stale, token reissued, wrong lock,
+    /// missing, malformed, forged): what [`crate::Store::fence_stats`] counts and keeps.
+    pub fn fence_refusal(&self) -> Option<FenceError> {
+        Some(match self.clone() {
+            StoreError::Stale {
+                lock,
+                presented,
+                accepted,
+                holder_session,
+            } => FenceError::Stale {
+                lock,
+                presented: Token::new(presented),
+                accepted: Token::new(accepted),
+                holder_session: holder_session.map(SessionId::new),
+            },
+            StoreError::TokenReissued {
+                lock,
+                token,
+                first_session,
+                presented_session,
+            } => FenceError::TokenReissued {
+                lock,
+                token: Token::new(token),
+                first_session: SessionId::new(first_session),
+                presented_session: SessionId::new(presented_session),
+            },
+            StoreError::WrongLock {
+                expected,
+                presented,
+                ..
+            } => FenceError::WrongLock {
+                expected,
+                presented,
+            },
+            StoreError::Missing => FenceError::Missing,
+            StoreError::Malformed { message } => FenceError::Malformed { message },
+            StoreError::Forged { message } => FenceError::Forged { message },
+            _ => return None,
+        })
+    }
+}
+
 impl From<FenceError> for StoreError {
     fn from(error: FenceError) -> StoreError {
         match error {

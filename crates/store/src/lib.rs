@@ -79,7 +79,9 @@ pub use client::StoreClient;
 pub use error::{HttpRefusal, StoreClientError, StoreError, StoreErrorClass};
 pub use quota::LockQuota;
 pub use server::StoreServer;
-pub use store::{Store, StoreOptions};
+pub use store::{
+    FENCE_ACCEPTED_METRIC, FENCE_REFUSED_METRIC, Store, StoreOptions, describe_metrics,
+};
 pub use types::{
     BatchOp, BatchRequest, ClaimAck, Compare, Entry, FenceView, OpAck, OpKind, WriteAck,
 };

@@ -65,7 +65,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use palisade_fence::{RedbFence, Verifier};
+use palisade_fence::{FenceStats, RedbFence, Verifier};
 use palisade_sequencer::{KeySet, VerifiedSequencer};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
@@ -108,6 +108,28 @@ pub struct Store {
     path: PathBuf,
     /// Checks sequencers once each; a holder's many writes pay for one signature check.
     verifier: Verifier,
+    /// What the fence accepted and refused, per lock.
+    stats: FenceStats,
+}
+
+/// The counter of fenced requests (writes, fenced reads, claims) the store accepted, by `lock`
+/// (bounded: see [`FenceStats`]).
+pub const FENCE_ACCEPTED_METRIC: &str = "palisade_store_fence_accepted_total";
+/// The counter of fenced requests the store refused, by `lock` and `kind` (`stale`,
+/// `token_reissued`, `wrong_lock`, `missing`, `malformed`, `forged`).
+pub const FENCE_REFUSED_METRIC: &str = "palisade_store_fence_refused_total";
+
+/// Describes the store's metrics to the installed recorder (`palisade store serve
+/// --metrics-listen`).
+pub fn describe_metrics() {
+    metrics::describe_counter!(
+        FENCE_ACCEPTED_METRIC,
+        "Fenced writes, fenced reads and claims the store's fence accepted, by lock"
+    );
+    metrics::describe_counter!(
+        FENCE_REFUSED_METRIC,
+        "Fenced requests the store's fence refused, by lock and kind (stale, token_reissued, wrong_lock, missing, malformed, forged)"
+    );
 }
 
 impl Store {
@@ -162,6 +184,7 @@ impl Store {
             writer: Writer::start(fence.clone(), options.bindings.map(Arc::new), quotas)?,
             fence,
             verifier: Verifier::new(public_keys),
+            stats: FenceStats::new(),
             path,
         })
     }
@@ -263,8 +286,10 @@ impl Store {
         request: BatchRequest,
         request_id: Option<&str>,
     ) -> Result<WriteAck, StoreError> {
-        let work = self.txn_work(sequencer, request, request_id)?;
-        expect_write(self.writer.submit_blocking(work)?)
+        let outcome = self
+            .txn_work(sequencer, request, request_id)
+            .and_then(|work| expect_write(self.writer.submit_blocking(work)?));
+        self.counted(sequencer, outcome)
     }
 
     /// [`Store::txn`] for async callers.
@@ -274,8 +299,11 @@ impl Store {
         request: &BatchRequest,
         request_id: Option<&str>,
     ) -> Result<WriteAck, StoreError> {
-        let work = self.txn_work(sequencer, request.clone(), request_id)?;
-        expect_write(self.writer.submit(work).await?)
+        let outcome = match self.txn_work(sequencer, request.clone(), request_id) {
+            Ok(work) => self.writer.submit(work).await.and_then(expect_write),
+            Err(error) => Err(error),
+        };
+        self.counted(sequencer, outcome)
     }
 
     /// The current value of `key` and the grant that wrote it; `None` if the key was never
@@ -293,9 +321,13 @@ impl Store {
     /// before the value is returned — no older grant can write here after this. `None` as the
     /// sequencer only looks, like [`Store::get`].
     pub fn read(&self, sequencer: Option<&str>, key: &str) -> Result<Option<Entry>, StoreError> {
-        match self.read_work(sequencer, key)? {
-            Some(work) => expect_read(self.writer.submit_blocking(work)?),
-            None => self.get(key),
+        match self.read_work(sequencer, key) {
+            Ok(Some(work)) => {
+                let outcome = self.writer.submit_blocking(work).and_then(expect_read);
+                self.counted(sequencer, outcome)
+            }
+            Ok(None) => self.get(key),
+            Err(error) => self.counted(sequencer, Err(error)),
         }
     }
 
@@ -305,9 +337,13 @@ impl Store {
         sequencer: Option<&str>,
         key: &str,
     ) -> Result<Option<Entry>, StoreError> {
-        match self.read_work(sequencer, key)? {
-            Some(work) => expect_read(self.writer.submit(work).await?),
-            None => self.get(key),
+        match self.read_work(sequencer, key) {
+            Ok(Some(work)) => {
+                let outcome = self.writer.submit(work).await.and_then(expect_read);
+                self.counted(sequencer, outcome)
+            }
+            Ok(None) => self.get(key),
+            Err(error) => self.counted(sequencer, Err(error)),
         }
     }
 
@@ -319,11 +355,10 @@ impl Store {
         sequencer: Option<&str>,
         lock: Option<&str>,
     ) -> Result<ClaimAck, StoreError> {
-        let work = self.claim_work(sequencer, lock)?;
-        match self.writer.submit_blocking(work)? {
-            Done::Claim(ack) => Ok(ack),
-            other => unreachable!("a claim answered {other:?}"),
-        }
+        let outcome = self
+            .claim_work(sequencer, lock)
+            .and_then(|work| expect_claim(self.writer.submit_blocking(work)?));
+        self.counted(sequencer, outcome)
     }
 
     /// [`Store::claim`] for async callers.
@@ -332,11 +367,11 @@ impl Store {
         sequencer: Option<&str>,
         lock: Option<&str>,
     ) -> Result<ClaimAck, StoreError> {
-        let work = self.claim_work(sequencer, lock)?;
-        match self.writer.submit(work).await? {
-            Done::Claim(ack) => Ok(ack),
-            other => unreachable!("a claim answered {other:?}"),
-        }
+        let outcome = match self.claim_work(sequencer, lock) {
+            Ok(work) => self.writer.submit(work).await.and_then(expect_claim),
+            Err(error) => Err(error),
+        };
+        self.counted(sequencer, outcome)
     }
 
     /// What the store has accepted for `lock`.
@@ -399,7 +434,51 @@ impl Store {
     /// accepts the form, key id and signature of, without looking at the fence: what the HTTP
     /// server checks before it reads a write's body. A write checks it again (from memory).
     pub fn check_sequencer(&self, sequencer: Option<&str>) -> Result<(), StoreError> {
-        self.verify(sequencer).map(drop)
+        match self.verify(sequencer) {
+            Ok(_) => Ok(()),
+            // Refused here, the write never reaches the counting below: count it now.
+            Err(refusal) => self.counted(sequencer, Err(refusal)),
+        }
+    }
+
+    /// What the store's fence accepted and refused, per lock (also the metrics
+    /// [`FENCE_ACCEPTED_METRIC`] and [`FENCE_REFUSED_METRIC`]). A key bound to no lock
+    /// (`unbound`) is the operator's bindings refusing, not the fence, and is not counted.
+    pub fn fence_stats(&self) -> &FenceStats {
+        &self.stats
+    }
+
+    /// Counts the outcome of a fenced request presenting `sequencer`, and passes it on.
+    fn counted<T>(
+        &self,
+        sequencer: Option<&str>,
+        outcome: Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let fence_outcome = match &outcome {
+            Ok(_) => Ok(()),
+            Err(error) => match error.fence_refusal() {
+                Some(refusal) => Err(refusal),
+                None => return outcome,
+            },
+        };
+        // A sequencer that verified is remembered: naming its lock costs a lookup.
+        let verified = self.verifier.verify_shared(sequencer).ok();
+        let lock = verified.as_ref().map(|sequencer| sequencer.lock());
+        match (self.stats.record(lock, &fence_outcome), &fence_outcome) {
+            (Some(label), Ok(())) => {
+                metrics::counter!(FENCE_ACCEPTED_METRIC, "lock" => label.to_owned()).increment(1);
+            }
+            (Some(label), Err(refusal)) => {
+                metrics::counter!(
+                    FENCE_REFUSED_METRIC,
+                    "lock" => label.to_owned(),
+                    "kind" => refusal.kind()
+                )
+                .increment(1);
+            }
+            (None, _) => {}
+        }
+        outcome
     }
 
     fn verify(&self, sequencer: Option<&str>) -> Result<Arc<VerifiedSequencer>, StoreError> {
@@ -447,6 +526,13 @@ fn expect_write(done: Done) -> Result<WriteAck, StoreError> {
     match done {
         Done::Write(ack) => Ok(ack),
         other => unreachable!("a write answered {other:?}"),
+    }
+}
+
+fn expect_claim(done: Done) -> Result<ClaimAck, StoreError> {
+    match done {
+        Done::Claim(ack) => Ok(ack),
+        other => unreachable!("a claim answered {other:?}"),
     }
 }
 

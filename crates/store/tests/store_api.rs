@@ -830,3 +830,41 @@ fn request_ids_an_older_store_kept_under_the_whole_sequencer_are_rehashed_and_st
     );
     assert!(order.iter().all(|key| requests.contains(key)));
 }
+
+#[test]
+fn the_store_counts_what_its_fence_accepted_and_refused_per_lock_with_both_tokens() {
+    let service = ServiceKey::new();
+    let (store, _dir) = service.store();
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let metrics = recorder.handle();
+    metrics::with_local_recorder(&recorder, || {
+        let paused = service.grant("jobs/nightly", 7, 3);
+        let next = service.grant("jobs/nightly", 9, 4);
+        store.put(Some(&paused), "report", b"by 7", None).unwrap();
+        store.claim(Some(&next), None).unwrap();
+        store.read(Some(&next), "report").unwrap();
+        store
+            .put(Some(&paused), "report", b"late", None)
+            .unwrap_err();
+        store.put(None, "report", b"anonymous", None).unwrap_err();
+        // Not a fence decision: an invalid key is counted nowhere.
+        store.put(Some(&next), "", b"x", None).unwrap_err();
+    });
+    let jobs = store.fence_stats().get("jobs/nightly").unwrap();
+    assert_eq!((jobs.accepted, jobs.refused), (3, 1));
+    let stale = jobs.last_refusal.unwrap();
+    assert_eq!(
+        stale.to_string(),
+        "stale sequencer for lock \"jobs/nightly\": token 7 is older than the accepted token 9 (set by session 4); a newer holder has claimed, read or written here, so re-acquire the lock and re-read before writing"
+    );
+    let unverified = store.fence_stats().get(palisade_fence::UNVERIFIED).unwrap();
+    assert_eq!((unverified.accepted, unverified.refused), (0, 1));
+    let text = metrics.render();
+    for line in [
+        "palisade_store_fence_accepted_total{lock=\"jobs/nightly\"} 3",
+        "palisade_store_fence_refused_total{lock=\"jobs/nightly\",kind=\"stale\"} 1",
+        "palisade_store_fence_refused_total{lock=\"(unverified)\",kind=\"missing\"} 1",
+    ] {
+        assert!(text.contains(line), "{line} not in:\n{text}");
+    }
+}
