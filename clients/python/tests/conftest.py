@@ -188,6 +188,12 @@ def redis_url() -> str:
 
 
 @pytest.fixture
+def s3_endpoint() -> str:
+    """``endpoint bucket access-key secret-key`` of an S3-compatible server (versitygw)."""
+    return _require("PALISADE_TEST_S3", "S3")
+
+
+@pytest.fixture
 def schema_dsn(postgres_dsn: str) -> Iterator[str]:
     """A connection string whose search_path is a fresh schema, dropped afterwards: the fence
     table and the reports table of one test, shared by every process the test starts."""

@@ -37,7 +37,9 @@
 //! - [`mysql`]: inside a caller's MySQL or MariaDB (InnoDB) transaction;
 //! - [`sqlite`]: inside a caller's SQLite transaction;
 //! - [`RedisFence`]: a Lua script that checks and applies atomically (read the [`redis`] module's
-//!   durability caveats before using it).
+//!   durability caveats before using it);
+//! - [`S3Fence`]: objects in S3-compatible storage, by conditional `PUT` on the ETag; the
+//!   [`s3`] module says where the token lives and why.
 //!
 //! Every failure is one [`FenceError`], which says whether the request did not happen and may be
 //! retried ([`FenceError::is_retryable`]), did not happen and never will as sent
@@ -78,6 +80,7 @@ pub mod mysql;
 pub mod postgres;
 pub mod redb;
 pub mod redis;
+pub mod s3;
 pub mod sqlite;
 mod verifier;
 
@@ -86,4 +89,5 @@ pub use fence::{FenceState, LockBinding, SCOPE_BYTES_MAX, check, verify_presente
 pub use memory::MemoryResource;
 pub use redb::{Advance, FenceTable, FencedTxn, RedbFence};
 pub use redis::{RedisCondition, RedisFence, RedisOp, RedisOutcome, RedisReply};
+pub use s3::{S3Config, S3Fence, S3Object};
 pub use verifier::{VERIFIED_SEQUENCERS_CACHED_MAX, Verifier};
