@@ -65,23 +65,26 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for round in 0..ROUNDS {
         for i in 0..per_round {
             let body = format!("{{\"write\":\"{round}-{i}\"}}").into_bytes();
-            // The same framing as the fence's, so both send the same bytes and headers.
-            let started = Instant::now();
-            let etag = fence.get(&plain_key).await?.map(|object| object.etag);
-            let condition = match &etag {
-                Some(etag) => PutCondition::Matches(etag),
-                None => PutCondition::Absent,
-            };
-            let outcome = fence
-                .put_raw(&plain_key, &state, envelope(&state, Some(&body)), condition)
-                .await?;
-            assert!(matches!(outcome, PutOutcome::Written(_)), "{outcome:?}");
-            plain.push(started.elapsed());
-
-            let started = Instant::now();
-            let verified = verifier.verify(Some(sequencer.as_str()))?;
-            fence.put(&fenced_key, &verified, &body).await?;
-            fenced.push(started.elapsed());
+            // Which goes first alternates, so neither always follows the other's write.
+            for fenced_turn in [i % 2 == 0, i % 2 != 0] {
+                let started = Instant::now();
+                if fenced_turn {
+                    let verified = verifier.verify(Some(sequencer.as_str()))?;
+                    fence.put(&fenced_key, &verified, &body).await?;
+                    fenced.push(started.elapsed());
+                } else {
+                    // The same framing as the fence's, so both send the same bytes and headers.
+                    let etag = fence.get(&plain_key).await?.map(|object| object.etag);
+                    let condition = match &etag {
+                        Some(etag) => PutCondition::Matches(etag),
+                        None => PutCondition::Absent,
+                    };
+                    let body = envelope(&state, Some(&body));
+                    let outcome = fence.put_raw(&plain_key, &state, body, condition).await?;
+                    assert!(matches!(outcome, PutOutcome::Written(_)), "{outcome:?}");
+                    plain.push(started.elapsed());
+                }
+            }
         }
     }
     let report = |name: &str, samples: &mut Vec<Duration>| -> f64 {

@@ -41,6 +41,9 @@
 //! - [`S3Fence`]: objects in S3-compatible storage, by conditional `PUT` on the ETag; the
 //!   [`s3`] module says where the token lives and why.
 //!
+//! With the `testing` feature, [`testing`] is the conformance suite every backend passes, for
+//! anyone writing a fence of their own.
+//!
 //! Every failure is one [`FenceError`], which says whether the request did not happen and may be
 //! retried ([`FenceError::is_retryable`]), did not happen and never will as sent
 //! ([`FenceError::is_final`]), or may or may not have happened
@@ -82,6 +85,8 @@ pub mod redb;
 pub mod redis;
 pub mod s3;
 pub mod sqlite;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod verifier;
 
 pub use error::{FenceError, FenceErrorClass};

@@ -9,6 +9,7 @@
 //! ETag and publishes under one lock per key. [`S3Fence::read`] is the claim: it advances the
 //! stored token to the reader's (rewriting the object under the same condition) and returns the
 //! data it advanced, so no older grant can write it afterwards: claim, then read, then write.
+//! [`S3Fence::update`] is a read-modify-write in one conditional `PUT` (a counter, a list).
 //! [`S3Fence::delete`] leaves a tombstone that keeps the token: a plain `DELETE` would forget
 //! it and let a superseded holder create the object again.
 //!
@@ -199,7 +200,24 @@ impl S3Fence {
         data: &[u8],
     ) -> Result<FenceState, FenceError> {
         self.validate_data(data.len())?;
-        self.apply(key, sequencer, Some(data)).await
+        let (state, _) = self.apply(key, sequencer, |_| Some(data.to_vec())).await?;
+        Ok(state)
+    }
+
+    /// A read-modify-write in one conditional `PUT`: if `sequencer` is accepted, writes
+    /// `change(current data)` (`None` where there is no data) under `If-Match` on the ETag of the
+    /// data `change` saw. If the object changed meanwhile, reads and calls `change` again (at
+    /// most [`S3_ATTEMPTS_MAX`] times). Returns the state stored and the data written.
+    pub async fn update(
+        &self,
+        key: &str,
+        sequencer: &VerifiedSequencer,
+        mut change: impl FnMut(Option<&[u8]>) -> Vec<u8>,
+    ) -> Result<(FenceState, Vec<u8>), FenceError> {
+        let (state, data) = self
+            .apply(key, sequencer, |current| Some(change(current)))
+            .await?;
+        Ok((state, data.unwrap_or_default()))
     }
 
     /// Deletes `key`'s data if `sequencer` is accepted, leaving a tombstone that keeps the
@@ -209,7 +227,8 @@ impl S3Fence {
         key: &str,
         sequencer: &VerifiedSequencer,
     ) -> Result<FenceState, FenceError> {
-        self.apply(key, sequencer, None).await
+        let (state, _) = self.apply(key, sequencer, |_| None).await?;
+        Ok(state)
     }
 
     /// The claim and the read: advances `key`'s token to `sequencer`'s (rewriting the object's
@@ -298,12 +317,14 @@ impl S3Fence {
         Ok(self.get(key).await?.map(|object| object.state))
     }
 
+    /// Reads, checks, computes the new data from the current data, and writes it under the ETag
+    /// read, until a write lands or [`S3_ATTEMPTS_MAX`] attempts found the object changed.
     async fn apply(
         &self,
         key: &str,
         sequencer: &VerifiedSequencer,
-        data: Option<&[u8]>,
-    ) -> Result<FenceState, FenceError> {
+        mut new_data: impl FnMut(Option<&[u8]>) -> Option<Vec<u8>>,
+    ) -> Result<(FenceState, Option<Vec<u8>>), FenceError> {
         validate_key(key)?;
         self.check_binding(sequencer)?;
         for _ in 0..S3_ATTEMPTS_MAX {
@@ -311,13 +332,17 @@ impl S3Fence {
             let accepted = current.as_ref().map(|object| &object.state);
             let next = check(accepted, self.binding(), sequencer)?;
             assert_advance(accepted, &next);
+            let data = new_data(current.as_ref().and_then(|object| object.data.as_deref()));
+            if let Some(data) = &data {
+                self.validate_data(data.len())?;
+            }
             let condition = match &current {
                 Some(object) => PutCondition::Matches(&object.etag),
                 None => PutCondition::Absent,
             };
-            let body = envelope(&next, data);
+            let body = envelope(&next, data.as_deref());
             if let PutOutcome::Written(_) = self.put_raw(key, &next, body, condition).await? {
-                return Ok(next);
+                return Ok((next, data));
             }
         }
         Err(kept_changing(key))

@@ -1,158 +1,129 @@
-//! Scenarios for the redb fence: the accepted token commits with the data, survives a restart,
-//! and racing writers are applied in token order.
+//! The redb fence: the conformance suite, a fence expecting one lock, and scope names checked.
 
 mod common;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use common::{assert_nondecreasing, forged_text, grant, public_keys, reissued, shuffled};
-use palisade_core::{SessionId, Token};
-use palisade_fence::{FenceError, RedbFence, verify_presented};
+use common::grant;
+use palisade_fence::testing::{self, Data, FenceHarness, Unsupported};
+use palisade_fence::{FenceError, FenceState, RedbFence};
+use palisade_sequencer::VerifiedSequencer;
 use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
-const DATA: TableDefinition<&str, u64> = TableDefinition::new("data");
+const DATA: TableDefinition<&str, i64> = TableDefinition::new("data");
 const LOG: TableDefinition<u64, u64> = TableDefinition::new("applied_tokens");
+const SCOPE: &str = "reports";
 
-fn write_value(fence: &RedbFence, token: u64, session: u64) -> Result<(), FenceError> {
-    let fenced = fence.begin(&grant("report", token, session), "reports")?;
-    {
-        let mut data = fenced.txn().open_table(DATA).unwrap();
-        data.insert("value", token).unwrap();
-        let mut log = fenced.txn().open_table(LOG).unwrap();
-        let next = log.len().unwrap();
-        log.insert(next, token).unwrap();
-    }
-    fenced.commit()
+/// One redb file; a database file is open once per process, so handles share it.
+struct Redb {
+    dir: Arc<tempfile::TempDir>,
+    fence: Option<Arc<RedbFence>>,
 }
 
-fn read_value(fence: &RedbFence) -> Option<u64> {
-    let txn = fence.database().begin_read().unwrap();
-    let table = txn.open_table(DATA).ok()?;
-    table.get("value").unwrap().map(|value| value.value())
-}
-
-#[test]
-fn the_accepted_token_survives_a_restart_and_an_old_token_is_refused_after_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("fenced.redb");
-    {
-        let fence = RedbFence::open(&path).unwrap();
-        write_value(&fence, 4, 1).unwrap();
-        write_value(&fence, 7, 2).unwrap();
-    }
-
-    // Restart: reopen the file and replay the superseded holder's write.
-    let fence = RedbFence::open(&path).unwrap();
-    let state = fence.fence_state("reports").unwrap().unwrap();
-    assert_eq!(
-        (state.lock.as_str(), state.token_max, state.holder_session),
-        ("report", Token::new(7), SessionId::new(2))
-    );
-    let err = write_value(&fence, 4, 1).unwrap_err();
-    assert_eq!(
-        err,
-        FenceError::Stale {
-            lock: "report".into(),
-            presented: Token::new(4),
-            accepted: Token::new(7),
-            holder_session: Some(SessionId::new(2))
+impl Redb {
+    async fn fresh() -> Redb {
+        let dir = Arc::new(tempfile::tempdir().unwrap());
+        let fence = RedbFence::open(Self::path(&dir)).unwrap();
+        Redb {
+            dir,
+            fence: Some(Arc::new(fence)),
         }
-    );
-    assert_eq!(read_value(&fence), Some(7));
-    write_value(&fence, 7, 2).unwrap();
-}
-
-#[test]
-fn a_token_issued_twice_is_refused_from_the_second_session_even_after_a_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("fenced.redb");
-    {
-        let fence = RedbFence::open(&path).unwrap();
-        write_value(&fence, 9, 1).unwrap();
-        // A lock service restored from a backup grants token 9 again, to session 2.
-        assert_eq!(
-            write_value(&fence, 9, 2).unwrap_err(),
-            reissued("report", 9, 1, 2)
-        );
     }
-    let fence = RedbFence::open(&path).unwrap();
-    let state = fence.fence_state("reports").unwrap().unwrap();
-    assert_eq!(
-        (state.token_max, state.holder_session),
-        (Token::new(9), SessionId::new(1))
-    );
-    assert_eq!(
-        write_value(&fence, 9, 2).unwrap_err(),
-        reissued("report", 9, 1, 2)
-    );
-    let applied = {
-        let txn = fence.database().begin_read().unwrap();
-        txn.open_table(LOG).unwrap().len().unwrap()
-    };
-    assert_eq!(applied, 1, "nothing of session 2 was written");
-    // Session 1 writes on with token 9.
-    write_value(&fence, 9, 1).unwrap();
-    assert_eq!(
-        fence
-            .fence_state("reports")
-            .unwrap()
-            .unwrap()
-            .holder_session,
-        SessionId::new(1)
-    );
+
+    fn path(dir: &tempfile::TempDir) -> PathBuf {
+        dir.path().join("fenced.redb")
+    }
+
+    fn fence(&self) -> &RedbFence {
+        self.fence.as_ref().expect("open")
+    }
+
+    /// Claims, lets `change` compute the new value from the stored one, writes it and the log.
+    fn write_with(
+        &self,
+        sequencer: &VerifiedSequencer,
+        change: impl FnOnce(i64) -> i64,
+    ) -> Result<(i64, palisade_fence::FencedTxn), FenceError> {
+        let fenced = self.fence().begin(sequencer, SCOPE)?;
+        let value = {
+            let mut data = fenced.txn().open_table(DATA).unwrap();
+            let value = change(data.get("value").unwrap().map_or(0, |v| v.value()));
+            data.insert("value", value).unwrap();
+            let mut log = fenced.txn().open_table(LOG).unwrap();
+            let next = log.len().unwrap();
+            log.insert(next, sequencer.token().get()).unwrap();
+            value
+        };
+        Ok((value, fenced))
+    }
 }
 
-#[test]
-fn an_aborted_transaction_does_not_advance_the_token() {
-    let dir = tempfile::tempdir().unwrap();
-    let fence = RedbFence::open(dir.path().join("fenced.redb")).unwrap();
-    write_value(&fence, 3, 1).unwrap();
-
-    let fenced = fence.begin(&grant("report", 9, 2), "reports").unwrap();
-    fenced
-        .txn()
-        .open_table(DATA)
-        .unwrap()
-        .insert("value", 9)
-        .unwrap();
-    assert_eq!(fenced.previous().unwrap().token_max, Token::new(3));
-    drop(fenced); // the caller gave up: the write and the advance both vanish
-
-    assert_eq!(
-        fence.fence_state("reports").unwrap().unwrap().token_max,
-        Token::new(3)
-    );
-    assert_eq!(read_value(&fence), Some(3));
-    write_value(&fence, 4, 3).unwrap();
-}
-
-#[test]
-fn scopes_are_bound_to_one_lock_and_forgeries_never_reach_the_database() {
-    let dir = tempfile::tempdir().unwrap();
-    let fence = RedbFence::open(dir.path().join("fenced.redb")).unwrap();
-    write_value(&fence, 5, 1).unwrap();
-
-    let err = fence
-        .begin(&grant("other-lock", 1000, 9), "reports")
-        .unwrap_err();
-    assert_eq!(
-        err,
-        FenceError::WrongLock {
-            expected: "report".into(),
-            presented: "other-lock".into()
+impl FenceHarness for Redb {
+    async fn connect_another(&self) -> Self {
+        Redb {
+            dir: Arc::clone(&self.dir),
+            fence: self.fence.clone(),
         }
-    );
-    let forged = verify_presented(Some(&forged_text("report", 1 << 62)), &public_keys());
-    assert_eq!(forged.unwrap_err().kind(), "forged");
+    }
 
-    // Honest writers are not locked out.
-    write_value(&fence, 6, 2).unwrap();
-    assert_eq!(
-        fence.fence_state("reports").unwrap().unwrap().token_max,
-        Token::new(6)
-    );
+    async fn claim(&self, sequencer: &VerifiedSequencer) -> Result<(), FenceError> {
+        self.fence().begin(sequencer, SCOPE)?.commit()
+    }
 
-    // A fence expecting one lock refuses others even in a fresh scope.
+    async fn write(&self, sequencer: &VerifiedSequencer, value: i64) -> Result<(), FenceError> {
+        self.write_with(sequencer, |_| value)?.1.commit()
+    }
+
+    async fn increment(&self, sequencer: &VerifiedSequencer) -> Result<i64, FenceError> {
+        let (value, fenced) = self.write_with(sequencer, |value| value + 1)?;
+        fenced.commit().map(|()| value)
+    }
+
+    async fn write_and_roll_back(
+        &self,
+        sequencer: &VerifiedSequencer,
+        value: i64,
+    ) -> Result<Result<(), FenceError>, Unsupported> {
+        Ok(self
+            .write_with(sequencer, |_| value)
+            .map(|(_, fenced)| fenced.abort().unwrap()))
+    }
+
+    async fn reopen(&mut self) -> Result<(), Unsupported> {
+        let fence = self.fence.take().expect("open");
+        drop(Arc::into_inner(fence).expect("no other handle is open while reopening"));
+        self.fence = Some(Arc::new(RedbFence::open(Self::path(&self.dir)).unwrap()));
+        Ok(())
+    }
+
+    async fn read(&self) -> Data {
+        let txn = self.fence().database().begin_read().unwrap();
+        let Ok(data) = txn.open_table(DATA) else {
+            return Data::default();
+        };
+        let value = data.get("value").unwrap().map_or(0, |v| v.value());
+        let log = txn.open_table(LOG).unwrap();
+        let log = log.iter().unwrap().map(|entry| entry.unwrap().1.value());
+        Data {
+            value,
+            log: log.collect(),
+        }
+    }
+
+    async fn state(&self) -> Option<FenceState> {
+        self.fence().fence_state(SCOPE).unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redb_passes_the_fence_conformance_suite() {
+    testing::run_all(Redb::fresh).await;
+}
+
+#[test]
+fn a_fence_expecting_one_lock_refuses_others_in_a_fresh_scope_and_scopes_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
     let strict = RedbFence::open(dir.path().join("strict.redb"))
         .unwrap()
         .expecting_lock("x");
@@ -162,55 +133,9 @@ fn scopes_are_bound_to_one_lock_and_forgeries_never_reach_the_database() {
             .unwrap_err()
             .is_wrong_lock()
     );
-    assert!(fence.begin(&grant("report", 6, 2), "").unwrap_err().kind() == "invalid_scope");
-}
-
-#[test]
-fn racing_writers_commit_in_token_order_and_the_highest_token_wins() {
-    const WRITERS: usize = 4;
-    const TOKENS: u64 = 120;
-    let dir = tempfile::tempdir().unwrap();
-    let fence = Arc::new(RedbFence::open(dir.path().join("race.redb")).unwrap());
-    let tokens = shuffled((1..=TOKENS).collect(), 7);
-
-    let handles: Vec<_> = (0..WRITERS)
-        .map(|writer| {
-            let fence = Arc::clone(&fence);
-            let mine: Vec<u64> = tokens
-                .iter()
-                .copied()
-                .skip(writer)
-                .step_by(WRITERS)
-                .collect();
-            std::thread::spawn(move || {
-                for token in mine {
-                    match write_value(&fence, token, writer as u64) {
-                        Ok(()) => {}
-                        Err(FenceError::Stale {
-                            presented,
-                            accepted,
-                            ..
-                        }) => {
-                            assert!(presented == Token::new(token) && accepted > Token::new(token));
-                        }
-                        Err(other) => panic!("unexpected error {other}"),
-                    }
-                }
-            })
-        })
-        .collect();
-    for handle in handles {
-        handle.join().unwrap();
-    }
-
-    let txn = fence.database().begin_read().unwrap();
-    let log = txn.open_table(LOG).unwrap();
-    let applied: Vec<u64> = log
-        .iter()
-        .unwrap()
-        .map(|entry| entry.unwrap().1.value())
-        .collect();
-    assert_nondecreasing(&applied);
-    assert_eq!(applied.last(), Some(&TOKENS));
-    assert_eq!(read_value(&fence), Some(TOKENS));
+    assert_eq!(strict.fence_state("fresh").unwrap(), None);
+    assert_eq!(
+        strict.begin(&grant("x", 6, 2), "").unwrap_err().kind(),
+        "invalid_scope"
+    );
 }

@@ -1,23 +1,156 @@
-//! Scenarios for the Redis fence against a real server (`PALISADE_TEST_REDIS`).
+//! The Redis fence against a real server (`PALISADE_TEST_REDIS`): the conformance suite, and
+//! what only a script-based fence has: tokens compared as decimal strings, ops validated before
+//! the first write, fence keys out of reach of ops, fenced read-modify-writes and
+//! compare-and-set, a lost answer, and a user that may not write the fence.
 
 mod common;
 
-use common::{assert_nondecreasing, forged_text, grant, public_keys, reissued, shuffled, unique};
-use palisade_core::{SessionId, Token};
+use common::{grant, unique};
+use palisade_core::Token;
 use palisade_fence::redis::{
     REDIS_OPS_MAX, RedisCondition, RedisFence, RedisOp, RedisOutcome, RedisReply,
 };
-use palisade_fence::{FenceError, verify_presented};
+use palisade_fence::testing::{self, Data, FenceHarness, Unsupported};
+use palisade_fence::{FenceError, FenceState};
+use palisade_sequencer::VerifiedSequencer;
 use redis::aio::MultiplexedConnection;
 
 fn redis_url() -> Option<String> {
-    let url = std::env::var("PALISADE_TEST_REDIS")
-        .ok()
-        .filter(|url| !url.is_empty());
-    if url.is_none() {
-        common::skip("SKIP: PALISADE_TEST_REDIS not set; Redis fence tests did not run");
+    common::server("PALISADE_TEST_REDIS", "the Redis fence tests")
+}
+
+/// One scope and its keys (`<prefix>:value`, a string, and `<prefix>:log`, a list), through
+/// one connection.
+struct Redis {
+    url: String,
+    prefix: String,
+    fence: RedisFence,
+    conn: MultiplexedConnection,
+}
+
+const SCOPE: &str = "s";
+
+impl Redis {
+    async fn fresh(url: String) -> Redis {
+        let (fence, prefix) = fixture();
+        Redis {
+            conn: connect(&url).await,
+            url,
+            prefix,
+            fence,
+        }
     }
-    url
+
+    fn keys(&self) -> (String, String) {
+        (
+            format!("{}:value", self.prefix),
+            format!("{}:log", self.prefix),
+        )
+    }
+
+    async fn apply(
+        &self,
+        sequencer: &VerifiedSequencer,
+        value: RedisOp,
+    ) -> Result<Vec<RedisReply>, FenceError> {
+        let (_, log) = self.keys();
+        let ops = [value, RedisOp::rpush(log, sequencer.token().to_string())];
+        let mut conn = self.conn.clone();
+        self.fence.write(&mut conn, SCOPE, sequencer, &ops).await
+    }
+}
+
+impl FenceHarness for Redis {
+    async fn connect_another(&self) -> Self {
+        Redis {
+            url: self.url.clone(),
+            prefix: self.prefix.clone(),
+            fence: RedisFence::new().with_key_prefix(format!("{}:fence:", self.prefix)),
+            conn: connect(&self.url).await,
+        }
+    }
+
+    async fn claim(&self, sequencer: &VerifiedSequencer) -> Result<(), FenceError> {
+        let mut conn = self.conn.clone();
+        let no_keys: [&str; 0] = [];
+        self.fence
+            .read(&mut conn, SCOPE, sequencer, &no_keys)
+            .await
+            .map(drop)
+    }
+
+    async fn write(&self, sequencer: &VerifiedSequencer, value: i64) -> Result<(), FenceError> {
+        let (key, _) = self.keys();
+        self.apply(sequencer, RedisOp::set(key, value.to_string()))
+            .await
+            .map(drop)
+    }
+
+    async fn increment(&self, sequencer: &VerifiedSequencer) -> Result<i64, FenceError> {
+        let (key, _) = self.keys();
+        let replies = self.apply(sequencer, RedisOp::incr_by(key, 1)).await?;
+        Ok(replies[0].integer().expect("INCRBY replies an integer"))
+    }
+
+    /// Redis has no rollback: the script refuses a request that cannot apply in full before its
+    /// first write (here an `INCRBY` of the log, a list), and that is the step rolled back.
+    async fn write_and_roll_back(
+        &self,
+        sequencer: &VerifiedSequencer,
+        value: i64,
+    ) -> Result<Result<(), FenceError>, Unsupported> {
+        let (key, log) = self.keys();
+        let ops = [
+            RedisOp::set(key, value.to_string()),
+            RedisOp::rpush(&log, sequencer.token().to_string()),
+            RedisOp::incr_by(log, 1),
+        ];
+        let mut conn = self.conn.clone();
+        Ok(
+            match self.fence.write(&mut conn, SCOPE, sequencer, &ops).await {
+                Err(FenceError::InvalidRequest { .. }) => Ok(()),
+                Ok(replies) => panic!("an INCRBY of a list was applied: {replies:?}"),
+                Err(refused) => Err(refused),
+            },
+        )
+    }
+
+    async fn reopen(&mut self) -> Result<(), Unsupported> {
+        *self = self.connect_another().await;
+        Ok(())
+    }
+
+    async fn read(&self) -> Data {
+        let (key, log) = self.keys();
+        let mut conn = self.conn.clone();
+        let value = get(&mut conn, &key)
+            .await
+            .map_or(0, |value| value.parse().unwrap());
+        let log: Vec<u64> = redis::cmd("LRANGE")
+            .arg(log)
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        Data { value, log }
+    }
+
+    async fn state(&self) -> Option<FenceState> {
+        let mut conn = self.conn.clone();
+        self.fence.fence_state(&mut conn, SCOPE).await.unwrap()
+    }
+
+    async fn clean_up(mut self) {
+        let (key, log) = self.keys();
+        cleanup(&mut self.conn, &[key, log, self.fence.fence_key(SCOPE)]).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_passes_the_fence_conformance_suite() {
+    let Some(url) = redis_url() else { return };
+    testing::run_all(|| Redis::fresh(url.clone())).await;
 }
 
 async fn connect(url: &str) -> MultiplexedConnection {
@@ -43,140 +176,6 @@ async fn cleanup(conn: &mut MultiplexedConnection, keys: &[String]) {
 
 async fn get(conn: &mut MultiplexedConnection, key: &str) -> Option<String> {
     redis::cmd("GET").arg(key).query_async(conn).await.unwrap()
-}
-
-#[tokio::test]
-async fn a_superseded_holder_cannot_overwrite_and_learns_the_accepted_token() {
-    let Some(url) = redis_url() else { return };
-    let mut conn = connect(&url).await;
-    let (fence, prefix) = fixture();
-    let key = format!("{prefix}:value");
-
-    fence
-        .write(
-            &mut conn,
-            "s",
-            &grant("report", 4, 1),
-            &[RedisOp::set(&key, "by 4")],
-        )
-        .await
-        .unwrap();
-    fence
-        .write(
-            &mut conn,
-            "s",
-            &grant("report", 9, 2),
-            &[RedisOp::set(&key, "by 9")],
-        )
-        .await
-        .unwrap();
-    let err = fence
-        .write(
-            &mut conn,
-            "s",
-            &grant("report", 4, 1),
-            &[RedisOp::del(&key)],
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(
-        err,
-        FenceError::Stale {
-            lock: "report".into(),
-            presented: Token::new(4),
-            accepted: Token::new(9),
-            holder_session: Some(SessionId::new(2))
-        }
-    );
-    assert_eq!(get(&mut conn, &key).await.as_deref(), Some("by 9"));
-
-    // A fresh connection sees the same fence; the current grant may delete.
-    let mut fresh = connect(&url).await;
-    let state = fence.fence_state(&mut fresh, "s").await.unwrap().unwrap();
-    assert_eq!(
-        (state.token_max, state.holder_session),
-        (Token::new(9), SessionId::new(2))
-    );
-    fence
-        .write(
-            &mut fresh,
-            "s",
-            &grant("report", 9, 2),
-            &[RedisOp::del(&key)],
-        )
-        .await
-        .unwrap();
-    assert_eq!(get(&mut fresh, &key).await, None);
-    cleanup(&mut conn, &[fence.fence_key("s")]).await;
-}
-
-#[tokio::test]
-async fn a_token_issued_twice_is_refused_from_the_second_session_and_the_first_writes_on() {
-    let Some(url) = redis_url() else { return };
-    let mut conn = connect(&url).await;
-    let (fence, prefix) = fixture();
-    let key = format!("{prefix}:value");
-    // Sessions are compared as decimal text in the script: the largest ones too.
-    let (first, second) = (u64::MAX - 1, 7);
-
-    fence
-        .write(
-            &mut conn,
-            "s",
-            &grant("report", 5, first),
-            &[RedisOp::set(&key, "by the first")],
-        )
-        .await
-        .unwrap();
-    let before = fence.fence_state(&mut conn, "s").await.unwrap();
-    // A lock service restored from a backup grants token 5 again, to another session: its
-    // write and its fenced read are refused alike.
-    for presented in [second, u64::MAX] {
-        let err = fence
-            .write(
-                &mut conn,
-                "s",
-                &grant("report", 5, presented),
-                &[RedisOp::set(&key, "by the second")],
-            )
-            .await
-            .unwrap_err();
-        assert_eq!(err, reissued("report", 5, first, presented));
-        let err = fence
-            .read(&mut conn, "s", &grant("report", 5, presented), &[&key])
-            .await
-            .unwrap_err();
-        assert_eq!(err, reissued("report", 5, first, presented));
-    }
-    assert_eq!(fence.fence_state(&mut conn, "s").await.unwrap(), before);
-    assert_eq!(get(&mut conn, &key).await.as_deref(), Some("by the first"));
-
-    // The first session reads and writes on with token 5; a newer token advances as before.
-    let read = fence
-        .read(&mut conn, "s", &grant("report", 5, first), &[&key])
-        .await
-        .unwrap();
-    assert_eq!(read, vec![Some(b"by the first".to_vec())]);
-    fence
-        .write(
-            &mut conn,
-            "s",
-            &grant("report", 5, first),
-            &[RedisOp::set(&key, "again by the first")],
-        )
-        .await
-        .unwrap();
-    assert_eq!(fence.fence_state(&mut conn, "s").await.unwrap(), before);
-    fence
-        .write(
-            &mut conn,
-            "s",
-            &grant("report", 6, second),
-            &[RedisOp::set(&key, "by the next grant")],
-        )
-        .await
-        .unwrap();
-    cleanup(&mut conn, &[fence.fence_key("s"), key]).await;
 }
 
 #[tokio::test]
@@ -208,129 +207,6 @@ async fn tokens_compare_as_numbers_up_to_the_largest_token() {
         .await
         .unwrap();
     cleanup(&mut conn, &[fence.fence_key("s")]).await;
-}
-
-#[tokio::test]
-async fn foreign_locks_and_forgeries_are_refused_and_honest_writers_continue() {
-    let Some(url) = redis_url() else { return };
-    let mut conn = connect(&url).await;
-    let (fence, prefix) = fixture();
-    let key = format!("{prefix}:value");
-    fence
-        .write(
-            &mut conn,
-            "s",
-            &grant("report", 5, 1),
-            &[RedisOp::set(&key, "5")],
-        )
-        .await
-        .unwrap();
-
-    let err = fence
-        .write(
-            &mut conn,
-            "s",
-            &grant("other", 1000, 9),
-            &[RedisOp::set(&key, "evil")],
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(
-        err,
-        FenceError::WrongLock {
-            expected: "report".into(),
-            presented: "other".into()
-        }
-    );
-    let forged = verify_presented(Some(&forged_text("report", 1 << 62)), &public_keys());
-    assert_eq!(forged.unwrap_err().kind(), "forged");
-    let strict = RedisFence::new()
-        .with_key_prefix(format!("{prefix}:strict:"))
-        .expecting_lock("x");
-    let err = strict
-        .write(&mut conn, "s", &grant("report", 1, 1), &[])
-        .await
-        .unwrap_err();
-    assert!(err.is_wrong_lock());
-
-    fence
-        .write(
-            &mut conn,
-            "s",
-            &grant("report", 6, 2),
-            &[RedisOp::set(&key, "6")],
-        )
-        .await
-        .unwrap();
-    assert_eq!(get(&mut conn, &key).await.as_deref(), Some("6"));
-    cleanup(&mut conn, &[fence.fence_key("s"), key]).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn racing_writers_apply_in_token_order_and_the_highest_token_wins() {
-    const WRITERS: usize = 8;
-    const TOKENS: u64 = 400;
-    let Some(url) = redis_url() else { return };
-    let (fence, prefix) = fixture();
-    let fence = std::sync::Arc::new(fence);
-    let (value_key, log_key) = (format!("{prefix}:value"), format!("{prefix}:log"));
-    let tokens = shuffled((1..=TOKENS).collect(), 11);
-
-    let mut tasks = Vec::new();
-    for writer in 0..WRITERS {
-        let mine: Vec<u64> = tokens
-            .iter()
-            .copied()
-            .skip(writer)
-            .step_by(WRITERS)
-            .collect();
-        let (url, fence) = (url.clone(), fence.clone());
-        let (value_key, log_key) = (value_key.clone(), log_key.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut conn = connect(&url).await;
-            for token in mine {
-                let ops = [
-                    RedisOp::set(&value_key, token.to_string()),
-                    RedisOp::rpush(&log_key, token.to_string()),
-                ];
-                match fence
-                    .write(
-                        &mut conn,
-                        "race",
-                        &grant("race", token, writer as u64),
-                        &ops,
-                    )
-                    .await
-                {
-                    Ok(_) => {}
-                    Err(FenceError::Stale {
-                        presented,
-                        accepted,
-                        ..
-                    }) => {
-                        assert!(presented == Token::new(token) && accepted > Token::new(token));
-                    }
-                    Err(other) => panic!("unexpected error {other}"),
-                }
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.unwrap();
-    }
-
-    let mut conn = connect(&url).await;
-    let log: Vec<u64> = redis::cmd("LRANGE")
-        .arg(&log_key)
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert_nondecreasing(&log);
-    assert_eq!(log.last(), Some(&TOKENS));
-    assert_eq!(get(&mut conn, &value_key).await, Some(TOKENS.to_string()));
-    cleanup(&mut conn, &[fence.fence_key("race"), value_key, log_key]).await;
 }
 
 #[tokio::test]
@@ -567,97 +443,6 @@ async fn a_fence_hash_that_is_not_canonical_is_reported_corrupt_without_panickin
     .await;
 }
 
-/// Holder A (token 10) reads the counter, B (token 11) reads it, A writes back its increment,
-/// B writes back its own. Returns the counter at the end and what A's write came to.
-async fn two_increments(
-    conn: &mut MultiplexedConnection,
-    fence: &RedisFence,
-    counter: &str,
-    fenced_reads: bool,
-) -> (String, Result<Vec<RedisReply>, FenceError>) {
-    set(conn, counter, "5").await;
-    let (a, b) = (grant("counter", 10, 1), grant("counter", 11, 2));
-    let read = async |conn: &mut MultiplexedConnection, holder| -> u64 {
-        let text = if fenced_reads {
-            let values = fence.read(conn, "c", holder, &[counter]).await.unwrap();
-            String::from_utf8(values[0].clone().unwrap()).unwrap()
-        } else {
-            get(conn, counter).await.unwrap()
-        };
-        text.parse().unwrap()
-    };
-    let seen_by_a = read(conn, &a).await;
-    // A pauses past its lease here; B is granted the lock.
-    let seen_by_b = read(conn, &b).await;
-    let written_by_a = fence
-        .write(
-            conn,
-            "c",
-            &a,
-            &[RedisOp::set(counter, (seen_by_a + 1).to_string())],
-        )
-        .await;
-    fence
-        .write(
-            conn,
-            "c",
-            &b,
-            &[RedisOp::set(counter, (seen_by_b + 1).to_string())],
-        )
-        .await
-        .unwrap();
-    (get(conn, counter).await.unwrap(), written_by_a)
-}
-
-#[tokio::test]
-async fn reads_through_the_fence_refuse_the_superseded_holders_write_back() {
-    let Some(url) = redis_url() else { return };
-    let mut conn = connect(&url).await;
-    let (fence, prefix) = fixture();
-    let counter = format!("{prefix}:counter");
-
-    let (value, written_by_a) = two_increments(&mut conn, &fence, &counter, true).await;
-    assert_eq!(
-        written_by_a.unwrap_err(),
-        FenceError::Stale {
-            lock: "counter".into(),
-            presented: Token::new(10),
-            accepted: Token::new(11),
-            holder_session: Some(SessionId::new(2))
-        },
-        "B's read claimed the scope, so A's write back is refused"
-    );
-    assert_eq!(value, "6", "only B's increment, made from what B read");
-
-    // A superseded reader is refused like a superseded writer.
-    let refused = fence
-        .read(&mut conn, "c", &grant("counter", 10, 1), &[&counter])
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(refused, FenceError::Stale { accepted, .. } if accepted == Token::new(11)),
-        "{refused:?}"
-    );
-    cleanup(&mut conn, &[counter, fence.fence_key("c")]).await;
-}
-
-#[tokio::test]
-async fn plain_reads_let_a_superseded_holder_lose_an_update() {
-    // Why the fenced read exists: the same two holders, reading with a plain GET.
-    let Some(url) = redis_url() else { return };
-    let mut conn = connect(&url).await;
-    let (fence, prefix) = fixture();
-    let counter = format!("{prefix}:counter");
-
-    let (value, written_by_a) = two_increments(&mut conn, &fence, &counter, false).await;
-    assert!(
-        written_by_a.is_ok(),
-        "no newer write had landed, so A's write is accepted"
-    );
-    assert_eq!(value, "6", "two increments of 5, and one was lost");
-    cleanup(&mut conn, &[counter, fence.fence_key("c")]).await;
-}
-
 #[tokio::test]
 async fn a_read_modify_write_in_one_request_returns_every_ops_reply() {
     let Some(url) = redis_url() else { return };
@@ -829,63 +614,6 @@ async fn a_compare_and_set_applies_all_or_nothing_under_the_fence() {
     );
     assert_eq!(get(&mut conn, &config).await.as_deref(), Some("v2"));
     cleanup(&mut conn, &[config, log, fence.fence_key("s")]).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn racing_incrementers_lose_no_increment_and_each_learns_its_value() {
-    const WRITERS: usize = 6;
-    const TOKENS: u64 = 240;
-    let Some(url) = redis_url() else { return };
-    let (fence, prefix) = fixture();
-    let fence = std::sync::Arc::new(fence);
-    let counter = format!("{prefix}:counter");
-    let tokens = shuffled((1..=TOKENS).collect(), 23);
-
-    let mut tasks = Vec::new();
-    for writer in 0..WRITERS {
-        let mine: Vec<u64> = tokens
-            .iter()
-            .copied()
-            .skip(writer)
-            .step_by(WRITERS)
-            .collect();
-        let (url, fence, counter) = (url.clone(), fence.clone(), counter.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut conn = connect(&url).await;
-            let mut values = Vec::new();
-            for token in mine {
-                let ops = [RedisOp::incr_by(&counter, 1)];
-                match fence
-                    .write(&mut conn, "c", &grant("c", token, writer as u64), &ops)
-                    .await
-                {
-                    Ok(replies) => values.push(replies[0].integer().unwrap()),
-                    Err(FenceError::Stale { accepted, .. }) => {
-                        assert!(accepted > Token::new(token))
-                    }
-                    Err(other) => panic!("unexpected error {other}"),
-                }
-            }
-            values
-        }));
-    }
-    let mut values = Vec::new();
-    for task in tasks {
-        values.extend(task.await.unwrap());
-    }
-
-    // Every accepted increment returned a distinct value, and the counter counts them all.
-    values.sort_unstable();
-    let expected: Vec<i64> = (1..=values.len() as i64).collect();
-    assert_eq!(values, expected);
-    let mut conn = connect(&url).await;
-    assert_eq!(
-        get(&mut conn, &counter).await,
-        Some(values.len().to_string())
-    );
-    let state = fence.fence_state(&mut conn, "c").await.unwrap().unwrap();
-    assert_eq!(state.token_max, Token::new(TOKENS));
-    cleanup(&mut conn, &[counter, fence.fence_key("c")]).await;
 }
 
 /// A TCP proxy to `upstream` that forwards everything until a client sends `EVALSHA`, then
