@@ -85,8 +85,15 @@ def test_tombstones_reissued_tokens_and_bounds(store: S3Fence) -> None:
 
 def test_racing_writers_leave_the_newest_accepted_write(store: S3Fence) -> None:
     service = ServiceKey()
-    name = key()
+    name, counter = key(), key()
     tokens = [7, 3, 11, 1, 9, 5, 12, 2, 8, 4, 10, 6]
+
+    def increment(token: int) -> int:
+        try:
+            state, _ = store.update(counter, service.grant("race", token, token), lambda data: str(int(data or b"0") + 1).encode())
+            return state.token_max
+        except (fence.Stale, fence.Storage):
+            return 0
 
     def write(token: int) -> int:
         try:
@@ -102,6 +109,11 @@ def test_racing_writers_leave_the_newest_accepted_write(store: S3Fence) -> None:
     assert stored is not None
     assert stored.state.token_max == max(accepted)
     assert stored.data == str(max(accepted)).encode()
+    # Read-modify-writes in one conditional PUT each: every acknowledged increment counts.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=6) as pool:
+        incremented = [token for token in pool.map(increment, tokens) if token]
+    stored = store.get(counter)
+    assert stored is not None and stored.data == str(len(incremented)).encode()
 
 
 def test_an_unreachable_server_is_a_retryable_storage_error(s3_endpoint: str) -> None:

@@ -14,7 +14,8 @@ with ``If-Match: <etag>`` (``If-None-Match: *`` where there is no object); a ``4
 ``404`` means the object changed, and the fence reads and checks again, at most
 :data:`S3_ATTEMPTS_MAX` times. :meth:`S3Fence.read` is the claim: it advances the stored token
 (rewriting the object under the same condition) and returns the data it advanced. Claim, then
-read, then write. :meth:`S3Fence.delete` leaves a tombstone that keeps the token.
+read, then write. :meth:`S3Fence.update` is a read-modify-write in one conditional ``PUT``.
+:meth:`S3Fence.delete` leaves a tombstone that keeps the token.
 
 Keep large data out of the fenced object: write it under a unique name, unfenced, and fence only
 the small manifest or pointer that names it (the commit point).
@@ -34,7 +35,7 @@ import hmac
 import http.client
 import json
 import urllib.parse
-from typing import Optional
+from typing import Callable, Optional
 
 from . import Corrupt, FenceState, InvalidRequest, InvalidScope, OutcomeUnknown, Storage, check, stored_state
 from ..sequencer import VerifiedSequencer
@@ -164,11 +165,21 @@ class S3Fence:
                 f"invalid fenced request: the data is {len(data)} bytes, the limit of a fenced object is "
                 f"{self._object_bytes_max}; write large data under a unique name and fence only the manifest"
             )
-        return self._apply(key, sequencer, bytes(data))
+        data = bytes(data)
+        return self._apply(key, sequencer, lambda _: data)[0]
+
+    def update(
+        self, key: str, sequencer: VerifiedSequencer, change: Callable[[Optional[bytes]], bytes]
+    ) -> tuple[FenceState, bytes]:
+        """A read-modify-write in one conditional ``PUT``: writes ``change(current data)`` under
+        ``If-Match`` on the ETag of the data ``change`` saw; if the object changed meanwhile, reads
+        and calls ``change`` again (at most :data:`S3_ATTEMPTS_MAX` times)."""
+        state, data = self._apply(key, sequencer, change)
+        return state, data or b""
 
     def delete(self, key: str, sequencer: VerifiedSequencer) -> FenceState:
         """Deletes the data if ``sequencer`` is accepted, leaving a tombstone that keeps the token."""
-        return self._apply(key, sequencer, None)
+        return self._apply(key, sequencer, lambda _: None)[0]
 
     def read(self, key: str, sequencer: VerifiedSequencer) -> S3Object:
         """The claim and the read: advances the stored token to ``sequencer``'s and returns the
@@ -207,14 +218,22 @@ class S3Fence:
         current = self.get(key)
         return current.state if current else None
 
-    def _apply(self, key: str, sequencer: VerifiedSequencer, data: Optional[bytes]) -> FenceState:
+    def _apply(
+        self, key: str, sequencer: VerifiedSequencer, new_data: Callable[[Optional[bytes]], Optional[bytes]]
+    ) -> tuple[FenceState, Optional[bytes]]:
         validate_key(key)
         check(None, self._expect_lock, sequencer)
         for _ in range(S3_ATTEMPTS_MAX):
             current = self.get(key)
             next_state = check(current.state if current else None, self._expect_lock, sequencer)
+            data = new_data(current.data if current else None)
+            if data is not None and len(data) > self._object_bytes_max:
+                raise InvalidRequest(
+                    f"invalid fenced request: the data is {len(data)} bytes, the limit of a fenced object is "
+                    f"{self._object_bytes_max}; write large data under a unique name and fence only the manifest"
+                )
             if self._put(key, next_state, envelope(next_state, data), current.etag if current else None) is not None:
-                return next_state
+                return next_state, data
         raise self._kept_changing(key)
 
     def _put(self, key: str, state: FenceState, body: bytes, if_match: Optional[str]) -> Optional[str]:
