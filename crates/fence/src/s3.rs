@@ -753,11 +753,9 @@ mod tests {
     }
 
     #[test]
-    fn signature_matches_the_published_example() {
-        // The GET example of the SigV4 documentation ("Examples of the complete Signature
-        // Version 4 signing process", IAM service, 20150830T123600Z), signed for "iam": here
-        // the same inputs for "s3" are checked only for the parts that do not depend on the
-        // service (the key derivation is covered by the server accepting every request).
+    fn the_signing_key_matches_the_published_example() {
+        // The signing key of AWS's published SigV4 example (secret, 20150830, us-east-1,
+        // iam); the rest of the signature is checked by the server accepting every request.
         let signing_key = ["us-east-1", "iam", "aws4_request"].iter().fold(
             hmac(b"AWS4wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", b"20150830"),
             |key, part| hmac(&key, part.as_bytes()),
