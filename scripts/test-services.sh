@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The servers the adapter tests talk to, on loopback: PostgreSQL (5432), Redis (6379), MariaDB
-# (3306), NATS with JetStream (4222), and the ZooKeeper (2181) the bench's zk:// target is tested
-# against. Installs whichever is missing from Debian's packages (postgresql, redis-server,
-# mariadb-server, nats-server, zookeeper), sets a
+# (3306), NATS with JetStream (4222), the ZooKeeper (2181) the bench's zk:// target is tested
+# against, and an S3-compatible object store (versitygw, 7070) for the S3 fence. Installs whichever
+# is missing from Debian's packages (postgresql, redis-server, mariadb-server, nats-server,
+# zookeeper) and builds versitygw from the Go module proxy, sets a
 # fresh install up for password-less loopback access as the tests connect (a test machine's
 # setting, never a production one), creates the `test` databases, starts what is down, and fails
-# if a server still cannot be reached. `.ci/run` calls it; it needs root.
+# if a server still cannot be reached. versitygw is built from the Go module proxy (`go install`,
+# about 4 minutes on a cold machine, then kept). `.ci/run` calls it; it needs root.
 set -euo pipefail
 
 reachable() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -110,3 +112,25 @@ if ! reachable 4222; then
     --port 4222 --log "$nats_dir/nats-server.log" >/dev/null 2>&1 </dev/null &
 fi
 wait_for_port 4222 NATS
+
+# S3: versitygw, an Apache-2.0 S3 gateway over a POSIX directory, chosen because its PutObject
+# evaluates If-Match and If-None-Match: * under a per-key publish lock (a 412 for a failed
+# condition, tested upstream with racing writers), it is one `go install` from the module proxy,
+# and it starts in a second. Fixed test credentials; the bucket `palisade-test` is a directory.
+# Its data is in /var/lib/palisade-test-s3 (a test machine's server: nothing there is kept).
+s3_version=v1.8.0
+s3_dir=/var/lib/palisade-test-s3
+s3_bin="$s3_dir/versitygw-$s3_version"
+if [ ! -x "$s3_bin" ]; then
+  echo "test services: building versitygw $s3_version from the Go module proxy"
+  mkdir -p "$s3_dir/bin"
+  PATH="$PATH:/usr/local/go/bin" GOBIN="$s3_dir/bin" GOFLAGS=-modcacherw \
+    go install "github.com/versity/versitygw/cmd/versitygw@$s3_version"
+  mv "$s3_dir/bin/versitygw" "$s3_bin"
+fi
+if ! reachable 7070; then
+  mkdir -p "$s3_dir/data/palisade-test"
+  setsid "$s3_bin" --access palisadetest --secret palisadetestsecret --port 127.0.0.1:7070 --quiet \
+    posix "$s3_dir/data" >"$s3_dir/versitygw.log" 2>&1 </dev/null &
+fi
+wait_for_port 7070 versitygw

@@ -193,6 +193,11 @@ def nats_url() -> str:
     return _require("PALISADE_TEST_NATS", "NATS JetStream")
 
 
+def s3_endpoint() -> str:
+    """``endpoint bucket access-key secret-key`` of an S3-compatible server (versitygw)."""
+    return _require("PALISADE_TEST_S3", "S3")
+
+
 @pytest.fixture
 def schema_dsn(postgres_dsn: str) -> Iterator[str]:
     """A connection string whose search_path is a fresh schema, dropped afterwards: the fence

@@ -8,7 +8,7 @@
 //! Two scenarios, for the fenced store (through the `palisade` CLI) and for each adapter backend
 //! (through the fence library, in this test executable re-run in child mode), NATS JetStream's
 //! fenced publish among them (the counter is the last message's value, and a holder publishes
-//! "last value + 1"):
+//! "last value + 1"); an S3 object's unfenced variant writes with a plain `PUT`:
 //!
 //! - **the interleaving, step by step**: A reads, is frozen, B is granted and reads, A thaws and
 //!   writes, B writes. With an unfenced read both writes are acknowledged and the counter moves by
@@ -30,6 +30,10 @@ use std::time::{Duration, Instant};
 use mysql_async::prelude::Queryable as _;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
+use palisade_fence::s3::{PutCondition, envelope};
+use palisade_fence::{
+    FenceError, RedisFence, RedisOp, S3Config, S3Fence, Verifier, mysql, postgres, sqlite,
+};
 use palisade_fence::{FenceError, RedisFence, RedisOp, Verifier, mysql, postgres, sqlite};
 use palisade_fence_nats::{LastMessage, NatsFence};
 use palisade_store::StoreClient;
@@ -72,6 +76,8 @@ enum Backend {
     Sqlite(PathBuf),
     /// A Redis URL and the (test-unique) key prefix.
     Redis { url: String, prefix: String },
+    /// `PALISADE_TEST_S3` ("endpoint bucket access-key secret-key") and the (test-unique) key.
+    S3 { server: String, key: String },
     /// A NATS URL and the (test-unique) JetStream stream; the counter is the last message on
     /// `<stream>.counter`.
     Nats { url: String, stream: String },
@@ -99,6 +105,7 @@ impl Backend {
             Backend::Sqlite(path) => format!("sqlite|{}", path.display()),
             Backend::Redis { url, prefix } => format!("redis|{url}|{prefix}"),
             Backend::Nats { url, stream } => format!("nats|{url}|{stream}"),
+            Backend::S3 { server, key } => format!("s3|{server}|{key}"),
         }
     }
 
@@ -121,6 +128,10 @@ impl Backend {
             ["nats", url, stream] => Backend::Nats {
                 url: url.into(),
                 stream: stream.into(),
+            },
+            ["s3", server, key] => Backend::S3 {
+                server: server.into(),
+                key: key.into(),
             },
             _ => panic!("unknown backend {text:?}"),
         }
@@ -163,7 +174,7 @@ impl Backend {
                     )
                     .unwrap();
             }
-            Backend::Redis { .. } => {}
+            Backend::Redis { .. } | Backend::S3 { .. } => {}
             Backend::Nats { url, stream } => {
                 nats_context(url)
                     .await
@@ -224,6 +235,22 @@ impl Backend {
                     .await
                     .unwrap();
             }
+            Backend::S3 { server, key } => {
+                // The object keeps its fence state; only the data goes back to zero.
+                let fence = s3_fence(server);
+                if let Some(object) = fence.get(key).await.unwrap() {
+                    let body = envelope(&object.state, Some(b"0"));
+                    fence
+                        .put_raw(
+                            key,
+                            &object.state,
+                            body,
+                            PutCondition::Matches(&object.etag),
+                        )
+                        .await
+                        .unwrap();
+                }
+            }
         }
     }
 
@@ -259,6 +286,7 @@ impl Backend {
                 value.parse().unwrap()
             }
             Backend::Nats { .. } => self.nats_values().await.last().copied().unwrap_or(0),
+            Backend::S3 { server, key } => s3_value(s3_fence(server).get(key).await.unwrap()),
         }
     }
 
@@ -302,7 +330,7 @@ impl Backend {
             Backend::Nats { url, stream } => {
                 nats_context(url).await.delete_stream(stream).await.unwrap();
             }
-            Backend::Sqlite(_) | Backend::Redis { .. } => {}
+            Backend::Sqlite(_) | Backend::Redis { .. } | Backend::S3 { .. } => {}
         }
     }
 
@@ -400,11 +428,24 @@ impl Backend {
                 });
                 Ok(Read { value, last })
             }
+            Backend::S3 {
+                server,
+                key: object_key,
+            } => {
+                let fence = s3_fence(server);
+                let object = if unfenced {
+                    fence.get(object_key).await
+                } else {
+                    fence.read(object_key, &verified).await.map(Some)
+                };
+                Ok(s3_value(object.map_err(|error| status_of(&error))?).into())
+            }
         }
     }
 
     /// Writes `value` as the holder of `sequencer`, through the fence. On NATS, `read` is what
-    /// the publish expects to be still the last message, and `unfenced` publishes plainly.
+    /// the publish expects to be still the last message, and `unfenced` publishes plainly; an S3
+    /// object's unfenced variant writes with a plain `PUT`.
     async fn holder_write(
         &self,
         sequencer: &str,
@@ -511,8 +552,56 @@ impl Backend {
                     Err(error) => status_of(&error),
                 }
             }
+            Backend::S3 {
+                server,
+                key: object_key,
+            } => {
+                let fence = s3_fence(server);
+                let data = value.to_string().into_bytes();
+                let written = if unfenced {
+                    // The unfenced variant: a plain PUT, as most code writes to a bucket.
+                    let state = palisade_fence::FenceState {
+                        lock: LOCK.into(),
+                        token_max: verified.token(),
+                        holder_session: verified.session(),
+                    };
+                    let body = envelope(&state, Some(&data));
+                    fence
+                        .put_raw(object_key, &state, body, PutCondition::None)
+                        .await
+                        .map(drop)
+                } else {
+                    fence.put(object_key, &verified, &data).await.map(drop)
+                };
+                match written {
+                    Ok(()) => ACKNOWLEDGED,
+                    Err(error) => status_of(&error),
+                }
+            }
         }
     }
+}
+
+fn s3_fence(server: &str) -> S3Fence {
+    let [endpoint, bucket, access_key, secret_key] =
+        server.split_whitespace().collect::<Vec<_>>()[..]
+    else {
+        panic!("PALISADE_TEST_S3 is \"endpoint bucket access-key secret-key\", not {server:?}");
+    };
+    S3Fence::new(S3Config {
+        endpoint: endpoint.into(),
+        region: "us-east-1".into(),
+        bucket: bucket.into(),
+        access_key: access_key.into(),
+        secret_key: secret_key.into(),
+    })
+}
+
+/// The counter in an S3 object: no object, or one without data, is zero.
+fn s3_value(object: Option<palisade_fence::S3Object>) -> i64 {
+    object
+        .and_then(|object| object.data)
+        .map_or(0, |data| String::from_utf8(data).unwrap().parse().unwrap())
 }
 
 /// The fence hashes live beside the data, under their own prefix.
@@ -1238,4 +1327,17 @@ async fn nats_publishes_no_duplicate_value() {
         "a fenced publish: the broker refuses B's, since the subject moved since B's read",
     );
     adapter_scenarios(Backend::Nats { url, stream }, fenced).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_orders_a_holders_read() {
+    let Some(server) = std::env::var("PALISADE_TEST_S3")
+        .ok()
+        .filter(|server| !server.trim().is_empty())
+    else {
+        eprintln!("SKIP: PALISADE_TEST_S3 not set; the S3 counter did not run");
+        return;
+    };
+    let key = format!("counter/{}", unique("counter"));
+    adapter_scenarios(Backend::S3 { server, key }).await;
 }

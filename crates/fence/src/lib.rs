@@ -38,6 +38,8 @@
 //! - [`sqlite`]: inside a caller's SQLite transaction;
 //! - [`RedisFence`]: a Lua script that checks and applies atomically (read the [`redis`] module's
 //!   durability caveats before using it);
+//! - [`S3Fence`]: objects in S3-compatible storage, by conditional `PUT` on the ETag; the
+//!   [`s3`] module says where the token lives and why;
 //! - [`stream`]: the consumer side of a message stream, dropping a superseded producer's messages
 //!   with the high-water mark in the consumer's own transaction (the producer side of NATS
 //!   JetStream is the crate `palisade-fence-nats`).
@@ -92,6 +94,7 @@ pub mod mysql;
 pub mod postgres;
 pub mod redb;
 pub mod redis;
+pub mod s3;
 pub mod sqlite;
 mod stats;
 pub mod stream;
@@ -104,5 +107,6 @@ pub use fence::{FenceState, LockBinding, SCOPE_BYTES_MAX, check, verify_presente
 pub use memory::MemoryResource;
 pub use redb::{Advance, FenceTable, FencedTxn, RedbFence};
 pub use redis::{RedisCondition, RedisFence, RedisOp, RedisOutcome, RedisReply};
+pub use s3::{S3Config, S3Fence, S3Object};
 pub use stats::{FENCE_STATS_LOCKS_MAX, FenceStats, LockStats, OTHER_LOCKS, UNVERIFIED};
 pub use verifier::{VERIFIED_SEQUENCERS_CACHED_MAX, Verifier};
