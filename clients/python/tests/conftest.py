@@ -193,6 +193,7 @@ def nats_url() -> str:
     return _require("PALISADE_TEST_NATS", "NATS JetStream")
 
 
+@pytest.fixture
 def s3_endpoint() -> str:
     """``endpoint bucket access-key secret-key`` of an S3-compatible server (versitygw)."""
     return _require("PALISADE_TEST_S3", "S3")
