@@ -10,6 +10,10 @@
 # when missing). PALISADE_TEST_REQUIRE_SERVER=1 is set, so a test that finds no binary fails
 # instead of skipping. PostgreSQL, MySQL and Redis come from PALISADE_TEST_POSTGRES,
 # PALISADE_TEST_MYSQL and PALISADE_TEST_REDIS; their tests skip, saying so, without them.
+# The cross-language test (internal/crosslang) also runs the Rust writer found beside
+# $PALISADE_BIN (examples/crosslang_writer, built here when PALISADE_BIN is unset, else by the
+# caller's `cargo test --workspace`) and the Python client's virtualenv (clients/python/.venv,
+# made by clients/python/run-tests.sh, which .ci/run runs first).
 # Arguments go to `go test` (e.g. -run Keepalive -v).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -42,6 +46,7 @@ fi
 if [[ -z "${PALISADE_BIN:-}" ]]; then
   target="${CARGO_TARGET_DIR:-$repo/target}"
   (cd "$repo" && cargo build --quiet -p palisade-cli)
+  (cd "$repo" && cargo build --quiet -p palisade-fence --example crosslang_writer)
   export PALISADE_BIN="$target/debug/palisade"
 fi
 export PALISADE_TEST_REQUIRE_SERVER=1
