@@ -34,7 +34,6 @@ use palisade_fence::s3::{PutCondition, envelope};
 use palisade_fence::{
     FenceError, RedisFence, RedisOp, S3Config, S3Fence, Verifier, mysql, postgres, sqlite,
 };
-use palisade_fence::{FenceError, RedisFence, RedisOp, Verifier, mysql, postgres, sqlite};
 use palisade_fence_nats::{LastMessage, NatsFence};
 use palisade_store::StoreClient;
 use palisade_testkit::{ServerProcess, locks_client};
@@ -1339,5 +1338,5 @@ async fn s3_orders_a_holders_read() {
         return;
     };
     let key = format!("counter/{}", unique("counter"));
-    adapter_scenarios(Backend::S3 { server, key }).await;
+    adapter_scenarios(Backend::S3 { server, key }, CLAIMED_READ).await;
 }
