@@ -118,41 +118,9 @@ fn decode(bytes: &[u8]) -> Data {
 
 /// The store's refusal as the fence's: the same fields, named for a store.
 fn fence_error(error: StoreError) -> FenceError {
-    match error {
-        StoreError::Stale {
-            lock,
-            presented,
-            accepted,
-            holder_session,
-        } => FenceError::Stale {
-            lock,
-            presented: Token::new(presented),
-            accepted: Token::new(accepted),
-            holder_session: holder_session.map(SessionId::new),
-        },
-        StoreError::TokenReissued {
-            lock,
-            token,
-            first_session,
-            presented_session,
-        } => FenceError::TokenReissued {
-            lock,
-            token: Token::new(token),
-            first_session: SessionId::new(first_session),
-            presented_session: SessionId::new(presented_session),
-        },
-        StoreError::WrongLock {
-            expected,
-            presented,
-            ..
-        } => FenceError::WrongLock {
-            expected,
-            presented,
-        },
-        StoreError::Forged { message } => FenceError::Forged { message },
-        StoreError::Malformed { message } => FenceError::Malformed { message },
-        other => panic!("the store answered {other}"),
-    }
+    error
+        .fence_refusal()
+        .unwrap_or_else(|| panic!("the store answered {error}"))
 }
 
 impl FenceHarness for StoreHarness {
