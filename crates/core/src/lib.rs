@@ -9,6 +9,7 @@
 //! no randomness; it depends on no async runtime (`.ci/run` checks its dependency tree). That is
 //! what lets the Raft log replicate its inputs and the property tests drive it exhaustively.
 
+mod access;
 pub mod canary;
 pub mod duration;
 pub mod error_chain;
@@ -18,6 +19,7 @@ mod table;
 mod time;
 mod types;
 
+pub use access::{Access, Mode, PERMITS_MAX};
 pub use limits::Limits;
 pub use table::{InvalidTable, LockTable, TableImage, Usage};
 pub use types::*;
