@@ -123,6 +123,7 @@ fn build(locks: u64, sessions: u64) -> LockTable {
             request_id: RequestId::new(i / sessions + 1),
             wait: Wait::Try,
             value: None,
+            mode: palisade_core::Mode::Exclusive,
         };
         table
             .apply(Input { now_ms, command })

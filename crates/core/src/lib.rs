@@ -21,5 +21,5 @@ mod types;
 
 pub use access::{Access, Mode, PERMITS_MAX};
 pub use limits::Limits;
-pub use table::{InvalidTable, LockTable, TableImage, Usage};
+pub use table::{InvalidTable, LockTable, TableImage, TableImageV1, Usage};
 pub use types::*;

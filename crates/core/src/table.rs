@@ -39,10 +39,11 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::limits::{self, Limits};
 use crate::types::*;
+use crate::{Access, Mode};
 
 mod image;
 
-pub use image::TableImage;
+pub use image::{TableImage, TableImageV1};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Session {
@@ -97,6 +98,9 @@ struct Waiter {
     /// The value the grant will carry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     value: Option<GrantValue>,
+    /// How it asks to hold the lock: exclusive, shared, or a permit (of the lock's size).
+    #[serde(default, skip_serializing_if = "Mode::is_exclusive")]
+    mode: Mode,
 }
 
 /// A lock's queue, first waiter first. Most locks have no waiter, so an empty queue is a null
@@ -160,9 +164,22 @@ impl<'de> Deserialize<'de> for Waiters {
     }
 }
 
+/// A name in use: a lock (held exclusive by one holder, or shared by the readers of a phase) or
+/// a semaphore (`permits` slots, each held exclusive by one holder).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Lock {
+    /// The exclusive holder of a lock; a semaphore has none.
     holder: Option<Grant>,
+    /// The readers of a lock's current shared phase (every one with the phase's token), or a
+    /// semaphore's permit holders (each with its own slot and token), by session: a session
+    /// holds a name at most once. Absent while empty, so a lock of earlier versions is stored
+    /// as before.
+    #[serde(default, skip_serializing_if = "OrdMap::is_empty")]
+    sharers: OrdMap<SessionId, Grant>,
+    /// A semaphore's size, fixed from the acquire that created the name until it is forgotten;
+    /// `None` for a lock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    permits: Option<u32>,
     waiters: Waiters,
     last_token: Token,
     available_at_ms: Option<TimeMs>,
@@ -170,7 +187,98 @@ struct Lock {
 
 impl Lock {
     fn is_idle(&self) -> bool {
-        self.holder.is_none() && self.waiters.is_empty() && self.available_at_ms.is_none()
+        self.holder.is_none()
+            && self.sharers.is_empty()
+            && self.waiters.is_empty()
+            && self.available_at_ms.is_none()
+    }
+
+    /// Whether an acquire in `mode` could be granted beside the current holders (lock-delay and
+    /// the queue aside): exclusive on a lock nobody holds, shared while no writer holds it, a
+    /// permit while a slot is free.
+    fn admits(&self, mode: Mode) -> bool {
+        match mode {
+            Mode::Exclusive => self.holder.is_none() && self.sharers.is_empty(),
+            Mode::Shared => self.holder.is_none(),
+            Mode::Permit(_) => (self.sharers.len() as u64) < u64::from(self.permits.unwrap_or(0)),
+        }
+    }
+
+    /// The grant of session `id`, exclusive or not.
+    fn grant_of(&self, id: SessionId) -> Option<&Grant> {
+        self.holder
+            .as_ref()
+            .filter(|g| g.session == id)
+            .or_else(|| self.sharers.get(&id))
+    }
+
+    /// A holder to name in a refusal: the exclusive one, else the first sharer.
+    fn some_holder(&self) -> Option<&Grant> {
+        self.holder
+            .as_ref()
+            .or_else(|| self.sharers.values().next())
+    }
+
+    /// Checks how the lock is held, against its kind: a lock has an exclusive holder or a shared
+    /// phase (every reader with the lock's last token), never both; a semaphore has only
+    /// permits, at most one per slot below its size; every waiter asks for what the kind takes.
+    fn check_holders(&self, name: &str) -> Result<(), String> {
+        let fail = |what: &str| Err(format!("{what} in {name:?}"));
+        let waiters_fit = self
+            .waiters
+            .iter()
+            .all(|w| w.mode.permits() == self.permits);
+        if !waiters_fit {
+            return fail("a waiter asks for another kind than the lock's");
+        }
+        for (id, g) in &self.sharers {
+            if g.session != *id {
+                return fail("a sharer is filed under another session");
+            }
+        }
+        match self.permits {
+            None => {
+                if let Some(g) = &self.holder {
+                    if g.access != Access::Exclusive || g.token != self.last_token {
+                        return fail("the holder is not exclusive with the lock's last token");
+                    }
+                    if !self.sharers.is_empty() {
+                        return fail("an exclusive holder beside shared holders");
+                    }
+                }
+                let phase = |g: &Grant| g.access == Access::Shared && g.token == self.last_token;
+                if !self.sharers.values().all(phase) {
+                    return fail("a shared holder outside the current phase");
+                }
+            }
+            Some(permits) => {
+                if !(1..=crate::PERMITS_MAX).contains(&permits) || self.holder.is_some() {
+                    return fail("a semaphore of a size out of range, or with an exclusive holder");
+                }
+                let mut slots = std::collections::BTreeSet::new();
+                for g in self.sharers.values() {
+                    let fits = g.access.slot().is_some_and(|slot| slot < permits);
+                    if !fits || !slots.insert(g.access) || g.token > self.last_token {
+                        return fail(
+                            "a permit outside the slots, twice in a slot, or above the last token",
+                        );
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The lowest slot no permit holds.
+    fn free_slot(&self) -> u32 {
+        let used: std::collections::BTreeSet<u32> = self
+            .sharers
+            .values()
+            .filter_map(|g| g.access.slot())
+            .collect();
+        (0..)
+            .find(|slot| !used.contains(slot))
+            .expect("a free slot exists")
     }
 }
 
@@ -383,7 +491,8 @@ impl LockTable {
                 request_id,
                 wait,
                 value,
-            } => self.acquire(session, lock, request_id, wait, value, &mut events),
+                mode,
+            } => self.acquire(session, lock, request_id, wait, value, mode, &mut events),
             Command::SetValue {
                 session,
                 lock,
@@ -653,6 +762,7 @@ impl LockTable {
 
     // ----- locks -----
 
+    #[expect(clippy::too_many_arguments, reason = "the fields of Command::Acquire")]
     fn acquire(
         &mut self,
         id: SessionId,
@@ -660,6 +770,7 @@ impl LockTable {
         request_id: RequestId,
         wait: Wait,
         value: Option<GrantValue>,
+        mode: Mode,
         events: &mut Vec<Event>,
     ) -> Result<Reply, CoreError> {
         let session = self
@@ -672,11 +783,12 @@ impl LockTable {
             return earlier;
         }
         let lock = self.shared_name(lock);
-        let result = self.acquire_new(id, &lock, request_id, wait, value, events);
+        let result = self.acquire_new(id, &lock, request_id, wait, value, mode, events);
         self.remember(id, request_id, RequestKind::Acquire, lock, &result);
         result
     }
 
+    #[expect(clippy::too_many_arguments, reason = "the fields of Command::Acquire")]
     fn acquire_new(
         &mut self,
         id: SessionId,
@@ -684,28 +796,38 @@ impl LockTable {
         request_id: RequestId,
         wait: Wait,
         value: Option<GrantValue>,
+        mode: Mode,
         events: &mut Vec<Event>,
     ) -> Result<Reply, CoreError> {
         let deadline_ms = self.wait_deadline(wait)?;
-        self.ensure_lock(lock)?;
+        if let Mode::Permit(permits) = mode
+            && !(1..=crate::PERMITS_MAX).contains(&permits)
+        {
+            return Err(CoreError::PermitsOutOfRange {
+                permits,
+                permits_max: crate::PERMITS_MAX,
+            });
+        }
+        self.ensure_lock(lock, mode)?;
         let l = &self.locks[lock];
-        if let Some(reply) = already_there(l, id, lock) {
-            return Ok(reply);
+        if let Some(reply) = already_there(l, id, lock, mode) {
+            return reply;
         }
-        let free = l.holder.is_none() && l.available_at_ms.is_none() && l.waiters.is_empty();
+        let free = l.available_at_ms.is_none() && l.waiters.is_empty() && l.admits(mode);
         if free {
-            return self.grant_free(lock, id, request_id, value, events);
+            return self.grant_free(lock, id, request_id, value, mode, events);
         }
+        let holder = l.some_holder();
         let busy = CoreError::Busy {
             lock: lock.to_string(),
-            holder_session: l.holder.as_ref().map(|g| g.session),
-            holder_token: l.holder.as_ref().map(|g| g.token),
+            holder_session: holder.map(|g| g.session),
+            holder_token: holder.map(|g| g.token),
             available_at_ms: l.available_at_ms,
         };
         if wait == Wait::Try || deadline_ms.is_some_and(|d| d <= self.now_ms) {
             return Err(busy);
         }
-        self.enqueue(id, lock, request_id, deadline_ms, value)
+        self.enqueue(id, lock, request_id, deadline_ms, value, mode)
     }
 
     /// When a wait of this length ends on the table's clock; `None` for no deadline.
@@ -738,10 +860,18 @@ impl LockTable {
         }
     }
 
-    /// Makes sure `lock` exists, creating it (with the last token it had before it was
-    /// forgotten, if it is still remembered) within the limit on locks.
-    fn ensure_lock(&mut self, lock: &SharedName) -> Result<(), CoreError> {
-        if self.locks.contains_key(lock) {
+    /// Makes sure `lock` exists as the kind `mode` asks for, creating it (with the last token it
+    /// had before it was forgotten, if it is still remembered) within the limit on locks. A name
+    /// in use as a semaphore takes only permits of its size; a name in use as a lock, none.
+    fn ensure_lock(&mut self, lock: &SharedName, mode: Mode) -> Result<(), CoreError> {
+        if let Some(l) = self.locks.get(lock) {
+            if l.permits != mode.permits() {
+                return Err(CoreError::PermitsMismatch {
+                    lock: lock.to_string(),
+                    permits: l.permits.unwrap_or(0),
+                    requested: mode.permits().unwrap_or(0),
+                });
+            }
             return Ok(());
         }
         if self.locks.len() >= self.limits.locks_max as usize {
@@ -754,6 +884,8 @@ impl LockTable {
             Arc::clone(lock),
             Arc::new(Lock {
                 holder: None,
+                sharers: OrdMap::new(),
+                permits: mode.permits(),
                 waiters: Waiters::default(),
                 last_token: remembered.unwrap_or(Token::ZERO),
                 available_at_ms: None,
@@ -762,13 +894,14 @@ impl LockTable {
         Ok(())
     }
 
-    /// Grants a free lock, unless the tokens are used up.
+    /// Grants a lock that admits `mode` now, unless the tokens are used up.
     fn grant_free(
         &mut self,
         lock: &SharedName,
         id: SessionId,
         request_id: RequestId,
         value: Option<GrantValue>,
+        mode: Mode,
         events: &mut Vec<Event>,
     ) -> Result<Reply, CoreError> {
         if self.last_token >= self.limits.token_max {
@@ -777,12 +910,8 @@ impl LockTable {
                 lock: lock.to_string(),
             });
         }
-        let token = self.grant(lock, id, request_id, value, events);
-        Ok(Reply::Granted {
-            lock: lock.to_string(),
-            session: id,
-            token,
-        })
+        let (token, access) = self.grant(lock, id, request_id, value, mode, events);
+        Ok(Reply::granted(lock.to_string(), id, token, access))
     }
 
     /// Queues `id` behind the lock's holder, within the limit on waiters.
@@ -793,6 +922,7 @@ impl LockTable {
         request_id: RequestId,
         deadline_ms: Option<TimeMs>,
         value: Option<GrantValue>,
+        mode: Mode,
     ) -> Result<Reply, CoreError> {
         let waiters_max = self.limits.waiters_per_lock_max;
         let l = lock_mut(&mut self.locks, lock).expect("the lock exists");
@@ -807,6 +937,7 @@ impl LockTable {
             request_id,
             deadline_ms,
             value,
+            mode,
         });
         let position = queue_position(l.waiters.len() - 1);
         if let Some(deadline) = deadline_ms {
@@ -857,7 +988,7 @@ impl LockTable {
             let holder_session = self
                 .locks
                 .get(&lock)
-                .and_then(|l| l.holder.as_ref())
+                .and_then(|l| l.some_holder())
                 .map(|g| g.session);
             Err(CoreError::NotHolder {
                 lock: lock.to_string(),
@@ -882,16 +1013,24 @@ impl LockTable {
             return Err(CoreError::SessionNotFound { session: id });
         }
         let lock = self.checked_name(lock)?;
-        let holder = lock_mut(&mut self.locks, &lock).and_then(|l| l.holder.as_mut());
-        let grant = match holder {
-            Some(grant) if grant.session == id && grant.token == token => grant,
-            holder => {
-                return Err(CoreError::NotHolder {
-                    holder_session: holder.map(|g| g.session),
-                    lock,
-                    session: id,
-                });
-            }
+        let Some(l) = lock_mut(&mut self.locks, &lock) else {
+            return Err(CoreError::NotHolder {
+                holder_session: None,
+                lock,
+                session: id,
+            });
+        };
+        let holding = l.grant_of(id).is_some_and(|g| g.token == token);
+        if !holding {
+            return Err(CoreError::NotHolder {
+                holder_session: l.some_holder().map(|g| g.session),
+                lock,
+                session: id,
+            });
+        }
+        let grant = match l.holder.as_mut().filter(|g| g.session == id) {
+            Some(grant) => grant,
+            None => l.sharers.get_mut(&id).expect("the session's grant"),
         };
         grant.value = value.clone();
         events.push(Event::ValueSet {
@@ -907,39 +1046,63 @@ impl LockTable {
         })
     }
 
-    /// Grants a free lock to `id` with the next token.
+    /// Grants `lock` to `id` in `mode`, which the lock admits: exclusive and a permit with the
+    /// next token (a permit in the lowest free slot), shared with the current phase's token, or
+    /// the next token if it opens a phase.
     fn grant(
         &mut self,
         lock: &SharedName,
         id: SessionId,
         request_id: RequestId,
         value: Option<GrantValue>,
+        mode: Mode,
         events: &mut Vec<Event>,
-    ) -> Token {
+    ) -> (Token, Access) {
         let l = lock_mut(&mut self.locks, lock).expect("granted lock exists");
         assert!(
-            l.holder.is_none() && l.available_at_ms.is_none(),
-            "grant of a lock that is not free"
+            l.admits(mode) && l.available_at_ms.is_none(),
+            "grant of a lock that does not admit it"
         );
-        assert!(
-            self.last_token < self.limits.token_max,
-            "grant past the token limit"
-        );
-        let token = self.last_token.next();
-        // Invariant 1, where the token is produced: above every token this lock ever had.
-        assert!(
-            token > l.last_token && token > self.last_token,
-            "token did not increase"
-        );
-        self.last_token = token;
-        l.last_token = token;
-        l.holder = Some(Grant {
+        let phase = match mode {
+            Mode::Shared => l.sharers.values().next().map(|g| g.token),
+            _ => None,
+        };
+        let token = match phase {
+            Some(token) => token,
+            None => {
+                assert!(
+                    self.last_token < self.limits.token_max,
+                    "grant past the token limit"
+                );
+                let token = self.last_token.next();
+                // Invariant 1, where the token is produced: above every token this lock ever had.
+                assert!(
+                    token > l.last_token && token > self.last_token,
+                    "token did not increase"
+                );
+                self.last_token = token;
+                l.last_token = token;
+                token
+            }
+        };
+        let access = match mode {
+            Mode::Exclusive => Access::Exclusive,
+            Mode::Shared => Access::Shared,
+            Mode::Permit(_) => Access::Slot(l.free_slot()),
+        };
+        let grant = Grant {
             session: id,
             token,
             granted_at_ms: self.now_ms,
             request_id,
             value: value.clone(),
-        });
+            access,
+        };
+        if access.is_exclusive() {
+            l.holder = Some(grant);
+        } else {
+            l.sharers.insert(id, grant);
+        }
         let session = self.sessions.get_mut(&id).expect("grantee session exists");
         session.waiting.remove(lock);
         session.held.insert(Arc::clone(lock));
@@ -949,8 +1112,9 @@ impl LockTable {
             token,
             request_id,
             value,
+            access,
         });
-        token
+        (token, access)
     }
 
     /// Takes `lock` away from its holder `id`; lock-delay starts if the session expired.
@@ -962,11 +1126,13 @@ impl LockTable {
         events: &mut Vec<Event>,
     ) -> Token {
         let l = lock_mut(&mut self.locks, lock).expect("held lock exists");
-        let grant = l.holder.take().expect("held lock has a holder");
-        assert_eq!(
-            grant.session, id,
-            "lock freed by a session that does not hold it"
-        );
+        let grant = match l.holder.take_if(|g| g.session == id) {
+            Some(grant) => grant,
+            None => l
+                .sharers
+                .remove(&id)
+                .expect("lock freed by a session that does not hold it"),
+        };
         if cause == ReleaseCause::SessionExpired && !self.limits.lock_delay_ms.is_zero() {
             let until = self.now_ms.saturating_add(self.limits.lock_delay_ms);
             l.available_at_ms = Some(until);
@@ -1019,11 +1185,11 @@ impl LockTable {
     /// removed by a later step of that same pass (which settles the lock again), and must not be
     /// granted in between (invariant 7; etcd#11456).
     fn settle(&mut self, lock: &SharedName, events: &mut Vec<Event>) {
-        let Some(l) = self.locks.get(lock) else {
-            return;
-        };
         let now = self.now_ms;
-        if l.holder.is_none()
+        // Waiters are granted first in line first while the lock admits them: one writer, the
+        // readers up to the next writer (who stops readers joining behind it), or permits while
+        // slots are free.
+        while let Some(l) = self.locks.get(lock)
             && l.available_at_ms.is_none()
             && self.last_token < self.limits.token_max
         {
@@ -1031,27 +1197,42 @@ impl LockTable {
                 self.sessions[&w.session].expires_at_ms > now
                     && w.deadline_ms.is_none_or(|d| d > now)
             };
-            if let Some(next) = l.waiters.front().filter(live).cloned() {
-                if let Some(deadline) = next.deadline_ms {
-                    self.wait_deadlines
-                        .remove(&(deadline, next.session, Arc::clone(lock)));
-                }
-                lock_mut(&mut self.locks, lock)
-                    .expect("lock exists")
-                    .waiters
-                    .remove(next.session);
-                let token = self.grant(lock, next.session, next.request_id, next.value, events);
-                let granted = Ok(Reply::Granted {
-                    lock: lock.to_string(),
-                    session: next.session,
-                    token,
-                });
-                let session = self
-                    .sessions
-                    .get_mut(&next.session)
-                    .expect("waiter session exists");
-                update_remembered(session, lock, &granted);
+            let Some(next) = l
+                .waiters
+                .front()
+                .filter(live)
+                .filter(|w| l.admits(w.mode))
+                .cloned()
+            else {
+                break;
+            };
+            if let Some(deadline) = next.deadline_ms {
+                self.wait_deadlines
+                    .remove(&(deadline, next.session, Arc::clone(lock)));
             }
+            lock_mut(&mut self.locks, lock)
+                .expect("lock exists")
+                .waiters
+                .remove(next.session);
+            let (token, access) = self.grant(
+                lock,
+                next.session,
+                next.request_id,
+                next.value,
+                next.mode,
+                events,
+            );
+            let granted = Ok(Reply::granted(
+                lock.to_string(),
+                next.session,
+                token,
+                access,
+            ));
+            let session = self
+                .sessions
+                .get_mut(&next.session)
+                .expect("waiter session exists");
+            update_remembered(session, lock, &granted);
         }
         self.forget_if_idle(lock);
     }
@@ -1158,6 +1339,8 @@ impl LockTable {
         LockStatus {
             lock: name.to_string(),
             holder: l.holder.clone(),
+            sharers: l.sharers.values().cloned().collect(),
+            permits: l.permits,
             last_token: l.last_token,
             waiters: l.waiters.iter().map(|w| w.session).collect(),
             holder_expires_at_ms: l
@@ -1208,17 +1391,16 @@ impl LockTable {
         }
         for (name, l) in &self.locks {
             ensure!(!l.is_idle(), "idle lock {name:?} was not forgotten");
+            if let Err(what) = l.check_holders(name) {
+                return Err(InvalidTable::Inconsistent(what));
+            }
             ensure!(
                 l.last_token <= self.last_token,
                 "lock {name:?} has token {} above the counter {}",
                 l.last_token,
                 self.last_token
             );
-            if let Some(g) = &l.holder {
-                ensure!(
-                    g.token == l.last_token,
-                    "holder token of {name:?} is not the lock's last token"
-                );
+            for g in l.holder.iter().chain(l.sharers.values()) {
                 ensure!(
                     self.sessions
                         .get(&g.session)
@@ -1234,7 +1416,7 @@ impl LockTable {
                     "waiter of {name:?} does not know it waits"
                 );
                 ensure!(
-                    l.holder.as_ref().is_none_or(|g| g.session != w.session),
+                    l.grant_of(w.session).is_none(),
                     "holder of {name:?} also waits"
                 );
             }
@@ -1248,9 +1430,7 @@ impl LockTable {
                 ensure!(
                     self.locks
                         .get(name)
-                        .and_then(|l| l.holder.as_ref())
-                        .map(|g| g.session)
-                        == Some(*id),
+                        .is_some_and(|l| l.grant_of(*id).is_some()),
                     "session {id} believes it holds {name:?}"
                 );
             }
@@ -1339,21 +1519,42 @@ fn queue_position(index: usize) -> u32 {
 }
 
 /// The reply to an acquire by a session that already holds `lock` or waits for it: the same
-/// grant, or its place in line.
-fn already_there(l: &Lock, id: SessionId, lock: &str) -> Option<Reply> {
-    if let Some(grant) = l.holder.as_ref().filter(|g| g.session == id) {
-        return Some(Reply::Granted {
-            lock: lock.to_string(),
-            session: id,
-            token: grant.token,
-        });
-    }
-    let position = queue_position(l.waiters.iter().position(|w| w.session == id)?);
-    Some(Reply::Queued {
+/// grant, or its place in line; refused if it holds or waits in the other mode (the lock's
+/// kind, and so a permit's size, was checked before).
+fn already_there(
+    l: &Lock,
+    id: SessionId,
+    lock: &str,
+    mode: Mode,
+) -> Option<Result<Reply, CoreError>> {
+    let conflict = |held_shared: bool| CoreError::ModeConflict {
         lock: lock.to_string(),
         session: id,
-        position,
-    })
+        held_shared,
+    };
+    if let Some(grant) = l.grant_of(id) {
+        let held_shared = grant.access == Access::Shared;
+        if held_shared != (mode == Mode::Shared) {
+            return Some(Err(conflict(held_shared)));
+        }
+        return Some(Ok(Reply::granted(
+            lock.to_string(),
+            id,
+            grant.token,
+            grant.access,
+        )));
+    }
+    let index = l.waiters.iter().position(|w| w.session == id)?;
+    let waiter = l.waiters.iter().nth(index).expect("found above");
+    let held_shared = waiter.mode == Mode::Shared;
+    if held_shared != (mode == Mode::Shared) {
+        return Some(Err(conflict(held_shared)));
+    }
+    Some(Ok(Reply::Queued {
+        lock: lock.to_string(),
+        session: id,
+        position: queue_position(index),
+    }))
 }
 
 /// The remembered outcome of `request_id`, or an error if the id was used for something else.

@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::limits::{GrantValueError, LockNameError, OpenKeyError};
+use crate::{Access, Mode};
 
 pub use crate::ids::{RequestId, SessionId, Token};
 pub use crate::time::{DurationMs, TimeMs};
@@ -513,6 +514,10 @@ pub enum Command {
         wait: Wait,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         value: Option<GrantValue>,
+        /// Exclusive (a mutex or a writer), shared (a reader) or a semaphore's permit. Absent
+        /// from logs of earlier versions, whose acquires were all exclusive.
+        #[serde(default, skip_serializing_if = "Mode::is_exclusive")]
+        mode: Mode,
     },
     /// Replace the value of `session`'s grant `token` of `lock` (`None` removes it): what a
     /// leader proclaims. Refused unless that grant is the lock's current holding. Setting the
@@ -600,6 +605,53 @@ pub enum Reply {
     TokenFloorRaised {
         last_token: Token,
     },
+    /// The session holds the lock with this token, in this access, which is not exclusive (a
+    /// reader of a shared phase, or a semaphore's permit). An exclusive grant is
+    /// [`Reply::Granted`], as the logs and snapshots of earlier versions spell it: a snapshot
+    /// stores replies by position, so a new field in `Granted` would misread them.
+    GrantedAs {
+        lock: String,
+        session: SessionId,
+        token: Token,
+        access: Access,
+    },
+}
+
+impl Reply {
+    /// The reply to a grant of `lock` to `session` with `token` in `access`.
+    pub fn granted(lock: String, session: SessionId, token: Token, access: Access) -> Reply {
+        match access {
+            Access::Exclusive => Reply::Granted {
+                lock,
+                session,
+                token,
+            },
+            access => Reply::GrantedAs {
+                lock,
+                session,
+                token,
+                access,
+            },
+        }
+    }
+
+    /// The grant this reply reports, whichever variant spells it: lock, session, token, access.
+    pub fn grant(&self) -> Option<(&str, SessionId, Token, Access)> {
+        match self {
+            Reply::Granted {
+                lock,
+                session,
+                token,
+            } => Some((lock, *session, *token, Access::Exclusive)),
+            Reply::GrantedAs {
+                lock,
+                session,
+                token,
+                access,
+            } => Some((lock, *session, *token, *access)),
+            _ => None,
+        }
+    }
 }
 
 /// Why a command was refused. Nothing in the table changed.
@@ -695,6 +747,47 @@ pub enum CoreError {
         quota: Quota,
         quota_max: u32,
     },
+    // New variants go last: a snapshot stores remembered refusals by variant position.
+    /// A semaphore's size out of `1..=PERMITS_MAX`.
+    #[error("a semaphore has 1 to {permits_max} permits, not {permits}")]
+    PermitsOutOfRange { permits: u32, permits_max: u32 },
+    /// The name is in use as the other kind (a lock or a semaphore), or as a semaphore of
+    /// another size. `0` stands for "a lock, not a semaphore", in either field.
+    #[error("{}", describe_permits_mismatch(lock, *permits, *requested))]
+    PermitsMismatch {
+        lock: String,
+        permits: u32,
+        requested: u32,
+    },
+    /// The session holds or waits for the lock in the other mode (shared or exclusive): no
+    /// upgrade and no downgrade, since two readers upgrading at once would wait for each other
+    /// forever, and a downgrade would let a writer in while the old reader still reads.
+    #[error(
+        "session {session} already {} lock {lock:?} {}; release it before asking for it {}",
+        "holds or waits for",
+        if *held_shared { "shared" } else { "exclusive" },
+        if *held_shared { "exclusive" } else { "shared" }
+    )]
+    ModeConflict {
+        lock: String,
+        session: SessionId,
+        /// The session's hold or wait is shared (so the refused acquire asked for exclusive).
+        held_shared: bool,
+    },
+}
+
+fn describe_permits_mismatch(lock: &str, permits: u32, requested: u32) -> String {
+    match (permits, requested) {
+        (0, _) => format!(
+            "{lock:?} is in use as a lock, not a semaphore; acquire it without permits, or use another name"
+        ),
+        (permits, 0) => format!(
+            "{lock:?} is in use as a semaphore of {permits} permits; acquire a permit of {permits}, or use another name"
+        ),
+        (permits, requested) => format!(
+            "{lock:?} is a semaphore of {permits} permits, not {requested}: its size is fixed by the first acquire while the name is in use"
+        ),
+    }
 }
 
 fn describe_busy(
@@ -787,6 +880,9 @@ impl CoreError {
             CoreError::PermissionDenied { .. } => "permission_denied",
             CoreError::SessionNotOwned { .. } => "session_not_owned",
             CoreError::QuotaReached { .. } => "quota_reached",
+            CoreError::PermitsOutOfRange { .. } => "permits_out_of_range",
+            CoreError::PermitsMismatch { .. } => "permits_mismatch",
+            CoreError::ModeConflict { .. } => "mode_conflict",
         }
     }
 
@@ -802,7 +898,10 @@ impl CoreError {
             | CoreError::InvalidLockName(_)
             | CoreError::InvalidOpenKey(_)
             | CoreError::InvalidValue(_)
-            | CoreError::RequestIdConflict { .. } => ErrorCategory::InvalidInput,
+            | CoreError::RequestIdConflict { .. }
+            | CoreError::PermitsOutOfRange { .. }
+            | CoreError::PermitsMismatch { .. }
+            | CoreError::ModeConflict { .. } => ErrorCategory::InvalidInput,
             CoreError::TooManySessions { .. }
             | CoreError::TooManyLocks { .. }
             | CoreError::TooManyWaiters { .. } => ErrorCategory::LimitReached,
@@ -936,6 +1035,35 @@ impl CoreError {
                 quota: Quota::Sessions,
                 quota_max: 10,
             },
+            CoreError::PermitsOutOfRange {
+                permits: 5_000,
+                permits_max: crate::PERMITS_MAX,
+            },
+            CoreError::PermitsMismatch {
+                lock: "shards".into(),
+                permits: 3,
+                requested: 4,
+            },
+            CoreError::PermitsMismatch {
+                lock: "shards".into(),
+                permits: 0,
+                requested: 4,
+            },
+            CoreError::PermitsMismatch {
+                lock: "shards".into(),
+                permits: 3,
+                requested: 0,
+            },
+            CoreError::ModeConflict {
+                lock: "config".into(),
+                session: SessionId::new(5),
+                held_shared: true,
+            },
+            CoreError::ModeConflict {
+                lock: "config".into(),
+                session: SessionId::new(5),
+                held_shared: false,
+            },
         ]
     }
 }
@@ -1032,6 +1160,8 @@ pub enum Event {
         request_id: RequestId,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         value: Option<GrantValue>,
+        #[serde(default, skip_serializing_if = "Access::is_exclusive")]
+        access: Access,
     },
     /// The holder replaced its grant's value.
     ValueSet {
@@ -1088,13 +1218,24 @@ pub struct Grant {
     /// What the holder attached to the grant, if anything.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<GrantValue>,
+    /// Exclusive, shared (a reader of the phase whose token this is) or a semaphore's slot.
+    #[serde(default, skip_serializing_if = "Access::is_exclusive")]
+    pub access: Access,
 }
 
 /// A read-only view of one lock.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockStatus {
     pub lock: String,
+    /// The exclusive holder (of a lock; a semaphore has none).
     pub holder: Option<Grant>,
+    /// The readers of the current shared phase (all with the phase's token), or a semaphore's
+    /// permit holders, in session order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sharers: Vec<Grant>,
+    /// A semaphore's number of permits; `None` for a lock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u32>,
     /// The last token granted for this lock since it was last created.
     pub last_token: Token,
     /// Waiting sessions, first in line first.
@@ -1168,20 +1309,23 @@ mod tests {
             CoreError::Unauthenticated {
                 reason: CredentialError::AdminTokenNeeded,
             } => 31,
+            CoreError::PermitsOutOfRange { .. } => 32,
+            CoreError::PermitsMismatch { .. } => 33,
+            CoreError::ModeConflict { .. } => 34,
         }
     }
 
     #[test]
     fn the_examples_cover_every_variant_and_reason() {
         let slots: HashSet<usize> = CoreError::examples().iter().map(example_slot).collect();
-        assert_eq!(slots, (0..32).collect::<HashSet<usize>>());
+        assert_eq!(slots, (0..35).collect::<HashSet<usize>>());
     }
 
     #[test]
     fn every_variant_has_its_own_stable_code() {
         let examples = CoreError::examples();
         let codes: HashSet<&str> = examples.iter().map(CoreError::code).collect();
-        assert_eq!(codes.len(), 21, "one code per variant: {codes:?}");
+        assert_eq!(codes.len(), 24, "one code per variant: {codes:?}");
         for code in codes {
             assert!(
                 code.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),

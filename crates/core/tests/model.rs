@@ -174,6 +174,7 @@ impl Model {
                 request_id,
                 wait,
                 value,
+                mode: _,
             } => self.deduplicated(session, request_id, true, lock, &mut events, |m, l, ev| {
                 m.acquire(session, l, request_id, wait, value, ev)
             }),
@@ -619,6 +620,7 @@ impl Model {
             token,
             request_id,
             value,
+            access: palisade_core::Access::Exclusive,
         });
         token
     }
@@ -1168,6 +1170,7 @@ impl Driver {
                     request_id: self.session_request_id(session, request_id),
                     wait,
                     value: value_of(value),
+                    mode: palisade_core::Mode::Exclusive,
                 }
             }
             Op::SetValue { grant, value } => {

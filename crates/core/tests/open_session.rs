@@ -46,6 +46,7 @@ fn try_acquire(session: SessionId, request_id: u64) -> Command {
         request_id: RequestId::new(request_id),
         wait: Wait::Try,
         value: None,
+        mode: palisade_core::Mode::Exclusive,
     }
 }
 
@@ -379,6 +380,7 @@ fn a_session_keeps_its_owner_and_each_owner_counts_only_its_own_sessions_locks_a
             request_id: RequestId::new(2),
             wait: Wait::Forever,
             value: None,
+            mode: palisade_core::Mode::Exclusive,
         },
     );
     assert!(matches!(queued.result, Ok(Reply::Queued { .. })));

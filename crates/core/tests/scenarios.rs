@@ -67,6 +67,7 @@ impl Story {
                 request_id: RequestId::new(request_id),
                 wait,
                 value: None,
+                mode: palisade_core::Mode::Exclusive,
             },
         )
     }
@@ -595,6 +596,7 @@ fn a_grant_carries_its_holders_value_and_only_the_holding_replaces_it() {
                 request_id: RequestId::new(request_id),
                 wait: Wait::Forever,
                 value: value(address),
+                mode: palisade_core::Mode::Exclusive,
             },
         )
     };

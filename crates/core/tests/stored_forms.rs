@@ -7,6 +7,7 @@
 //! last test's by the version whose ids and times were `u64` aliases.
 
 use palisade_core::limits::{LockNameError, OpenKeyError};
+use palisade_core::{Access, Mode, TableImageV1};
 use palisade_core::{
     Command, CoreError, DurationMs, Event, GrantValue, Identity, Input, Limits, LockTable, OpenKey,
     Output, ReleaseCause, Reply, RequestId, SecretDigest, SessionId, TableImage, TimeMs, Token,
@@ -50,6 +51,7 @@ fn a_stored_snapshot_loads_answers_retries_as_before_and_is_written_the_same() {
             request_id: RequestId::new(request_id),
             wait,
             value: None,
+            mode: palisade_core::Mode::Exclusive,
         },
     };
     let queued = table.apply(retry(2, "jobs/a", 21, Wait::Forever)).result;
@@ -194,6 +196,7 @@ fn ids_and_times_are_stored_as_the_bare_numbers_they_were() {
                     request_id,
                     wait: Wait::ForMs(DurationMs::from_millis(5_000)),
                     value: None,
+                    mode: palisade_core::Mode::Exclusive,
                 },
             },
         ),
@@ -207,6 +210,7 @@ fn ids_and_times_are_stored_as_the_bare_numbers_they_were() {
                     request_id: RequestId::new(33),
                     wait: Wait::Forever,
                     value: Some(GrantValue::new("10.0.0.1:7000").unwrap()),
+                    mode: palisade_core::Mode::Exclusive,
                 },
             },
         ),
@@ -274,6 +278,7 @@ fn ids_and_times_are_stored_as_the_bare_numbers_they_were() {
                 token,
                 request_id: RequestId::new(21),
                 value: None,
+                access: palisade_core::Access::Exclusive,
             },
             Event::Released {
                 lock: "jobs/b".into(),
@@ -347,6 +352,7 @@ fn table_with_every_kind_of_entry() -> LockTable {
         request_id: RequestId::new(request_id),
         wait,
         value: value.map(|v| GrantValue::new(v).unwrap()),
+        mode: palisade_core::Mode::Exclusive,
     };
     apply(1, open(Some(7), Some("alice")));
     apply(1, open(None, None));
@@ -378,11 +384,89 @@ fn table_with_every_kind_of_entry() -> LockTable {
 /// `String`s everywhere (before the table shared one allocation per name).
 const SNAPSHOT_WITH_EVERY_KIND_OF_ENTRY: &str = r#"{"limits":{"lock_name_bytes_max":256,"session_ttl_ms_min":1000,"session_ttl_ms_max":86400000,"sessions_max":50000,"locks_max":1000000,"waiters_per_lock_max":10000,"lock_delay_ms":500,"token_max":9223372036854775807},"now_ms":10002,"last_token":4,"last_session":4,"sessions":{"1":{"ttl_ms":10000,"expires_at_ms":19000,"open_request_id":null,"open_key":"070102030405060708090a0b0c0d0e0f","secret_digest":"0707070707070707070707070707070707070707070707070707070707070707","owner":"alice","held":["jobs/a"],"waiting":[],"recent":[{"request_id":1,"kind":"Acquire","lock":"jobs/a","result":{"Ok":{"Granted":{"lock":"jobs/a","session":1,"token":1}}}}]},"2":{"ttl_ms":10000,"expires_at_ms":19000,"open_request_id":null,"held":["jobs/b"],"waiting":["jobs/a"],"recent":[{"request_id":1,"kind":"Acquire","lock":"jobs/b","result":{"Ok":{"Granted":{"lock":"jobs/b","session":2,"token":2}}}},{"request_id":2,"kind":"Acquire","lock":"jobs/a","result":{"Ok":{"Queued":{"lock":"jobs/a","session":2,"position":0}}}}]},"3":{"ttl_ms":10000,"expires_at_ms":19000,"open_request_id":null,"open_key":"090102030405060708090a0b0c0d0e0f","secret_digest":"0909090909090909090909090909090909090909090909090909090909090909","held":[],"waiting":["jobs/a"],"recent":[{"request_id":1,"kind":"Acquire","lock":"jobs/a","result":{"Ok":{"Queued":{"lock":"jobs/a","session":3,"position":1}}}},{"request_id":2,"kind":"Acquire","lock":"jobs/gone","result":{"Ok":{"Granted":{"lock":"jobs/gone","session":3,"token":3}}}},{"request_id":3,"kind":"Release","lock":"jobs/gone","result":{"Ok":{"Released":{"lock":"jobs/gone","session":3,"token":3}}}}]}},"locks":{"jobs/a":{"holder":{"session":1,"token":1,"granted_at_ms":2,"request_id":1,"value":"10.0.0.1:80"},"waiters":[{"session":2,"request_id":2,"deadline_ms":20003,"value":"v"},{"session":3,"request_id":1,"deadline_ms":null}],"last_token":1,"available_at_ms":null},"jobs/b":{"holder":{"session":2,"token":2,"granted_at_ms":2,"request_id":1},"waiters":[],"last_token":2,"available_at_ms":null},"jobs/d":{"holder":null,"waiters":[],"last_token":4,"available_at_ms":10502}},"open_requests":{},"open_keys":{"070102030405060708090a0b0c0d0e0f":1,"090102030405060708090a0b0c0d0e0f":3},"session_deadlines":[[19000,1],[19000,2],[19000,3]],"wait_deadlines":[[20003,2,"jobs/a"]],"delay_deadlines":[[10502,"jobs/d"]],"forgotten":{"jobs/gone":[1,3]},"forgotten_order":{"1":"jobs/gone"},"last_forgotten":1,"owners":{"alice":[1]}}"#;
 
-/// [`table_with_every_kind_of_entry`]'s image in postcard, as hex, written by the same version.
+/// [`table_with_every_kind_of_entry`]'s image in postcard, as hex, written by the same version:
+/// image format 1, from before shared holders and semaphores.
 const IMAGE_WITH_EVERY_KIND_OF_ENTRY: &str = "8002e80780b89929d08603c0843d904ef403ffffffffffffffff7f924e0404010301904eb8940100012030373031303230333034303530363037303830393061306230633064306530660140303730373037303730373037303730373037303730373037303730373037303730373037303730373037303730373037303730373037303730373037303730370105616c696365010100066a6f62732f610003066a6f62732f61010102904eb8940100000000020100066a6f62732f620003066a6f62732f6202020200066a6f62732f610004066a6f62732f61020003904eb89401000120303930313032303330343035303630373038303930613062306330643065306601403039303930393039303930393039303930393039303930393039303930393039303930393039303930393039303930393039303930393039303930393039303900030100066a6f62732f610004066a6f62732f6103010200096a6f62732f676f6e650003096a6f62732f676f6e6503030301096a6f62732f676f6e650005096a6f62732f676f6e6503010303066a6f62732f610101010201010b31302e302e302e313a383002020201a39c01010176030100000100066a6f62732f62010202020100000200066a6f62732f640000040186520101096a6f62732f676f6e6503";
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Vec<u8> {
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// [`table_with_every_kind_of_entry`] and a read-write lock and a semaphore, each with holders
+/// and a waiter: "jobs/r" read by sessions 1 and 2 (one phase, one token) with session 3
+/// waiting to write, "jobs/s" a semaphore of 2 whose slots sessions 1 and 2 hold, session 3
+/// waiting for a permit.
+fn table_with_shared_holders_and_permits() -> LockTable {
+    let mut table = table_with_every_kind_of_entry();
+    let mut apply = |command| {
+        let now_ms = TimeMs::from_millis(10_003);
+        table.apply(Input { now_ms, command }).result.unwrap();
+    };
+    let acquire = |session, lock: &str, request_id, mode| Command::Acquire {
+        session: SessionId::new(session),
+        lock: lock.into(),
+        request_id: RequestId::new(request_id),
+        wait: Wait::Forever,
+        value: None,
+        mode,
+    };
+    apply(acquire(1, "jobs/r", 11, Mode::Shared));
+    apply(acquire(2, "jobs/r", 11, Mode::Shared));
+    apply(acquire(3, "jobs/r", 11, Mode::Exclusive));
+    apply(acquire(1, "jobs/s", 12, Mode::Permit(2)));
+    apply(acquire(2, "jobs/s", 12, Mode::Permit(2)));
+    apply(acquire(3, "jobs/s", 12, Mode::Permit(2)));
+    table
+}
+
+/// [`table_with_shared_holders_and_permits`]'s image in postcard (format 2), as hex, written
+/// by the version that added them.
+const IMAGE_WITH_SHARED_HOLDERS_AND_PERMITS: &str = "8002e80780b89929d08603c0843d904ef403ffffffffffffffff7f934e0704010301904eb8940100012030373031303230333034303530363037303830393061306230633064306530660140303730373037303730373037303730373037303730373037303730373037303730373037303730373037303730373037303730373037303730373037303730370105616c696365030100066a6f62732f610003066a6f62732f6101010b00066a6f62732f72000b066a6f62732f720105010c00066a6f62732f73000b066a6f62732f730106020002904eb8940100000000040100066a6f62732f620003066a6f62732f6202020200066a6f62732f610004066a6f62732f6102000b00066a6f62732f72000b066a6f62732f720205010c00066a6f62732f73000b066a6f62732f730207020103904eb89401000120303930313032303330343035303630373038303930613062306330643065306601403039303930393039303930393039303930393039303930393039303930393039303930393039303930393039303930393039303930393039303930393039303900050100066a6f62732f610004066a6f62732f6103010200096a6f62732f676f6e650003096a6f62732f676f6e6503030301096a6f62732f676f6e650005096a6f62732f676f6e650301030b00066a6f62732f720004066a6f62732f7203000c00066a6f62732f730004066a6f62732f73030005066a6f62732f610101010201010b31302e302e302e313a383000000002020201a39c010101760003010000000100066a6f62732f62010202020100000000000200066a6f62732f640000000004018652066a6f62732f7200020105934e0b00010205934e0b00010001030b0000000500066a6f62732f7300020106934e0c0002000207934e0c000201010201030c0000020207000101096a6f62732f676f6e6503";
+
+#[test]
+fn an_image_of_format_2_with_shared_holders_and_permits_loads_and_is_written_the_same() {
+    let table = table_with_shared_holders_and_permits();
+    let bytes = postcard::to_allocvec(&table.image()).expect("an image encodes");
+    assert_eq!(hex(&bytes), IMAGE_WITH_SHARED_HOLDERS_AND_PERMITS);
+    let image: TableImage = postcard::from_bytes(&bytes).expect("the image decodes");
+    let restored = LockTable::from_image(image).expect("the image is of a valid table");
+    assert_eq!(restored, table);
+    let json: LockTable = serde_json::from_str(&serde_json::to_string(&table).unwrap()).unwrap();
+    assert_eq!(json, table);
+    // The restored copy acts the same: the readers leave, the writer is granted, and a freed
+    // slot goes to the waiting permit.
+    let release = |session, lock: &str, request_id| Input {
+        now_ms: TimeMs::from_millis(10_004),
+        command: Command::Release {
+            session: SessionId::new(session),
+            lock: lock.into(),
+            request_id: RequestId::new(request_id),
+        },
+    };
+    let mut copies = [table.clone(), restored];
+    for copy in &mut copies {
+        for (session, lock, request_id) in [(1, "jobs/r", 21), (2, "jobs/r", 21), (1, "jobs/s", 22)]
+        {
+            copy.apply(release(session, lock, request_id))
+                .result
+                .unwrap();
+        }
+        assert_eq!(copy.holder("jobs/r").unwrap().session, SessionId::new(3));
+        let permits = copy.lock_status("jobs/s").unwrap().sharers;
+        let held: Vec<_> = permits
+            .iter()
+            .map(|g| (g.session.get(), g.access))
+            .collect();
+        assert_eq!(held, [(2, Access::Slot(1)), (3, Access::Slot(0))]);
+    }
+    assert_eq!(copies[0], copies[1]);
 }
 
 #[test]
@@ -398,11 +482,13 @@ fn a_stored_snapshot_and_image_with_every_kind_of_entry_load_and_are_written_the
         SNAPSHOT_WITH_EVERY_KIND_OF_ENTRY
     );
 
-    let bytes = postcard::to_allocvec(&table.image()).expect("an image encodes");
-    assert_eq!(hex(&bytes), IMAGE_WITH_EVERY_KIND_OF_ENTRY);
-    let image: TableImage = postcard::from_bytes(&bytes).expect("the image decodes");
-    let restored = LockTable::from_image(image).expect("the image is of a valid table");
+    let v1 = unhex(IMAGE_WITH_EVERY_KIND_OF_ENTRY);
+    let image: TableImageV1 = postcard::from_bytes(&v1).expect("the format-1 image decodes");
+    let restored = LockTable::from_image(image.into()).expect("the image is of a valid table");
     assert_eq!(restored, table);
+    let bytes = postcard::to_allocvec(&table.image()).expect("an image encodes");
+    let image: TableImage = postcard::from_bytes(&bytes).expect("the image decodes");
+    assert_eq!(LockTable::from_image(image).unwrap(), table);
 
     // Each copy acts the same: the release of "jobs/a" grants it to its first waiter.
     let release = || Input {

@@ -45,6 +45,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 request_id: palisade_core::RequestId::new(10 + 2 * cycles),
                 wait: palisade_core::Wait::Try,
                 value: None,
+                mode: palisade_core::Mode::Exclusive,
             })
             .await?;
             node.propose(palisade_core::Command::Release {

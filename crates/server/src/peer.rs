@@ -795,6 +795,7 @@ mod tests {
                     request_id: RequestId::new(index),
                     wait: Wait::Try,
                     value: None,
+                    mode: palisade_core::Mode::Exclusive,
                 };
                 crate::raft_types::Entry::new_normal(
                     log_id::<C>(1, 1, index),

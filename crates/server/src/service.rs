@@ -772,6 +772,7 @@ impl LockService {
             request_id,
             wait,
             value,
+            mode: palisade_core::Mode::Exclusive,
         };
         let (index, output) = self.node.propose_indexed(command).await?;
         // Applied: the table counts the hold or the wait from here on.
@@ -1212,6 +1213,7 @@ mod tests {
                 token: Token::new(7),
                 request_id: palisade_core::RequestId::new(1),
                 value: GrantValue::new("10.0.0.1:7000").ok(),
+                access: palisade_core::Access::Exclusive,
             },
             waiters,
         };

@@ -6,7 +6,7 @@
 //! ```text
 //! offset  size  field
 //!      0     8  magic "PLSDSNAP"
-//!      8     4  format version, u32 little-endian (1)
+//!      8     4  format version, u32 little-endian (2; 1 is still read)
 //!     12     8  payload length in bytes, u64 little-endian
 //!     20     4  CRC-32 (IEEE) of the payload, u32 little-endian
 //!     24     n  payload: postcard of (meta, table image)
@@ -16,7 +16,8 @@
 //! id, the membership, retired node ids and the key ring; JSON because those types belong to
 //! openraft and to the key ring and skip empty fields, which a positional encoding must not.
 //! The table is [`LockTable::image`], in postcard (positional, see `palisade_core`'s image
-//! module). A file whose length or checksum does not match its header is refused: a torn write
+//! module). Format 2 added shared holders and semaphores to each lock; a format-1 file (every
+//! grant exclusive) is read into the same table. A file whose length or checksum does not match its header is refused: a torn write
 //! or a flipped bit is never loaded as a smaller table.
 //!
 //! **Upgrade.** A data directory of an older version holds `snapshot.json` (the JSON of the
@@ -27,7 +28,7 @@ use std::collections::BTreeSet;
 use std::io;
 
 use openraft::type_config::alias::{LogIdOf, StoredMembershipOf};
-use palisade_core::{LockTable, TableImage};
+use palisade_core::{LockTable, TableImage, TableImageV1};
 use serde::{Deserialize, Serialize};
 
 use crate::applied::Applied;
@@ -41,7 +42,9 @@ pub const SNAPSHOT_FILE: &str = "snapshot.bin";
 pub const LEGACY_SNAPSHOT_FILE: &str = "snapshot.json";
 
 const MAGIC: [u8; 8] = *b"PLSDSNAP";
-const FORMAT_VERSION: u32 = 1;
+const FORMAT_VERSION: u32 = 2;
+/// The format before shared holders and semaphores, still read.
+const FORMAT_VERSION_1: u32 = 1;
 const HEADER_BYTES: usize = 24;
 
 /// Everything but the table, in JSON.
@@ -131,7 +134,17 @@ pub(crate) fn decode_meta(
 /// The payload of a binary snapshot, checked against its header, decoded.
 fn payload(bytes: &[u8]) -> Result<(Vec<u8>, TableImage), String> {
     let payload = checked_payload(bytes)?;
-    postcard::from_bytes(payload).map_err(|e| format!("it is not a lock-table snapshot ({e})"))
+    let unreadable = |e: postcard::Error| format!("it is not a lock-table snapshot ({e})");
+    if format_version(bytes) == FORMAT_VERSION_1 {
+        let (meta, v1): (Vec<u8>, TableImageV1) =
+            postcard::from_bytes(payload).map_err(unreadable)?;
+        return Ok((meta, v1.into()));
+    }
+    postcard::from_bytes(payload).map_err(unreadable)
+}
+
+fn format_version(bytes: &[u8]) -> u32 {
+    u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"))
 }
 
 /// The payload of a binary snapshot, once its length and checksum match its header.
@@ -142,11 +155,12 @@ fn checked_payload(bytes: &[u8]) -> Result<&[u8], String> {
             bytes.len()
         ));
     }
-    let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
-    if version != FORMAT_VERSION {
+    let version = format_version(bytes);
+    if version != FORMAT_VERSION && version != FORMAT_VERSION_1 {
         return Err(format!(
-            "it is in snapshot format {version}, and this version reads format \
-             {FORMAT_VERSION} (and the JSON of older versions); run a version that reads it"
+            "it is in snapshot format {version}, and this version reads formats \
+             {FORMAT_VERSION_1} and {FORMAT_VERSION} (and the JSON of older versions); run a \
+             version that reads it"
         ));
     }
     let payload_bytes = u64::from_le_bytes(bytes[12..20].try_into().expect("8 bytes"));
@@ -210,8 +224,8 @@ mod tests {
         assert!(decode_err(&bytes[..10]).contains("it is torn"));
         // A format this version does not know.
         let mut future = bytes.clone();
-        future[8] = 2;
-        assert!(decode_err(&future).contains("snapshot format 2"));
+        future[8] = 3;
+        assert!(decode_err(&future).contains("snapshot format 3"));
         // Every refusal names the file and says what to do.
         assert!(torn.starts_with("snapshot.bin is refused") && torn.contains("restore"));
     }

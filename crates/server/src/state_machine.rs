@@ -760,6 +760,7 @@ pub(crate) mod tests {
                 request_id: RequestId::new(session),
                 wait,
                 value: None,
+                mode: palisade_core::Mode::Exclusive,
             };
             apply(command).result.unwrap();
         }
@@ -806,6 +807,7 @@ pub(crate) mod tests {
                 request_id: RequestId::new(1),
                 wait: palisade_core::Wait::Try,
                 value: None,
+                mode: palisade_core::Mode::Exclusive,
             },
         ] {
             let now_ms = TimeMs::from_millis(1);

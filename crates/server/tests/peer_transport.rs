@@ -386,6 +386,7 @@ async fn acquire(
         request_id: RequestId::new(request_id),
         wait: Wait::Try,
         value: None,
+        mode: palisade_core::Mode::Exclusive,
     };
     match propose(nodes, now_ms, command).await {
         (

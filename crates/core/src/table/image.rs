@@ -25,9 +25,15 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use super::{InvalidTable, Lock, LockTable, Remembered, Session, SharedName, Waiter};
 use crate::limits::Limits;
 use crate::types::*;
+use crate::{Access, Mode};
 
 /// The image of a table as it is decoded: everything owned.
 pub type TableImage = Image<Vec<SessionImage<'static>>, Vec<LockImage<'static>>, Vec<Forgotten>>;
+
+/// The image of format 1, before shared holders and semaphores: what snapshots of earlier
+/// versions hold. It converts into a [`TableImage`] whose every grant is exclusive.
+pub type TableImageV1 =
+    Image<Vec<SessionImage<'static>>, Vec<LockImageV1<'static>>, Vec<Forgotten>>;
 
 /// The image's fields, in their order. `S`, `L` and `F` are sequences: lazily produced from the
 /// table when encoding ([`LockTable::image`]), vectors when decoding ([`TableImage`]).
@@ -59,6 +65,8 @@ pub struct SessionImage<'a> {
 pub struct LockImage<'a> {
     name: Cow<'a, str>,
     holder: Option<GrantImage<'a>>,
+    sharers: Vec<GrantImage<'a>>,
+    permits: Option<u32>,
     waiters: Vec<WaiterImage<'a>>,
     last_token: Token,
     available_at_ms: Option<TimeMs>,
@@ -71,6 +79,7 @@ struct GrantImage<'a> {
     granted_at_ms: TimeMs,
     request_id: RequestId,
     value: Option<Cow<'a, GrantValue>>,
+    access: Access,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -79,6 +88,74 @@ struct WaiterImage<'a> {
     request_id: RequestId,
     deadline_ms: Option<TimeMs>,
     value: Option<Cow<'a, GrantValue>>,
+    mode: Mode,
+}
+
+/// A lock of format 1: one exclusive holder, exclusive waiters.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct LockImageV1<'a> {
+    name: Cow<'a, str>,
+    holder: Option<GrantImageV1<'a>>,
+    waiters: Vec<WaiterImageV1<'a>>,
+    last_token: Token,
+    available_at_ms: Option<TimeMs>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct GrantImageV1<'a> {
+    session: SessionId,
+    token: Token,
+    granted_at_ms: TimeMs,
+    request_id: RequestId,
+    value: Option<Cow<'a, GrantValue>>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct WaiterImageV1<'a> {
+    session: SessionId,
+    request_id: RequestId,
+    deadline_ms: Option<TimeMs>,
+    value: Option<Cow<'a, GrantValue>>,
+}
+
+impl From<TableImageV1> for TableImage {
+    fn from(v1: TableImageV1) -> TableImage {
+        let grant = |g: GrantImageV1<'static>| GrantImage {
+            session: g.session,
+            token: g.token,
+            granted_at_ms: g.granted_at_ms,
+            request_id: g.request_id,
+            value: g.value,
+            access: Access::Exclusive,
+        };
+        let locks = v1.locks.into_iter().map(|l| LockImage {
+            name: l.name,
+            holder: l.holder.map(grant),
+            sharers: Vec::new(),
+            permits: None,
+            waiters: (l.waiters.into_iter())
+                .map(|w| WaiterImage {
+                    session: w.session,
+                    request_id: w.request_id,
+                    deadline_ms: w.deadline_ms,
+                    value: w.value,
+                    mode: Mode::Exclusive,
+                })
+                .collect(),
+            last_token: l.last_token,
+            available_at_ms: l.available_at_ms,
+        });
+        Image {
+            limits: v1.limits,
+            now_ms: v1.now_ms,
+            last_token: v1.last_token,
+            last_session: v1.last_session,
+            last_forgotten: v1.last_forgotten,
+            sessions: v1.sessions,
+            locks: locks.collect(),
+            forgotten: v1.forgotten,
+        }
+    }
 }
 
 /// A forgotten lock: when it was forgotten (its place in the order), its name, its last token.
@@ -133,6 +210,7 @@ fn grant_image(grant: &Grant) -> GrantImage<'_> {
         granted_at_ms: grant.granted_at_ms,
         request_id: grant.request_id,
         value: grant.value.as_ref().map(Cow::Borrowed),
+        access: grant.access,
     }
 }
 
@@ -142,6 +220,7 @@ fn waiter_image(waiter: &Waiter) -> WaiterImage<'_> {
         request_id: waiter.request_id,
         deadline_ms: waiter.deadline_ms,
         value: waiter.value.as_ref().map(Cow::Borrowed),
+        mode: waiter.mode,
     }
 }
 
@@ -162,6 +241,8 @@ impl LockTable {
         let locks = self.locks.iter().map(|(name, l)| LockImage {
             name: Cow::Borrowed(name.as_ref()),
             holder: l.holder.as_ref().map(grant_image),
+            sharers: l.sharers.values().map(grant_image).collect(),
+            permits: l.permits,
             waiters: l.waiters.iter().map(waiter_image).collect(),
             last_token: l.last_token,
             available_at_ms: l.available_at_ms,
@@ -252,33 +333,34 @@ impl LockTable {
                     l.last_token, table.last_token
                 )));
             }
-            let holder = match l.holder {
-                None => None,
-                Some(g) => {
-                    if g.token != l.last_token {
-                        return Err(inconsistent(format!(
-                            "holder token of {name:?} is not the lock's last token"
-                        )));
-                    }
-                    let Some(session) = sessions.get_mut(&g.session) else {
-                        return Err(inconsistent(format!("holder of {name:?} is no session")));
-                    };
-                    session.held.insert(name.clone());
-                    Some(Grant {
-                        session: g.session,
-                        token: g.token,
-                        granted_at_ms: g.granted_at_ms,
-                        request_id: g.request_id,
-                        value: g.value.map(Cow::into_owned),
-                    })
+            let mut hold = |g: GrantImage<'static>| {
+                let Some(session) = sessions.get_mut(&g.session) else {
+                    return Err(inconsistent(format!("holder of {name:?} is no session")));
+                };
+                if session.held.insert(name.clone()).is_some() {
+                    return Err(inconsistent(format!("a session holds {name:?} twice")));
                 }
+                Ok(Grant {
+                    session: g.session,
+                    token: g.token,
+                    granted_at_ms: g.granted_at_ms,
+                    request_id: g.request_id,
+                    value: g.value.map(Cow::into_owned),
+                    access: g.access,
+                })
             };
+            let holder = l.holder.map(&mut hold).transpose()?;
+            let mut sharers = OrdMap::new();
+            for g in l.sharers {
+                let grant = hold(g)?;
+                sharers.insert(grant.session, grant);
+            }
             let mut waiters = std::collections::VecDeque::with_capacity(l.waiters.len());
             for w in l.waiters {
                 let Some(session) = sessions.get_mut(&w.session) else {
                     return Err(inconsistent(format!("waiter of {name:?} is no session")));
                 };
-                if holder.as_ref().is_some_and(|g| g.session == w.session) {
+                if session.held.contains(&name) {
                     return Err(inconsistent(format!("holder of {name:?} also waits")));
                 }
                 if session.waiting.insert(name.clone()).is_some() {
@@ -294,6 +376,7 @@ impl LockTable {
                     request_id: w.request_id,
                     deadline_ms: w.deadline_ms,
                     value: w.value.map(Cow::into_owned),
+                    mode: w.mode,
                 });
             }
             if let Some(at) = l.available_at_ms {
@@ -301,10 +384,13 @@ impl LockTable {
             }
             let lock = Lock {
                 holder,
+                sharers,
+                permits: l.permits,
                 waiters: waiters.into(),
                 last_token: l.last_token,
                 available_at_ms: l.available_at_ms,
             };
+            lock.check_holders(&name).map_err(inconsistent)?;
             if lock.is_idle() {
                 return Err(inconsistent(format!(
                     "idle lock {name:?} was not forgotten"
@@ -364,6 +450,7 @@ mod tests {
             request_id: RequestId::new(request_id),
             wait,
             value: value.map(|v| GrantValue::new(v).unwrap()),
+            mode: Mode::Exclusive,
         }
     }
 

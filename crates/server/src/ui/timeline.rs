@@ -214,6 +214,7 @@ mod tests {
             token: Token::new(token),
             request_id: RequestId::new(token),
             value: None,
+            access: palisade_core::Access::Exclusive,
         }
     }
 
