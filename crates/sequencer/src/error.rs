@@ -19,6 +19,10 @@ pub enum SignError {
     TokenZero,
     #[error("cannot sign a sequencer with token {token}: the largest token is {token_max}")]
     TokenAboveMax { token: Token, token_max: Token },
+    #[error("cannot sign a permit of slot {slot}: the largest slot is {slot_max}")]
+    SlotAboveMax { slot: u32, slot_max: u32 },
+    #[error("cannot sign a shared grant or permit for session 0: sessions start at 1")]
+    SessionZero,
 }
 
 /// Why a string is not a well-formed sequencer (syntax only; the signature is not checked).
@@ -34,11 +38,23 @@ pub enum ParseError {
     )]
     NotPrintableAscii { position: usize },
     #[error(
-        "sequencer has {found} '.'-separated fields, expected 6: pal2.<key id>.<lock>.<token>.<session>.<signature>"
+        "sequencer has {found} '.'-separated fields, expected 6 (pal2.<key id>.<lock>.<token>.<session>.<signature>) or 7 (pal3.<key id>.<lock>.<access>.<token>.<session>.<signature>)"
     )]
     FieldCount { found: usize },
-    #[error("sequencer starts with {found:?}, expected \"pal2\": unknown format or version")]
+    #[error(
+        "sequencer starts with {found:?}, expected \"pal2\" or \"pal3\": unknown format or version"
+    )]
     Version { found: String },
+    #[error(
+        "sequencer access field {found:?} is neither \"s\" (shared) nor \"p<slot>\" (a permit)"
+    )]
+    Access { found: String },
+    #[error("sequencer slot field is not a decimal number after \"p\"")]
+    SlotNotANumber,
+    #[error("sequencer slot field has a leading zero")]
+    SlotLeadingZero,
+    #[error("sequencer slot is above the largest slot {slot_max}")]
+    SlotAboveMax { slot_max: u32 },
     #[error("sequencer key id is malformed: {0}")]
     KeyId(#[source] KeyIdError),
     #[error("sequencer lock field is not canonical unpadded base64url")]
@@ -61,6 +77,10 @@ pub enum ParseError {
     SessionLeadingZero,
     #[error("sequencer session id does not fit in 64 bits")]
     SessionAboveMax,
+    #[error(
+        "sequencer of a shared grant or permit has session 0: the service issues sessions from 1"
+    )]
+    SessionZero,
     #[error("sequencer signature field is not canonical unpadded base64url")]
     SignatureEncoding,
     #[error("sequencer signature is {bytes} bytes, expected 64")]

@@ -9,11 +9,14 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ed25519_dalek::Signer as _;
 use palisade_core::limits::TOKEN_MAX;
-use palisade_core::{LockName, SessionId, Token};
+use palisade_core::{Access, LockName, PERMITS_MAX, SessionId, Token};
 
 use crate::error::{KeyIdError, PublicKeyError, SequencerError, SignError};
 use crate::sequencer::{Sequencer, VerifiedSequencer};
-use crate::{KEY_ID_HEX_DIGITS, PUBLIC_KEY_PREFIX, SEQUENCER_BYTES_MAX, SEQUENCER_PREFIX};
+use crate::{
+    KEY_ID_HEX_DIGITS, PUBLIC_KEY_PREFIX, SEQUENCER_BYTES_MAX, SEQUENCER_PREFIX,
+    SEQUENCER_PREFIX_ACCESS,
+};
 
 /// The lock service's secret key. Its `Debug` output shows only the public half.
 #[derive(Clone)]
@@ -66,13 +69,28 @@ impl SigningKey {
         self.public_key().id()
     }
 
-    /// Signs the grant of `token` on `lock` to `session`.
+    /// Signs the exclusive grant of `token` on `lock` to `session` (a `pal2` sequencer).
     ///
     /// Refuses a lock name the lock table would refuse and a token outside `1..=TOKEN_MAX`; the
     /// service never issues such a grant, so an error here is a bug in the caller.
     pub fn sign(
         &self,
         lock: &str,
+        token: Token,
+        session: SessionId,
+    ) -> Result<Sequencer, SignError> {
+        self.sign_access(lock, Access::Exclusive, token, session)
+    }
+
+    /// Signs the grant of `token` on `lock` to `session`, held with `access`: `pal2` for
+    /// [`Access::Exclusive`], `pal3` (with `s` or `p<slot>`) for a shared grant or a permit.
+    ///
+    /// Refuses what [`SigningKey::sign`] refuses, and for `pal3` a slot at or above
+    /// `PERMITS_MAX` and session 0 (a fence reads a stored holder 0 as a shared phase).
+    pub fn sign_access(
+        &self,
+        lock: &str,
+        access: Access,
         token: Token,
         session: SessionId,
     ) -> Result<Sequencer, SignError> {
@@ -86,11 +104,30 @@ impl SigningKey {
                 token_max: TOKEN_MAX,
             });
         }
-        let mut text = format!(
-            "{SEQUENCER_PREFIX}.{}.{}.{token}.{session}",
-            self.key_id(),
-            URL_SAFE_NO_PAD.encode(lock.as_bytes())
-        );
+        if let Access::Slot(slot) = access
+            && slot >= PERMITS_MAX
+        {
+            return Err(SignError::SlotAboveMax {
+                slot,
+                slot_max: PERMITS_MAX - 1,
+            });
+        }
+        if !access.is_exclusive() && session == SessionId::new(0) {
+            return Err(SignError::SessionZero);
+        }
+        let lock_field = URL_SAFE_NO_PAD.encode(lock.as_bytes());
+        let key_id = self.key_id();
+        let mut text = match access {
+            Access::Exclusive => {
+                format!("{SEQUENCER_PREFIX}.{key_id}.{lock_field}.{token}.{session}")
+            }
+            Access::Shared => {
+                format!("{SEQUENCER_PREFIX_ACCESS}.{key_id}.{lock_field}.s.{token}.{session}")
+            }
+            Access::Slot(slot) => {
+                format!("{SEQUENCER_PREFIX_ACCESS}.{key_id}.{lock_field}.p{slot}.{token}.{session}")
+            }
+        };
         let signature = self.inner.sign(text.as_bytes());
         text.push('.');
         text.push_str(&URL_SAFE_NO_PAD.encode(signature.to_bytes()));
@@ -104,10 +141,11 @@ impl SigningKey {
             (
                 sequencer.key_id(),
                 sequencer.lock(),
+                sequencer.access(),
                 sequencer.token(),
                 sequencer.session()
             ),
-            (self.key_id(), lock, token, session),
+            (key_id, lock, access, token, session),
             "a freshly signed sequencer must parse back to what was signed"
         );
         Ok(sequencer)

@@ -20,6 +20,20 @@
 //! - `signature`: base64url without padding of the 64-byte Ed25519 signature over the ASCII bytes
 //!   of everything before the last `.`.
 //!
+//! That is the form of an *exclusive* grant (a mutex, a read-write lock's writer). A *shared*
+//! grant (a reader of a shared phase) and a semaphore's *permit* carry how they hold the lock
+//! ([`palisade_core::Access`]) in a field of its own:
+//!
+//! ```text
+//! pal3.<key id>.<lock>.<access>.<token>.<session>.<signature>
+//! ```
+//!
+//! with `access` either `s` (shared) or `p<slot>` (the permit in slot `slot`, decimal, no leading
+//! zero, below `PERMITS_MAX`), and a session of at least 1. An exclusive grant has no `pal3`
+//! form, and the prefix is signed, so no signature verifies under the other format. A resource
+//! keeps a scope's accepted maximum per [`binding`]: the lock, or for a permit the lock and its
+//! slot.
+//!
 //! Every encoding is canonical: each lock name, token and session has exactly one text form, and a
 //! parser that accepts a string accepts it only in that form. Together with the signature covering
 //! the exact bytes, that means no altered string verifies.
@@ -90,10 +104,43 @@ pub use key::{KeyId, PublicKey, SigningKey};
 pub use keyset::{KEY_SET_KEYS_MAX, KEY_SET_TEXT_BYTES_MAX, KeySet};
 pub use sequencer::{Sequencer, VerifiedSequencer};
 
-use palisade_core::limits::{LOCK_NAME_BYTES_MAX, TOKEN_MAX};
+use std::borrow::Cow;
 
-/// The first field of every sequencer: format name and version.
+use palisade_core::limits::{LOCK_NAME_BYTES_MAX, TOKEN_MAX};
+use palisade_core::{Access, PERMITS_MAX};
+
+/// The first field of an exclusive grant's sequencer: format name and version.
 pub const SEQUENCER_PREFIX: &str = "pal2";
+
+/// The first field of a shared grant's or a permit's sequencer, which has an access field.
+pub const SEQUENCER_PREFIX_ACCESS: &str = "pal3";
+
+/// Separates a lock name from a slot in a permit's [`binding`]. No lock name contains a control
+/// character, so no lock's binding equals a slot's.
+pub const BINDING_SLOT_SEPARATOR: char = '\u{1f}';
+
+/// Longest [`binding`], in bytes: the longest lock name, the separator and the highest slot.
+pub const BINDING_BYTES_MAX: usize =
+    LOCK_NAME_BYTES_MAX + 1 + decimal_digits(PERMITS_MAX as u64 - 1);
+
+/// The fence binding of a grant of `lock` held with `access`: what a resource stores as the
+/// scope's lock and compares every later sequencer with. Exclusive and shared grants of `L` bind
+/// to `L` (one token order for writers and readers); the permit in slot `k` binds to `L`, U+001F
+/// and `k` in decimal, so each slot keeps its own accepted maximum.
+pub fn binding(lock: &str, access: Access) -> Cow<'_, str> {
+    match access {
+        Access::Exclusive | Access::Shared => Cow::Borrowed(lock),
+        Access::Slot(slot) => Cow::Owned(format!("{lock}{BINDING_SLOT_SEPARATOR}{slot}")),
+    }
+}
+
+/// A binding as messages show it: the lock name, or `L (slot k)` for a permit's binding.
+pub fn display_binding(binding: &str) -> Cow<'_, str> {
+    match binding.split_once(BINDING_SLOT_SEPARATOR) {
+        Some((lock, slot)) => Cow::Owned(format!("{lock} (slot {slot})")),
+        None => Cow::Borrowed(binding),
+    }
+}
 
 /// Length of a [`KeyId`]'s text form: 16 hex digits.
 pub const KEY_ID_HEX_DIGITS: usize = 16;
@@ -132,7 +179,14 @@ pub const SEQUENCER_BYTES_LONGEST: usize = SEQUENCER_PREFIX.len()
     + base64_unpadded_len(SIGNATURE_BYTES)
     + 5;
 
+/// The longest `pal3` sequencer: the longest `pal2` one with the access field of the highest slot
+/// (`p4095`) and its separator.
+pub const SEQUENCER_BYTES_LONGEST_ACCESS: usize =
+    SEQUENCER_BYTES_LONGEST + 1 + 1 + decimal_digits(PERMITS_MAX as u64 - 1);
+
 // Every sequencer the service signs must be accepted by every parser.
 const _: () = assert!(SEQUENCER_BYTES_LONGEST <= SEQUENCER_BYTES_MAX);
+const _: () = assert!(SEQUENCER_BYTES_LONGEST_ACCESS <= SEQUENCER_BYTES_MAX);
+const _: () = assert!(SEQUENCER_PREFIX.len() == SEQUENCER_PREFIX_ACCESS.len());
 const _: () = assert!(base64_unpadded_len(SIGNATURE_BYTES) == 86);
 const _: () = assert!(decimal_digits(TOKEN_MAX.get()) == 19 && decimal_digits(u64::MAX) == 20);

@@ -1,7 +1,8 @@
 //! Parsing sequencer text and verifying its signature.
 //!
 //! [`Sequencer::parse`] checks syntax only, in the order cheapest-first: length, bytes, fields,
-//! then each field's canonical encoding. [`Sequencer::verify`] adds the signature check and is
+//! version (which fixes the field count: `pal2` 6, `pal3` 7), then each field's canonical
+//! encoding, and last the one rule across fields (a `pal3` session is at least 1). [`Sequencer::verify`] adds the signature check and is
 //! the only way to obtain a [`VerifiedSequencer`].
 
 use std::fmt;
@@ -9,13 +10,15 @@ use std::str::FromStr;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use std::borrow::Cow;
+
 use palisade_core::limits::TOKEN_MAX;
-use palisade_core::{LockName, SessionId, Token};
+use palisade_core::{Access, LockName, PERMITS_MAX, SessionId, Token};
 
 use crate::error::{ParseError, SequencerError};
 use crate::key::KeyId;
 use crate::keyset::KeySet;
-use crate::{SEQUENCER_BYTES_MAX, SEQUENCER_PREFIX, SIGNATURE_BYTES};
+use crate::{SEQUENCER_BYTES_MAX, SEQUENCER_PREFIX, SEQUENCER_PREFIX_ACCESS, SIGNATURE_BYTES};
 
 /// A syntactically valid sequencer whose signature has not been checked yet.
 ///
@@ -25,10 +28,11 @@ pub struct Sequencer {
     text: String,
     key_id: KeyId,
     lock: String,
+    access: Access,
     token: Token,
     session: SessionId,
     signature: [u8; SIGNATURE_BYTES],
-    /// Length of the signed part `pal2.<key id>.<lock>.<token>.<session>` (before the last '.').
+    /// Length of the signed part (everything before the last '.').
     signed_bytes: usize,
 }
 
@@ -48,15 +52,39 @@ impl Sequencer {
             return Err(ParseError::NotPrintableAscii { position });
         }
         let fields: Vec<&str> = text.split('.').collect();
-        let [version, key_id, lock, token, session, signature_field] = fields[..] else {
+        // pal2 (exclusive) has 6 fields, pal3 (shared, permit) 7: the access after the lock.
+        let (version, key_id, lock, access, token, session, signature_field) = match fields[..] {
+            [version, key_id, lock, token, session, signature] => {
+                (version, key_id, lock, None, token, session, signature)
+            }
+            [version, key_id, lock, access, token, session, signature] => (
+                version,
+                key_id,
+                lock,
+                Some(access),
+                token,
+                session,
+                signature,
+            ),
+            _ => {
+                return Err(ParseError::FieldCount {
+                    found: fields.len(),
+                });
+            }
+        };
+        let expected_fields = match version {
+            SEQUENCER_PREFIX => 6,
+            SEQUENCER_PREFIX_ACCESS => 7,
+            _ => {
+                // Printable ASCII by now, so safe to echo; bounded so the error stays small.
+                let found = version.chars().take(16).collect();
+                return Err(ParseError::Version { found });
+            }
+        };
+        if fields.len() != expected_fields {
             return Err(ParseError::FieldCount {
                 found: fields.len(),
             });
-        };
-        if version != SEQUENCER_PREFIX {
-            // Printable ASCII by now, so safe to echo; bounded so the error stays small.
-            let found = version.chars().take(16).collect();
-            return Err(ParseError::Version { found });
         }
         let key_id = KeyId::parse(key_id).map_err(ParseError::KeyId)?;
         let lock = URL_SAFE_NO_PAD
@@ -66,8 +94,13 @@ impl Sequencer {
         let lock = LockName::new(lock)
             .map_err(ParseError::LockName)?
             .into_string();
+        let access = access.map_or(Ok(Access::Exclusive), parse_access)?;
         let token = parse_token(token)?;
         let session = parse_session(session)?;
+        // The service never issues session 0; a fence reads a stored holder 0 as a shared phase.
+        if !access.is_exclusive() && session == SessionId::new(0) {
+            return Err(ParseError::SessionZero);
+        }
         let signature_bytes = URL_SAFE_NO_PAD
             .decode(signature_field)
             .map_err(|_| ParseError::SignatureEncoding)?;
@@ -85,6 +118,7 @@ impl Sequencer {
             text: text.to_owned(),
             key_id,
             lock,
+            access,
             token,
             session,
             signature,
@@ -100,6 +134,17 @@ impl Sequencer {
     /// The lock this sequencer claims to be a grant of.
     pub fn lock(&self) -> &str {
         &self.lock
+    }
+
+    /// How the grant holds its lock: exclusive (`pal2`), shared or a semaphore's slot (`pal3`).
+    pub fn access(&self) -> Access {
+        self.access
+    }
+
+    /// The fence binding of this grant: the scope key a resource stores and compares (see
+    /// [`crate::binding`]).
+    pub fn binding(&self) -> Cow<'_, str> {
+        crate::binding(&self.lock, self.access)
     }
 
     /// The fencing token, in `1..=TOKEN_MAX`.
@@ -172,6 +217,28 @@ fn parse_token(text: &str) -> Result<Token, ParseError> {
     }
 }
 
+/// Parses the access field of `pal3`: `s` (shared) or `p<slot>` (a permit), canonical only.
+fn parse_access(text: &str) -> Result<Access, ParseError> {
+    if text == "s" {
+        return Ok(Access::Shared);
+    }
+    let Some(slot) = text.strip_prefix('p') else {
+        // Printable ASCII by now, so safe to echo; bounded so the error stays small.
+        let found = text.chars().take(16).collect();
+        return Err(ParseError::Access { found });
+    };
+    match parse_decimal(slot) {
+        Err(DecimalError::NotANumber) => Err(ParseError::SlotNotANumber),
+        Err(DecimalError::LeadingZero) => Err(ParseError::SlotLeadingZero),
+        Ok(Some(slot)) if slot < u64::from(PERMITS_MAX) => Ok(Access::Slot(
+            u32::try_from(slot).expect("below PERMITS_MAX, a u32"),
+        )),
+        Ok(_) => Err(ParseError::SlotAboveMax {
+            slot_max: PERMITS_MAX - 1,
+        }),
+    }
+}
+
 fn parse_session(text: &str) -> Result<SessionId, ParseError> {
     match parse_decimal(text) {
         Err(DecimalError::NotANumber) => Err(ParseError::SessionNotANumber),
@@ -200,6 +267,7 @@ impl fmt::Debug for Sequencer {
         f.debug_struct("Sequencer")
             .field("key_id", &self.key_id)
             .field("lock", &self.lock)
+            .field("access", &self.access)
             .field("token", &self.token)
             .field("session", &self.session)
             .finish_non_exhaustive()
@@ -234,6 +302,17 @@ impl VerifiedSequencer {
         self.sequencer.lock()
     }
 
+    /// How the grant holds its lock: exclusive, shared, or a semaphore's slot.
+    pub fn access(&self) -> Access {
+        self.sequencer.access()
+    }
+
+    /// The fence binding of this grant: the lock, or for a permit the lock and its slot (see
+    /// [`crate::binding`]). A scope accepts only the grants of the binding it is bound to.
+    pub fn binding(&self) -> Cow<'_, str> {
+        self.sequencer.binding()
+    }
+
     /// The fencing token, in `1..=TOKEN_MAX`.
     pub fn token(&self) -> Token {
         self.sequencer.token()
@@ -265,6 +344,7 @@ impl fmt::Debug for VerifiedSequencer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("VerifiedSequencer")
             .field("lock", &self.lock())
+            .field("access", &self.access())
             .field("token", &self.token())
             .field("session", &self.session())
             .finish_non_exhaustive()

@@ -2,10 +2,11 @@
 //! else — no altered, truncated, foreign or out-of-range sequencer gets through.
 
 use palisade_core::limits::{LOCK_NAME_BYTES_MAX, TOKEN_MAX};
-use palisade_core::{SessionId, Token};
+use palisade_core::{Access, PERMITS_MAX, SessionId, Token};
 use palisade_sequencer::{
-    KeyIdError, KeySet, ParseError, SEQUENCER_BYTES_LONGEST, SEQUENCER_BYTES_MAX, Sequencer,
-    SequencerError, SignError, SigningKey, VerifiedSequencer,
+    BINDING_BYTES_MAX, KeyIdError, KeySet, ParseError, SEQUENCER_BYTES_LONGEST,
+    SEQUENCER_BYTES_LONGEST_ACCESS, SEQUENCER_BYTES_MAX, Sequencer, SequencerError, SignError,
+    SigningKey, VerifiedSequencer, display_binding,
 };
 
 fn service_key() -> SigningKey {
@@ -406,4 +407,264 @@ fn generated_keys_differ_and_restore_from_bytes() {
 
 fn lock_name_empty() -> palisade_core::limits::LockNameError {
     palisade_core::LockName::new("").unwrap_err()
+}
+
+#[test]
+fn shared_grants_and_permits_are_pal3_and_read_back_their_access_and_binding() {
+    let key = service_key();
+    let trusted: KeySet = key.public_key().into();
+    let cases = [
+        (Access::Exclusive, "pal2.", "jobs"),
+        (Access::Shared, "pal3.", "jobs"),
+        (Access::Slot(0), "pal3.", "jobs\u{1f}0"),
+        (Access::Slot(PERMITS_MAX - 1), "pal3.", "jobs\u{1f}4095"),
+    ];
+    for (access, prefix, binding) in cases {
+        let sequencer = key
+            .sign_access("jobs", access, Token::new(42), SessionId::new(9))
+            .unwrap();
+        assert!(sequencer.as_str().starts_with(prefix), "{sequencer}");
+        let verified = trusted.verify(sequencer.as_str()).unwrap();
+        assert_eq!(verified.access(), access);
+        assert_eq!(verified.binding(), binding);
+        assert_eq!(
+            (verified.lock(), verified.token(), verified.session()),
+            ("jobs", Token::new(42), SessionId::new(9))
+        );
+    }
+    // `sign` is the exclusive grant, byte for byte.
+    assert_eq!(
+        key.sign("jobs", Token::new(42), SessionId::new(9)).unwrap(),
+        key.sign_access("jobs", Access::Exclusive, Token::new(42), SessionId::new(9))
+            .unwrap()
+    );
+    let fields: Vec<String> = key
+        .sign_access("a.b", Access::Slot(17), Token::new(10), SessionId::new(3))
+        .unwrap()
+        .as_str()
+        .split('.')
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        fields[..6],
+        ["pal3", "fe812c12f3ab4ce6", "YS5i", "p17", "10", "3"]
+    );
+    assert_eq!(display_binding("jobs\u{1f}2"), "jobs (slot 2)");
+    assert_eq!(display_binding("jobs"), "jobs");
+}
+
+#[test]
+fn a_signature_never_verifies_under_the_other_format_or_another_access() {
+    let key = service_key();
+    let trusted: KeySet = key.public_key().into();
+    let shared = key
+        .sign_access("jobs", Access::Shared, Token::new(42), SessionId::new(9))
+        .unwrap();
+    let signature = shared.as_str().rsplit('.').next().unwrap();
+    let kid = key.key_id();
+    for forged in [
+        // The same grant as exclusive, with the shared grant's signature.
+        format!("pal2.{kid}.am9icw.42.9.{signature}"),
+        format!("pal3.{kid}.am9icw.p0.42.9.{signature}"),
+    ] {
+        assert_eq!(
+            trusted.verify(&forged).unwrap_err(),
+            SequencerError::BadSignature,
+            "{forged}"
+        );
+    }
+    let exclusive = key.sign("jobs", Token::new(42), SessionId::new(9)).unwrap();
+    let signature = exclusive.as_str().rsplit('.').next().unwrap();
+    let as_shared = format!("pal3.{kid}.am9icw.s.42.9.{signature}");
+    assert_eq!(
+        trusted.verify(&as_shared).unwrap_err(),
+        SequencerError::BadSignature
+    );
+}
+
+#[test]
+fn pal3_parse_errors_name_the_malformed_part() {
+    let sig = dummy_signature();
+    let kid = "0123456789abcdef";
+    let cases: Vec<(String, ParseError)> = vec![
+        // pal3 has 7 fields, pal2 6: each with the other's count is refused.
+        (
+            format!("pal3.{kid}.YQ.1.1.{sig}"),
+            ParseError::FieldCount { found: 6 },
+        ),
+        (
+            format!("pal2.{kid}.YQ.s.1.1.{sig}"),
+            ParseError::FieldCount { found: 7 },
+        ),
+        (
+            format!("pal3.{kid}.YQ.s.1.1.1.{sig}"),
+            ParseError::FieldCount { found: 8 },
+        ),
+        (
+            format!("pal4.{kid}.YQ.s.1.1.{sig}"),
+            ParseError::Version {
+                found: "pal4".into(),
+            },
+        ),
+        (
+            format!("PAL3.{kid}.YQ.s.1.1.{sig}"),
+            ParseError::Version {
+                found: "PAL3".into(),
+            },
+        ),
+        // No pal3 form for exclusive, no uppercase, nothing but s and p<k>.
+        (
+            format!("pal3.{kid}.YQ.e.1.1.{sig}"),
+            ParseError::Access { found: "e".into() },
+        ),
+        (
+            format!("pal3.{kid}.YQ.x.1.1.{sig}"),
+            ParseError::Access { found: "x".into() },
+        ),
+        (
+            format!("pal3.{kid}.YQ.S.1.1.{sig}"),
+            ParseError::Access { found: "S".into() },
+        ),
+        (
+            format!("pal3.{kid}.YQ.P1.1.1.{sig}"),
+            ParseError::Access { found: "P1".into() },
+        ),
+        (
+            format!("pal3.{kid}.YQ.ss.1.1.{sig}"),
+            ParseError::Access { found: "ss".into() },
+        ),
+        (
+            format!("pal3.{kid}.YQ..1.1.{sig}"),
+            ParseError::Access {
+                found: String::new(),
+            },
+        ),
+        (
+            format!("pal3.{kid}.YQ.p.1.1.{sig}"),
+            ParseError::SlotNotANumber,
+        ),
+        (
+            format!("pal3.{kid}.YQ.p-1.1.1.{sig}"),
+            ParseError::SlotNotANumber,
+        ),
+        (
+            format!("pal3.{kid}.YQ.p+1.1.1.{sig}"),
+            ParseError::SlotNotANumber,
+        ),
+        (
+            format!("pal3.{kid}.YQ.px.1.1.{sig}"),
+            ParseError::SlotNotANumber,
+        ),
+        (
+            format!("pal3.{kid}.YQ.p01.1.1.{sig}"),
+            ParseError::SlotLeadingZero,
+        ),
+        (
+            format!("pal3.{kid}.YQ.p00.1.1.{sig}"),
+            ParseError::SlotLeadingZero,
+        ),
+        (
+            format!("pal3.{kid}.YQ.p4096.1.1.{sig}"),
+            ParseError::SlotAboveMax { slot_max: 4095 },
+        ),
+        (
+            format!("pal3.{kid}.YQ.p{}.1.1.{sig}", "9".repeat(30)),
+            ParseError::SlotAboveMax { slot_max: 4095 },
+        ),
+        // The service never issues session 0; a fence reads a stored holder 0 as a shared phase.
+        (
+            format!("pal3.{kid}.YQ.s.1.0.{sig}"),
+            ParseError::SessionZero,
+        ),
+        (
+            format!("pal3.{kid}.YQ.p3.1.0.{sig}"),
+            ParseError::SessionZero,
+        ),
+        // The fields shared with pal2 keep their checks, in their order.
+        (format!("pal3.{kid}.YQ.s.0.1.{sig}"), ParseError::TokenZero),
+        (
+            format!("pal3.{kid}.YQ.s.1.01.{sig}"),
+            ParseError::SessionLeadingZero,
+        ),
+        (
+            format!("pal3.{kid}.YQ=.s.1.1.{sig}"),
+            ParseError::LockEncoding,
+        ),
+        (
+            format!("pal3.{kid}.YQ.s.1.1.{}", &sig[..85]),
+            ParseError::SignatureEncoding,
+        ),
+    ];
+    for (text, expected) in cases {
+        assert_eq!(
+            Sequencer::parse(&text).unwrap_err(),
+            expected,
+            "for {text:?}"
+        );
+    }
+    for (access, text) in [
+        (Access::Shared, "s"),
+        (Access::Slot(0), "p0"),
+        (Access::Slot(4095), "p4095"),
+    ] {
+        let parsed = Sequencer::parse(&format!("pal3.{kid}.YQ.{text}.1.1.{sig}")).unwrap();
+        assert_eq!(parsed.access(), access);
+    }
+    // Exclusive pal2 keeps accepting session 0, as before.
+    assert_eq!(
+        Sequencer::parse(&format!("pal2.{kid}.YQ.1.0.{sig}"))
+            .unwrap()
+            .access(),
+        Access::Exclusive
+    );
+}
+
+#[test]
+fn sign_access_refuses_what_pal3_cannot_carry() {
+    let key = service_key();
+    assert_eq!(
+        key.sign_access(
+            "a",
+            Access::Slot(PERMITS_MAX),
+            Token::new(1),
+            SessionId::new(1)
+        )
+        .unwrap_err(),
+        SignError::SlotAboveMax {
+            slot: PERMITS_MAX,
+            slot_max: PERMITS_MAX - 1
+        }
+    );
+    for access in [Access::Shared, Access::Slot(0)] {
+        assert_eq!(
+            key.sign_access("a", access, Token::new(1), SessionId::new(0))
+                .unwrap_err(),
+            SignError::SessionZero
+        );
+        assert_eq!(
+            key.sign_access("a", access, Token::ZERO, SessionId::new(1))
+                .unwrap_err(),
+            SignError::TokenZero
+        );
+        assert!(matches!(
+            key.sign_access("", access, Token::new(1), SessionId::new(1)),
+            Err(SignError::LockName(_))
+        ));
+    }
+}
+
+#[test]
+fn the_longest_pal3_sequencer_is_exactly_the_computed_bound() {
+    let name = "x".repeat(LOCK_NAME_BYTES_MAX);
+    let sequencer = service_key()
+        .sign_access(
+            &name,
+            Access::Slot(PERMITS_MAX - 1),
+            TOKEN_MAX,
+            SessionId::new(u64::MAX),
+        )
+        .unwrap();
+    assert_eq!(sequencer.as_str().len(), SEQUENCER_BYTES_LONGEST_ACCESS);
+    assert!(SEQUENCER_BYTES_LONGEST_ACCESS <= SEQUENCER_BYTES_MAX);
+    assert_eq!(sequencer.binding().len(), BINDING_BYTES_MAX);
 }
