@@ -261,7 +261,7 @@ pub async fn run(args: LockArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let acquired = tokio::select! {
         acquired = session.acquire(&args.name, AcquireOptions {
             wait: args.wait,
-            value: args.value.clone(),
+            value: args.value.clone(), mode: palisade_core::Mode::Exclusive,
         }) => acquired,
         signal = signals.recv() => {
             close_quietly(session).await;

@@ -90,6 +90,7 @@ pub async fn acquire(args: AcquireArgs, global: &Global) -> anyhow::Result<ExitC
     let options = AcquireOptions {
         wait: args.wait,
         value: args.value.clone(),
+        mode: palisade_core::Mode::Exclusive,
     };
     let acquire = client.acquire(credential, &args.name, options);
     let result = tokio::select! {

@@ -459,6 +459,8 @@ async fn a_session_opened_by_one_identity_cannot_be_used_by_another_even_with_it
         wait_forever: false,
         session_secret: secret.clone(),
         value: String::new(),
+        permits: 0,
+        shared: false,
     };
     not_owned(mallory.acquire(acquire("shared/a", 1)).await.unwrap_err());
     not_owned(

@@ -309,6 +309,8 @@ fn a_frozen_leader_that_wakes_after_an_election_grants_nothing() {
                 wait_forever: false,
                 session_secret: credential.secret().as_bytes().to_vec(),
                 value: String::new(),
+                permits: 0,
+                shared: false,
             })
             .await
     });

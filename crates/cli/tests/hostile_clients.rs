@@ -65,6 +65,8 @@ async fn refused_requests_are_refused_as_before_and_never_reach_the_log() {
         wait_forever: false,
         session_secret: secret.clone(),
         value: String::new(),
+        permits: 0,
+        shared: false,
     };
     let release = |lock: String| ReleaseRequest {
         session,

@@ -40,6 +40,8 @@ fn try_acquire((session, secret): &(u64, Vec<u8>), lock: &str) -> AcquireRequest
         wait_forever: false,
         session_secret: secret.clone(),
         value: String::new(),
+        permits: 0,
+        shared: false,
     }
 }
 

@@ -128,6 +128,8 @@ impl Session {
             wait_forever,
             session_secret: self.secret.clone(),
             value: String::new(),
+            permits: 0,
+            shared: false,
         }
     }
 }

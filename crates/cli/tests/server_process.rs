@@ -51,6 +51,8 @@ fn try_acquire(session: Session, lock: &str, request_id: u64) -> AcquireRequest 
         wait_forever: false,
         session_secret: session.secret.to_vec(),
         value: String::new(),
+        permits: 0,
+        shared: false,
     }
 }
 

@@ -54,6 +54,8 @@ fn acquire(session: &Opened, lock: &str, request_id: u64) -> AcquireRequest {
         wait_forever: false,
         session_secret: session.secret.clone(),
         value: String::new(),
+        permits: 0,
+        shared: false,
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use palisade_core::error_chain::error_chain;
-use palisade_core::{LockName, RequestId, SessionId, Token};
+use palisade_core::{Access, LockName, Mode, RequestId, SessionId, Token};
 use palisade_proto::transport::{self, Dialer};
 use palisade_proto::v1::locks_client::LocksClient;
 use palisade_proto::{DEFAULT_ENDPOINT, MESSAGE_BYTES_MAX, v1 as pb};
@@ -47,6 +47,9 @@ pub struct AcquireOptions {
     /// What the grant tells everyone who reads the lock (status, listings, watches): for a
     /// leader election, the leader's address. 1 to 1024 bytes, no control characters.
     pub value: Option<String>,
+    /// Exclusive (the default), shared (a reader of a read-write lock) or a permit of a
+    /// semaphore of a given size: see `docs/locks.md`.
+    pub mode: Mode,
 }
 
 impl Default for AcquireOptions {
@@ -54,6 +57,7 @@ impl Default for AcquireOptions {
         AcquireOptions {
             wait: Wait::Forever,
             value: None,
+            mode: Mode::Exclusive,
         }
     }
 }
@@ -61,7 +65,28 @@ impl Default for AcquireOptions {
 impl AcquireOptions {
     /// Options with this wait.
     pub fn wait(wait: Wait) -> AcquireOptions {
-        AcquireOptions { wait, value: None }
+        AcquireOptions {
+            wait,
+            ..AcquireOptions::default()
+        }
+    }
+
+    /// The same options, taking the lock shared: a reader, beside the other readers of its
+    /// phase, all with the phase's token.
+    pub fn shared(self) -> AcquireOptions {
+        AcquireOptions {
+            mode: Mode::Shared,
+            ..self
+        }
+    }
+
+    /// The same options, taking one permit of the semaphore of `permits` permits (1 to
+    /// [`palisade_core::PERMITS_MAX`]); the grant's [`Grant::access`] names its slot.
+    pub fn permits(self, permits: u32) -> AcquireOptions {
+        AcquireOptions {
+            mode: Mode::Permit(permits),
+            ..self
+        }
     }
 
     /// The same options, with the grant carrying `value`.
@@ -203,6 +228,8 @@ pub struct Grant {
     pub token: Token,
     /// The signed, lock-scoped token to present to resources.
     pub sequencer: String,
+    /// Exclusive, shared (a reader of the phase whose token this is) or a semaphore's slot.
+    pub access: Access,
 }
 
 /// How current a read of the lock table must be.
@@ -222,8 +249,13 @@ pub enum Read {
 #[non_exhaustive]
 pub struct LockStatus {
     pub lock: String,
-    /// `None` when the lock is free.
+    /// The exclusive holder; `None` when nobody holds the lock exclusive (it is free, read, or
+    /// a semaphore).
     pub holder: Option<Holder>,
+    /// The readers of the current shared phase, or a semaphore's permit holders.
+    pub sharers: Vec<Holder>,
+    /// A semaphore's number of permits; `None` for a lock.
+    pub permits: Option<u32>,
     /// The last token granted for this lock (0 if none since the lock was last forgotten).
     pub last_token: Token,
     /// Waiting sessions, first in line first.
@@ -242,6 +274,8 @@ pub struct Holder {
     pub lease_remaining: Duration,
     /// What the holder attached to its grant (for a leader election, the leader's address).
     pub value: Option<String>,
+    /// Exclusive, shared or a semaphore's slot.
+    pub access: Access,
 }
 
 /// Turns `127.0.0.1:7457` into `http://127.0.0.1:7457`; leaves URLs with a scheme alone.
@@ -736,6 +770,8 @@ impl Client {
                 wait_forever: options.wait == Wait::Forever,
                 session_secret: credential.secret().as_bytes().to_vec(),
                 value: value.clone(),
+                shared: options.mode == Mode::Shared,
+                permits: options.mode.permits().unwrap_or(0),
             };
             // A wait forever has no deadline of its own: a dead connection is found by HTTP/2
             // keepalive, and a lost session by the session's keepalive.
@@ -1055,18 +1091,25 @@ pub(crate) fn check_grant(
     if response.token == 0 {
         return protocol(format!("lock {lock:?} granted with token 0"));
     }
+    let Some(access) = access_of(response.access) else {
+        return protocol(format!(
+            "grant of lock {lock:?} is both shared and a permit"
+        ));
+    };
     match palisade_sequencer::Sequencer::parse(&response.sequencer) {
         Ok(sequencer)
             if sequencer.lock() == lock
                 && sequencer.token() == Token::new(response.token)
-                && sequencer.session() == session => {}
+                && sequencer.session() == session
+                && sequencer.access() == access => {}
         Ok(sequencer) => {
             return protocol(format!(
-                "grant of lock {lock:?} with token {} in session {session} came with a sequencer for lock {:?}, token {}, session {}",
+                "grant of lock {lock:?} with token {} in session {session} ({access}) came with a sequencer for lock {:?}, token {}, session {} ({})",
                 response.token,
                 sequencer.lock(),
                 sequencer.token(),
-                sequencer.session()
+                sequencer.session(),
+                sequencer.access()
             ));
         }
         Err(error) => return protocol(format!("grant of lock {lock:?}: {error}")),
@@ -1076,6 +1119,7 @@ pub(crate) fn check_grant(
         session: SessionId::new(response.session),
         token: Token::new(response.token),
         sequencer: response.sequencer,
+        access,
     })
 }
 
@@ -1090,18 +1134,55 @@ pub(crate) fn lock_status(info: pb::LockInfo) -> Result<LockStatus, QueryError> 
             info.lock, holder.token, info.last_token
         )));
     }
-    Ok(LockStatus {
-        holder: info.holder.map(|h| Holder {
+    let holder = |h: pb::Holder| {
+        let access = access_of(h.access).ok_or_else(|| {
+            QueryError::Protocol(format!(
+                "a holder of lock {:?} is both shared and a permit",
+                info.lock
+            ))
+        })?;
+        Ok(Holder {
             session: SessionId::new(h.session),
             token: Token::new(h.token),
             lease_remaining: Duration::from_millis(h.lease_remaining_ms),
             value: (!h.value.is_empty()).then_some(h.value),
-        }),
+            access,
+        })
+    };
+    Ok(LockStatus {
+        holder: info.holder.clone().map(holder).transpose()?,
+        sharers: (info.sharers.clone().into_iter())
+            .map(holder)
+            .collect::<Result<_, _>>()?,
+        permits: info.permits,
         lock: info.lock,
         last_token: Token::new(info.last_token),
         waiters: info.waiters.into_iter().map(SessionId::new).collect(),
         lock_delay_remaining: info.lock_delay_remaining_ms.map(Duration::from_millis),
     })
+}
+
+/// How a grant holds its lock, from the wire: `None` for an access both shared and a slot.
+pub(crate) fn access_of(access: Option<pb::Access>) -> Option<Access> {
+    match access {
+        None => Some(Access::Exclusive),
+        Some(pb::Access {
+            shared: false,
+            slot: None,
+        }) => Some(Access::Exclusive),
+        Some(pb::Access {
+            shared: true,
+            slot: None,
+        }) => Some(Access::Shared),
+        Some(pb::Access {
+            shared: false,
+            slot: Some(slot),
+        }) => Some(Access::Slot(slot)),
+        Some(pb::Access {
+            shared: true,
+            slot: Some(_),
+        }) => None,
+    }
 }
 
 /// The message for a refused lock name, quoting at most its first 64 characters: an oversized
@@ -1395,6 +1476,7 @@ mod tests {
             session: 3,
             token: 7,
             sequencer: signed("a", 7, 3),
+            access: None,
         };
         let session = SessionId::new(3);
         assert_eq!(
@@ -1443,10 +1525,13 @@ mod tests {
                 token: 5,
                 lease_remaining_ms: 900,
                 value: String::new(),
+                access: None,
             }),
             last_token: 4,
             waiters: vec![],
             lock_delay_remaining_ms: None,
+            permits: None,
+            sharers: Vec::new(),
         };
         assert!(matches!(lock_status(info), Err(QueryError::Protocol(_))));
     }

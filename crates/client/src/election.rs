@@ -242,6 +242,7 @@ mod tests {
             token: holder.map(|h| Token::new(h.1)),
             waiters: 0,
             value: value.map(str::to_string),
+            access: palisade_core::Access::Exclusive,
         }
     }
 

@@ -85,7 +85,7 @@ pub use error::{
 };
 pub use limits::ENDPOINTS_MAX;
 pub use palisade_core::limits::GRANT_VALUE_BYTES_MAX;
-pub use palisade_core::{DurationMs, RequestId, SessionId, Token};
+pub use palisade_core::{Access, DurationMs, Mode, PERMITS_MAX, RequestId, SessionId, Token};
 pub use retry::{AttemptFailure, RetryPolicy, request_id, retry_until_known};
 pub use session::{LockGuard, Session, SessionOptions};
 pub use watch::{LockEvent, LockEventKind, LockEvents};

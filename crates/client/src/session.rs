@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use palisade_clock::SharedClock;
 
-use palisade_core::{RequestId, SessionId, Token};
+use palisade_core::{Access, RequestId, SessionId, Token};
 use palisade_proto::v1 as pb;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -395,6 +395,16 @@ impl LockGuard {
     /// The signed, lock-scoped token to present to resources.
     pub fn sequencer(&self) -> &str {
         &self.grant.sequencer
+    }
+
+    /// Exclusive, shared (a reader of the phase whose token this is) or a semaphore's slot.
+    pub fn access(&self) -> Access {
+        self.grant.access
+    }
+
+    /// The slot of a semaphore's permit ([`Access::Slot`]); `None` for a lock.
+    pub fn slot(&self) -> Option<u32> {
+        self.grant.access.slot()
     }
 
     /// The holding session's id.

@@ -4,7 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use palisade_core::{LockName, SessionId, Token};
+use palisade_core::{Access, LockName, SessionId, Token};
 use palisade_proto::v1 as pb;
 use pb::watch_event::Kind;
 use tokio_stream::Stream;
@@ -61,6 +61,8 @@ pub struct LockEvent {
     /// The holding's value after a snapshot, a grant or a proclaim; `None` if it has none, and
     /// after a release or an expiry.
     pub value: Option<String>,
+    /// How the grant holds the lock (after a grant, in a snapshot); exclusive otherwise.
+    pub access: Access,
 }
 
 /// The events of one lock, from [`crate::Client::watch`].
@@ -189,6 +191,7 @@ fn convert(lock: &str, event: pb::WatchEvent) -> Result<LockEvent, QueryError> {
         token: (event.token != 0).then_some(Token::new(event.token)),
         waiters: event.waiters,
         value: (!event.value.is_empty()).then_some(event.value),
+        access: crate::client::access_of(event.access).unwrap_or(Access::Exclusive),
     })
 }
 
@@ -227,6 +230,7 @@ mod tests {
             token,
             waiters: 2,
             value: String::new(),
+            access: None,
         }
     }
 

@@ -1313,6 +1313,13 @@ impl LockTable {
         self.locks.get(lock).and_then(|l| l.holder.clone())
     }
 
+    /// The first reader or permit holder of `lock` (in session order), without copying the rest.
+    pub fn first_sharer(&self, lock: &str) -> Option<Grant> {
+        self.locks
+            .get(lock)
+            .and_then(|l| l.sharers.values().next().cloned())
+    }
+
     /// How many sessions wait for `lock` (0 if the table does not know it). Costs the same
     /// however long the queue is: a watcher's count must not copy a queue of up to
     /// `waiters_per_lock_max` sessions.
@@ -1341,6 +1348,9 @@ impl LockTable {
             holder: l.holder.clone(),
             sharers: l.sharers.values().cloned().collect(),
             permits: l.permits,
+            sharers_expire_at_ms: (l.sharers.keys())
+                .map(|id| self.sessions[id].expires_at_ms)
+                .collect(),
             last_token: l.last_token,
             waiters: l.waiters.iter().map(|w| w.session).collect(),
             holder_expires_at_ms: l

@@ -1236,6 +1236,9 @@ pub struct LockStatus {
     /// A semaphore's number of permits; `None` for a lock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permits: Option<u32>,
+    /// When each sharer's lease ends, in the order of `sharers`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sharers_expire_at_ms: Vec<TimeMs>,
     /// The last token granted for this lock since it was last created.
     pub last_token: Token,
     /// Waiting sessions, first in line first.

@@ -222,6 +222,31 @@ pub fn detail_from_core(error: &CoreError) -> ErrorDetail {
             detail.quota = quota.name().to_string();
             detail.quota_max = u64::from(*quota_max);
         }
+        CoreError::PermitsOutOfRange {
+            permits,
+            permits_max,
+        } => {
+            detail.permits = *permits;
+            detail.permits_max = *permits_max;
+        }
+        CoreError::PermitsMismatch {
+            lock,
+            permits,
+            requested,
+        } => {
+            detail.lock = lock.clone();
+            detail.permits = *permits;
+            detail.requested_permits = *requested;
+        }
+        CoreError::ModeConflict {
+            lock,
+            session,
+            held_shared,
+        } => {
+            detail.lock = lock.clone();
+            detail.session = session.get();
+            detail.held_shared = *held_shared;
+        }
         // `CoreError` is `#[non_exhaustive]`. A new variant is still sent with its `kind` and
         // `category` (both exhaustive in core) and its status code; the round-trip test over
         // `CoreError::examples()` fails until its fields are added here and to the schema.
@@ -362,6 +387,20 @@ pub fn core_from_detail(detail: &ErrorDetail) -> Result<CoreError, DetailError> 
             })?,
             quota_max: narrow(detail.quota_max, "quota_max")?,
         },
+        "permits_out_of_range" => CoreError::PermitsOutOfRange {
+            permits: detail.permits,
+            permits_max: detail.permits_max,
+        },
+        "permits_mismatch" => CoreError::PermitsMismatch {
+            lock: detail.lock.clone(),
+            permits: detail.permits,
+            requested: detail.requested_permits,
+        },
+        "mode_conflict" => CoreError::ModeConflict {
+            lock: detail.lock.clone(),
+            session: SessionId::new(detail.session),
+            held_shared: detail.held_shared,
+        },
         // Strings, not an enum: a kind from a newer server is data, not a bug.
         _ => {
             return Err(DetailError::UnknownKind {
@@ -443,6 +482,9 @@ mod tests {
             ("permission_denied", Code::PermissionDenied),
             ("session_not_owned", Code::PermissionDenied),
             ("quota_reached", Code::ResourceExhausted),
+            ("permits_out_of_range", Code::InvalidArgument),
+            ("permits_mismatch", Code::InvalidArgument),
+            ("mode_conflict", Code::InvalidArgument),
         ];
         let proto = include_str!("../proto/palisade.proto");
         for error in CoreError::examples() {

@@ -95,6 +95,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     // session is acted for by its id alone.
                     session_secret: Vec::new(),
                     value: String::new(),
+                    permits: 0,
+                    shared: false,
                 };
                 client.acquire(acquire).await.unwrap();
                 let release = ReleaseRequest {

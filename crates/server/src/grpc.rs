@@ -10,7 +10,9 @@ use std::pin::Pin;
 use std::time::Instant;
 
 use futures::{Stream, StreamExt};
-use palisade_core::{CoreError, DurationMs, GrantValue, RequestId, SessionId, Token, Wait};
+use palisade_core::{
+    Access, CoreError, DurationMs, GrantValue, Mode, RequestId, SessionId, Token, Wait,
+};
 use palisade_proto::v1::locks_server::Locks;
 use palisade_proto::v1::*;
 use tonic::{Request, Response, Status, Streaming};
@@ -18,8 +20,8 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::auth::{Caller, Credential, LiveCaller};
 use crate::node::LeaderHint;
 use crate::service::{
-    self, ChangeKind, LockChange, LockService, LockView, Renewal, ServiceError, SessionProof,
-    SignedGrant,
+    self, ChangeKind, HolderView, LockChange, LockService, LockView, Renewal, ServiceError,
+    SessionProof, SignedGrant,
 };
 
 /// The `Locks` gRPC service over the lock service.
@@ -122,6 +124,35 @@ fn grant_response(grant: SignedGrant) -> AcquireResponse {
         session: grant.session.get(),
         token: grant.token.get(),
         sequencer: grant.sequencer.as_str().to_string(),
+        access: wire_access(grant.access),
+    }
+}
+
+/// How a grant holds its lock, as the wire spells it: `None` for exclusive.
+fn wire_access(access: Access) -> Option<palisade_proto::v1::Access> {
+    match access {
+        Access::Exclusive => None,
+        Access::Shared => Some(palisade_proto::v1::Access {
+            shared: true,
+            slot: None,
+        }),
+        Access::Slot(slot) => Some(palisade_proto::v1::Access {
+            shared: false,
+            slot: Some(slot),
+        }),
+    }
+}
+
+/// The mode an acquire asks for: shared, a permit, or (neither) exclusive.
+fn mode_of(r: &AcquireRequest) -> Result<Mode, Status> {
+    match (r.shared, r.permits) {
+        (false, 0) => Ok(Mode::Exclusive),
+        (true, 0) => Ok(Mode::Shared),
+        (false, permits) => Ok(Mode::Permit(permits)),
+        (true, _) => Err(Status::invalid_argument(
+            "an acquire is shared or a permit of a semaphore, not both: a semaphore's permits \
+             are exclusive, one holder per slot",
+        )),
     }
 }
 
@@ -135,15 +166,22 @@ fn keep_alive_response(renewal: Renewal) -> KeepAliveResponse {
 fn lock_info(view: LockView) -> LockInfo {
     LockInfo {
         lock: view.lock,
-        holder: view.holder.map(|h| Holder {
-            session: h.session.get(),
-            token: h.token.get(),
-            lease_remaining_ms: h.lease_remaining_ms.as_millis(),
-            value: wire_value(h.value),
-        }),
+        holder: view.holder.map(wire_holder),
         last_token: view.last_token.get(),
         waiters: view.waiters.into_iter().map(SessionId::get).collect(),
         lock_delay_remaining_ms: view.lock_delay_remaining_ms.map(DurationMs::as_millis),
+        sharers: view.sharers.into_iter().map(wire_holder).collect(),
+        permits: view.permits,
+    }
+}
+
+fn wire_holder(h: HolderView) -> Holder {
+    Holder {
+        session: h.session.get(),
+        token: h.token.get(),
+        lease_remaining_ms: h.lease_remaining_ms.as_millis(),
+        value: wire_value(h.value),
+        access: wire_access(h.access),
     }
 }
 
@@ -162,6 +200,7 @@ fn watch_event(change: LockChange) -> WatchEvent {
         token: change.token.get(),
         waiters: change.waiters,
         value: wire_value(change.value),
+        access: wire_access(change.access),
     }
 }
 
@@ -288,6 +327,7 @@ impl Locks for GrpcLocks {
         let r = request.into_inner();
         let wait = wait_of(&r);
         let value = value_of(&r.value)?;
+        let mode = mode_of(&r)?;
         let grant = self
             .service
             .acquire(
@@ -299,6 +339,7 @@ impl Locks for GrpcLocks {
                     request_id: RequestId::new(r.request_id),
                     wait,
                     value,
+                    mode,
                 },
             )
             .await

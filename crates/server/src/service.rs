@@ -15,8 +15,9 @@ use std::sync::{Arc, Mutex};
 use futures::{Stream, StreamExt};
 use palisade_core::limits::WAIT_MS_MAX;
 use palisade_core::{
-    Command, CoreError, DurationMs, Event, GrantValue, LockName, LockStatus, LockTable, OpenKey,
-    ReleaseCause, Reply, RequestId, Right, SecretDigest, SessionId, Token, Wait, WaitEndCause,
+    Access, Command, CoreError, DurationMs, Event, Grant, GrantValue, LockName, LockStatus,
+    LockTable, Mode, OpenKey, ReleaseCause, Reply, RequestId, Right, SecretDigest, SessionId,
+    TimeMs, Token, Wait, WaitEndCause,
 };
 use palisade_sequencer::{KeySet, PublicKey, Sequencer};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
@@ -175,6 +176,8 @@ pub struct AcquireRequest {
     pub wait: Wait,
     /// What the grant carries for everyone who reads the lock.
     pub value: Option<GrantValue>,
+    /// Exclusive, shared, or a permit of a semaphore of a given size.
+    pub mode: Mode,
 }
 
 impl AcquireRequest {
@@ -185,6 +188,7 @@ impl AcquireRequest {
             request_id,
             wait,
             value: None,
+            mode: Mode::Exclusive,
         }
     }
 }
@@ -195,6 +199,8 @@ pub struct SignedGrant {
     pub lock: String,
     pub session: SessionId,
     pub token: Token,
+    /// Exclusive, shared, or a semaphore's slot; the sequencer says the same.
+    pub access: Access,
     pub sequencer: Sequencer,
 }
 
@@ -214,6 +220,7 @@ pub struct HolderView {
     pub lease_remaining_ms: DurationMs,
     /// What the holder attached to its grant.
     pub value: Option<GrantValue>,
+    pub access: Access,
 }
 
 /// One lock as a client sees it, with durations measured from now.
@@ -221,6 +228,10 @@ pub struct HolderView {
 pub struct LockView {
     pub lock: String,
     pub holder: Option<HolderView>,
+    /// The readers of the current shared phase, or a semaphore's permit holders.
+    pub sharers: Vec<HolderView>,
+    /// A semaphore's number of permits; `None` for a lock.
+    pub permits: Option<u32>,
     /// The last token granted for this lock ([`Token::ZERO`] if never granted).
     pub last_token: Token,
     /// Waiting sessions, first in line first.
@@ -263,6 +274,8 @@ pub struct LockChange {
     pub waiters: u64,
     /// The holding's value after a snapshot, a grant or a proclaim; `None` after a release.
     pub value: Option<GrantValue>,
+    /// How the grant holds the lock (a grant, a snapshot's holder); exclusive otherwise.
+    pub access: Access,
 }
 
 /// The budgets of calls that stay open, one per kind of call, so that no number of watches
@@ -669,8 +682,8 @@ impl LockService {
         self.check_acquire(caller, proof, &request.lock).await?;
         let reserved = self.reserve_acquire(connection, caller, proof.session, &request)?;
         let session = proof.session;
-        let (lock, token) = self.propose_acquire(session, request, reserved).await?;
-        self.sign(lock, session, token)
+        let (lock, token, access) = self.propose_acquire(session, request, reserved).await?;
+        self.sign(lock, session, token, access)
     }
 
     /// What an acquire must pass before it costs anything: a live session of the caller's, a
@@ -747,14 +760,14 @@ impl LockService {
         })
     }
 
-    /// Proposes the acquire and, if it was queued, waits for its outcome: the lock and the
-    /// token granted.
+    /// Proposes the acquire and, if it was queued, waits for its outcome: the lock, the token
+    /// and the access granted.
     async fn propose_acquire(
         &self,
         session: SessionId,
         request: AcquireRequest,
         reserved: ReservedAcquire<'_>,
-    ) -> Result<(String, Token)> {
+    ) -> Result<(String, Token, Access)> {
         let ReservedAcquire {
             quota,
             _permit,
@@ -765,6 +778,7 @@ impl LockService {
             request_id,
             wait,
             value,
+            mode,
         } = request;
         let command = Command::Acquire {
             session,
@@ -772,13 +786,19 @@ impl LockService {
             request_id,
             wait,
             value,
-            mode: palisade_core::Mode::Exclusive,
+            mode,
         };
         let (index, output) = self.node.propose_indexed(command).await?;
         // Applied: the table counts the hold or the wait from here on.
         drop(quota);
         match output.result? {
-            Reply::Granted { lock, token, .. } => Ok((lock, token)),
+            Reply::Granted { lock, token, .. } => Ok((lock, token, Access::Exclusive)),
+            Reply::GrantedAs {
+                lock,
+                token,
+                access,
+                ..
+            } => Ok((lock, token, access)),
             // A try-only acquire by a session that already waits for the lock (say a client's
             // retry of a timed wait whose time ran out): the table answers with the wait the
             // session has, but this call asked not to wait, so the lock is busy.
@@ -799,7 +819,7 @@ impl LockService {
         lock: String,
         index: u64,
         mut registration: WaitRegistration<'_>,
-    ) -> Result<(String, Token)> {
+    ) -> Result<(String, Token, Access)> {
         metrics::gauge!(crate::metrics::WAITERS).increment(1.0);
         // The wait is in the table, committed: when this node stops serving it (shutdown, or
         // the end of its leadership), the wait goes on without it and may still be granted by
@@ -816,7 +836,7 @@ impl LockService {
         };
         metrics::gauge!(crate::metrics::WAITERS).decrement(1.0);
         match outcome? {
-            Some(WaitOutcome::Granted(token)) => Ok((lock, token)),
+            Some(WaitOutcome::Granted(token, access)) => Ok((lock, token, access)),
             Some(WaitOutcome::Ended(WaitEndCause::SessionEnded)) => {
                 Err(CoreError::SessionNotFound { session }.into())
             }
@@ -832,15 +852,12 @@ impl LockService {
     /// `lock` is busy, as the table holds it now.
     fn busy(&self, lock: String) -> CoreError {
         let status = self.node.read_table(|t| t.lock_status(&lock));
+        let holder = status
+            .as_ref()
+            .and_then(|s| s.holder.as_ref().or(s.sharers.first()));
         CoreError::Busy {
-            holder_session: status
-                .as_ref()
-                .and_then(|s| s.holder.as_ref())
-                .map(|g| g.session),
-            holder_token: status
-                .as_ref()
-                .and_then(|s| s.holder.as_ref())
-                .map(|g| g.token),
+            holder_session: holder.map(|g| g.session),
+            holder_token: holder.map(|g| g.token),
             available_at_ms: status.and_then(|s| s.available_at_ms),
             lock,
         }
@@ -927,6 +944,8 @@ impl LockService {
                 last_token: last_token.unwrap_or(Token::ZERO),
                 waiters: Vec::new(),
                 lock_delay_remaining_ms: None,
+                permits: None,
+                sharers: Vec::new(),
             },
         })
     }
@@ -1074,7 +1093,13 @@ impl LockService {
         Ok(self.node.propose(command).await?.result?)
     }
 
-    fn sign(&self, lock: String, session: SessionId, token: Token) -> Result<SignedGrant> {
+    fn sign(
+        &self,
+        lock: String,
+        session: SessionId,
+        token: Token,
+        access: Access,
+    ) -> Result<SignedGrant> {
         // The token leaves the server here: re-assert what the table promised.
         let token = Token::checked(token.get()).ok_or_else(|| {
             ServiceError::Internal(format!(
@@ -1085,12 +1110,13 @@ impl LockService {
         let sequencer = self
             .node
             .signing_key()
-            .sign(&lock, token, session)
+            .sign_access(&lock, access, token, session)
             .map_err(|e| ServiceError::Internal(format!("signing the sequencer failed: {e}")))?;
         Ok(SignedGrant {
             lock,
             session,
             token,
+            access,
             sequencer,
         })
     }
@@ -1099,16 +1125,20 @@ impl LockService {
     /// same view).
     pub(crate) fn view(&self, status: LockStatus) -> LockView {
         let now = self.node.now_ms();
+        let view = |grant: Grant, expires_at_ms: Option<TimeMs>| HolderView {
+            session: grant.session,
+            token: grant.token,
+            lease_remaining_ms: expires_at_ms.unwrap_or(now).saturating_duration_since(now),
+            value: grant.value,
+            access: grant.access,
+        };
         LockView {
-            holder: status.holder.map(|grant| HolderView {
-                session: grant.session,
-                token: grant.token,
-                lease_remaining_ms: status
-                    .holder_expires_at_ms
-                    .unwrap_or(now)
-                    .saturating_duration_since(now),
-                value: grant.value,
-            }),
+            holder: (status.holder).map(|grant| view(grant, status.holder_expires_at_ms)),
+            sharers: (status.sharers.into_iter())
+                .zip(status.sharers_expire_at_ms)
+                .map(|(grant, expires_at_ms)| view(grant, Some(expires_at_ms)))
+                .collect(),
+            permits: status.permits,
             last_token: status.last_token,
             waiters: status.waiters,
             lock_delay_remaining_ms: status
@@ -1119,11 +1149,12 @@ impl LockService {
     }
 }
 
-/// The state of `lock` as the table holds it now, as a watch's `Snapshot` change.
+/// The state of `lock` as the table holds it now, as a watch's `Snapshot` change: one holder
+/// (the exclusive one, or the first reader or permit holder; a status lists them all).
 fn snapshot_change(node: &Node, lock: &str) -> LockChange {
-    // The holder and the count only: the queue itself is not copied.
+    // One holder and the count only: the queue itself is not copied.
     let (holder, waiters) = node.read_table(|t| {
-        let holder = t.holder(lock);
+        let holder = t.holder(lock).or_else(|| t.first_sharer(lock));
         (holder, t.waiter_count(lock) as u64)
     });
     LockChange {
@@ -1132,6 +1163,7 @@ fn snapshot_change(node: &Node, lock: &str) -> LockChange {
         session: holder.as_ref().map_or(SessionId::new(0), |g| g.session),
         token: holder.as_ref().map_or(Token::ZERO, |g| g.token),
         waiters,
+        access: holder.as_ref().map_or(Access::Exclusive, |g| g.access),
         value: holder.and_then(|g| g.value),
     }
 }
@@ -1144,6 +1176,10 @@ fn change_of(published: &Published, lock: &str) -> Option<LockChange> {
         return None;
     }
     let (kind, session, token, value) = change_kind(event)?;
+    let access = match event {
+        Event::Granted { access, .. } => *access,
+        _ => Access::Exclusive,
+    };
     Some(LockChange {
         kind,
         lock: lock.to_string(),
@@ -1151,6 +1187,7 @@ fn change_of(published: &Published, lock: &str) -> Option<LockChange> {
         token,
         waiters: published.waiters,
         value: value.clone(),
+        access,
     })
 }
 
@@ -1228,6 +1265,7 @@ mod tests {
                 token: Token::new(7),
                 waiters: 10_000,
                 value: GrantValue::new("10.0.0.1:7000").ok(),
+                access: Access::Exclusive,
             }
         );
         assert_eq!(change_of(&published("m", 10_000), "l"), None);

@@ -29,7 +29,8 @@ use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::type_config::alias::{LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder, StoredMembership};
 use palisade_core::{
-    Command, Event, Limits, LockTable, Output, ReleaseCause, SessionId, TimeMs, Token, WaitEndCause,
+    Access, Command, Event, Limits, LockTable, Output, ReleaseCause, SessionId, TimeMs, Token,
+    WaitEndCause,
 };
 use tokio::sync::{Notify, broadcast, mpsc};
 
@@ -47,7 +48,7 @@ use crate::limits::WATCH_BUFFER_EVENTS;
 /// How a queued acquire ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitOutcome {
-    Granted(Token),
+    Granted(Token, Access),
     Ended(WaitEndCause),
 }
 
@@ -437,6 +438,7 @@ impl StateMachine {
                     lock,
                     session,
                     token,
+                    access,
                     ..
                 } => {
                     metrics::counter!(crate::metrics::GRANTS).increment(1);
@@ -444,7 +446,7 @@ impl StateMachine {
                         *session,
                         lock,
                         index,
-                        WaitOutcome::Granted(*token),
+                        WaitOutcome::Granted(*token, *access),
                     );
                 }
                 Event::Released { cause, .. } => {
@@ -721,11 +723,21 @@ pub(crate) mod tests {
         // new acquire (its deadline passed just before the command); the new wait is granted
         // in entry 12.
         waiters.complete(session, "l", 10, WaitOutcome::Ended(WaitEndCause::TimedOut));
-        waiters.complete(session, "other", 11, WaitOutcome::Granted(Token::new(3)));
-        waiters.complete(session, "l", 12, WaitOutcome::Granted(Token::new(4)));
+        waiters.complete(
+            session,
+            "other",
+            11,
+            WaitOutcome::Granted(Token::new(3), Access::Exclusive),
+        );
+        waiters.complete(
+            session,
+            "l",
+            12,
+            WaitOutcome::Granted(Token::new(4), Access::Exclusive),
+        );
         assert_eq!(
             registration.outcome_after(10).await,
-            Some(WaitOutcome::Granted(Token::new(4)))
+            Some(WaitOutcome::Granted(Token::new(4), Access::Exclusive))
         );
         drop(registration);
         assert_eq!(waiters.count(), 0, "a dropped registration is gone");

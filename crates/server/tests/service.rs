@@ -42,6 +42,8 @@ fn acquire(session: &Session, lock: &str, request_id: u64, wait_ms: u64) -> Acqu
         wait_forever: false,
         session_secret: session.secret.clone(),
         value: String::new(),
+        permits: 0,
+        shared: false,
     }
 }
 
@@ -224,6 +226,8 @@ async fn a_restart_with_another_lock_delay_replays_the_log_under_the_limits_it_w
         wait_forever: true,
         session_secret: session.secret.clone(),
         value: String::new(),
+        permits: 0,
+        shared: false,
     };
     let mut waiter = client.clone();
     let request = forever(&second);

@@ -535,6 +535,8 @@ impl UiState {
                         last_token: last_token.unwrap_or(Token::ZERO),
                         waiters: Vec::new(),
                         lock_delay_remaining_ms: None,
+                        permits: None,
+                        sharers: Vec::new(),
                     },
                 };
                 let timeline = timelines.then(|| self.timeline.entries(&view.lock));
