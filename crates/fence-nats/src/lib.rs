@@ -66,7 +66,8 @@ use async_nats::jetstream::publish::PublishAck;
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use async_nats::jetstream::{self, Context};
 use bytes::Bytes;
-use palisade_fence::{FenceError, FenceState, LockBinding, Verifier, check};
+use palisade_fence::fence::stored_holder;
+use palisade_fence::{FenceError, FenceState, Intent, LockBinding, Verifier, check};
 use palisade_sequencer::VerifiedSequencer;
 
 pub use palisade_fence::stream::SEQUENCER_HEADER;
@@ -159,9 +160,9 @@ impl NatsFence {
                     }
                 })?;
                 Some(FenceState {
-                    lock: verified.lock().to_owned(),
+                    lock: verified.binding().into_owned(),
                     token_max: verified.token(),
-                    holder_session: verified.session(),
+                    holder_session: stored_holder(&verified),
                 })
             }
         };
@@ -259,6 +260,8 @@ impl NatsFence {
             last.and_then(|last| last.accepted.as_ref()),
             binding,
             sequencer,
+            // A publish is a write: a shared grant (a reader) is refused as SharedWrite.
+            Intent::Write,
         )
     }
 

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 ///
 /// - **did not happen, final** ([`FenceError::is_final`]): retrying the same request cannot
 ///   succeed. The rejections of the sequencer ([`FenceError::is_rejection`]: stale, wrong lock,
-///   reissued, missing, malformed, forged) and requests that can never be applied (`InvalidScope`,
+///   reissued, a shared grant's write, missing, malformed, forged) and requests that can never be applied (`InvalidScope`,
 ///   `InvalidRequest`), and `Corrupt` stored state, which needs an operator;
 /// - **did not happen, retryable** ([`FenceError::is_retryable`]): only [`FenceError::Storage`],
 ///   the backend failed before anything was applied;
@@ -38,16 +38,25 @@ pub enum FenceError {
     /// lost or rolled back its log). The resource keeps to the session that presented the token
     /// first, which may go on writing with it, and refuses the other.
     #[error(
-        "token {token} of lock {lock:?} was first presented here by session {first_session}, and session {presented_session} presents it now: the lock service issued this token twice (restored from a backup, or its log was lost or rolled back), so this grant is refused; tell the lock service's operator, then release the lock and acquire it again for a newer token"
+        "token {token} of lock {lock:?} was first presented here by {}, and session {presented_session} presents it now: the lock service issued this token twice (restored from a backup, or its log was lost or rolled back), so this grant is refused; tell the lock service's operator, then release the lock and acquire it again for a newer token",
+        first_text(*first_session)
     )]
     TokenReissued {
         lock: String,
         token: Token,
-        /// The session that presented `token` first, whose writes the resource accepted.
+        /// The session that presented `token` first, whose writes the resource accepted (0: the
+        /// readers of a shared phase).
         first_session: SessionId,
         /// The session presenting the same token now.
         presented_session: SessionId,
     },
+    /// The sequencer is a shared grant (a reader of a read-write lock's shared phase), and the
+    /// request writes. Readers share their phase's token, so a fence cannot tell one reader's
+    /// write from another's: only an exclusive grant (or a semaphore's permit) writes.
+    #[error(
+        "a reader (shared grant) cannot write: token {token} of lock {lock:?} is a shared grant, so this write is refused; acquire the lock exclusive to write"
+    )]
+    SharedWrite { lock: String, token: Token },
     /// The sequencer is a grant of a different lock than the one protecting this scope.
     #[error(
         "sequencer is for lock {presented:?}, but this resource is protected by lock {expected:?}: acquire {expected:?} instead"
@@ -86,8 +95,17 @@ pub enum FenceError {
     OutcomeUnknown { message: String },
 }
 
+fn first_text(first_session: SessionId) -> String {
+    if first_session.get() == 0 {
+        "the readers of a shared phase".into()
+    } else {
+        format!("session {first_session}")
+    }
+}
+
 fn holder_text(holder_session: Option<SessionId>) -> String {
     match holder_session {
+        Some(session) if session.get() == 0 => " (set by a shared phase's readers)".into(),
         Some(session) => format!(" (set by session {session})"),
         None => String::new(),
     }
@@ -118,6 +136,7 @@ impl FenceError {
         match self {
             FenceError::Stale { .. } => "stale",
             FenceError::TokenReissued { .. } => "token_reissued",
+            FenceError::SharedWrite { .. } => "shared_write",
             FenceError::WrongLock { .. } => "wrong_lock",
             FenceError::Missing => "missing",
             FenceError::Malformed { .. } => "malformed",
@@ -136,6 +155,7 @@ impl FenceError {
         match self {
             FenceError::Stale { .. }
             | FenceError::TokenReissued { .. }
+            | FenceError::SharedWrite { .. }
             | FenceError::WrongLock { .. }
             | FenceError::Missing
             | FenceError::Malformed { .. }
@@ -159,18 +179,25 @@ impl FenceError {
         matches!(self, FenceError::Stale { .. })
     }
 
+    /// A shared grant tried to write.
+    pub fn is_shared_write(&self) -> bool {
+        matches!(self, FenceError::SharedWrite { .. })
+    }
+
     /// The sequencer is for another lock.
     pub fn is_wrong_lock(&self) -> bool {
         matches!(self, FenceError::WrongLock { .. })
     }
 
-    /// The sequencer was refused (stale, reissued, wrong lock, missing, malformed, forged):
+    /// The sequencer was refused (stale, reissued, a shared grant's write, wrong lock, missing,
+    /// malformed, forged):
     /// retrying with the same sequencer cannot succeed.
     pub fn is_rejection(&self) -> bool {
         // Every variant is listed, so a new one does not compile until it is classified.
         match self {
             FenceError::Stale { .. }
             | FenceError::TokenReissued { .. }
+            | FenceError::SharedWrite { .. }
             | FenceError::WrongLock { .. }
             | FenceError::Missing
             | FenceError::Malformed { .. }
@@ -189,6 +216,7 @@ impl FenceError {
             FenceError::Storage { .. } => true,
             FenceError::Stale { .. }
             | FenceError::TokenReissued { .. }
+            | FenceError::SharedWrite { .. }
             | FenceError::WrongLock { .. }
             | FenceError::Missing
             | FenceError::Malformed { .. }
@@ -206,6 +234,7 @@ impl FenceError {
             FenceError::OutcomeUnknown { .. } => true,
             FenceError::Stale { .. }
             | FenceError::TokenReissued { .. }
+            | FenceError::SharedWrite { .. }
             | FenceError::WrongLock { .. }
             | FenceError::Missing
             | FenceError::Malformed { .. }
@@ -223,15 +252,18 @@ impl FenceError {
         !self.is_retryable() && !self.is_outcome_unknown()
     }
 
-    /// A suggested HTTP status: 400 malformed or invalid request, 403 forged or foreign,
-    /// 409 stale or reissued token, 428 missing sequencer, 500 corrupt state, 503 storage failure (retry),
+    /// A suggested HTTP status: 400 malformed or invalid request, 403 forged or foreign or a
+    /// shared grant's write (the grant is genuine but does not permit writing, whatever the
+    /// resource's state: no retry with it can succeed), 409 stale or reissued token, 428 missing sequencer, 500 corrupt state, 503 storage failure (retry),
     /// 504 outcome unknown.
     pub fn http_status(&self) -> u16 {
         match self {
             FenceError::Malformed { .. }
             | FenceError::InvalidScope { .. }
             | FenceError::InvalidRequest { .. } => 400,
-            FenceError::Forged { .. } | FenceError::WrongLock { .. } => 403,
+            FenceError::Forged { .. }
+            | FenceError::WrongLock { .. }
+            | FenceError::SharedWrite { .. } => 403,
             FenceError::Stale { .. } | FenceError::TokenReissued { .. } => 409,
             FenceError::Missing => 428,
             FenceError::Corrupt { .. } => 500,

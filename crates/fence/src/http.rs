@@ -25,20 +25,26 @@
 //! [`MemoryFence`] (tests, one process), [`RedbFence`] (durable, one host) or [`PostgresFence`]
 //! (shared by every replica of the service). Only an accepted request reaches the inner service.
 //!
-//! **Scope.** By default one scope per lock: the scope is the sequencer's lock name, and the
-//! first accepted sequencer binds it. [`FenceLayer::scope_by`] sets any function of the request
+//! **Scope.** By default one scope per lock: the scope is the sequencer's binding (its lock
+//! name, or for a semaphore's permit the lock and the slot, so each slot has a scope of its own),
+//! and the first accepted sequencer binds it. [`FenceLayer::scope_by`] sets any function of the request
 //! and the verified sequencer instead (a scope per path, per tenant); a scope is bound to the lock
 //! of its first accepted sequencer, so another lock's sequencer is refused there as `wrong_lock`.
 //!
+//! **Reads and writes.** `GET` and `HEAD` requests are reads ([`Intent::Read`]): any grant may
+//! make them, the readers of a read-write lock's shared phase included. Every other method is a
+//! write, which a shared grant may not make (`shared_write`).
+//!
 //! **Refusals** have the fenced store's JSON body and status (`crates/store/src/wire.rs`):
 //! `{"kind":"stale","lock","presented","accepted","holder_session","message"}` with 409,
-//! `token_reissued` 409, `wrong_lock` 403, `forged` 403, `malformed` 400 (also for a header that
+//! `token_reissued` 409, `wrong_lock` 403, `shared_write` 403 (a genuine grant that does not
+//! permit writing, whatever the resource's state), `forged` 403, `malformed` 400 (also for a header that
 //! is not ASCII or is sent twice), `missing` 428 — a precondition of the request, like
 //! `If-Match`, not a credential, so not 401 — and `storage` 503 when the backend failed before
 //! anything was applied. A gRPC request (`content-type: application/grpc…`) gets the same JSON as
 //! its `grpc-message`, with `ABORTED` for a stale or reissued token (gRPC's own code for "a
 //! sequencer check failure"), `FAILED_PRECONDITION` missing, `INVALID_ARGUMENT` malformed,
-//! `PERMISSION_DENIED` forged or another lock's, `UNAVAILABLE` a storage failure.
+//! `PERMISSION_DENIED` forged, another lock's or a reader's write, `UNAVAILABLE` a storage failure.
 //!
 //! **What it orders.** The check and advance commit before the inner service runs, not with its
 //! effects: a request admitted with token 10 may still be running when one with token 11 is
@@ -63,7 +69,7 @@ use http_body_util::{Either, Full};
 use palisade_sequencer::VerifiedSequencer;
 use serde_json::{Value, json};
 
-use crate::fence::{FenceState, LockBinding, assert_advance, check, validate_scope};
+use crate::fence::{FenceState, Intent, LockBinding, assert_advance, check, validate_scope};
 use crate::{FenceError, FenceStats, RedbFence, Verifier};
 
 /// The request header carrying the holder's sequencer (HTTP header names are case-insensitive;
@@ -84,10 +90,13 @@ pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 /// claim) under that storage's atomicity; the shipped ones are [`MemoryFence`], [`RedbFence`] and
 /// [`PostgresFence`].
 pub trait FenceBackend: Send + Sync + 'static {
+    /// Checks `sequencer` for `intent` ([`Intent::Read`] for `GET` and `HEAD`, [`Intent::Write`]
+    /// for any other method) against `scope`, and advances it.
     fn check_and_advance(
         self: Arc<Self>,
         scope: String,
         sequencer: Arc<VerifiedSequencer>,
+        intent: Intent,
     ) -> BoxFuture<Result<(), FenceError>>;
 }
 
@@ -115,7 +124,12 @@ impl MemoryFence {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn admit(&self, scope: String, sequencer: &VerifiedSequencer) -> Result<(), FenceError> {
+    fn admit(
+        &self,
+        scope: String,
+        sequencer: &VerifiedSequencer,
+        intent: Intent,
+    ) -> Result<(), FenceError> {
         let mut scopes = self.scopes();
         let accepted = scopes.get(&scope);
         if accepted.is_none() && scopes.len() >= MEMORY_FENCE_SCOPES_MAX {
@@ -126,7 +140,7 @@ impl MemoryFence {
                 ),
             });
         }
-        let next = check(accepted, LockBinding::BindOnFirstWrite, sequencer)?;
+        let next = check(accepted, LockBinding::BindOnFirstWrite, sequencer, intent)?;
         assert_advance(accepted, &next);
         scopes.insert(scope, next);
         Ok(())
@@ -138,8 +152,9 @@ impl FenceBackend for MemoryFence {
         self: Arc<Self>,
         scope: String,
         sequencer: Arc<VerifiedSequencer>,
+        intent: Intent,
     ) -> BoxFuture<Result<(), FenceError>> {
-        let outcome = self.admit(scope, &sequencer);
+        let outcome = self.admit(scope, &sequencer, intent);
         Box::pin(std::future::ready(outcome))
     }
 }
@@ -151,9 +166,10 @@ impl FenceBackend for RedbFence {
         self: Arc<Self>,
         scope: String,
         sequencer: Arc<VerifiedSequencer>,
+        intent: Intent,
     ) -> BoxFuture<Result<(), FenceError>> {
         Box::pin(async move {
-            let admit = move || self.begin(&sequencer, &scope)?.commit();
+            let admit = move || self.begin_with(&sequencer, &scope, intent)?.commit();
             match tokio::task::spawn_blocking(admit).await {
                 Ok(outcome) => outcome,
                 Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
@@ -189,11 +205,19 @@ impl FenceBackend for PostgresFence {
         self: Arc<Self>,
         scope: String,
         sequencer: Arc<VerifiedSequencer>,
+        intent: Intent,
     ) -> BoxFuture<Result<(), FenceError>> {
         Box::pin(async move {
             let mut client = self.client.lock().await;
             let txn = client.transaction().await.map_err(FenceError::storage)?;
-            crate::postgres::claim(&txn, &scope, &sequencer).await?;
+            crate::postgres::claim_with(
+                &txn,
+                &scope,
+                &sequencer,
+                LockBinding::BindOnFirstWrite,
+                intent,
+            )
+            .await?;
             crate::postgres::commit(txn).await
         })
     }
@@ -227,7 +251,7 @@ impl<F: FenceBackend> FenceLayer<F> {
             shared: Arc::new(Shared {
                 verifier,
                 fence,
-                scope: Box::new(|_, sequencer| sequencer.lock().to_owned()),
+                scope: Box::new(|_, sequencer| sequencer.binding().into_owned()),
                 stats: Arc::new(FenceStats::new()),
             }),
         }
@@ -362,10 +386,14 @@ impl<F: FenceBackend> Shared<F> {
             }
         };
         let scope = (self.scope)(parts, &sequencer);
+        let intent = match parts.method {
+            http::Method::GET | http::Method::HEAD => Intent::Read,
+            _ => Intent::Write,
+        };
         let outcome = match validate_scope(&scope) {
             Ok(()) => {
                 Arc::clone(&self.fence)
-                    .check_and_advance(scope, Arc::clone(&sequencer))
+                    .check_and_advance(scope, Arc::clone(&sequencer), intent)
                     .await
             }
             Err(invalid) => Err(invalid),
@@ -424,6 +452,9 @@ pub fn refusal_body(refusal: &FenceError) -> Value {
             expected,
             presented,
         } => json!({"kind": "wrong_lock", "expected": expected, "presented": presented}),
+        FenceError::SharedWrite { lock, token } => {
+            json!({"kind": "shared_write", "lock": lock, "token": token.get()})
+        }
         FenceError::Missing => json!({"kind": "missing"}),
         FenceError::Malformed { message }
         | FenceError::Forged { message }
@@ -475,7 +506,9 @@ fn grpc_code(refusal: &FenceError) -> u16 {
         FenceError::Malformed { .. }
         | FenceError::InvalidScope { .. }
         | FenceError::InvalidRequest { .. } => 3,
-        FenceError::Forged { .. } | FenceError::WrongLock { .. } => 7,
+        FenceError::Forged { .. }
+        | FenceError::WrongLock { .. }
+        | FenceError::SharedWrite { .. } => 7,
         FenceError::Corrupt { .. } => 13,
         FenceError::Storage { .. } => 14,
         FenceError::OutcomeUnknown { .. } => 4,

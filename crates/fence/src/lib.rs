@@ -103,7 +103,7 @@ pub mod testing;
 mod verifier;
 
 pub use error::{FenceError, FenceErrorClass};
-pub use fence::{FenceState, LockBinding, SCOPE_BYTES_MAX, check, verify_presented};
+pub use fence::{FenceState, Intent, LockBinding, SCOPE_BYTES_MAX, check, verify_presented};
 pub use memory::MemoryResource;
 pub use redb::{Advance, FenceTable, FencedTxn, RedbFence};
 pub use redis::{RedisCondition, RedisFence, RedisOp, RedisOutcome, RedisReply};

@@ -9,7 +9,7 @@ use std::sync::{Mutex, MutexGuard};
 use palisade_sequencer::VerifiedSequencer;
 
 use crate::FenceError;
-use crate::fence::{FenceState, LockBinding, assert_advance, check};
+use crate::fence::{FenceState, Intent, LockBinding, assert_advance, check};
 
 /// A value of type `T` that only the current holder of its lock may change.
 #[derive(Debug)]
@@ -42,6 +42,7 @@ impl<T> MemoryResource<T> {
     }
 
     /// Runs `write` on the value if `sequencer` is not stale and is for this resource's lock.
+    /// A shared grant (a reader) is refused as [`FenceError::SharedWrite`].
     ///
     /// The check, `write` and the advance of the accepted token happen under one mutex. If
     /// `write` panics, the token is not advanced and the resource refuses all later writes (its
@@ -51,13 +52,32 @@ impl<T> MemoryResource<T> {
         sequencer: &VerifiedSequencer,
         write: impl FnOnce(&mut T) -> R,
     ) -> Result<R, FenceError> {
+        self.access(sequencer, Intent::Write, write)
+    }
+
+    /// Claims the resource for `sequencer` and runs `read` on the value, under the same mutex:
+    /// the fenced read of any grant, a shared one (a reader) included.
+    pub fn claim<R>(
+        &self,
+        sequencer: &VerifiedSequencer,
+        read: impl FnOnce(&T) -> R,
+    ) -> Result<R, FenceError> {
+        self.access(sequencer, Intent::Read, |value| read(value))
+    }
+
+    fn access<R>(
+        &self,
+        sequencer: &VerifiedSequencer,
+        intent: Intent,
+        apply: impl FnOnce(&mut T) -> R,
+    ) -> Result<R, FenceError> {
         let mut guarded = self.lock()?;
         let binding = match &self.expected_lock {
             Some(lock) => LockBinding::Expect(lock),
             None => LockBinding::BindOnFirstWrite,
         };
-        let next = check(guarded.fence.as_ref(), binding, sequencer)?;
-        let outcome = write(&mut guarded.value);
+        let next = check(guarded.fence.as_ref(), binding, sequencer, intent)?;
+        let outcome = apply(&mut guarded.value);
         assert_advance(guarded.fence.as_ref(), &next);
         guarded.fence = Some(next);
         Ok(outcome)

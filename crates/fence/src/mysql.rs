@@ -78,7 +78,8 @@ use palisade_sequencer::VerifiedSequencer;
 
 use crate::FenceError;
 use crate::fence::{
-    FenceState, LockBinding, SCOPE_BYTES_MAX, assert_advance, check, stored_state, validate_scope,
+    FenceState, Intent, LockBinding, SCOPE_BYTES_MAX, assert_advance, check, precheck,
+    stored_holder, stored_state, validate_scope,
 };
 
 // The column widths of `create_table_sql` are these limits.
@@ -115,8 +116,10 @@ const SELECT_SQL: &str =
 const ADVANCE_SQL: &str = "UPDATE palisade_fence
     SET token_max = ?, holder_session = ?, updated_at = CURRENT_TIMESTAMP(6) WHERE scope = ?";
 
-/// Claims `scope` for `sequencer` inside `txn`: checks the sequencer and advances the scope's
-/// accepted token to it, or refuses it ([`FenceError::Stale`], [`FenceError::WrongLock`]).
+/// Claims `scope` for `sequencer` inside `txn`, for a transaction that writes: checks the
+/// sequencer and advances the scope's accepted token to it, or refuses it ([`FenceError::Stale`],
+/// [`FenceError::WrongLock`], and a shared grant as [`FenceError::SharedWrite`]; a reader's
+/// transaction claims with [`claim_read`]).
 ///
 /// Call it first in the transaction, before its reads (see the module docs): once it returns,
 /// no older grant can commit to the scope, and the scope's row stays locked until `txn` ends.
@@ -130,6 +133,23 @@ pub async fn claim(
     claim_expecting(txn, scope, sequencer, LockBinding::BindOnFirstWrite).await
 }
 
+/// [`claim`] for a transaction that only reads: any grant may, a shared one (a reader of a
+/// read-write lock) included. The transaction must not write: the fence cannot see what follows.
+pub async fn claim_read(
+    txn: &mut Transaction<'_>,
+    scope: &str,
+    sequencer: &VerifiedSequencer,
+) -> Result<(), FenceError> {
+    claim_with(
+        txn,
+        scope,
+        sequencer,
+        LockBinding::BindOnFirstWrite,
+        Intent::Read,
+    )
+    .await
+}
+
 /// [`claim`], refusing sequencers of any lock but the one `binding` names.
 pub async fn claim_expecting(
     txn: &mut Transaction<'_>,
@@ -137,18 +157,42 @@ pub async fn claim_expecting(
     sequencer: &VerifiedSequencer,
     binding: LockBinding<'_>,
 ) -> Result<(), FenceError> {
+    claim_with(txn, scope, sequencer, binding, Intent::Write).await
+}
+
+/// The claim with everything said: the binding the scope must have and what the transaction
+/// does ([`Intent::Write`] refuses a shared grant as [`FenceError::SharedWrite`]).
+pub async fn claim_with(
+    txn: &mut Transaction<'_>,
+    scope: &str,
+    sequencer: &VerifiedSequencer,
+    binding: LockBinding<'_>,
+    intent: Intent,
+) -> Result<(), FenceError> {
     validate_scope(scope)?;
-    // The binding does not depend on stored state: refuse before touching the database.
-    check(None, binding, sequencer)?;
+    // The expected binding and a shared write do not depend on stored state: refuse before
+    // touching the database.
+    precheck(binding, sequencer, intent)?;
+    if sequencer.binding().len() > LOCK_NAME_BYTES_MAX {
+        return Err(FenceError::invalid_request(format!(
+            "the binding of {} of lock {:?} is {} bytes, more than the {LOCK_NAME_BYTES_MAX} of \
+             the lock_name column: use a lock name of at most {} bytes for a semaphore fenced \
+             in MySQL",
+            sequencer.access(),
+            sequencer.lock(),
+            sequencer.binding().len(),
+            LOCK_NAME_BYTES_MAX - 5
+        )));
+    }
     // Lock the scope's row exclusively, creating it with this sequencer's state if it is new
     // (a first claim is always accepted).
     txn.exec_drop(
         LOCK_ROW_SQL,
         (
             scope.as_bytes(),
-            sequencer.lock().as_bytes(),
+            sequencer.binding().as_bytes(),
             sequencer.token().get(),
-            sequencer.session().get(),
+            stored_holder(sequencer).get(),
         ),
     )
     .await
@@ -164,7 +208,7 @@ pub async fn claim_expecting(
         });
     };
     let stored = decode(scope, row)?;
-    let next = check(Some(&stored), binding, sequencer)?;
+    let next = check(Some(&stored), binding, sequencer, intent)?;
     if next == stored {
         return Ok(());
     }

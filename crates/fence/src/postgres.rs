@@ -70,7 +70,8 @@ use tokio_postgres::{GenericClient, Row, Transaction};
 
 use crate::FenceError;
 use crate::fence::{
-    FenceState, LockBinding, check, confirm_advanced, explain_refusal, stored_state, validate_scope,
+    FenceState, Intent, LockBinding, confirm_advanced, explain_refusal, precheck, stored_holder,
+    stored_state, validate_scope,
 };
 
 /// The DDL of the fence table.
@@ -116,8 +117,10 @@ const ADVANCE_SQL: &str =
 const SELECT_SQL: &str =
     "SELECT lock_name, token_max, holder_session FROM palisade_fence WHERE scope = $1";
 
-/// Claims `scope` for `sequencer` inside `txn`: checks the sequencer and advances the scope's
-/// accepted token to it, or refuses it ([`FenceError::Stale`], [`FenceError::WrongLock`]).
+/// Claims `scope` for `sequencer` inside `txn`, for a transaction that writes: checks the
+/// sequencer and advances the scope's accepted token to it, or refuses it ([`FenceError::Stale`],
+/// [`FenceError::WrongLock`], and a shared grant as [`FenceError::SharedWrite`]; a reader's
+/// transaction claims with [`claim_read`]).
 ///
 /// Call it first in the transaction, before its reads (see the module docs): once it returns,
 /// no older grant can commit to the scope, and the scope's row stays locked until `txn` ends.
@@ -131,6 +134,23 @@ pub async fn claim(
     claim_expecting(txn, scope, sequencer, LockBinding::BindOnFirstWrite).await
 }
 
+/// [`claim`] for a transaction that only reads: any grant may, a shared one (a reader of a
+/// read-write lock) included. The transaction must not write: the fence cannot see what follows.
+pub async fn claim_read(
+    txn: &Transaction<'_>,
+    scope: &str,
+    sequencer: &VerifiedSequencer,
+) -> Result<(), FenceError> {
+    claim_with(
+        txn,
+        scope,
+        sequencer,
+        LockBinding::BindOnFirstWrite,
+        Intent::Read,
+    )
+    .await
+}
+
 /// [`claim`], refusing sequencers of any lock but the one `binding` names.
 pub async fn claim_expecting(
     txn: &Transaction<'_>,
@@ -138,12 +158,26 @@ pub async fn claim_expecting(
     sequencer: &VerifiedSequencer,
     binding: LockBinding<'_>,
 ) -> Result<(), FenceError> {
+    claim_with(txn, scope, sequencer, binding, Intent::Write).await
+}
+
+/// The claim with everything said: the binding the scope must have and what the transaction
+/// does ([`Intent::Write`] refuses a shared grant as [`FenceError::SharedWrite`]).
+pub async fn claim_with(
+    txn: &Transaction<'_>,
+    scope: &str,
+    sequencer: &VerifiedSequencer,
+    binding: LockBinding<'_>,
+    intent: Intent,
+) -> Result<(), FenceError> {
     validate_scope(scope)?;
-    // The binding does not depend on stored state: refuse before touching the database.
-    check(None, binding, sequencer)?;
+    // The expected binding and a shared write do not depend on stored state: refuse before
+    // touching the database.
+    precheck(binding, sequencer, intent)?;
+    let lock = sequencer.binding();
     let token =
         i64::try_from(sequencer.token().get()).expect("verified tokens are at most i64::MAX");
-    let session = sequencer.session().get() as i64; // bit-for-bit, see module docs
+    let session = stored_holder(sequencer).get() as i64; // bit-for-bit, see module docs
     // `query_typed_opt` sends parse, bind and execute together: one round trip, no separate
     // prepare, which keeps the fence's cost to a fraction of the caller's own transaction.
     let advanced = txn
@@ -151,7 +185,7 @@ pub async fn claim_expecting(
             ADVANCE_SQL,
             &[
                 (&scope, Type::TEXT),
-                (&sequencer.lock(), Type::TEXT),
+                (&lock.as_ref(), Type::TEXT),
                 (&token, Type::INT8),
                 (&session, Type::INT8),
             ],
@@ -168,7 +202,7 @@ pub async fn claim_expecting(
         .await
         .map_err(storage)?;
     let accepted = decode(scope, &row)?;
-    Err(explain_refusal(scope, &accepted, sequencer))
+    Err(explain_refusal(scope, &accepted, sequencer, intent))
 }
 
 /// The committed state of `scope` (as visible to `client`'s snapshot), if any write was accepted.

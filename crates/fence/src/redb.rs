@@ -21,7 +21,9 @@ use redb::{
 };
 
 use crate::FenceError;
-use crate::fence::{FenceState, LockBinding, assert_advance, check, stored_state, validate_scope};
+use crate::fence::{
+    FenceState, Intent, LockBinding, assert_advance, check, stored_state, validate_scope,
+};
 
 /// The table holding each scope's state: scope → (token_max, holder_session, lock).
 pub const FENCE_TABLE: TableDefinition<'static, &str, (u64, u64, &str)> =
@@ -68,16 +70,38 @@ impl RedbFence {
     /// accepted token inside it, and returns the transaction for the caller's writes.
     ///
     /// Blocks while another write transaction of this database is open. On a rejection the
-    /// transaction is aborted and nothing was written.
+    /// transaction is aborted and nothing was written. A shared grant (a reader) is refused as
+    /// [`FenceError::SharedWrite`]: a reader claims with [`RedbFence::begin_read`].
     pub fn begin(
         &self,
         sequencer: &VerifiedSequencer,
         scope: &str,
     ) -> Result<FencedTxn, FenceError> {
+        self.begin_with(sequencer, scope, Intent::Write)
+    }
+
+    /// [`RedbFence::begin`] for a claim before reads: any grant may, a shared one included. The
+    /// caller must only read in the returned transaction; the fence cannot see what follows.
+    pub fn begin_read(
+        &self,
+        sequencer: &VerifiedSequencer,
+        scope: &str,
+    ) -> Result<FencedTxn, FenceError> {
+        self.begin_with(sequencer, scope, Intent::Read)
+    }
+
+    /// [`RedbFence::begin`] with the intent said: [`Intent::Write`] as `begin`,
+    /// [`Intent::Read`] as `begin_read`.
+    pub fn begin_with(
+        &self,
+        sequencer: &VerifiedSequencer,
+        scope: &str,
+        intent: Intent,
+    ) -> Result<FencedTxn, FenceError> {
         let mut txn = self.db.begin_write().map_err(FenceError::storage)?;
         txn.set_durability(Durability::Immediate)
             .map_err(FenceError::storage)?;
-        let advance = self.check_in(&txn, sequencer, scope)?;
+        let advance = self.check_in(&txn, sequencer, scope, intent)?;
         advance.write(&txn)?;
         Ok(FencedTxn {
             txn,
@@ -86,8 +110,8 @@ impl RedbFence {
         })
     }
 
-    /// Checks `sequencer` against `scope` inside the caller's own write transaction, and
-    /// writes nothing: the caller validates the rest of its request, then applies the
+    /// Checks `sequencer` against `scope` for `intent` inside the caller's own write transaction,
+    /// and writes nothing: the caller validates the rest of its request, then applies the
     /// returned [`Advance`] with [`Advance::write`] in the same transaction, before or after
     /// its own writes, and commits them together. A refusal leaves `txn` untouched.
     ///
@@ -98,10 +122,11 @@ impl RedbFence {
         txn: &WriteTransaction,
         sequencer: &VerifiedSequencer,
         scope: &str,
+        intent: Intent,
     ) -> Result<Advance, FenceError> {
         validate_scope(scope)?;
         let table = txn.open_table(FENCE_TABLE).map_err(FenceError::storage)?;
-        self.check_in_table(&table, sequencer, scope)
+        self.check_in_table(&table, sequencer, scope, intent)
     }
 
     /// [`RedbFence::check_in`] against [`FENCE_TABLE`] as already opened in the caller's write
@@ -113,6 +138,7 @@ impl RedbFence {
         table: &FenceTable<'_>,
         sequencer: &VerifiedSequencer,
         scope: &str,
+        intent: Intent,
     ) -> Result<Advance, FenceError> {
         validate_scope(scope)?;
         let previous = match table.get(scope).map_err(FenceError::storage)? {
@@ -123,7 +149,7 @@ impl RedbFence {
             Some(lock) => LockBinding::Expect(lock),
             None => LockBinding::BindOnFirstWrite,
         };
-        let next = check(previous.as_ref(), binding, sequencer)?;
+        let next = check(previous.as_ref(), binding, sequencer, intent)?;
         assert_advance(previous.as_ref(), &next);
         Ok(Advance {
             scope: scope.to_owned(),

@@ -55,13 +55,13 @@
 //! scope and the caller's keys a common `{hash tag}`.
 
 use palisade_core::limits::TOKEN_MAX;
-use palisade_core::{SessionId, Token};
-use palisade_sequencer::VerifiedSequencer;
+use palisade_core::{Access, SessionId, Token};
+use palisade_sequencer::{VerifiedSequencer, display_binding};
 use redis::aio::ConnectionLike;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 use crate::FenceError;
-use crate::fence::{FenceState, LockBinding, check, validate_scope};
+use crate::fence::{FenceState, Intent, LockBinding, precheck, stored_holder, validate_scope};
 
 /// Most ops one fenced script call may apply (and most keys one [`RedisFence::read`] returns).
 pub const REDIS_OPS_MAX: usize = 64;
@@ -299,7 +299,10 @@ impl RedisFence {
         sequencer: &VerifiedSequencer,
         ops: &[RedisOp],
     ) -> Result<Vec<RedisReply>, FenceError> {
-        match self.run(conn, scope, sequencer, &[], ops).await? {
+        match self
+            .run(conn, scope, sequencer, &[], ops, Intent::Write)
+            .await?
+        {
             RedisOutcome::Applied(replies) => Ok(replies),
             RedisOutcome::CompareFailed { condition, .. } => Err(FenceError::Corrupt {
                 scope: scope.to_owned(),
@@ -322,13 +325,16 @@ impl RedisFence {
         conditions: &[RedisCondition],
         ops: &[RedisOp],
     ) -> Result<RedisOutcome, FenceError> {
-        self.run(conn, scope, sequencer, conditions, ops).await
+        self.run(conn, scope, sequencer, conditions, ops, Intent::Write)
+            .await
     }
 
     /// A fenced read: checks `sequencer`, advances the scope's token to it and returns the
     /// values of `keys` (`None` for a key that does not exist), in one script. Once it returns,
     /// no older grant can write to the scope. A stale reader is refused with
     /// [`FenceError::Stale`], like a stale writer. Every key must hold a string or not exist.
+    /// Any grant may read, a shared one (a reader of a read-write lock) included; `write` and
+    /// `write_if` refuse a shared grant as [`FenceError::SharedWrite`].
     pub async fn read<K: AsRef<str>>(
         &self,
         conn: &mut impl ConnectionLike,
@@ -337,7 +343,20 @@ impl RedisFence {
         keys: &[K],
     ) -> Result<Vec<Option<Vec<u8>>>, FenceError> {
         let ops: Vec<RedisOp> = keys.iter().map(|key| RedisOp::get(key.as_ref())).collect();
-        let replies = self.write(conn, scope, sequencer, &ops).await?;
+        let replies = match self
+            .run(conn, scope, sequencer, &[], &ops, Intent::Read)
+            .await?
+        {
+            RedisOutcome::Applied(replies) => replies,
+            RedisOutcome::CompareFailed { condition, .. } => {
+                return Err(FenceError::Corrupt {
+                    scope: scope.to_owned(),
+                    message: format!(
+                        "the fence script reported condition {condition} failed, but the read had none"
+                    ),
+                });
+            }
+        };
         replies
             .into_iter()
             .map(|reply| match reply {
@@ -354,6 +373,7 @@ impl RedisFence {
         sequencer: &VerifiedSequencer,
         conditions: &[RedisCondition],
         ops: &[RedisOp],
+        intent: Intent,
     ) -> Result<RedisOutcome, FenceError> {
         validate_scope(scope)?;
         if ops.len() > REDIS_OPS_MAX {
@@ -381,15 +401,20 @@ impl RedisFence {
             Some(lock) => LockBinding::Expect(lock),
             None => LockBinding::BindOnFirstWrite,
         };
-        // The binding does not depend on stored state: refuse before touching Redis.
-        check(None, binding, sequencer)?;
+        // The expected binding and a shared write do not depend on stored state: refuse before
+        // touching Redis (the script refuses a shared grant's write too, for every client).
+        precheck(binding, sequencer, intent)?;
+        let session = match sequencer.access() {
+            Access::Shared => "s".to_owned(),
+            Access::Exclusive | Access::Slot(_) => sequencer.session().to_string(),
+        };
 
         let mut invocation = self.script.prepare_invoke();
         invocation
             .key(self.fence_key(scope))
-            .arg(sequencer.lock())
+            .arg(sequencer.binding().as_ref())
             .arg(sequencer.token().to_string())
-            .arg(sequencer.session().to_string())
+            .arg(session)
             .arg(&self.key_prefix)
             .arg(conditions.len().to_string());
         for condition in conditions {
@@ -486,7 +511,7 @@ fn decode_reply(
                 });
             }
             Err(FenceError::Stale {
-                lock: sequencer.lock().to_owned(),
+                lock: display_binding(&sequencer.binding()).into_owned(),
                 presented: sequencer.token(),
                 accepted,
                 holder_session: Some(holder_session),
@@ -495,7 +520,7 @@ fn decode_reply(
         "token_reissued" => {
             let accepted = Token::new(parse_u64(scope, "token", &text(1)?)?);
             let first_session = SessionId::new(parse_u64(scope, "session", &text(2)?)?);
-            if accepted != sequencer.token() || first_session == sequencer.session() {
+            if accepted != sequencer.token() || first_session == stored_holder(sequencer) {
                 // Pair of the script's comparison: the same token, another session.
                 return Err(FenceError::Corrupt {
                     scope: scope.to_owned(),
@@ -507,16 +532,28 @@ fn decode_reply(
                 });
             }
             Err(FenceError::TokenReissued {
-                lock: sequencer.lock().to_owned(),
+                lock: display_binding(&sequencer.binding()).into_owned(),
                 token: accepted,
                 first_session,
                 presented_session: sequencer.session(),
             })
         }
         "wrong_lock" => Err(FenceError::WrongLock {
-            expected: text(1)?,
-            presented: sequencer.lock().to_owned(),
+            expected: display_binding(&text(1)?).into_owned(),
+            presented: display_binding(&sequencer.binding()).into_owned(),
         }),
+        "shared_write" => {
+            if sequencer.access() != Access::Shared {
+                return Err(unexpected(format!(
+                    "redis called a write of a {} grant a shared write",
+                    sequencer.access()
+                )));
+            }
+            Err(FenceError::SharedWrite {
+                lock: sequencer.lock().to_owned(),
+                token: sequencer.token(),
+            })
+        }
         "corrupt" => Err(FenceError::Corrupt {
             scope: scope.to_owned(),
             message: text(1)?,

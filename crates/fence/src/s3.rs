@@ -36,14 +36,15 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hmac::{Hmac, Mac};
-use palisade_core::limits::LOCK_NAME_BYTES_MAX;
-use palisade_sequencer::VerifiedSequencer;
+use palisade_sequencer::{BINDING_BYTES_MAX, VerifiedSequencer};
 use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::FenceError;
-use crate::fence::{FenceState, LockBinding, assert_advance, check, stored_state};
+use crate::fence::{
+    FenceState, Intent, LockBinding, assert_advance, check, precheck, stored_state,
+};
 
 /// Longest object key, in bytes (S3's own limit).
 pub const S3_KEY_BYTES_MAX: usize = 1024;
@@ -234,18 +235,19 @@ impl S3Fence {
     /// The claim and the read: advances `key`'s token to `sequencer`'s (rewriting the object's
     /// envelope under `If-Match`, or creating a data-less one) and returns the data it
     /// advanced. Once it returns, no older grant can write `key`. A stale reader is refused like
-    /// a stale writer.
+    /// a stale writer. Any grant may read, a shared one included; `put`, `update` and `delete`
+    /// refuse a shared grant as [`FenceError::SharedWrite`].
     pub async fn read(
         &self,
         key: &str,
         sequencer: &VerifiedSequencer,
     ) -> Result<S3Object, FenceError> {
         validate_key(key)?;
-        self.check_binding(sequencer)?;
+        self.check_binding(sequencer, Intent::Read)?;
         for _ in 0..S3_ATTEMPTS_MAX {
             let current = self.get(key).await?;
             let accepted = current.as_ref().map(|object| &object.state);
-            let next = check(accepted, self.binding(), sequencer)?;
+            let next = check(accepted, self.binding(), sequencer, Intent::Read)?;
             if let Some(object) = &current
                 && object.state == next
             {
@@ -326,11 +328,11 @@ impl S3Fence {
         mut new_data: impl FnMut(Option<&[u8]>) -> Option<Vec<u8>>,
     ) -> Result<(FenceState, Option<Vec<u8>>), FenceError> {
         validate_key(key)?;
-        self.check_binding(sequencer)?;
+        self.check_binding(sequencer, Intent::Write)?;
         for _ in 0..S3_ATTEMPTS_MAX {
             let current = self.get(key).await?;
             let accepted = current.as_ref().map(|object| &object.state);
-            let next = check(accepted, self.binding(), sequencer)?;
+            let next = check(accepted, self.binding(), sequencer, Intent::Write)?;
             assert_advance(accepted, &next);
             let data = new_data(current.as_ref().and_then(|object| object.data.as_deref()));
             if let Some(data) = &data {
@@ -355,9 +357,14 @@ impl S3Fence {
         }
     }
 
-    /// The binding does not depend on stored state: refuse before any request.
-    fn check_binding(&self, sequencer: &VerifiedSequencer) -> Result<(), FenceError> {
-        check(None, self.binding(), sequencer).map(drop)
+    /// The expected binding and a shared write do not depend on stored state: refuse before any
+    /// request.
+    fn check_binding(
+        &self,
+        sequencer: &VerifiedSequencer,
+        intent: Intent,
+    ) -> Result<(), FenceError> {
+        precheck(self.binding(), sequencer, intent)
     }
 
     fn validate_data(&self, len: usize) -> Result<(), FenceError> {
@@ -519,7 +526,7 @@ fn open_envelope(key: &str, body: &[u8]) -> Result<(FenceState, Option<Vec<u8>>)
             format!("envelope version {} is unknown", line.palisade_fence),
         ));
     }
-    if line.lock.is_empty() || line.lock.len() > LOCK_NAME_BYTES_MAX {
+    if line.lock.is_empty() || line.lock.len() > BINDING_BYTES_MAX {
         return Err(corrupt(
             key,
             format!("envelope lock name is {} bytes", line.lock.len()),

@@ -31,7 +31,8 @@ use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior};
 
 use crate::FenceError;
 use crate::fence::{
-    FenceState, LockBinding, check, confirm_advanced, explain_refusal, stored_state, validate_scope,
+    FenceState, Intent, LockBinding, confirm_advanced, explain_refusal, precheck, stored_holder,
+    stored_state, validate_scope,
 };
 
 /// The DDL of the fence table.
@@ -71,8 +72,10 @@ const ADVANCE_SQL: &str = "INSERT INTO palisade_fence (scope, lock_name, token_m
 const SELECT_SQL: &str =
     "SELECT lock_name, token_max, holder_session FROM palisade_fence WHERE scope = ?1";
 
-/// Claims `scope` for `sequencer` inside `txn`: checks the sequencer and advances the scope's
-/// accepted token to it, or refuses it ([`FenceError::Stale`], [`FenceError::WrongLock`]).
+/// Claims `scope` for `sequencer` inside `txn`, for a transaction that writes: checks the
+/// sequencer and advances the scope's accepted token to it, or refuses it ([`FenceError::Stale`],
+/// [`FenceError::WrongLock`], and a shared grant as [`FenceError::SharedWrite`]; a reader's
+/// transaction claims with [`claim_read`]).
 ///
 /// Call it first in a transaction begun with [`begin`], before its reads (see the module docs).
 /// On `Err`, roll the transaction back (drop it). Claiming again with the same sequencer is
@@ -85,6 +88,22 @@ pub fn claim(
     claim_expecting(txn, scope, sequencer, LockBinding::BindOnFirstWrite)
 }
 
+/// [`claim`] for a transaction that only reads: any grant may, a shared one (a reader of a
+/// read-write lock) included. The transaction must not write: the fence cannot see what follows.
+pub fn claim_read(
+    txn: &Transaction<'_>,
+    scope: &str,
+    sequencer: &VerifiedSequencer,
+) -> Result<(), FenceError> {
+    claim_with(
+        txn,
+        scope,
+        sequencer,
+        LockBinding::BindOnFirstWrite,
+        Intent::Read,
+    )
+}
+
 /// [`claim`], refusing sequencers of any lock but the one `binding` names.
 pub fn claim_expecting(
     txn: &Transaction<'_>,
@@ -92,18 +111,30 @@ pub fn claim_expecting(
     sequencer: &VerifiedSequencer,
     binding: LockBinding<'_>,
 ) -> Result<(), FenceError> {
+    claim_with(txn, scope, sequencer, binding, Intent::Write)
+}
+
+/// The claim with everything said: the binding the scope must have and what the transaction
+/// does ([`Intent::Write`] refuses a shared grant as [`FenceError::SharedWrite`]).
+pub fn claim_with(
+    txn: &Transaction<'_>,
+    scope: &str,
+    sequencer: &VerifiedSequencer,
+    binding: LockBinding<'_>,
+    intent: Intent,
+) -> Result<(), FenceError> {
     validate_scope(scope)?;
-    // The binding does not depend on stored state: refuse before touching the database.
-    check(None, binding, sequencer)?;
+    // The expected binding and a shared write do not depend on stored state: refuse before
+    // touching the database.
+    precheck(binding, sequencer, intent)?;
+    let lock = sequencer.binding();
     let token =
         i64::try_from(sequencer.token().get()).expect("verified tokens are at most i64::MAX");
-    let session = sequencer.session().get() as i64; // bit-for-bit, see module docs
+    let session = stored_holder(sequencer).get() as i64; // bit-for-bit, see module docs
     let advanced: Option<i64> = txn
-        .query_row(
-            ADVANCE_SQL,
-            (scope, sequencer.lock(), token, session),
-            |row| row.get(0),
-        )
+        .query_row(ADVANCE_SQL, (scope, lock.as_ref(), token, session), |row| {
+            row.get(0)
+        })
         .optional()
         .map_err(storage)?;
     if let Some(stored) = advanced {
@@ -114,7 +145,7 @@ pub fn claim_expecting(
         scope: scope.to_owned(),
         message: "the fence row refused the token but cannot be read".into(),
     })?;
-    Err(explain_refusal(scope, &accepted, sequencer))
+    Err(explain_refusal(scope, &accepted, sequencer, intent))
 }
 
 /// The state of `scope` as visible to `conn`, if any write was accepted.

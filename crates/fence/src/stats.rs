@@ -49,7 +49,8 @@ pub const UNVERIFIED: &str = "(unverified)";
 pub struct LockStats {
     /// Requests the fence accepted.
     pub accepted: u64,
-    /// Requests the fence refused (stale, reissued, wrong lock, missing, malformed, forged).
+    /// Requests the fence refused (stale, reissued, wrong lock, a reader's write, missing,
+    /// malformed, forged).
     pub refused: u64,
     /// The last refusal, with its presented and accepted token.
     pub last_refusal: Option<FenceError>,

@@ -51,8 +51,10 @@ pub enum Admission {
     /// The message comes from the newest grant the consumer has seen: process it. The mark was
     /// advanced in the consumer's transaction, and commits with the output.
     Process(VerifiedSequencer),
-    /// The message must not take effect; the error says why (stale, reissued, wrong lock,
-    /// missing, malformed or forged sequencer). The mark is unchanged.
+    /// The message must not take effect; the error says why (stale, reissued, wrong lock, a
+    /// reader's message (a producer's message is a write, so a shared grant's is
+    /// [`FenceError::SharedWrite`]), missing, malformed or forged sequencer). The mark is
+    /// unchanged.
     Drop(FenceError),
 }
 

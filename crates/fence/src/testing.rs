@@ -16,7 +16,11 @@
 //!   claim loses an update (what the fence does not protect, as the crate docs say);
 //! - the accepted token, its lock and its holder session survive a reopen;
 //! - racing writers are applied in token order and the highest wins; racing claimers doing a
-//!   read-modify-write lose no increment (real threads, bounded loops).
+//!   read-modify-write lose no increment (real threads, bounded loops);
+//! - readers of one shared phase all claim; a reader's write is [`FenceError::SharedWrite`] and
+//!   changes nothing; a reader of an earlier phase is stale once a writer wrote;
+//! - a scope bound to a semaphore's slot refuses another slot's permit (whatever its token, which
+//!   does not advance the scope) and a superseded holder of its own slot.
 //!
 //! A step a backend cannot take returns [`Unsupported`] with the reason, and the scenario that
 //! needs it says so on stderr and passes (an in-memory resource has nothing to reopen). A harness
@@ -48,7 +52,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use palisade_core::{SessionId, Token};
+use palisade_core::{Access, SessionId, Token};
 use palisade_sequencer::{KeySet, PublicKey, SigningKey, VerifiedSequencer};
 
 use crate::{FenceError, FenceState, MemoryResource, verify_presented};
@@ -86,14 +90,16 @@ pub trait FenceHarness: Send + Sync + Sized + 'static {
     fn connect_another(&self) -> impl Future<Output = Self> + Send;
 
     /// Claims the scope for `sequencer` (advances its accepted token) and writes nothing: the
-    /// step a holder takes before it reads.
+    /// step a holder takes before it reads, with [`crate::Intent::Read`], so a shared grant (a
+    /// reader) may take it.
     fn claim(
         &self,
         sequencer: &VerifiedSequencer,
     ) -> impl Future<Output = Result<(), FenceError>> + Send;
 
     /// A fenced write: sets the value to `value` and appends the sequencer's token to the log,
-    /// atomically with the check and the advance.
+    /// atomically with the check and the advance ([`crate::Intent::Write`]: a shared grant is
+    /// refused).
     fn write(
         &self,
         sequencer: &VerifiedSequencer,
@@ -165,7 +171,7 @@ impl FenceHarness for MemoryHarness {
     }
 
     async fn claim(&self, sequencer: &VerifiedSequencer) -> Result<(), FenceError> {
-        self.0.write(sequencer, |_| ())
+        self.0.claim(sequencer, |_| ())
     }
 
     async fn write(&self, sequencer: &VerifiedSequencer, value: i64) -> Result<(), FenceError> {
@@ -223,6 +229,27 @@ pub fn public_keys() -> KeySet {
 pub fn grant(lock: &str, token: u64, session: u64) -> VerifiedSequencer {
     let sequencer = service_key()
         .sign(lock, Token::new(token), SessionId::new(session))
+        .expect("the suite signs valid grants");
+    public_key()
+        .verify(sequencer.as_str())
+        .expect("a grant signed by the service verifies")
+}
+
+/// A shared grant (a reader of the shared phase of `token`) of `lock` to `session`, signed by
+/// [`service_key`] and verified.
+pub fn shared_grant(lock: &str, token: u64, session: u64) -> VerifiedSequencer {
+    grant_with(lock, Access::Shared, token, session)
+}
+
+/// The permit in slot `slot` of semaphore `lock`, with `token`, to `session`, signed by
+/// [`service_key`] and verified.
+pub fn permit(lock: &str, slot: u32, token: u64, session: u64) -> VerifiedSequencer {
+    grant_with(lock, Access::Slot(slot), token, session)
+}
+
+fn grant_with(lock: &str, access: Access, token: u64, session: u64) -> VerifiedSequencer {
+    let sequencer = service_key()
+        .sign_access(lock, access, Token::new(token), SessionId::new(session))
         .expect("the suite signs valid grants");
     public_key()
         .verify(sequencer.as_str())
@@ -359,6 +386,11 @@ scenarios!(
     the_fence_state_and_data_survive_a_reopen,
     racing_writers_apply_in_token_order_and_the_highest_wins,
     racing_claimers_lose_no_increment,
+    readers_of_one_phase_all_claim,
+    a_readers_write_is_refused_and_changes_nothing,
+    a_reader_of_an_earlier_phase_is_stale_after_a_writer_wrote,
+    a_slot_scope_refuses_another_slots_permit_and_keeps_its_own_maximum,
+    a_superseded_slot_holder_is_refused,
 );
 
 /// Runs every scenario, each on a fresh resource from `fresh`, and panics naming the first that
@@ -773,5 +805,151 @@ pub async fn racing_claimers_lose_no_increment<H: FenceHarness>(fence: H) -> Opt
     assert_eq!(data.log.len(), counted.len());
     assert_nondecreasing(&data.log);
     assert_eq!(data.log.last(), Some(&TOKENS));
+    Some(fence)
+}
+
+const READERS: &str = "reports";
+
+/// Readers of one shared phase (one token, several sessions) all claim, each again too; the
+/// scope stores holder 0 for the phase, and an exclusive grant presenting the phase's token is
+/// refused as issued twice.
+pub async fn readers_of_one_phase_all_claim<H: FenceHarness>(fence: H) -> Option<H> {
+    fence.write(&grant(READERS, 5, 1), 50).await.unwrap();
+    let (first, second) = (shared_grant(READERS, 6, 2), shared_grant(READERS, 6, 3));
+    fence.claim(&first).await.unwrap();
+    fence.claim(&second).await.unwrap();
+    fence.claim(&first).await.unwrap();
+    assert_eq!(fence.state().await, state_of(READERS, 6, 0));
+    assert_eq!(
+        fence.write(&grant(READERS, 6, 4), 60).await,
+        Err(reissued(READERS, 6, 0, 4))
+    );
+    assert_eq!(
+        fence.read().await,
+        Data {
+            value: 50,
+            log: vec![5]
+        }
+    );
+    assert_eq!(fence.state().await, state_of(READERS, 6, 0));
+    Some(fence)
+}
+
+/// A reader's write is [`FenceError::SharedWrite`], whether or not its phase claimed, and
+/// changes neither the data nor the fence state.
+pub async fn a_readers_write_is_refused_and_changes_nothing<H: FenceHarness>(
+    fence: H,
+) -> Option<H> {
+    let refused = fence.write(&shared_grant(READERS, 4, 2), 40).await;
+    assert!(
+        matches!(&refused, Err(FenceError::SharedWrite { lock, token }) if lock == READERS && token.get() == 4),
+        "{refused:?}"
+    );
+    assert_eq!(fence.state().await, None, "a refused write binds nothing");
+    fence.write(&grant(READERS, 5, 1), 50).await.unwrap();
+    let reader = shared_grant(READERS, 6, 2);
+    fence.claim(&reader).await.unwrap();
+    let refused = fence.write(&reader, 60).await.unwrap_err();
+    assert!(
+        refused.is_shared_write() && refused.is_final(),
+        "{refused:?}"
+    );
+    assert_eq!(
+        fence.read().await,
+        Data {
+            value: 50,
+            log: vec![5]
+        }
+    );
+    assert_eq!(fence.state().await, state_of(READERS, 6, 0));
+    Some(fence)
+}
+
+/// A writer after a shared phase writes, and then a reader of that phase (or of an earlier one)
+/// is refused as stale, naming the writer's session: a reader paused past its lease reads
+/// nothing the writer may have changed.
+pub async fn a_reader_of_an_earlier_phase_is_stale_after_a_writer_wrote<H: FenceHarness>(
+    fence: H,
+) -> Option<H> {
+    let reader = shared_grant(READERS, 6, 2);
+    fence.claim(&reader).await.unwrap();
+    fence.claim(&shared_grant(READERS, 6, 3)).await.unwrap();
+    fence.write(&grant(READERS, 7, 4), 70).await.unwrap();
+    assert_eq!(fence.claim(&reader).await, Err(stale(READERS, 6, 7, 4)));
+    assert_eq!(
+        fence.claim(&shared_grant(READERS, 3, 5)).await,
+        Err(stale(READERS, 3, 7, 4))
+    );
+    // A later phase claims after the writer.
+    fence.claim(&shared_grant(READERS, 8, 5)).await.unwrap();
+    assert_eq!(
+        fence.read().await,
+        Data {
+            value: 70,
+            log: vec![7]
+        }
+    );
+    assert_eq!(fence.state().await, state_of(READERS, 8, 0));
+    Some(fence)
+}
+
+const SHARDS: &str = "shards";
+
+/// A scope bound to slot 0 of a semaphore refuses the permit of slot 1 as another binding, even
+/// with a higher token, and that token does not advance it: slot 0's holder writes on. Each
+/// slot keeps its own maximum.
+pub async fn a_slot_scope_refuses_another_slots_permit_and_keeps_its_own_maximum<
+    H: FenceHarness,
+>(
+    fence: H,
+) -> Option<H> {
+    let slot0 = permit(SHARDS, 0, 5, 1);
+    fence.write(&slot0, 50).await.unwrap();
+    let slot0_binding = palisade_sequencer::binding(SHARDS, Access::Slot(0)).into_owned();
+    assert_eq!(fence.state().await, state_of(&slot0_binding, 5, 1));
+    let expected_wrong = FenceError::WrongLock {
+        expected: "shards (slot 0)".into(),
+        presented: "shards (slot 1)".into(),
+    };
+    assert_eq!(
+        fence.write(&permit(SHARDS, 1, 9, 2), 90).await,
+        Err(expected_wrong.clone())
+    );
+    assert_eq!(
+        fence.claim(&permit(SHARDS, 1, 9, 2)).await,
+        Err(expected_wrong)
+    );
+    let refused = fence.write(&grant(SHARDS, 9, 3), 90).await.unwrap_err();
+    assert!(refused.is_wrong_lock(), "{refused:?}");
+    fence.write(&slot0, 51).await.unwrap();
+    assert_eq!(
+        fence.read().await,
+        Data {
+            value: 51,
+            log: vec![5, 5]
+        }
+    );
+    assert_eq!(fence.state().await, state_of(&slot0_binding, 5, 1));
+    Some(fence)
+}
+
+/// The slot's next holder writes; the superseded holder of the same slot is then refused as
+/// stale, with the slot named, and changes nothing.
+pub async fn a_superseded_slot_holder_is_refused<H: FenceHarness>(fence: H) -> Option<H> {
+    let (paused, next) = (permit(SHARDS, 2, 5, 1), permit(SHARDS, 2, 8, 2));
+    fence.write(&paused, 50).await.unwrap();
+    fence.write(&next, 80).await.unwrap();
+    let expected = stale("shards (slot 2)", 5, 8, 2);
+    assert_eq!(fence.write(&paused, 51).await, Err(expected.clone()));
+    assert_eq!(fence.claim(&paused).await, Err(expected));
+    assert_eq!(
+        fence.read().await,
+        Data {
+            value: 80,
+            log: vec![5, 8]
+        }
+    );
+    let slot2_binding = palisade_sequencer::binding(SHARDS, Access::Slot(2)).into_owned();
+    assert_eq!(fence.state().await, state_of(&slot2_binding, 8, 2));
     Some(fence)
 }

@@ -4,7 +4,18 @@ mod common;
 
 use common::{grant, public_keys};
 use palisade_core::{SessionId, Token};
-use palisade_fence::{FenceError, FenceState, LockBinding, check, verify_presented};
+use palisade_fence::{FenceError, FenceState, Intent, LockBinding, verify_presented};
+use palisade_sequencer::VerifiedSequencer;
+
+/// The rule for a write: every scenario here is an exclusive grant's, for which a write and a
+/// claim are decided alike (`rule_vectors.rs` covers the intents).
+fn check(
+    accepted: Option<&FenceState>,
+    binding: LockBinding<'_>,
+    sequencer: &VerifiedSequencer,
+) -> Result<FenceState, FenceError> {
+    palisade_fence::check(accepted, binding, sequencer, Intent::Write)
+}
 
 fn state(lock: &str, token_max: u64, holder_session: u64) -> FenceState {
     FenceState {

@@ -402,3 +402,55 @@ async fn a_tonic_service_behind_the_layer_refuses_a_stale_call_with_aborted_and_
     let jobs = stats.get("jobs").unwrap();
     assert_eq!((jobs.accepted, jobs.refused), (2, 1));
 }
+
+/// Sends a `method` request presenting `text`; the status and the JSON body.
+async fn send(addr: SocketAddr, method: reqwest::Method, path: &str, text: &str) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .request(method.clone(), format!("http://{addr}{path}"))
+        .header(SEQUENCER_HEADER, text)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    if method == reqwest::Method::HEAD {
+        return (status, Value::Null);
+    }
+    (status, response.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn readers_of_a_phase_get_and_head_but_a_readers_post_is_refused_with_403_shared_write() {
+    use palisade_core::Access;
+    let keys = Keys::new();
+    let server = serve_axum(FenceLayer::new(keys.verifier(), MemoryFence::new())).await;
+    let reader = |session: u64| {
+        keys.service
+            .sign_access(
+                "jobs",
+                Access::Shared,
+                Token::new(6),
+                SessionId::new(session),
+            )
+            .unwrap()
+            .to_string()
+    };
+    let (get, head, post) = (
+        reqwest::Method::GET,
+        reqwest::Method::HEAD,
+        reqwest::Method::POST,
+    );
+    assert_eq!(
+        send(server.addr, get.clone(), "/a", &reader(2)).await.0,
+        200
+    );
+    assert_eq!(send(server.addr, head, "/a", &reader(3)).await.0, 200);
+    let (status, body) = send(server.addr, post.clone(), "/a", &reader(2)).await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["kind"], "shared_write", "{body}");
+    assert_eq!((&body["lock"], &body["token"]), (&json!("jobs"), &json!(6)));
+    // A writer after the phase; then the phase's readers are stale.
+    let writer = keys.grant("jobs", 7, 4);
+    assert_eq!(send(server.addr, post, "/a", &writer).await.0, 200);
+    let (status, body) = send(server.addr, get, "/a", &reader(2)).await;
+    assert_eq!((status, &body["kind"]), (409, &json!("stale")), "{body}");
+}

@@ -134,7 +134,7 @@ impl FenceHarness for Mysql {
     async fn claim(&self, sequencer: &VerifiedSequencer) -> Result<(), FenceError> {
         let mut conn = self.conn.lock().await;
         let mut txn = conn.start_transaction(TxOpts::default()).await.unwrap();
-        match mysql::claim(&mut txn, &self.scope, sequencer).await {
+        match mysql::claim_read(&mut txn, &self.scope, sequencer).await {
             Ok(()) => mysql::commit(txn).await,
             Err(refused) => {
                 txn.rollback().await.unwrap();

@@ -87,7 +87,7 @@ impl FenceHarness for Postgres {
     async fn claim(&self, sequencer: &VerifiedSequencer) -> Result<(), FenceError> {
         let mut client = self.client.lock().await;
         let txn = client.transaction().await.unwrap();
-        postgres::claim(&txn, &self.scope, sequencer).await?;
+        postgres::claim_read(&txn, &self.scope, sequencer).await?;
         postgres::commit(txn).await
     }
 

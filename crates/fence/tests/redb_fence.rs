@@ -68,7 +68,7 @@ impl FenceHarness for Redb {
     }
 
     async fn claim(&self, sequencer: &VerifiedSequencer) -> Result<(), FenceError> {
-        self.fence().begin(sequencer, SCOPE)?.commit()
+        self.fence().begin_read(sequencer, SCOPE)?.commit()
     }
 
     async fn write(&self, sequencer: &VerifiedSequencer, value: i64) -> Result<(), FenceError> {

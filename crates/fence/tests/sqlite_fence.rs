@@ -83,7 +83,7 @@ impl FenceHarness for Sqlite {
     async fn claim(&self, sequencer: &VerifiedSequencer) -> Result<(), FenceError> {
         let mut conn = self.conn.lock().unwrap();
         let txn = sqlite::begin(&mut conn)?;
-        sqlite::claim(&txn, SCOPE, sequencer)?;
+        sqlite::claim_read(&txn, SCOPE, sequencer)?;
         txn.commit().unwrap();
         Ok(())
     }

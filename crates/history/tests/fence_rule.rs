@@ -56,6 +56,8 @@ impl Resource {
             self.state.as_ref(),
             LockBinding::Expect("counter"),
             &self.sequencer(g),
+            // The history records reads and writes of an exclusive grant: decided alike.
+            palisade_fence::Intent::Write,
         )?;
         let equal = self.state.as_ref().is_some_and(|s| s.token_max == g.token);
         if self.rule == Rule::RefuseEqual && equal {

@@ -665,6 +665,5 @@ fn the_longest_pal3_sequencer_is_exactly_the_computed_bound() {
         )
         .unwrap();
     assert_eq!(sequencer.as_str().len(), SEQUENCER_BYTES_LONGEST_ACCESS);
-    assert!(SEQUENCER_BYTES_LONGEST_ACCESS <= SEQUENCER_BYTES_MAX);
     assert_eq!(sequencer.binding().len(), BINDING_BYTES_MAX);
 }

@@ -67,6 +67,12 @@ pub enum StoreError {
         expected: String,
         presented: String,
     },
+    /// The sequencer is a shared grant (a reader of a read-write lock's shared phase), and the
+    /// request writes: readers may read and claim, only an exclusive grant writes.
+    #[error(
+        "a reader (shared grant) cannot write: token {token} of lock {lock:?} is a shared grant, so this write is refused; acquire the lock exclusive to write"
+    )]
+    SharedWrite { lock: String, token: u64 },
     /// The store's bindings give the key to no lock, so no sequencer may write it.
     #[error(
         "key {key:?} is not bound to any lock by the store's bindings: no holder may write it; ask the store's operator to bind its prefix to your lock"
@@ -280,6 +286,7 @@ impl StoreError {
             StoreError::Stale { .. } => StoreErrorClass::Stale,
             StoreError::TokenReissued { .. }
             | StoreError::WrongLock { .. }
+            | StoreError::SharedWrite { .. }
             | StoreError::Unbound { .. }
             | StoreError::Missing
             | StoreError::Malformed { .. }
@@ -422,6 +429,10 @@ impl StoreError {
                 expected,
                 presented,
             },
+            StoreError::SharedWrite { lock, token } => FenceError::SharedWrite {
+                lock,
+                token: Token::new(token),
+            },
             StoreError::Missing => FenceError::Missing,
             StoreError::Malformed { message } => FenceError::Malformed { message },
             StoreError::Forged { message } => FenceError::Forged { message },
@@ -462,6 +473,10 @@ impl From<FenceError> for StoreError {
                 key: None,
                 expected,
                 presented,
+            },
+            FenceError::SharedWrite { lock, token } => StoreError::SharedWrite {
+                lock,
+                token: token.get(),
             },
             FenceError::Missing => StoreError::Missing,
             FenceError::Malformed { message } => StoreError::Malformed { message },

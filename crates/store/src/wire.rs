@@ -55,6 +55,8 @@ pub enum WireError {
         expected: String,
         presented: String,
     },
+    #[serde(rename = "shared_write")]
+    SharedWrite { lock: String, token: u64 },
     #[serde(rename = "unbound")]
     Unbound { key: String },
     #[serde(rename = "missing")]
@@ -120,6 +122,7 @@ impl WireError {
             WireError::Stale { .. } => "stale",
             WireError::TokenReissued { .. } => "token_reissued",
             WireError::WrongLock { .. } => "wrong_lock",
+            WireError::SharedWrite { .. } => "shared_write",
             WireError::Unbound { .. } => "unbound",
             WireError::Missing => "missing",
             WireError::Malformed { .. } => "malformed",
@@ -160,9 +163,10 @@ impl WireError {
             | WireError::InvalidKey { .. }
             | WireError::InvalidRequest { .. } => 400,
             WireError::Missing => 428,
-            WireError::Forged { .. } | WireError::WrongLock { .. } | WireError::Unbound { .. } => {
-                403
-            }
+            WireError::Forged { .. }
+            | WireError::WrongLock { .. }
+            | WireError::SharedWrite { .. }
+            | WireError::Unbound { .. } => 403,
             WireError::NotFound { .. } | WireError::NoSuchRoute { .. } => 404,
             WireError::MethodNotAllowed { .. } => 405,
             WireError::Stale { .. } | WireError::TokenReissued { .. } => 409,
@@ -214,6 +218,9 @@ impl WireError {
                 expected,
                 presented,
             }),
+            WireError::SharedWrite { lock, token } => {
+                store(StoreError::SharedWrite { lock, token })
+            }
             WireError::Unbound { key } => store(StoreError::Unbound { key }),
             WireError::Missing => store(StoreError::Missing),
             WireError::Malformed { detail } => store(StoreError::Malformed { message: detail }),
@@ -315,6 +322,10 @@ impl From<&StoreError> for WireError {
                 key: key.clone(),
                 expected: expected.clone(),
                 presented: presented.clone(),
+            },
+            StoreError::SharedWrite { lock, token } => WireError::SharedWrite {
+                lock: lock.clone(),
+                token: *token,
             },
             StoreError::Unbound { key } => WireError::Unbound { key: key.clone() },
             StoreError::Missing => WireError::Missing,

@@ -29,8 +29,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError};
 
-use palisade_fence::{FenceError, FenceTable, RedbFence};
+use palisade_fence::{FenceError, FenceTable, Intent, RedbFence};
 use palisade_sequencer::VerifiedSequencer;
+use palisade_sequencer::display_binding;
 use redb::{Durability, ReadableTable, ReadableTableMetadata, Table, WriteTransaction};
 
 use crate::StoreError;
@@ -501,7 +502,7 @@ fn run_job<'txn>(
         .map(Done::Write),
         Work::Read { sequencer, key } => {
             let advance = fence
-                .check_in_table(&tables.fence, sequencer, sequencer.lock())
+                .check_in_table(&tables.fence, sequencer, &sequencer.binding(), Intent::Read)
                 .map_err(fence_failure)?;
             let entry = {
                 let row = tables
@@ -531,7 +532,7 @@ fn run_job<'txn>(
                 }));
             }
             let advance = fence
-                .check_in_table(&tables.fence, sequencer, sequencer.lock())
+                .check_in_table(&tables.fence, sequencer, &sequencer.binding(), Intent::Read)
                 .map_err(fence_failure)?;
             let advanced = advance.write_to(&mut tables.fence).map_err(fence_failure)?;
             state.dirty |= advanced;
@@ -604,12 +605,15 @@ fn check_binding(
     stored: Option<(&str, u64)>,
     sequencer: &VerifiedSequencer,
 ) -> Result<(), StoreError> {
+    // A key's row records the binding that wrote it: the lock, or a permit's lock and slot, so
+    // a key written under one slot is refused to another (each slot has its own maximum).
+    let binding = sequencer.binding();
     if let Some(bindings) = bindings {
         bindings.check(key, sequencer.lock())?;
         // A row written by another lock before the bindings were set is overwritten by this
         // lock's write; only a row of this lock is under its fence.
         if let Some((lock, token)) = stored
-            && lock == sequencer.lock()
+            && lock == binding
         {
             assert_token_fenced(key, lock, token, sequencer);
         }
@@ -618,11 +622,11 @@ fn check_binding(
     let Some((lock, token)) = stored else {
         return Ok(());
     };
-    if lock != sequencer.lock() {
+    if lock != binding {
         return Err(StoreError::WrongLock {
             key: Some(key.to_owned()),
-            expected: lock.to_owned(),
-            presented: sequencer.lock().to_owned(),
+            expected: display_binding(lock).into_owned(),
+            presented: display_binding(&binding).into_owned(),
         });
     }
     assert_token_fenced(key, lock, token, sequencer);
@@ -678,9 +682,15 @@ fn run_txn(
         return Ok(ack);
     }
 
-    // Phase 1: everything that can refuse the request, writing nothing.
+    // Phase 1: everything that can refuse the request, writing nothing. A request of reads
+    // alone is a fenced read, which a shared grant (a reader) may make.
+    let intent = if compare.is_empty() && ops.iter().all(|op| matches!(op, BatchOp::Get { .. })) {
+        Intent::Read
+    } else {
+        Intent::Write
+    };
     let advance = fence
-        .check_in_table(&tables.fence, sequencer, sequencer.lock())
+        .check_in_table(&tables.fence, sequencer, &sequencer.binding(), intent)
         .map_err(fence_failure)?;
     {
         let table = &tables.kv;
@@ -735,8 +745,9 @@ fn run_txn(
     let mut acks = Vec::with_capacity(ops.len());
     {
         let table = &mut tables.kv;
+        let binding = sequencer.binding();
         let (lock, token, session) = (
-            sequencer.lock(),
+            binding.as_ref(),
             sequencer.token().get(),
             sequencer.session().get(),
         );

@@ -59,6 +59,14 @@ fn golden() -> Vec<(StoreClientError, u16, &'static str)> {
             r#"{"expected":"jobs/nightly","kind":"wrong_lock","message":"this resource is protected by lock \"jobs/nightly\", but the sequencer is for lock \"jobs/other\": acquire \"jobs/nightly\" to write it","presented":"jobs/other"}"#,
         ),
         (
+            Store(StoreError::SharedWrite {
+                lock: "jobs".into(),
+                token: 6,
+            }),
+            403,
+            r#"{"kind":"shared_write","lock":"jobs","message":"a reader (shared grant) cannot write: token 6 of lock \"jobs\" is a shared grant, so this write is refused; acquire the lock exclusive to write","token":6}"#,
+        ),
+        (
             Store(StoreError::Unbound {
                 key: "report".into(),
             }),
@@ -249,9 +257,10 @@ fn kind_index(error: &wire::WireError) -> usize {
         W::Unavailable { .. } => 19,
         W::OutcomeUnknown { .. } => 20,
         W::UnexpectedResponse { .. } => 21,
+        W::SharedWrite { .. } => 22,
     }
 }
-const KINDS: usize = 22;
+const KINDS: usize = 23;
 
 #[test]
 fn every_kind_has_the_status_and_the_json_body_it_always_had() {
