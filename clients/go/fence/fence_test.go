@@ -43,8 +43,9 @@ func env(t *testing.T, name string) string {
 
 // sqlBackend is what the PostgreSQL and MySQL tests share.
 type sqlBackend struct {
-	db    *sql.DB
-	claim func(ctx context.Context, tx *sql.Tx, scope string, q sequencer.Verified, expectLock string) error
+	db        *sql.DB
+	claim     func(ctx context.Context, tx *sql.Tx, scope string, q sequencer.Verified, expectLock string) error
+	claimWith func(ctx context.Context, tx *sql.Tx, scope string, q sequencer.Verified, expectLock string, intent fence.Intent) error
 }
 
 func postgresBackend(t *testing.T) sqlBackend {
@@ -58,6 +59,8 @@ func postgresBackend(t *testing.T) sqlBackend {
 	}
 	return sqlBackend{db, func(ctx context.Context, tx *sql.Tx, scope string, q sequencer.Verified, expectLock string) error {
 		return postgres.Claim(ctx, tx, scope, q, expectLock)
+	}, func(ctx context.Context, tx *sql.Tx, scope string, q sequencer.Verified, expectLock string, intent fence.Intent) error {
+		return postgres.ClaimWith(ctx, tx, scope, q, expectLock, intent)
 	}}
 }
 
@@ -76,7 +79,7 @@ func mysqlBackend(t *testing.T) sqlBackend {
 	if err := mysql.EnsureSchema(context.Background(), db); err != nil {
 		t.Fatal(err)
 	}
-	return sqlBackend{db, mysql.Claim}
+	return sqlBackend{db, mysql.Claim, mysql.ClaimWith}
 }
 
 func TestSQLFences(t *testing.T) {
@@ -85,6 +88,8 @@ func TestSQLFences(t *testing.T) {
 			b := backend(t)
 			t.Run("an older or reissued token is refused once a newer one claimed", func(t *testing.T) { claimsAreOrdered(t, b) })
 			t.Run("an older claimer waiting behind a newer one is refused when it commits", func(t *testing.T) { concurrentClaims(t, b) })
+			t.Run("readers of a phase claim, never write, and are stale once a writer claimed", func(t *testing.T) { sharedPhase(t, b) })
+			t.Run("each slot of a semaphore keeps a maximum of its own", func(t *testing.T) { slots(t, b) })
 		})
 	}
 }
@@ -133,6 +138,77 @@ func claimsAreOrdered(t *testing.T, b sqlBackend) {
 	defer tx.Rollback()
 	if err := b.claim(ctx, tx, unique(t), testsign.Sign(t, "jobs/b", 1, 1), "jobs/c"); !errors.Is(err, fence.ErrWrongLock) {
 		t.Fatalf("a first claim of a lock not expected: %v", err)
+	}
+}
+
+func claimWith(t *testing.T, b sqlBackend, scope string, q sequencer.Verified, intent fence.Intent) error {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.claimWith(ctx, tx, scope, q, "", intent); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+func sharedPhase(t *testing.T, b sqlBackend) {
+	scope := unique(t)
+	read, write := fence.IntentRead, fence.IntentWrite
+	for session := uint64(1); session <= 2; session++ {
+		if err := claimWith(t, b, scope, testsign.Shared(t, "rw", 5, session), read); err != nil {
+			t.Fatalf("reader %d of the phase: %v", session, err)
+		}
+	}
+	if err := claimOnce(t, b, scope, testsign.Shared(t, "rw", 5, 1)); !errors.Is(err, fence.ErrSharedWrite) {
+		t.Fatalf("a reader's Claim (a transaction that writes): %v", err)
+	}
+	if err := claimWith(t, b, scope, testsign.Sign(t, "rw", 5, 1), write); !errors.Is(err, fence.ErrTokenReissued) {
+		t.Fatalf("the phase's token from an exclusive grant: %v", err)
+	}
+	if err := claimWith(t, b, scope, testsign.Sign(t, "rw", 6, 3), write); err != nil {
+		t.Fatalf("the writer after the phase: %v", err)
+	}
+	if err := claimWith(t, b, scope, testsign.Shared(t, "rw", 5, 2), read); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("a reader of the earlier phase after the writer: %v", err)
+	}
+	if err := claimWith(t, b, scope, testsign.Shared(t, "rw", 7, 4), read); err != nil {
+		t.Fatalf("a reader of the next phase: %v", err)
+	}
+	if err := claimWith(t, b, scope, testsign.Sign(t, "rw", 6, 3), write); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("the writer after the next phase: %v", err)
+	}
+}
+
+func slots(t *testing.T, b sqlBackend) {
+	scope0, scope1 := unique(t), unique(t)
+	if err := claimOnce(t, b, scope0, testsign.Permit(t, "shards", 0, 9, 1)); err != nil {
+		t.Fatalf("slot 0: %v", err)
+	}
+	if err := claimOnce(t, b, scope1, testsign.Permit(t, "shards", 1, 3, 2)); err != nil {
+		t.Fatalf("slot 1, an older token on its own scope: %v", err)
+	}
+	err := claimOnce(t, b, scope0, testsign.Permit(t, "shards", 1, 10, 2))
+	if !errors.Is(err, fence.ErrWrongLock) || !strings.Contains(err.Error(), "shards (slot 0)") {
+		t.Fatalf("slot 1 on slot 0's scope: %v", err)
+	}
+	if err := claimOnce(t, b, scope0, testsign.Sign(t, "shards", 10, 2)); !errors.Is(err, fence.ErrWrongLock) {
+		t.Fatalf("an exclusive grant of the lock on a slot's scope: %v", err)
+	}
+	if err := claimOnce(t, b, scope0, testsign.Permit(t, "shards", 0, 8, 3)); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("slot 0's superseded holder: %v", err)
+	}
+	if err := claimOnce(t, b, scope0, testsign.Permit(t, "shards", 0, 9, 1)); err != nil {
+		t.Fatalf("slot 0's holder again: %v", err)
+	}
+	ctx := context.Background()
+	tx, _ := b.db.BeginTx(ctx, nil)
+	defer tx.Rollback()
+	if err := b.claim(ctx, tx, unique(t), testsign.Permit(t, "shards", 1, 1, 1), "shards"+sequencer.SlotSeparator+"0"); !errors.Is(err, fence.ErrWrongLock) {
+		t.Fatalf("a first claim of a slot not expected: %v", err)
 	}
 }
 
@@ -220,7 +296,54 @@ func TestTheVerifierRefusesWhatIsMissingMalformedOrForged(t *testing.T) {
 			t.Errorf("%q: %v, want %v", presented, err, kind)
 		}
 	}
-	if _, err := fence.Check(nil, "", sequencer.Verified{}); !errors.Is(err, fence.ErrMissing) {
+	if _, err := fence.Check(nil, "", sequencer.Verified{}, fence.IntentRead); !errors.Is(err, fence.ErrMissing) {
 		t.Errorf("the zero Verified: %v", err)
+	}
+}
+
+// The rule with intent, pure: the shared phase's holder 0, a reader's write, slot bindings.
+func TestTheRuleWithIntent(t *testing.T) {
+	read, write := fence.IntentRead, fence.IntentWrite
+	phase, err := fence.Check(nil, "", testsign.Shared(t, "rw", 5, 1), read)
+	if err != nil || phase != (fence.State{Lock: "rw", TokenMax: 5, HolderSession: 0}) {
+		t.Fatalf("a reader's first claim: %+v %v", phase, err)
+	}
+	if next, err := fence.Check(&phase, "", testsign.Shared(t, "rw", 5, 2), read); err != nil || next != phase {
+		t.Fatalf("another reader of the phase: %+v %v", next, err)
+	}
+	for _, accepted := range []*fence.State{nil, &phase} {
+		_, err := fence.Check(accepted, "", testsign.Shared(t, "rw", 5, 1), write)
+		var ferr *fence.Error
+		if !errors.Is(err, fence.ErrSharedWrite) || !errors.As(err, &ferr) || !ferr.Rejection() || !strings.Contains(err.Error(), "acquire the lock exclusive") {
+			t.Fatalf("a reader's write on %+v: %v", accepted, err)
+		}
+	}
+	if _, err := fence.Check(&phase, "", testsign.Sign(t, "rw", 5, 1), write); !errors.Is(err, fence.ErrTokenReissued) || !strings.Contains(err.Error(), "the readers of a shared phase") {
+		t.Fatalf("the phase's token, exclusive: %v", err)
+	}
+	writer, err := fence.Check(&phase, "", testsign.Sign(t, "rw", 6, 3), write)
+	if err != nil || writer != (fence.State{Lock: "rw", TokenMax: 6, HolderSession: 3}) {
+		t.Fatalf("the writer after the phase: %+v %v", writer, err)
+	}
+	if _, err := fence.Check(&writer, "", testsign.Shared(t, "rw", 5, 2), read); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("a reader of the earlier phase: %v", err)
+	}
+	if _, err := fence.Check(&writer, "", testsign.Shared(t, "rw", 6, 2), read); !errors.Is(err, fence.ErrTokenReissued) {
+		t.Fatalf("the writer's token, shared: %v", err)
+	}
+	if _, err := fence.Check(&phase, "", testsign.Shared(t, "rw", 4, 2), read); !errors.Is(err, fence.ErrStale) || !strings.Contains(err.Error(), "set by a shared phase's readers") {
+		t.Fatalf("an older reader: %v", err)
+	}
+	slot, err := fence.Check(nil, "shards\x1f2", testsign.Permit(t, "shards", 2, 4, 1), write)
+	if err != nil || slot != (fence.State{Lock: "shards\x1f2", TokenMax: 4, HolderSession: 1}) {
+		t.Fatalf("a permit's first write: %+v %v", slot, err)
+	}
+	for _, other := range []sequencer.Verified{testsign.Permit(t, "shards", 1, 9, 1), testsign.Sign(t, "shards", 9, 1), testsign.Shared(t, "shards", 9, 1)} {
+		if _, err := fence.Check(&slot, "", other, read); !errors.Is(err, fence.ErrWrongLock) || !strings.Contains(err.Error(), `"shards (slot 2)"`) {
+			t.Fatalf("%v on slot 2's scope: %v", other.Access(), err)
+		}
+	}
+	if _, err := fence.Check(nil, "shards", testsign.Permit(t, "shards", 2, 4, 1), read); !errors.Is(err, fence.ErrWrongLock) {
+		t.Fatalf("a permit where the lock is expected: %v", err)
 	}
 }

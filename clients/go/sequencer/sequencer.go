@@ -313,12 +313,12 @@ func Binding(lock string, access Access) string {
 	return lock
 }
 
-// DescribeBinding is a binding as messages show it: the lock, or "L (slot k)" for a permit's.
-func DescribeBinding(binding string) string {
+// DisplayBinding is a binding as messages show it: the lock, or "L (slot k)" for a permit's.
+func DisplayBinding(binding string) string {
 	if lock, slot, ok := strings.Cut(binding, SlotSeparator); ok {
-		return fmt.Sprintf("%q (slot %s)", lock, slot)
+		return lock + " (slot " + slot + ")"
 	}
-	return fmt.Sprintf("%q", binding)
+	return binding
 }
 
 // parseAccess parses pal3's access field: "s", or "p" and a slot in decimal without a leading
