@@ -41,6 +41,8 @@ SIGNATURE_BYTES = 64
 TOKEN_MAX = (1 << 63) - 1
 SESSION_MAX = (1 << 64) - 1
 LOCK_NAME_BYTES_MAX = 256
+#: The longest fence binding: a lock name, U+001F and a slot of up to four digits.
+BINDING_BYTES_MAX = LOCK_NAME_BYTES_MAX + 1 + 4
 #: Most keys a :class:`KeySet` holds, and the longest text it parses.
 KEY_SET_KEYS_MAX = 16
 KEY_SET_TEXT_BYTES_MAX = 16 * 1024
@@ -265,10 +267,10 @@ def binding(lock: str, access: Access) -> str:
     return f"{lock}{SLOT_SEPARATOR}{access.slot}" if access.kind == "slot" else lock
 
 
-def describe_binding(binding: str) -> str:
-    """A binding as messages show it: ``'L'``, or ``'L' (slot k)`` for a permit's."""
+def display_binding(binding: str) -> str:
+    """A binding as messages show it: the lock, or ``L (slot k)`` for a permit's."""
     lock, separator, slot = binding.partition(SLOT_SEPARATOR)
-    return f"{lock!r} (slot {slot})" if separator else repr(binding)
+    return f"{lock} (slot {slot})" if separator else binding
 
 
 @dataclasses.dataclass(frozen=True)
