@@ -55,6 +55,13 @@ const (
 	KeySetTextBytesMax = 16 * 1024
 )
 
+// longestAccess is the longest pal3 text: a lock of LockNameBytesMax bytes, slot PermitsMax-1,
+// the largest token and session. The constant below does not compile if it exceeds BytesMax.
+const longestAccess = len(PrefixAccess) + 1 + KeyIDHexDigits + 1 + (LockNameBytesMax*4+2)/3 + 1 +
+	len("p4095") + 1 + len("9223372036854775807") + 1 + len("18446744073709551615") + 1 + (SignatureBytes*4+2)/3
+
+const _ = uint(BytesMax - longestAccess)
+
 // ErrMalformed is what every parse failure wraps: the text is not a sequencer (or not a public
 // key, or not a key set).
 var ErrMalformed = errors.New("malformed")
