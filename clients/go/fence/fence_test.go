@@ -8,9 +8,11 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -240,13 +242,18 @@ func concurrentClaims(t *testing.T, b sqlBackend) {
 	}
 }
 
-func TestRedisFence(t *testing.T) {
+func redisClient(t *testing.T) *goredis.Client {
 	options, err := goredis.ParseURL(env(t, "PALISADE_TEST_REDIS"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := goredis.NewClient(options)
-	defer c.Close()
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func TestRedisFence(t *testing.T) {
+	c := redisClient(t)
 	ctx := context.Background()
 	scope, key := unique(t), unique(t)+":value"
 	f := fenceredis.Fence{}
@@ -345,5 +352,135 @@ func TestTheRuleWithIntent(t *testing.T) {
 	}
 	if _, err := fence.Check(nil, "shards", testsign.Permit(t, "shards", 2, 4, 1), read); !errors.Is(err, fence.ErrWrongLock) {
 		t.Fatalf("a permit where the lock is expected: %v", err)
+	}
+}
+
+func TestRedisFenceReadersAndSlots(t *testing.T) {
+	c := redisClient(t)
+	ctx := context.Background()
+	scope, slotScope, key := unique(t), unique(t), unique(t)+":value"
+	f := fenceredis.Fence{}
+	if _, err := f.Write(ctx, c, scope, testsign.Sign(t, "rw", 4, 9), fenceredis.Set(key, []byte("v4"))); err != nil {
+		t.Fatal(err)
+	}
+	for session := uint64(1); session <= 2; session++ {
+		if values, err := f.Read(ctx, c, scope, testsign.Shared(t, "rw", 5, session), key); err != nil || string(values[0]) != "v4" {
+			t.Fatalf("reader %d: %q %v", session, values, err)
+		}
+	}
+	if state, err := f.State(ctx, c, scope); err != nil || *state != (fence.State{Lock: "rw", TokenMax: 5, HolderSession: 0}) {
+		t.Fatalf("the phase's state: %+v %v", state, err)
+	}
+	reader := testsign.Shared(t, "rw", 5, 1)
+	if _, err := f.Write(ctx, c, scope, reader, fenceredis.Set(key, []byte("a reader's write"))); !errors.Is(err, fence.ErrSharedWrite) {
+		t.Fatalf("a reader's write: %v", err)
+	}
+	if _, _, err := f.WriteIf(ctx, c, scope, reader, []fenceredis.Condition{fenceredis.Absent(key)}, fenceredis.Get(key)); !errors.Is(err, fence.ErrSharedWrite) {
+		t.Fatalf("a reader's compare-and-set: %v", err)
+	}
+	if _, err := f.Write(ctx, c, scope, testsign.Sign(t, "rw", 5, 1), fenceredis.Set(key, []byte("x"))); !errors.Is(err, fence.ErrTokenReissued) {
+		t.Fatalf("the phase's token, exclusive: %v", err)
+	}
+	if _, err := f.Write(ctx, c, scope, testsign.Sign(t, "rw", 6, 3), fenceredis.Set(key, []byte("v6"))); err != nil {
+		t.Fatalf("the writer after the phase: %v", err)
+	}
+	if _, err := f.Read(ctx, c, scope, testsign.Shared(t, "rw", 5, 2), key); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("a reader of the earlier phase: %v", err)
+	}
+	if _, err := f.Write(ctx, c, slotScope, testsign.Permit(t, "shards", 3, 2, 1), fenceredis.Get(key)); err != nil {
+		t.Fatalf("a permit: %v", err)
+	}
+	if state, err := f.State(ctx, c, slotScope); err != nil || *state != (fence.State{Lock: "shards\x1f3", TokenMax: 2, HolderSession: 1}) {
+		t.Fatalf("the slot's state: %+v %v", state, err)
+	}
+	if _, err := f.Write(ctx, c, slotScope, testsign.Permit(t, "shards", 4, 9, 1), fenceredis.Get(key)); !errors.Is(err, fence.ErrWrongLock) || !strings.Contains(err.Error(), "shards (slot 3)") {
+		t.Fatalf("another slot's permit: %v", err)
+	}
+	c.Del(ctx, key, f.FenceKey(scope), f.FenceKey(slotScope))
+}
+
+// Every case of the shared rule vectors (spec/fence/v1), which the Rust crate and the Python
+// fence run too, through the pure Check.
+func TestEveryFenceRuleVector(t *testing.T) {
+	type stateJSON struct {
+		Lock          string `json:"lock"`
+		TokenMax      uint64 `json:"token_max"`
+		HolderSession uint64 `json:"holder_session"`
+	}
+	type ruleCase struct {
+		Description     string     `json:"description"`
+		Accepted        *stateJSON `json:"accepted"`
+		ExpectedBinding *string    `json:"expected_binding"`
+		Presented       struct {
+			Access  string `json:"access"`
+			Slot    uint32 `json:"slot"`
+			Lock    string `json:"lock"`
+			Token   uint64 `json:"token"`
+			Session uint64 `json:"session"`
+		} `json:"presented"`
+		Intent string `json:"intent"`
+		Expect struct {
+			Result string     `json:"result"`
+			State  *stateJSON `json:"state"`
+			Kind   string     `json:"kind"`
+		} `json:"expect"`
+	}
+	paths, err := filepath.Glob("../../../spec/fence/v1/*.json")
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no rule vectors: %v", err)
+	}
+	total := 0
+	for _, path := range paths {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var file struct {
+			Cases []ruleCase `json:"cases"`
+		}
+		if err := json.Unmarshal(data, &file); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		for _, c := range file.Cases {
+			total++
+			t.Run(filepath.Base(path)+"/"+c.Description, func(t *testing.T) {
+				access, known := map[string]sequencer.Access{
+					"exclusive": {Kind: sequencer.Exclusive},
+					"shared":    {Kind: sequencer.Shared},
+					"slot":      {Kind: sequencer.Slot, Slot: c.Presented.Slot},
+				}[c.Presented.Access]
+				intent, knownIntent := map[string]fence.Intent{"read": fence.IntentRead, "write": fence.IntentWrite}[c.Intent]
+				if !known || !knownIntent {
+					t.Fatalf("unknown access %q or intent %q", c.Presented.Access, c.Intent)
+				}
+				q := testsign.SignAccess(t, c.Presented.Lock, access, c.Presented.Token, c.Presented.Session)
+				var accepted *fence.State
+				if c.Accepted != nil {
+					accepted = &fence.State{Lock: c.Accepted.Lock, TokenMax: c.Accepted.TokenMax, HolderSession: c.Accepted.HolderSession}
+				}
+				expected := ""
+				if c.ExpectedBinding != nil {
+					expected = *c.ExpectedBinding
+				}
+				next, err := fence.Check(accepted, expected, q, intent)
+				switch c.Expect.Result {
+				case "accepted":
+					want := c.Expect.State
+					if err != nil || want == nil || next != (fence.State{Lock: want.Lock, TokenMax: want.TokenMax, HolderSession: want.HolderSession}) {
+						t.Fatalf("got %+v %v, want %+v", next, err, want)
+					}
+				case "refused":
+					var ferr *fence.Error
+					if !errors.As(err, &ferr) || ferr.Kind.Error() != c.Expect.Kind || !ferr.Rejection() {
+						t.Fatalf("got %+v %v, want a refusal %s", next, err, c.Expect.Kind)
+					}
+				default:
+					t.Fatalf("unknown result %q", c.Expect.Result)
+				}
+			})
+		}
+	}
+	if total < 40 {
+		t.Fatalf("only %d rule vectors", total)
 	}
 }

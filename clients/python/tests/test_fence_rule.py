@@ -1,9 +1,14 @@
 """The fence rule with intent, pure (``palisade.fence.check``): a shared phase stores holder 0,
-a reader never writes, a semaphore's permit binds its scope to its slot."""
+a reader never writes, a semaphore's permit binds its scope to its slot; and every case of the
+shared rule vectors (``spec/fence/v1``)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import pathlib
 import re
+from typing import Any, Optional
 
 import pytest
 
@@ -49,3 +54,41 @@ def test_a_permit_binds_its_scope_to_its_slot() -> None:
         check(None, "shards", permit, "read")
     with pytest.raises(ValueError, match="an intent is"):
         check(None, None, permit, "append")  # type: ignore[arg-type]
+
+
+# The shared rule vectors (spec/fence/v1), which the Rust crate and the Go fence run too.
+RULE_VECTORS = pathlib.Path(__file__).resolve().parents[3] / "spec" / "fence" / "v1"
+
+
+def _rule_cases() -> list[Any]:
+    cases = []
+    for path in sorted(RULE_VECTORS.glob("*.json")):
+        for case in json.loads(path.read_text())["cases"]:
+            cases.append(pytest.param(case, id=f"{path.stem}: {case['description']}"))
+    return cases
+
+
+RULE_CASES = _rule_cases()
+
+
+def _state(value: Optional[dict[str, Any]]) -> Optional[FenceState]:
+    return None if value is None else FenceState(value["lock"], value["token_max"], value["holder_session"])
+
+
+def test_the_rule_vectors_are_there() -> None:
+    assert len(RULE_CASES) >= 40, f"only {len(RULE_CASES)} cases in {RULE_VECTORS}"
+
+
+@pytest.mark.parametrize("case", RULE_CASES)
+def test_a_shared_rule_vector_gives_its_expected_result(case: dict[str, Any]) -> None:
+    presented = case["presented"]
+    access = {"exclusive": "", "shared": "s", "slot": f"p{presented.get('slot')}"}[presented["access"]]
+    sequencer = SERVICE.grant(presented["lock"], presented["token"], presented["session"], access)
+    expect = case["expect"]
+    try:
+        state = check(_state(case["accepted"]), case["expected_binding"], sequencer, case["intent"])
+    except fence.FenceError as refusal:
+        assert expect == {"result": "refused", "kind": refusal.kind}, refusal
+        assert refusal.is_rejection and refusal.is_final
+        return
+    assert expect == {"result": "accepted", "state": dataclasses.asdict(state)}
