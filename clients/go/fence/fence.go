@@ -17,8 +17,25 @@
 //	... read, compute, write in tx ...
 //	err = postgres.Commit(tx)
 //
+// Shared grants and permits: a read-write lock's readers share one token per phase, so a scope
+// stores holder session 0 for a maximum accepted from a shared grant ("a shared phase"), and a
+// semaphore's permit binds its scope to its slot (sequencer.Binding: the lock, U+001F, the slot),
+// so each slot keeps a maximum of its own. Check states the rule, with the caller's Intent:
+//
+//  1. another binding than the scope's (or the expected one) is ErrWrongLock;
+//  2. a shared grant that writes is ErrSharedWrite;
+//  3. a token below the maximum is ErrStale;
+//  4. the maximum again is accepted, unchanged, from a shared grant while the stored holder is 0,
+//     and from an exclusive grant or a permit while the stored holder is its session; anything
+//     else is ErrTokenReissued;
+//  5. a larger token is accepted and stored, with holder 0 for a shared grant.
+//
+// The SQL helpers' Claim is for a transaction that writes (IntentWrite: a shared grant is
+// refused); a reader's transaction claims with ClaimRead. Redis's Read is a read, Write and
+// WriteIf are writes.
+//
 // Every *Error matches with errors.Is exactly one of: a final refusal (ErrStale,
-// ErrTokenReissued, ErrWrongLock, ErrMissing, ErrMalformed, ErrForged, ErrInvalidScope,
+// ErrTokenReissued, ErrSharedWrite, ErrWrongLock, ErrMissing, ErrMalformed, ErrForged, ErrInvalidScope,
 // ErrInvalidRequest, ErrCorrupt), ErrStorage (retryable: nothing was applied) or
 // ErrOutcomeUnknown (read back under a claim before deciding). Kind is the same
 // machine-readable name the Rust FenceError and the Python FenceError have.
@@ -47,6 +64,7 @@ const (
 var (
 	ErrStale          = errors.New("stale")
 	ErrTokenReissued  = errors.New("token_reissued")
+	ErrSharedWrite    = errors.New("shared_write")
 	ErrWrongLock      = errors.New("wrong_lock")
 	ErrMissing        = errors.New("missing")
 	ErrMalformed      = errors.New("malformed")
@@ -81,7 +99,7 @@ func (e *Error) Unwrap() error { return e.Cause }
 // Rejection reports whether the sequencer was refused (retrying with it cannot succeed).
 func (e *Error) Rejection() bool {
 	switch e.Kind {
-	case ErrStale, ErrTokenReissued, ErrWrongLock, ErrMissing, ErrMalformed, ErrForged:
+	case ErrStale, ErrTokenReissued, ErrSharedWrite, ErrWrongLock, ErrMissing, ErrMalformed, ErrForged:
 		return true
 	}
 	return false
@@ -94,9 +112,40 @@ func Errorf(kind error, format string, args ...any) *Error {
 
 // State is what a scope has accepted so far, stored with its data.
 type State struct {
-	Lock          string
-	TokenMax      uint64
+	// Lock is the scope's binding: the lock, or a permit's lock and slot (sequencer.Binding).
+	Lock     string
+	TokenMax uint64
+	// HolderSession presented TokenMax first; 0 means a shared phase (the readers of one phase).
 	HolderSession uint64
+}
+
+// Intent is what the caller does with an accepted sequencer: a shared grant may read, never
+// write.
+type Intent int
+
+const (
+	// IntentRead is a claim before a read, or a read: any grant may.
+	IntentRead Intent = iota
+	// IntentWrite is a write, or a claim that authorizes the writes after it (a transaction
+	// that writes): exclusive grants and permits only.
+	IntentWrite
+)
+
+func (i Intent) String() string {
+	if i == IntentRead {
+		return "read"
+	}
+	return "write"
+}
+
+// StoredHolder is the holder session a scope stores when it accepts q: its session, or 0 for a
+// shared grant. A scope accepts q's token again exactly when the stored holder equals it, which
+// is how the SQL statements and the Lua script state rule 4.
+func StoredHolder(q sequencer.Verified) uint64 {
+	if q.Access().Kind == sequencer.Shared {
+		return 0
+	}
+	return q.Session()
 }
 
 // ValidateScope refuses an empty scope or one over ScopeBytesMax bytes.
@@ -110,54 +159,86 @@ func ValidateScope(scope string) error {
 	return nil
 }
 
-// Stale is the refusal of token presented by a superseded holder.
-func Stale(lock string, presented, accepted, holder uint64) *Error {
+// Stale is the refusal of token presented by a superseded holder; binding is the scope's.
+func Stale(binding string, presented, accepted, holder uint64) *Error {
+	setBy := fmt.Sprintf("set by session %d", holder)
+	if holder == 0 {
+		setBy = "set by a shared phase's readers"
+	}
 	return &Error{Kind: ErrStale, Accepted: accepted, HolderSession: holder, Message: fmt.Sprintf(
-		"stale sequencer for lock %q: token %d is older than the accepted token %d (set by session %d); a newer holder has claimed, read or written here, so re-acquire the lock and re-read before writing",
-		lock, presented, accepted, holder)}
+		"stale sequencer for lock %q: token %d is older than the accepted token %d (%s); a newer holder has claimed, read or written here, so re-acquire the lock and re-read before writing",
+		sequencer.DisplayBinding(binding), presented, accepted, setBy)}
 }
 
 // Check is the pure decision every backend runs under its own atomicity: the state to store, or
-// the refusal. It accepts a token equal to the maximum from the session that presented it first
-// (one grant may write many times), and refuses it from any other session (ErrTokenReissued).
-// expectLock, if not empty, refuses other locks' sequencers even for the first claim.
-func Check(accepted *State, expectLock string, q sequencer.Verified) (State, error) {
+// the refusal, by the rule of the package docs. It accepts a token equal to the maximum from the
+// grant that presented it first (one grant may write many times; every reader of a shared phase
+// may claim), and refuses it from any other (ErrTokenReissued). expectBinding, if not empty,
+// refuses other bindings' sequencers even for the first claim (a lock name, or
+// sequencer.Binding of a lock and a slot).
+func Check(accepted *State, expectBinding string, q sequencer.Verified, intent Intent) (State, error) {
 	if q.Token() == 0 {
 		return State{}, Errorf(ErrMissing, "no sequencer presented: fenced writes need the verified sequencer of the lock holder")
 	}
-	if expectLock != "" && q.Lock() != expectLock {
-		return State{}, wrongLock(expectLock, q.Lock())
+	binding := q.Binding()
+	if expectBinding != "" && binding != expectBinding {
+		return State{}, WrongLock(expectBinding, binding)
 	}
+	if accepted != nil && binding != accepted.Lock {
+		return State{}, WrongLock(accepted.Lock, binding)
+	}
+	if q.Access().Kind == sequencer.Shared && intent == IntentWrite {
+		return State{}, SharedWrite(q)
+	}
+	holder := StoredHolder(q)
 	if accepted == nil {
-		return State{q.Lock(), q.Token(), q.Session()}, nil
-	}
-	if q.Lock() != accepted.Lock {
-		return State{}, wrongLock(accepted.Lock, q.Lock())
+		return State{binding, q.Token(), holder}, nil
 	}
 	if q.Token() < accepted.TokenMax {
 		return State{}, Stale(accepted.Lock, q.Token(), accepted.TokenMax, accepted.HolderSession)
 	}
-	if q.Token() == accepted.TokenMax && q.Session() != accepted.HolderSession {
+	// One grant has one session (one phase, holder 0): the same token from another is a second
+	// grant of it, which only a lock service that was restored or lost its log can issue.
+	if q.Token() == accepted.TokenMax && holder != accepted.HolderSession {
 		return State{}, TokenReissued(accepted.Lock, accepted.TokenMax, accepted.HolderSession, q.Session())
 	}
-	return State{accepted.Lock, q.Token(), q.Session()}, nil
+	return State{accepted.Lock, q.Token(), holder}, nil
 }
 
-// TokenReissued is the refusal of the accepted token presented again by another session.
-func TokenReissued(lock string, token, first, presented uint64) *Error {
+// Precheck refuses what Check refuses without stored state (an unexpected binding, a shared
+// grant's write); the backends run it before their I/O.
+func Precheck(expectBinding string, q sequencer.Verified, intent Intent) error {
+	_, err := Check(nil, expectBinding, q, intent)
+	return err
+}
+
+// SharedWrite is the refusal of a write by a shared grant (a reader of a read-write lock).
+func SharedWrite(q sequencer.Verified) *Error {
+	return Errorf(ErrSharedWrite, "a reader (shared grant) cannot write: token %d of lock %q is a shared grant, so this write is refused; acquire the lock exclusive to write", q.Token(), q.Lock())
+}
+
+// TokenReissued is the refusal of the accepted token presented again by another session;
+// binding is the scope's, first 0 a shared phase.
+func TokenReissued(binding string, token, first, presented uint64) *Error {
+	firstText := fmt.Sprintf("session %d", first)
+	if first == 0 {
+		firstText = "the readers of a shared phase"
+	}
 	return &Error{Kind: ErrTokenReissued, Accepted: token, HolderSession: first, Message: fmt.Sprintf(
-		"token %d of lock %q was first presented here by session %d, and session %d presents it now: the lock service issued this token twice (restored from a backup, or its log was lost or rolled back), so this grant is refused; tell the lock service's operator, then release the lock and acquire it again for a newer token",
-		token, lock, first, presented)}
+		"token %d of lock %q was first presented here by %s, and session %d presents it now: the lock service issued this token twice (restored from a backup, or its log was lost or rolled back), so this grant is refused; tell the lock service's operator, then release the lock and acquire it again for a newer token",
+		token, sequencer.DisplayBinding(binding), firstText, presented)}
 }
 
-func wrongLock(expected, presented string) *Error {
+// WrongLock is the refusal of a sequencer of another binding than the scope's (or the expected).
+func WrongLock(expected, presented string) *Error {
+	expected, presented = sequencer.DisplayBinding(expected), sequencer.DisplayBinding(presented)
 	return Errorf(ErrWrongLock, "sequencer is for lock %q, but this resource is protected by lock %q: acquire %q instead", presented, expected, expected)
 }
 
-// ExplainRefusal is why a database refused q given the row that refused it; a row that would
-// have accepted is corruption, never success.
-func ExplainRefusal(scope string, accepted State, q sequencer.Verified) error {
-	if _, err := Check(&accepted, "", q); err != nil {
+// ExplainRefusal is why a database refused q for intent given the row that refused it; a row
+// that would have accepted is corruption, never success.
+func ExplainRefusal(scope string, accepted State, q sequencer.Verified, intent Intent) error {
+	if _, err := Check(&accepted, "", q, intent); err != nil {
 		return err
 	}
 	return Errorf(ErrCorrupt, "fence state of scope %q is corrupt: the database refused token %d but the stored state %+v accepts it", scope, q.Token(), accepted)

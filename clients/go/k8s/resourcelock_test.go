@@ -98,11 +98,11 @@ func TestTheNextLeaderHasAHigherEpochAndTheDeposedLeadersWriteIsRefused(t *testi
 	if err != nil {
 		t.Fatal(err)
 	}
-	accepted, err := fence.Check(nil, "controllers/demo", newer)
+	accepted, err := fence.Check(nil, "controllers/demo", newer, fence.IntentWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fence.Check(&accepted, "controllers/demo", older); !errors.Is(err, fence.ErrStale) {
+	if _, err := fence.Check(&accepted, "controllers/demo", older, fence.IntentWrite); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("the deposed leader's write: %v", err)
 	}
 }

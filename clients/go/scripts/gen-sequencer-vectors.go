@@ -1,12 +1,14 @@
 //go:build ignore
 
-// Writes the shared sequencer vectors, spec/sequencer/v1/*.json, from fixed Ed25519 seeds (the
-// Rust tests' key is the seed of 32 bytes of 7). Run from clients/go:
+// Writes the shared sequencer vectors, spec/sequencer/v1/*.json (pal2) and
+// spec/sequencer/v2/*.json (pal3 beside pal2: the access and the fence binding), from fixed
+// Ed25519 seeds (the Rust tests' key is the seed of 32 bytes of 7). Run from clients/go:
 //
-//	go run scripts/gen-sequencer-vectors.go ../../spec/sequencer/v1
+//	go run scripts/gen-sequencer-vectors.go ../../spec/sequencer
 //
 // The output is committed; the vectors are what every implementation checks, so they change
-// only on purpose (a new case is appended to its file).
+// only on purpose (a new case is appended to its file). v1's files stay byte for byte as they
+// were when v2 was added.
 package main
 
 import (
@@ -62,7 +64,28 @@ type vector struct {
 }
 
 func main() {
-	dir := os.Args[1]
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: go run scripts/gen-sequencer-vectors.go SPEC_SEQUENCER_DIR (writes its v1/ and v2/)")
+		os.Exit(2)
+	}
+	writeV1(filepath.Join(os.Args[1], "v1"))
+	writeV2(filepath.Join(os.Args[1], "v2"))
+}
+
+// writeFiles writes each file of vectors as {"_about": about, "cases": [...]}.
+func writeFiles[V any](dir, about string, files map[string][]V) {
+	for name, vectors := range files {
+		out, err := json.MarshalIndent(map[string]any{"_about": about, "cases": vectors}, "", " ")
+		if err != nil {
+			panic(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), append(out, '\n'), 0o644); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func writeV1(dir string) {
 	a, b := newKey(7), newKey(8)
 	valid := func(desc, keys string, k key, lock string, token, session uint64) vector {
 		return vector{desc, keys, sign(k, k.id(), lock, token, session), expect{"valid", lock, token, session, k.id()}}
@@ -130,18 +153,7 @@ func main() {
 			bad("malformed", "A trusted key of small order (the identity point), which would verify forged signatures.", "ed25519:0100000000000000000000000000000000000000000000000000000000000000", good),
 		},
 	}
-	for name, vectors := range files {
-		out, err := json.MarshalIndent(map[string]any{
-			"_about": "Shared sequencer vectors, version 1: see README.md beside this file.",
-			"cases":  vectors,
-		}, "", " ")
-		if err != nil {
-			panic(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), append(out, '\n'), 0o644); err != nil {
-			panic(err)
-		}
-	}
+	writeFiles(dir, "Shared sequencer vectors, version 1: see README.md beside this file.", files)
 }
 
 func reverse(b []byte) []byte {
@@ -158,4 +170,162 @@ func pad32(b []byte) []byte { return append(make([]byte, 32-len(b)), b...) }
 func nextB64(c byte) byte {
 	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 	return alphabet[strings.IndexByte(alphabet, c)+1]
+}
+
+// signBody is body followed by '.' and k's signature of body: the signature of any text,
+// well-formed or not, so that a malformed case is refused by its format and not by its signature.
+func signBody(k key, body string) string {
+	return body + "." + b64.EncodeToString(ed25519.Sign(k.private, []byte(body)))
+}
+
+// sign3 is the pal3 sequencer of (lock, access, token, session) signed by k; access is the field's
+// text ("s", "p<k>", or anything else for a malformed case).
+func sign3(k key, keyID, lock, access string, token, session uint64) string {
+	return signBody(k, fmt.Sprintf("pal3.%s.%s.%s.%d.%d", keyID, b64.EncodeToString([]byte(lock)), access, token, session))
+}
+
+// expectValid is what a valid v2 case reads back: every field present, slot null unless the
+// access is a slot, and the fence binding (the lock, or lock + U+001F + slot for a permit).
+type expectValid struct {
+	Result  string  `json:"result"`
+	Lock    string  `json:"lock"`
+	Access  string  `json:"access"`
+	Slot    *uint32 `json:"slot"`
+	Binding string  `json:"binding"`
+	Token   uint64  `json:"token"`
+	Session uint64  `json:"session"`
+	KeyID   string  `json:"key_id"`
+}
+
+type expectRefused struct {
+	Result string `json:"result"`
+}
+
+type vectorV2 struct {
+	Description string `json:"description"`
+	Keys        string `json:"keys"`
+	Sequencer   string `json:"sequencer"`
+	Expect      any    `json:"expect"`
+}
+
+// writeV2 writes spec/sequencer/v2: pal3 (shared grants and semaphore permits) beside pal2.
+func writeV2(dir string) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		panic(err)
+	}
+	a, b := newKey(7), newKey(8)
+	// valid: access is "" (pal2, exclusive), "s" or "p<k>".
+	valid := func(desc, keys string, k key, lock, access string, token, session uint64) vectorV2 {
+		e := expectValid{Result: "valid", Lock: lock, Binding: lock, Token: token, Session: session, KeyID: k.id()}
+		text := ""
+		switch {
+		case access == "":
+			e.Access = "exclusive"
+			text = sign(k, k.id(), lock, token, session)
+		case access == "s":
+			e.Access = "shared"
+			text = sign3(k, k.id(), lock, access, token, session)
+		default:
+			var slot uint32
+			if _, err := fmt.Sscanf(access, "p%d", &slot); err != nil {
+				panic(access)
+			}
+			e.Access, e.Slot = "slot", &slot
+			e.Binding = fmt.Sprintf("%s\x1f%d", lock, slot)
+			text = sign3(k, k.id(), lock, access, token, session)
+		}
+		return vectorV2{desc, keys, text, e}
+	}
+	bad := func(result, desc, keys, text string) vectorV2 {
+		return vectorV2{desc, keys, text, expectRefused{result}}
+	}
+	keys := a.public()
+	// A signed text whose access field is access: for the refusals of the format, validly signed.
+	withAccess := func(access string) string { return sign3(a, a.id(), "jobs/nightly", access, 42, 9) }
+	shared := sign3(a, a.id(), "jobs/nightly", "s", 42, 9)
+	permit := sign3(a, a.id(), "shards", "p3", 42, 9)
+	exclusive := sign(a, a.id(), "jobs/nightly", 42, 9)
+	field := func(text string, i int, value string) string {
+		f := strings.Split(text, ".")
+		f[i] = value
+		return strings.Join(f, ".")
+	}
+	flipSig := func(text string) string {
+		f := strings.Split(text, ".")
+		sig, _ := b64.DecodeString(f[len(f)-1])
+		sig[20] ^= 1
+		f[len(f)-1] = b64.EncodeToString(sig)
+		return strings.Join(f, ".")
+	}
+	// Re-labelled: the same fields and signature under the other version.
+	pal2AsPal3 := func(text string, access string) string {
+		f := strings.Split(text, ".")
+		return strings.Join(append([]string{"pal3", f[1], f[2], access}, f[3:]...), ".")
+	}
+	pal3AsPal2 := func(text string) string {
+		f := strings.Split(text, ".")
+		return strings.Join(append([]string{"pal2", f[1], f[2]}, f[4:]...), ".")
+	}
+	longLock := strings.Repeat("z", 256)
+	files := map[string][]vectorV2{
+		"valid.json": {
+			valid("A reader of a shared phase (pal3, access s): its lock, access, token, session, key id and binding (the lock) are read back.", keys, a, "jobs/nightly", "s", 42, 9),
+			valid("The permit in slot 0 of a semaphore (p0): the binding is the lock, U+001F and the slot.", keys, a, "shards", "p0", 7, 3),
+			valid("The permit in the last slot, 4095 (PERMITS_MAX - 1).", keys, a, "shards", "p4095", 8, 4),
+			valid("A shared grant of a lock whose UTF-8 name has a dot, the largest token (2^63 - 1) and session (2^64 - 1).", keys, a, "région/é.b", "s", 1<<63-1, 1<<64-1),
+			valid("A permit of a lock with a dot, the smallest token and session (1).", keys, a, "a.b", "p12", 1, 1),
+			valid("The longest pal3: a lock of 256 bytes, slot 4095, the largest token and session (498 bytes, within 512).", keys, a, longLock, "p4095", 1<<63-1, 1<<64-1),
+			valid("An exclusive grant stays pal2: access exclusive, no slot, the binding is the lock.", keys, a, "jobs/nightly", "", 42, 9),
+			valid("An exclusive pal2 with session 0 (allowed in pal2, unlike pal3).", keys, a, "x", "", 1, 0),
+			valid("During a rotation: a pal3 naming the second trusted key.", a.public()+","+b.public(), b, "shards", "p1", 5, 2),
+		},
+		"forged.json": {
+			bad("forged", "One bit of a shared sequencer's signature flipped.", keys, flipSig(shared)),
+			bad("forged", "A permit's slot changed by one bit (p3 to p2); the signature covers it.", keys, field(permit, 3, "p2")),
+			bad("forged", "A permit's slot changed by one bit (p3 to p7); the signature covers it.", keys, field(permit, 3, "p7")),
+			bad("forged", "A shared grant's access changed to a permit (s to p0).", keys, field(shared, 3, "p0")),
+			bad("forged", "A permit's access changed to shared (p3 to s).", keys, field(permit, 3, "s")),
+			bad("forged", "A shared grant's token raised; the signature covers it.", keys, field(shared, 4, "43")),
+			bad("forged", "A permit's session changed; the signature covers it.", keys, field(permit, 5, "10")),
+			bad("forged", "A shared grant's lock changed; the signature covers it.", keys, field(shared, 2, b64.EncodeToString([]byte("jobs/other")))),
+			bad("forged", "A pal2 (exclusive) signature re-labelled pal3 shared: the prefix is signed, so it does not verify.", keys, pal2AsPal3(exclusive, "s")),
+			bad("forged", "A pal2 (exclusive) signature re-labelled pal3 slot 0.", keys, pal2AsPal3(exclusive, "p0")),
+			bad("forged", "A pal3 shared signature re-labelled pal2 (exclusive): a reader cannot pass as a writer.", keys, pal3AsPal2(shared)),
+			bad("forged", "A pal3 permit signature re-labelled pal2.", keys, pal3AsPal2(permit)),
+			bad("forged", "A pal3 signed by another key, naming its own key id: not trusted here.", keys, sign3(b, b.id(), "shards", "p3", 42, 9)),
+			bad("forged", "A pal3 signed by another key, naming the trusted key's id.", keys, sign3(b, a.id(), "shards", "p3", 42, 9)),
+		},
+		"non-canonical.json": {
+			bad("malformed", "A slot with a leading zero (p01).", keys, withAccess("p01")),
+			bad("malformed", "Slot 0 written p00.", keys, withAccess("p00")),
+			bad("malformed", "A permit in uppercase (P3).", keys, withAccess("P3")),
+			bad("malformed", "Shared in uppercase (S).", keys, withAccess("S")),
+			bad("malformed", "A '+' sign before the slot (p+1).", keys, withAccess("p+1")),
+			bad("malformed", "A '-' sign before the slot (p-0).", keys, withAccess("p-0")),
+			bad("malformed", "A permit with no digits (p).", keys, withAccess("p")),
+			bad("malformed", "A space inside the access (p 3).", keys, withAccess("p 3")),
+			bad("malformed", "A space after the access (s ).", keys, withAccess("s ")),
+			bad("malformed", "A space before the access ( s).", keys, withAccess(" s")),
+			bad("malformed", "Shared spelled out (shared).", keys, withAccess("shared")),
+			bad("malformed", "A slot in hexadecimal (p0x1).", keys, withAccess("p0x1")),
+		},
+		"malformed.json": {
+			bad("malformed", "Slot 4096 (PERMITS_MAX): out of range.", keys, withAccess("p4096")),
+			bad("malformed", "A slot above 2^32 - 1.", keys, withAccess("p4294967296")),
+			bad("malformed", "A slot above 2^64 - 1.", keys, withAccess("p18446744073709551616")),
+			bad("malformed", "A shared grant with session 0 (pal3 needs a session >= 1).", keys, sign3(a, a.id(), "jobs/nightly", "s", 42, 0)),
+			bad("malformed", "A permit with session 0.", keys, sign3(a, a.id(), "shards", "p3", 42, 0)),
+			bad("malformed", "An unknown access letter x (exclusive has no pal3 form).", keys, withAccess("x")),
+			bad("malformed", "An unknown access letter e.", keys, withAccess("e")),
+			bad("malformed", "An empty access field.", keys, withAccess("")),
+			bad("malformed", "A pal3 with pal2's field count (no access field), validly signed.", keys, signBody(a, "pal3."+a.id()+"."+b64.EncodeToString([]byte("jobs/nightly"))+".42.9")),
+			bad("malformed", "A pal2 with pal3's field count (an access field), validly signed.", keys, signBody(a, "pal2."+a.id()+"."+b64.EncodeToString([]byte("jobs/nightly"))+".s.42.9")),
+			bad("malformed", "A pal3 with eight fields.", keys, signBody(a, "pal3."+a.id()+"."+b64.EncodeToString([]byte("jobs/nightly"))+".s.s.42.9")),
+			bad("malformed", "A pal3 with token 0.", keys, sign3(a, a.id(), "jobs/nightly", "s", 0, 9)),
+			bad("malformed", "A pal3 with a token above 2^63 - 1.", keys, sign3(a, a.id(), "shards", "p3", 1<<63, 9)),
+			bad("malformed", "A pal3 over 512 bytes (a lock of 300 bytes).", keys, sign3(a, a.id(), strings.Repeat("x", 300), "s", 42, 9)),
+			bad("malformed", "Another version (pal4) with pal3's fields.", keys, signBody(a, "pal4."+a.id()+"."+b64.EncodeToString([]byte("jobs/nightly"))+".s.42.9")),
+		},
+	}
+	writeFiles(dir, "Shared sequencer vectors, version 2 (pal3 and pal2): see README.md beside this file.", files)
 }

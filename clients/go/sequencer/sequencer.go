@@ -1,17 +1,20 @@
 // Package sequencer parses and verifies Palisade sequencers offline: the signed, lock-scoped
 // tokens a resource checks before it accepts a write.
 //
-// The text form is pal2.<key id>.<lock b64url>.<token>.<session>.<ed25519 sig b64url>, at most
-// 512 printable ASCII bytes, every field with exactly one accepted encoding, as the Rust crate
-// palisade-sequencer and the Python client parse it. The signature covers every byte before the
+// The text form of an exclusive grant is pal2.<key id>.<lock b64url>.<token>.<session>.<ed25519
+// sig b64url>; a shared grant (a reader of a read-write lock's phase) or a semaphore's permit is
+// pal3.<key id>.<lock b64url>.<access>.<token>.<session>.<sig>, the access "s" (shared) or
+// "p<k>" (the permit in slot k < PermitsMax), the session >= 1. At most 512 printable ASCII
+// bytes, every field with exactly one accepted encoding, as the Rust crate palisade-sequencer and
+// the Python client parse it. The signature covers every byte before the
 // last dot and is checked as ed25519-dalek's verify_strict does (no key or R of small order, a
 // canonical S). The key id, 16 lowercase hex digits, is the first 8 bytes of the SHA-256 of the
 // 32-byte public key: a resource trusting several keys during a rotation (a KeySet) checks the
 // signature with that key alone and refuses a sequencer naming a key outside the set.
 //
 // Only Verify (or KeySet.Verify) makes a Verified, and the fence helpers take nothing else: a
-// resource cannot forget to check the signature. The shared vectors in spec/sequencer/v1 are run
-// by this package's tests, the Rust crate's and the Python client's.
+// resource cannot forget to check the signature. The shared vectors in spec/sequencer/v1 and v2
+// are run by this package's tests, the Rust crate's and the Python client's.
 package sequencer
 
 import (
@@ -32,7 +35,13 @@ import (
 
 // Limits and constants of the format.
 const (
-	Prefix          = "pal2"
+	// Prefix is the version of an exclusive grant's text; PrefixAccess that of the others.
+	Prefix       = "pal2"
+	PrefixAccess = "pal3"
+	// PermitsMax bounds a semaphore's slots: a slot is below it.
+	PermitsMax = 4096
+	// SlotSeparator (U+001F) joins a lock and a slot in a permit's fence binding.
+	SlotSeparator   = "\x1f"
 	BytesMax        = 512
 	PublicKeyPrefix = "ed25519:"
 	KeyIDHexDigits  = 16
@@ -45,6 +54,13 @@ const (
 	KeySetKeysMax      = 16
 	KeySetTextBytesMax = 16 * 1024
 )
+
+// longestAccess is the longest pal3 text: a lock of LockNameBytesMax bytes, slot PermitsMax-1,
+// the largest token and session. The constant below does not compile if it exceeds BytesMax.
+const longestAccess = len(PrefixAccess) + 1 + KeyIDHexDigits + 1 + (LockNameBytesMax*4+2)/3 + 1 +
+	len("p4095") + 1 + len("9223372036854775807") + 1 + len("18446744073709551615") + 1 + (SignatureBytes*4+2)/3
+
+const _ = uint(BytesMax - longestAccess)
 
 // ErrMalformed is what every parse failure wraps: the text is not a sequencer (or not a public
 // key, or not a key set).
@@ -256,15 +272,99 @@ func (s KeySet) String() string {
 // Verify parses text and verifies it with the set's keys.
 func (s KeySet) Verify(text string) (Verified, error) { return Verify(text, s) }
 
+// AccessKind is how a grant holds its lock.
+type AccessKind int
+
+const (
+	// Exclusive is the only holder: a mutex, or a read-write lock's writer (pal2).
+	Exclusive AccessKind = iota
+	// Shared is a reader of a read-write lock's shared phase; the phase's readers share its token.
+	Shared
+	// Slot is the permit in one slot of a semaphore; each slot has tokens of its own.
+	Slot
+)
+
+func (k AccessKind) String() string {
+	switch k {
+	case Exclusive:
+		return "exclusive"
+	case Shared:
+		return "shared"
+	case Slot:
+		return "slot"
+	}
+	return fmt.Sprintf("AccessKind(%d)", int(k))
+}
+
+// Access is how a grant holds its lock: its kind, and for a Slot the slot (below PermitsMax).
+// The zero value is Exclusive.
+type Access struct {
+	Kind AccessKind
+	Slot uint32
+}
+
+func (a Access) String() string {
+	if a.Kind == Slot {
+		return fmt.Sprintf("slot %d", a.Slot)
+	}
+	return a.Kind.String()
+}
+
+// Binding is what a fence binds a scope to for a grant of lock with this access: the lock for
+// exclusive and shared grants, the lock, U+001F and the slot in decimal for a permit. No lock
+// name holds a control character, so no lock's binding equals a slot's.
+func Binding(lock string, access Access) string {
+	if access.Kind == Slot {
+		return lock + SlotSeparator + strconv.FormatUint(uint64(access.Slot), 10)
+	}
+	return lock
+}
+
+// DisplayBinding is a binding as messages show it: the lock, or "L (slot k)" for a permit's.
+func DisplayBinding(binding string) string {
+	if lock, slot, ok := strings.Cut(binding, SlotSeparator); ok {
+		return lock + " (slot " + slot + ")"
+	}
+	return binding
+}
+
+// parseAccess parses pal3's access field: "s", or "p" and a slot in decimal without a leading
+// zero, below PermitsMax.
+func parseAccess(text string) (Access, error) {
+	if text == "s" {
+		return Access{Kind: Shared}, nil
+	}
+	digits, ok := strings.CutPrefix(text, "p")
+	if !ok {
+		return Access{}, malformed("the access is %q, expected \"s\" (shared) or \"p<slot>\" (a permit)", truncate(text))
+	}
+	slot, err := decimal(digits, "slot", PermitsMax-1)
+	if err != nil {
+		return Access{}, err
+	}
+	return Access{Kind: Slot, Slot: uint32(slot)}, nil
+}
+
+func truncate(text string) string {
+	if len(text) > 16 {
+		return text[:16]
+	}
+	return text
+}
+
 // Sequencer is a parsed, not yet verified, sequencer: nothing in it is trustworthy yet.
 type Sequencer struct {
 	Text      string
 	KeyID     string
 	Lock      string
+	Access    Access
 	Token     uint64
 	Session   uint64
 	signature []byte
 }
+
+// Binding is the fence binding of the sequencer's lock and access (see Binding).
+func (q Sequencer) Binding() string { return Binding(q.Lock, q.Access) }
 
 // Parse checks the text's format, every field's canonical encoding and its limits.
 func Parse(text string) (Sequencer, error) {
@@ -280,15 +380,26 @@ func Parse(text string) (Sequencer, error) {
 		}
 	}
 	fields := strings.Split(text, ".")
-	if len(fields) != 6 {
-		return Sequencer{}, malformed("a sequencer has 6 fields separated by '.', found %d", len(fields))
+	want := 0
+	switch fields[0] {
+	case Prefix:
+		want = 6
+	case PrefixAccess:
+		want = 7
+	default:
+		return Sequencer{}, malformed("the sequencer's version is %q, expected %q or %q", truncate(fields[0]), Prefix, PrefixAccess)
 	}
-	if fields[0] != Prefix {
-		version := fields[0]
-		if len(version) > 16 {
-			version = version[:16]
+	if len(fields) != want {
+		return Sequencer{}, malformed("a %s sequencer has %d fields separated by '.', found %d", fields[0], want, len(fields))
+	}
+	access := Access{Kind: Exclusive}
+	if fields[0] == PrefixAccess {
+		var err error
+		if access, err = parseAccess(fields[3]); err != nil {
+			return Sequencer{}, err
 		}
-		return Sequencer{}, malformed("the sequencer's version is %q, expected %q", version, Prefix)
+		// The rest is laid out as pal2's: drop the access field.
+		fields = append(fields[:3:3], fields[4:]...)
 	}
 	keyID := fields[1]
 	if len(keyID) != KeyIDHexDigits || strings.Trim(keyID, "0123456789abcdef") != "" {
@@ -316,6 +427,9 @@ func Parse(text string) (Sequencer, error) {
 	if err != nil {
 		return Sequencer{}, err
 	}
+	if session == 0 && access.Kind != Exclusive {
+		return Sequencer{}, malformed("the session of a %s sequencer is 0; the service issues sessions from 1", PrefixAccess)
+	}
 	signature, ok := decodeB64(fields[5])
 	if !ok {
 		return Sequencer{}, malformed("the signature is not canonical unpadded base64url")
@@ -323,7 +437,7 @@ func Parse(text string) (Sequencer, error) {
 	if len(signature) != SignatureBytes {
 		return Sequencer{}, malformed("the signature is %d bytes, expected %d", len(signature), SignatureBytes)
 	}
-	return Sequencer{Text: text, KeyID: keyID, Lock: lock, Token: token, Session: session, signature: signature}, nil
+	return Sequencer{Text: text, KeyID: keyID, Lock: lock, Access: access, Token: token, Session: session, signature: signature}, nil
 }
 
 // Verify checks the signature with the key of keys the sequencer names.
@@ -354,6 +468,10 @@ type Verified struct {
 func (v Verified) Lock() string    { return v.q.Lock }
 func (v Verified) Token() uint64   { return v.q.Token }
 func (v Verified) Session() uint64 { return v.q.Session }
+func (v Verified) Access() Access  { return v.q.Access }
+
+// Binding is what a fence binds a scope to: the lock, or the lock and slot of a permit.
+func (v Verified) Binding() string { return v.q.Binding() }
 func (v Verified) KeyID() string   { return v.q.KeyID }
 func (v Verified) Text() string    { return v.q.Text }
 func (v Verified) String() string  { return v.q.Text }

@@ -8,7 +8,7 @@ import base64
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from palisade.sequencer import SEQUENCER_PREFIX, PublicKey, VerifiedSequencer, verify
+from palisade.sequencer import SEQUENCER_ACCESS_PREFIX, SEQUENCER_PREFIX, PublicKey, VerifiedSequencer, verify
 
 
 def _b64url(raw: bytes) -> str:
@@ -24,8 +24,12 @@ class ServiceKey:
             self._key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
         )
 
-    def grant(self, lock: str, token: int, session: int) -> VerifiedSequencer:
-        """The grant of ``lock`` with ``token`` to ``session``, verified as a resource does."""
-        signed = f"{SEQUENCER_PREFIX}.{self.public.key_id}.{_b64url(lock.encode())}.{token}.{session}"
+    def grant(self, lock: str, token: int, session: int, access: str = "") -> VerifiedSequencer:
+        """The grant of ``lock`` with ``token`` to ``session``, verified as a resource does: an
+        exclusive one (pal2), or with ``access`` ``"s"`` (shared) or ``"p<slot>"`` (a permit) pal3."""
+        lock_field = _b64url(lock.encode())
+        signed = f"{SEQUENCER_PREFIX}.{self.public.key_id}.{lock_field}.{token}.{session}"
+        if access:
+            signed = f"{SEQUENCER_ACCESS_PREFIX}.{self.public.key_id}.{lock_field}.{access}.{token}.{session}"
         signature = self._key.sign(signed.encode("ascii"))
         return verify(f"{signed}.{_b64url(signature)}", self.public)

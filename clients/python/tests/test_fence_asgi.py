@@ -58,9 +58,12 @@ class Uvicorn:
             time.sleep(0.01)
 
     def post(self, path: str, values: list[str]) -> tuple[int, Any]:
+        return self.request("POST", path, values)
+
+    def request(self, method: str, path: str, values: list[str]) -> tuple[int, Any]:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=20)
         try:
-            conn.putrequest("POST", path)
+            conn.putrequest(method, path)
             for value in values:
                 conn.putheader("Palisade-Sequencer", value)
             conn.putheader("Content-Length", "0")
@@ -165,3 +168,24 @@ def test_replicas_sharing_a_postgres_fence_refuse_a_holder_superseded_elsewhere(
         for replica in replicas:
             replica.stop()
 
+
+
+def test_readers_get_never_post_and_each_slot_is_a_scope_of_its_own() -> None:
+    keys = Keys()
+    backend = MemoryFence()
+    for server in serve(FenceMiddleware(served, keys.verifier, backend)):
+        reader_1, reader_2 = keys.service.grant("rw", 5, 1, "s"), keys.service.grant("rw", 5, 2, "s")
+        assert server.request("GET", "/doc", [str(reader_1)]) == (200, {"served": "/doc"})
+        assert server.request("GET", "/doc", [str(reader_2)])[0] == 200
+        status, body = server.post("/doc", [str(reader_1)])
+        assert (status, body["kind"], body["lock"], body["token"]) == (403, "shared_write", "rw", 5), body
+        assert "acquire the lock exclusive" in body["message"]
+        assert server.post("/doc", [str(keys.service.grant("rw", 6, 3))])[0] == 200
+        status, body = server.request("GET", "/doc", [str(reader_2)])
+        assert (status, body["kind"], body["holder_session"]) == (409, "stale", 3), body
+        assert server.post("/shard", [str(keys.service.grant("shards", 9, 1, "p0"))])[0] == 200
+        assert server.post("/shard", [str(keys.service.grant("shards", 2, 2, "p1"))])[0] == 200
+        status, body = server.post("/shard", [str(keys.service.grant("shards", 8, 3, "p0"))])
+        assert (status, body["kind"], body["lock"]) == (409, "stale", "shards (slot 0)"), body
+    assert backend.fence_state("rw") == fence.FenceState("rw", 6, 3)
+    assert backend.fence_state("shards\x1f1") == fence.FenceState("shards\x1f1", 2, 2)

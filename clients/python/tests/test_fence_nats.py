@@ -134,3 +134,20 @@ def test_the_consumer_filter_keeps_its_mark_in_the_same_commit_as_its_output(sch
         assert consume(conn, "b3", b.text).process
         rows = conn.execute("SELECT payload FROM output ORDER BY id").fetchall()
         assert [row[0] for row in rows] == ["a1", "b1", "b2", "b3"]
+
+
+async def test_a_readers_publish_is_refused_and_a_permits_subject_is_bound_to_its_slot(js_stream: tuple[Any, str]) -> None:
+    js, name = js_stream
+    key = ServiceKey()
+    fenced = JetStreamFence(js, name, fence.Verifier(key.public))
+    subject = f"{name}.events"
+    with pytest.raises(fence.SharedWrite):
+        await fenced.publish(subject, key.grant(LOCK, 5, 1, "s"), b"a reader's message")
+    await fenced.publish(subject, key.grant(LOCK, 6, 2, "p1"), b"slot 1")
+    last = await fenced.last(subject)
+    assert last is not None and last.accepted == fence.FenceState(f"{LOCK}\x1f1", 6, 2)
+    with pytest.raises(fence.WrongLock):
+        await fenced.publish(subject, key.grant(LOCK, 7, 3, "p0"), b"slot 0")
+    with pytest.raises(fence.Stale):
+        await fenced.publish(subject, key.grant(LOCK, 5, 3, "p1"), b"slot 1, superseded")
+    assert await stored(js, name, key) == [("slot 1", 6)]

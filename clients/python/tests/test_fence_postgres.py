@@ -233,3 +233,45 @@ def test_a_holder_frozen_past_its_lease_is_refused_after_a_newer_holder_wrote(
     assert holder.returncode == 3, (holder.returncode, out, err)
     assert f"token {old_token} is older than the accepted token {newer.token}" in err
     assert report(db) == [f"newer holder, token {newer.token}"], "the frozen holder's write never landed"
+
+
+def test_readers_of_a_phase_claim_never_write_and_each_slot_keeps_its_own_maximum(db: Connection[Any]) -> None:
+    from palisade.fence import stream
+
+    service = ServiceKey()
+    for session in (1, 2):
+        postgres.claim_read(db, "phase", service.grant("rw", 5, session, "s"))
+        db.commit()
+    assert postgres.fence_state(db, "phase") == fence.FenceState("rw", 5, 0)
+    db.rollback()
+    with pytest.raises(fence.SharedWrite):
+        with postgres.transaction(db, "phase", service.grant("rw", 5, 1, "s")):
+            db.execute("INSERT INTO reports VALUES ('phase', 'a reader wrote')")
+    with pytest.raises(fence.TokenReissued):
+        with postgres.transaction(db, "phase", service.grant("rw", 5, 1)):
+            pass
+    with postgres.transaction(db, "phase", service.grant("rw", 6, 3)):
+        pass
+    with pytest.raises(fence.Stale):
+        with postgres.transaction(db, "phase", service.grant("rw", 5, 2, "s"), intent="read"):
+            pass
+    assert scalar(db, "SELECT count(*) FROM reports WHERE name = 'phase'") == 0
+    db.rollback()
+    # A producer's message is a write: a reader's is dropped by the consumer's filter.
+    verifier = fence.Verifier(service.public)
+    admission = stream.admit_postgres(db, "phase-stream", service.grant("rw", 9, 1, "s").text, verifier)
+    assert not admission.process and admission.refusal is not None and admission.refusal.kind == "shared_write"
+    db.rollback()
+    # Slots: two scopes, two maxima; a permit of another slot is another binding.
+    with postgres.transaction(db, "shard-0", service.grant("shards", 9, 1, "p0")):
+        pass
+    with postgres.transaction(db, "shard-1", service.grant("shards", 3, 2, "p1")):
+        pass
+    assert postgres.fence_state(db, "shard-0") == fence.FenceState("shards\x1f0", 9, 1)
+    db.rollback()
+    with pytest.raises(fence.WrongLock, match=r"'shards \(slot 0\)'"):
+        with postgres.transaction(db, "shard-0", service.grant("shards", 10, 2, "p1")):
+            pass
+    with pytest.raises(fence.Stale):
+        with postgres.transaction(db, "shard-0", service.grant("shards", 8, 3, "p0")):
+            pass

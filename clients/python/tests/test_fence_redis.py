@@ -112,3 +112,36 @@ def test_a_token_issued_twice_is_refused_from_the_second_session_and_the_first_w
         assert store.fence_state(conn, scope) == fence.FenceState("jobs", 6, second)
     finally:
         conn.delete(key, f"palisade:fence:{scope}")
+
+
+def test_readers_read_never_write_and_a_permit_binds_the_scope_to_its_slot(conn: Redis) -> None:
+    service = ServiceKey()
+    scope, slot_scope, key = f"py-{uuid.uuid4().hex}", f"py-{uuid.uuid4().hex}", f"py-value-{uuid.uuid4().hex}"
+    store = RedisFence()
+    try:
+        store.write(conn, scope, service.grant("rw", 4, 9), [Op.set(key, "v4")])
+        for session in (1, 2):
+            assert store.read(conn, scope, service.grant("rw", 5, session, "s"), [key]) == [b"v4"]
+        assert store.fence_state(conn, scope) == fence.FenceState("rw", 5, 0)
+        reader = service.grant("rw", 5, 1, "s")
+        with pytest.raises(fence.SharedWrite):
+            store.write(conn, scope, reader, [Op.set(key, "a reader's write")])
+        with pytest.raises(fence.SharedWrite):
+            store.write_if(conn, scope, reader, [Condition.equals(key, "v4")], [Op.get(key)])
+        # The script refuses a reader's write by itself too (a client without the check): only
+        # GET ops from a session 's'.
+        script = conn.register_script(redis_fence.SCRIPT)
+        reply = script(keys=[store.fence_key(scope), key], args=["rw", "5", "s", store.key_prefix, "0", "set", "x"])
+        assert reply == [b"shared_write"]
+        with pytest.raises(fence.TokenReissued):
+            store.write(conn, scope, service.grant("rw", 5, 1), [Op.set(key, "x")])
+        store.write(conn, scope, service.grant("rw", 6, 3), [Op.set(key, "v6")])
+        with pytest.raises(fence.Stale):
+            store.read(conn, scope, service.grant("rw", 5, 2, "s"), [key])
+        assert conn.get(key) == b"v6"
+        store.write(conn, slot_scope, service.grant("shards", 2, 1, "p3"), [Op.get(key)])
+        assert store.fence_state(conn, slot_scope) == fence.FenceState("shards\x1f3", 2, 1)
+        with pytest.raises(fence.WrongLock, match=r"'shards \(slot 3\)'"):
+            store.write(conn, slot_scope, service.grant("shards", 9, 1, "p4"), [Op.get(key)])
+    finally:
+        conn.delete(key, f"palisade:fence:{scope}", f"palisade:fence:{slot_scope}")

@@ -122,3 +122,26 @@ def test_an_unreachable_server_is_a_retryable_storage_error(s3_endpoint: str) ->
     with pytest.raises(fence.Storage) as error:
         unreachable.put(key(), ServiceKey().grant("jobs", 1, 1), b"z")
     assert error.value.is_retryable
+
+
+def test_readers_read_never_write_and_a_permit_binds_the_object_to_its_slot(store: S3Fence) -> None:
+    service = ServiceKey()
+    name = key()
+    store.put(name, service.grant("rw", 4, 9), b"v4")
+    for session in (1, 2):
+        read = store.read(name, service.grant("rw", 5, session, "s"))
+        assert (read.data, read.state) == (b"v4", fence.FenceState("rw", 5, 0))
+    with pytest.raises(fence.SharedWrite):
+        store.put(name, service.grant("rw", 5, 1, "s"), b"a reader's write")
+    with pytest.raises(fence.SharedWrite):
+        store.delete(name, service.grant("rw", 6, 1, "s"))
+    store.put(name, service.grant("rw", 6, 3), b"v6")
+    with pytest.raises(fence.Stale):
+        store.read(name, service.grant("rw", 5, 2, "s"))
+    current = store.get(name)
+    assert current is not None and (current.data, current.state) == (b"v6", fence.FenceState("rw", 6, 3))
+    slot = key()
+    assert store.put(slot, service.grant("shards", 2, 1, "p3"), b"s3") == fence.FenceState("shards\x1f3", 2, 1)
+    with pytest.raises(fence.WrongLock):
+        store.put(slot, service.grant("shards", 9, 1, "p4"), b"another slot")
+    assert store.fence_state(slot) == fence.FenceState("shards\x1f3", 2, 1)

@@ -103,7 +103,7 @@ def test_a_token_issued_twice_is_refused_from_the_second_session_and_the_first_w
     assert conn.execute("SELECT n FROM counter").fetchone()[0] == 1
     # The pure check agrees with the database.
     with pytest.raises(fence.TokenReissued):
-        fence.check(before, None, service.grant("jobs", 5, second))
+        fence.check(before, None, service.grant("jobs", 5, second), "write")
     # The first session writes on with token 5; a newer token advances as before.
     with sqlite.transaction(conn, "counter", service.grant("jobs", 5, first)):
         conn.execute("UPDATE counter SET n = n + 1")
@@ -112,3 +112,46 @@ def test_a_token_issued_twice_is_refused_from_the_second_session_and_the_first_w
         conn.execute("UPDATE counter SET n = n + 1")
     assert conn.execute("SELECT n FROM counter").fetchone()[0] == 3
     assert sqlite.fence_state(conn, "counter") == fence.FenceState("jobs", 6, second)
+
+
+def test_readers_of_a_phase_claim_never_write_and_are_stale_once_a_writer_claimed(conn: sqlite3.Connection) -> None:
+    service = ServiceKey()
+    for session in (1, 2):
+        with sqlite.transaction(conn, "counter", service.grant("rw", 5, session, "s"), intent="read"):
+            assert conn.execute("SELECT n FROM counter").fetchone()[0] == 0
+    assert sqlite.fence_state(conn, "counter") == fence.FenceState("rw", 5, 0)
+    with pytest.raises(fence.SharedWrite) as refused:
+        with sqlite.transaction(conn, "counter", service.grant("rw", 5, 1, "s")):
+            conn.execute("UPDATE counter SET n = n + 100")
+    assert refused.value.kind == "shared_write" and refused.value.is_rejection and refused.value.is_final
+    assert "acquire the lock exclusive" in str(refused.value)
+    with pytest.raises(fence.TokenReissued, match="the readers of a shared phase"):
+        with sqlite.transaction(conn, "counter", service.grant("rw", 5, 1)):
+            pass
+    with sqlite.transaction(conn, "counter", service.grant("rw", 6, 3)):
+        conn.execute("UPDATE counter SET n = n + 1")
+    with pytest.raises(fence.Stale):
+        with sqlite.transaction(conn, "counter", service.grant("rw", 5, 2, "s"), intent="read"):
+            pass
+    assert conn.execute("SELECT n FROM counter").fetchone()[0] == 1
+
+
+def test_each_slot_of_a_semaphore_keeps_a_maximum_of_its_own(conn: sqlite3.Connection) -> None:
+    service = ServiceKey()
+    with sqlite.transaction(conn, "shard-0", service.grant("shards", 9, 1, "p0")):
+        pass
+    with sqlite.transaction(conn, "shard-1", service.grant("shards", 3, 2, "p1")):
+        pass
+    assert sqlite.fence_state(conn, "shard-0") == fence.FenceState("shards\x1f0", 9, 1)
+    with pytest.raises(fence.WrongLock, match=re.escape("'shards (slot 0)'")):
+        with sqlite.transaction(conn, "shard-0", service.grant("shards", 10, 2, "p1")):
+            pass
+    with pytest.raises(fence.WrongLock):
+        with sqlite.transaction(conn, "shard-0", service.grant("shards", 10, 2)):
+            pass
+    with pytest.raises(fence.Stale):
+        with sqlite.transaction(conn, "shard-0", service.grant("shards", 8, 3, "p0")):
+            pass
+    with pytest.raises(fence.WrongLock):
+        with sqlite.transaction(conn, "shard-2", service.grant("shards", 1, 1, "p2"), expect_lock="shards"):
+            pass

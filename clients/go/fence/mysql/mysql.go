@@ -29,6 +29,10 @@ const CreateTableSQL = `CREATE TABLE IF NOT EXISTS palisade_fence (
         updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
     ) ENGINE = InnoDB`
 
+// LockNameBytesMax is the lock_name column's size: a permit's binding (the lock, U+001F, up to
+// four digits) must fit it.
+const LockNameBytesMax = 256
+
 const (
 	lockRowSQL = `INSERT INTO palisade_fence (scope, lock_name, token_max, holder_session) VALUES (?, ?, ?, ?)
     ON DUPLICATE KEY UPDATE scope = scope`
@@ -47,17 +51,34 @@ func EnsureSchema(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// Claim claims scope for q inside tx, or refuses it (fence.ErrStale, fence.ErrTokenReissued,
-// fence.ErrWrongLock). expectLock, if not empty, refuses other locks' sequencers even for the
-// first claim. On an error, roll tx back.
+// Claim claims scope for q inside tx, for a transaction that writes, or refuses it
+// (fence.ErrStale, fence.ErrTokenReissued, fence.ErrWrongLock, and a shared grant as
+// fence.ErrSharedWrite; a reader's transaction claims with ClaimRead). expectLock, if not empty,
+// refuses other bindings' sequencers even for the first claim. On an error, roll tx back.
 func Claim(ctx context.Context, tx *sql.Tx, scope string, q sequencer.Verified, expectLock string) error {
+	return ClaimWith(ctx, tx, scope, q, expectLock, fence.IntentWrite)
+}
+
+// ClaimRead is Claim for a transaction that only reads: any grant may, a shared one (a reader of
+// a read-write lock) included. The transaction must not write: the fence cannot see what
+// follows.
+func ClaimRead(ctx context.Context, tx *sql.Tx, scope string, q sequencer.Verified, expectLock string) error {
+	return ClaimWith(ctx, tx, scope, q, expectLock, fence.IntentRead)
+}
+
+// ClaimWith is the claim with the intent said (fence.IntentWrite refuses a shared grant).
+func ClaimWith(ctx context.Context, tx *sql.Tx, scope string, q sequencer.Verified, expectLock string, intent fence.Intent) error {
 	if err := fence.ValidateScope(scope); err != nil {
 		return err
 	}
-	if _, err := fence.Check(nil, expectLock, q); err != nil {
+	if err := fence.Precheck(expectLock, q, intent); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, lockRowSQL, []byte(scope), []byte(q.Lock()), q.Token(), q.Session()); err != nil {
+	if binding := q.Binding(); len(binding) > LockNameBytesMax {
+		return fence.Errorf(fence.ErrInvalidRequest, "invalid fenced request: the binding of %s of lock %q is %d bytes, more than the %d of the lock_name column: use a lock name of at most %d bytes for a semaphore fenced in MySQL",
+			q.Access(), q.Lock(), len(binding), LockNameBytesMax, LockNameBytesMax-5)
+	}
+	if _, err := tx.ExecContext(ctx, lockRowSQL, []byte(scope), []byte(q.Binding()), q.Token(), fence.StoredHolder(q)); err != nil {
 		return storage(err)
 	}
 	stored, err := read(ctx, tx, selectForUpdateSQL, scope)
@@ -67,7 +88,7 @@ func Claim(ctx context.Context, tx *sql.Tx, scope string, q sequencer.Verified, 
 	if stored == nil {
 		return fence.Errorf(fence.ErrCorrupt, "fence state of scope %q is corrupt: the fence row was locked but cannot be read", scope)
 	}
-	next, err := fence.Check(stored, expectLock, q)
+	next, err := fence.Check(stored, expectLock, q, intent)
 	if err != nil {
 		return err
 	}

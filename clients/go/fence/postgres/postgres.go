@@ -5,9 +5,10 @@
 // palisade.fence.postgres: writers in any of the three languages claiming the same scope are
 // ordered by token, whichever runs first.
 //
-// Claim first, then read, then write: Claim is the first statement of the caller's transaction.
-// It is one INSERT ... ON CONFLICT (scope) DO UPDATE ... WHERE token_max < presented OR
-// (token_max = presented AND holder_session = presenting session), which locks the scope's row
+// Claim first, then read, then write: Claim (ClaimRead for a reader's transaction) is the first
+// statement of the caller's transaction. It is one INSERT ... ON CONFLICT (scope) DO UPDATE ...
+// WHERE token_max < presented OR (token_max = presented AND holder_session = presenting session,
+// 0 for a shared grant: fence.StoredHolder), which locks the scope's row
 // until the transaction ends, so concurrent claimers of one scope run one after another in token
 // order, and an older claimer, re-evaluating the WHERE against the committed row under READ
 // COMMITTED, is refused (fence.ErrStale). The caller's writes and the advance commit or roll back
@@ -68,18 +69,34 @@ type Querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// Claim claims scope for q inside tx: advances the scope's accepted token to it, or refuses it
-// (fence.ErrStale, fence.ErrTokenReissued, fence.ErrWrongLock). expectLock, if not empty,
-// refuses other locks' sequencers even for the first claim. On an error, roll tx back.
+// Claim claims scope for q inside tx, for a transaction that writes: advances the scope's
+// accepted token to it, or refuses it (fence.ErrStale, fence.ErrTokenReissued,
+// fence.ErrWrongLock, and a shared grant as fence.ErrSharedWrite; a reader's transaction claims
+// with ClaimRead). expectLock, if not empty, refuses other bindings' sequencers even for the
+// first claim. On an error, roll tx back.
 func Claim(ctx context.Context, tx Querier, scope string, q sequencer.Verified, expectLock string) error {
+	return ClaimWith(ctx, tx, scope, q, expectLock, fence.IntentWrite)
+}
+
+// ClaimRead is Claim for a transaction that only reads: any grant may, a shared one (a reader of
+// a read-write lock) included. The transaction must not write: the fence cannot see what
+// follows.
+func ClaimRead(ctx context.Context, tx Querier, scope string, q sequencer.Verified, expectLock string) error {
+	return ClaimWith(ctx, tx, scope, q, expectLock, fence.IntentRead)
+}
+
+// ClaimWith is the claim with the intent said (fence.IntentWrite refuses a shared grant).
+func ClaimWith(ctx context.Context, tx Querier, scope string, q sequencer.Verified, expectLock string, intent fence.Intent) error {
 	if err := fence.ValidateScope(scope); err != nil {
 		return err
 	}
-	if _, err := fence.Check(nil, expectLock, q); err != nil { // the binding needs no stored state
+	// The expected binding and a shared write need no stored state: refused before the database.
+	if err := fence.Precheck(expectLock, q, intent); err != nil {
 		return err
 	}
 	var stored int64
-	err := tx.QueryRowContext(ctx, advanceSQL, scope, q.Lock(), int64(q.Token()), int64(q.Session())).Scan(&stored)
+	// The holder is stored bit for bit in a bigint, as the Rust adapter does.
+	err := tx.QueryRowContext(ctx, advanceSQL, scope, q.Binding(), int64(q.Token()), int64(fence.StoredHolder(q))).Scan(&stored)
 	if err == nil {
 		if uint64(stored) != q.Token() {
 			return fence.Errorf(fence.ErrCorrupt, "fence state of scope %q is corrupt: the fence row holds token %d after advancing to %d; something other than the fence changed it", scope, stored, q.Token())
@@ -97,7 +114,7 @@ func Claim(ctx context.Context, tx Querier, scope string, q sequencer.Verified, 
 	if state == nil {
 		return fence.Errorf(fence.ErrCorrupt, "fence state of scope %q is corrupt: the claim was refused but no row holds the scope", scope)
 	}
-	return fence.ExplainRefusal(scope, *state, q)
+	return fence.ExplainRefusal(scope, *state, q, intent)
 }
 
 // State is the scope's state as tx sees it, or nil if no claim was accepted.

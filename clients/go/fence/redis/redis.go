@@ -121,7 +121,11 @@ func (f Fence) FenceKey(scope string) string { return f.prefix() + scope }
 // Write applies ops if q is accepted for scope, advancing the scope's token in the same script;
 // one reply per op. On any error nothing was written, except fence.ErrOutcomeUnknown.
 func (f Fence) Write(ctx context.Context, c goredis.Scripter, scope string, q sequencer.Verified, ops ...Op) ([]Reply, error) {
-	replies, failed, err := f.run(ctx, c, scope, q, nil, ops)
+	return f.write(ctx, c, scope, q, ops, fence.IntentWrite)
+}
+
+func (f Fence) write(ctx context.Context, c goredis.Scripter, scope string, q sequencer.Verified, ops []Op, intent fence.Intent) ([]Reply, error) {
+	replies, failed, err := f.run(ctx, c, scope, q, nil, ops, intent)
 	if err == nil && failed != nil {
 		return nil, fence.Errorf(fence.ErrCorrupt, "fence state of scope %q is corrupt: the script reported condition %d failed, but the request had none", scope, failed.Condition)
 	}
@@ -131,17 +135,19 @@ func (f Fence) Write(ctx context.Context, c goredis.Scripter, scope string, q se
 // WriteIf is Write under conditions: the replies if every condition held, else a
 // *CompareFailed (nothing written).
 func (f Fence) WriteIf(ctx context.Context, c goredis.Scripter, scope string, q sequencer.Verified, conditions []Condition, ops ...Op) ([]Reply, *CompareFailed, error) {
-	return f.run(ctx, c, scope, q, conditions, ops)
+	return f.run(ctx, c, scope, q, conditions, ops, fence.IntentWrite)
 }
 
 // Read is a fenced read: advances the scope's token and returns the values of keys (nil for a
-// missing key) in one script. Once it returns, no older grant can write here.
+// missing key) in one script. Once it returns, no older grant can write here. Any grant may
+// read, a shared one (a reader of a read-write lock) included; Write and WriteIf refuse a
+// shared grant (fence.ErrSharedWrite).
 func (f Fence) Read(ctx context.Context, c goredis.Scripter, scope string, q sequencer.Verified, keys ...string) ([][]byte, error) {
 	ops := make([]Op, len(keys))
 	for i, key := range keys {
 		ops[i] = Get(key)
 	}
-	replies, err := f.Write(ctx, c, scope, q, ops...)
+	replies, err := f.write(ctx, c, scope, q, ops, fence.IntentRead)
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +179,7 @@ func (f Fence) State(ctx context.Context, c goredis.Cmdable, scope string) (*fen
 	return &fence.State{Lock: lock, TokenMax: token, HolderSession: session}, nil
 }
 
-func (f Fence) run(ctx context.Context, c goredis.Scripter, scope string, q sequencer.Verified, conditions []Condition, ops []Op) ([]Reply, *CompareFailed, error) {
+func (f Fence) run(ctx context.Context, c goredis.Scripter, scope string, q sequencer.Verified, conditions []Condition, ops []Op, intent fence.Intent) ([]Reply, *CompareFailed, error) {
 	if err := fence.ValidateScope(scope); err != nil {
 		return nil, nil, err
 	}
@@ -185,7 +191,12 @@ func (f Fence) run(ctx context.Context, c goredis.Scripter, scope string, q sequ
 	}
 	prefix := f.prefix()
 	keys := []string{f.FenceKey(scope)}
-	args := []any{q.Lock(), strconv.FormatUint(q.Token(), 10), strconv.FormatUint(q.Session(), 10), prefix, strconv.Itoa(len(conditions))}
+	// The script's session argument is "s" for a shared grant: it stores holder 0 and may only read.
+	session := strconv.FormatUint(q.Session(), 10)
+	if q.Access().Kind == sequencer.Shared {
+		session = "s"
+	}
+	args := []any{q.Binding(), strconv.FormatUint(q.Token(), 10), session, prefix, strconv.Itoa(len(conditions))}
 	for _, cond := range conditions {
 		keys = append(keys, cond.key)
 		args = append(args, cond.kind, cond.value)
@@ -204,7 +215,9 @@ func (f Fence) run(ctx context.Context, c goredis.Scripter, scope string, q sequ
 			return nil, nil, fence.Errorf(fence.ErrInvalidRequest, "invalid fenced request: a value of %d bytes, the limit is %d", len(v), ValueBytesMax)
 		}
 	}
-	if _, err := fence.Check(nil, f.ExpectLock, q); err != nil {
+	// The expected binding and a shared write need no stored state: refused before Redis (the
+	// script refuses a shared grant's write too, for every client).
+	if err := fence.Precheck(f.ExpectLock, q, intent); err != nil {
 		return nil, nil, err
 	}
 	reply, err := script.Run(ctx, c, keys, args...).Slice()
@@ -296,7 +309,7 @@ func decode(scope string, q sequencer.Verified, ops []Op, reply []any) ([]Reply,
 		if accepted <= q.Token() {
 			return nil, nil, fence.Errorf(fence.ErrCorrupt, "fence state of scope %q is corrupt: redis called the stored token %d newer than token %d", scope, accepted, q.Token())
 		}
-		return nil, nil, fence.Stale(q.Lock(), q.Token(), accepted, holder)
+		return nil, nil, fence.Stale(q.Binding(), q.Token(), accepted, holder)
 	case "token_reissued":
 		accepted, err := canonical(scope, "token", reply[1], fence.TokenMax, 1)
 		if err != nil {
@@ -306,12 +319,17 @@ func decode(scope string, q sequencer.Verified, ops []Op, reply []any) ([]Reply,
 		if err != nil {
 			return nil, nil, err
 		}
-		if accepted != q.Token() || first == q.Session() {
+		if accepted != q.Token() || first == fence.StoredHolder(q) {
 			return nil, nil, fence.Errorf(fence.ErrCorrupt, "fence state of scope %q is corrupt: redis called token %d of session %d a re-issue of token %d of session %d", scope, q.Token(), q.Session(), accepted, first)
 		}
-		return nil, nil, fence.TokenReissued(q.Lock(), accepted, first, q.Session())
+		return nil, nil, fence.TokenReissued(q.Binding(), accepted, first, q.Session())
 	case "wrong_lock":
-		return nil, nil, fence.Errorf(fence.ErrWrongLock, "sequencer is for lock %q, but this resource is protected by lock %q: acquire %q instead", q.Lock(), field(1), field(1))
+		return nil, nil, fence.WrongLock(field(1), q.Binding())
+	case "shared_write":
+		if q.Access().Kind != sequencer.Shared {
+			return nil, nil, unexpected(fmt.Sprintf("redis called a write of a %s grant a shared write", q.Access()))
+		}
+		return nil, nil, fence.SharedWrite(q)
 	case "corrupt":
 		return nil, nil, fence.Errorf(fence.ErrCorrupt, "fence state of scope %q is corrupt: %s", scope, field(1))
 	case "compare_failed":

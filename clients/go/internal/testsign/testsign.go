@@ -31,12 +31,38 @@ func Keys(t testing.TB) sequencer.KeySet {
 	return keys
 }
 
-// Sign is the verified sequencer of (lock, token, session) signed by the test key.
+// Sign is the verified sequencer of an exclusive grant (lock, token, session) signed by the test
+// key.
 func Sign(t testing.TB, lock string, token, session uint64) sequencer.Verified {
+	t.Helper()
+	return SignAccess(t, lock, sequencer.Access{}, token, session)
+}
+
+// Shared is the verified sequencer of a shared grant (a reader of a phase).
+func Shared(t testing.TB, lock string, token, session uint64) sequencer.Verified {
+	t.Helper()
+	return SignAccess(t, lock, sequencer.Access{Kind: sequencer.Shared}, token, session)
+}
+
+// Permit is the verified sequencer of a semaphore's permit in slot.
+func Permit(t testing.TB, lock string, slot uint32, token, session uint64) sequencer.Verified {
+	t.Helper()
+	return SignAccess(t, lock, sequencer.Access{Kind: sequencer.Slot, Slot: slot}, token, session)
+}
+
+// SignAccess is the verified sequencer of (lock, access, token, session) signed by the test key:
+// pal2 for an exclusive grant, pal3 for the others.
+func SignAccess(t testing.TB, lock string, access sequencer.Access, token, session uint64) sequencer.Verified {
 	t.Helper()
 	sum := sha256.Sum256(private.Public().(ed25519.PublicKey))
 	b64 := base64.RawURLEncoding
 	body := fmt.Sprintf("pal2.%s.%s.%d.%d", hex.EncodeToString(sum[:8]), b64.EncodeToString([]byte(lock)), token, session)
+	switch access.Kind {
+	case sequencer.Shared:
+		body = fmt.Sprintf("pal3.%s.%s.s.%d.%d", hex.EncodeToString(sum[:8]), b64.EncodeToString([]byte(lock)), token, session)
+	case sequencer.Slot:
+		body = fmt.Sprintf("pal3.%s.%s.p%d.%d.%d", hex.EncodeToString(sum[:8]), b64.EncodeToString([]byte(lock)), access.Slot, token, session)
+	}
 	text := body + "." + b64.EncodeToString(ed25519.Sign(private, []byte(body)))
 	v, err := sequencer.Verify(text, Keys(t))
 	if err != nil {

@@ -1,8 +1,11 @@
 """Sequencers: the signed, lock-scoped tokens a resource checks, verified offline.
 
-The text form is ``pal2.<key id>.<lock b64url>.<token>.<session>.<ed25519 sig b64url>``, at most
-512 printable ASCII bytes, every field with exactly one accepted encoding (as the Rust crate
-``palisade-sequencer`` parses it). The signature covers every byte before the last dot. The key
+The text form of an exclusive grant is ``pal2.<key id>.<lock b64url>.<token>.<session>.<ed25519 sig
+b64url>``; a shared grant (a reader of a read-write lock's phase) or a semaphore's permit is
+``pal3.<key id>.<lock b64url>.<access>.<token>.<session>.<sig>``, the access ``s`` (shared) or
+``p<k>`` (the permit in slot k < ``PERMITS_MAX``), the session >= 1. At most 512 printable ASCII
+bytes, every field with exactly one accepted encoding (as the Rust crate ``palisade-sequencer``
+parses it). The signature covers every byte before the last dot. The key
 id, 16 lowercase hex digits, is the first 8 bytes of the SHA-256 of the 32-byte public key: a
 resource that trusts several keys during a rotation (a :class:`KeySet`) checks the signature
 with that key alone, and refuses a sequencer naming a key outside the set.
@@ -18,12 +21,18 @@ import binascii
 import dataclasses
 import hashlib
 import unicodedata
-from typing import Iterable, Optional, Union
+from typing import Iterable, Literal, Optional, Union
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 SEQUENCER_PREFIX = "pal2"
+#: The version of a shared grant's or a permit's text (``SEQUENCER_PREFIX`` is an exclusive one's).
+SEQUENCER_ACCESS_PREFIX = "pal3"
+#: A semaphore's slots are below this.
+PERMITS_MAX = 4096
+#: Joins a lock and a slot in a permit's fence binding (U+001F: no lock name holds it).
+SLOT_SEPARATOR = "\x1f"
 SEQUENCER_BYTES_MAX = 512
 PUBLIC_KEY_PREFIX = "ed25519:"
 KEY_ID_HEX_DIGITS = 16
@@ -32,6 +41,8 @@ SIGNATURE_BYTES = 64
 TOKEN_MAX = (1 << 63) - 1
 SESSION_MAX = (1 << 64) - 1
 LOCK_NAME_BYTES_MAX = 256
+#: The longest fence binding: a lock name, U+001F and a slot of up to four digits.
+BINDING_BYTES_MAX = LOCK_NAME_BYTES_MAX + 1 + 4
 #: Most keys a :class:`KeySet` holds, and the longest text it parses.
 KEY_SET_KEYS_MAX = 16
 KEY_SET_TEXT_BYTES_MAX = 16 * 1024
@@ -215,6 +226,53 @@ class KeySet:
         return ",".join(str(key) for key in self.keys)
 
 
+AccessKind = Literal["exclusive", "shared", "slot"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Access:
+    """How a grant holds its lock: ``kind`` is ``"exclusive"`` (a mutex, a read-write lock's
+    writer), ``"shared"`` (a reader of a shared phase, whose readers share its token) or
+    ``"slot"`` (a semaphore's permit, ``slot`` < ``PERMITS_MAX``; ``None`` for the others)."""
+
+    kind: AccessKind = "exclusive"
+    slot: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if (self.kind == "slot") != (self.slot is not None) or self.kind not in ("exclusive", "shared", "slot"):
+            raise ValueError(f"not an access: {self.kind!r} with slot {self.slot!r}")
+        if self.slot is not None and not 0 <= self.slot < PERMITS_MAX:
+            raise ValueError(f"slot {self.slot} is outside 0..{PERMITS_MAX}")
+
+    @staticmethod
+    def parse(text: str) -> "Access":
+        """pal3's access field: ``s``, or ``p`` and a slot in decimal with no leading zero."""
+        if text == "s":
+            return SHARED
+        if not text.startswith("p"):
+            raise Malformed(f"the access is {text[:16]!r}, expected 's' (shared) or 'p<slot>' (a permit)")
+        return Access("slot", _decimal(text[1:], "slot", PERMITS_MAX - 1))
+
+    def __str__(self) -> str:
+        return f"slot {self.slot}" if self.kind == "slot" else self.kind
+
+
+EXCLUSIVE = Access("exclusive")
+SHARED = Access("shared")
+
+
+def binding(lock: str, access: Access) -> str:
+    """What a fence binds a scope to for a grant of ``lock``: the lock for exclusive and shared
+    grants, the lock, U+001F and the slot for a permit (so no lock's binding equals a slot's)."""
+    return f"{lock}{SLOT_SEPARATOR}{access.slot}" if access.kind == "slot" else lock
+
+
+def display_binding(binding: str) -> str:
+    """A binding as messages show it: the lock, or ``L (slot k)`` for a permit's."""
+    lock, separator, slot = binding.partition(SLOT_SEPARATOR)
+    return f"{lock} (slot {slot})" if separator else binding
+
+
 @dataclasses.dataclass(frozen=True)
 class Sequencer:
     """A parsed (not yet verified) sequencer."""
@@ -225,6 +283,11 @@ class Sequencer:
     token: int
     session: int
     signature: bytes
+    access: Access = EXCLUSIVE
+
+    @property
+    def binding(self) -> str:
+        return binding(self.lock, self.access)
 
     @staticmethod
     def parse(text: str) -> "Sequencer":
@@ -236,11 +299,18 @@ class Sequencer:
             if not "\x21" <= char <= "\x7e":
                 raise Malformed(f"the sequencer has a byte that is not printable ASCII at {position}")
         fields = text.split(".")
-        if len(fields) != 6:
-            raise Malformed(f"a sequencer has 6 fields separated by '.', found {len(fields)}")
-        version, key_id, lock_field, token_field, session_field, signature_field = fields
-        if version != SEQUENCER_PREFIX:
-            raise Malformed(f"the sequencer's version is {version[:16]!r}, expected {SEQUENCER_PREFIX!r}")
+        version = fields[0]
+        if version not in (SEQUENCER_PREFIX, SEQUENCER_ACCESS_PREFIX):
+            raise Malformed(
+                f"the sequencer's version is {version[:16]!r}, expected {SEQUENCER_PREFIX!r} or {SEQUENCER_ACCESS_PREFIX!r}"
+            )
+        want = 6 if version == SEQUENCER_PREFIX else 7
+        if len(fields) != want:
+            raise Malformed(f"a {version} sequencer has {want} fields separated by '.', found {len(fields)}")
+        access = EXCLUSIVE
+        if version == SEQUENCER_ACCESS_PREFIX:
+            access = Access.parse(fields.pop(3))  # the rest is laid out as pal2's
+        _, key_id, lock_field, token_field, session_field, signature_field = fields
         if len(key_id) != KEY_ID_HEX_DIGITS or any(c not in "0123456789abcdef" for c in key_id):
             raise Malformed(f"the key id is {KEY_ID_HEX_DIGITS} lowercase hex digits")
         raw_lock = _b64url_decode(lock_field)
@@ -258,12 +328,14 @@ class Sequencer:
         if token == 0:
             raise Malformed("the token is 0")
         session = _decimal(session_field, "session", SESSION_MAX)
+        if session == 0 and access.kind != "exclusive":
+            raise Malformed(f"the session of a {SEQUENCER_ACCESS_PREFIX} sequencer is 0; the service issues sessions from 1")
         signature = _b64url_decode(signature_field)
         if signature is None:
             raise Malformed("the signature is not canonical unpadded base64url")
         if len(signature) != SIGNATURE_BYTES:
             raise Malformed(f"the signature is {len(signature)} bytes, expected {SIGNATURE_BYTES}")
-        return Sequencer(text, key_id, lock, token, session, signature)
+        return Sequencer(text, key_id, lock, token, session, signature, access)
 
     def verify(self, keys: Union[KeySet, PublicKey, str]) -> "VerifiedSequencer":
         keys = KeySet.of(keys)
@@ -301,6 +373,15 @@ class VerifiedSequencer:
     @property
     def key_id(self) -> str:
         return self.sequencer.key_id
+
+    @property
+    def access(self) -> Access:
+        return self.sequencer.access
+
+    @property
+    def binding(self) -> str:
+        """What a fence binds a scope to: the lock, or the lock and slot of a permit."""
+        return self.sequencer.binding
 
     @property
     def text(self) -> str:

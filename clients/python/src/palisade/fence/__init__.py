@@ -19,7 +19,25 @@ the session that presented it first: another session presenting it means the loc
 it twice, and is refused (:class:`TokenReissued`). A superseded holder, however long it was
 paused, is refused at the resource.
 
-Every :class:`FenceError` is exactly one of: *final* (``Stale``, ``TokenReissued``, ``WrongLock``, ``Missing``,
+**Shared grants and permits.** A read-write lock's readers share one token per phase, so a scope
+stores holder session 0 for a maximum accepted from a shared grant ("a shared phase"); a
+semaphore's permit binds its scope to its slot (:attr:`~palisade.sequencer.VerifiedSequencer.binding`:
+the lock, U+001F, the slot), so each slot keeps a maximum of its own. :func:`check` states the rule,
+with the caller's *intent* (``"read"`` for a claim before a read, ``"write"`` for a write or a
+claim that authorizes the writes after it):
+
+1. another binding than the scope's (or the expected one) is :class:`WrongLock`;
+2. a shared grant that writes is :class:`SharedWrite`;
+3. a token below the maximum is :class:`Stale`;
+4. the maximum again is accepted, unchanged, from a shared grant while the stored holder is 0,
+   and from an exclusive grant or a permit while the stored holder is its session; anything else
+   is :class:`TokenReissued`;
+5. a larger token is accepted and stored, with holder 0 for a shared grant.
+
+The SQL helpers' ``claim`` is for a transaction that writes (a shared grant is refused);
+a reader's transaction claims with ``claim_read``. Redis's and S3's ``read`` are reads.
+
+Every :class:`FenceError` is exactly one of: *final* (``Stale``, ``TokenReissued``, ``SharedWrite``, ``WrongLock``, ``Missing``,
 ``Malformed``, ``Forged``, ``InvalidScope``, ``InvalidRequest``, ``Corrupt``: retrying cannot
 succeed), *retryable* (``Storage``: nothing was applied) or *outcome unknown*
 (``OutcomeUnknown``: read back under a claim before deciding). ``kind`` is the same
@@ -30,7 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Optional, Union
+from typing import Literal, Optional, Union
 
 from ..sequencer import (
     Forged as _SequencerForged,
@@ -40,6 +58,7 @@ from ..sequencer import (
     PublicKey,
     SequencerError,
     VerifiedSequencer,
+    display_binding,
 )
 from ..sequencer import (
     verify as _verify,
@@ -65,7 +84,7 @@ class FenceError(Exception):
     @property
     def is_rejection(self) -> bool:
         """The sequencer was refused; retrying with it cannot succeed."""
-        return self.kind in ("stale", "token_reissued", "wrong_lock", "missing", "malformed", "forged")
+        return self.kind in ("stale", "token_reissued", "shared_write", "wrong_lock", "missing", "malformed", "forged")
 
     @property
     def is_retryable(self) -> bool:
@@ -87,7 +106,12 @@ class Stale(FenceError):
     kind = "stale"
 
     def __init__(self, lock: str, presented: int, accepted: int, holder_session: Optional[int]) -> None:
-        holder = f" (set by session {holder_session})" if holder_session is not None else ""
+        lock = display_binding(lock)
+        holder = ""
+        if holder_session == 0:
+            holder = " (set by a shared phase's readers)"
+        elif holder_session is not None:
+            holder = f" (set by session {holder_session})"
         super().__init__(
             f"stale sequencer for lock {lock!r}: token {presented} is older than the accepted token "
             f"{accepted}{holder}; a newer holder has claimed, read or written here, so re-acquire the "
@@ -107,8 +131,10 @@ class TokenReissued(FenceError):
     kind = "token_reissued"
 
     def __init__(self, lock: str, token: int, first_session: int, presented_session: int) -> None:
+        lock = display_binding(lock)
+        first = "the readers of a shared phase" if first_session == 0 else f"session {first_session}"
         super().__init__(
-            f"token {token} of lock {lock!r} was first presented here by session {first_session}, and session "
+            f"token {token} of lock {lock!r} was first presented here by {first}, and session "
             f"{presented_session} presents it now: the lock service issued this token twice (restored from a "
             "backup, or its log was lost or rolled back), so this grant is refused; tell the lock service's "
             "operator, then release the lock and acquire it again for a newer token"
@@ -119,10 +145,27 @@ class TokenReissued(FenceError):
         self.presented_session = presented_session
 
 
+class SharedWrite(FenceError):
+    """A shared grant (a reader of a read-write lock's shared phase) tried to write. Readers share
+    their phase's token, so a fence cannot tell one reader's write from another's: only an
+    exclusive grant (or a semaphore's permit) writes."""
+
+    kind = "shared_write"
+
+    def __init__(self, lock: str, token: int) -> None:
+        super().__init__(
+            f"a reader (shared grant) cannot write: token {token} of lock {lock!r} is a shared grant, so this "
+            "write is refused; acquire the lock exclusive to write"
+        )
+        self.lock = lock
+        self.token = token
+
+
 class WrongLock(FenceError):
     kind = "wrong_lock"
 
     def __init__(self, expected: str, presented: str) -> None:
+        expected, presented = display_binding(expected), display_binding(presented)
         super().__init__(
             f"sequencer is for lock {presented!r}, but this resource is protected by lock {expected!r}: "
             f"acquire {expected!r} instead"
@@ -168,11 +211,28 @@ class OutcomeUnknown(FenceError):
 
 @dataclasses.dataclass(frozen=True)
 class FenceState:
-    """What a scope has accepted so far, stored with its data."""
+    """What a scope has accepted so far, stored with its data: ``lock`` is its binding (the lock,
+    or a permit's lock and slot), ``holder_session`` the session that presented ``token_max``
+    first, 0 for a shared phase."""
 
     lock: str
     token_max: int
     holder_session: int
+
+
+#: What the caller does with an accepted sequencer: ``"read"`` (a claim before a read, or a read:
+#: any grant may) or ``"write"`` (a write, or a claim that authorizes the writes after it:
+#: exclusive grants and permits only).
+Intent = Literal["read", "write"]
+READ: Intent = "read"
+WRITE: Intent = "write"
+
+
+def stored_holder(sequencer: VerifiedSequencer) -> int:
+    """The holder session a scope stores when it accepts ``sequencer``: its session, or 0 for a
+    shared grant. A scope accepts its token again exactly when the stored holder equals this,
+    which is how the SQL statements and the Lua script state rule 4."""
+    return 0 if sequencer.access.kind == "shared" else sequencer.session
 
 
 def validate_scope(scope: object) -> str:
@@ -236,32 +296,49 @@ class Verifier:
         return verified
 
 
-def check(accepted: Optional[FenceState], expected_lock: Optional[str], sequencer: VerifiedSequencer) -> FenceState:
+def check(
+    accepted: Optional[FenceState], expected_lock: Optional[str], sequencer: VerifiedSequencer, intent: Intent
+) -> FenceState:
     """The pure decision every backend runs under its own atomicity: the state to store, or the
-    refusal. Accepts a token equal to the maximum from the session that presented it first (one
-    grant may write many times), and refuses it from any other session (:class:`TokenReissued`)."""
+    refusal, by the rule of the module docs. Accepts a token equal to the maximum from the grant
+    that presented it first (one grant may write many times; every reader of a shared phase may
+    claim), and refuses it from any other (:class:`TokenReissued`). ``expected_lock`` (a lock
+    name, or a permit's binding) refuses other bindings even for the first access."""
     if not isinstance(sequencer, VerifiedSequencer):
         raise TypeError("the fence takes only a VerifiedSequencer: verify the sequencer first")
+    if intent not in (READ, WRITE):
+        raise ValueError(f"an intent is 'read' or 'write', not {intent!r}")
     assert 1 <= sequencer.token <= TOKEN_MAX
-    if expected_lock is not None and sequencer.lock != expected_lock:
-        raise WrongLock(expected_lock, sequencer.lock)
+    binding = sequencer.binding
+    if expected_lock is not None and binding != expected_lock:
+        raise WrongLock(expected_lock, binding)
+    if accepted is not None and binding != accepted.lock:
+        raise WrongLock(accepted.lock, binding)
+    if sequencer.access.kind == "shared" and intent == WRITE:
+        raise SharedWrite(sequencer.lock, sequencer.token)
+    holder = stored_holder(sequencer)
     if accepted is None:
-        return FenceState(sequencer.lock, sequencer.token, sequencer.session)
-    if sequencer.lock != accepted.lock:
-        raise WrongLock(accepted.lock, sequencer.lock)
+        return FenceState(binding, sequencer.token, holder)
     if sequencer.token < accepted.token_max:
         raise Stale(accepted.lock, sequencer.token, accepted.token_max, accepted.holder_session)
-    if sequencer.token == accepted.token_max and sequencer.session != accepted.holder_session:
-        # One grant has one session: the same token from another session was issued twice.
+    if sequencer.token == accepted.token_max and holder != accepted.holder_session:
+        # One grant has one session (one phase, holder 0): the same token from another was
+        # issued twice.
         raise TokenReissued(accepted.lock, accepted.token_max, accepted.holder_session, sequencer.session)
-    return FenceState(accepted.lock, sequencer.token, sequencer.session)
+    return FenceState(accepted.lock, sequencer.token, holder)
 
 
-def explain_refusal(scope: str, accepted: FenceState, sequencer: VerifiedSequencer) -> FenceError:
+def precheck(expected_lock: Optional[str], sequencer: VerifiedSequencer, intent: Intent) -> None:
+    """Refuses what :func:`check` refuses without stored state (an unexpected binding, a shared
+    grant's write); the backends run it before their I/O."""
+    check(None, expected_lock, sequencer, intent)
+
+
+def explain_refusal(scope: str, accepted: FenceState, sequencer: VerifiedSequencer, intent: Intent) -> FenceError:
     """Why a database refused ``sequencer`` given the row that refused it; a row that would have
     accepted is corruption, never success."""
     try:
-        check(accepted, None, sequencer)
+        check(accepted, None, sequencer, intent)
     except FenceError as refusal:
         return refusal
     return Corrupt(
@@ -295,16 +372,22 @@ __all__ = [
     "FenceError",
     "FenceState",
     "Forged",
+    "Intent",
     "InvalidRequest",
     "InvalidScope",
     "Malformed",
     "Missing",
     "OutcomeUnknown",
+    "READ",
+    "SharedWrite",
     "Stale",
     "Storage",
     "TokenReissued",
     "Verifier",
+    "WRITE",
     "WrongLock",
     "check",
+    "precheck",
+    "stored_holder",
     "verify_presented",
 ]

@@ -15,11 +15,16 @@ sequencer from the ``Palisade-Sequencer`` header (what ``palisade lock`` hands a
 ``$PALISADE_SEQUENCER``), verifies it, and checks and advances the scope's accepted token in a
 :class:`FenceBackend`: :class:`MemoryFence` (tests, one process) or :class:`PostgresFence`
 (every replica shares the ``palisade_fence`` table with the Rust fences). The scope is the
-sequencer's lock unless ``scope=`` gives a function of the ASGI scope and the sequencer.
+sequencer's binding (its lock, or for a semaphore's permit the lock and the slot, so each slot
+has a scope of its own) unless ``scope=`` gives a function of the ASGI scope and the sequencer.
+
+``GET`` and ``HEAD`` requests are reads: any grant may make them, the readers of a read-write
+lock's shared phase included. Every other method, and a websocket (which may write once open),
+is a write, which a shared grant may not make (``shared_write``, 403).
 
 A refusal is the fenced store's JSON body with its status: ``stale`` and ``token_reissued`` 409
 (with ``lock``, ``presented``, ``accepted``, ``holder_session`` / ``token``, ``first_session``,
-``presented_session``), ``wrong_lock`` and ``forged`` 403, ``malformed`` 400, ``missing`` 428 (a
+``presented_session``), ``wrong_lock``, ``shared_write`` (with ``lock``, ``token``) and ``forged`` 403, ``malformed`` 400, ``missing`` 428 (a
 precondition, like ``If-Match``; not a credential), ``storage`` 503. A refused websocket is
 closed before it is accepted (the server answers the handshake with 403).
 
@@ -37,10 +42,14 @@ from typing import Any, Awaitable, Callable, MutableMapping, Optional, Protocol
 
 from ..sequencer import VerifiedSequencer
 from . import (
+    READ,
+    WRITE,
     FenceError,
     FenceState,
+    Intent,
     InvalidRequest,
     Malformed,
+    SharedWrite,
     Stale,
     TokenReissued,
     Verifier,
@@ -66,6 +75,7 @@ HTTP_STATUS = {
     "stale": 409,
     "token_reissued": 409,
     "wrong_lock": 403,
+    "shared_write": 403,
     "forged": 403,
     "missing": 428,
     "malformed": 400,
@@ -78,10 +88,11 @@ HTTP_STATUS = {
 
 
 class FenceBackend(Protocol):
-    """Where each scope's accepted token lives: check ``sequencer`` against it and advance it,
-    atomically, or raise the :class:`~palisade.fence.FenceError` of the refusal."""
+    """Where each scope's accepted token lives: check ``sequencer`` for ``intent`` (``"read"`` for
+    ``GET`` and ``HEAD``, ``"write"`` otherwise) against it and advance it, atomically, or raise
+    the :class:`~palisade.fence.FenceError` of the refusal."""
 
-    async def check_and_advance(self, scope: str, sequencer: VerifiedSequencer) -> None: ...
+    async def check_and_advance(self, scope: str, sequencer: VerifiedSequencer, intent: Intent) -> None: ...
 
 
 class MemoryFence:
@@ -95,7 +106,7 @@ class MemoryFence:
         with self._mutex:
             return self._scopes.get(scope)
 
-    async def check_and_advance(self, scope: str, sequencer: VerifiedSequencer) -> None:
+    async def check_and_advance(self, scope: str, sequencer: VerifiedSequencer, intent: Intent) -> None:
         with self._mutex:
             accepted = self._scopes.get(scope)
             if accepted is None and len(self._scopes) >= MEMORY_FENCE_SCOPES_MAX:
@@ -103,7 +114,7 @@ class MemoryFence:
                     f"invalid fenced request: this in-memory fence already tracks {MEMORY_FENCE_SCOPES_MAX} "
                     "scopes and forgets none; use a durable fence (PostgreSQL) or fewer scopes"
                 )
-            self._scopes[scope] = check(accepted, None, sequencer)
+            self._scopes[scope] = check(accepted, None, sequencer, intent)
 
 
 class PostgresFence:
@@ -119,15 +130,15 @@ class PostgresFence:
         self._conn = conn
         self._mutex = threading.Lock()
 
-    async def check_and_advance(self, scope: str, sequencer: VerifiedSequencer) -> None:
-        await asyncio.to_thread(self._admit, scope, sequencer)
+    async def check_and_advance(self, scope: str, sequencer: VerifiedSequencer, intent: Intent) -> None:
+        await asyncio.to_thread(self._admit, scope, sequencer, intent)
 
-    def _admit(self, scope: str, sequencer: VerifiedSequencer) -> None:
+    def _admit(self, scope: str, sequencer: VerifiedSequencer, intent: Intent) -> None:
         from . import postgres
 
         with self._mutex:
             try:
-                postgres.claim(self._conn, scope, sequencer)
+                postgres.claim(self._conn, scope, sequencer, intent=intent)
             except BaseException:
                 self._conn.rollback()
                 raise
@@ -154,6 +165,8 @@ def refusal_body(refusal: FenceError) -> dict[str, Any]:
             "first_session": refusal.first_session,
             "presented_session": refusal.presented_session,
         }
+    elif isinstance(refusal, SharedWrite):
+        body = {"kind": refusal.kind, "lock": refusal.lock, "token": refusal.token}
     elif isinstance(refusal, WrongLock):
         body = {"kind": refusal.kind, "expected": refusal.expected, "presented": refusal.presented}
     elif refusal.kind == "missing":
@@ -180,7 +193,7 @@ class FenceMiddleware:
         self.app = app
         self.verifier = verifier
         self.fence = fence
-        self._scope = scope or (lambda _request, sequencer: sequencer.lock)
+        self._scope = scope or (lambda _request, sequencer: sequencer.binding)
         #: Accepted and refused requests per lock.
         self.stats = stats if stats is not None else FenceStats()
 
@@ -203,11 +216,18 @@ class FenceMiddleware:
             raise
         try:
             fence_scope = validate_scope(self._scope(request, sequencer))
-            await self.fence.check_and_advance(fence_scope, sequencer)
+            await self.fence.check_and_advance(fence_scope, sequencer, _intent(request))
         except FenceError as refusal:
             self.stats.record(sequencer.lock, refusal)
             raise
         self.stats.record(sequencer.lock)
+
+
+def _intent(request: Scope) -> Intent:
+    """``GET`` and ``HEAD`` read; any other method, and a websocket, writes."""
+    if request["type"] == "http" and request.get("method") in ("GET", "HEAD"):
+        return READ
+    return WRITE
 
 
 def _presented(request: Scope) -> Optional[str]:

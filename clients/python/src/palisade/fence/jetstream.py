@@ -33,6 +33,7 @@ import random
 from typing import Any, Optional
 
 from . import (
+    WRITE,
     Corrupt,
     FenceError,
     FenceState,
@@ -40,6 +41,7 @@ from . import (
     Storage,
     Verifier,
     check,
+    stored_holder,
 )
 from ..sequencer import VerifiedSequencer
 from .stream import SEQUENCER_HEADER
@@ -107,7 +109,7 @@ class JetStreamFence:
                     f"fence state of scope {subject!r} is corrupt: the last message (sequence {message.seq}) "
                     f"carries a {SEQUENCER_HEADER} that does not verify: {refused}"
                 ) from None
-            accepted = FenceState(verified.lock, verified.token, verified.session)
+            accepted = FenceState(verified.binding, verified.token, stored_holder(verified))
         return LastMessage(int(message.seq or 0), bytes(message.data or b""), headers, accepted)
 
     async def publish_after(
@@ -159,7 +161,8 @@ class JetStreamFence:
         )
 
     def _check(self, last: Optional[LastMessage], sequencer: VerifiedSequencer) -> FenceState:
-        return check(last.accepted if last is not None else None, self._expect_lock, sequencer)
+        # A publish is a write: a shared grant (a reader) is refused.
+        return check(last.accepted if last is not None else None, self._expect_lock, sequencer, WRITE)
 
     async def _send(
         self,

@@ -11,8 +11,12 @@ transaction, before its reads::
         body = conn.execute("SELECT body FROM reports WHERE name = 'nightly'").fetchone()
         conn.execute("UPDATE reports SET body = %s WHERE name = 'nightly'", (new_body,))
 
+:func:`claim` is for a transaction that writes, and refuses a shared grant (a reader of a
+read-write lock) as :class:`~palisade.fence.SharedWrite`; a reader's transaction claims with
+:func:`claim_read` (and must not write: the fence cannot see what follows).
+
 The claim is one ``INSERT ... ON CONFLICT (scope) DO UPDATE ... WHERE token_max < presented OR
-(token_max = presented AND holder_session = presenting session)`` (an equal token from another
+(token_max = presented AND holder_session = presenting session, 0 for a shared grant)`` (an equal token from another
 session is refused as :class:`~palisade.fence.TokenReissued`: the lock service issued it twice):
 it locks the scope's row until the transaction ends, so concurrent claimers of one scope run one
 after another in token order, and an older claimer, re-evaluating the ``WHERE`` against the
@@ -30,12 +34,15 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from . import (
+    WRITE,
     FenceState,
+    Intent,
     OutcomeUnknown,
     Storage,
-    check,
     confirm_advanced,
     explain_refusal,
+    precheck,
+    stored_holder,
     stored_state,
     to_signed,
     validate_scope,
@@ -84,19 +91,23 @@ def ensure_schema(conn: Any) -> None:
         raise _storage(error) from None
 
 
-def claim(conn: Any, scope: str, sequencer: VerifiedSequencer, *, expect_lock: Optional[str] = None) -> None:
-    """Claims ``scope`` for ``sequencer`` inside the connection's current transaction: advances
-    the scope's accepted token to it, or raises :class:`~palisade.fence.Stale` /
-    :class:`~palisade.fence.WrongLock`. ``expect_lock`` refuses other locks' sequencers even for
-    the first claim. On an error, let the transaction roll back."""
+def claim(
+    conn: Any, scope: str, sequencer: VerifiedSequencer, *, expect_lock: Optional[str] = None, intent: Intent = WRITE
+) -> None:
+    """Claims ``scope`` for ``sequencer`` inside the connection's current transaction, for a
+    transaction that writes (``intent="read"``: one that only reads, as :func:`claim_read`):
+    advances the scope's accepted token to it, or raises :class:`~palisade.fence.Stale` /
+    :class:`~palisade.fence.WrongLock` / :class:`~palisade.fence.SharedWrite` (a reader's write).
+    ``expect_lock`` refuses other bindings' sequencers even for the first claim. On an error, let
+    the transaction roll back."""
     import psycopg
 
     validate_scope(scope)
-    check(None, expect_lock, sequencer)  # the binding needs no stored state
+    precheck(expect_lock, sequencer, intent)  # the binding and a reader's write need no stored state
     token = sequencer.token
     try:
         row = conn.execute(
-            ADVANCE_SQL, (scope, sequencer.lock, token, to_signed(sequencer.session)), prepare=False
+            ADVANCE_SQL, (scope, sequencer.binding, token, to_signed(stored_holder(sequencer))), prepare=False
         ).fetchone()
         if row is not None:
             confirm_advanced(scope, row[0], token)
@@ -106,7 +117,13 @@ def claim(conn: Any, scope: str, sequencer: VerifiedSequencer, *, expect_lock: O
     except psycopg.Error as error:
         raise _storage(error) from None
     accepted = stored_state(scope, stored[0], stored[1], stored[2])
-    raise explain_refusal(scope, accepted, sequencer)
+    raise explain_refusal(scope, accepted, sequencer, intent)
+
+
+def claim_read(conn: Any, scope: str, sequencer: VerifiedSequencer, *, expect_lock: Optional[str] = None) -> None:
+    """:func:`claim` for a transaction that only reads: any grant may, a shared one (a reader of
+    a read-write lock) included. The transaction must not write."""
+    claim(conn, scope, sequencer, expect_lock=expect_lock, intent="read")
 
 
 def fence_state(conn: Any, scope: str) -> Optional[FenceState]:
@@ -154,14 +171,24 @@ class transaction:
     :class:`~palisade.fence.OutcomeUnknown`), rolling back on any exception.
 
     ``conn`` must be a psycopg connection outside autocommit mode and idle (no transaction open),
-    so that the claim is the transaction's first statement.
+    so that the claim is the transaction's first statement. ``intent="read"`` for a transaction
+    that only reads (a reader of a read-write lock may).
     """
 
-    def __init__(self, conn: Any, scope: str, sequencer: VerifiedSequencer, *, expect_lock: Optional[str] = None):
+    def __init__(
+        self,
+        conn: Any,
+        scope: str,
+        sequencer: VerifiedSequencer,
+        *,
+        expect_lock: Optional[str] = None,
+        intent: Intent = WRITE,
+    ):
         self._conn = conn
         self._scope = scope
         self._sequencer = sequencer
         self._expect_lock = expect_lock
+        self._intent = intent
 
     def __enter__(self) -> Any:
         import psycopg
@@ -176,7 +203,7 @@ class transaction:
                 "invalid fenced request: a transaction is already open on the connection; the claim must be its first statement"
             )
         try:
-            claim(conn, self._scope, self._sequencer, expect_lock=self._expect_lock)
+            claim(conn, self._scope, self._sequencer, expect_lock=self._expect_lock, intent=self._intent)
         except BaseException:
             conn.rollback()
             raise

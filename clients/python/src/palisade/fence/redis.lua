@@ -1,7 +1,10 @@
 #!lua
 -- KEYS[1]: the scope's fence hash; KEYS[1 + j]: the key of condition j; KEYS[1 + conditions + i]:
--- the key of op i. ARGV[1..5]: lock, token, session, fence key prefix, number of conditions;
--- then kind and value of each condition, then kind and value of each op.
+-- the key of op i. ARGV[1..5]: binding (the lock, or a permit's lock U+001F slot), token,
+-- session, fence key prefix, number of conditions; then kind and value of each condition, then
+-- kind and value of each op. The session is 's' for a shared grant (a reader of a read-write
+-- lock's shared phase): it stores holder 0 ("a shared phase"), is accepted again at an equal
+-- token only while the stored holder is 0, and may only read (GET ops, no conditions).
 --
 -- Redis does not roll a script back when a command in it fails, so everything that could fail
 -- is checked before the first write: then the ops and the advance happen all or not at all.
@@ -10,6 +13,16 @@
 local lock, token, session, prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local conditions = tonumber(ARGV[5])
 local ops = #KEYS - 1 - conditions
+local shared = session == 's'
+if shared then session = '0' end
+-- A shared grant's request writes if it has a condition (a compare-and-set) or any op but GET.
+local shared_write = false
+if shared then
+  shared_write = conditions > 0
+  for i = 1, ops do
+    if ARGV[5 + 2 * conditions + 2 * i - 1] ~= 'get' then shared_write = true end
+  end
+end
 
 -- Canonical decimals, compared as text (length, then bytes): Lua numbers are doubles and cannot
 -- hold every 64-bit integer exactly.
@@ -42,11 +55,17 @@ if fence[1] or fence[2] or fence[3] then
   if fence[1] ~= lock then
     return {'wrong_lock', fence[1]}
   end
+end
+if shared_write then
+  return {'shared_write'}
+end
+if fence[2] then
   local accepted = fence[2]
   if #token < #accepted or (#token == #accepted and token < accepted) then
     return {'stale', accepted, fence[3]}
   end
-  -- One grant has one session: the accepted token from another session was issued twice.
+  -- One grant has one session (a shared phase holder 0): the accepted token from another was
+  -- issued twice.
   if token == accepted and session ~= fence[3] then
     return {'token_reissued', accepted, fence[3]}
   end

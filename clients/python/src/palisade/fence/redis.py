@@ -14,6 +14,11 @@ writer and a Python writer fence the same keys.
 - :meth:`RedisFence.write_if` adds conditions (``equals``, ``absent``) checked against the data
   before the ops: a compare-and-set, applied all or nothing.
 
+:meth:`RedisFence.read` is a read, which any grant may make, a shared one (a reader of a read-write
+lock) included; :meth:`RedisFence.write` and :meth:`RedisFence.write_if` refuse a shared grant
+(:class:`~palisade.fence.SharedWrite`). The script's session argument is ``s`` for a shared grant:
+it stores holder 0 and refuses any op but ``get`` from it, for every client.
+
 Before its first write the script checks that every op can apply (types, integer overflow), so a
 request is applied in full or not at all. Redis 7.0 or later.
 
@@ -29,15 +34,20 @@ import importlib.resources
 from typing import Any, Optional, Sequence, Union
 
 from . import (
+    READ,
+    WRITE,
     Corrupt,
     FenceState,
+    Intent,
     InvalidRequest,
     OutcomeUnknown,
+    SharedWrite,
     Stale,
     Storage,
     TokenReissued,
     WrongLock,
-    check,
+    precheck,
+    stored_holder,
     validate_scope,
 )
 from ..sequencer import VerifiedSequencer
@@ -143,7 +153,10 @@ class RedisFence:
         """Applies ``ops`` if ``sequencer`` is accepted for ``scope``, advancing the scope's token
         in the same script; returns one reply per op. On any error nothing was written, except
         :class:`~palisade.fence.OutcomeUnknown`."""
-        outcome = self._run(conn, scope, sequencer, (), ops)
+        return self._write(conn, scope, sequencer, ops, WRITE)
+
+    def _write(self, conn: Any, scope: str, sequencer: VerifiedSequencer, ops: Sequence[Op], intent: Intent) -> list[Any]:
+        outcome = self._run(conn, scope, sequencer, (), ops, intent)
         if isinstance(outcome, CompareFailed):
             raise Corrupt(
                 f"fence state of scope {scope!r} is corrupt: the script reported condition "
@@ -156,12 +169,13 @@ class RedisFence:
     ) -> Union[list[Any], CompareFailed]:
         """:meth:`write` under ``conditions``: the replies if every condition held, else a
         :class:`CompareFailed` (nothing written)."""
-        return self._run(conn, scope, sequencer, conditions, ops)
+        return self._run(conn, scope, sequencer, conditions, ops, WRITE)
 
     def read(self, conn: Any, scope: str, sequencer: VerifiedSequencer, keys: Sequence[str]) -> list[Optional[bytes]]:
         """A fenced read: advances the scope's token and returns the values of ``keys`` (``None``
-        for a missing key) in one script. Once it returns, no older grant can write here."""
-        return self.write(conn, scope, sequencer, [Op.get(key) for key in keys])
+        for a missing key) in one script. Once it returns, no older grant can write here. Any grant
+        may read, a shared one included."""
+        return self._write(conn, scope, sequencer, [Op.get(key) for key in keys], READ)
 
     def fence_state(self, conn: Any, scope: str) -> Optional[FenceState]:
         """The scope's state, if any sequencer was accepted."""
@@ -183,7 +197,13 @@ class RedisFence:
         )
 
     def _run(
-        self, conn: Any, scope: str, sequencer: VerifiedSequencer, conditions: Sequence[Condition], ops: Sequence[Op]
+        self,
+        conn: Any,
+        scope: str,
+        sequencer: VerifiedSequencer,
+        conditions: Sequence[Condition],
+        ops: Sequence[Op],
+        intent: Intent,
     ) -> Union[list[Any], CompareFailed]:
         import redis as redis_py
 
@@ -197,12 +217,14 @@ class RedisFence:
         for item in list(conditions) + list(ops):
             if item.key.startswith(self.key_prefix):
                 raise _reserved(item.key)
-        check(None, self.expect_lock, sequencer)
+        # The expected binding and a shared write need no stored state: refused before Redis (the
+        # script refuses a shared grant's write too, for every client).
+        precheck(self.expect_lock, sequencer, intent)
         keys = [self.fence_key(scope)]
         args: list[Any] = [
-            sequencer.lock,
+            sequencer.binding,
             str(sequencer.token),
-            str(sequencer.session),
+            "s" if sequencer.access.kind == "shared" else str(sequencer.session),
             self.key_prefix,
             str(len(conditions)),
         ]
@@ -288,18 +310,22 @@ def _decode(scope: str, sequencer: VerifiedSequencer, ops: Sequence[Op], reply: 
             raise Corrupt(
                 f"fence state of scope {scope!r} is corrupt: redis called the stored token {accepted} newer than token {sequencer.token}"
             )
-        raise Stale(sequencer.lock, sequencer.token, accepted, holder)
+        raise Stale(sequencer.binding, sequencer.token, accepted, holder)
     if status == "token_reissued":
         accepted = _canonical(scope, "token", reply[1], (1 << 63) - 1, minimum=1)
         first = _canonical(scope, "session", reply[2], (1 << 64) - 1)
-        if accepted != sequencer.token or first == sequencer.session:
+        if accepted != sequencer.token or first == stored_holder(sequencer):
             raise Corrupt(
                 f"fence state of scope {scope!r} is corrupt: redis called token {sequencer.token} of session "
                 f"{sequencer.session} a re-issue of token {accepted} of session {first}"
             )
-        raise TokenReissued(sequencer.lock, accepted, first, sequencer.session)
+        raise TokenReissued(sequencer.binding, accepted, first, sequencer.session)
     if status == "wrong_lock":
-        raise WrongLock(text(1), sequencer.lock)
+        raise WrongLock(text(1), sequencer.binding)
+    if status == "shared_write":
+        if sequencer.access.kind != "shared":
+            raise _unexpected(f"redis called a write of a {sequencer.access} grant a shared write")
+        raise SharedWrite(sequencer.lock, sequencer.token)
     if status == "corrupt":
         raise Corrupt(f"fence state of scope {scope!r} is corrupt: {text(1)}")
     if status == "compare_failed":

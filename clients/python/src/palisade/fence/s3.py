@@ -37,8 +37,20 @@ import json
 import urllib.parse
 from typing import Callable, Optional
 
-from . import Corrupt, FenceState, InvalidRequest, InvalidScope, OutcomeUnknown, Storage, check, stored_state
-from ..sequencer import VerifiedSequencer
+from . import (
+    READ,
+    WRITE,
+    Corrupt,
+    FenceState,
+    InvalidRequest,
+    InvalidScope,
+    OutcomeUnknown,
+    Storage,
+    check,
+    precheck,
+    stored_state,
+)
+from ..sequencer import BINDING_BYTES_MAX, VerifiedSequencer
 
 #: Longest object key, in bytes (S3's own limit).
 S3_KEY_BYTES_MAX = 1024
@@ -51,7 +63,6 @@ S3_ENVELOPE_BYTES_MAX = 1024
 #: Seconds one HTTP request may take.
 S3_REQUEST_TIMEOUT = 30.0
 #: The longest lock name the lock service issues, in bytes.
-LOCK_NAME_BYTES_MAX = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,8 +120,8 @@ def open_envelope(key: str, body: bytes) -> tuple[FenceState, Optional[bytes]]:
         raise Corrupt(prefix + f"the first line is not a fence envelope: {body[:newline][:200]!r}")
     if line["palisade_fence"] != 1:
         raise Corrupt(prefix + f"envelope version {line['palisade_fence']} is unknown")
-    if not 0 < len(line["lock"].encode()) <= LOCK_NAME_BYTES_MAX:
-        raise Corrupt(prefix + "the envelope's lock name is empty or too long")
+    if not 0 < len(line["lock"].encode()) <= BINDING_BYTES_MAX:
+        raise Corrupt(prefix + "the envelope's lock name (binding) is empty or too long")
     rest = body[newline + 1 :]
     if not line["data"] and rest:
         raise Corrupt(prefix + "a data-less envelope is followed by data")
@@ -183,12 +194,14 @@ class S3Fence:
 
     def read(self, key: str, sequencer: VerifiedSequencer) -> S3Object:
         """The claim and the read: advances the stored token to ``sequencer``'s and returns the
-        data it advanced. Once it returns, no older grant can write ``key``."""
+        data it advanced. Once it returns, no older grant can write ``key``. Any grant may read, a
+        shared one (a reader of a read-write lock) included; :meth:`put`, :meth:`update` and
+        :meth:`delete` refuse a shared grant (:class:`~palisade.fence.SharedWrite`)."""
         validate_key(key)
-        check(None, self._expect_lock, sequencer)
+        precheck(self._expect_lock, sequencer, READ)
         for _ in range(S3_ATTEMPTS_MAX):
             current = self.get(key)
-            next_state = check(current.state if current else None, self._expect_lock, sequencer)
+            next_state = check(current.state if current else None, self._expect_lock, sequencer, READ)
             if current is not None and current.state == next_state:
                 return current
             data = current.data if current else None
@@ -222,10 +235,10 @@ class S3Fence:
         self, key: str, sequencer: VerifiedSequencer, new_data: Callable[[Optional[bytes]], Optional[bytes]]
     ) -> tuple[FenceState, Optional[bytes]]:
         validate_key(key)
-        check(None, self._expect_lock, sequencer)
+        precheck(self._expect_lock, sequencer, WRITE)
         for _ in range(S3_ATTEMPTS_MAX):
             current = self.get(key)
-            next_state = check(current.state if current else None, self._expect_lock, sequencer)
+            next_state = check(current.state if current else None, self._expect_lock, sequencer, WRITE)
             data = new_data(current.data if current else None)
             if data is not None and len(data) > self._object_bytes_max:
                 raise InvalidRequest(

@@ -10,7 +10,9 @@ and the caller's writes and the advance commit together. A deferred transaction 
 claiming may be refused with ``SQLITE_BUSY`` (a retryable :class:`~palisade.fence.Storage`).
 
 The connection must be opened with ``isolation_level=None`` (the library then leaves
-transactions to the caller), or the helpers refuse it. SQLite 3.35 or later (``RETURNING``).
+transactions to the caller), or the helpers refuse it. :func:`claim` is for a transaction that
+writes and refuses a shared grant (a reader of a read-write lock) as
+:class:`~palisade.fence.SharedWrite`; a reader's transaction claims with :func:`claim_read`. SQLite 3.35 or later (``RETURNING``).
 """
 
 from __future__ import annotations
@@ -19,13 +21,16 @@ import sqlite3
 from typing import Any, Optional
 
 from . import (
+    WRITE,
     Corrupt,
     FenceState,
+    Intent,
     InvalidRequest,
     Storage,
-    check,
     confirm_advanced,
     explain_refusal,
+    precheck,
+    stored_holder,
     stored_state,
     to_signed,
     validate_scope,
@@ -86,18 +91,26 @@ def begin(conn: sqlite3.Connection) -> None:
         raise _storage(error) from None
 
 
-def claim(conn: sqlite3.Connection, scope: str, sequencer: VerifiedSequencer, *, expect_lock: Optional[str] = None) -> None:
-    """Claims ``scope`` for ``sequencer`` inside the transaction :func:`begin` started: advances
-    the accepted token, or raises :class:`~palisade.fence.Stale` /
-    :class:`~palisade.fence.WrongLock`. On an error, roll the transaction back."""
+def claim(
+    conn: sqlite3.Connection,
+    scope: str,
+    sequencer: VerifiedSequencer,
+    *,
+    expect_lock: Optional[str] = None,
+    intent: Intent = WRITE,
+) -> None:
+    """Claims ``scope`` for ``sequencer`` inside the transaction :func:`begin` started, for a
+    transaction that writes (``intent="read"``: one that only reads): advances the accepted token,
+    or raises :class:`~palisade.fence.Stale` / :class:`~palisade.fence.WrongLock` /
+    :class:`~palisade.fence.SharedWrite`. On an error, roll the transaction back."""
     validate_scope(scope)
-    check(None, expect_lock, sequencer)
+    precheck(expect_lock, sequencer, intent)
     _check_connection(conn)
     if not conn.in_transaction:
         raise InvalidRequest("invalid fenced request: claim inside a transaction begun with sqlite.begin(conn)")
     token = sequencer.token
     try:
-        row = conn.execute(ADVANCE_SQL, (scope, sequencer.lock, token, to_signed(sequencer.session))).fetchone()
+        row = conn.execute(ADVANCE_SQL, (scope, sequencer.binding, token, to_signed(stored_holder(sequencer)))).fetchone()
         if row is not None:
             confirm_advanced(scope, row[0], token)
             return
@@ -106,7 +119,14 @@ def claim(conn: sqlite3.Connection, scope: str, sequencer: VerifiedSequencer, *,
         raise _storage(error) from None
     if stored is None:
         raise Corrupt(f"fence state of scope {scope!r} is corrupt: the fence row refused the token but cannot be read")
-    raise explain_refusal(scope, stored_state(scope, stored[0], stored[1], stored[2]), sequencer)
+    raise explain_refusal(scope, stored_state(scope, stored[0], stored[1], stored[2]), sequencer, intent)
+
+
+def claim_read(
+    conn: sqlite3.Connection, scope: str, sequencer: VerifiedSequencer, *, expect_lock: Optional[str] = None
+) -> None:
+    """:func:`claim` for a transaction that only reads: any grant may, a shared one included."""
+    claim(conn, scope, sequencer, expect_lock=expect_lock, intent="read")
 
 
 def fence_state(conn: sqlite3.Connection, scope: str) -> Optional[FenceState]:
@@ -119,19 +139,29 @@ def fence_state(conn: sqlite3.Connection, scope: str) -> Optional[FenceState]:
 
 
 class transaction:
-    """``with sqlite.transaction(conn, scope, sequencer):`` — ``BEGIN IMMEDIATE``, the claim,
-    the block, then ``COMMIT`` (``ROLLBACK`` on any exception)."""
+    """``with sqlite.transaction(conn, scope, sequencer):`` — ``BEGIN IMMEDIATE``, the claim
+    (``intent="read"`` for a block that only reads), the block, then ``COMMIT`` (``ROLLBACK`` on
+    any exception)."""
 
-    def __init__(self, conn: sqlite3.Connection, scope: str, sequencer: VerifiedSequencer, *, expect_lock: Optional[str] = None):
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        scope: str,
+        sequencer: VerifiedSequencer,
+        *,
+        expect_lock: Optional[str] = None,
+        intent: Intent = WRITE,
+    ):
         self._conn = conn
         self._scope = scope
         self._sequencer = sequencer
         self._expect_lock = expect_lock
+        self._intent = intent
 
     def __enter__(self) -> sqlite3.Connection:
         begin(self._conn)
         try:
-            claim(self._conn, self._scope, self._sequencer, expect_lock=self._expect_lock)
+            claim(self._conn, self._scope, self._sequencer, expect_lock=self._expect_lock, intent=self._intent)
         except BaseException:
             self._conn.execute("ROLLBACK")
             raise

@@ -20,8 +20,8 @@ fence regressed). Kept in the same commit as the output, a crash loses both toge
 redelivered message is decided again.
 
 A message from the newest grant seen (or the same grant again) is processed and moves the mark;
-an older token, the same token from another session, another lock, or a missing, malformed or
-forged header is dropped, with the refusal saying why. A database failure raises
+an older token, the same token from another session, another lock (or slot), a reader's message
+(a shared grant: a message is a write), or a missing, malformed or forged header is dropped, with the refusal saying why. A database failure raises
 :class:`~palisade.fence.Storage`: roll back and let the message come again.
 """
 
@@ -42,7 +42,7 @@ SEQUENCER_HEADER = "Palisade-Sequencer"
 class Admission:
     """What the filter decided: ``process`` with the verified ``sequencer``, or not, with the
     ``refusal`` that says why (its ``kind`` is ``stale``, ``token_reissued``, ``wrong_lock``,
-    ``missing``, ``malformed`` or ``forged``)."""
+    ``shared_write``, ``missing``, ``malformed`` or ``forged``)."""
 
     process: bool
     sequencer: Optional[VerifiedSequencer] = None
