@@ -204,6 +204,12 @@ impl Lock {
         }
     }
 
+    /// Whether a grant in `mode` draws a token from the counter: every grant but a reader's
+    /// joining the open phase, which takes the phase's token.
+    fn draws_token(&self, mode: Mode) -> bool {
+        mode != Mode::Shared || self.sharers.is_empty()
+    }
+
     /// The grant of session `id`, exclusive or not.
     fn grant_of(&self, id: SessionId) -> Option<&Grant> {
         self.holder
@@ -894,7 +900,7 @@ impl LockTable {
         Ok(())
     }
 
-    /// Grants a lock that admits `mode` now, unless the tokens are used up.
+    /// Grants a lock that admits `mode` now, unless it needs a token and they are used up.
     fn grant_free(
         &mut self,
         lock: &SharedName,
@@ -904,7 +910,7 @@ impl LockTable {
         mode: Mode,
         events: &mut Vec<Event>,
     ) -> Result<Reply, CoreError> {
-        if self.last_token >= self.limits.token_max {
+        if self.locks[lock].draws_token(mode) && self.last_token >= self.limits.token_max {
             self.forget_if_idle(lock);
             return Err(CoreError::TokensExhausted {
                 lock: lock.to_string(),
@@ -1135,7 +1141,11 @@ impl LockTable {
         };
         if cause == ReleaseCause::SessionExpired && !self.limits.lock_delay_ms.is_zero() {
             let until = self.now_ms.saturating_add(self.limits.lock_delay_ms);
-            l.available_at_ms = Some(until);
+            // A name of several holders (readers, permits) may already sit out the delay of an
+            // earlier expiry: the later one replaces it, or that deadline would end it early.
+            if let Some(earlier) = l.available_at_ms.replace(until) {
+                self.delay_deadlines.remove(&(earlier, Arc::clone(lock)));
+            }
             self.delay_deadlines.insert((until, Arc::clone(lock)));
         }
         if let Some(session) = self.sessions.get_mut(&id) {
@@ -1191,7 +1201,6 @@ impl LockTable {
         // slots are free.
         while let Some(l) = self.locks.get(lock)
             && l.available_at_ms.is_none()
-            && self.last_token < self.limits.token_max
         {
             let live = |w: &&Waiter| {
                 self.sessions[&w.session].expires_at_ms > now
@@ -1202,6 +1211,7 @@ impl LockTable {
                 .front()
                 .filter(live)
                 .filter(|w| l.admits(w.mode))
+                .filter(|w| !l.draws_token(w.mode) || self.last_token < self.limits.token_max)
                 .cloned()
             else {
                 break;
