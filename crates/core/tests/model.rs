@@ -1322,7 +1322,7 @@ fn mode_of(lock: u8, choice: u8) -> Mode {
         (3, 13..=15) => Mode::Permit(3),
         (3, 16) => Mode::Exclusive,
         (3, 17 | 18) => Mode::Shared,
-        _ if lock % 2 == 0 => Mode::Permit(0),
+        _ if lock.is_multiple_of(2) => Mode::Permit(0),
         _ => Mode::Permit(PERMITS_MAX + 1),
     }
 }
