@@ -1,7 +1,9 @@
 //! Canaries: known bugs that can be switched back on, one at a time, to prove that the
-//! simulation's checker catches them (`crates/sim`, `palisade-sim --canary NAME`).
+//! simulation's checker catches them (`crates/sim`, `palisade-sim --canary NAME`), or, for the
+//! lock table's modes ([`Canary::MODES`]), the reference model of `tests/model.rs`.
 //!
-//! Compiled only with the `canary` feature, which only the simulation enables; without it
+//! Compiled only with the `canary` feature, which only the simulation enables (and a test
+//! build of the workspace, which unifies it); without it
 //! [`active`] is a constant `false` and every canary's code path folds away. With it, nothing
 //! is switched on until `set` (compiled with that feature only) is called, so the tests that
 //! share a build with the simulation run the real code.
@@ -49,6 +51,12 @@ pub enum Canary {
     /// `raise-token-floor` put the counter above the time floor, a restore re-issues the
     /// tokens and session ids granted after its backup: the same sequencers.
     AbsoluteFloors,
+    /// A semaphore admits a permit while all `N` are held (`<=` instead of `<`): `N + 1` live
+    /// holders, the last in slot `N`.
+    SemaphoreAdmitsWhenFull,
+    /// A reader joins the open shared phase although a writer waits in line: writers starve,
+    /// and the queue is no longer first come, first served.
+    ReaderJoinsPastWaitingWriter,
 }
 
 impl Canary {
@@ -65,6 +73,14 @@ impl Canary {
         Canary::AbsoluteFloors,
     ];
 
+    /// The canaries of the lock table's modes (issue 32), which the table's reference model
+    /// catches (`crates/core/tests/model.rs`); the simulation's clients do not take these modes
+    /// yet, so they are not in [`Canary::ALL`], which the simulation's corpus must catch.
+    pub const MODES: [Canary; 2] = [
+        Canary::SemaphoreAdmitsWhenFull,
+        Canary::ReaderJoinsPastWaitingWriter,
+    ];
+
     /// Its name on the command line.
     pub fn name(self) -> &'static str {
         match self {
@@ -77,10 +93,12 @@ impl Canary {
             Canary::DropRequestDedup => "drop-request-dedup",
             Canary::LeaderNeverStepsDown => "leader-never-steps-down",
             Canary::AbsoluteFloors => "absolute-floors",
+            Canary::SemaphoreAdmitsWhenFull => "semaphore-admits-when-full",
+            Canary::ReaderJoinsPastWaitingWriter => "reader-joins-past-waiting-writer",
         }
     }
 
-    /// The canary named `name`.
+    /// The canary of [`Canary::ALL`] named `name` (the simulation's).
     pub fn from_name(name: &str) -> Option<Canary> {
         Canary::ALL.into_iter().find(|c| c.name() == name)
     }

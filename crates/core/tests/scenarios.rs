@@ -4,8 +4,8 @@
 //! server would, and checks the replies and events a client would observe.
 
 use palisade_core::{
-    Command, CoreError, DurationMs, Event, Input, Limits, LockTable, Output, ReleaseCause, Reply,
-    RequestId, SessionId, TimeMs, Token, Wait, WaitEndCause,
+    Access, Command, CoreError, DurationMs, Event, Input, Limits, LockTable, Mode, Output,
+    ReleaseCause, Reply, RequestId, SessionId, TimeMs, Token, Wait, WaitEndCause,
 };
 
 const TTL_MS: u64 = 1_000;
@@ -70,6 +70,20 @@ impl Story {
                 mode: palisade_core::Mode::Exclusive,
             },
         )
+    }
+
+    /// Acquires `lock` in `mode` without waiting.
+    fn try_mode(&mut self, now_ms: u64, session: SessionId, lock: &str, mode: Mode) -> Output {
+        let request_id = RequestId::new(self.request_id());
+        let command = Command::Acquire {
+            session,
+            lock: lock.to_string(),
+            request_id,
+            wait: Wait::Try,
+            value: None,
+            mode,
+        };
+        self.apply(now_ms, command)
     }
 
     fn acquire(&mut self, now_ms: u64, session: SessionId, lock: &str, wait: Wait) -> Output {
@@ -675,4 +689,85 @@ fn a_value_is_refused_when_empty_too_long_or_with_a_control_character() {
     // Nor can a stored form smuggle one in.
     assert!(serde_json::from_str::<GrantValue>("\"a\\u0007\"").is_err());
     assert_eq!(GrantValue::from_wire(""), Ok(None));
+}
+
+/// Two holders of one name expire at different times (two permits of a semaphore; two readers
+/// likewise): the lock-delay the second expiry starts must run to its own end. The table kept
+/// the first expiry's deadline too, and when it came it ended the lock-delay early, 1 ms past
+/// the first delay, while the second had 250 ms left. Found by the reference model
+/// (tests/model.rs) once it drove permits.
+#[test]
+fn a_later_expiry_keeps_its_whole_lock_delay_when_an_earlier_one_ends() {
+    let mut story = Story::new(Limits {
+        lock_delay_ms: DurationMs::from_millis(500),
+        ..Limits::default()
+    });
+    let early = story.open(0, TTL_MS);
+    let late = story.open(250, TTL_MS);
+    for (at, session) in [(250, early), (250, late)] {
+        let output = story.try_mode(at, session, "pool", Mode::Permit(3));
+        assert!(
+            matches!(output.result, Ok(Reply::GrantedAs { .. })),
+            "{output:?}"
+        );
+    }
+    // `early` expires at 1000 (delay to 1500), `late` at 1250 (delay to 1750).
+    story.tick(1_000);
+    story.tick(1_250);
+    let status = story
+        .table
+        .lock_status("pool")
+        .expect("the semaphore is in lock-delay");
+    assert_eq!(status.available_at_ms, Some(TimeMs::from_millis(1_750)));
+    story.tick(1_501);
+    let newcomer = story.open(1_501, TTL_MS);
+    let output = story.try_mode(1_501, newcomer, "pool", Mode::Permit(3));
+    assert!(
+        matches!(
+            output.result,
+            Err(CoreError::Busy { available_at_ms: Some(at), .. }) if at == TimeMs::from_millis(1_750)
+        ),
+        "granted in the lock-delay of the later expiry: {output:?}"
+    );
+    let output = story.try_mode(1_750, newcomer, "pool", Mode::Permit(3));
+    let granted = output.result.as_ref().ok().and_then(Reply::grant);
+    assert_eq!(
+        granted.map(|g| g.3),
+        Some(Access::Slot(0)),
+        "granted when the delay ended: {output:?}"
+    );
+}
+
+/// A reader joining an open phase takes the phase's token and draws none, so it is admitted
+/// when the counter is at its limit; only a grant that draws a token (a new phase, a writer, a
+/// permit) is refused. The table refused the join with `TokensExhausted`. Found by the
+/// reference model (tests/model.rs) once it drove shared acquires.
+#[test]
+fn a_reader_joins_an_open_phase_when_the_tokens_are_used_up() {
+    let mut story = Story::new(Limits {
+        token_max: Token::new(8),
+        ..Limits::default()
+    });
+    let first = story.open(0, TTL_MS);
+    let second = story.open(0, TTL_MS);
+    let phase = story.try_mode(0, first, "doc", Mode::Shared);
+    assert!(matches!(phase.result, Ok(Reply::GrantedAs { token, .. }) if token == Token::new(1)));
+    story.apply(
+        0,
+        Command::RaiseTokenFloor {
+            floor: Token::new(8),
+            session_floor: None,
+        },
+    );
+    let joined = story.try_mode(1, second, "doc", Mode::Shared);
+    assert!(
+        matches!(joined.result, Ok(Reply::GrantedAs { token, access: Access::Shared, .. }) if token == Token::new(1)),
+        "{joined:?}"
+    );
+    let writer = story.open(2, TTL_MS);
+    let refused = story.acquire(2, writer, "other", Wait::Try);
+    assert!(
+        matches!(refused.result, Err(CoreError::TokensExhausted { .. })),
+        "{refused:?}"
+    );
 }

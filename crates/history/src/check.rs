@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
-use palisade_core::{SessionId, Token};
+use palisade_core::{Access as Held, Mode, SessionId, Token};
 
 use crate::history::{Access, Action, Grant, History, Op, OpId, Outcome, Reply};
 
@@ -34,6 +34,12 @@ pub enum Check {
     /// 7: a linearizable read of a lock's state reflects every grant and release of it
     /// acknowledged before the read was invoked.
     ReadsReflectAcknowledged,
+    /// 8: a semaphore's permits are in slots below its size (and check 4 holds per slot, so at
+    /// most `N` holders are live).
+    PermitsWithinSize,
+    /// 9: a fenced resource accepts no write from a reader, nor from a writer after an access
+    /// of a later shared phase.
+    WritesNeedExclusive,
 }
 
 /// One operation of a violation, as recorded.
@@ -92,6 +98,13 @@ pub enum Violation {
     /// Check 7: a read showed as holder a grant whose release was acknowledged before the read
     /// was invoked.
     ReadShowedReleased { release: OpRef, read: OpRef },
+    /// Check 8: a permit granted in a slot at or above its semaphore's size.
+    SlotOutOfRange { grant: OpRef },
+    /// Check 9: the resource accepted a write presenting a reader's grant.
+    WriteFromReader { write: OpRef },
+    /// Check 9: the resource accepted a writer's write after it had accepted an access of a
+    /// later shared phase (a larger token): the writer's phase was superseded.
+    WriteAfterLaterPhase { phase: OpRef, write: OpRef },
 }
 
 impl Violation {
@@ -109,6 +122,10 @@ impl Violation {
             | Violation::UnwrittenValue { .. } => Check::NoLostUpdate,
             Violation::ReadMissedGrant { .. } | Violation::ReadShowedReleased { .. } => {
                 Check::ReadsReflectAcknowledged
+            }
+            Violation::SlotOutOfRange { .. } => Check::PermitsWithinSize,
+            Violation::WriteFromReader { .. } | Violation::WriteAfterLaterPhase { .. } => {
+                Check::WritesNeedExclusive
             }
         }
     }
@@ -178,6 +195,19 @@ impl fmt::Display for Violation {
                 f,
                 "a read of the lock showed a holder whose release was acknowledged before it \
                  began:\n  release {release}\n  read    {read}"
+            ),
+            Violation::SlotOutOfRange { grant } => write!(
+                f,
+                "a permit was granted in a slot beyond its semaphore's size:\n  {grant}"
+            ),
+            Violation::WriteFromReader { write } => write!(
+                f,
+                "the resource accepted a write from a reader's grant:\n  {write}"
+            ),
+            Violation::WriteAfterLaterPhase { phase, write } => write!(
+                f,
+                "the resource accepted a writer's write after an access of a later shared \
+                 phase:\n  phase {phase}\n  write {write}"
             ),
         }
     }
@@ -259,6 +289,28 @@ struct Granted<'h> {
     op: &'h Op,
     lock: &'h str,
     grant: Grant,
+    /// How it holds the lock.
+    held: Held,
+    /// The semaphore's size its acquire named, for a permit.
+    permits: Option<u32>,
+}
+
+impl Granted<'_> {
+    /// Whether the two grants of one lock may hold it at once: readers of one phase (one
+    /// token), or permits in different slots.
+    fn may_coexist(&self, other: &Granted<'_>) -> bool {
+        self.lock == other.lock
+            && match (self.held, other.held) {
+                (Held::Shared, Held::Shared) => self.grant.token == other.grant.token,
+                (Held::Slot(a), Held::Slot(b)) => a != b,
+                _ => false,
+            }
+    }
+
+    /// Whether both are readers of one phase of one lock (who share its token).
+    fn same_phase(&self, other: &Granted<'_>) -> bool {
+        self.held == Held::Shared && other.held == Held::Shared && self.may_coexist(other)
+    }
 }
 
 /// Runs every check on `history`.
@@ -273,22 +325,32 @@ pub fn check(history: &History) -> Report {
         .ops()
         .iter()
         .enumerate()
-        .filter_map(|(i, op)| match (&op.action, op.granted()) {
-            (Action::Acquire { lock, .. }, Some(grant)) => Some(Granted {
+        .filter_map(|(i, op)| {
+            let (lock, mode) = match &op.action {
+                Action::Acquire { lock, .. } => (lock, Mode::Exclusive),
+                Action::AcquireAs { lock, mode, .. } => (lock, *mode),
+                _ => return None,
+            };
+            let (grant, held) = op.granted_as()?;
+            Some(Granted {
                 id: OpId(i),
                 op,
                 lock,
                 grant,
-            }),
-            _ => None,
+                held,
+                permits: mode.permits(),
+            })
         })
         .collect();
     tokens_grow(&grants, &mut found);
     tokens_unique(&grants, &mut found);
     lease_belief(history, &grants, &mut found);
     reads_reflect_acknowledged(history, &grants, &mut found);
+    permits_within_size(&grants, &mut found);
+    let held: HashMap<Grant, Held> = grants.iter().map(|g| (g.grant, g.held)).collect();
     for accesses in resource_scopes(history).values() {
-        fence_order(accesses, &mut found);
+        fence_order(accesses, &held, &mut found);
+        writes_need_exclusive(accesses, &held, &mut found);
         no_lost_update(accesses, &mut found);
     }
     Report {
@@ -315,10 +377,13 @@ fn tokens_grow(grants: &[Granted<'_>], found: &mut Found<'_>) {
                 *entry = earlier;
             }
         }
-        // The same grant acknowledged twice (a retried request) is one grant.
+        // The same grant acknowledged twice (a retried request) is one grant; the readers of
+        // one phase share its token.
         if let Some(earlier) = largest.get(later.lock)
             && (earlier.grant.token > later.grant.token
-                || (earlier.grant.token == later.grant.token && earlier.grant != later.grant))
+                || (earlier.grant.token == later.grant.token
+                    && earlier.grant != later.grant
+                    && !earlier.same_phase(later)))
         {
             found.report(Violation::TokenNotAboveEarlierGrant {
                 earlier: found.op(earlier.id),
@@ -355,6 +420,7 @@ fn tokens_unique(grants: &[Granted<'_>], found: &mut Found<'_>) {
                 if earlier.lock == grant.lock
                     && earlier.grant == grant.grant
                     && earlier.op.client == grant.op.client => {}
+            Some(earlier) if earlier.same_phase(grant) => {}
             Some(earlier) => found.report(Violation::DuplicateToken {
                 first: found.op(earlier.id),
                 second: found.op(grant.id),
@@ -411,6 +477,7 @@ fn lease_belief(history: &History, grants: &[Granted<'_>], found: &mut Found<'_>
         let first = grants.iter().find(|other| {
             other.lock == holder.lock
                 && other.grant.token > holder.grant.token
+                && !holder.may_coexist(other)
                 && other.op.effect_by_ns() < belief_end_ns
                 && other.op.effect_by_ns() < released_ns
                 && !history.recovery_between(holder.op, other.op)
@@ -538,8 +605,14 @@ fn applied_before(a: &Op, b: &Op) -> bool {
     }
 }
 
-/// Check 5, on one scope.
-fn fence_order(accesses: &Accesses<'_>, found: &mut Found<'_>) {
+/// Whether both grants are readers' (of one phase, if their tokens are equal).
+fn both_shared(held: &HashMap<Grant, Held>, a: Grant, b: Grant) -> bool {
+    let shared = |g: Grant| held.get(&g) == Some(&Held::Shared);
+    shared(a) && shared(b)
+}
+
+/// Check 5, on one scope. The readers of one phase present one token from several sessions.
+fn fence_order(accesses: &Accesses<'_>, held: &HashMap<Grant, Held>, found: &mut Found<'_>) {
     let accepted: Vec<(OpId, &Op, Grant)> = accesses
         .iter()
         .filter(|(_, op)| accepted_position(op).is_some())
@@ -547,13 +620,20 @@ fn fence_order(accesses: &Accesses<'_>, found: &mut Found<'_>) {
         .collect();
     for &(a_id, a, a_grant) in &accepted {
         for &(b_id, b, b_grant) in &accepted {
-            if b_grant.token < a_grant.token && applied_before(a, b) {
+            if b_grant.token < a_grant.token
+                && applied_before(a, b)
+                && !superseded_writer(held, a_grant, b)
+            {
                 found.report(Violation::FenceWentBack {
                     higher: found.op(a_id),
                     lower: found.op(b_id),
                 });
             }
-            if a_id < b_id && a_grant.token == b_grant.token && a_grant.session != b_grant.session {
+            if a_id < b_id
+                && a_grant.token == b_grant.token
+                && a_grant.session != b_grant.session
+                && !both_shared(held, a_grant, b_grant)
+            {
                 found.report(Violation::EqualTokenOtherSession {
                     first: found.op(a_id),
                     second: found.op(b_id),
@@ -573,7 +653,9 @@ fn fence_order(accesses: &Accesses<'_>, found: &mut Found<'_>) {
                 return false;
             };
             let supersedes = g.token > presented.token
-                || (g.token == presented.token && g.session != presented.session);
+                || (g.token == presented.token
+                    && g.session != presented.session
+                    && !both_shared(held, g, presented));
             let may_have_applied = matches!(cause.outcome, Outcome::Ok(Reply::Accepted { .. }))
                 || cause.outcome == Outcome::Unknown;
             supersedes && may_have_applied && cause.invoke_ns <= refused.effect_by_ns()
@@ -581,6 +663,75 @@ fn fence_order(accesses: &Accesses<'_>, found: &mut Found<'_>) {
         if !caused {
             found.report(Violation::RefusedWithoutCause {
                 refused: found.op(refused_id),
+            });
+        }
+    }
+}
+
+/// Whether `lower` is a writer's write and `higher` the grant of a reader (of a later phase):
+/// check 9 reports that, more precisely than check 5.
+fn superseded_writer(held: &HashMap<Grant, Held>, higher: Grant, lower: &Op) -> bool {
+    held.get(&higher) == Some(&Held::Shared)
+        && matches!(
+            lower.action,
+            Action::Resource {
+                access: Access::Write { .. },
+                ..
+            }
+        )
+}
+
+/// Check 8: every permit's slot is below the size its acquire named.
+fn permits_within_size(grants: &[Granted<'_>], found: &mut Found<'_>) {
+    for g in grants {
+        if let (Held::Slot(slot), Some(permits)) = (g.held, g.permits)
+            && slot >= permits
+        {
+            found.report(Violation::SlotOutOfRange {
+                grant: found.op(g.id),
+            });
+        }
+    }
+}
+
+/// Check 9, on one scope: an accepted write presents a writer's grant (a reader's is refused
+/// whatever its token), applied after no accepted access of a later shared phase.
+fn writes_need_exclusive(
+    accesses: &Accesses<'_>,
+    held: &HashMap<Grant, Held>,
+    found: &mut Found<'_>,
+) {
+    let accepted = || {
+        accesses
+            .iter()
+            .filter(|(_, op)| accepted_position(op).is_some())
+            .filter_map(|&(id, op)| grant_of(op).map(|g| (id, op, g)))
+    };
+    for (write_id, write, grant) in accepted() {
+        if !matches!(
+            write.action,
+            Action::Resource {
+                access: Access::Write { .. },
+                ..
+            }
+        ) {
+            continue;
+        }
+        if held.get(&grant) == Some(&Held::Shared) {
+            found.report(Violation::WriteFromReader {
+                write: found.op(write_id),
+            });
+            continue;
+        }
+        let phase = accepted().find(|&(_, op, g)| {
+            g.token > grant.token
+                && held.get(&g) == Some(&Held::Shared)
+                && applied_before(op, write)
+        });
+        if let Some((phase_id, ..)) = phase {
+            found.report(Violation::WriteAfterLaterPhase {
+                phase: found.op(phase_id),
+                write: found.op(write_id),
             });
         }
     }

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use palisade_core::{SessionId, Token};
+use palisade_core::{Access as Held, Mode, SessionId, Token};
 
 /// The largest drift bound a history takes, in parts per million: a bound of a million would
 /// let a lease last no time at all.
@@ -30,6 +30,13 @@ pub struct Grant {
 pub enum Action {
     /// Acquire `lock` on a session whose lease is `ttl_ns`; answered by [`Reply::Granted`].
     Acquire { lock: String, ttl_ns: u64 },
+    /// Acquire `lock` in `mode` (issue 32: shared, or a permit of a semaphore of `N`);
+    /// answered by [`Reply::Granted`] for [`Mode::Exclusive`], else by [`Reply::GrantedAs`].
+    AcquireAs {
+        lock: String,
+        ttl_ns: u64,
+        mode: Mode,
+    },
     /// Release the grant of `lock` with `token` held by `session`; answered by
     /// [`Reply::Released`].
     Release {
@@ -72,6 +79,11 @@ pub enum Access {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reply {
     Granted(Grant),
+    /// A grant held shared (a reader of the phase whose token it has) or a permit's slot.
+    GrantedAs {
+        grant: Grant,
+        held: Held,
+    },
     Released,
     Renewed,
     /// What a read of a lock's state showed: its holder, and the largest token the service
@@ -133,8 +145,14 @@ impl Op {
 
     /// The grant an acknowledged acquire got.
     pub fn granted(&self) -> Option<Grant> {
+        self.granted_as().map(|(grant, _)| grant)
+    }
+
+    /// The grant an acknowledged acquire got, and how it holds the lock.
+    pub fn granted_as(&self) -> Option<(Grant, Held)> {
         match self.outcome {
-            Outcome::Ok(Reply::Granted(grant)) => Some(grant),
+            Outcome::Ok(Reply::Granted(grant)) => Some((grant, Held::Exclusive)),
+            Outcome::Ok(Reply::GrantedAs { grant, held }) => Some((grant, held)),
             _ => None,
         }
     }
@@ -327,6 +345,26 @@ fn validate(
     if let Outcome::Ok(reply) = outcome {
         let matches = match action {
             Action::Acquire { .. } => matches!(reply, Reply::Granted(_)),
+            // The kind of access the mode asks for; a slot out of the semaphore's size is a
+            // violation for the checks to report, not a bad record.
+            Action::AcquireAs { mode, .. } => matches!(
+                (mode, reply),
+                (Mode::Exclusive, Reply::Granted(_))
+                    | (
+                        Mode::Shared,
+                        Reply::GrantedAs {
+                            held: Held::Shared,
+                            ..
+                        }
+                    )
+                    | (
+                        Mode::Permit(_),
+                        Reply::GrantedAs {
+                            held: Held::Slot(_),
+                            ..
+                        }
+                    )
+            ),
             Action::Release { .. } => reply == Reply::Released,
             Action::Renew { .. } => reply == Reply::Renewed,
             Action::Status { .. } => matches!(reply, Reply::Status { .. }),
@@ -350,6 +388,14 @@ impl fmt::Display for Op {
         write!(f, "client {} ", self.client.0)?;
         match &self.action {
             Action::Acquire { lock, ttl_ns } => write!(f, "acquire({lock}, ttl {ttl_ns} ns)")?,
+            Action::AcquireAs { lock, ttl_ns, mode } => {
+                let mode = match mode {
+                    Mode::Exclusive => "exclusive".to_owned(),
+                    Mode::Shared => "shared".to_owned(),
+                    Mode::Permit(n) => format!("permit of {n}"),
+                };
+                write!(f, "acquire({lock} {mode}, ttl {ttl_ns} ns)")?
+            }
             Action::Release {
                 lock,
                 session,
@@ -385,6 +431,9 @@ impl fmt::Display for Op {
         match self.outcome {
             Outcome::Ok(Reply::Granted(g)) => {
                 write!(f, "granted session {} token {}", g.session, g.token)
+            }
+            Outcome::Ok(Reply::GrantedAs { grant: g, held }) => {
+                write!(f, "granted {held} session {} token {}", g.session, g.token)
             }
             Outcome::Ok(Reply::Released) => write!(f, "released"),
             Outcome::Ok(Reply::Renewed) => write!(f, "renewed"),

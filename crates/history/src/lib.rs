@@ -9,6 +9,10 @@
 //! The operations ([`Action`]):
 //!
 //! - `Acquire { lock, ttl_ns }`, answered by `Granted(Grant { session, token })`;
+//! - `AcquireAs { lock, ttl_ns, mode }` (issue 32): exclusive, shared or a permit of a semaphore
+//!   of `N`, answered by `Granted` (exclusive) or `GrantedAs { grant, held }` (shared, or a
+//!   slot). The readers of one phase share its token; permits in different slots hold at once;
+//!   checks 1, 2, 4 and 5 allow exactly that;
 //! - `Release { lock, session, token }`;
 //! - `Renew { session, ttl_ns }`: a lease renewal (or the session's opening) sent at its
 //!   invocation time. Once acknowledged, the client believes its session, and every lock it
@@ -21,7 +25,7 @@
 //!   read); answered `Accepted { value, position }` (the value read, and the place in the
 //!   resource's apply order if the resource reports it) or `Stale`.
 //!
-//! [`check()`] (or [`History::check`]) runs seven checks and returns a [`Report`] whose
+//! [`check()`] (or [`History::check`]) runs nine checks and returns a [`Report`] whose
 //! [`Violation`]s name the operations, with their times, that prove each one:
 //!
 //! 1. [`Check::TokensGrowPerLock`]: per lock, a grant that follows another has a larger token.
@@ -47,6 +51,10 @@
 //!    acknowledged shows that token or a larger one (as holder or last token; a read showing
 //!    no token at all says nothing), and never shows as holder a grant whose release was
 //!    acknowledged before the read was invoked.
+//! 8. [`Check::PermitsWithinSize`]: a permit's slot is below the size its acquire named; with
+//!    check 4 per slot, at most `N` holders of a semaphore are live.
+//! 9. [`Check::WritesNeedExclusive`]: a fenced resource accepts no write presenting a reader's
+//!    grant, and no writer's write after it accepted an access of a later shared phase.
 //!
 //! An operator's recovery that rewinds the service's state (a restore, a lost or rolled-back
 //! log whose counters were recovered) is recorded with [`History::recovered`]: checks 4 and 7
@@ -60,7 +68,7 @@
 //! counts on a lease the client gave up.
 //!
 //! [`model::linearize`] is a brute-force search of small histories against a fenced mutex with
-//! leases; the tests cross-check checks 1–4 with it (a history they reject has no
+//! leases (exclusive acquires only: it leaves `AcquireAs` out); the tests cross-check checks 1–4 with it (a history they reject has no
 //! linearization).
 //!
 //! **Architecture Invariant:** pure: no I/O, no clock, no async runtime, no randomness. The

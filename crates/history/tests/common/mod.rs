@@ -29,6 +29,31 @@ pub fn grant(session: u64, token: u64) -> Grant {
     }
 }
 
+/// A grant held shared (a reader) or in a semaphore's slot.
+pub fn granted_as(session: u64, token: u64, held: palisade_core::Access) -> Outcome {
+    Outcome::Ok(Reply::GrantedAs {
+        grant: grant(session, token),
+        held,
+    })
+}
+
+/// An acquire of `lock` in `mode`.
+pub fn acquire_as(
+    h: &mut History,
+    client: u64,
+    lock: &str,
+    mode: palisade_core::Mode,
+    span: (u64, u64),
+    outcome: Outcome,
+) -> OpId {
+    let action = Action::AcquireAs {
+        lock: lock.into(),
+        ttl_ns: TTL_NS,
+        mode,
+    };
+    push(h, client, action, span, outcome)
+}
+
 pub fn granted(session: u64, token: u64) -> Outcome {
     Outcome::Ok(Reply::Granted(grant(session, token)))
 }
@@ -127,6 +152,10 @@ pub fn access(
         access,
     };
     push(h, client, action, span, outcome)
+}
+
+pub fn read_access() -> Access {
+    Access::Read
 }
 
 pub fn write(value: i64) -> Access {
