@@ -1,6 +1,7 @@
 // Runs the demo as real processes against a real palisade serve and PostgreSQL: two candidates,
 // kill -9 of the leader's process, the other leads with a higher epoch, and a late write with the
-// dead leader's sequencer is refused by the fence.
+// dead leader's sequencer is refused by the fence. The processes are this test binary run as the
+// demo (TestMain), which spares a second link of client-go.
 package main
 
 import (
@@ -18,6 +19,17 @@ import (
 	"example.invalid/palisade/clients/go/fence/postgres"
 	"example.invalid/palisade/clients/go/internal/testserver"
 )
+
+// asDemo in the environment runs the test binary as the demo itself, with its arguments.
+const asDemo = "LEADER_DEMO_AS_DEMO"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asDemo) != "" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
 
 // candidate is one running demo process and the lines it has printed so far.
 type candidate struct {
@@ -104,9 +116,9 @@ func TestKillingTheLeaderHandsOverToAHigherEpochAndItsLateWriteIsRefused(t *test
 		t.Skip("skipping: PALISADE_TEST_POSTGRES is not set")
 	}
 	server := testserver.Start(t)
-	binary := t.TempDir() + "/leader-demo"
-	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	binary, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
 	}
 	// A fresh server's tokens start low again: forget what earlier runs left in the database.
 	db, err := sql.Open("pgx", dsn)
@@ -120,13 +132,13 @@ func TestKillingTheLeaderHandsOverToAHigherEpochAndItsLateWriteIsRefused(t *test
 			t.Fatal(err)
 		}
 	}
-	env := append(os.Environ(), "PALISADE_ENDPOINT="+server.Endpoint, "DATABASE_URL="+dsn)
+	env := append(os.Environ(), asDemo+"=1", "PALISADE_ENDPOINT="+server.Endpoint, "DATABASE_URL="+dsn)
 
-	a := start(t, binary, env, "-id", "pod-a", "-ttl", "1s", "-every", "100ms")
+	a := start(t, binary, env, "-id", "pod-a", "-ttl", "2s", "-every", "100ms")
 	led, _ := a.await(t, leading, 0, 15*time.Second)
 	oldEpoch, oldSequencer := led[1], led[2]
 	_, at := a.await(t, wrote, 0, 10*time.Second)
-	b := start(t, binary, env, "-id", "pod-b", "-ttl", "1s", "-every", "100ms")
+	b := start(t, binary, env, "-id", "pod-b", "-ttl", "2s", "-every", "100ms")
 	b.await(t, regexp.MustCompile(`campaigning`), 0, 10*time.Second)
 	a.await(t, wrote, at+5, 10*time.Second) // pod-a goes on writing while pod-b campaigns
 	if b.printed(leading) {
