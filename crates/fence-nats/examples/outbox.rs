@@ -1,14 +1,16 @@
-//! A fenced outbox, runnable: a lock holder writes an event row in its fenced PostgreSQL
-//! transaction, and a relay publishes the rows to NATS JetStream with a `Nats-Msg-Id`.
+//! A fenced outbox, runnable: a lock holder writes an event row in its fenced PostgreSQL or
+//! MySQL/MariaDB transaction, and a relay publishes the rows to NATS JetStream with a
+//! `Nats-Msg-Id`.
 //!
 //! ```text
 //! export PALISADE_PUBLIC_KEY="$(palisade pubkey)"
-//! export DATABASE_URL='host=127.0.0.1 user=postgres dbname=test'
+//! export DATABASE_URL='host=127.0.0.1 user=postgres dbname=test'   # or mysql://root@127.0.0.1:3306/test
 //! export NATS_URL=nats://127.0.0.1:4222
-//! palisade lock invoices -- cargo run -p palisade-fence-nats --example outbox_postgres -- emit "invoice 42 sent"
-//! cargo run -p palisade-fence-nats --example outbox_postgres -- relay
+//! palisade lock invoices -- cargo run -p palisade-fence-nats --example outbox -- emit "invoice 42 sent"
+//! cargo run -p palisade-fence-nats --example outbox -- relay
 //! ```
 //!
+//! A `DATABASE_URL` that starts with `mysql://` is MySQL or MariaDB, any other PostgreSQL.
 //! `emit` claims the scope `invoices` with `$PALISADE_SEQUENCER` first, then writes the event (a
 //! real holder reads and writes its own tables between the two), and commits: a superseded
 //! holder is refused at the claim and no event row exists. `relay` publishes the unpublished
@@ -17,7 +19,8 @@
 
 use std::process::ExitCode;
 
-use palisade_fence::{FenceError, Verifier, postgres};
+use mysql_async::{Conn, TxOpts};
+use palisade_fence::{FenceError, Verifier, mysql, postgres};
 use palisade_fence_nats::outbox;
 use palisade_sequencer::PublicKey;
 
@@ -66,15 +69,31 @@ fn env(name: &str) -> Result<String, Failure> {
     std::env::var(name).map_err(|_| Failure::Other(format!("set {name}")))
 }
 
+/// The database the outbox lives in.
+enum Database {
+    Postgres(tokio_postgres::Client),
+    Mysql(Conn),
+}
+
 async fn run() -> Result<(), Failure> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (mut client, connection) =
-        tokio_postgres::connect(&env("DATABASE_URL")?, tokio_postgres::NoTls)
+    let url = env("DATABASE_URL")?;
+    let bad_url = |e: &dyn std::fmt::Display| Failure::Other(format!("DATABASE_URL: {e}"));
+    let mut database = if url.starts_with("mysql://") {
+        let mut conn = Conn::from_url(url).await.map_err(|e| bad_url(&e))?;
+        mysql::ensure_schema(&mut conn).await?;
+        outbox::mysql::ensure_schema(&mut conn).await?;
+        Database::Mysql(conn)
+    } else {
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
             .await
-            .map_err(|e| Failure::Other(format!("DATABASE_URL: {e}")))?;
-    tokio::spawn(connection);
-    postgres::ensure_schema(&client).await?;
-    outbox::ensure_schema(&client).await?;
+            .map_err(|e| bad_url(&e))?;
+        tokio::spawn(connection);
+        postgres::ensure_schema(&client).await?;
+        outbox::ensure_schema(&client).await?;
+        Database::Postgres(client)
+    };
+    let other = |e: &dyn std::fmt::Display| Failure::Other(e.to_string());
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["emit", event] => {
             let public_key: PublicKey = env("PALISADE_PUBLIC_KEY")?
@@ -82,15 +101,28 @@ async fn run() -> Result<(), Failure> {
                 .map_err(|e| Failure::Other(format!("PALISADE_PUBLIC_KEY: {e}")))?;
             let sequencer = Verifier::new(public_key)
                 .verify(std::env::var("PALISADE_SEQUENCER").ok().as_deref())?;
-            let txn = client
-                .transaction()
-                .await
-                .map_err(|e| Failure::Other(e.to_string()))?;
-            // First, before any read: no older grant can commit to the scope after this.
-            postgres::claim(&txn, SCOPE, &sequencer).await?;
-            // ... the holder's own reads and writes go here, in the same transaction ...
-            let id = outbox::emit(&txn, SUBJECT, event.as_bytes(), &sequencer).await?;
-            postgres::commit(txn).await?;
+            // The claim first, before any read: no older grant can commit to the scope after it;
+            // the holder's own reads and writes go between the claim and the event.
+            let id = match &mut database {
+                Database::Postgres(client) => {
+                    let txn = client.transaction().await.map_err(|e| other(&e))?;
+                    postgres::claim(&txn, SCOPE, &sequencer).await?;
+                    let id = outbox::emit(&txn, SUBJECT, event.as_bytes(), &sequencer).await?;
+                    postgres::commit(txn).await?;
+                    id.to_string()
+                }
+                Database::Mysql(conn) => {
+                    let mut txn = conn
+                        .start_transaction(TxOpts::default())
+                        .await
+                        .map_err(|e| other(&e))?;
+                    mysql::claim(&mut txn, SCOPE, &sequencer).await?;
+                    let id = outbox::mysql::emit(&mut txn, SUBJECT, event.as_bytes(), &sequencer)
+                        .await?;
+                    mysql::commit(txn).await?;
+                    id.to_string()
+                }
+            };
             println!("event {id} written");
             Ok(())
         }
@@ -104,18 +136,20 @@ async fn run() -> Result<(), Failure> {
                 })
                 .await
                 .map_err(|e| Failure::Other(format!("stream EVENTS: {e}")))?;
-            let published = outbox::relay(
-                &mut client,
-                &context,
-                "outbox-example",
-                outbox::RELAY_BATCH_MAX,
-            )
-            .await?;
+            let (origin, batch) = ("outbox-example", outbox::RELAY_BATCH_MAX);
+            let published = match &mut database {
+                Database::Postgres(client) => {
+                    outbox::relay(client, &context, origin, batch).await?
+                }
+                Database::Mysql(conn) => {
+                    outbox::mysql::relay(conn, &context, origin, batch).await?
+                }
+            };
             println!("{published} events published");
             Ok(())
         }
         _ => Err(Failure::Other(
-            "usage: outbox_postgres emit EVENT | outbox_postgres relay".into(),
+            "usage: outbox emit EVENT | outbox relay".into(),
         )),
     }
 }
