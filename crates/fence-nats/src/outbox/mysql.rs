@@ -22,6 +22,9 @@ use palisade_sequencer::VerifiedSequencer;
 
 use super::{RELAY_BATCH_MAX, publish};
 
+/// An unpublished row as the relay reads it: id, subject, payload, sequencer.
+type OutboxRow = (u64, Vec<u8>, Vec<u8>, Vec<u8>);
+
 /// Longest subject an event may have (the column's width).
 pub const SUBJECT_BYTES_MAX: usize = 1024;
 
@@ -89,7 +92,7 @@ pub async fn relay(
         .start_transaction(options)
         .await
         .map_err(|error| storage("starting the relay's transaction", error))?;
-    let rows: Vec<(u64, Vec<u8>, Vec<u8>, Vec<u8>)> = txn
+    let rows: Vec<OutboxRow> = txn
         .exec(
             "SELECT id, subject, payload, sequencer FROM palisade_outbox
              WHERE published_at IS NULL ORDER BY id LIMIT ? FOR UPDATE",
