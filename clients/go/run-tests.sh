@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # Runs the Go client's checks: the generated code is fresh (scripts/check-generated.sh), `go vet`
 # and staticcheck (pinned below, installed into clients/go/.tools from the Go module proxy) are
-# clean, then `go test -race` over every package against a real `palisade serve`. Then the k8s
-# module (clients/go/k8s, client-go's leader election on a Palisade lock, a module of its own so
-# that the client does not depend on client-go): `go vet` and `go test` without -race, since
-# instrumenting client-go doubles a build that is already the slowest of this script.
+# clean, then `go test -race` over every package against a real `palisade serve`. Then the same
+# three over the k8s module (clients/go/k8s, client-go's leader election on a Palisade lock, a
+# module of its own so that the client does not depend on client-go, and its leader demo).
 #
 # The server binary is $PALISADE_BIN, else the debug binary of the workspace (built with cargo
 # when missing). PALISADE_TEST_REQUIRE_SERVER=1 is set, so a test that finds no binary fails
@@ -55,7 +54,8 @@ echo "-- go test -race"
 # -count=1: the shared vectors live outside the module, where go's test cache does not look.
 go test -race -count=1 "$@" ./...
 
-echo "-- the k8s module: go vet, go test"
+echo "-- the k8s module: go vet, staticcheck, go test -race"
 cd "$here/k8s"
 go vet ./...
-go test -count=1 "$@" ./...
+"$tools/staticcheck-$STATICCHECK_VERSION" ./...
+go test -race -count=1 "$@" ./...

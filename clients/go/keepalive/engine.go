@@ -6,7 +6,7 @@
 // holds no rules of its own.
 //
 // The same engine is written in Rust (crates/client) and Python (palisade._keepalive), and all
-// of them pass the shared vectors in spec/keepalive/v1, whose README states every rule. Times
+// of them pass the shared vectors in spec/keepalive/v2, whose README states every rule. Times
 // are integer milliseconds on the client's monotonic clock, from an origin the driver chooses.
 package keepalive
 
@@ -92,7 +92,7 @@ func (b *backoff) nextDelay(now int64) (int64, bool) {
 // EventType names an event.
 type EventType string
 
-// The events (see spec/keepalive/v1/README.md for when the driver feeds each).
+// The events (see spec/keepalive/v2/README.md for when the driver feeds each).
 const (
 	Start         EventType = "start"
 	Tick          EventType = "tick"
@@ -116,7 +116,7 @@ type Event struct {
 // ActionType names an action.
 type ActionType string
 
-// The actions (see spec/keepalive/v1/README.md for what the driver does with each).
+// The actions (see spec/keepalive/v2/README.md for what the driver does with each).
 const (
 	OpenStream  ActionType = "open_stream"
 	SendPing    ActionType = "send_ping"
@@ -163,8 +163,8 @@ type Engine struct {
 	backoff           *backoff
 	st                state
 	sentAt            []int64
-	nextPing          int64
-	pingDue           bool // nextPing is set: the stream opened
+	nextPing          int64 // before the stream opened: when it is given up
+	opened            bool  // the stream's headers came
 	renewSent         int64
 	until             int64
 }
@@ -206,7 +206,7 @@ func (e *Engine) Wake() (int64, bool) {
 	has := false
 	switch e.st {
 	case streaming:
-		at, has = e.nextPing, e.pingDue
+		at, has = e.nextPing, true
 	case waiting:
 		at, has = e.until, true
 	case renewing:
@@ -237,11 +237,15 @@ func (e *Engine) On(ev Event, now int64) []Action {
 			out = e.open(now, out)
 		}
 	case StreamOpened:
-		if e.st == streaming && !e.pingDue {
-			e.nextPing, e.pingDue = now+e.intervalMs, true
+		if e.st == streaming && !e.opened {
+			e.nextPing, e.opened = now+e.intervalMs, true
 		}
 	case Tick:
-		if e.st == streaming && e.pingDue && now >= e.nextPing {
+		if e.st == streaming && !e.opened && now >= e.nextPing {
+			// Never opened (a silent member, or a refusal still to come): renew as if refused.
+			out = append(out, Action{Type: CloseStream, Reason: ReasonStuck})
+			out = e.renew(now, out)
+		} else if e.st == streaming && now >= e.nextPing {
 			if len(e.sentAt) > 0 && now-e.sentAt[0] >= e.intervalMs {
 				out = append(out, Action{Type: CloseStream, Reason: ReasonStuck})
 				out = e.failed(now, false, out)
@@ -265,9 +269,7 @@ func (e *Engine) On(ev Event, now int64) []Action {
 		}
 	case StreamRefused:
 		if e.st == streaming {
-			e.st = renewing
-			e.renewSent = now
-			out = append(out, Action{Type: Renew, Until: e.leaseDeadline, HasUntil: e.leaseDeadline != noUntil})
+			out = e.renew(now, out)
 		}
 	case SessionGone:
 		if e.st == streaming || e.st == renewing {
@@ -301,8 +303,15 @@ func (e *Engine) On(ev Event, now int64) []Action {
 func (e *Engine) open(now int64, out []Action) []Action {
 	e.st = streaming
 	e.sentAt = []int64{now}
-	e.pingDue = false // until the stream opens: a stream that has not opened is never stuck
+	e.opened = false
+	e.nextPing = now + e.intervalMs // no ping before it opens, but it must open by then
 	return append(out, Action{Type: OpenStream})
+}
+
+func (e *Engine) renew(now int64, out []Action) []Action {
+	e.st = renewing
+	e.renewSent = now
+	return append(out, Action{Type: Renew, Until: e.leaseDeadline, HasUntil: e.leaseDeadline != noUntil})
 }
 
 func (e *Engine) proven(sent, remainingMs int64) {

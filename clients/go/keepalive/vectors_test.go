@@ -1,4 +1,4 @@
-// Runs every case of the shared keepalive vectors (spec/keepalive/v1 at the repository's root)
+// Runs every case of the shared keepalive vectors (spec/keepalive/v2 at the repository's root)
 // against the Go engine, step by step: the actions, the wake time and the lease deadline.
 package keepalive
 
@@ -13,7 +13,7 @@ import (
 	"testing"
 )
 
-const vectorsDir = "../../../spec/keepalive/v1"
+const vectorsDir = "../../../spec/keepalive/v2"
 
 type vectorCase struct {
 	Description string `json:"description"`

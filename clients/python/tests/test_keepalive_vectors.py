@@ -1,4 +1,4 @@
-"""Runs every shared keepalive vector (``spec/keepalive/v1``, format in its README) against the
+"""Runs every shared keepalive vector (``spec/keepalive/v2``, format in its README) against the
 engine the blocking and asyncio sessions drive (:mod:`palisade._keepalive`). No server: the
 engine does no I/O."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from palisade import _keepalive as ka
 
-VECTORS = pathlib.Path(__file__).resolve().parents[3] / "spec" / "keepalive" / "v1"
+VECTORS = pathlib.Path(__file__).resolve().parents[3] / "spec" / "keepalive" / "v2"
 
 
 def _fields(obj: dict[str, Any], required: set[str], optional: set[str], where: str) -> None:

@@ -3,7 +3,7 @@
 //! The session's tokio task (`session.rs`) feeds it timed [`Event`]s ([`Keepalive::on`]) and
 //! performs the [`Action`]s it returns; it holds no rules of its own. The same engine is written
 //! in Python (`palisade._keepalive`, driven by a thread and by an asyncio task) and in Go, and
-//! every one of them passes the shared vectors in `spec/keepalive/v1` (its README states every
+//! every one of them passes the shared vectors in `spec/keepalive/v2` (its README states every
 //! rule; the tests at the end of this file run them all). Times are integer milliseconds on the
 //! client's monotonic clock.
 //!
@@ -16,11 +16,12 @@
 //!   deadline while the call is in flight (the blocking client waited for its budget to run out);
 //! - a refusal (`RESOURCE_EXHAUSTED`) renews by call whenever it comes (this crate paused after
 //!   one on an open stream): a renewal is idempotent and bounded by the lease, a pause is not;
-//! - the next ping is due an interval after the stream opened (its headers came), and a stream
-//!   that has not opened cannot be stuck, as here and in the asyncio client (the blocking one
-//!   counted from the call): a refusal that comes late is still taken for one, not for a stuck
-//!   stream (which would pause instead of renewing). A member that never answers is left to the
-//!   HTTP/2 keepalive (about 2 s), and to the lease deadline at the latest;
+//! - the next ping is due an interval after the stream opened (its headers came), as here and in
+//!   the asyncio client (the blocking one counted from the call); a stream that has not opened an
+//!   interval after it was asked for is closed as stuck and the lease renewed by call, as after a
+//!   refusal: a refusal that comes late and a member that accepts the stream and never answers
+//!   (HTTP/2's keepalive does not notice a wedged handler) both renew by call, and neither leaves
+//!   the session waiting on a silent stream until its lease ends (vector 027);
 //! - the backoff runs on the engine's clock (this crate's ran on the process's clock even under a
 //!   test clock).
 
@@ -170,10 +171,11 @@ impl Backoff {
 enum State {
     Idle,
     /// A stream is open; `sent_at` holds the send times of its unanswered pings, oldest first;
-    /// no ping is due (`None`) until its headers came.
+    /// no ping is due (`None`) until its headers came, which must be by `open_by`.
     Streaming {
         sent_at: VecDeque<u64>,
         next_ping: Option<u64>,
+        open_by: u64,
     },
     Renewing {
         sent: u64,
@@ -231,7 +233,9 @@ impl Keepalive {
     /// The latest time to feed a tick, or `None` (waiting for I/O only, or stopped).
     pub(crate) fn wake(&self) -> Option<u64> {
         let at = match &self.state {
-            State::Streaming { next_ping, .. } => *next_ping,
+            State::Streaming {
+                next_ping, open_by, ..
+            } => Some(next_ping.unwrap_or(*open_by)),
             State::Waiting { until } => Some(*until),
             State::Renewing { .. } => None,
             State::Idle | State::Stopped => return None,
@@ -261,9 +265,24 @@ impl Keepalive {
                     ..
                 },
             ) => *next_ping = Some(now + self.interval_ms),
-            (Event::Tick, State::Streaming { sent_at, next_ping })
-                if next_ping.is_some_and(|at| now >= at) =>
-            {
+            (
+                Event::Tick,
+                State::Streaming {
+                    next_ping: None,
+                    open_by,
+                    ..
+                },
+            ) if now >= *open_by => {
+                // Never opened (a silent member, or a refusal still to come): renew as if refused.
+                actions.push(Action::CloseStream(CloseReason::Stuck));
+                self.renew(now, &mut actions);
+            }
+            (
+                Event::Tick,
+                State::Streaming {
+                    sent_at, next_ping, ..
+                },
+            ) if next_ping.is_some_and(|at| now >= at) => {
                 if sent_at
                     .front()
                     .is_some_and(|sent| now - sent >= self.interval_ms)
@@ -288,12 +307,7 @@ impl Keepalive {
             (Event::StreamBroken { leader_named }, State::Streaming { .. }) => {
                 self.failed(now, leader_named, &mut actions)
             }
-            (Event::StreamRefused, State::Streaming { .. }) => {
-                self.state = State::Renewing { sent: now };
-                actions.push(Action::Renew {
-                    until: self.lease_deadline,
-                });
-            }
+            (Event::StreamRefused, State::Streaming { .. }) => self.renew(now, &mut actions),
             (Event::SessionGone, State::Streaming { .. } | State::Renewing { .. }) => {
                 if self.lease_deadline.take().is_some() {
                     actions.push(Action::Lost(LostReason::NotFound));
@@ -323,8 +337,16 @@ impl Keepalive {
         self.state = State::Streaming {
             sent_at: VecDeque::from([now]),
             next_ping: None,
+            open_by: now + self.interval_ms,
         };
         actions.push(Action::OpenStream);
+    }
+
+    fn renew(&mut self, now: u64, actions: &mut Vec<Action>) {
+        self.state = State::Renewing { sent: now };
+        actions.push(Action::Renew {
+            until: self.lease_deadline,
+        });
     }
 
     fn proven(&mut self, sent: u64, remaining_ms: u64) {
@@ -372,14 +394,14 @@ impl Keepalive {
 
 #[cfg(test)]
 mod tests {
-    //! Every vector of `spec/keepalive/v1`, step by step.
+    //! Every vector of `spec/keepalive/v2`, step by step.
 
     use super::*;
     use serde_json::{Map, Value, json};
     use std::path::{Path, PathBuf};
 
     fn vectors() -> Vec<PathBuf> {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../spec/keepalive/v1");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../spec/keepalive/v2");
         let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
             .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
             .map(|entry| entry.unwrap().path())

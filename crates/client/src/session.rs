@@ -1,7 +1,7 @@
 //! Sessions kept alive in the background, and the lock guards they hand out.
 //!
 //! A [`Session`] owns a keepalive task that drives the keepalive engine (`keepalive.rs`, whose
-//! rules every Palisade client shares, checked by the vectors in `spec/keepalive/v1`): it pings
+//! rules every Palisade client shares, checked by the vectors in `spec/keepalive/v2`): it pings
 //! the server over one bidirectional stream every `ttl / 3`, reconnecting after transport errors: to the leader when a member names it, to the
 //! client's next endpoint otherwise, as every call of the [`Client`] does. A stream whose oldest
 //! ping has gone unanswered for a whole interval is stuck, and is reopened the same way: a
@@ -547,7 +547,10 @@ async fn keepalive(
                     if let Some(closed) = stream.take()
                         && reason == CloseReason::Stuck
                     {
-                        tracing::debug!(session = id, "keepalive stream is stuck; reopening");
+                        tracing::debug!(
+                            session = id,
+                            "keepalive stream is stuck; moving on from its endpoint"
+                        );
                         let failure = Failure::Unknown("the keepalive stream is stuck".to_string());
                         client.endpoints.after_failure(closed.generation, &failure);
                     }

@@ -15,6 +15,10 @@
 //! rather than publish the same rows out of order. The stream's duplicate window (two minutes
 //! by default) must outlast a relay's restart; a longer outage can publish a row twice, which a
 //! consumer filter ([`palisade_fence::stream`]) or an idempotent consumer absorbs.
+//!
+//! The same recipe over the MySQL/MariaDB fence is [`mysql`].
+
+pub mod mysql;
 
 use async_nats::jetstream::Context;
 use async_nats::jetstream::message::PublishMessage;
@@ -95,21 +99,7 @@ pub async fn relay(
     for row in &rows {
         let (id, subject): (i64, String) = (row.get(0), row.get(1));
         let (payload, sequencer): (Vec<u8>, String) = (row.get(2), row.get(3));
-        let publish = PublishMessage::build()
-            .payload(payload.into())
-            .message_id(format!("{origin}/{id}"))
-            .header(SEQUENCER_HEADER, sequencer.as_str());
-        // An ack marked duplicate is a row an earlier relay published and did not get to mark.
-        context
-            .send_publish(subject.clone(), publish)
-            .await
-            .map_err(|error| FenceError::Storage {
-                message: format!("relaying event {id} to {subject:?}: {error}"),
-            })?
-            .await
-            .map_err(|error| FenceError::Storage {
-                message: format!("relaying event {id} to {subject:?}: {error}"),
-            })?;
+        publish(context, origin, id, &subject, payload, &sequencer).await?;
         txn.execute(
             "UPDATE palisade_outbox SET published_at = now() WHERE id = $1",
             &[&id],
@@ -119,6 +109,33 @@ pub async fn relay(
     }
     palisade_fence::postgres::commit(txn).await?;
     Ok(rows.len())
+}
+
+/// Publishes one outbox row with `Nats-Msg-Id` `"<origin>/<id>"` and its holder's sequencer,
+/// and waits for the stream's ack.
+async fn publish(
+    context: &Context,
+    origin: &str,
+    id: impl std::fmt::Display,
+    subject: &str,
+    payload: Vec<u8>,
+    sequencer: &str,
+) -> Result<(), FenceError> {
+    let message = PublishMessage::build()
+        .payload(payload.into())
+        .message_id(format!("{origin}/{id}"))
+        .header(SEQUENCER_HEADER, sequencer);
+    let failed = |error: &dyn std::fmt::Display| FenceError::Storage {
+        message: format!("relaying event {id} to {subject:?}: {error}"),
+    };
+    // An ack marked duplicate is a row an earlier relay published and did not get to mark.
+    context
+        .send_publish(subject.to_owned(), message)
+        .await
+        .map_err(|error| failed(&error))?
+        .await
+        .map_err(|error| failed(&error))?;
+    Ok(())
 }
 
 fn storage(what: &str, error: tokio_postgres::Error) -> FenceError {

@@ -2,20 +2,13 @@
 //! (`PALISADE_TEST_NATS`): a stale holder's event never reaches the stream, and a relay that
 //! publishes again after losing its bookkeeping adds no duplicate.
 
-use async_nats::jetstream;
-use palisade_core::{SessionId, Token};
+mod common;
+
+use common::{assert_each_event_once, grant, unique};
 use palisade_fence::postgres;
 use palisade_fence_nats::outbox;
-use palisade_sequencer::{SigningKey, VerifiedSequencer};
+use palisade_sequencer::VerifiedSequencer;
 use tokio_postgres::{Client, NoTls};
-
-fn grant(token: u64, session: u64) -> VerifiedSequencer {
-    let key = SigningKey::from_bytes([42; 32]);
-    let sequencer = key
-        .sign("invoices", Token::new(token), SessionId::new(session))
-        .unwrap();
-    key.public_key().verify(sequencer.as_str()).unwrap()
-}
 
 async fn connect(url: &str) -> Client {
     let (client, connection) = tokio_postgres::connect(url, NoTls).await.unwrap();
@@ -55,11 +48,7 @@ async fn only_accepted_events_are_relayed_and_a_relay_retry_adds_no_duplicate() 
         );
         return;
     };
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    let schema = format!("outbox_{}_{nanos}", std::process::id());
+    let schema = unique("outbox");
     let admin = connect(&pg).await;
     admin
         .batch_execute(&format!("CREATE SCHEMA {schema}"))
@@ -70,15 +59,8 @@ async fn only_accepted_events_are_relayed_and_a_relay_retry_adds_no_duplicate() 
     outbox::ensure_schema(&client).await.unwrap();
 
     let context = palisade_fence_nats::connect(&nats).await.unwrap();
-    let stream_name = format!("OUTBOX_{}_{nanos}", std::process::id());
-    let stream = context
-        .create_stream(jetstream::stream::Config {
-            name: stream_name.clone(),
-            subjects: vec![format!("{stream_name}.>")],
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let stream_name = unique("OUTBOX");
+    let mut stream = common::stream(&context, &stream_name).await;
 
     let subject = format!("{stream_name}.invoices");
     let (a, b) = (grant(5, 1), grant(6, 2));
@@ -113,20 +95,7 @@ async fn only_accepted_events_are_relayed_and_a_relay_retry_adds_no_duplicate() 
             .unwrap(),
         2
     );
-    let mut stream = stream;
-    let state = stream.info().await.unwrap().state.clone();
-    assert_eq!(state.messages, 2, "{state:?}");
-    let first = stream.get_raw_message(1).await.unwrap();
-    assert_eq!(first.payload, "from a");
-    assert_eq!(
-        first
-            .headers
-            .get(palisade_fence_nats::SEQUENCER_HEADER)
-            .unwrap()
-            .as_str(),
-        a.as_str()
-    );
-    assert_eq!(stream.get_raw_message(2).await.unwrap().payload, "from b");
+    assert_each_event_once(&mut stream, &a).await;
 
     context.delete_stream(&stream_name).await.unwrap();
     admin

@@ -4,7 +4,7 @@ The blocking driver (:class:`palisade.Session`'s thread) and the asyncio driver
 (:class:`palisade.aio.Session`'s task) feed it timed events (:meth:`Keepalive.on`) and perform
 the actions it returns; they hold no rules of their own. The same engine is written in Rust
 (``crates/client/src/keepalive.rs``) and Go, and all of them pass the shared vectors in
-``spec/keepalive/v1`` (its README states every rule). Times are integer milliseconds on the
+``spec/keepalive/v2`` (its README states every rule). Times are integer milliseconds on the
 client's monotonic clock.
 
 Where the three earlier copies disagreed, the engine takes the safe side:
@@ -16,11 +16,12 @@ Where the three earlier copies disagreed, the engine takes the safe side:
   deadline while the call is in flight (the blocking client waited for its budget to run out);
 - a refusal (``RESOURCE_EXHAUSTED``) renews by call whenever it comes (the Rust client paused
   after one on an open stream): a renewal is idempotent and bounded by the lease, a pause is not;
-- the next ping is due an interval after the stream opened (its headers came), and a stream
-  that has not opened cannot be stuck, as in the Rust and asyncio clients (the blocking one
-  counted from the call): a refusal that comes late is still taken for one, not for a stuck
-  stream (which would pause instead of renewing). A member that never answers is left to the
-  HTTP/2 keepalive (about 2 s), and to the lease deadline at the latest;
+- the next ping is due an interval after the stream opened (its headers came), as in the Rust
+  and asyncio clients (the blocking one counted from the call); a stream that has not opened an
+  interval after it was asked for is closed as stuck and the lease renewed by call, as after a
+  refusal: a refusal that comes late and a member that accepts the stream and never answers
+  (HTTP/2's keepalive does not notice a wedged handler) both renew by call, and neither leaves
+  the session waiting on a silent stream until its lease ends (vector 027);
 - the backoff runs on the engine's clock (the Rust client's ran on the wall of the process even
   under a test clock).
 """
@@ -221,6 +222,7 @@ class Keepalive:
         self._state = _IDLE
         self._sent_at: collections.deque[int] = collections.deque()
         self._next_ping: Optional[int] = None  # None until the stream opened
+        self._open_by = 0  # while it has not opened: when the stream is given up
         self._renew_sent = 0
         self._until = 0
 
@@ -232,7 +234,7 @@ class Keepalive:
     def wake(self) -> Optional[int]:
         """The latest time to feed a :class:`Tick`, or ``None``."""
         if self._state == _STREAMING:
-            at: Optional[int] = self._next_ping
+            at: Optional[int] = self._open_by if self._next_ping is None else self._next_ping
         elif self._state == _WAITING:
             at = self._until
         elif self._state == _RENEWING:
@@ -267,6 +269,9 @@ class Keepalive:
                     self._sent_at.append(now)
                     self._next_ping = now + self.interval_ms
                     actions.append(SendPing())
+            elif state == _STREAMING and self._next_ping is None and now >= self._open_by:
+                actions.append(CloseStream("stuck"))  # never opened: renew as after a refusal
+                self._renew(now, actions)
             elif state == _WAITING and now >= self._until:
                 self._open(now, actions)
         elif isinstance(event, Ack):
@@ -278,9 +283,7 @@ class Keepalive:
                 self._failed(now, event.leader_named, actions)
         elif isinstance(event, StreamRefused):
             if state == _STREAMING:
-                self._state = _RENEWING
-                self._renew_sent = now
-                actions.append(Renew(self.lease_deadline))
+                self._renew(now, actions)
         elif isinstance(event, SessionGone):
             if state in (_STREAMING, _RENEWING):
                 if self.lease_deadline is not None:
@@ -308,7 +311,13 @@ class Keepalive:
         self._state = _STREAMING
         self._sent_at = collections.deque([now])
         self._next_ping = None
+        self._open_by = now + self.interval_ms
         actions.append(OpenStream())
+
+    def _renew(self, now: int, actions: list[Action]) -> None:
+        self._state = _RENEWING
+        self._renew_sent = now
+        actions.append(Renew(self.lease_deadline))
 
     def _proven(self, sent: int, remaining_ms: int) -> None:
         proven = sent + proven_lease(min(remaining_ms, self.ttl_ms))

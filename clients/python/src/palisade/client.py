@@ -2,7 +2,7 @@
 
 A :class:`Session` keeps its lease alive from a background thread that drives the keepalive
 engine (:mod:`palisade._keepalive`, the rules of every Palisade client, checked against the
-shared vectors in ``spec/keepalive/v1``), over one KeepAlive stream after another: a ping every
+shared vectors in ``spec/keepalive/v2``), over one KeepAlive stream after another: a ping every
 ``ttl / 3``; the lease is *proven* until a
 ping's send time plus the remainder the service reported; a stream whose oldest ping has gone
 unanswered for a whole interval is stuck and reopened elsewhere; when the service has no
@@ -797,7 +797,7 @@ class Session:
                     elif isinstance(action, ka.CloseStream) and stream is not None:
                         stream.close()
                         if action.reason == "stuck":
-                            log.debug("keepalive stream of session %d is stuck; reopening", self.id)
+                            log.debug("keepalive stream of session %d is stuck; moving on from its endpoint", self.id)
                             failure = Failure(Failure.UNKNOWN, "the keepalive stream is stuck")
                             self._client._endpoints.after_failure(stream.generation, failure)
                         stream = None

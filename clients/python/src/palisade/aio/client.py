@@ -575,7 +575,7 @@ class Session:
                     elif isinstance(action, ka.CloseStream) and stream is not None:
                         stream.close()
                         if action.reason == "stuck":
-                            log.debug("keepalive stream of session %d is stuck; reopening", self.id)
+                            log.debug("keepalive stream of session %d is stuck; moving on from its endpoint", self.id)
                             failure = Failure(Failure.UNKNOWN, "the keepalive stream is stuck")
                             self._client._endpoints.after_failure(stream.generation, failure)
                         stream = None
