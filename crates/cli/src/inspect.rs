@@ -246,14 +246,22 @@ fn event_json(event: &LockEvent) -> Value {
         "token": event.token,
         "waiters": event.waiters,
         "value": event.value,
+        "shared": event.access == palisade_client::Access::Shared,
+        "slot": event.access.slot(),
     })
 }
 
 /// `granted jobs/a session=12 token=42 waiters=0`, or `snapshot jobs/a free waiters=0`, with
-/// ` value=…` after it when the holding carries one.
+/// ` shared` or ` slot=K` for a reader or a permit, and ` value=…` after it when the holding
+/// carries one.
 fn event_text(event: &LockEvent) -> String {
+    let access = match event.access {
+        palisade_client::Access::Exclusive => String::new(),
+        palisade_client::Access::Shared => " shared".to_string(),
+        palisade_client::Access::Slot(slot) => format!(" slot={slot}"),
+    };
     let holder = match (event.session, event.token) {
-        (Some(session), Some(token)) => format!("session={session} token={token}"),
+        (Some(session), Some(token)) => format!("session={session} token={token}{access}"),
         (Some(session), None) => format!("session={session}"),
         (None, _) => "free".to_string(),
     };

@@ -2,8 +2,9 @@
 //!
 //! The session is kept alive while the command runs. The command gets the grant in its
 //! environment (`PALISADE_LOCK`, `PALISADE_TOKEN`, `PALISADE_SEQUENCER`, `PALISADE_SESSION`,
-//! `PALISADE_ENDPOINT`, and `PALISADE_VALUE` with `--value`), so it can present the sequencer
-//! to the resources it writes.
+//! `PALISADE_ENDPOINT`, `PALISADE_VALUE` with `--value`, and `PALISADE_SLOT` with `--permits`),
+//! so it can present the sequencer to the resources it writes. `--shared` takes the lock as a
+//! reader and `--permits N` one permit of a semaphore (docs/locks.md).
 //!
 //! `palisade elect NAME -- CMD…` is the same with a wait as long as it takes: a candidate in
 //! the election NAME runs the command while it leads, with its epoch (the grant's token, higher
@@ -95,6 +96,16 @@ pub struct LockArgs {
     /// PALISADE_VALUE.
     #[arg(long, value_parser = parse_value)]
     pub value: Option<String>,
+    /// Take the lock shared, as a reader: readers run together, each with the token of its
+    /// phase, and a writer (the same lock without --shared) waits until they are done. A
+    /// reader's sequencer cannot write at a fenced resource. See docs/locks.md.
+    #[arg(long, conflicts_with = "permits")]
+    pub shared: bool,
+    /// Take one permit of the semaphore NAME of N permits (1 to 4096): at most N holders run
+    /// at once, each in a slot 0..N with a token of its own; the command gets its slot as
+    /// PALISADE_SLOT. Every holder must name the same N. See docs/locks.md.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(palisade_client::PERMITS_MAX)))]
+    pub permits: Option<u32>,
     /// Set by `palisade elect`: the command also gets PALISADE_EPOCH.
     #[arg(skip)]
     pub election: bool,
@@ -146,6 +157,18 @@ pub struct ElectArgs {
     pub command: Vec<OsString>,
 }
 
+impl LockArgs {
+    /// Exclusive, shared, or a permit, as the flags ask.
+    fn mode(&self) -> palisade_client::Mode {
+        use palisade_client::Mode;
+        match (self.shared, self.permits) {
+            (_, Some(permits)) => Mode::Permit(permits),
+            (true, None) => Mode::Shared,
+            (false, None) => Mode::Exclusive,
+        }
+    }
+}
+
 impl From<ElectArgs> for LockArgs {
     /// A campaign is a wait, as long as it takes, for the election's lock.
     fn from(args: ElectArgs) -> LockArgs {
@@ -156,6 +179,8 @@ impl From<ElectArgs> for LockArgs {
             kill_grace: args.kill_grace,
             foreground: args.foreground,
             claim: args.claim,
+            shared: false,
+            permits: None,
             value: args.value,
             election: true,
             command: args.command,
@@ -261,7 +286,8 @@ pub async fn run(args: LockArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let acquired = tokio::select! {
         acquired = session.acquire(&args.name, AcquireOptions {
             wait: args.wait,
-            value: args.value.clone(), mode: palisade_core::Mode::Exclusive,
+            value: args.value.clone(),
+            mode: args.mode(),
         }) => acquired,
         signal = signals.recv() => {
             close_quietly(session).await;
@@ -473,6 +499,9 @@ fn spawn(
     }
     if let Some(value) = &args.value {
         command.env("PALISADE_VALUE", value);
+    }
+    if let Some(slot) = guard.slot() {
+        command.env("PALISADE_SLOT", slot.to_string());
     }
     // The command reaches the service (and an https:// store) with the same TLS files.
     for (name, path) in &global.tls_files {

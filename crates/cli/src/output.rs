@@ -4,7 +4,7 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use palisade_client::{LockStatus, SessionId};
+use palisade_client::{Access, Holder, LockStatus, SessionId};
 use serde_json::{Value, json};
 
 /// `value` quoted for a POSIX shell, unless it needs no quoting.
@@ -54,24 +54,71 @@ fn ms(duration: Duration) -> u64 {
 
 /// The JSON form of a lock's state, as `status --json` and `locks --json` print it.
 pub fn status_json(status: &LockStatus) -> Value {
-    json!({
-        "lock": status.lock,
-        "holder": status.holder.as_ref().map(|h| json!({
+    let holder = |h: &Holder| {
+        json!({
             "session": h.session,
             "token": h.token,
             "lease_remaining_ms": ms(h.lease_remaining),
             "value": h.value,
-        })),
+            "access": access_name(h.access),
+            "slot": h.access.slot(),
+        })
+    };
+    json!({
+        "lock": status.lock,
+        "holder": status.holder.as_ref().map(holder),
+        "sharers": status.sharers.iter().map(holder).collect::<Vec<_>>(),
+        "permits": status.permits,
         "last_token": status.last_token,
         "waiters": status.waiters,
         "lock_delay_remaining_ms": status.lock_delay_remaining.map(ms),
     })
 }
 
+/// `exclusive`, `shared` or `slot`: how a grant holds its lock, in JSON.
+fn access_name(access: Access) -> &'static str {
+    match access {
+        Access::Exclusive => "exclusive",
+        Access::Shared => "shared",
+        Access::Slot(_) => "slot",
+    }
+}
+
+/// One reader or permit holder, on one line: `session 7, token 42 (slot 1), lease 9.5s`.
+fn sharer_text(h: &Holder) -> String {
+    let place = match h.access {
+        Access::Slot(slot) => format!(" (slot {slot})"),
+        _ => String::new(),
+    };
+    let value = h
+        .value
+        .as_deref()
+        .map_or(String::new(), |v| format!(", value {v}"));
+    format!(
+        "session {}, token {}{place}, lease {}{value}",
+        h.session,
+        h.token,
+        human_duration(h.lease_remaining)
+    )
+}
+
 /// The human form of one lock's state: aligned `field value` lines.
 pub fn status_text(status: &LockStatus) -> String {
     let mut rows: Vec<(&str, String)> = vec![("lock", status.lock.clone())];
+    if let Some(permits) = status.permits {
+        let free = permits as usize - status.sharers.len().min(permits as usize);
+        rows.push(("semaphore", format!("{permits} permits, {free} free")));
+    }
+    let label = if status.permits.is_some() {
+        "permit"
+    } else {
+        "reader"
+    };
+    for sharer in &status.sharers {
+        rows.push((label, sharer_text(sharer)));
+    }
     match &status.holder {
+        _ if !status.sharers.is_empty() => {}
         Some(holder) => {
             rows.push(("holder", format!("session {}", holder.session)));
             rows.push(("token", holder.token.to_string()));
@@ -83,6 +130,7 @@ pub fn status_text(status: &LockStatus) -> String {
                 rows.push(("value", value.clone()));
             }
         }
+        None if status.permits.is_some() => {}
         None => rows.push(("holder", "none (free)".to_string())),
     }
     rows.push(("last token", status.last_token.to_string()));
@@ -135,14 +183,26 @@ pub fn locks_table(locks: &[LockStatus]) -> String {
     .map(String::from);
     let mut rows = vec![header];
     for status in locks {
-        let (holder, token, lease, value) = match &status.holder {
-            Some(h) => (
+        let (holder, token, lease, value) = match (&status.holder, status.sharers.as_slice()) {
+            (Some(h), _) => (
                 h.session.to_string(),
                 h.token.to_string(),
                 human_duration(h.lease_remaining),
                 h.value.as_deref().map_or("-".to_string(), value_cell),
             ),
-            None => ("-".into(), "-".into(), "-".into(), "-".into()),
+            (None, []) => ("-".into(), "-".into(), "-".into(), "-".into()),
+            // Readers share one token; permits each have their own: the table names the count.
+            (None, sharers) => {
+                let what = match status.permits {
+                    Some(permits) => format!("{}/{permits} permits", sharers.len()),
+                    None => format!("{} readers", sharers.len()),
+                };
+                let token = match status.permits {
+                    Some(_) => "-".to_string(),
+                    None => sharers[0].token.to_string(),
+                };
+                (what, token, "-".into(), "-".into())
+            }
         };
         rows.push([
             status.lock.clone(),
