@@ -157,6 +157,9 @@ var kinds = map[string]struct{ class, kind error }{
 	"permission_denied":      {ErrRefused, ErrPermissionDenied},
 	"session_not_owned":      {ErrRefused, ErrSessionNotOwned},
 	"quota_reached":          {ErrRefused, ErrQuotaReached},
+	"permits_out_of_range":   {ErrRefused, ErrInvalidArgument},
+	"permits_mismatch":       {ErrRefused, ErrInvalidArgument},
+	"mode_conflict":          {ErrRefused, ErrInvalidArgument},
 }
 
 // ofCode is the class and kind of a status this client names no other way (ErrorClass::of_code).

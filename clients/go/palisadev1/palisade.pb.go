@@ -120,7 +120,7 @@ func (x WatchEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WatchEvent_Kind.Descriptor instead.
 func (WatchEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{18, 0}
+	return file_palisade_proto_rawDescGZIP(), []int{19, 0}
 }
 
 type OpenSessionRequest struct {
@@ -479,7 +479,14 @@ type AcquireRequest struct {
 	// election, the leader's address. 1 to 1024 bytes of UTF-8 without control characters; empty
 	// means none. A waiter's value shows once it is granted. A retry, or an acquire by a session
 	// that holds or waits for the lock already, keeps the value the first acquire brought.
-	Value         string `protobuf:"bytes,7,opt,name=value,proto3" json:"value,omitempty"`
+	Value string `protobuf:"bytes,7,opt,name=value,proto3" json:"value,omitempty"`
+	// Take the lock shared: a reader of a read-write lock (docs/locks.md). Readers are admitted
+	// in phases that share one token; a waiting writer stops new readers joining. Not with
+	// permits.
+	Shared bool `protobuf:"varint,8,opt,name=shared,proto3" json:"shared,omitempty"`
+	// Take one permit of the semaphore `lock` of this many permits (1 to 4096); 0: a lock, not a
+	// semaphore. The first acquire while the name is in use fixes its size (permits_mismatch).
+	Permits       uint32 `protobuf:"varint,9,opt,name=permits,proto3" json:"permits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -563,13 +570,29 @@ func (x *AcquireRequest) GetValue() string {
 	return ""
 }
 
+func (x *AcquireRequest) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
+}
+
+func (x *AcquireRequest) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
 type AcquireResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Lock    string                 `protobuf:"bytes,1,opt,name=lock,proto3" json:"lock,omitempty"`
 	Session uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
 	Token   uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
 	// The signed, lock-scoped token to present to resources.
-	Sequencer     string `protobuf:"bytes,4,opt,name=sequencer,proto3" json:"sequencer,omitempty"`
+	Sequencer string `protobuf:"bytes,4,opt,name=sequencer,proto3" json:"sequencer,omitempty"`
+	// How the grant holds the lock (exclusive unless one of these is set).
+	Access        *Access `protobuf:"bytes,5,opt,name=access,proto3" json:"access,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -632,6 +655,68 @@ func (x *AcquireResponse) GetSequencer() string {
 	return ""
 }
 
+func (x *AcquireResponse) GetAccess() *Access {
+	if x != nil {
+		return x.Access
+	}
+	return nil
+}
+
+// How a grant holds its lock: exclusive (neither field set), shared, or a semaphore's slot.
+type Access struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A reader of a shared phase: every reader of the phase has the same token.
+	Shared bool `protobuf:"varint,1,opt,name=shared,proto3" json:"shared,omitempty"`
+	// A semaphore's permit: its slot, 0 to permits - 1.
+	Slot          *uint32 `protobuf:"varint,2,opt,name=slot,proto3,oneof" json:"slot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Access) Reset() {
+	*x = Access{}
+	mi := &file_palisade_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Access) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Access) ProtoMessage() {}
+
+func (x *Access) ProtoReflect() protoreflect.Message {
+	mi := &file_palisade_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Access.ProtoReflect.Descriptor instead.
+func (*Access) Descriptor() ([]byte, []int) {
+	return file_palisade_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Access) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
+}
+
+func (x *Access) GetSlot() uint32 {
+	if x != nil && x.Slot != nil {
+		return *x.Slot
+	}
+	return 0
+}
+
 type ReleaseRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Session   uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
@@ -645,7 +730,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_palisade_proto_msgTypes[8]
+	mi := &file_palisade_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -657,7 +742,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[8]
+	mi := &file_palisade_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -670,7 +755,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{8}
+	return file_palisade_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReleaseRequest) GetSession() uint64 {
@@ -719,7 +804,7 @@ type ProclaimRequest struct {
 
 func (x *ProclaimRequest) Reset() {
 	*x = ProclaimRequest{}
-	mi := &file_palisade_proto_msgTypes[9]
+	mi := &file_palisade_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -731,7 +816,7 @@ func (x *ProclaimRequest) String() string {
 func (*ProclaimRequest) ProtoMessage() {}
 
 func (x *ProclaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[9]
+	mi := &file_palisade_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -744,7 +829,7 @@ func (x *ProclaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProclaimRequest.ProtoReflect.Descriptor instead.
 func (*ProclaimRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{9}
+	return file_palisade_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ProclaimRequest) GetSession() uint64 {
@@ -790,7 +875,7 @@ type ProclaimResponse struct {
 
 func (x *ProclaimResponse) Reset() {
 	*x = ProclaimResponse{}
-	mi := &file_palisade_proto_msgTypes[10]
+	mi := &file_palisade_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -802,7 +887,7 @@ func (x *ProclaimResponse) String() string {
 func (*ProclaimResponse) ProtoMessage() {}
 
 func (x *ProclaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[10]
+	mi := &file_palisade_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -815,7 +900,7 @@ func (x *ProclaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProclaimResponse.ProtoReflect.Descriptor instead.
 func (*ProclaimResponse) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{10}
+	return file_palisade_proto_rawDescGZIP(), []int{11}
 }
 
 type ReleaseResponse struct {
@@ -828,7 +913,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_palisade_proto_msgTypes[11]
+	mi := &file_palisade_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -840,7 +925,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[11]
+	mi := &file_palisade_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -853,7 +938,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{11}
+	return file_palisade_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReleaseResponse) GetToken() uint64 {
@@ -878,7 +963,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_palisade_proto_msgTypes[12]
+	mi := &file_palisade_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -890,7 +975,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[12]
+	mi := &file_palisade_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -903,7 +988,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{12}
+	return file_palisade_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StatusRequest) GetLock() string {
@@ -932,13 +1017,18 @@ type LockInfo struct {
 	Waiters   []uint64 `protobuf:"varint,4,rep,packed,name=waiters,proto3" json:"waiters,omitempty"`
 	// Time left in lock-delay after a holder's session expired.
 	LockDelayRemainingMs *uint64 `protobuf:"varint,5,opt,name=lock_delay_remaining_ms,json=lockDelayRemainingMs,proto3,oneof" json:"lock_delay_remaining_ms,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// The readers of the current shared phase, or a semaphore's permit holders (holder is then
+	// absent), in session order.
+	Sharers []*Holder `protobuf:"bytes,6,rep,name=sharers,proto3" json:"sharers,omitempty"`
+	// A semaphore's number of permits; absent for a lock.
+	Permits       *uint32 `protobuf:"varint,7,opt,name=permits,proto3,oneof" json:"permits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LockInfo) Reset() {
 	*x = LockInfo{}
-	mi := &file_palisade_proto_msgTypes[13]
+	mi := &file_palisade_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -950,7 +1040,7 @@ func (x *LockInfo) String() string {
 func (*LockInfo) ProtoMessage() {}
 
 func (x *LockInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[13]
+	mi := &file_palisade_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -963,7 +1053,7 @@ func (x *LockInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockInfo.ProtoReflect.Descriptor instead.
 func (*LockInfo) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{13}
+	return file_palisade_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LockInfo) GetLock() string {
@@ -1001,6 +1091,20 @@ func (x *LockInfo) GetLockDelayRemainingMs() uint64 {
 	return 0
 }
 
+func (x *LockInfo) GetSharers() []*Holder {
+	if x != nil {
+		return x.Sharers
+	}
+	return nil
+}
+
+func (x *LockInfo) GetPermits() uint32 {
+	if x != nil && x.Permits != nil {
+		return *x.Permits
+	}
+	return 0
+}
+
 type Holder struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Session uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
@@ -1008,14 +1112,15 @@ type Holder struct {
 	// Lease remaining on the holding session.
 	LeaseRemainingMs uint64 `protobuf:"varint,3,opt,name=lease_remaining_ms,json=leaseRemainingMs,proto3" json:"lease_remaining_ms,omitempty"`
 	// The grant's value (AcquireRequest.value, or the last Proclaim); empty if none.
-	Value         string `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	Value         string  `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	Access        *Access `protobuf:"bytes,5,opt,name=access,proto3" json:"access,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Holder) Reset() {
 	*x = Holder{}
-	mi := &file_palisade_proto_msgTypes[14]
+	mi := &file_palisade_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1027,7 +1132,7 @@ func (x *Holder) String() string {
 func (*Holder) ProtoMessage() {}
 
 func (x *Holder) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[14]
+	mi := &file_palisade_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1040,7 +1145,7 @@ func (x *Holder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Holder.ProtoReflect.Descriptor instead.
 func (*Holder) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{14}
+	return file_palisade_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Holder) GetSession() uint64 {
@@ -1071,6 +1176,13 @@ func (x *Holder) GetValue() string {
 	return ""
 }
 
+func (x *Holder) GetAccess() *Access {
+	if x != nil {
+		return x.Access
+	}
+	return nil
+}
+
 type ListLocksRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Prefix string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
@@ -1086,7 +1198,7 @@ type ListLocksRequest struct {
 
 func (x *ListLocksRequest) Reset() {
 	*x = ListLocksRequest{}
-	mi := &file_palisade_proto_msgTypes[15]
+	mi := &file_palisade_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1098,7 +1210,7 @@ func (x *ListLocksRequest) String() string {
 func (*ListLocksRequest) ProtoMessage() {}
 
 func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[15]
+	mi := &file_palisade_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1111,7 +1223,7 @@ func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
 func (*ListLocksRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{15}
+	return file_palisade_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListLocksRequest) GetPrefix() string {
@@ -1153,7 +1265,7 @@ type ListLocksResponse struct {
 
 func (x *ListLocksResponse) Reset() {
 	*x = ListLocksResponse{}
-	mi := &file_palisade_proto_msgTypes[16]
+	mi := &file_palisade_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1165,7 +1277,7 @@ func (x *ListLocksResponse) String() string {
 func (*ListLocksResponse) ProtoMessage() {}
 
 func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[16]
+	mi := &file_palisade_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1178,7 +1290,7 @@ func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
 func (*ListLocksResponse) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{16}
+	return file_palisade_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListLocksResponse) GetLocks() []*LockInfo {
@@ -1204,7 +1316,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_palisade_proto_msgTypes[17]
+	mi := &file_palisade_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1216,7 +1328,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[17]
+	mi := &file_palisade_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1229,7 +1341,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{17}
+	return file_palisade_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WatchRequest) GetLock() string {
@@ -1250,14 +1362,16 @@ type WatchEvent struct {
 	Waiters uint64 `protobuf:"varint,5,opt,name=waiters,proto3" json:"waiters,omitempty"`
 	// The holding's value after a snapshot, a grant or a proclaim; empty if none (and after a
 	// release or expiry).
-	Value         string `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	Value string `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	// How the grant holds the lock (a grant; a snapshot's holder).
+	Access        *Access `protobuf:"bytes,7,opt,name=access,proto3" json:"access,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_palisade_proto_msgTypes[18]
+	mi := &file_palisade_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1269,7 +1383,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[18]
+	mi := &file_palisade_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1282,7 +1396,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{18}
+	return file_palisade_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WatchEvent) GetKind() WatchEvent_Kind {
@@ -1327,6 +1441,13 @@ func (x *WatchEvent) GetValue() string {
 	return ""
 }
 
+func (x *WatchEvent) GetAccess() *Access {
+	if x != nil {
+		return x.Access
+	}
+	return nil
+}
+
 type PublicKeyRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1335,7 +1456,7 @@ type PublicKeyRequest struct {
 
 func (x *PublicKeyRequest) Reset() {
 	*x = PublicKeyRequest{}
-	mi := &file_palisade_proto_msgTypes[19]
+	mi := &file_palisade_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1347,7 +1468,7 @@ func (x *PublicKeyRequest) String() string {
 func (*PublicKeyRequest) ProtoMessage() {}
 
 func (x *PublicKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[19]
+	mi := &file_palisade_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1360,7 +1481,7 @@ func (x *PublicKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublicKeyRequest.ProtoReflect.Descriptor instead.
 func (*PublicKeyRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{19}
+	return file_palisade_proto_rawDescGZIP(), []int{20}
 }
 
 type PublicKeyResponse struct {
@@ -1377,7 +1498,7 @@ type PublicKeyResponse struct {
 
 func (x *PublicKeyResponse) Reset() {
 	*x = PublicKeyResponse{}
-	mi := &file_palisade_proto_msgTypes[20]
+	mi := &file_palisade_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1389,7 +1510,7 @@ func (x *PublicKeyResponse) String() string {
 func (*PublicKeyResponse) ProtoMessage() {}
 
 func (x *PublicKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[20]
+	mi := &file_palisade_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1402,7 +1523,7 @@ func (x *PublicKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublicKeyResponse.ProtoReflect.Descriptor instead.
 func (*PublicKeyResponse) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{20}
+	return file_palisade_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PublicKeyResponse) GetPublicKey() string {
@@ -1457,6 +1578,9 @@ func (x *PublicKeyResponse) GetPublicKeys() []string {
 //	permission_denied    PERMISSION_DENIED    identity, right, scope
 //	session_not_owned    PERMISSION_DENIED    session (another identity opened it)
 //	quota_reached        RESOURCE_EXHAUSTED   identity, quota, quota_max
+//	permits_out_of_range INVALID_ARGUMENT     permits, permits_max
+//	permits_mismatch     INVALID_ARGUMENT     lock, permits, requested_permits
+//	mode_conflict        INVALID_ARGUMENT     lock, session, held_shared
 type ErrorDetail struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// What went wrong; see the table above.
@@ -1500,15 +1624,22 @@ type ErrorDetail struct {
 	Scope string `protobuf:"bytes,24,opt,name=scope,proto3" json:"scope,omitempty"`
 	// The quota reached: "sessions", "locks", "waiters" or "watches", and its value for this
 	// identity (quota_reached).
-	Quota         string `protobuf:"bytes,25,opt,name=quota,proto3" json:"quota,omitempty"`
-	QuotaMax      uint64 `protobuf:"varint,26,opt,name=quota_max,json=quotaMax,proto3" json:"quota_max,omitempty"`
+	Quota    string `protobuf:"bytes,25,opt,name=quota,proto3" json:"quota,omitempty"`
+	QuotaMax uint64 `protobuf:"varint,26,opt,name=quota_max,json=quotaMax,proto3" json:"quota_max,omitempty"`
+	// permits_out_of_range: the permits asked for and the most allowed; permits_mismatch: the
+	// semaphore's size (0: the name is a lock) and what the acquire asked for (0: a lock).
+	Permits          uint32 `protobuf:"varint,27,opt,name=permits,proto3" json:"permits,omitempty"`
+	PermitsMax       uint32 `protobuf:"varint,28,opt,name=permits_max,json=permitsMax,proto3" json:"permits_max,omitempty"`
+	RequestedPermits uint32 `protobuf:"varint,29,opt,name=requested_permits,json=requestedPermits,proto3" json:"requested_permits,omitempty"`
+	// mode_conflict: the session holds or waits for the lock shared (else exclusive).
+	HeldShared    bool `protobuf:"varint,30,opt,name=held_shared,json=heldShared,proto3" json:"held_shared,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_palisade_proto_msgTypes[21]
+	mi := &file_palisade_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1520,7 +1651,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[21]
+	mi := &file_palisade_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1533,7 +1664,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{21}
+	return file_palisade_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ErrorDetail) GetKind() string {
@@ -1718,6 +1849,34 @@ func (x *ErrorDetail) GetQuotaMax() uint64 {
 	return 0
 }
 
+func (x *ErrorDetail) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
+func (x *ErrorDetail) GetPermitsMax() uint32 {
+	if x != nil {
+		return x.PermitsMax
+	}
+	return 0
+}
+
+func (x *ErrorDetail) GetRequestedPermits() uint32 {
+	if x != nil {
+		return x.RequestedPermits
+	}
+	return 0
+}
+
+func (x *ErrorDetail) GetHeldShared() bool {
+	if x != nil {
+		return x.HeldShared
+	}
+	return false
+}
+
 type RaiseTokenFloorRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// At most the service's largest token (2^63 - 1) less 2^56: a floor above that is refused
@@ -1732,7 +1891,7 @@ type RaiseTokenFloorRequest struct {
 
 func (x *RaiseTokenFloorRequest) Reset() {
 	*x = RaiseTokenFloorRequest{}
-	mi := &file_palisade_proto_msgTypes[22]
+	mi := &file_palisade_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1744,7 +1903,7 @@ func (x *RaiseTokenFloorRequest) String() string {
 func (*RaiseTokenFloorRequest) ProtoMessage() {}
 
 func (x *RaiseTokenFloorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[22]
+	mi := &file_palisade_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1757,7 +1916,7 @@ func (x *RaiseTokenFloorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaiseTokenFloorRequest.ProtoReflect.Descriptor instead.
 func (*RaiseTokenFloorRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{22}
+	return file_palisade_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RaiseTokenFloorRequest) GetFloor() uint64 {
@@ -1784,7 +1943,7 @@ type RaiseTokenFloorResponse struct {
 
 func (x *RaiseTokenFloorResponse) Reset() {
 	*x = RaiseTokenFloorResponse{}
-	mi := &file_palisade_proto_msgTypes[23]
+	mi := &file_palisade_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1796,7 +1955,7 @@ func (x *RaiseTokenFloorResponse) String() string {
 func (*RaiseTokenFloorResponse) ProtoMessage() {}
 
 func (x *RaiseTokenFloorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[23]
+	mi := &file_palisade_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1809,7 +1968,7 @@ func (x *RaiseTokenFloorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaiseTokenFloorResponse.ProtoReflect.Descriptor instead.
 func (*RaiseTokenFloorResponse) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{23}
+	return file_palisade_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RaiseTokenFloorResponse) GetLastToken() uint64 {
@@ -1827,7 +1986,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_palisade_proto_msgTypes[24]
+	mi := &file_palisade_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1839,7 +1998,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[24]
+	mi := &file_palisade_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1852,7 +2011,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{24}
+	return file_palisade_proto_rawDescGZIP(), []int{25}
 }
 
 type BackupChunk struct {
@@ -1865,7 +2024,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_palisade_proto_msgTypes[25]
+	mi := &file_palisade_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1877,7 +2036,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[25]
+	mi := &file_palisade_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1890,7 +2049,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{25}
+	return file_palisade_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *BackupChunk) GetData() []byte {
@@ -1908,7 +2067,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_palisade_proto_msgTypes[26]
+	mi := &file_palisade_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1920,7 +2079,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[26]
+	mi := &file_palisade_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1933,7 +2092,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{26}
+	return file_palisade_proto_rawDescGZIP(), []int{27}
 }
 
 type AddKeyRequest struct {
@@ -1944,7 +2103,7 @@ type AddKeyRequest struct {
 
 func (x *AddKeyRequest) Reset() {
 	*x = AddKeyRequest{}
-	mi := &file_palisade_proto_msgTypes[27]
+	mi := &file_palisade_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1956,7 +2115,7 @@ func (x *AddKeyRequest) String() string {
 func (*AddKeyRequest) ProtoMessage() {}
 
 func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[27]
+	mi := &file_palisade_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1969,7 +2128,7 @@ func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddKeyRequest.ProtoReflect.Descriptor instead.
 func (*AddKeyRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{27}
+	return file_palisade_proto_rawDescGZIP(), []int{28}
 }
 
 type RotateKeyRequest struct {
@@ -1982,7 +2141,7 @@ type RotateKeyRequest struct {
 
 func (x *RotateKeyRequest) Reset() {
 	*x = RotateKeyRequest{}
-	mi := &file_palisade_proto_msgTypes[28]
+	mi := &file_palisade_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1994,7 +2153,7 @@ func (x *RotateKeyRequest) String() string {
 func (*RotateKeyRequest) ProtoMessage() {}
 
 func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[28]
+	mi := &file_palisade_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2007,7 +2166,7 @@ func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{28}
+	return file_palisade_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RotateKeyRequest) GetKeyId() string {
@@ -2026,7 +2185,7 @@ type RetireKeyRequest struct {
 
 func (x *RetireKeyRequest) Reset() {
 	*x = RetireKeyRequest{}
-	mi := &file_palisade_proto_msgTypes[29]
+	mi := &file_palisade_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2038,7 +2197,7 @@ func (x *RetireKeyRequest) String() string {
 func (*RetireKeyRequest) ProtoMessage() {}
 
 func (x *RetireKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[29]
+	mi := &file_palisade_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2051,7 +2210,7 @@ func (x *RetireKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireKeyRequest.ProtoReflect.Descriptor instead.
 func (*RetireKeyRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{29}
+	return file_palisade_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RetireKeyRequest) GetKeyId() string {
@@ -2075,7 +2234,7 @@ type PublishedKey struct {
 
 func (x *PublishedKey) Reset() {
 	*x = PublishedKey{}
-	mi := &file_palisade_proto_msgTypes[30]
+	mi := &file_palisade_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2087,7 +2246,7 @@ func (x *PublishedKey) String() string {
 func (*PublishedKey) ProtoMessage() {}
 
 func (x *PublishedKey) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[30]
+	mi := &file_palisade_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2100,7 +2259,7 @@ func (x *PublishedKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishedKey.ProtoReflect.Descriptor instead.
 func (*PublishedKey) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{30}
+	return file_palisade_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PublishedKey) GetKeyId() string {
@@ -2134,7 +2293,7 @@ type KeysResponse struct {
 
 func (x *KeysResponse) Reset() {
 	*x = KeysResponse{}
-	mi := &file_palisade_proto_msgTypes[31]
+	mi := &file_palisade_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2146,7 +2305,7 @@ func (x *KeysResponse) String() string {
 func (*KeysResponse) ProtoMessage() {}
 
 func (x *KeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[31]
+	mi := &file_palisade_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2159,7 +2318,7 @@ func (x *KeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysResponse.ProtoReflect.Descriptor instead.
 func (*KeysResponse) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{31}
+	return file_palisade_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *KeysResponse) GetKeys() []*PublishedKey {
@@ -2177,7 +2336,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_palisade_proto_msgTypes[32]
+	mi := &file_palisade_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2189,7 +2348,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[32]
+	mi := &file_palisade_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2202,7 +2361,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{32}
+	return file_palisade_proto_rawDescGZIP(), []int{33}
 }
 
 type ClusterMember struct {
@@ -2219,7 +2378,7 @@ type ClusterMember struct {
 
 func (x *ClusterMember) Reset() {
 	*x = ClusterMember{}
-	mi := &file_palisade_proto_msgTypes[33]
+	mi := &file_palisade_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2231,7 +2390,7 @@ func (x *ClusterMember) String() string {
 func (*ClusterMember) ProtoMessage() {}
 
 func (x *ClusterMember) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[33]
+	mi := &file_palisade_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2244,7 +2403,7 @@ func (x *ClusterMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterMember.ProtoReflect.Descriptor instead.
 func (*ClusterMember) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{33}
+	return file_palisade_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ClusterMember) GetId() uint64 {
@@ -2295,7 +2454,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_palisade_proto_msgTypes[34]
+	mi := &file_palisade_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2307,7 +2466,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[34]
+	mi := &file_palisade_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2320,7 +2479,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{34}
+	return file_palisade_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ClusterStatusResponse) GetNodeId() uint64 {
@@ -2391,7 +2550,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_palisade_proto_msgTypes[35]
+	mi := &file_palisade_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2403,7 +2562,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[35]
+	mi := &file_palisade_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2416,7 +2575,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{35}
+	return file_palisade_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AddMemberRequest) GetId() uint64 {
@@ -2442,7 +2601,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_palisade_proto_msgTypes[36]
+	mi := &file_palisade_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2454,7 +2613,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[36]
+	mi := &file_palisade_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2467,7 +2626,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{36}
+	return file_palisade_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RemoveMemberRequest) GetId() uint64 {
@@ -2486,7 +2645,7 @@ type MembershipResponse struct {
 
 func (x *MembershipResponse) Reset() {
 	*x = MembershipResponse{}
-	mi := &file_palisade_proto_msgTypes[37]
+	mi := &file_palisade_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2498,7 +2657,7 @@ func (x *MembershipResponse) String() string {
 func (*MembershipResponse) ProtoMessage() {}
 
 func (x *MembershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[37]
+	mi := &file_palisade_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2511,7 +2670,7 @@ func (x *MembershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembershipResponse.ProtoReflect.Descriptor instead.
 func (*MembershipResponse) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{37}
+	return file_palisade_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *MembershipResponse) GetMembers() []*ClusterMember {
@@ -2544,7 +2703,7 @@ const file_palisade_proto_rawDesc = "" +
 	"\x13CloseSessionRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12%\n" +
 	"\x0esession_secret\x18\x02 \x01(\fR\rsessionSecret\"\x16\n" +
-	"\x14CloseSessionResponse\"\xd6\x01\n" +
+	"\x14CloseSessionResponse\"\x88\x02\n" +
 	"\x0eAcquireRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x12\n" +
 	"\x04lock\x18\x02 \x01(\tR\x04lock\x12\x1d\n" +
@@ -2553,12 +2712,19 @@ const file_palisade_proto_rawDesc = "" +
 	"\await_ms\x18\x04 \x01(\x04R\x06waitMs\x12!\n" +
 	"\fwait_forever\x18\x05 \x01(\bR\vwaitForever\x12%\n" +
 	"\x0esession_secret\x18\x06 \x01(\fR\rsessionSecret\x12\x14\n" +
-	"\x05value\x18\a \x01(\tR\x05value\"s\n" +
+	"\x05value\x18\a \x01(\tR\x05value\x12\x16\n" +
+	"\x06shared\x18\b \x01(\bR\x06shared\x12\x18\n" +
+	"\apermits\x18\t \x01(\rR\apermits\"\xa0\x01\n" +
 	"\x0fAcquireResponse\x12\x12\n" +
 	"\x04lock\x18\x01 \x01(\tR\x04lock\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x1c\n" +
-	"\tsequencer\x18\x04 \x01(\tR\tsequencer\"\x84\x01\n" +
+	"\tsequencer\x18\x04 \x01(\tR\tsequencer\x12+\n" +
+	"\x06access\x18\x05 \x01(\v2\x13.palisade.v1.AccessR\x06access\"B\n" +
+	"\x06Access\x12\x16\n" +
+	"\x06shared\x18\x01 \x01(\bR\x06shared\x12\x17\n" +
+	"\x04slot\x18\x02 \x01(\rH\x00R\x04slot\x88\x01\x01B\a\n" +
+	"\x05_slot\"\x84\x01\n" +
 	"\x0eReleaseRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x12\n" +
 	"\x04lock\x18\x02 \x01(\tR\x04lock\x12\x1d\n" +
@@ -2577,21 +2743,26 @@ const file_palisade_proto_rawDesc = "" +
 	"\x06_token\"9\n" +
 	"\rStatusRequest\x12\x12\n" +
 	"\x04lock\x18\x01 \x01(\tR\x04lock\x12\x14\n" +
-	"\x05stale\x18\x02 \x01(\bR\x05stale\"\xec\x01\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\"\xc6\x02\n" +
 	"\bLockInfo\x12\x12\n" +
 	"\x04lock\x18\x01 \x01(\tR\x04lock\x120\n" +
 	"\x06holder\x18\x02 \x01(\v2\x13.palisade.v1.HolderH\x00R\x06holder\x88\x01\x01\x12\x1d\n" +
 	"\n" +
 	"last_token\x18\x03 \x01(\x04R\tlastToken\x12\x18\n" +
 	"\awaiters\x18\x04 \x03(\x04R\awaiters\x12:\n" +
-	"\x17lock_delay_remaining_ms\x18\x05 \x01(\x04H\x01R\x14lockDelayRemainingMs\x88\x01\x01B\t\n" +
+	"\x17lock_delay_remaining_ms\x18\x05 \x01(\x04H\x01R\x14lockDelayRemainingMs\x88\x01\x01\x12-\n" +
+	"\asharers\x18\x06 \x03(\v2\x13.palisade.v1.HolderR\asharers\x12\x1d\n" +
+	"\apermits\x18\a \x01(\rH\x02R\apermits\x88\x01\x01B\t\n" +
 	"\a_holderB\x1a\n" +
-	"\x18_lock_delay_remaining_ms\"|\n" +
+	"\x18_lock_delay_remaining_msB\n" +
+	"\n" +
+	"\b_permits\"\xa9\x01\n" +
 	"\x06Holder\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12,\n" +
 	"\x12lease_remaining_ms\x18\x03 \x01(\x04R\x10leaseRemainingMs\x12\x14\n" +
-	"\x05value\x18\x04 \x01(\tR\x05value\"w\n" +
+	"\x05value\x18\x04 \x01(\tR\x05value\x12+\n" +
+	"\x06access\x18\x05 \x01(\v2\x13.palisade.v1.AccessR\x06access\"w\n" +
 	"\x10ListLocksRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1f\n" +
 	"\vstart_after\x18\x02 \x01(\tR\n" +
@@ -2602,7 +2773,7 @@ const file_palisade_proto_rawDesc = "" +
 	"\x05locks\x18\x01 \x03(\v2\x15.palisade.v1.LockInfoR\x05locks\x12(\n" +
 	"\x10next_start_after\x18\x02 \x01(\tR\x0enextStartAfter\"\"\n" +
 	"\fWatchRequest\x12\x12\n" +
-	"\x04lock\x18\x01 \x01(\tR\x04lock\"\xae\x02\n" +
+	"\x04lock\x18\x01 \x01(\tR\x04lock\"\xdb\x02\n" +
 	"\n" +
 	"WatchEvent\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.palisade.v1.WatchEvent.KindR\x04kind\x12\x12\n" +
@@ -2610,7 +2781,8 @@ const file_palisade_proto_rawDesc = "" +
 	"\asession\x18\x03 \x01(\x04R\asession\x12\x14\n" +
 	"\x05token\x18\x04 \x01(\x04R\x05token\x12\x18\n" +
 	"\awaiters\x18\x05 \x01(\x04R\awaiters\x12\x14\n" +
-	"\x05value\x18\x06 \x01(\tR\x05value\"z\n" +
+	"\x05value\x18\x06 \x01(\tR\x05value\x12+\n" +
+	"\x06access\x18\a \x01(\v2\x13.palisade.v1.AccessR\x06access\"z\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rKIND_SNAPSHOT\x10\x01\x12\x10\n" +
@@ -2623,7 +2795,7 @@ const file_palisade_proto_rawDesc = "" +
 	"\n" +
 	"public_key\x18\x01 \x01(\tR\tpublicKey\x12\x1f\n" +
 	"\vpublic_keys\x18\x02 \x03(\tR\n" +
-	"publicKeys\"\xba\x06\n" +
+	"publicKeys\"\xc3\a\n" +
 	"\vErrorDetail\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1a\n" +
 	"\bcategory\x18\x02 \x01(\tR\bcategory\x12\x12\n" +
@@ -2655,7 +2827,13 @@ const file_palisade_proto_rawDesc = "" +
 	"\x05right\x18\x17 \x01(\tR\x05right\x12\x14\n" +
 	"\x05scope\x18\x18 \x01(\tR\x05scope\x12\x14\n" +
 	"\x05quota\x18\x19 \x01(\tR\x05quota\x12\x1b\n" +
-	"\tquota_max\x18\x1a \x01(\x04R\bquotaMaxB\x11\n" +
+	"\tquota_max\x18\x1a \x01(\x04R\bquotaMax\x12\x18\n" +
+	"\apermits\x18\x1b \x01(\rR\apermits\x12\x1f\n" +
+	"\vpermits_max\x18\x1c \x01(\rR\n" +
+	"permitsMax\x12+\n" +
+	"\x11requested_permits\x18\x1d \x01(\rR\x10requestedPermits\x12\x1f\n" +
+	"\vheld_shared\x18\x1e \x01(\bR\n" +
+	"heldSharedB\x11\n" +
 	"\x0f_holder_sessionB\x0f\n" +
 	"\r_holder_tokenB\x12\n" +
 	"\x10_available_at_ms\"D\n" +
@@ -2741,7 +2919,7 @@ func file_palisade_proto_rawDescGZIP() []byte {
 }
 
 var file_palisade_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_palisade_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_palisade_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_palisade_proto_goTypes = []any{
 	(WatchEvent_Kind)(0),            // 0: palisade.v1.WatchEvent.Kind
 	(*OpenSessionRequest)(nil),      // 1: palisade.v1.OpenSessionRequest
@@ -2752,89 +2930,94 @@ var file_palisade_proto_goTypes = []any{
 	(*CloseSessionResponse)(nil),    // 6: palisade.v1.CloseSessionResponse
 	(*AcquireRequest)(nil),          // 7: palisade.v1.AcquireRequest
 	(*AcquireResponse)(nil),         // 8: palisade.v1.AcquireResponse
-	(*ReleaseRequest)(nil),          // 9: palisade.v1.ReleaseRequest
-	(*ProclaimRequest)(nil),         // 10: palisade.v1.ProclaimRequest
-	(*ProclaimResponse)(nil),        // 11: palisade.v1.ProclaimResponse
-	(*ReleaseResponse)(nil),         // 12: palisade.v1.ReleaseResponse
-	(*StatusRequest)(nil),           // 13: palisade.v1.StatusRequest
-	(*LockInfo)(nil),                // 14: palisade.v1.LockInfo
-	(*Holder)(nil),                  // 15: palisade.v1.Holder
-	(*ListLocksRequest)(nil),        // 16: palisade.v1.ListLocksRequest
-	(*ListLocksResponse)(nil),       // 17: palisade.v1.ListLocksResponse
-	(*WatchRequest)(nil),            // 18: palisade.v1.WatchRequest
-	(*WatchEvent)(nil),              // 19: palisade.v1.WatchEvent
-	(*PublicKeyRequest)(nil),        // 20: palisade.v1.PublicKeyRequest
-	(*PublicKeyResponse)(nil),       // 21: palisade.v1.PublicKeyResponse
-	(*ErrorDetail)(nil),             // 22: palisade.v1.ErrorDetail
-	(*RaiseTokenFloorRequest)(nil),  // 23: palisade.v1.RaiseTokenFloorRequest
-	(*RaiseTokenFloorResponse)(nil), // 24: palisade.v1.RaiseTokenFloorResponse
-	(*BackupRequest)(nil),           // 25: palisade.v1.BackupRequest
-	(*BackupChunk)(nil),             // 26: palisade.v1.BackupChunk
-	(*ListKeysRequest)(nil),         // 27: palisade.v1.ListKeysRequest
-	(*AddKeyRequest)(nil),           // 28: palisade.v1.AddKeyRequest
-	(*RotateKeyRequest)(nil),        // 29: palisade.v1.RotateKeyRequest
-	(*RetireKeyRequest)(nil),        // 30: palisade.v1.RetireKeyRequest
-	(*PublishedKey)(nil),            // 31: palisade.v1.PublishedKey
-	(*KeysResponse)(nil),            // 32: palisade.v1.KeysResponse
-	(*ClusterStatusRequest)(nil),    // 33: palisade.v1.ClusterStatusRequest
-	(*ClusterMember)(nil),           // 34: palisade.v1.ClusterMember
-	(*ClusterStatusResponse)(nil),   // 35: palisade.v1.ClusterStatusResponse
-	(*AddMemberRequest)(nil),        // 36: palisade.v1.AddMemberRequest
-	(*RemoveMemberRequest)(nil),     // 37: palisade.v1.RemoveMemberRequest
-	(*MembershipResponse)(nil),      // 38: palisade.v1.MembershipResponse
+	(*Access)(nil),                  // 9: palisade.v1.Access
+	(*ReleaseRequest)(nil),          // 10: palisade.v1.ReleaseRequest
+	(*ProclaimRequest)(nil),         // 11: palisade.v1.ProclaimRequest
+	(*ProclaimResponse)(nil),        // 12: palisade.v1.ProclaimResponse
+	(*ReleaseResponse)(nil),         // 13: palisade.v1.ReleaseResponse
+	(*StatusRequest)(nil),           // 14: palisade.v1.StatusRequest
+	(*LockInfo)(nil),                // 15: palisade.v1.LockInfo
+	(*Holder)(nil),                  // 16: palisade.v1.Holder
+	(*ListLocksRequest)(nil),        // 17: palisade.v1.ListLocksRequest
+	(*ListLocksResponse)(nil),       // 18: palisade.v1.ListLocksResponse
+	(*WatchRequest)(nil),            // 19: palisade.v1.WatchRequest
+	(*WatchEvent)(nil),              // 20: palisade.v1.WatchEvent
+	(*PublicKeyRequest)(nil),        // 21: palisade.v1.PublicKeyRequest
+	(*PublicKeyResponse)(nil),       // 22: palisade.v1.PublicKeyResponse
+	(*ErrorDetail)(nil),             // 23: palisade.v1.ErrorDetail
+	(*RaiseTokenFloorRequest)(nil),  // 24: palisade.v1.RaiseTokenFloorRequest
+	(*RaiseTokenFloorResponse)(nil), // 25: palisade.v1.RaiseTokenFloorResponse
+	(*BackupRequest)(nil),           // 26: palisade.v1.BackupRequest
+	(*BackupChunk)(nil),             // 27: palisade.v1.BackupChunk
+	(*ListKeysRequest)(nil),         // 28: palisade.v1.ListKeysRequest
+	(*AddKeyRequest)(nil),           // 29: palisade.v1.AddKeyRequest
+	(*RotateKeyRequest)(nil),        // 30: palisade.v1.RotateKeyRequest
+	(*RetireKeyRequest)(nil),        // 31: palisade.v1.RetireKeyRequest
+	(*PublishedKey)(nil),            // 32: palisade.v1.PublishedKey
+	(*KeysResponse)(nil),            // 33: palisade.v1.KeysResponse
+	(*ClusterStatusRequest)(nil),    // 34: palisade.v1.ClusterStatusRequest
+	(*ClusterMember)(nil),           // 35: palisade.v1.ClusterMember
+	(*ClusterStatusResponse)(nil),   // 36: palisade.v1.ClusterStatusResponse
+	(*AddMemberRequest)(nil),        // 37: palisade.v1.AddMemberRequest
+	(*RemoveMemberRequest)(nil),     // 38: palisade.v1.RemoveMemberRequest
+	(*MembershipResponse)(nil),      // 39: palisade.v1.MembershipResponse
 }
 var file_palisade_proto_depIdxs = []int32{
-	15, // 0: palisade.v1.LockInfo.holder:type_name -> palisade.v1.Holder
-	14, // 1: palisade.v1.ListLocksResponse.locks:type_name -> palisade.v1.LockInfo
-	0,  // 2: palisade.v1.WatchEvent.kind:type_name -> palisade.v1.WatchEvent.Kind
-	31, // 3: palisade.v1.KeysResponse.keys:type_name -> palisade.v1.PublishedKey
-	34, // 4: palisade.v1.ClusterStatusResponse.members:type_name -> palisade.v1.ClusterMember
-	34, // 5: palisade.v1.MembershipResponse.members:type_name -> palisade.v1.ClusterMember
-	1,  // 6: palisade.v1.Locks.OpenSession:input_type -> palisade.v1.OpenSessionRequest
-	3,  // 7: palisade.v1.Locks.KeepAlive:input_type -> palisade.v1.KeepAliveRequest
-	3,  // 8: palisade.v1.Locks.Renew:input_type -> palisade.v1.KeepAliveRequest
-	5,  // 9: palisade.v1.Locks.CloseSession:input_type -> palisade.v1.CloseSessionRequest
-	7,  // 10: palisade.v1.Locks.Acquire:input_type -> palisade.v1.AcquireRequest
-	9,  // 11: palisade.v1.Locks.Release:input_type -> palisade.v1.ReleaseRequest
-	10, // 12: palisade.v1.Locks.Proclaim:input_type -> palisade.v1.ProclaimRequest
-	13, // 13: palisade.v1.Locks.Status:input_type -> palisade.v1.StatusRequest
-	16, // 14: palisade.v1.Locks.ListLocks:input_type -> palisade.v1.ListLocksRequest
-	18, // 15: palisade.v1.Locks.Watch:input_type -> palisade.v1.WatchRequest
-	20, // 16: palisade.v1.Locks.PublicKey:input_type -> palisade.v1.PublicKeyRequest
-	33, // 17: palisade.v1.Cluster.Status:input_type -> palisade.v1.ClusterStatusRequest
-	36, // 18: palisade.v1.Cluster.AddMember:input_type -> palisade.v1.AddMemberRequest
-	37, // 19: palisade.v1.Cluster.RemoveMember:input_type -> palisade.v1.RemoveMemberRequest
-	27, // 20: palisade.v1.Cluster.ListKeys:input_type -> palisade.v1.ListKeysRequest
-	28, // 21: palisade.v1.Cluster.AddKey:input_type -> palisade.v1.AddKeyRequest
-	29, // 22: palisade.v1.Cluster.RotateKey:input_type -> palisade.v1.RotateKeyRequest
-	30, // 23: palisade.v1.Cluster.RetireKey:input_type -> palisade.v1.RetireKeyRequest
-	25, // 24: palisade.v1.Cluster.Backup:input_type -> palisade.v1.BackupRequest
-	23, // 25: palisade.v1.Cluster.RaiseTokenFloor:input_type -> palisade.v1.RaiseTokenFloorRequest
-	2,  // 26: palisade.v1.Locks.OpenSession:output_type -> palisade.v1.OpenSessionResponse
-	4,  // 27: palisade.v1.Locks.KeepAlive:output_type -> palisade.v1.KeepAliveResponse
-	4,  // 28: palisade.v1.Locks.Renew:output_type -> palisade.v1.KeepAliveResponse
-	6,  // 29: palisade.v1.Locks.CloseSession:output_type -> palisade.v1.CloseSessionResponse
-	8,  // 30: palisade.v1.Locks.Acquire:output_type -> palisade.v1.AcquireResponse
-	12, // 31: palisade.v1.Locks.Release:output_type -> palisade.v1.ReleaseResponse
-	11, // 32: palisade.v1.Locks.Proclaim:output_type -> palisade.v1.ProclaimResponse
-	14, // 33: palisade.v1.Locks.Status:output_type -> palisade.v1.LockInfo
-	17, // 34: palisade.v1.Locks.ListLocks:output_type -> palisade.v1.ListLocksResponse
-	19, // 35: palisade.v1.Locks.Watch:output_type -> palisade.v1.WatchEvent
-	21, // 36: palisade.v1.Locks.PublicKey:output_type -> palisade.v1.PublicKeyResponse
-	35, // 37: palisade.v1.Cluster.Status:output_type -> palisade.v1.ClusterStatusResponse
-	38, // 38: palisade.v1.Cluster.AddMember:output_type -> palisade.v1.MembershipResponse
-	38, // 39: palisade.v1.Cluster.RemoveMember:output_type -> palisade.v1.MembershipResponse
-	32, // 40: palisade.v1.Cluster.ListKeys:output_type -> palisade.v1.KeysResponse
-	32, // 41: palisade.v1.Cluster.AddKey:output_type -> palisade.v1.KeysResponse
-	32, // 42: palisade.v1.Cluster.RotateKey:output_type -> palisade.v1.KeysResponse
-	32, // 43: palisade.v1.Cluster.RetireKey:output_type -> palisade.v1.KeysResponse
-	26, // 44: palisade.v1.Cluster.Backup:output_type -> palisade.v1.BackupChunk
-	24, // 45: palisade.v1.Cluster.RaiseTokenFloor:output_type -> palisade.v1.RaiseTokenFloorResponse
-	26, // [26:46] is the sub-list for method output_type
-	6,  // [6:26] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	9,  // 0: palisade.v1.AcquireResponse.access:type_name -> palisade.v1.Access
+	16, // 1: palisade.v1.LockInfo.holder:type_name -> palisade.v1.Holder
+	16, // 2: palisade.v1.LockInfo.sharers:type_name -> palisade.v1.Holder
+	9,  // 3: palisade.v1.Holder.access:type_name -> palisade.v1.Access
+	15, // 4: palisade.v1.ListLocksResponse.locks:type_name -> palisade.v1.LockInfo
+	0,  // 5: palisade.v1.WatchEvent.kind:type_name -> palisade.v1.WatchEvent.Kind
+	9,  // 6: palisade.v1.WatchEvent.access:type_name -> palisade.v1.Access
+	32, // 7: palisade.v1.KeysResponse.keys:type_name -> palisade.v1.PublishedKey
+	35, // 8: palisade.v1.ClusterStatusResponse.members:type_name -> palisade.v1.ClusterMember
+	35, // 9: palisade.v1.MembershipResponse.members:type_name -> palisade.v1.ClusterMember
+	1,  // 10: palisade.v1.Locks.OpenSession:input_type -> palisade.v1.OpenSessionRequest
+	3,  // 11: palisade.v1.Locks.KeepAlive:input_type -> palisade.v1.KeepAliveRequest
+	3,  // 12: palisade.v1.Locks.Renew:input_type -> palisade.v1.KeepAliveRequest
+	5,  // 13: palisade.v1.Locks.CloseSession:input_type -> palisade.v1.CloseSessionRequest
+	7,  // 14: palisade.v1.Locks.Acquire:input_type -> palisade.v1.AcquireRequest
+	10, // 15: palisade.v1.Locks.Release:input_type -> palisade.v1.ReleaseRequest
+	11, // 16: palisade.v1.Locks.Proclaim:input_type -> palisade.v1.ProclaimRequest
+	14, // 17: palisade.v1.Locks.Status:input_type -> palisade.v1.StatusRequest
+	17, // 18: palisade.v1.Locks.ListLocks:input_type -> palisade.v1.ListLocksRequest
+	19, // 19: palisade.v1.Locks.Watch:input_type -> palisade.v1.WatchRequest
+	21, // 20: palisade.v1.Locks.PublicKey:input_type -> palisade.v1.PublicKeyRequest
+	34, // 21: palisade.v1.Cluster.Status:input_type -> palisade.v1.ClusterStatusRequest
+	37, // 22: palisade.v1.Cluster.AddMember:input_type -> palisade.v1.AddMemberRequest
+	38, // 23: palisade.v1.Cluster.RemoveMember:input_type -> palisade.v1.RemoveMemberRequest
+	28, // 24: palisade.v1.Cluster.ListKeys:input_type -> palisade.v1.ListKeysRequest
+	29, // 25: palisade.v1.Cluster.AddKey:input_type -> palisade.v1.AddKeyRequest
+	30, // 26: palisade.v1.Cluster.RotateKey:input_type -> palisade.v1.RotateKeyRequest
+	31, // 27: palisade.v1.Cluster.RetireKey:input_type -> palisade.v1.RetireKeyRequest
+	26, // 28: palisade.v1.Cluster.Backup:input_type -> palisade.v1.BackupRequest
+	24, // 29: palisade.v1.Cluster.RaiseTokenFloor:input_type -> palisade.v1.RaiseTokenFloorRequest
+	2,  // 30: palisade.v1.Locks.OpenSession:output_type -> palisade.v1.OpenSessionResponse
+	4,  // 31: palisade.v1.Locks.KeepAlive:output_type -> palisade.v1.KeepAliveResponse
+	4,  // 32: palisade.v1.Locks.Renew:output_type -> palisade.v1.KeepAliveResponse
+	6,  // 33: palisade.v1.Locks.CloseSession:output_type -> palisade.v1.CloseSessionResponse
+	8,  // 34: palisade.v1.Locks.Acquire:output_type -> palisade.v1.AcquireResponse
+	13, // 35: palisade.v1.Locks.Release:output_type -> palisade.v1.ReleaseResponse
+	12, // 36: palisade.v1.Locks.Proclaim:output_type -> palisade.v1.ProclaimResponse
+	15, // 37: palisade.v1.Locks.Status:output_type -> palisade.v1.LockInfo
+	18, // 38: palisade.v1.Locks.ListLocks:output_type -> palisade.v1.ListLocksResponse
+	20, // 39: palisade.v1.Locks.Watch:output_type -> palisade.v1.WatchEvent
+	22, // 40: palisade.v1.Locks.PublicKey:output_type -> palisade.v1.PublicKeyResponse
+	36, // 41: palisade.v1.Cluster.Status:output_type -> palisade.v1.ClusterStatusResponse
+	39, // 42: palisade.v1.Cluster.AddMember:output_type -> palisade.v1.MembershipResponse
+	39, // 43: palisade.v1.Cluster.RemoveMember:output_type -> palisade.v1.MembershipResponse
+	33, // 44: palisade.v1.Cluster.ListKeys:output_type -> palisade.v1.KeysResponse
+	33, // 45: palisade.v1.Cluster.AddKey:output_type -> palisade.v1.KeysResponse
+	33, // 46: palisade.v1.Cluster.RotateKey:output_type -> palisade.v1.KeysResponse
+	33, // 47: palisade.v1.Cluster.RetireKey:output_type -> palisade.v1.KeysResponse
+	27, // 48: palisade.v1.Cluster.Backup:output_type -> palisade.v1.BackupChunk
+	25, // 49: palisade.v1.Cluster.RaiseTokenFloor:output_type -> palisade.v1.RaiseTokenFloorResponse
+	30, // [30:50] is the sub-list for method output_type
+	10, // [10:30] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_palisade_proto_init() }
@@ -2842,18 +3025,19 @@ func file_palisade_proto_init() {
 	if File_palisade_proto != nil {
 		return
 	}
-	file_palisade_proto_msgTypes[11].OneofWrappers = []any{}
-	file_palisade_proto_msgTypes[13].OneofWrappers = []any{}
-	file_palisade_proto_msgTypes[21].OneofWrappers = []any{}
-	file_palisade_proto_msgTypes[33].OneofWrappers = []any{}
+	file_palisade_proto_msgTypes[8].OneofWrappers = []any{}
+	file_palisade_proto_msgTypes[12].OneofWrappers = []any{}
+	file_palisade_proto_msgTypes[14].OneofWrappers = []any{}
+	file_palisade_proto_msgTypes[22].OneofWrappers = []any{}
 	file_palisade_proto_msgTypes[34].OneofWrappers = []any{}
+	file_palisade_proto_msgTypes[35].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palisade_proto_rawDesc), len(file_palisade_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   38,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

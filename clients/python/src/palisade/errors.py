@@ -283,6 +283,9 @@ _BY_KIND: dict[str, type[PalisadeError]] = {
     "permission_denied": PermissionDenied,
     "session_not_owned": SessionNotOwned,
     "quota_reached": QuotaReached,
+    "permits_out_of_range": InvalidArgument,
+    "permits_mismatch": InvalidArgument,
+    "mode_conflict": InvalidArgument,
 }
 
 

@@ -56,7 +56,7 @@ class CloseSessionResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class AcquireRequest(_message.Message):
-    __slots__ = ("session", "lock", "request_id", "wait_ms", "wait_forever", "session_secret", "value")
+    __slots__ = ("session", "lock", "request_id", "wait_ms", "wait_forever", "session_secret", "value", "shared", "permits")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     LOCK_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
@@ -64,6 +64,8 @@ class AcquireRequest(_message.Message):
     WAIT_FOREVER_FIELD_NUMBER: _ClassVar[int]
     SESSION_SECRET_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
+    SHARED_FIELD_NUMBER: _ClassVar[int]
+    PERMITS_FIELD_NUMBER: _ClassVar[int]
     session: int
     lock: str
     request_id: int
@@ -71,19 +73,31 @@ class AcquireRequest(_message.Message):
     wait_forever: bool
     session_secret: bytes
     value: str
-    def __init__(self, session: _Optional[int] = ..., lock: _Optional[str] = ..., request_id: _Optional[int] = ..., wait_ms: _Optional[int] = ..., wait_forever: _Optional[bool] = ..., session_secret: _Optional[bytes] = ..., value: _Optional[str] = ...) -> None: ...
+    shared: bool
+    permits: int
+    def __init__(self, session: _Optional[int] = ..., lock: _Optional[str] = ..., request_id: _Optional[int] = ..., wait_ms: _Optional[int] = ..., wait_forever: _Optional[bool] = ..., session_secret: _Optional[bytes] = ..., value: _Optional[str] = ..., shared: _Optional[bool] = ..., permits: _Optional[int] = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
-    __slots__ = ("lock", "session", "token", "sequencer")
+    __slots__ = ("lock", "session", "token", "sequencer", "access")
     LOCK_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     SEQUENCER_FIELD_NUMBER: _ClassVar[int]
+    ACCESS_FIELD_NUMBER: _ClassVar[int]
     lock: str
     session: int
     token: int
     sequencer: str
-    def __init__(self, lock: _Optional[str] = ..., session: _Optional[int] = ..., token: _Optional[int] = ..., sequencer: _Optional[str] = ...) -> None: ...
+    access: Access
+    def __init__(self, lock: _Optional[str] = ..., session: _Optional[int] = ..., token: _Optional[int] = ..., sequencer: _Optional[str] = ..., access: _Optional[_Union[Access, _Mapping]] = ...) -> None: ...
+
+class Access(_message.Message):
+    __slots__ = ("shared", "slot")
+    SHARED_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    shared: bool
+    slot: int
+    def __init__(self, shared: _Optional[bool] = ..., slot: _Optional[int] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
     __slots__ = ("session", "lock", "request_id", "session_secret")
@@ -130,30 +144,36 @@ class StatusRequest(_message.Message):
     def __init__(self, lock: _Optional[str] = ..., stale: _Optional[bool] = ...) -> None: ...
 
 class LockInfo(_message.Message):
-    __slots__ = ("lock", "holder", "last_token", "waiters", "lock_delay_remaining_ms")
+    __slots__ = ("lock", "holder", "last_token", "waiters", "lock_delay_remaining_ms", "sharers", "permits")
     LOCK_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     LAST_TOKEN_FIELD_NUMBER: _ClassVar[int]
     WAITERS_FIELD_NUMBER: _ClassVar[int]
     LOCK_DELAY_REMAINING_MS_FIELD_NUMBER: _ClassVar[int]
+    SHARERS_FIELD_NUMBER: _ClassVar[int]
+    PERMITS_FIELD_NUMBER: _ClassVar[int]
     lock: str
     holder: Holder
     last_token: int
     waiters: _containers.RepeatedScalarFieldContainer[int]
     lock_delay_remaining_ms: int
-    def __init__(self, lock: _Optional[str] = ..., holder: _Optional[_Union[Holder, _Mapping]] = ..., last_token: _Optional[int] = ..., waiters: _Optional[_Iterable[int]] = ..., lock_delay_remaining_ms: _Optional[int] = ...) -> None: ...
+    sharers: _containers.RepeatedCompositeFieldContainer[Holder]
+    permits: int
+    def __init__(self, lock: _Optional[str] = ..., holder: _Optional[_Union[Holder, _Mapping]] = ..., last_token: _Optional[int] = ..., waiters: _Optional[_Iterable[int]] = ..., lock_delay_remaining_ms: _Optional[int] = ..., sharers: _Optional[_Iterable[_Union[Holder, _Mapping]]] = ..., permits: _Optional[int] = ...) -> None: ...
 
 class Holder(_message.Message):
-    __slots__ = ("session", "token", "lease_remaining_ms", "value")
+    __slots__ = ("session", "token", "lease_remaining_ms", "value", "access")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     LEASE_REMAINING_MS_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
+    ACCESS_FIELD_NUMBER: _ClassVar[int]
     session: int
     token: int
     lease_remaining_ms: int
     value: str
-    def __init__(self, session: _Optional[int] = ..., token: _Optional[int] = ..., lease_remaining_ms: _Optional[int] = ..., value: _Optional[str] = ...) -> None: ...
+    access: Access
+    def __init__(self, session: _Optional[int] = ..., token: _Optional[int] = ..., lease_remaining_ms: _Optional[int] = ..., value: _Optional[str] = ..., access: _Optional[_Union[Access, _Mapping]] = ...) -> None: ...
 
 class ListLocksRequest(_message.Message):
     __slots__ = ("prefix", "start_after", "limit", "stale")
@@ -182,7 +202,7 @@ class WatchRequest(_message.Message):
     def __init__(self, lock: _Optional[str] = ...) -> None: ...
 
 class WatchEvent(_message.Message):
-    __slots__ = ("kind", "lock", "session", "token", "waiters", "value")
+    __slots__ = ("kind", "lock", "session", "token", "waiters", "value", "access")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         KIND_UNSPECIFIED: _ClassVar[WatchEvent.Kind]
@@ -203,13 +223,15 @@ class WatchEvent(_message.Message):
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     WAITERS_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
+    ACCESS_FIELD_NUMBER: _ClassVar[int]
     kind: WatchEvent.Kind
     lock: str
     session: int
     token: int
     waiters: int
     value: str
-    def __init__(self, kind: _Optional[_Union[WatchEvent.Kind, str]] = ..., lock: _Optional[str] = ..., session: _Optional[int] = ..., token: _Optional[int] = ..., waiters: _Optional[int] = ..., value: _Optional[str] = ...) -> None: ...
+    access: Access
+    def __init__(self, kind: _Optional[_Union[WatchEvent.Kind, str]] = ..., lock: _Optional[str] = ..., session: _Optional[int] = ..., token: _Optional[int] = ..., waiters: _Optional[int] = ..., value: _Optional[str] = ..., access: _Optional[_Union[Access, _Mapping]] = ...) -> None: ...
 
 class PublicKeyRequest(_message.Message):
     __slots__ = ()
@@ -224,7 +246,7 @@ class PublicKeyResponse(_message.Message):
     def __init__(self, public_key: _Optional[str] = ..., public_keys: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ErrorDetail(_message.Message):
-    __slots__ = ("kind", "category", "lock", "session", "holder_session", "holder_token", "available_at_ms", "request_id", "reason", "ttl_ms", "ttl_ms_min", "ttl_ms_max", "wait_ms", "wait_ms_max", "bytes", "bytes_min", "bytes_max", "sessions_max", "locks_max", "waiters_max", "limits_problem", "identity", "right", "scope", "quota", "quota_max")
+    __slots__ = ("kind", "category", "lock", "session", "holder_session", "holder_token", "available_at_ms", "request_id", "reason", "ttl_ms", "ttl_ms_min", "ttl_ms_max", "wait_ms", "wait_ms_max", "bytes", "bytes_min", "bytes_max", "sessions_max", "locks_max", "waiters_max", "limits_problem", "identity", "right", "scope", "quota", "quota_max", "permits", "permits_max", "requested_permits", "held_shared")
     KIND_FIELD_NUMBER: _ClassVar[int]
     CATEGORY_FIELD_NUMBER: _ClassVar[int]
     LOCK_FIELD_NUMBER: _ClassVar[int]
@@ -251,6 +273,10 @@ class ErrorDetail(_message.Message):
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     QUOTA_FIELD_NUMBER: _ClassVar[int]
     QUOTA_MAX_FIELD_NUMBER: _ClassVar[int]
+    PERMITS_FIELD_NUMBER: _ClassVar[int]
+    PERMITS_MAX_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_PERMITS_FIELD_NUMBER: _ClassVar[int]
+    HELD_SHARED_FIELD_NUMBER: _ClassVar[int]
     kind: str
     category: str
     lock: str
@@ -277,7 +303,11 @@ class ErrorDetail(_message.Message):
     scope: str
     quota: str
     quota_max: int
-    def __init__(self, kind: _Optional[str] = ..., category: _Optional[str] = ..., lock: _Optional[str] = ..., session: _Optional[int] = ..., holder_session: _Optional[int] = ..., holder_token: _Optional[int] = ..., available_at_ms: _Optional[int] = ..., request_id: _Optional[int] = ..., reason: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., ttl_ms_min: _Optional[int] = ..., ttl_ms_max: _Optional[int] = ..., wait_ms: _Optional[int] = ..., wait_ms_max: _Optional[int] = ..., bytes: _Optional[int] = ..., bytes_min: _Optional[int] = ..., bytes_max: _Optional[int] = ..., sessions_max: _Optional[int] = ..., locks_max: _Optional[int] = ..., waiters_max: _Optional[int] = ..., limits_problem: _Optional[str] = ..., identity: _Optional[str] = ..., right: _Optional[str] = ..., scope: _Optional[str] = ..., quota: _Optional[str] = ..., quota_max: _Optional[int] = ...) -> None: ...
+    permits: int
+    permits_max: int
+    requested_permits: int
+    held_shared: bool
+    def __init__(self, kind: _Optional[str] = ..., category: _Optional[str] = ..., lock: _Optional[str] = ..., session: _Optional[int] = ..., holder_session: _Optional[int] = ..., holder_token: _Optional[int] = ..., available_at_ms: _Optional[int] = ..., request_id: _Optional[int] = ..., reason: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., ttl_ms_min: _Optional[int] = ..., ttl_ms_max: _Optional[int] = ..., wait_ms: _Optional[int] = ..., wait_ms_max: _Optional[int] = ..., bytes: _Optional[int] = ..., bytes_min: _Optional[int] = ..., bytes_max: _Optional[int] = ..., sessions_max: _Optional[int] = ..., locks_max: _Optional[int] = ..., waiters_max: _Optional[int] = ..., limits_problem: _Optional[str] = ..., identity: _Optional[str] = ..., right: _Optional[str] = ..., scope: _Optional[str] = ..., quota: _Optional[str] = ..., quota_max: _Optional[int] = ..., permits: _Optional[int] = ..., permits_max: _Optional[int] = ..., requested_permits: _Optional[int] = ..., held_shared: _Optional[bool] = ...) -> None: ...
 
 class RaiseTokenFloorRequest(_message.Message):
     __slots__ = ("floor", "force")
