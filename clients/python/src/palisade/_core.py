@@ -31,12 +31,15 @@ import random
 import threading
 import time
 import unicodedata
-from typing import Any, Callable, Generic, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, TypeVar
 
 import grpc
 
 from . import _keepalive, errors
 from ._proto import palisade_pb2 as pb
+
+if TYPE_CHECKING:
+    from .sequencer import Access
 
 _log = logging.getLogger("palisade")
 
@@ -647,8 +650,42 @@ def check_open(response: pb.OpenSessionResponse) -> tuple[int, bytes, float]:
     return response.session, bytes(response.session_secret), response.ttl_ms / 1000
 
 
-def check_grant(response: pb.AcquireResponse, session: int, lock: str) -> None:
-    """Checks an acquire's answer against the request and its own sequencer."""
+def acquire_mode(shared: bool, permits: Optional[int]) -> tuple[bool, int]:
+    """The wire's ``(shared, permits)`` of an acquire, checked before anything is sent: a reader
+    (``shared``), one permit of a semaphore of ``permits`` (1 to ``PERMITS_MAX``), or neither."""
+    from .sequencer import PERMITS_MAX
+
+    if permits is None:
+        return bool(shared), 0
+    if shared:
+        raise errors.InvalidArgument(
+            "an acquire is shared or a permit of a semaphore, not both: a semaphore's permits are exclusive"
+        )
+    if isinstance(permits, bool) or not isinstance(permits, int) or not 1 <= permits <= PERMITS_MAX:
+        raise errors.InvalidArgument(f"a semaphore has 1 to {PERMITS_MAX} permits, not {permits!r}")
+    return False, permits
+
+
+def access_of(message: Any) -> "Access":
+    """The ``access`` field of a response, a holder or a watch event (absent: exclusive)."""
+    from .sequencer import EXCLUSIVE, SHARED, Access
+
+    if not message.HasField("access"):
+        return EXCLUSIVE
+    access = message.access
+    if access.HasField("slot"):
+        if access.shared:
+            raise errors.ProtocolError("the lock service sent an access both shared and a slot")
+        try:
+            return Access("slot", access.slot)
+        except ValueError as error:
+            raise errors.ProtocolError(f"the lock service sent {error}") from None
+    return SHARED if access.shared else EXCLUSIVE
+
+
+def check_grant(response: pb.AcquireResponse, session: int, lock: str) -> "Access":
+    """Checks an acquire's answer against the request and its own sequencer; returns how the
+    grant holds the lock."""
     from .sequencer import Sequencer, SequencerError
 
     def protocol(what: str) -> errors.ProtocolError:
@@ -667,11 +704,13 @@ def check_grant(response: pb.AcquireResponse, session: int, lock: str) -> None:
         parsed = Sequencer.parse(response.sequencer)
     except SequencerError as error:
         raise protocol(f"grant of lock {lock!r}: {error}") from None
-    if (parsed.lock, parsed.token, parsed.session) != (lock, response.token, session):
+    access = access_of(response)
+    if (parsed.lock, parsed.token, parsed.session, parsed.access) != (lock, response.token, session, access):
         raise protocol(
-            f"grant of lock {lock!r} with token {response.token} in session {session} came with a "
-            f"sequencer for lock {parsed.lock!r}, token {parsed.token}, session {parsed.session}"
+            f"grant of lock {lock!r} with token {response.token} in session {session} ({access}) came with a "
+            f"sequencer for lock {parsed.lock!r}, token {parsed.token}, session {parsed.session} ({parsed.access})"
         )
+    return access
 
 
 # --- the keepalive engine's drivers ---------------------------------------------------------

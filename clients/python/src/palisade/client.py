@@ -34,7 +34,7 @@ from . import _keepalive as ka
 from ._core import Failure
 from ._proto import palisade_pb2 as pb
 from ._proto import palisade_pb2_grpc as pb_grpc
-from .sequencer import KeySet, PublicKey
+from .sequencer import EXCLUSIVE, Access, KeySet, PublicKey
 
 log = logging.getLogger("palisade")
 
@@ -50,6 +50,8 @@ class Holder:
     #: The grant's value (the acquire's ``value=``, or the last :meth:`Grant.proclaim`); ``None``
     #: if it has none.
     value: Optional[str] = None
+    #: Exclusive, shared (a reader of the phase whose token this is) or a semaphore's slot.
+    access: Access = EXCLUSIVE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,23 +65,25 @@ class LockStatus:
     waiters: tuple[int, ...]
     #: Time left in lock-delay after a holder's session expired, in seconds.
     lock_delay_remaining: Optional[float]
+    #: The readers of the current shared phase, or a semaphore's permit holders (docs/locks.md).
+    sharers: tuple[Holder, ...] = ()
+    #: A semaphore's number of permits; ``None`` for a lock.
+    permits: Optional[int] = None
 
 
 def lock_status(info: pb.LockInfo) -> LockStatus:
-    holder = None
-    if info.HasField("holder"):
-        if info.holder.token == 0 or info.holder.token > info.last_token:
+    def holder_of(h: pb.Holder) -> Holder:
+        if h.token == 0 or h.token > info.last_token:
             raise errors.ProtocolError(
-                f"lock {info.lock!r} is held with token {info.holder.token} but its last token is {info.last_token}"
+                f"lock {info.lock!r} is held with token {h.token} but its last token is {info.last_token}"
             )
-        holder = Holder(
-            info.holder.session,
-            info.holder.token,
-            info.holder.lease_remaining_ms / 1000,
-            info.holder.value or None,
-        )
+        return Holder(h.session, h.token, h.lease_remaining_ms / 1000, h.value or None, _core.access_of(h))
+
+    holder = holder_of(info.holder) if info.HasField("holder") else None
     delay = info.lock_delay_remaining_ms / 1000 if info.HasField("lock_delay_remaining_ms") else None
-    return LockStatus(info.lock, holder, info.last_token, tuple(info.waiters), delay)
+    permits = info.permits if info.HasField("permits") else None
+    sharers = tuple(holder_of(h) for h in info.sharers)
+    return LockStatus(info.lock, holder, info.last_token, tuple(info.waiters), delay, sharers, permits)
 
 
 #: The kinds of :class:`LockEvent`, by the wire's ``WatchEvent.Kind``; any other number is
@@ -114,6 +118,8 @@ class LockEvent:
     value: Optional[str]
     #: The wire's ``WatchEvent.Kind`` number.
     kind_number: int
+    #: How the grant holds the lock (after a grant, in a snapshot); exclusive otherwise.
+    access: Access = EXCLUSIVE
 
 
 def lock_event(lock: str, event: pb.WatchEvent) -> LockEvent:
@@ -133,6 +139,7 @@ def lock_event(lock: str, event: pb.WatchEvent) -> LockEvent:
         waiters=event.waiters,
         value=event.value or None,
         kind_number=event.kind,
+        access=_core.access_of(event),
     )
 
 
@@ -180,6 +187,8 @@ class AcquireResult:
     session: int
     token: int
     sequencer: str
+    #: Exclusive, shared (a reader of the phase whose token this is) or a semaphore's slot.
+    access: Access = EXCLUSIVE
 
 
 class _Calls:
@@ -327,6 +336,8 @@ class Client:
         wait: Optional[float] = None,
         value: Optional[str] = None,
         on_lost: Optional[OnLost] = None,
+        shared: bool = False,
+        permits: Optional[int] = None,
     ) -> Iterator["Grant"]:
         """Holds lock ``name`` for the ``with`` block, in a session of its own.
 
@@ -336,12 +347,16 @@ class Client:
         1024 bytes of UTF-8 without control characters; ``None`` for none. The grant's
         ``lost`` event is set, and ``on_lost(grant, reason)`` called from the keepalive thread,
         if the session is lost while the block runs. On exit the lock is released and the
-        session closed.
+        session closed. ``shared=True`` takes the lock as a reader, ``permits=N`` one permit of
+        the semaphore ``name`` of N permits (its slot is ``grant.slot``): see docs/locks.md.
         """
         _core.wire_value(value)  # refused before a session is opened
+        _core.acquire_mode(shared, permits)
         session = self.session(ttl)
         try:
-            with session.lock(name, wait=wait, value=value, on_lost=on_lost) as grant:
+            with session.lock(
+                name, wait=wait, value=value, on_lost=on_lost, shared=shared, permits=permits
+            ) as grant:
                 yield grant
         finally:
             try:
@@ -406,13 +421,16 @@ class Client:
         *,
         wait: Optional[float] = None,
         value: Optional[str] = None,
+        shared: bool = False,
+        permits: Optional[int] = None,
     ) -> AcquireResult:
         """Takes ``lock`` for the session, waiting as ``wait`` says, the grant carrying
-        ``value`` (see :meth:`lock`). Every retry reuses one random request id, so a retry cannot
+        ``value``, shared or by permit (see :meth:`lock`). Every retry reuses one random request id, so a retry cannot
         grant twice. A retry, or an acquire by a session that holds or waits for the lock
         already, keeps the value the first acquire brought."""
         _core.validate_lock_name(lock)
         wire_value = _core.wire_value(value)
+        wire_shared, wire_permits = _core.acquire_mode(shared, permits)
         wait_s = _core.wait_seconds(wait)
         request_id = _core.request_id()
         deadline = None if wait_s is None else time.monotonic() + wait_s
@@ -428,14 +446,16 @@ class Client:
                 wait_forever=wait_s is None,
                 session_secret=credential.secret,
                 value=wire_value,
+                shared=wire_shared,
+                permits=wire_permits,
             )
             # A wait forever has no deadline of its own: a dead connection is found by HTTP/2
             # keepalive, and a lost session by the session's keepalive.
             return message, None if remaining is None else remaining + request_timeout
 
         response = self._calls.call("Acquire", attempt, f"acquire of lock {lock!r} in session {credential.id}")
-        _core.check_grant(response, credential.id, lock)
-        return AcquireResult(response.lock, response.session, response.token, response.sequencer)
+        access = _core.check_grant(response, credential.id, lock)
+        return AcquireResult(response.lock, response.session, response.token, response.sequencer, access)
 
     def release(self, credential: SessionCredential, lock: str) -> Optional[int]:
         """Gives up ``lock`` (or withdraws a wait); returns the token of the grant that ended, or
@@ -617,6 +637,10 @@ class Grant:
         self.token = result.token
         self.sequencer = result.sequencer
         self.session_id = result.session
+        #: Exclusive, shared or a semaphore's slot (see :attr:`slot`).
+        self.access = result.access
+        #: The slot of a semaphore's permit, ``None`` for a lock.
+        self.slot = result.access.slot
         self.lost = threading.Event()
         #: Why the grant was lost (an ``errors.LOST_*`` reason), once ``lost`` is set.
         self.lost_reason: Optional[str] = None
@@ -708,11 +732,14 @@ class Session:
         wait: Optional[float] = None,
         value: Optional[str] = None,
         on_lost: Optional[OnLost] = None,
+        shared: bool = False,
+        permits: Optional[int] = None,
     ) -> Grant:
-        """Takes lock ``name`` in this session (``wait`` and ``value`` as in :meth:`Client.lock`)."""
+        """Takes lock ``name`` in this session (``wait``, ``value``, ``shared`` and ``permits``
+        as in :meth:`Client.lock`)."""
         if self.ended is not None:
             raise errors.SessionLost(self.ended)
-        result = self._client.acquire(self.credential, name, wait=wait, value=value)
+        result = self._client.acquire(self.credential, name, wait=wait, value=value, shared=shared, permits=permits)
         grant = Grant(self, result, on_lost)
         with self._mutex:
             ended = self.ended
@@ -730,9 +757,11 @@ class Session:
         wait: Optional[float] = None,
         value: Optional[str] = None,
         on_lost: Optional[OnLost] = None,
+        shared: bool = False,
+        permits: Optional[int] = None,
     ) -> Iterator[Grant]:
         """Holds lock ``name`` for the ``with`` block, releasing it on exit."""
-        grant = self.acquire(name, wait=wait, value=value, on_lost=on_lost)
+        grant = self.acquire(name, wait=wait, value=value, on_lost=on_lost, shared=shared, permits=permits)
         try:
             yield grant
         finally:

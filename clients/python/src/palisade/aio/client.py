@@ -169,13 +169,18 @@ class Client:
         wait: Optional[float] = None,
         value: Optional[str] = None,
         on_lost: Optional[OnLost] = None,
+        shared: bool = False,
+        permits: Optional[int] = None,
     ) -> AsyncIterator["Grant"]:
         """Holds lock ``name`` for the ``async with`` block, in a session of its own (see
         :meth:`palisade.Client.lock`)."""
         _core.wire_value(value)  # refused before a session is opened
+        _core.acquire_mode(shared, permits)
         session = await self.session(ttl)
         try:
-            async with session.lock(name, wait=wait, value=value, on_lost=on_lost) as grant:
+            async with session.lock(
+                name, wait=wait, value=value, on_lost=on_lost, shared=shared, permits=permits
+            ) as grant:
                 yield grant
         finally:
             try:
@@ -216,10 +221,13 @@ class Client:
         *,
         wait: Optional[float] = None,
         value: Optional[str] = None,
+        shared: bool = False,
+        permits: Optional[int] = None,
     ) -> AcquireResult:
         """See :meth:`palisade.Client.acquire`."""
         _core.validate_lock_name(lock)
         wire_value = _core.wire_value(value)
+        wire_shared, wire_permits = _core.acquire_mode(shared, permits)
         wait_s = _core.wait_seconds(wait)
         request_id = _core.request_id()
         deadline = None if wait_s is None else time.monotonic() + wait_s
@@ -234,12 +242,14 @@ class Client:
                 wait_forever=wait_s is None,
                 session_secret=credential.secret,
                 value=wire_value,
+                shared=wire_shared,
+                permits=wire_permits,
             )
             return message, None if remaining is None else remaining + self.request_timeout
 
         response = await self._call("Acquire", attempt, f"acquire of lock {lock!r} in session {credential.id}")
-        _core.check_grant(response, credential.id, lock)
-        return AcquireResult(response.lock, response.session, response.token, response.sequencer)
+        access = _core.check_grant(response, credential.id, lock)
+        return AcquireResult(response.lock, response.session, response.token, response.sequencer, access)
 
     async def release(self, credential: SessionCredential, lock: str) -> Optional[int]:
         _core.validate_lock_name(lock)
@@ -411,6 +421,8 @@ class Grant:
         self.token = result.token
         self.sequencer = result.sequencer
         self.session_id = result.session
+        self.access = result.access
+        self.slot = result.access.slot
         self.lost = asyncio.Event()
         self.lost_reason: Optional[str] = None
         self.released = False
@@ -484,12 +496,17 @@ class Session:
         wait: Optional[float] = None,
         value: Optional[str] = None,
         on_lost: Optional[OnLost] = None,
+        shared: bool = False,
+        permits: Optional[int] = None,
     ) -> Grant:
         if self.ended is not None:
             raise errors.SessionLost(self.ended)
         _core.validate_lock_name(name)
         _core.wire_value(value)
-        acquire = asyncio.ensure_future(self._client.acquire(self.credential, name, wait=wait, value=value))
+        _core.acquire_mode(shared, permits)
+        acquire = asyncio.ensure_future(
+            self._client.acquire(self.credential, name, wait=wait, value=value, shared=shared, permits=permits)
+        )
         lost = asyncio.ensure_future(self.lost.wait())
         try:
             await asyncio.wait({acquire, lost}, return_when=asyncio.FIRST_COMPLETED)
@@ -513,8 +530,10 @@ class Session:
         wait: Optional[float] = None,
         value: Optional[str] = None,
         on_lost: Optional[OnLost] = None,
+        shared: bool = False,
+        permits: Optional[int] = None,
     ) -> AsyncIterator[Grant]:
-        grant = await self.acquire(name, wait=wait, value=value, on_lost=on_lost)
+        grant = await self.acquire(name, wait=wait, value=value, on_lost=on_lost, shared=shared, permits=permits)
         try:
             yield grant
         finally:
