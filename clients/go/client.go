@@ -327,6 +327,9 @@ type Grant struct {
 	Session   uint64
 	Token     uint64
 	Sequencer string
+	// Access is exclusive (the zero value), shared (a reader of the phase whose token this is)
+	// or a semaphore's slot: see docs/locks.md.
+	Access sequencer.Access
 }
 
 // AcquireOptions say how an acquire waits and what the grant tells readers of the lock.
@@ -340,6 +343,12 @@ type AcquireOptions struct {
 	// for a leader election, the leader's address. 1 to 1024 bytes of UTF-8 without control
 	// characters; "" means none.
 	Value string
+	// Shared takes the lock as a reader: readers run together, each with its phase's token, and
+	// a writer waits until they are done. Not with Permits.
+	Shared bool
+	// Permits takes one permit of the semaphore lock of this many permits (1 to
+	// sequencer.PermitsMax); 0 for a lock. Every holder names the same size.
+	Permits uint32
 }
 
 // Acquire takes lock for the session cred, waiting as opts says. Every retry reuses one random
@@ -355,6 +364,12 @@ func (c *Client) Acquire(ctx context.Context, cred SessionCredential, lock strin
 	if opts.Wait < 0 || opts.Wait > WaitMax {
 		return Grant{}, invalidArgument("wait %v is outside 0..=%v", opts.Wait, WaitMax)
 	}
+	if opts.Shared && opts.Permits != 0 {
+		return Grant{}, invalidArgument("an acquire is shared or a permit of a semaphore, not both")
+	}
+	if opts.Permits > sequencer.PermitsMax {
+		return Grant{}, invalidArgument("a semaphore has 1 to %d permits, not %d", sequencer.PermitsMax, opts.Permits)
+	}
 	id := requestID()
 	var deadline time.Time
 	if opts.Wait > 0 {
@@ -368,7 +383,7 @@ func (c *Client) Acquire(ctx context.Context, cred SessionCredential, lock strin
 	what := fmt.Sprintf("acquire of lock %q in session %d", lock, cred.ID)
 	response, _, err := call(ctx, c, what, c.cfg.RetryBudget,
 		func(ctx context.Context, stub palisadev1.LocksClient, copts ...grpc.CallOption) (*palisadev1.AcquireResponse, error) {
-			request := &palisadev1.AcquireRequest{Session: cred.ID, Lock: lock, RequestId: id, SessionSecret: cred.Secret, Value: opts.Value}
+			request := &palisadev1.AcquireRequest{Session: cred.ID, Lock: lock, RequestId: id, SessionSecret: cred.Secret, Value: opts.Value, Shared: opts.Shared, Permits: opts.Permits}
 			switch {
 			case opts.TryOnly:
 			case deadline.IsZero():
@@ -400,32 +415,52 @@ func (c *Client) Acquire(ctx context.Context, cred SessionCredential, lock strin
 		}
 		return Grant{}, err
 	}
-	if err := checkGrant(response, cred.ID, lock); err != nil {
+	access, err := checkGrant(response, cred.ID, lock)
+	if err != nil {
 		return Grant{}, err
 	}
-	return Grant{response.GetLock(), response.GetSession(), response.GetToken(), response.GetSequencer()}, nil
+	return Grant{response.GetLock(), response.GetSession(), response.GetToken(), response.GetSequencer(), access}, nil
 }
 
-// checkGrant checks an acquire's answer against the request and its own sequencer.
-func checkGrant(r *palisadev1.AcquireResponse, session uint64, lock string) error {
+// accessOf is how the wire says a grant holds its lock (nil: exclusive); false if it is both
+// shared and a slot.
+func accessOf(a *palisadev1.Access) (sequencer.Access, bool) {
+	switch {
+	case a == nil || (!a.GetShared() && a.Slot == nil):
+		return sequencer.Access{}, true
+	case a.Slot == nil:
+		return sequencer.Access{Kind: sequencer.Shared}, true
+	case !a.GetShared() && a.GetSlot() < sequencer.PermitsMax:
+		return sequencer.Access{Kind: sequencer.Slot, Slot: a.GetSlot()}, true
+	}
+	return sequencer.Access{}, false
+}
+
+// checkGrant checks an acquire's answer against the request and its own sequencer, and returns
+// how the grant holds the lock.
+func checkGrant(r *palisadev1.AcquireResponse, session uint64, lock string) (sequencer.Access, error) {
 	bad := func(format string, args ...any) error {
 		return protocolError("the lock service answered the acquire with an invalid response (%s); the lock may be held by this session: close the session", fmt.Sprintf(format, args...))
 	}
 	if r.GetLock() != lock || r.GetSession() != session {
-		return bad("asked for lock %q in session %d, granted lock %q in session %d", lock, session, r.GetLock(), r.GetSession())
+		return sequencer.Access{}, bad("asked for lock %q in session %d, granted lock %q in session %d", lock, session, r.GetLock(), r.GetSession())
 	}
 	if r.GetToken() == 0 {
-		return bad("lock %q granted with token 0", lock)
+		return sequencer.Access{}, bad("lock %q granted with token 0", lock)
 	}
 	parsed, err := sequencer.Parse(r.GetSequencer())
 	if err != nil {
-		return bad("grant of lock %q: %v", lock, err)
+		return sequencer.Access{}, bad("grant of lock %q: %v", lock, err)
 	}
-	if parsed.Lock != lock || parsed.Token != r.GetToken() || parsed.Session != session {
-		return bad("grant of lock %q with token %d in session %d came with a sequencer for lock %q, token %d, session %d",
-			lock, r.GetToken(), session, parsed.Lock, parsed.Token, parsed.Session)
+	access, ok := accessOf(r.GetAccess())
+	if !ok {
+		return sequencer.Access{}, bad("grant of lock %q is both shared and a slot", lock)
 	}
-	return nil
+	if parsed.Lock != lock || parsed.Token != r.GetToken() || parsed.Session != session || parsed.Access != access {
+		return sequencer.Access{}, bad("grant of lock %q with token %d in session %d (%v) came with a sequencer for lock %q, token %d, session %d (%v)",
+			lock, r.GetToken(), session, access, parsed.Lock, parsed.Token, parsed.Session, parsed.Access)
+	}
+	return access, nil
 }
 
 // Release gives up lock (or withdraws a wait); returns the token of the grant that ended, and

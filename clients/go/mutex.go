@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+
+	"example.invalid/palisade/clients/go/sequencer"
 )
 
 // Mutex is one lock taken in a session: Lock waits in FIFO order, TryLock does not, Unlock gives
@@ -13,6 +15,8 @@ type Mutex struct {
 	session *Session
 	name    string
 	value   string
+	shared  bool
+	permits uint32
 
 	mu    sync.Mutex
 	grant *Grant
@@ -24,6 +28,13 @@ type MutexOption func(*Mutex)
 // WithValue is what the grant tells everyone who reads the lock (Status, ListLocks, Watch): 1
 // to 1024 bytes of UTF-8 without control characters.
 func WithValue(value string) MutexOption { return func(m *Mutex) { m.value = value } }
+
+// Shared takes the lock as a reader of a read-write lock: readers hold it together, each with
+// its phase's token, and cannot write at a fenced resource (docs/locks.md).
+func Shared() MutexOption { return func(m *Mutex) { m.shared = true } }
+
+// Permits takes one permit of the semaphore of n permits instead: Slot says which.
+func Permits(n uint32) MutexOption { return func(m *Mutex) { m.permits = n } }
 
 // Mutex is the lock name in this session (nothing is sent until Lock or TryLock).
 func (s *Session) Mutex(name string, opts ...MutexOption) *Mutex {
@@ -50,7 +61,7 @@ func (m *Mutex) acquire(ctx context.Context, tryOnly bool) error {
 	if err := m.session.Err(); err != nil {
 		return err
 	}
-	grant, err := m.session.client.Acquire(ctx, m.session.cred, m.name, AcquireOptions{TryOnly: tryOnly, Value: m.value})
+	grant, err := m.session.client.Acquire(ctx, m.session.cred, m.name, AcquireOptions{TryOnly: tryOnly, Value: m.value, Shared: m.shared, Permits: m.permits})
 	if err != nil {
 		return err
 	}
@@ -108,6 +119,12 @@ func (m *Mutex) Token() uint64 {
 func (m *Mutex) Sequencer() string {
 	g, _ := m.Grant()
 	return g.Sequencer
+}
+
+// Access is how the current grant holds the lock: exclusive, shared, or a semaphore's slot.
+func (m *Mutex) Access() sequencer.Access {
+	g, _ := m.Grant()
+	return g.Access
 }
 
 // Proclaim replaces the value the current grant tells readers of the lock ("" removes it).
