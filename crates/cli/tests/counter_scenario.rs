@@ -36,7 +36,7 @@ use palisade_fence::{
 };
 use palisade_fence_nats::{LastMessage, NatsFence};
 use palisade_store::StoreClient;
-use palisade_testkit::{ServerProcess, locks_client};
+use palisade_testkit::{ServerProcess, locks_client, wait_for_file};
 
 const BIN: &str = env!("CARGO_BIN_EXE_palisade");
 const LOCK: &str = "counter";
@@ -758,24 +758,6 @@ impl Harness {
             .process_group(0)
             .spawn()
             .expect("spawn palisade lock")
-    }
-}
-
-fn wait_for_file(path: &Path, limit: Duration) -> String {
-    let started = Instant::now();
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path)
-            && !text.is_empty()
-        {
-            return text;
-        }
-        assert!(
-            started.elapsed() < limit,
-            "{} did not appear within {limit:?}; stderr: {}",
-            path.display(),
-            std::fs::read_to_string(path.with_file_name("stderr")).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

@@ -138,10 +138,8 @@ fn a_waiting_lock_runs_its_command_once_the_holder_releases() {
     server.run_ok(&["release", "jobs/handoff", "--session", credential]);
 
     let status = waiter.wait(Duration::from_secs(20));
-    let mut stdout = String::new();
-    std::io::Read::read_to_string(waiter.child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
     assert!(status.success(), "{}", waiter.stderr());
-    assert!(token_of(&stdout) > holder["token"].as_u64().unwrap());
+    assert!(token_of(&waiter.stdout()) > holder["token"].as_u64().unwrap());
 }
 
 #[test]

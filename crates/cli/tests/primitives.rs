@@ -1,10 +1,19 @@
 //! `palisade lock --permits N` and `--shared` against a real `palisade serve`: the slots and
 //! phases a command sees, what `status` shows of them, and the refusals of a mismatched size.
+//!
+//! Then the pause scenarios of docs/locks.md with real processes and the fenced store (`palisade
+//! store serve`): a worker's whole `palisade lock … -- sh -c SCRIPT` is frozen (`SIGSTOP`) past
+//! its lease, another takes its slot or the lock and writes, and the thawed script's late
+//! `palisade store put` or `get` is refused, while the holders of the other slots work on.
 
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use palisade_testkit::{Lines, Palisade, Running};
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+use palisade_testkit::{Lines, Palisade, Running, wait_for_file};
 
 const BIN: &str = env!("CARGO_BIN_EXE_palisade");
 
@@ -182,11 +191,229 @@ fn readers_share_their_phase_token_and_a_writer_waits_until_they_are_done() {
     }
     let status = writer.wait(WAIT);
     assert!(status.success(), "{}", writer.stderr());
-    let mut stdout = String::new();
-    std::io::Read::read_to_string(writer.child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
-    let writer_token: u64 = stdout.trim().parse().unwrap();
+    let writer_token: u64 = writer.stdout().trim().parse().unwrap();
     assert!(
         writer_token > token,
         "the writer's token is above the readers' phase"
     );
+}
+
+// ----- pause scenarios against the fenced store -----
+
+/// A critical section in two steps, gated by files in `$D`: it records its process group (its
+/// pid: `palisade lock` makes the command a group leader), slot and token, runs `$STEP1`, waits
+/// for `$D/go` (at most about a minute, so a failed test leaves nothing behind), then runs
+/// `$STEP2`. Each step's exit status goes to `$D/step1` and `$D/step2`, its output to
+/// `$D/out1`, `$D/out2` and `$D/err2`.
+const SECTION: &str = r#"
+echo $$ > "$D/pid"
+echo "${PALISADE_SLOT:--} $PALISADE_TOKEN" > "$D/grant"
+sh -c "$STEP1" > "$D/out1"; echo $? > "$D/step1"
+i=0
+while [ ! -e "$D/go" ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i + 1)); done
+sh -c "$STEP2" > "$D/out2" 2> "$D/err2"; echo $? > "$D/step2"
+"#;
+
+/// One `palisade lock ARGS -- sh -c SECTION` and the directory its section writes to.
+struct Worker {
+    lock: Running,
+    dir: PathBuf,
+}
+
+impl Worker {
+    /// Starts the worker `name` under `dir/name` with `$NAME`, `$PAL` (the binary) and the two
+    /// steps in its environment, and waits until its first step has run.
+    fn start(server: &Palisade, dir: &Path, name: &str, args: &[&str], steps: [&str; 2]) -> Worker {
+        let dir = dir.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut all = args.to_vec();
+        all.extend([
+            "--wait",
+            "20s",
+            "--kill-grace",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            SECTION,
+        ]);
+        let mut command = server.command(&all);
+        command
+            .env("D", &dir)
+            .env("NAME", name)
+            .env("PAL", BIN)
+            .env("STEP1", steps[0])
+            .env("STEP2", steps[1])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("stderr")).unwrap())
+            .process_group(0);
+        let worker = Worker {
+            lock: Running::spawn(command),
+            dir,
+        };
+        worker.read("step1");
+        worker
+    }
+
+    /// What the section wrote to `file`, once it has.
+    fn read(&self, file: &str) -> String {
+        wait_for_file(&self.dir.join(file), WAIT).trim().to_string()
+    }
+
+    /// What `palisade lock` and the section wrote to stderr so far.
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(self.dir.join("stderr")).unwrap_or_default()
+    }
+
+    /// The slot (`-` for none) and the token of its grant.
+    fn grant(&self) -> (String, u64) {
+        let grant = self.read("grant");
+        let (slot, token) = grant.split_once(' ').unwrap();
+        (slot.to_string(), token.parse().unwrap())
+    }
+
+    fn section(&self) -> Pid {
+        Pid::from_raw(self.read("pid").parse().unwrap())
+    }
+
+    /// Freezes `palisade lock` and its section, as a pause of the whole host process would.
+    fn freeze(&self) {
+        kill(self.lock.pid(), Signal::SIGSTOP).unwrap();
+        killpg(self.section(), Signal::SIGSTOP).unwrap();
+    }
+
+    /// Lets the section run its second step; thaws it first if frozen. Its `palisade lock` stays
+    /// as it is: thawed, it would stop the section on finding its lease lost, and the point is
+    /// what the resource does with a late step.
+    fn go(&self) -> (i32, String) {
+        std::fs::write(self.dir.join("go"), b"").unwrap();
+        killpg(self.section(), Signal::SIGCONT).unwrap();
+        let status = self.read("step2").parse().unwrap();
+        let err = std::fs::read_to_string(self.dir.join("err2")).unwrap_or_default();
+        (status, err)
+    }
+
+    /// Thaws `palisade lock` (if frozen) and waits for it to end.
+    fn finish(mut self) -> std::process::ExitStatus {
+        kill(self.lock.pid(), Signal::SIGCONT).unwrap();
+        self.lock.wait(WAIT)
+    }
+}
+
+impl Drop for Worker {
+    /// Kills the section's group too (frozen or not), so a failed test leaves nothing behind.
+    fn drop(&mut self) {
+        if let Some(group) = std::fs::read_to_string(self.dir.join("pid"))
+            .ok()
+            .and_then(|pid| pid.trim().parse().ok())
+        {
+            let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
+        }
+    }
+}
+
+/// Exit status of `palisade store` refusing a stale sequencer (`palisade --help`).
+const STALE: i32 = 3;
+/// Exit status of `palisade store` refusing a request (here: a reader's write).
+const REFUSED: i32 = 1;
+
+#[test]
+fn a_frozen_permit_holder_is_refused_on_its_shard_and_the_other_shards_work_on() {
+    let server = Palisade::start_with_store(BIN);
+    let dir = tempfile::tempdir().unwrap();
+    let put = |n: u8| format!("\"$PAL\" store put \"shard-$PALISADE_SLOT\" \"$NAME {n}\"");
+    let steps = [put(1), put(2)];
+    let steps = [steps[0].as_str(), steps[1].as_str()];
+    let long = ["lock", "shards", "--permits", "3", "--ttl", "30s"];
+
+    // Three workers over three shards, each writing its slot's shard; `a` on a short lease.
+    let b = Worker::start(&server, dir.path(), "b", &long, steps);
+    let c = Worker::start(&server, dir.path(), "c", &long, steps);
+    let short = ["lock", "shards", "--permits", "3", "--ttl", "2s"];
+    let a = Worker::start(&server, dir.path(), "a", &short, steps);
+    for worker in [&a, &b, &c] {
+        assert_eq!(worker.read("step1"), "0", "{}", worker.stderr());
+    }
+    let (slot_a, token_a) = a.grant();
+
+    // `a` is frozen past its lease; `d` is granted its slot, with a larger token, and writes.
+    a.freeze();
+    let d = Worker::start(&server, dir.path(), "d", &long, steps);
+    let (slot_d, token_d) = d.grant();
+    assert_eq!(
+        slot_d, slot_a,
+        "the new worker takes the frozen worker's slot"
+    );
+    assert!(token_d > token_a);
+    assert_eq!(d.read("step1"), "0");
+    let status = server.run_json(&["status", "shards"]);
+    assert_eq!(status["sharers"].as_array().unwrap().len(), 3, "{status}");
+
+    // Thawed, `a` writes its shard as if it still held the slot: refused as stale.
+    let (code, err) = a.go();
+    assert_eq!(code, STALE, "the frozen worker's late write: {err}");
+    assert!(err.contains("stale"), "{err}");
+    // The other shards' workers never noticed: their next writes land.
+    for worker in [&b, &c, &d] {
+        let (code, err) = worker.go();
+        assert_eq!(code, 0, "{err}");
+    }
+    for (worker, name) in [(&b, "b"), (&c, "c"), (&d, "d")] {
+        let shard = format!("shard-{}", worker.grant().0);
+        let value = server.run_ok(&["store", "get", "--unfenced", &shard]);
+        assert_eq!(value.trim(), format!("{name} 2"), "{shard}");
+    }
+    let _ = a.finish();
+    for worker in [b, c, d] {
+        let status = worker.finish();
+        assert!(status.success(), "{status}");
+    }
+}
+
+#[test]
+fn a_frozen_reader_is_refused_once_a_writer_has_written_and_a_reader_never_writes() {
+    let server = Palisade::start_with_store(BIN);
+    let dir = tempfile::tempdir().unwrap();
+    server.run_ok(&["lock", "config", "--", BIN, "store", "put", "config", "v1"]);
+
+    // Two readers of one phase read v1 with the phase's token (a fenced read).
+    let read = "\"$PAL\" store get config";
+    let read_then_write = "\"$PAL\" store get config && \"$PAL\" store put config \"$NAME\"";
+    let short = ["lock", "config", "--shared", "--ttl", "2s"];
+    let r1 = Worker::start(&server, dir.path(), "r1", &short, [read, read_then_write]);
+    let long = ["lock", "config", "--shared", "--ttl", "30s"];
+    let r2 = Worker::start(&server, dir.path(), "r2", &long, [read, read_then_write]);
+    for reader in [&r1, &r2] {
+        assert_eq!(reader.read("step1"), "0", "{}", reader.stderr());
+        assert_eq!(reader.read("out1"), "v1");
+    }
+    assert_eq!(
+        r1.grant().1,
+        r2.grant().1,
+        "readers of one phase share its token"
+    );
+    // The live reader reads again, and its write is refused: a reader never writes.
+    let (code, err) = r2.go();
+    assert_eq!(code, REFUSED, "a reader's write: {err}");
+    assert!(err.contains("shared"), "{err}");
+    assert!(r2.finish().success());
+
+    // `r1` is frozen past its lease; a writer takes the lock and writes v2.
+    r1.freeze();
+    let writer = server.run(&[
+        "lock", "config", "--wait", "20s", "--", BIN, "store", "put", "config", "v2",
+    ]);
+    assert!(writer.status.success(), "{}", writer.stderr);
+
+    // Thawed, the reader of the superseded phase reads: refused, it would see the writer's
+    // change under a grant that no longer holds.
+    let (code, err) = r1.go();
+    assert_eq!(code, STALE, "the frozen reader's late read: {err}");
+    assert!(err.contains("stale"), "{err}");
+    let _ = r1.finish();
+    // A reader of a new phase reads what the writer wrote.
+    let after = server.run_ok(&[
+        "lock", "config", "--shared", "--", BIN, "store", "get", "config",
+    ]);
+    assert_eq!(after.trim(), "v2");
 }

@@ -1,7 +1,7 @@
 //! Children a test spawns itself (a `palisade lock`, a `palisade watch`, …): killed if the test
 //! ends before they do, waited for with a timeout, their output read line by line.
 
-use std::io::Read as _;
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -22,6 +22,28 @@ pub fn wait_with_timeout(child: &mut Child, timeout: Duration) -> ExitStatus {
             panic!("process did not exit within {timeout:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The text of the file at `path` once something wrote it (it exists and is not empty): what
+/// a child running a shell script says through a file. Panics after `timeout`, showing the
+/// `stderr` file beside it, if there is one.
+#[track_caller]
+pub fn wait_for_file(path: &Path, timeout: Duration) -> String {
+    let started = Instant::now();
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path)
+            && !text.is_empty()
+        {
+            return text;
+        }
+        assert!(
+            started.elapsed() < timeout,
+            "{} did not appear within {timeout:?}; stderr: {}",
+            path.display(),
+            std::fs::read_to_string(path.with_file_name("stderr")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -49,14 +71,24 @@ impl Running {
         wait_with_timeout(&mut self.child, timeout)
     }
 
+    /// Everything the process wrote to its piped stdout (after it exited; empty if stdout was
+    /// not piped or was taken, e.g. by [`Lines`]).
+    pub fn stdout(&mut self) -> String {
+        read_to_end(self.child.stdout.as_mut())
+    }
+
     /// Everything the process wrote to its piped stderr (after it exited).
     pub fn stderr(&mut self) -> String {
-        let mut text = String::new();
-        if let Some(stderr) = self.child.stderr.as_mut() {
-            let _ = stderr.read_to_string(&mut text);
-        }
-        text
+        read_to_end(self.child.stderr.as_mut())
     }
+}
+
+fn read_to_end(pipe: Option<&mut impl std::io::Read>) -> String {
+    let mut text = String::new();
+    if let Some(pipe) = pipe {
+        let _ = pipe.read_to_string(&mut text);
+    }
+    text
 }
 
 impl Drop for Running {

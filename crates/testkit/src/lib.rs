@@ -15,7 +15,8 @@
 //! - [`netns`]: [`Network`], a bridge and one network namespace per node, with the faults a
 //!   partition test puts between nodes (two-way cuts, one-way cuts, healing), torn down on
 //!   drop; gated by [`netns::enabled`] (`PALISADE_TEST_NETNS`, root and iproute2);
-//! - [`child`]: any child a test spawns, killed if the test ends first, and its output lines;
+//! - [`child`]: any child a test spawns, killed if the test ends first, its output (whole or
+//!   line by line), and the files a child's script writes ([`wait_for_file`]);
 //! - [`auth_files`]: [`AuthFiles`], a token file and a policy for a server started with them.
 //!
 //! # Ports
@@ -51,7 +52,7 @@ pub mod process;
 use std::time::{Duration, Instant};
 
 pub use auth_files::AuthFiles;
-pub use child::{Lines, Running};
+pub use child::{Lines, Running, wait_for_file};
 pub use cluster::LocalCluster;
 pub use command::{Ran, command, new_token, run, scrub, store_put};
 pub use deployment::Palisade;
