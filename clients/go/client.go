@@ -518,6 +518,9 @@ type Holder struct {
 	LeaseRemaining time.Duration
 	// Value is the grant's value ("" if none).
 	Value string
+	// Access is how the grant holds the lock: exclusive, shared (a reader of the phase whose
+	// token this is) or a semaphore's slot (docs/locks.md).
+	Access sequencer.Access
 }
 
 // LockStatus is the state of one lock.
@@ -532,15 +535,41 @@ type LockStatus struct {
 	// LockDelayRemaining is the time left in lock-delay after a holder's session expired
 	// (nil when none).
 	LockDelayRemaining *time.Duration
+	// Sharers are the readers of the current shared phase, or a semaphore's permit holders
+	// (Holder is then nil), in session order.
+	Sharers []Holder
+	// Permits is a semaphore's number of permits; 0 for a lock.
+	Permits uint32
 }
 
 func lockStatus(info *palisadev1.LockInfo) (LockStatus, error) {
-	s := LockStatus{Lock: info.GetLock(), LastToken: info.GetLastToken(), Waiters: info.GetWaiters()}
-	if h := info.GetHolder(); h != nil {
+	s := LockStatus{Lock: info.GetLock(), LastToken: info.GetLastToken(), Waiters: info.GetWaiters(), Permits: info.GetPermits()}
+	if info.Permits != nil && (s.Permits == 0 || s.Permits > sequencer.PermitsMax) {
+		return LockStatus{}, protocolError("lock %q is a semaphore of %d permits, outside 1 to %d", info.GetLock(), s.Permits, sequencer.PermitsMax)
+	}
+	holder := func(h *palisadev1.Holder) (Holder, error) {
 		if h.GetToken() == 0 || h.GetToken() > info.GetLastToken() {
-			return LockStatus{}, protocolError("lock %q is held with token %d but its last token is %d", info.GetLock(), h.GetToken(), info.GetLastToken())
+			return Holder{}, protocolError("lock %q is held with token %d but its last token is %d", info.GetLock(), h.GetToken(), info.GetLastToken())
 		}
-		s.Holder = &Holder{h.GetSession(), h.GetToken(), time.Duration(h.GetLeaseRemainingMs()) * time.Millisecond, h.GetValue()}
+		access, ok := accessOf(h.GetAccess())
+		if !ok || (access.Kind == sequencer.Slot) != (s.Permits > 0) || (access.Kind == sequencer.Slot && access.Slot >= s.Permits) {
+			return Holder{}, protocolError("lock %q (permits %d) is held by session %d as %v", info.GetLock(), s.Permits, h.GetSession(), h.GetAccess())
+		}
+		return Holder{h.GetSession(), h.GetToken(), time.Duration(h.GetLeaseRemainingMs()) * time.Millisecond, h.GetValue(), access}, nil
+	}
+	if h := info.GetHolder(); h != nil {
+		held, err := holder(h)
+		if err != nil {
+			return LockStatus{}, err
+		}
+		s.Holder = &held
+	}
+	for _, h := range info.GetSharers() {
+		sharer, err := holder(h)
+		if err != nil {
+			return LockStatus{}, err
+		}
+		s.Sharers = append(s.Sharers, sharer)
 	}
 	if info.LockDelayRemainingMs != nil {
 		d := time.Duration(info.GetLockDelayRemainingMs()) * time.Millisecond
