@@ -99,6 +99,23 @@ impl Served {
         request.send().await.unwrap()
     }
 
+    /// Waits until `lock` has `n` waiters, as the API says.
+    async fn wait_for_waiters(&self, lock: &str, n: usize) {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let (_, page) = self.json(&format!("/api/state?prefix={lock}"), None).await;
+            let waiters = page["locks"][0]["waiters"].as_u64();
+            if page["locks"][0]["name"] == lock && waiters == Some(n as u64) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{lock} never had {n} waiters: {page:#}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// `GET path` as JSON, with its status.
     async fn json(&self, path: &str, bearer: Option<&str>) -> (StatusCode, Value) {
         let response = self.get(path, bearer).await;
@@ -658,6 +675,7 @@ impl Browser {
                loaded: window.palisadeTestMark === 1,
                locks: Array.from(document.querySelectorAll('#lock-rows tr')).map((row) => ({
                  name: row.dataset.lock, shown_name: text(row, '.name'),
+                 mode: text(row, '.mode'),
                  session: text(row, '.session'), token: text(row, '.token'),
                  lease: text(row, '.lease'), waiters: text(row, '.waiters'),
                  events: text(row, '.events'),
@@ -847,6 +865,91 @@ async fn the_page_shows_a_lock_taken_after_it_loaded_with_its_token_without_a_re
         })
         .await;
 
+    // Phase 4: a read-write lock's shared phase, with a writer waiting and a reader behind it,
+    // and a semaphore with one of its three permits taken.
+    let reader = client
+        .open_session(SessionOptions::with_ttl(TTL))
+        .await
+        .unwrap();
+    let first_reader = holder
+        .acquire("jobs/config", AcquireOptions::default().shared())
+        .await
+        .unwrap();
+    let second_reader = reader
+        .acquire("jobs/config", AcquireOptions::default().shared())
+        .await
+        .unwrap();
+    let phase = first_reader.token().get().to_string();
+    let mut queued = Vec::new();
+    for options in [
+        AcquireOptions::default(),
+        AcquireOptions::default().shared(),
+    ] {
+        let session = client
+            .open_session(SessionOptions::with_ttl(TTL))
+            .await
+            .unwrap();
+        queued.push(session.id().get());
+        tokio::spawn(async move {
+            let guard = session.acquire("jobs/config", options).await;
+            (session, guard)
+        });
+        // In this order: the writer first, then a reader behind it.
+        served.wait_for_waiters("jobs/config", queued.len()).await;
+    }
+    let permit = reader
+        .acquire("jobs/shards", AcquireOptions::default().permits(3))
+        .await
+        .unwrap();
+    let slot = permit.slot().unwrap();
+    let config_waiters = format!("2 (s{} exclusive, s{} shared)", queued[0], queued[1]);
+    let shown = browser
+        .wait_for(
+            "the readers of jobs/config and how its waiters wait",
+            |shown| {
+                row(shown, "jobs/config")
+                    .is_some_and(|row| row["waiters"] == config_waiters.as_str())
+            },
+        )
+        .await;
+    let config = row(&shown, "jobs/config").unwrap();
+    assert_eq!(config["mode"], "shared phase, 2 readers", "{shown:#}");
+    assert_eq!(config["token"], format!("phase {phase}"));
+    let sessions = config["session"].as_str().unwrap();
+    for session in [&holder, &reader] {
+        assert!(
+            sessions.contains(&session.id().get().to_string()),
+            "{sessions}"
+        );
+    }
+    let shown = browser
+        .wait_for("the semaphore jobs/shards", |shown| {
+            row(shown, "jobs/shards").is_some_and(|row| row["mode"] == "3 permits, 2 free")
+        })
+        .await;
+    let shards = row(&shown, "jobs/shards").unwrap();
+    assert_eq!(
+        shards["session"],
+        format!("slot {slot}: {}", reader.id().get())
+    );
+    assert_eq!(shards["token"], permit.token().get().to_string());
+    assert!(
+        shards["events"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("granted slot {slot} #{}", permit.token().get())),
+        "{shards}"
+    );
+    // The API the page reads says the same.
+    let (_, page) = served.json("/api/state?prefix=jobs/", None).await;
+    let config = lock(&page, "jobs/config");
+    assert_eq!(config["sharer_count"], 2, "{config:#}");
+    assert_eq!(config["sharers"][0]["access"], "shared");
+    assert_eq!(config["waiting_modes"], json!(["exclusive", "shared"]));
+    let shards = lock(&page, "jobs/shards");
+    assert_eq!(shards["permits"], 3, "{shards:#}");
+    assert_eq!(shards["sharers"][0]["slot"], slot);
+
     let png = browser.screenshot().await;
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
     if std::env::var_os("PALISADE_UPDATE_SCREENSHOT").is_some() {
@@ -855,6 +958,7 @@ async fn the_page_shows_a_lock_taken_after_it_loaded_with_its_token_without_a_re
     }
     drop(hostile_guard);
     drop(build);
+    drop((first_reader, second_reader, permit));
     waiting.abort();
 }
 

@@ -1377,6 +1377,7 @@ impl LockTable {
                 .collect(),
             last_token: l.last_token,
             waiters: l.waiters.iter().map(|w| w.session).collect(),
+            waiter_modes: l.waiters.iter().map(|w| w.mode).collect(),
             holder_expires_at_ms: l
                 .holder
                 .as_ref()

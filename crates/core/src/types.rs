@@ -1243,6 +1243,9 @@ pub struct LockStatus {
     pub last_token: Token,
     /// Waiting sessions, first in line first.
     pub waiters: Vec<SessionId>,
+    /// How each waiter asks to hold the lock, in the order of `waiters`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiter_modes: Vec<Mode>,
     /// When the holder's lease ends (the holding session's expiry), if held.
     pub holder_expires_at_ms: Option<TimeMs>,
     /// Set while the lock sits out its lock-delay.

@@ -145,6 +145,9 @@ pub const UI_REQUEST_HEAD_BYTES_MAX: usize = 16 * 1024;
 pub const UI_PAGE_LOCKS_MAX: usize = 100;
 /// Most waiting sessions a UI answer names per lock (it always gives their number).
 pub const UI_WAITERS_SHOWN_MAX: usize = 8;
+/// Most readers of a phase, or permit holders of a semaphore, a UI answer shows per lock (it
+/// always gives their number).
+pub const UI_SHARERS_SHOWN_MAX: usize = 16;
 /// How often a live view sends its page afresh: leases counting down, renewals (which make no
 /// event), membership and leader.
 pub const UI_REFRESH_INTERVAL: Duration = Duration::from_secs(2);

@@ -236,8 +236,26 @@ pub struct LockView {
     pub last_token: Token,
     /// Waiting sessions, first in line first.
     pub waiters: Vec<SessionId>,
+    /// How each waiter asks to hold the lock, in the order of `waiters`.
+    pub waiter_modes: Vec<Mode>,
     /// Set while the lock sits out its lock-delay.
     pub lock_delay_remaining_ms: Option<DurationMs>,
+}
+
+impl LockView {
+    /// A lock the table does not hold: free, with no waiter, `last_token` its last grant's.
+    pub fn free(lock: String, last_token: Option<Token>) -> LockView {
+        LockView {
+            lock,
+            holder: None,
+            sharers: Vec::new(),
+            permits: None,
+            last_token: last_token.unwrap_or(Token::ZERO),
+            waiters: Vec::new(),
+            waiter_modes: Vec::new(),
+            lock_delay_remaining_ms: None,
+        }
+    }
 }
 
 /// One page of a listing.
@@ -938,15 +956,7 @@ impl LockService {
             .read_table(|t| (t.lock_status(&lock), t.last_token_of(&lock)));
         Ok(match status {
             Some(status) => self.view(status),
-            None => LockView {
-                lock,
-                holder: None,
-                last_token: last_token.unwrap_or(Token::ZERO),
-                waiters: Vec::new(),
-                lock_delay_remaining_ms: None,
-                permits: None,
-                sharers: Vec::new(),
-            },
+            None => LockView::free(lock, last_token),
         })
     }
 
@@ -1141,6 +1151,7 @@ impl LockService {
             permits: status.permits,
             last_token: status.last_token,
             waiters: status.waiters,
+            waiter_modes: status.waiter_modes,
             lock_delay_remaining_ms: status
                 .available_at_ms
                 .map(|at| at.saturating_duration_since(now)),

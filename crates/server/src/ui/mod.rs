@@ -1,5 +1,6 @@
 //! The web UI (`palisade serve --ui-listen ADDR`): a read-only live page of the cluster's
-//! members and leader and of every lock (holder session, token, lease remaining, waiters) with
+//! members and leader and of every lock (holder session, token, lease remaining, waiters and
+//! how each waits; a shared phase's readers, a semaphore's permits and each slot's holder) with
 //! its recent grants, releases and expiries ([`timeline`]), on a listener of its own.
 //!
 //! Routes:
@@ -55,7 +56,8 @@ use futures::StreamExt as _;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use palisade_core::{
-    CoreError, DurationMs, ErrorCategory, GrantValue, LockName, LockStatus, SessionId, Token,
+    Access, CoreError, DurationMs, ErrorCategory, GrantValue, LockName, LockStatus, Mode,
+    SessionId, Token,
 };
 use palisade_tls::host::AllowedHosts;
 use serde::{Deserialize, Serialize};
@@ -67,7 +69,7 @@ use crate::auth::{Auth, Caller, Credential, LiveCaller, ReadScope};
 use crate::limits::{ACCEPT_ERROR_PAUSE, STREAM_BUFFER_MESSAGES};
 use crate::limits::{
     UI_CONNECTIONS_MAX, UI_HEADER_READ_TIMEOUT, UI_PAGE_LOCKS_MAX, UI_REFRESH_INTERVAL,
-    UI_REQUEST_HEAD_BYTES_MAX, UI_STREAMS_MAX, UI_WAITERS_SHOWN_MAX,
+    UI_REQUEST_HEAD_BYTES_MAX, UI_SHARERS_SHOWN_MAX, UI_STREAMS_MAX, UI_WAITERS_SHOWN_MAX,
 };
 use crate::node::Node;
 use crate::service::{HolderView, LockService, LockView};
@@ -400,13 +402,22 @@ pub struct MemberJson {
 #[derive(Debug, Clone, Serialize)]
 pub struct LockJson {
     pub name: String,
+    /// The exclusive holder (a mutex's, or a read-write lock's writer).
     pub holder: Option<HolderJson>,
+    /// How many readers of the current shared phase, or permit holders of a semaphore, hold it.
+    pub sharer_count: usize,
+    /// The first [`UI_SHARERS_SHOWN_MAX`] of them, in session order.
+    pub sharers: Vec<HolderJson>,
+    /// A semaphore's number of permits; `None` for a lock.
+    pub permits: Option<u32>,
     /// The last token granted for this lock (0 if never, or long forgotten).
     pub last_token: Token,
     /// How many sessions wait for it.
     pub waiters: usize,
     /// The first [`UI_WAITERS_SHOWN_MAX`] of them, first in line first.
     pub waiting_sessions: Vec<SessionId>,
+    /// How each of `waiting_sessions` asks to hold the lock: `exclusive`, `shared` or `permit`.
+    pub waiting_modes: Vec<&'static str>,
     pub lock_delay_remaining_ms: Option<DurationMs>,
     /// Its recent grants, releases and expiries, oldest first; absent from a `refresh`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -421,6 +432,40 @@ pub struct HolderJson {
     pub token: Token,
     pub lease_remaining_ms: DurationMs,
     pub value: Option<GrantValue>,
+    #[serde(flatten)]
+    pub access: AccessJson,
+}
+
+/// How a grant holds its lock, as the page reads it: `"access"` is `exclusive`, `shared` (a
+/// reader of the phase whose token it has) or `slot`, with the permit's `"slot"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct AccessJson {
+    pub access: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u32>,
+}
+
+impl From<Access> for AccessJson {
+    fn from(access: Access) -> AccessJson {
+        let name = match access {
+            Access::Exclusive => "exclusive",
+            Access::Shared => "shared",
+            Access::Slot(_) => "slot",
+        };
+        AccessJson {
+            access: name,
+            slot: access.slot(),
+        }
+    }
+}
+
+/// A waiter's mode as the page names it.
+fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Exclusive => "exclusive",
+        Mode::Shared => "shared",
+        Mode::Permit(_) => "permit",
+    }
 }
 
 impl From<HolderView> for HolderJson {
@@ -430,6 +475,7 @@ impl From<HolderView> for HolderJson {
             token: holder.token,
             lease_remaining_ms: holder.lease_remaining_ms,
             value: holder.value,
+            access: holder.access.into(),
         }
     }
 }
@@ -438,12 +484,22 @@ impl LockJson {
     fn of(view: LockView, timeline: Option<Vec<Entry>>) -> LockJson {
         LockJson {
             holder: view.holder.map(HolderJson::from),
+            sharer_count: view.sharers.len(),
+            sharers: (view.sharers.into_iter())
+                .take(UI_SHARERS_SHOWN_MAX)
+                .map(HolderJson::from)
+                .collect(),
+            permits: view.permits,
             last_token: view.last_token,
             waiters: view.waiters.len(),
             waiting_sessions: view
                 .waiters
                 .into_iter()
                 .take(UI_WAITERS_SHOWN_MAX)
+                .collect(),
+            waiting_modes: (view.waiter_modes.into_iter())
+                .take(UI_WAITERS_SHOWN_MAX)
+                .map(mode_name)
                 .collect(),
             lock_delay_remaining_ms: view.lock_delay_remaining_ms,
             timeline,
@@ -529,15 +585,7 @@ impl UiState {
             .map(|((name, status), last_token)| {
                 let view = match status {
                     Some(status) => self.service.view(status),
-                    None => LockView {
-                        lock: name,
-                        holder: None,
-                        last_token: last_token.unwrap_or(Token::ZERO),
-                        waiters: Vec::new(),
-                        lock_delay_remaining_ms: None,
-                        permits: None,
-                        sharers: Vec::new(),
-                    },
+                    None => LockView::free(name, last_token),
                 };
                 let timeline = timelines.then(|| self.timeline.entries(&view.lock));
                 LockJson::of(view, timeline)

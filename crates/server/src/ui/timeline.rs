@@ -18,6 +18,7 @@ use tokio::sync::broadcast;
 use crate::limits::{TIMELINE_EVENTS_PER_LOCK_MAX, TIMELINE_LOCKS_MAX};
 use crate::node::Node;
 use crate::service::{ChangeKind, change_kind};
+use crate::ui::AccessJson;
 
 /// What happened to a lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -39,6 +40,9 @@ pub struct Entry {
     /// When this node applied it, wall-clock milliseconds since 1970 (for people to read; no
     /// lease is measured with it).
     pub at_unix_ms: u64,
+    /// How a grant holds the lock (absent from releases and expiries).
+    #[serde(flatten)]
+    pub access: Option<AccessJson>,
 }
 
 impl Entry {
@@ -52,11 +56,16 @@ impl Entry {
             // A proclaim changes no holder: the lock's row shows the value.
             ChangeKind::Snapshot | ChangeKind::ValueSet => return None,
         };
+        let access = match event {
+            Event::Granted { access, .. } => Some(AccessJson::from(*access)),
+            _ => None,
+        };
         Some(Entry {
             kind,
             session,
             token,
             at_unix_ms,
+            access,
         })
     }
 }

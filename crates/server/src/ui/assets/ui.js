@@ -178,21 +178,40 @@
     let lock = shown.locks.get(change.lock);
     if (!lock) {
       if (!inPage(change.lock)) return;
-      lock = { name: change.lock, holder: null, last_token: 0, waiters: 0, waiting_sessions: [], lock_delay_remaining_ms: null };
+      lock = {
+        name: change.lock, holder: null, sharer_count: 0, sharers: [], permits: null, last_token: 0,
+        waiters: 0, waiting_sessions: [], waiting_modes: [], lock_delay_remaining_ms: null,
+      };
       shown.locks.set(change.lock, lock);
     }
     lock.receivedAt = Date.now();
+    const sameGrant = (grant) => grant.session === change.session && grant.token === change.token;
     if (change.kind === "granted") {
       // The lease is in the next refresh; the grant is news now.
-      lock.holder = { session: change.session, token: change.token, lease_remaining_ms: null };
+      const grant = { session: change.session, token: change.token, lease_remaining_ms: null, access: change.access, slot: change.slot };
+      if (change.access === "shared" || change.access === "slot") {
+        lock.sharers = lock.sharers.filter((sharer) => sharer.session !== change.session).concat([grant]);
+        lock.sharer_count = Math.max(lock.sharer_count, lock.sharers.length);
+      } else {
+        lock.holder = grant;
+      }
       lock.last_token = Math.max(lock.last_token, change.token);
-    } else if (lock.holder && lock.holder.token === change.token) {
+    } else if (lock.holder && sameGrant(lock.holder)) {
       lock.holder = null;
+    } else if (lock.sharers.some(sameGrant)) {
+      lock.sharers = lock.sharers.filter((sharer) => !sameGrant(sharer));
+      lock.sharer_count = Math.max(0, lock.sharer_count - 1);
     }
-    if (lock.waiting_sessions.length > change.waiters) lock.waiting_sessions = lock.waiting_sessions.slice(0, change.waiters);
+    if (lock.waiting_sessions.length > change.waiters) {
+      lock.waiting_sessions = lock.waiting_sessions.slice(0, change.waiters);
+      lock.waiting_modes = lock.waiting_modes.slice(0, change.waiters);
+    }
     lock.waiters = change.waiters;
     const timeline = shown.timelines.get(change.lock) || [];
-    timeline.push({ kind: change.kind, session: change.session, token: change.token, at_unix_ms: change.at_unix_ms });
+    timeline.push({
+      kind: change.kind, session: change.session, token: change.token, at_unix_ms: change.at_unix_ms,
+      access: change.access, slot: change.slot,
+    });
     while (timeline.length > TIMELINE_EVENTS_PER_LOCK_MAX) timeline.shift();
     shown.timelines.set(change.lock, timeline);
     renderLocks();
@@ -217,34 +236,80 @@
     $("members").replaceChildren(rows);
   }
 
+  // How a lock is held: by one holder, by the readers of a shared phase, or by a semaphore's
+  // permits (see docs/locks.md).
+  function heldAs(lock) {
+    if (lock.permits !== null && lock.permits !== undefined) {
+      return lock.permits + " permits, " + Math.max(0, lock.permits - lock.sharer_count) + " free";
+    }
+    if (lock.sharer_count > 0) {
+      return "shared phase, " + lock.sharer_count + (lock.sharer_count === 1 ? " reader" : " readers");
+    }
+    return lock.holder ? "exclusive" : "";
+  }
+
+  // A cell of one line per holder: the exclusive holder, or each reader or permit holder.
+  function perHolder(lock, className, line) {
+    const cell = el("td", null, className);
+    const holders = lock.holder ? [lock.holder] : lock.sharers;
+    for (const holder of holders) {
+      const text = line(holder);
+      if (typeof text === "string" || typeof text === "number") cell.append(el("div", text));
+      else cell.append(text);
+    }
+    if (!lock.holder && lock.sharer_count > lock.sharers.length) {
+      cell.append(el("div", "… " + (lock.sharer_count - lock.sharers.length) + " more", "more"));
+    }
+    return cell;
+  }
+
+  function accessText(grant) {
+    if (grant.access === "slot") return "slot " + grant.slot;
+    return grant.access === "shared" ? "shared" : "";
+  }
+
   function renderLocks() {
     const names = Array.from(shown.locks.keys()).sort();
     const rows = document.createDocumentFragment();
     for (const name of names) {
       const lock = shown.locks.get(name);
       const holder = lock.holder;
-      const tr = el("tr", null, holder ? "held" : "free");
+      const held = holder || lock.sharers.length > 0;
+      const tr = el("tr", null, held ? "held" : "free");
       tr.dataset.lock = name;
       tr.append(el("td", name, "name"));
-      tr.append(el("td", holder ? holder.session : "", "session"));
-      tr.append(el("td", holder ? holder.token : (lock.last_token ? "last " + lock.last_token : ""), "token"));
-      const lease = el("td", "", "lease");
-      if (holder && holder.lease_remaining_ms !== null) {
-        lease.dataset.until = String(lock.receivedAt + holder.lease_remaining_ms);
-      } else if (holder) {
-        lease.textContent = "…";
-      } else if (lock.lock_delay_remaining_ms !== null) {
-        lease.dataset.delayUntil = String(lock.receivedAt + lock.lock_delay_remaining_ms);
+      tr.append(el("td", heldAs(lock), "mode"));
+      tr.append(perHolder(lock, "session", (grant) => (grant.access === "slot" ? "slot " + grant.slot + ": " : "") + grant.session));
+      if (held) {
+        // Every reader of a phase has the phase's token: it is shown once.
+        const phase = !holder && lock.permits === null && lock.sharers.length > 0;
+        tr.append(phase ? el("td", "phase " + lock.sharers[0].token, "token") : perHolder(lock, "token", (grant) => grant.token));
+      } else {
+        tr.append(el("td", lock.last_token ? "last " + lock.last_token : "", "token"));
+      }
+      let lease;
+      if (held) {
+        lease = perHolder(lock, "lease", (grant) => {
+          const line = el("div", grant.lease_remaining_ms === null ? "…" : "");
+          if (grant.lease_remaining_ms !== null) line.dataset.until = String(lock.receivedAt + grant.lease_remaining_ms);
+          return line;
+        });
+      } else {
+        lease = el("td", "", "lease");
+        if (lock.lock_delay_remaining_ms !== null) {
+          lease.dataset.delayUntil = String(lock.receivedAt + lock.lock_delay_remaining_ms);
+        }
       }
       tr.append(lease);
-      const waiting = lock.waiting_sessions.map((session) => "s" + session).join(", ")
+      const waiting = lock.waiting_sessions.map((session, i) => "s" + session + " " + (lock.waiting_modes[i] || "exclusive")).join(", ")
         + (lock.waiters > lock.waiting_sessions.length ? ", …" : "");
       tr.append(el("td", lock.waiters ? lock.waiters + " (" + waiting + ")" : "0", "waiters"));
       // A holder's value (leader election: its address), when the server sends one.
       tr.append(el("td", holder && holder.value !== undefined && holder.value !== null ? holder.value : "", "value"));
       const events = el("td", null, "events");
       for (const entry of shown.timelines.get(name) || []) {
-        const badge = el("span", entry.kind + " #" + entry.token + " s" + entry.session, "event " + entry.kind);
+        const access = entry.kind === "granted" && entry.access ? accessText(entry) : "";
+        const badge = el("span", entry.kind + (access ? " " + access : "") + " #" + entry.token + " s" + entry.session, "event " + entry.kind);
         badge.title = formatTime(entry.at_unix_ms);
         events.append(badge);
       }
@@ -258,7 +323,7 @@
   // Leases count down between refreshes.
   function tickLeases() {
     const now = Date.now();
-    for (const cell of document.querySelectorAll("#lock-rows td.lease")) {
+    for (const cell of document.querySelectorAll("#lock-rows [data-until], #lock-rows [data-delay-until]")) {
       if (cell.dataset.until) cell.textContent = formatMs(Math.max(0, Number(cell.dataset.until) - now));
       else if (cell.dataset.delayUntil) cell.textContent = "lock-delay " + formatMs(Math.max(0, Number(cell.dataset.delayUntil) - now));
     }
