@@ -8,6 +8,9 @@
 //! - `uncontended`: N clients, N locks (one each), acquire+release cycles per second;
 //! - `contended`: N clients, one lock, grants per second (each grant is one FIFO handoff);
 //! - `latency`: one client, one lock, acquire+release latency percentiles;
+//! - `modes`: acquire+release cycles as a mutex (N clients, N locks), as readers (N clients
+//!   sharing one lock) and as permits (N clients, one semaphore of N permits), back to back in
+//!   one run: what a shared acquire and a permit cost against a mutex (Palisade only);
 //! - `fenced-write`: N clients write to the fenced store with a sequencer, then the same writes
 //!   through the store's unchecked path; the ratio is what fencing costs;
 //! - `fenced-read`: N clients read from the fenced store with a sequencer — the holder's grant
@@ -34,7 +37,7 @@ use crate::floor::{Bounds, Floor};
 use crate::server_cpu::{ServerCpu, TargetPids};
 use crate::server_view::{Probe, ServerView};
 use crate::stats::{Latencies, Percentiles, format_us};
-use crate::target::{LockConn, Target};
+use crate::target::{Hold, LockConn, Target};
 
 /// Session (or lease) length of benchmark clients; long enough that no lease ends mid-run
 /// however busy the machine, while keepalives stay rare.
@@ -58,6 +61,9 @@ pub enum Workload {
     Contended,
     /// One client: acquire+release latency percentiles.
     Latency,
+    /// Acquire+release cycles as a mutex (N clients, N locks), then as readers of one lock,
+    /// then as permits of one semaphore of N permits, in one run (palisade only).
+    Modes,
     /// Store writes with a sequencer against the same writes without the check.
     FencedWrite,
     /// Store reads with a sequencer (the holder's, and grants that advance the accepted token)
@@ -91,6 +97,7 @@ impl Workload {
             Workload::Uncontended => "uncontended",
             Workload::Contended => "contended",
             Workload::Latency => "latency",
+            Workload::Modes => "modes",
             Workload::FencedWrite => "fenced-write",
             Workload::FencedRead => "fenced-read",
             Workload::Txn => "txn",
@@ -113,6 +120,7 @@ impl Workload {
     fn clients_default(self) -> usize {
         match self {
             Workload::Uncontended
+            | Workload::Modes
             | Workload::FencedWrite
             | Workload::FencedRead
             | Workload::Txn
@@ -307,6 +315,11 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
                 print!("{server}");
             }
         }
+        let modes = modes_table(&report);
+        if !modes.is_empty() {
+            println!("\nA mutex, a reader and a semaphore permit, in this run:\n");
+            print!("{modes}");
+        }
         for note in &report.skipped {
             eprintln!("note: {note}");
         }
@@ -405,6 +418,13 @@ pub async fn measure(args: &BenchArgs) -> anyhow::Result<BenchReport> {
             continue;
         }
         for target in &args.targets {
+            if workload == Workload::Modes && !matches!(target, Target::Palisade { .. }) {
+                report.skipped.push(format!(
+                    "modes has no counterpart on {}: read-write locks and semaphores are palisade's",
+                    target.kind()
+                ));
+                continue;
+            }
             let observe = Observe {
                 pids: pids
                     .iter()
@@ -418,18 +438,25 @@ pub async fn measure(args: &BenchArgs) -> anyhow::Result<BenchReport> {
                     _ => None,
                 },
             };
-            let m = lock_workload(
-                workload,
-                target,
-                clients,
-                args.warmup,
-                args.duration,
-                &observe,
-            )
-            .await
-            .with_context(|| format!("{} on {target}", workload.name()))?;
-            progress(args, &m);
-            report.measurements.push(m);
+            let holds: &[Hold] = match workload {
+                Workload::Modes => &[Hold::Exclusive, Hold::Shared, Hold::Permit(clients as u32)],
+                _ => &[Hold::Exclusive],
+            };
+            for &hold in holds {
+                let m = lock_workload_as(
+                    workload,
+                    hold,
+                    target,
+                    clients,
+                    args.warmup,
+                    args.duration,
+                    &observe,
+                )
+                .await
+                .with_context(|| format!("{} on {target}", workload.name()))?;
+                progress(args, &m);
+                report.measurements.push(m);
+            }
         }
     }
     Ok(report)
@@ -602,19 +629,42 @@ pub async fn lock_workload(
     duration: Duration,
     observe: &Observe,
 ) -> anyhow::Result<Measurement> {
+    let hold = Hold::Exclusive;
+    lock_workload_as(workload, hold, target, clients, warmup, duration, observe).await
+}
+
+/// [`lock_workload`], each client holding its lock as `hold` says: `modes` runs it as a mutex
+/// (a lock per client), then with every client on one lock as a reader, or as a permit of one
+/// semaphore.
+async fn lock_workload_as(
+    workload: Workload,
+    hold: Hold,
+    target: &Target,
+    clients: usize,
+    warmup: Duration,
+    duration: Duration,
+    observe: &Observe,
+) -> anyhow::Result<Measurement> {
     // A fresh lock-name prefix per run, so locks of an earlier run (and their waiters) are
     // never in the way.
     let run_id = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros());
-    let lock_name = |client: usize| match workload {
-        Workload::Contended => format!("bench/{run_id}/contended"),
-        _ => format!("bench/{run_id}/{}/{client}", workload.name()),
+    let one_lock = workload == Workload::Contended || hold != Hold::Exclusive;
+    let variant = (workload == Workload::Modes).then_some(match hold {
+        Hold::Exclusive => "mutex",
+        Hold::Shared => "shared",
+        Hold::Permit(_) => "permit",
+    });
+    let label = variant.unwrap_or(workload.name());
+    let lock_name = |client: usize| {
+        if one_lock {
+            format!("bench/{run_id}/{label}")
+        } else {
+            format!("bench/{run_id}/{label}/{client}")
+        }
     };
-    let locks = match workload {
-        Workload::Contended => 1,
-        _ => clients,
-    };
+    let locks = if one_lock { 1 } else { clients };
     let conns = futures_join_all((0..clients).map(|_| {
         let target = target.clone();
         async move { LockConn::open(&target, SESSION_TTL).await }
@@ -627,7 +677,7 @@ pub async fn lock_workload(
     let handles = conns
         .into_iter()
         .enumerate()
-        .map(|(i, conn)| tokio::spawn(lock_worker(conn, lock_name(i), window)))
+        .map(|(i, conn)| tokio::spawn(lock_worker(conn, lock_name(i), hold, window)))
         .collect();
     let stats = join_workers(handles, window).await;
     let observed = observer
@@ -637,7 +687,7 @@ pub async fn lock_workload(
     let operations = stats.whole.count();
     Ok(Measurement {
         workload,
-        variant: None,
+        variant,
         target: target.to_string(),
         target_kind: target.kind(),
         clients,
@@ -658,14 +708,14 @@ pub async fn lock_workload(
     })
 }
 
-async fn lock_worker(mut conn: LockConn, lock: String, window: Window) -> WorkerStats {
+async fn lock_worker(mut conn: LockConn, lock: String, hold: Hold, window: Window) -> WorkerStats {
     let mut stats = WorkerStats::default();
     loop {
         let started = Instant::now();
         if started >= window.end {
             break;
         }
-        let held = match conn.acquire(&lock).await {
+        let held = match conn.acquire_as(&lock, hold).await {
             Ok(held) => held,
             Err(e) => {
                 stats.fail(&e.context(format!("acquire {lock}")));
@@ -771,6 +821,44 @@ pub fn describe(m: &Measurement) -> String {
     }
     if let Some(e) = &m.first_error {
         let _ = writeln!(out, "  first error: {e}");
+    }
+    out
+}
+
+/// `modes` side by side: each way of holding a lock, its cycles per second (and as a fraction of
+/// the mutex's) and latency; empty when `modes` did not run.
+pub fn modes_table(report: &BenchReport) -> String {
+    let measured: Vec<&Measurement> = (report.measurements.iter())
+        .filter(|m| m.workload == Workload::Modes)
+        .collect();
+    let Some(mutex) = measured.iter().find(|m| m.variant == Some("mutex")) else {
+        return String::new();
+    };
+    let mut out = String::from(
+        "| held as | clients, locks | cycles/s | ÷ mutex | cycle p50 | cycle p99 | acquire p50 |\n\
+         |---|---|---:|---:|---:|---:|---:|\n",
+    );
+    for m in &measured {
+        let ratio = match mutex.operations_per_s {
+            base if base > 0.0 => format!("{:.2}", m.operations_per_s / base),
+            _ => "—".into(),
+        };
+        let kind = match m.variant {
+            Some("shared") => "reader (`--shared`)".to_string(),
+            Some("permit") => format!("permit (`--permits {}`)", m.clients),
+            _ => "mutex".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "| {kind} | {} | {:.0} | {ratio} | {} | {} | {} |",
+            shape(m),
+            m.operations_per_s,
+            format_us(m.latency.p50_us),
+            format_us(m.latency.p99_us),
+            m.acquire
+                .as_ref()
+                .map_or("—".into(), |a| format_us(a.p50_us)),
+        );
     }
     out
 }

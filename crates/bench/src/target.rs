@@ -165,6 +165,15 @@ impl Held {
     }
 }
 
+/// How a benchmark client holds its lock: alone (every target), or as one reader of a shared
+/// phase or one permit of a semaphore of this many permits (Palisade only, `bench modes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    Exclusive,
+    Shared,
+    Permit(u32),
+}
+
 /// How the benchmark's clients connect to Palisade: with the bearer token in
 /// `PALISADE_AUTH_TOKEN`, if set (a service with `--tokens` and `--policy`).
 fn options() -> anyhow::Result<palisade_client::ClientOptions> {
@@ -243,12 +252,25 @@ impl LockConn {
 
     /// Takes `lock`, waiting in line behind any holder.
     pub async fn acquire(&mut self, lock: &str) -> anyhow::Result<Held> {
+        self.acquire_as(lock, Hold::Exclusive).await
+    }
+
+    /// Takes `lock` as `hold` says, waiting in line; a reader or a permit on Palisade only.
+    pub async fn acquire_as(&mut self, lock: &str, hold: Hold) -> anyhow::Result<Held> {
+        if hold != Hold::Exclusive && !matches!(self, LockConn::Palisade { .. }) {
+            return Err(anyhow!(
+                "only a palisade:// target has read-write locks and semaphores"
+            ));
+        }
         match self {
             LockConn::Palisade { session } => {
-                let guard = session
-                    .acquire(lock, AcquireOptions::wait(Wait::Forever))
-                    .await?;
-                Ok(Held::Palisade(guard))
+                let options = AcquireOptions::wait(Wait::Forever);
+                let options = match hold {
+                    Hold::Exclusive => options,
+                    Hold::Shared => options.shared(),
+                    Hold::Permit(permits) => options.permits(permits),
+                };
+                Ok(Held::Palisade(session.acquire(lock, options).await?))
             }
             LockConn::Etcd(etcd) => {
                 let lease = etcd.lease;

@@ -184,3 +184,43 @@ async fn fenced_reads_and_transactions_run_in_process_and_over_http() {
     store.stop().await.expect("store stops");
     service.stop().await.expect("lock service stops");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modes_runs_a_mutex_readers_and_permits_in_one_run_and_prints_them_side_by_side() {
+    let service = LocalLockService::start()
+        .await
+        .expect("lock service starts");
+    let mut args = args(&service, Workload::Modes);
+    args.server_pid = None;
+    let report = measure(&args).await.expect("the benchmark runs");
+
+    let measured: Vec<(Option<&str>, usize)> = (report.measurements.iter())
+        .map(|m| (m.variant, m.locks))
+        .collect();
+    // A lock per client as mutexes; one lock shared by the readers, one semaphore of two.
+    assert_eq!(
+        measured,
+        [(Some("mutex"), 2), (Some("shared"), 1), (Some("permit"), 1)],
+        "{report:#?}"
+    );
+    for m in &report.measurements {
+        assert_eq!(
+            (m.workload, m.clients, m.errors),
+            (Workload::Modes, 2, 0),
+            "{m:#?}"
+        );
+        assert!(
+            m.operations > 0 && m.latency.samples == m.operations,
+            "{m:#?}"
+        );
+    }
+    let table = palisade_bench::bench::modes_table(&report);
+    for row in [
+        "| mutex | 2 clients, 2 locks |",
+        "| reader (`--shared`) | 2 clients, 1 lock |",
+        "| permit (`--permits 2`) | 2 clients, 1 lock |",
+    ] {
+        assert!(table.contains(row), "{row} in {table}");
+    }
+    service.stop().await.expect("lock service stops");
+}
