@@ -87,9 +87,16 @@ started=$(date +%s.%N)
 ops0=$(ops); commits0=$(commits)
 threads "$server_pid" >"$dir/s0"; threads "$bench_pid" >"$dir/b0"
 if [ "$wakeups" = 1 ]; then
-  # Every wake-up on the machine during the window (the waker is whatever ran: a thread, or
-  # the idle task for a disk or network interrupt), kept below where a profiled thread is woken.
-  perf record -q -a -e sched:sched_wakeup -o "$dir/perf.data" -- sleep "$seconds" 2>/dev/null
+  # Every wake-up on the machine while perf runs (the waker is whatever ran: a thread, or the
+  # idle task for a disk or network interrupt), kept below where a profiled thread is woken;
+  # counted against the operations from just before perf's start to just after its end.
+  perf_ops0=$(ops)
+  perf record -q -a -e sched:sched_wakeup -o "$dir/perf.data" 2>/dev/null &
+  perf_pid=$!
+  sleep "$seconds"
+  kill -INT "$perf_pid"
+  wait "$perf_pid" 2>/dev/null || true
+  perf_ops1=$(ops)
 else
   sleep "$seconds"
 fi
@@ -115,9 +122,9 @@ echo "log commits per operation: $(awk -v c=$((commits1 - commits0)) -v n="$n" '
 report "server" "$dir/s0" "$dir/s1"
 report "bench client" "$dir/b0" "$dir/b1"
 if [ "$wakeups" = 1 ]; then
-  echo "wake-ups per lock operation (waker -> woken thread)"
+  echo "wake-ups per lock operation (waker -> woken thread; $((perf_ops1 - perf_ops0)) operations while perf ran)"
   names=$(cat "$dir/s1" "$dir/b1" | awk '{printf "%s%s=%s", sep, $1, $2; sep=","}')
-  perf script -i "$dir/perf.data" -F tid,trace 2>/dev/null | awk -v n="$n" -v names="$names" '
+  perf script -i "$dir/perf.data" -F tid,trace 2>/dev/null | awk -v n="$((perf_ops1 - perf_ops0))" -v names="$names" '
     BEGIN { k = split(names, a, ","); for (j = 1; j <= k; j++) { split(a[j], kv, "="); name[kv[1]] = kv[2] } }
     { match($0, /pid=[0-9]+/); wakee = substr($0, RSTART + 4, RLENGTH - 4);
       if (!(wakee in name)) next;
