@@ -442,39 +442,54 @@ fn state_of(lock: &str, token: u64, session: u64) -> Option<FenceState> {
     })
 }
 
+fn data(value: i64, log: &[u64]) -> Data {
+    Data {
+        value,
+        log: log.to_vec(),
+    }
+}
+
+/// Asserts what the resource stores: its fence state and its data.
+async fn assert_stored<H: FenceHarness>(fence: &H, state: Option<FenceState>, data: Data) {
+    assert_eq!(fence.state().await, state, "the fence state");
+    assert_eq!(fence.read().await, data, "the data");
+}
+
+/// Asserts `sequencer` is refused with `expected`, a final refusal, both to write and to claim.
+async fn assert_refused<H: FenceHarness>(
+    fence: &H,
+    sequencer: &VerifiedSequencer,
+    expected: FenceError,
+) {
+    let refused = fence.write(sequencer, 666).await.unwrap_err();
+    assert_eq!(refused, expected, "the write of {sequencer:?}");
+    assert!(refused.is_final(), "{refused:?}");
+    assert_eq!(
+        fence.claim(sequencer).await,
+        Err(expected),
+        "the claim of {sequencer:?}"
+    );
+}
+
 /// A fresh resource accepts its first holder; a newer holder's write supersedes it; the older
 /// holder's write is then refused with the presented and accepted tokens and the holder's
 /// session, and changes nothing; the holder of the accepted token writes again.
 pub async fn a_newer_holder_supersedes_and_the_old_token_is_refused<H: FenceHarness>(
     fence: H,
 ) -> Option<H> {
-    assert_eq!(
-        fence.state().await,
-        None,
-        "a fresh resource accepted nothing"
-    );
-    assert_eq!(fence.read().await, Data::default());
+    assert_stored(&fence, None, Data::default()).await;
     fence.write(&grant("report", 3, 1), 30).await.unwrap();
     assert_eq!(fence.state().await, state_of("report", 3, 1));
     fence.write(&grant("report", 8, 2), 80).await.unwrap();
     assert_eq!(fence.state().await, state_of("report", 8, 2));
 
-    // The first holder, paused past its lease, wakes and writes, then tries to claim.
-    let refused = fence.write(&grant("report", 3, 1), 31).await.unwrap_err();
-    assert_eq!(refused, stale("report", 3, 8, 2));
-    assert!(refused.is_final() && refused.is_stale(), "{refused:?}");
-    assert_eq!(
-        fence.claim(&grant("report", 7, 3)).await.unwrap_err(),
-        stale("report", 7, 8, 2)
-    );
-    assert_eq!(
-        fence.read().await,
-        Data {
-            value: 80,
-            log: vec![3, 8]
-        }
-    );
-    assert_eq!(fence.state().await, state_of("report", 8, 2));
+    // The first holder, paused past its lease, wakes and writes or claims; so does a holder
+    // granted between the two.
+    for (token, session) in [(3, 1), (7, 3)] {
+        let late = grant("report", token, session);
+        assert_refused(&fence, &late, stale("report", token, 8, 2)).await;
+    }
+    assert_stored(&fence, state_of("report", 8, 2), data(80, &[3, 8])).await;
 
     // One grant may write many times.
     fence.write(&grant("report", 8, 2), 81).await.unwrap();
@@ -492,27 +507,10 @@ pub async fn an_equal_token_from_another_session_is_refused_as_reissued<H: Fence
     let (first, second) = (u64::MAX - 1, 7);
     fence.write(&grant("report", 5, first), 50).await.unwrap();
     for presented in [second, u64::MAX] {
-        let refused = fence
-            .write(&grant("report", 5, presented), 51)
-            .await
-            .unwrap_err();
-        assert_eq!(refused, reissued("report", 5, first, presented));
-        assert_eq!(
-            fence
-                .claim(&grant("report", 5, presented))
-                .await
-                .unwrap_err(),
-            reissued("report", 5, first, presented)
-        );
+        let twice = grant("report", 5, presented);
+        assert_refused(&fence, &twice, reissued("report", 5, first, presented)).await;
     }
-    assert_eq!(fence.state().await, state_of("report", 5, first));
-    assert_eq!(
-        fence.read().await,
-        Data {
-            value: 50,
-            log: vec![5]
-        }
-    );
+    assert_stored(&fence, state_of("report", 5, first), data(50, &[5])).await;
 
     fence.write(&grant("report", 5, first), 52).await.unwrap();
     assert_eq!(fence.state().await, state_of("report", 5, first));
@@ -525,28 +523,12 @@ pub async fn an_equal_token_from_another_session_is_refused_as_reissued<H: Fence
 /// higher token, is refused with both lock names and changes nothing.
 pub async fn a_foreign_lock_is_refused_and_changes_nothing<H: FenceHarness>(fence: H) -> Option<H> {
     fence.write(&grant("report", 5, 1), 50).await.unwrap();
-    let refused = fence
-        .write(&grant("other", 1000, 9), 1000)
-        .await
-        .unwrap_err();
-    assert_eq!(
-        refused,
-        FenceError::WrongLock {
-            expected: "report".into(),
-            presented: "other".into()
-        }
-    );
-    assert!(refused.is_final(), "{refused:?}");
-    assert!(
-        fence
-            .claim(&grant("other", 1000, 9))
-            .await
-            .unwrap_err()
-            .is_wrong_lock(),
-        "a claim of another lock is refused too"
-    );
-    assert_eq!(fence.state().await, state_of("report", 5, 1));
-    assert_eq!(fence.read().await.log, vec![5]);
+    let wrong_lock = FenceError::WrongLock {
+        expected: "report".into(),
+        presented: "other".into(),
+    };
+    assert_refused(&fence, &grant("other", 1000, 9), wrong_lock).await;
+    assert_stored(&fence, state_of("report", 5, 1), data(50, &[5])).await;
     fence.write(&grant("report", 6, 2), 60).await.unwrap();
     assert_eq!(fence.read().await.value, 60);
     Some(fence)
@@ -574,8 +556,7 @@ pub async fn forgeries_are_refused_and_change_nothing<H: FenceHarness>(fence: H)
         assert_eq!(refused.kind(), "forged", "{forged}: {refused:?}");
         assert!(refused.is_final(), "{refused:?}");
     }
-    assert_eq!(fence.state().await, state_of("report", 5, 1));
-    assert_eq!(fence.read().await.log, vec![5]);
+    assert_stored(&fence, state_of("report", 5, 1), data(50, &[5])).await;
     // The honest next holder still writes.
     fence.write(&grant("report", 6, 2), 60).await.unwrap();
     assert_eq!(fence.state().await, state_of("report", 6, 2));
@@ -595,22 +576,14 @@ pub async fn a_rolled_back_write_leaves_neither_data_nor_token_advance<H: FenceH
         }
         Ok(claimed) => claimed.unwrap(),
     }
-    assert_eq!(fence.state().await, None);
-    assert_eq!(fence.read().await, Data::default());
+    assert_stored(&fence, None, Data::default()).await;
     fence.write(&grant("report", 2, 1), 20).await.unwrap();
     fence
         .write_and_roll_back(&grant("report", 50, 2), 500)
         .await
         .expect("supported once")
         .unwrap();
-    assert_eq!(fence.state().await, state_of("report", 2, 1));
-    assert_eq!(
-        fence.read().await,
-        Data {
-            value: 20,
-            log: vec![2]
-        }
-    );
+    assert_stored(&fence, state_of("report", 2, 1), data(20, &[2])).await;
     fence.write(&grant("report", 3, 3), 30).await.unwrap();
     assert_eq!(fence.state().await, state_of("report", 3, 3));
     Some(fence)
@@ -672,29 +645,19 @@ pub async fn the_fence_state_and_data_survive_a_reopen<H: FenceHarness>(mut fenc
         skip(&format!("skipping: reopen: {why}"));
         return Some(fence);
     }
-    assert_eq!(fence.state().await, state_of("report", 7, 2));
-    assert_eq!(
-        fence.read().await,
-        Data {
-            value: 70,
-            log: vec![4, 7]
-        }
-    );
-    assert_eq!(
-        fence.write(&grant("report", 4, 1), 41).await.unwrap_err(),
-        stale("report", 4, 7, 2)
-    );
-    assert_eq!(
-        fence.write(&grant("report", 7, 3), 71).await.unwrap_err(),
-        reissued("report", 7, 2, 3)
-    );
-    assert!(
-        fence
-            .write(&grant("other", 9, 3), 90)
-            .await
-            .unwrap_err()
-            .is_wrong_lock()
-    );
+    assert_stored(&fence, state_of("report", 7, 2), data(70, &[4, 7])).await;
+    let wrong_lock = FenceError::WrongLock {
+        expected: "report".into(),
+        presented: "other".into(),
+    };
+    for (refused, why) in [
+        (grant("report", 4, 1), stale("report", 4, 7, 2)),
+        (grant("report", 7, 3), reissued("report", 7, 2, 3)),
+        (grant("other", 9, 3), wrong_lock),
+    ] {
+        assert_refused(&fence, &refused, why).await;
+    }
+    assert_stored(&fence, state_of("report", 7, 2), data(70, &[4, 7])).await;
     fence.write(&grant("report", 7, 2), 72).await.unwrap();
     assert_eq!(fence.read().await.value, 72);
     Some(fence)
@@ -824,14 +787,7 @@ pub async fn readers_of_one_phase_all_claim<H: FenceHarness>(fence: H) -> Option
         fence.write(&grant(READERS, 6, 4), 60).await,
         Err(reissued(READERS, 6, 0, 4))
     );
-    assert_eq!(
-        fence.read().await,
-        Data {
-            value: 50,
-            log: vec![5]
-        }
-    );
-    assert_eq!(fence.state().await, state_of(READERS, 6, 0));
+    assert_stored(&fence, state_of(READERS, 6, 0), data(50, &[5])).await;
     Some(fence)
 }
 
@@ -854,14 +810,7 @@ pub async fn a_readers_write_is_refused_and_changes_nothing<H: FenceHarness>(
         refused.is_shared_write() && refused.is_final(),
         "{refused:?}"
     );
-    assert_eq!(
-        fence.read().await,
-        Data {
-            value: 50,
-            log: vec![5]
-        }
-    );
-    assert_eq!(fence.state().await, state_of(READERS, 6, 0));
+    assert_stored(&fence, state_of(READERS, 6, 0), data(50, &[5])).await;
     Some(fence)
 }
 
@@ -882,14 +831,7 @@ pub async fn a_reader_of_an_earlier_phase_is_stale_after_a_writer_wrote<H: Fence
     );
     // A later phase claims after the writer.
     fence.claim(&shared_grant(READERS, 8, 5)).await.unwrap();
-    assert_eq!(
-        fence.read().await,
-        Data {
-            value: 70,
-            log: vec![7]
-        }
-    );
-    assert_eq!(fence.state().await, state_of(READERS, 8, 0));
+    assert_stored(&fence, state_of(READERS, 8, 0), data(70, &[7])).await;
     Some(fence)
 }
 
@@ -911,25 +853,11 @@ pub async fn a_slot_scope_refuses_another_slots_permit_and_keeps_its_own_maximum
         expected: "shards (slot 0)".into(),
         presented: "shards (slot 1)".into(),
     };
-    assert_eq!(
-        fence.write(&permit(SHARDS, 1, 9, 2), 90).await,
-        Err(expected_wrong.clone())
-    );
-    assert_eq!(
-        fence.claim(&permit(SHARDS, 1, 9, 2)).await,
-        Err(expected_wrong)
-    );
+    assert_refused(&fence, &permit(SHARDS, 1, 9, 2), expected_wrong).await;
     let refused = fence.write(&grant(SHARDS, 9, 3), 90).await.unwrap_err();
     assert!(refused.is_wrong_lock(), "{refused:?}");
     fence.write(&slot0, 51).await.unwrap();
-    assert_eq!(
-        fence.read().await,
-        Data {
-            value: 51,
-            log: vec![5, 5]
-        }
-    );
-    assert_eq!(fence.state().await, state_of(&slot0_binding, 5, 1));
+    assert_stored(&fence, state_of(&slot0_binding, 5, 1), data(51, &[5, 5])).await;
     Some(fence)
 }
 
@@ -939,17 +867,8 @@ pub async fn a_superseded_slot_holder_is_refused<H: FenceHarness>(fence: H) -> O
     let (paused, next) = (permit(SHARDS, 2, 5, 1), permit(SHARDS, 2, 8, 2));
     fence.write(&paused, 50).await.unwrap();
     fence.write(&next, 80).await.unwrap();
-    let expected = stale("shards (slot 2)", 5, 8, 2);
-    assert_eq!(fence.write(&paused, 51).await, Err(expected.clone()));
-    assert_eq!(fence.claim(&paused).await, Err(expected));
-    assert_eq!(
-        fence.read().await,
-        Data {
-            value: 80,
-            log: vec![5, 8]
-        }
-    );
+    assert_refused(&fence, &paused, stale("shards (slot 2)", 5, 8, 2)).await;
     let slot2_binding = palisade_sequencer::binding(SHARDS, Access::Slot(2)).into_owned();
-    assert_eq!(fence.state().await, state_of(&slot2_binding, 8, 2));
+    assert_stored(&fence, state_of(&slot2_binding, 8, 2), data(80, &[5, 8])).await;
     Some(fence)
 }
