@@ -505,6 +505,12 @@ impl LockTable {
                 value,
                 mode,
             } => self.acquire(session, lock, request_id, wait, value, mode, &mut events),
+            Command::AcquireAll {
+                session,
+                parts,
+                request_id,
+                wait,
+            } => self.acquire_all(session, parts, request_id, wait, &mut events),
             Command::SetValue {
                 session,
                 lock,
@@ -851,6 +857,22 @@ impl LockTable {
     }
 
     /// When a wait of this length ends on the table's clock; `None` for no deadline.
+    /// A multi-lock ([`Command::AcquireAll`]). SKELETON: the table's semantics are the next
+    /// commit's; until then it refuses every multi-lock.
+    fn acquire_all(
+        &mut self,
+        _session: SessionId,
+        parts: Vec<crate::AcquirePart>,
+        _request_id: RequestId,
+        _wait: Wait,
+        _events: &mut Vec<Event>,
+    ) -> Result<Reply, CoreError> {
+        Err(CoreError::MultiLockSize {
+            locks: parts.len().try_into().unwrap_or(u32::MAX),
+            locks_max: crate::MULTI_LOCKS_MAX,
+        })
+    }
+
     fn wait_deadline(&self, wait: Wait) -> Result<Option<TimeMs>, CoreError> {
         match wait {
             Wait::ForMs(ms) if ms > limits::WAIT_MS_MAX => Err(CoreError::WaitOutOfRange {

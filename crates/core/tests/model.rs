@@ -197,6 +197,11 @@ impl Model {
             } => self.deduplicated(session, request_id, true, lock, &mut events, |m, l, ev| {
                 m.acquire(session, l, request_id, wait, value, mode, ev)
             }),
+            // SKELETON: the model's multi-lock is the next commit's.
+            Command::AcquireAll { parts, .. } => Err(CoreError::MultiLockSize {
+                locks: parts.len() as u32,
+                locks_max: palisade_core::MULTI_LOCKS_MAX,
+            }),
             Command::SetValue {
                 session,
                 lock,
