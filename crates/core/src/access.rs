@@ -106,10 +106,12 @@ pub struct AcquirePart {
 }
 
 /// One lock of a granted multi-lock: its own token and access, as a single grant's.
+///
+/// Its access is always written, exclusive too: a remembered [`crate::Reply::GrantedAll`] is
+/// stored in the snapshot's positional image, where a skipped field would shift the rest.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct GrantedPart {
     pub lock: String,
     pub token: crate::Token,
-    #[serde(default, skip_serializing_if = "Access::is_exclusive")]
     pub access: Access,
 }
