@@ -93,3 +93,25 @@ impl fmt::Display for Mode {
         }
     }
 }
+
+/// The most locks one multi-lock ([`crate::Command::AcquireAll`]) can name.
+pub const MULTI_LOCKS_MAX: u32 = 32;
+
+/// One lock of a multi-lock, and how it asks to hold it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AcquirePart {
+    pub lock: String,
+    #[serde(default, skip_serializing_if = "Mode::is_exclusive")]
+    pub mode: Mode,
+}
+
+/// One lock of a granted multi-lock: its own token and access, as a single grant's.
+///
+/// Its access is always written, exclusive too: a remembered [`crate::Reply::GrantedAll`] is
+/// stored in the snapshot's positional image, where a skipped field would shift the rest.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct GrantedPart {
+    pub lock: String,
+    pub token: crate::Token,
+    pub access: Access,
+}

@@ -57,6 +57,9 @@ pub enum Canary {
     /// A reader joins the open shared phase although a writer waits in line: writers starve,
     /// and the queue is no longer first come, first served.
     ReaderJoinsPastWaitingWriter,
+    /// A multi-lock whose first lock is free but another is not takes the first lock alone and
+    /// answers as if granted everything: a partial hold, the lock-order deadlock's first half.
+    MultiLockPartialGrant,
 }
 
 impl Canary {
@@ -76,9 +79,10 @@ impl Canary {
     /// The canaries of the lock table's modes (issue 32), which the table's reference model
     /// catches (`crates/core/tests/model.rs`); the simulation's clients do not take these modes
     /// yet, so they are not in [`Canary::ALL`], which the simulation's corpus must catch.
-    pub const MODES: [Canary; 2] = [
+    pub const MODES: [Canary; 3] = [
         Canary::SemaphoreAdmitsWhenFull,
         Canary::ReaderJoinsPastWaitingWriter,
+        Canary::MultiLockPartialGrant,
     ];
 
     /// Its name on the command line.
@@ -95,6 +99,7 @@ impl Canary {
             Canary::AbsoluteFloors => "absolute-floors",
             Canary::SemaphoreAdmitsWhenFull => "semaphore-admits-when-full",
             Canary::ReaderJoinsPastWaitingWriter => "reader-joins-past-waiting-writer",
+            Canary::MultiLockPartialGrant => "multi-lock-partial-grant",
         }
     }
 

@@ -19,7 +19,7 @@ mod table;
 mod time;
 mod types;
 
-pub use access::{Access, Mode, PERMITS_MAX};
+pub use access::{Access, AcquirePart, GrantedPart, MULTI_LOCKS_MAX, Mode, PERMITS_MAX};
 pub use limits::Limits;
-pub use table::{InvalidTable, LockTable, TableImage, TableImageV1, Usage};
+pub use table::{InvalidTable, LockTable, TableImage, TableImageV1, TableImageV2, Usage};
 pub use types::*;

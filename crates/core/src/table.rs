@@ -40,11 +40,11 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::canary::{self, Canary};
 use crate::limits::{self, Limits};
 use crate::types::*;
-use crate::{Access, Mode};
+use crate::{Access, AcquirePart, GrantedPart, Mode};
 
 mod image;
 
-pub use image::{TableImage, TableImageV1};
+pub use image::{TableImage, TableImageV1, TableImageV2};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Session {
@@ -89,6 +89,8 @@ struct Remembered {
 enum RequestKind {
     Acquire,
     Release,
+    /// A multi-lock ([`Command::AcquireAll`]), remembered under [`multi_lock_key`].
+    AcquireAll,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,6 +104,24 @@ struct Waiter {
     /// How it asks to hold the lock: exclusive, shared, or a permit (of the lock's size).
     #[serde(default, skip_serializing_if = "Mode::is_exclusive")]
     mode: Mode,
+    /// The multi-lock this waiter is one part of, if any; `None` for a single acquire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    group: Option<GroupLink>,
+}
+
+/// A waiter's place in a multi-lock ([`Command::AcquireAll`]). A multi-lock that cannot be
+/// granted at once waits as one *group*: one waiter in the queue of each of its locks, all with
+/// the session's id, the command's request id and deadline, linked into a ring in the order of
+/// the command's parts. Any one of them finds the others ([`LockTable::group_of`]), so the whole
+/// group is granted, or withdrawn, in one step. A ring costs one name per waiter, where a list of
+/// every lock in each waiter would cost the square of the group's size.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct GroupLink {
+    /// The group's next lock, in the order of the parts; the last part's next is the first's.
+    next: SharedName,
+    /// Whether this is the first part: the ring is read from it, so that grants and the
+    /// remembered outcome list the locks in the order the command named them.
+    first: bool,
 }
 
 /// A lock's queue, first waiter first. Most locks have no waiter, so an empty queue is a null
@@ -129,6 +149,11 @@ impl Waiters {
 
     fn front(&self) -> Option<&Waiter> {
         self.0.as_ref()?.front()
+    }
+
+    /// `session`'s waiter (a session waits at most once per lock).
+    fn get(&self, session: SessionId) -> Option<&Waiter> {
+        self.iter().find(|w| w.session == session)
     }
 
     fn push_back(&mut self, waiter: Waiter) {
@@ -505,6 +530,12 @@ impl LockTable {
                 value,
                 mode,
             } => self.acquire(session, lock, request_id, wait, value, mode, &mut events),
+            Command::AcquireAll {
+                session,
+                parts,
+                request_id,
+                wait,
+            } => self.acquire_all(session, parts, request_id, wait, &mut events),
             Command::SetValue {
                 session,
                 lock,
@@ -520,6 +551,14 @@ impl LockTable {
             Command::SetLimits { limits } => match limits.validate() {
                 Ok(()) => {
                     self.limits = limits;
+                    // A raised token limit pays for waiters that waited for tokens alone.
+                    let waited: Vec<SharedName> = (self.locks.iter())
+                        .filter(|(_, l)| !l.waiters.is_empty())
+                        .map(|(name, _)| Arc::clone(name))
+                        .collect();
+                    for lock in &waited {
+                        self.settle(lock, &mut events);
+                    }
                     Ok(Reply::LimitsSet)
                 }
                 Err(message) => Err(CoreError::InvalidLimits { message }),
@@ -563,8 +602,13 @@ impl LockTable {
             if at > now {
                 break;
             }
-            self.remove_waiter(session, &lock, WaitEndCause::TimedOut, events);
-            self.settle(&lock, events);
+            match self.group_of(session, &lock) {
+                Some(group) => self.withdraw_group(session, &group, WaitEndCause::TimedOut, events),
+                None => {
+                    self.remove_waiter(session, &lock, WaitEndCause::TimedOut, events);
+                    self.settle(&lock, events);
+                }
+            }
         }
         while let Some((at, lock)) = self.delay_deadlines.get_min().cloned() {
             if at > now {
@@ -816,14 +860,7 @@ impl LockTable {
         events: &mut Vec<Event>,
     ) -> Result<Reply, CoreError> {
         let deadline_ms = self.wait_deadline(wait)?;
-        if let Mode::Permit(permits) = mode
-            && !(1..=crate::PERMITS_MAX).contains(&permits)
-        {
-            return Err(CoreError::PermitsOutOfRange {
-                permits,
-                permits_max: crate::PERMITS_MAX,
-            });
-        }
+        permits_in_range(mode)?;
         self.ensure_lock(lock, mode)?;
         let l = &self.locks[lock];
         if let Some(reply) = already_there(l, id, lock, mode) {
@@ -837,20 +874,334 @@ impl LockTable {
         if free {
             return self.grant_free(lock, id, request_id, value, mode, events);
         }
-        let holder = l.some_holder();
-        let busy = CoreError::Busy {
-            lock: lock.to_string(),
-            holder_session: holder.map(|g| g.session),
-            holder_token: holder.map(|g| g.token),
-            available_at_ms: l.available_at_ms,
-        };
+        let busy = busy(l, lock);
         if wait == Wait::Try || deadline_ms.is_some_and(|d| d <= self.now_ms) {
             return Err(busy);
         }
         self.enqueue(id, lock, request_id, deadline_ms, value, mode)
     }
 
-    /// When a wait of this length ends on the table's clock; `None` for no deadline.
+    /// A multi-lock ([`Command::AcquireAll`]): every part granted now, in this one step, or the
+    /// session queued for all of them at once as one group, or refused with nothing changed.
+    ///
+    /// Checked in this order: the session; the number of parts (so the work below is bounded);
+    /// each name, as a single acquire checks it; no name twice. Those cost no remembered slot, as
+    /// an invalid name of a single acquire does not. Then a retry (the same request id and
+    /// names, in order: [`multi_lock_key`]) answers the remembered outcome, and a request id
+    /// used for another command is a conflict. Then the wait, each part's mode, no lock the
+    /// session already holds or waits for (a multi-lock never extends a hold or a wait), the
+    /// kind of every name in use, and the limit on locks for the new names.
+    fn acquire_all(
+        &mut self,
+        id: SessionId,
+        parts: Vec<AcquirePart>,
+        request_id: RequestId,
+        wait: Wait,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, CoreError> {
+        let session = self
+            .sessions
+            .get(&id)
+            .ok_or(CoreError::SessionNotFound { session: id })?;
+        let locks_max = crate::MULTI_LOCKS_MAX;
+        if parts.is_empty() || parts.len() > locks_max as usize {
+            return Err(CoreError::MultiLockSize {
+                locks: u32::try_from(parts.len()).unwrap_or(u32::MAX),
+                locks_max,
+            });
+        }
+        let mut named = Vec::with_capacity(parts.len());
+        for part in parts {
+            named.push((self.checked_name(part.lock)?, part.mode));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        if let Some((lock, _)) = named.iter().find(|(lock, _)| !seen.insert(lock.as_str())) {
+            return Err(CoreError::MultiLockRepeated { lock: lock.clone() });
+        }
+        let key = multi_lock_key(named.iter().map(|(lock, _)| lock.as_str()));
+        if let Some(earlier) = remembered(session, request_id, RequestKind::AcquireAll, &key)? {
+            return earlier;
+        }
+        let parts: Vec<(SharedName, Mode)> = (named.into_iter())
+            .map(|(lock, mode)| (self.shared_name(lock), mode))
+            .collect();
+        let result = self.acquire_all_new(id, &parts, request_id, wait, events);
+        self.remember(id, request_id, RequestKind::AcquireAll, key.into(), &result);
+        result
+    }
+
+    /// A multi-lock that is not a retry (see [`Self::acquire_all`]). It is granted now only if
+    /// every part could be granted alone now (its lock admits it, is out of lock-delay and has
+    /// nobody queued ahead: strict FIFO) and the counter can pay every token it draws.
+    fn acquire_all_new(
+        &mut self,
+        id: SessionId,
+        parts: &[(SharedName, Mode)],
+        request_id: RequestId,
+        wait: Wait,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, CoreError> {
+        let deadline_ms = self.wait_deadline(wait)?;
+        for (_, mode) in parts {
+            permits_in_range(*mode)?;
+        }
+        let session = &self.sessions[&id];
+        let taken =
+            |lock: &SharedName| session.held.contains(lock) || session.waiting.contains(lock);
+        if let Some((lock, _)) = parts.iter().find(|(lock, _)| taken(lock)) {
+            return Err(CoreError::MultiLockHeld {
+                lock: lock.to_string(),
+                session: id,
+            });
+        }
+        let mut new_locks = 0;
+        for (lock, mode) in parts {
+            match self.locks.get(lock) {
+                Some(l) if l.permits != mode.permits() => {
+                    return Err(CoreError::PermitsMismatch {
+                        lock: lock.to_string(),
+                        permits: l.permits.unwrap_or(0),
+                        requested: mode.permits().unwrap_or(0),
+                    });
+                }
+                Some(_) => {}
+                None => new_locks += 1,
+            }
+        }
+        if new_locks > 0 && self.locks.len() + new_locks > self.limits.locks_max as usize {
+            return Err(CoreError::TooManyLocks {
+                locks_max: self.limits.locks_max,
+            });
+        }
+        let blocked = |(lock, mode): &&(SharedName, Mode)| !self.grantable_now(lock, *mode);
+        let Some((blocked, _)) = parts.iter().find(blocked) else {
+            // Every part can be granted: each draws its token as a single grant would.
+            let mut tokens_left = self.tokens_left();
+            for (lock, mode) in parts {
+                let draws = self.locks.get(lock).is_none_or(|l| l.draws_token(*mode));
+                if draws && tokens_left == 0 {
+                    return Err(CoreError::TokensExhausted {
+                        lock: lock.to_string(),
+                    });
+                }
+                tokens_left -= u64::from(draws);
+            }
+            let mut grants = Vec::with_capacity(parts.len());
+            for (lock, mode) in parts {
+                self.ensure_lock(lock, *mode).expect("checked above");
+                let (token, access) = self.grant(lock, id, request_id, None, *mode, events);
+                grants.push(GrantedPart {
+                    lock: lock.to_string(),
+                    token,
+                    access,
+                });
+            }
+            return Ok(Reply::GrantedAll {
+                session: id,
+                grants,
+            });
+        };
+        let (first, mode) = &parts[0];
+        if canary::active(Canary::MultiLockPartialGrant)
+            && self.grantable_now(first, *mode)
+            && self.tokens_left() > 0
+        {
+            self.ensure_lock(first, *mode).expect("checked above");
+            let (token, access) = self.grant(first, id, request_id, None, *mode, events);
+            let lock = first.to_string();
+            let grants = vec![GrantedPart {
+                lock,
+                token,
+                access,
+            }];
+            return Ok(Reply::GrantedAll {
+                session: id,
+                grants,
+            });
+        }
+        if wait == Wait::Try || deadline_ms.is_some_and(|d| d <= self.now_ms) {
+            return Err(busy(&self.locks[blocked], blocked));
+        }
+        let waiters_max = self.limits.waiters_per_lock_max;
+        let full = |(lock, _): &&(SharedName, Mode)| {
+            (self.locks.get(lock)).is_some_and(|l| l.waiters.len() >= waiters_max as usize)
+        };
+        if let Some((lock, _)) = parts.iter().find(full) {
+            return Err(CoreError::TooManyWaiters {
+                lock: lock.to_string(),
+                waiters_max,
+            });
+        }
+        // One waiter in every queue, in this one step: queue order across locks follows the
+        // log's order, so the earliest group is first in each queue it waits in, and no cycle
+        // of groups waiting for each other can form.
+        for (i, (lock, mode)) in parts.iter().enumerate() {
+            self.ensure_lock(lock, *mode).expect("checked above");
+            let next = Arc::clone(&parts[(i + 1) % parts.len()].0);
+            let waiter = Waiter {
+                session: id,
+                request_id,
+                deadline_ms,
+                value: None,
+                mode: *mode,
+                group: Some(GroupLink {
+                    next,
+                    first: i == 0,
+                }),
+            };
+            lock_mut(&mut self.locks, lock)
+                .expect("the lock exists")
+                .waiters
+                .push_back(waiter);
+            if let Some(deadline) = deadline_ms {
+                self.wait_deadlines.insert((deadline, id, Arc::clone(lock)));
+            }
+            let session = self.sessions.get_mut(&id).expect("session checked above");
+            session.waiting.insert(Arc::clone(lock));
+        }
+        Ok(Reply::QueuedAll { session: id })
+    }
+
+    /// Whether an acquire of `lock` in `mode` would be granted now, tokens aside: the name is
+    /// free, or out of lock-delay with nobody queued and admitting `mode`.
+    fn grantable_now(&self, lock: &str, mode: Mode) -> bool {
+        self.locks
+            .get(lock)
+            .is_none_or(|l| l.available_at_ms.is_none() && l.waiters.is_empty() && l.admits(mode))
+    }
+
+    /// How many tokens the counter can still give.
+    fn tokens_left(&self) -> u64 {
+        (self.limits.token_max.get()).saturating_sub(self.last_token.get())
+    }
+
+    /// The locks of the group in which session `id` waits for `lock`, first part first; `None`
+    /// if it waits there alone (or not at all).
+    fn group_of(&self, id: SessionId, lock: &str) -> Option<Vec<SharedName>> {
+        match self.group_ring(id, lock) {
+            Ok(group) => group,
+            Err(broken) => panic!("{broken}"),
+        }
+    }
+
+    /// [`Self::group_of`], or what is wrong with the ring: a part missing from its queue, or
+    /// waiting with another request id or deadline, or a ring that does not close, or that has
+    /// not exactly one first part.
+    fn group_ring(&self, id: SessionId, lock: &str) -> Result<Option<Vec<SharedName>>, String> {
+        let waiter_in = |lock: &str| {
+            let (name, l) = self.locks.get_key_value(lock)?;
+            Some((Arc::clone(name), l.waiters.get(id)?))
+        };
+        let Some((name, start)) = waiter_in(lock) else {
+            return Ok(None);
+        };
+        let Some(link) = &start.group else {
+            return Ok(None);
+        };
+        let broken = |what: &str| Err(format!("session {id}'s group waiting for {lock:?} {what}"));
+        let mut ring = vec![name];
+        let mut first = link.first.then_some(0);
+        let mut next = Arc::clone(&link.next);
+        while *next != *lock {
+            let Some((name, w)) = waiter_in(&next) else {
+                return broken(&format!("is missing from the queue of {next:?}"));
+            };
+            let Some(link) = &w.group else {
+                return broken(&format!("waits for {next:?} alone"));
+            };
+            if (w.request_id, w.deadline_ms) != (start.request_id, start.deadline_ms) {
+                return broken("has parts of other requests");
+            }
+            if ring.len() >= crate::MULTI_LOCKS_MAX as usize || ring.contains(&name) {
+                return broken("does not close its ring");
+            }
+            if link.first {
+                if first.is_some() {
+                    return broken("has two first parts");
+                }
+                first = Some(ring.len());
+            }
+            ring.push(name);
+            next = Arc::clone(&link.next);
+        }
+        let Some(first) = first else {
+            return broken("has no first part");
+        };
+        ring.rotate_left(first);
+        Ok(Some(ring))
+    }
+
+    /// Whether session `id`'s group (its locks, first part first) can be granted now: first in
+    /// every queue, every lock out of lock-delay and admitting its part, and the counter able to
+    /// pay every token the group draws.
+    fn group_ready(&self, id: SessionId, group: &[SharedName]) -> bool {
+        let mut draws = 0;
+        for lock in group {
+            let l = &self.locks[lock];
+            let Some(front) = l.waiters.front().filter(|w| w.session == id) else {
+                return false;
+            };
+            if l.available_at_ms.is_some() || !l.admits(front.mode) {
+                return false;
+            }
+            draws += u64::from(l.draws_token(front.mode));
+        }
+        draws <= self.tokens_left()
+    }
+
+    /// Grants every part of session `id`'s ready group (first part first), in this one step.
+    fn grant_group(&mut self, id: SessionId, group: &[SharedName], events: &mut Vec<Event>) {
+        let mut grants = Vec::with_capacity(group.len());
+        for lock in group {
+            let l = lock_mut(&mut self.locks, lock).expect("a group's lock exists");
+            let waiter = l.waiters.remove(id).expect("the group waits here");
+            if let Some(deadline) = waiter.deadline_ms {
+                self.wait_deadlines
+                    .remove(&(deadline, id, Arc::clone(lock)));
+            }
+            let (token, access) =
+                self.grant(lock, id, waiter.request_id, None, waiter.mode, events);
+            let granted = Ok(Reply::granted(lock.to_string(), id, token, access));
+            let session = self.sessions.get_mut(&id).expect("waiter session exists");
+            update_remembered(session, RequestKind::Acquire, lock, &granted);
+            grants.push(GrantedPart {
+                lock: lock.to_string(),
+                token,
+                access,
+            });
+        }
+        let granted = Ok(Reply::GrantedAll {
+            session: id,
+            grants,
+        });
+        let session = self.sessions.get_mut(&id).expect("waiter session exists");
+        let key = multi_lock_key(group.iter().map(AsRef::as_ref));
+        update_remembered(session, RequestKind::AcquireAll, &key, &granted);
+    }
+
+    /// Takes session `id`'s group (its locks, first part first) out of every queue, and settles
+    /// each of its locks.
+    fn withdraw_group(
+        &mut self,
+        id: SessionId,
+        group: &[SharedName],
+        cause: WaitEndCause,
+        events: &mut Vec<Event>,
+    ) {
+        for lock in group {
+            self.remove_waiter(id, lock, cause, events);
+        }
+        let ended = Err(CoreError::WaitEnded {
+            lock: group[0].to_string(),
+        });
+        let session = self.sessions.get_mut(&id).expect("waiting session exists");
+        let key = multi_lock_key(group.iter().map(AsRef::as_ref));
+        update_remembered(session, RequestKind::AcquireAll, &key, &ended);
+        for lock in group {
+            self.settle(lock, events);
+        }
+    }
+
     fn wait_deadline(&self, wait: Wait) -> Result<Option<TimeMs>, CoreError> {
         match wait {
             Wait::ForMs(ms) if ms > limits::WAIT_MS_MAX => Err(CoreError::WaitOutOfRange {
@@ -958,6 +1309,7 @@ impl LockTable {
             deadline_ms,
             value,
             mode,
+            group: None,
         });
         let position = queue_position(l.waiters.len() - 1);
         if let Some(deadline) = deadline_ms {
@@ -997,8 +1349,15 @@ impl LockTable {
                 token: Some(token),
             })
         } else if session.waiting.contains(&lock) {
-            self.remove_waiter(id, &lock, WaitEndCause::Withdrawn, events);
-            self.settle(&lock, events);
+            // A wait for one lock of a multi-lock withdraws the whole group: a group waits for
+            // all of its locks or none.
+            match self.group_of(id, &lock) {
+                Some(group) => self.withdraw_group(id, &group, WaitEndCause::Withdrawn, events),
+                None => {
+                    self.remove_waiter(id, &lock, WaitEndCause::Withdrawn, events);
+                    self.settle(&lock, events);
+                }
+            }
             Ok(Reply::Released {
                 lock: lock.to_string(),
                 session: id,
@@ -1192,7 +1551,7 @@ impl LockTable {
         let ended = Err(CoreError::WaitEnded {
             lock: lock.to_string(),
         });
-        update_remembered(session, lock, &ended);
+        update_remembered(session, RequestKind::Acquire, lock, &ended);
         events.push(Event::WaitEnded {
             lock: lock.to_string(),
             session: id,
@@ -1208,7 +1567,26 @@ impl LockTable {
     /// them one at a time; a waiter whose own lease or deadline has also passed is about to be
     /// removed by a later step of that same pass (which settles the lock again), and must not be
     /// granted in between (invariant 7; etcd#11456).
+    ///
+    /// A multi-lock's group at the front is granted only when it is first in every one of its
+    /// queues and each of its locks admits its part; until then it blocks the queue it heads
+    /// (strict FIFO: nobody overtakes it, so it cannot starve). Granting it changes its other
+    /// locks, which are settled in turn (in the order of its parts, after this one), and so on:
+    /// a work list, not recursion, however long the chain of groups.
     fn settle(&mut self, lock: &SharedName, events: &mut Vec<Event>) {
+        let mut changed = VecDeque::from([Arc::clone(lock)]);
+        while let Some(lock) = changed.pop_front() {
+            self.settle_one(&lock, &mut changed, events);
+        }
+    }
+
+    /// [`Self::settle`] for one lock: adds the other locks of each group it grants to `changed`.
+    fn settle_one(
+        &mut self,
+        lock: &SharedName,
+        changed: &mut VecDeque<SharedName>,
+        events: &mut Vec<Event>,
+    ) {
         let now = self.now_ms;
         // Waiters are granted first in line first while the lock admits them: one writer, the
         // readers up to the next writer (who stops readers joining behind it), or permits while
@@ -1220,6 +1598,18 @@ impl LockTable {
                 self.sessions[&w.session].expires_at_ms > now
                     && w.deadline_ms.is_none_or(|d| d > now)
             };
+            if let Some(front) = l.waiters.front().filter(live)
+                && front.group.is_some()
+            {
+                let id = front.session;
+                let group = self.group_of(id, lock).expect("a group waits here");
+                if !self.group_ready(id, &group) {
+                    break;
+                }
+                self.grant_group(id, &group, events);
+                changed.extend(group.into_iter().filter(|other| *other != *lock));
+                continue;
+            }
             let Some(next) = l
                 .waiters
                 .front()
@@ -1256,7 +1646,7 @@ impl LockTable {
                 .sessions
                 .get_mut(&next.session)
                 .expect("waiter session exists");
-            update_remembered(session, lock, &granted);
+            update_remembered(session, RequestKind::Acquire, lock, &granted);
         }
         self.forget_if_idle(lock);
     }
@@ -1403,6 +1793,37 @@ impl LockTable {
         })
     }
 
+    /// Checks the groups of multi-locks: every group waiter is in one whole ring (see
+    /// [`Self::group_ring`]) whose parts carry no value, and no group that could be granted
+    /// (first in all its queues, every lock admitting it) is left waiting.
+    fn check_groups(&self) -> Result<(), String> {
+        let (mut members, mut in_rings) = (0, 0);
+        for (name, l) in &self.locks {
+            for w in l.waiters.iter().filter(|w| w.group.is_some()) {
+                members += 1;
+                if w.value.is_some() {
+                    return Err(format!(
+                        "a part of a multi-lock carries a value in {name:?}"
+                    ));
+                }
+                if w.group.as_ref().is_some_and(|link| link.first) {
+                    let group = self.group_ring(w.session, name)?.expect("a group waiter");
+                    in_rings += group.len();
+                    if self.group_ready(w.session, &group) {
+                        return Err(format!(
+                            "session {}'s multi-lock of {name:?} could be granted but waits",
+                            w.session
+                        ));
+                    }
+                }
+            }
+        }
+        if members != in_rings {
+            return Err("a part of a multi-lock is in no group with a first part".into());
+        }
+        Ok(())
+    }
+
     /// Checks every cross-reference of the table. Called after each input in debug builds and
     /// by the property tests; panics on the first inconsistency.
     pub fn check_consistency(&self) {
@@ -1424,6 +1845,7 @@ impl LockTable {
                 }
             };
         }
+        self.check_groups().map_err(InvalidTable::Inconsistent)?;
         for (name, l) in &self.locks {
             ensure!(!l.is_idle(), "idle lock {name:?} was not forgotten");
             if let Err(what) = l.check_holders(name) {
@@ -1548,6 +1970,30 @@ pub enum InvalidTable {
     Inconsistent(String),
 }
 
+/// Refused unless a permit's semaphore size is in range.
+fn permits_in_range(mode: Mode) -> Result<(), CoreError> {
+    match mode {
+        Mode::Permit(permits) if !(1..=crate::PERMITS_MAX).contains(&permits) => {
+            Err(CoreError::PermitsOutOfRange {
+                permits,
+                permits_max: crate::PERMITS_MAX,
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The refusal of an acquire of `lock` that cannot be granted now and may not wait.
+fn busy(l: &Lock, lock: &str) -> CoreError {
+    let holder = l.some_holder();
+    CoreError::Busy {
+        lock: lock.to_string(),
+        holder_session: holder.map(|g| g.session),
+        holder_token: holder.map(|g| g.token),
+        available_at_ms: l.available_at_ms,
+    }
+}
+
 /// A place in a lock's queue, as a reply carries it.
 fn queue_position(index: usize) -> u32 {
     u32::try_from(index).expect("a queue is never longer than waiters_per_lock_max, a u32")
@@ -1592,6 +2038,14 @@ fn already_there(
     }))
 }
 
+/// What a multi-lock's outcome is remembered under: its names in order, each ended by a
+/// newline, which no lock name contains. So a request id reused for a multi-lock of other
+/// names, or of the same names in another order, is a conflict, not a retry; modes and the
+/// wait are not compared, as a single acquire's are not.
+fn multi_lock_key<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    names.flat_map(|name| [name, "\n"]).collect()
+}
+
 /// The remembered outcome of `request_id`, or an error if the id was used for something else.
 fn remembered(
     session: &Session,
@@ -1616,11 +2070,20 @@ fn remembered(
 /// in line) — because an earlier wait of the same session was resolved the same way when it
 /// ended. Updating only the request id that queued would leave a retry of a repeated acquire
 /// answering "queued" for a lock the session already holds, or no longer waits for (invariant 8).
-fn update_remembered(session: &mut Session, lock: &str, result: &Result<Reply, CoreError>) {
+///
+/// A multi-lock's wait (`kind` [`RequestKind::AcquireAll`], `lock` its [`multi_lock_key`]) is
+/// answered "queued" once: a repeat while it waits is refused (the session waits for its
+/// locks already), so the one remembered "queued" is the group's own.
+fn update_remembered(
+    session: &mut Session,
+    kind: RequestKind,
+    lock: &str,
+    result: &Result<Reply, CoreError>,
+) {
     for r in session.recent.iter_mut().filter(|r| {
-        r.kind == RequestKind::Acquire
+        r.kind == kind
             && *r.lock == *lock
-            && matches!(r.result, Ok(Reply::Queued { .. }))
+            && matches!(r.result, Ok(Reply::Queued { .. } | Reply::QueuedAll { .. }))
     }) {
         r.result = result.clone();
     }

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::limits::{GrantValueError, LockNameError, OpenKeyError};
-use crate::{Access, Mode};
+use crate::{Access, AcquirePart, GrantedPart, Mode};
 
 pub use crate::ids::{RequestId, SessionId, Token};
 pub use crate::time::{DurationMs, TimeMs};
@@ -519,6 +519,18 @@ pub enum Command {
         #[serde(default, skip_serializing_if = "Mode::is_exclusive")]
         mode: Mode,
     },
+    /// Take every lock of `parts` for `session` in one step, each in its own mode, or queue for
+    /// all of them at once: a multi-lock. Nothing is held until everything is granted, and then
+    /// everything is granted in the same entry, each lock with its own token; so there are no
+    /// partial holds and no lock-order deadlocks. 1 to [`MULTI_LOCKS_MAX`](crate::MULTI_LOCKS_MAX) distinct names, none
+    /// of which the session holds or waits for already. Once granted, each lock is held (and
+    /// released) on its own.
+    AcquireAll {
+        session: SessionId,
+        parts: Vec<AcquirePart>,
+        request_id: RequestId,
+        wait: Wait,
+    },
     /// Replace the value of `session`'s grant `token` of `lock` (`None` removes it): what a
     /// leader proclaims. Refused unless that grant is the lock's current holding. Setting the
     /// same value twice is harmless, so a retry needs no request id.
@@ -614,6 +626,17 @@ pub enum Reply {
         session: SessionId,
         token: Token,
         access: Access,
+    },
+    /// Every lock of a [`Command::AcquireAll`] is held, each with its own grant, in the order
+    /// the command named them.
+    GrantedAll {
+        session: SessionId,
+        grants: Vec<GrantedPart>,
+    },
+    /// The session waits for every lock of a [`Command::AcquireAll`]; it will be granted all of
+    /// them in one step, or none.
+    QueuedAll {
+        session: SessionId,
     },
 }
 
@@ -774,6 +797,17 @@ pub enum CoreError {
         /// The session's hold or wait is shared (so the refused acquire asked for exclusive).
         held_shared: bool,
     },
+    /// A multi-lock named no lock, or more than [`MULTI_LOCKS_MAX`](crate::MULTI_LOCKS_MAX).
+    #[error("a multi-lock takes 1 to {locks_max} locks, not {locks}")]
+    MultiLockSize { locks: u32, locks_max: u32 },
+    /// A multi-lock named the same lock twice.
+    #[error("a multi-lock names {lock:?} twice; name each lock once")]
+    MultiLockRepeated { lock: String },
+    /// A multi-lock named a lock the session already holds or waits for.
+    #[error(
+        "session {session} already holds or waits for lock {lock:?}; a multi-lock takes only locks the session neither holds nor waits for"
+    )]
+    MultiLockHeld { lock: String, session: SessionId },
 }
 
 fn describe_permits_mismatch(lock: &str, permits: u32, requested: u32) -> String {
@@ -883,6 +917,9 @@ impl CoreError {
             CoreError::PermitsOutOfRange { .. } => "permits_out_of_range",
             CoreError::PermitsMismatch { .. } => "permits_mismatch",
             CoreError::ModeConflict { .. } => "mode_conflict",
+            CoreError::MultiLockSize { .. } => "multi_lock_size",
+            CoreError::MultiLockRepeated { .. } => "multi_lock_repeated",
+            CoreError::MultiLockHeld { .. } => "multi_lock_held",
         }
     }
 
@@ -901,7 +938,10 @@ impl CoreError {
             | CoreError::RequestIdConflict { .. }
             | CoreError::PermitsOutOfRange { .. }
             | CoreError::PermitsMismatch { .. }
-            | CoreError::ModeConflict { .. } => ErrorCategory::InvalidInput,
+            | CoreError::ModeConflict { .. }
+            | CoreError::MultiLockSize { .. }
+            | CoreError::MultiLockRepeated { .. }
+            | CoreError::MultiLockHeld { .. } => ErrorCategory::InvalidInput,
             CoreError::TooManySessions { .. }
             | CoreError::TooManyLocks { .. }
             | CoreError::TooManyWaiters { .. } => ErrorCategory::LimitReached,
@@ -1063,6 +1103,17 @@ impl CoreError {
                 lock: "config".into(),
                 session: SessionId::new(5),
                 held_shared: false,
+            },
+            CoreError::MultiLockSize {
+                locks: 0,
+                locks_max: crate::MULTI_LOCKS_MAX,
+            },
+            CoreError::MultiLockRepeated {
+                lock: "accounts/7".into(),
+            },
+            CoreError::MultiLockHeld {
+                lock: "accounts/7".into(),
+                session: SessionId::new(5),
             },
         ]
     }
@@ -1318,20 +1369,23 @@ mod tests {
             CoreError::PermitsOutOfRange { .. } => 32,
             CoreError::PermitsMismatch { .. } => 33,
             CoreError::ModeConflict { .. } => 34,
+            CoreError::MultiLockSize { .. } => 35,
+            CoreError::MultiLockRepeated { .. } => 36,
+            CoreError::MultiLockHeld { .. } => 37,
         }
     }
 
     #[test]
     fn the_examples_cover_every_variant_and_reason() {
         let slots: HashSet<usize> = CoreError::examples().iter().map(example_slot).collect();
-        assert_eq!(slots, (0..35).collect::<HashSet<usize>>());
+        assert_eq!(slots, (0..38).collect::<HashSet<usize>>());
     }
 
     #[test]
     fn every_variant_has_its_own_stable_code() {
         let examples = CoreError::examples();
         let codes: HashSet<&str> = examples.iter().map(CoreError::code).collect();
-        assert_eq!(codes.len(), 24, "one code per variant: {codes:?}");
+        assert_eq!(codes.len(), 27, "one code per variant: {codes:?}");
         for code in codes {
             assert!(
                 code.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),

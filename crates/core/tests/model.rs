@@ -27,9 +27,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use palisade_core::limits::{LockNameError, REQUEST_IDS_PER_SESSION_MAX, TOKEN_MAX, WAIT_MS_MAX};
 use palisade_core::{
-    Access, Command, CoreError, DurationMs, Event, GrantValue, Input, Limits, LockTable, Mode,
-    OpenKey, Output, PERMITS_MAX, ReleaseCause, Reply, RequestId, SessionId, TableImage, TimeMs,
-    Token, Wait, WaitEndCause,
+    Access, AcquirePart, Command, CoreError, DurationMs, Event, GrantValue, GrantedPart, Input,
+    Limits, LockTable, MULTI_LOCKS_MAX, Mode, OpenKey, Output, PERMITS_MAX, ReleaseCause, Reply,
+    RequestId, SessionId, TableImage, TimeMs, Token, Wait, WaitEndCause,
 };
 use proptest::prelude::*;
 
@@ -50,8 +50,16 @@ struct MSession {
     /// What opened it, if a retry of that open may find it: an open key, or the request id of
     /// an older version's open (deduplicated across every client).
     opened_by: Option<Opener>,
-    /// (request id, is_acquire, lock, outcome), oldest first.
-    recent: Vec<(RequestId, bool, String, Result<Reply, CoreError>)>,
+    /// (request id, kind, lock, outcome), oldest first; a multi-lock under its first lock.
+    recent: Vec<(RequestId, Kind, String, Result<Reply, CoreError>)>,
+}
+
+/// What a remembered request was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Acquire,
+    Release,
+    AcquireAll,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +75,8 @@ struct MWaiter {
     deadline_ms: Option<TimeMs>,
     value: Option<GrantValue>,
     mode: Mode,
+    /// Every lock of the multi-lock this waiter is a part of, in the order of its parts.
+    group: Option<Vec<String>>,
 }
 
 /// One holding of a lock: the exclusive holder, a reader of the shared phase, or a permit.
@@ -98,6 +108,27 @@ struct Model {
     last_session: SessionId,
     sessions: Vec<MSession>,
     locks: Vec<MLock>,
+    /// The last token of each lock that was forgotten: a lock created again starts from it (a
+    /// multi-lock may create a lock it only waits for, whose status shows that token).
+    forgotten: BTreeMap<String, Token>,
+}
+
+/// The key a multi-lock is remembered under: its names in order, each ended by a newline.
+fn multi_key(names: impl Iterator<Item = String>) -> String {
+    names.map(|name| name + "\n").collect()
+}
+
+/// A semaphore's size: 1 to `PERMITS_MAX`.
+fn permits_in_range(mode: Mode) -> Result<(), CoreError> {
+    match mode {
+        Mode::Permit(permits) if !(1..=PERMITS_MAX).contains(&permits) => {
+            Err(CoreError::PermitsOutOfRange {
+                permits,
+                permits_max: PERMITS_MAX,
+            })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Lock names: 1..=`bytes_max` bytes, no control characters.
@@ -126,6 +157,7 @@ impl Model {
             last_session: SessionId::new(0),
             sessions: Vec::new(),
             locks: Vec::new(),
+            forgotten: BTreeMap::new(),
         }
     }
 
@@ -194,9 +226,20 @@ impl Model {
                 wait,
                 value,
                 mode,
-            } => self.deduplicated(session, request_id, true, lock, &mut events, |m, l, ev| {
-                m.acquire(session, l, request_id, wait, value, mode, ev)
-            }),
+            } => self.deduplicated(
+                session,
+                request_id,
+                Kind::Acquire,
+                lock,
+                &mut events,
+                |m, l, ev| m.acquire(session, l, request_id, wait, value, mode, ev),
+            ),
+            Command::AcquireAll {
+                session,
+                parts,
+                request_id,
+                wait,
+            } => self.acquire_all(session, parts, request_id, wait, &mut events),
             Command::SetValue {
                 session,
                 lock,
@@ -207,12 +250,20 @@ impl Model {
                 session,
                 lock,
                 request_id,
-            } => self.deduplicated(session, request_id, false, lock, &mut events, |m, l, ev| {
-                m.release(session, l, ev)
-            }),
+            } => self.deduplicated(
+                session,
+                request_id,
+                Kind::Release,
+                lock,
+                &mut events,
+                |m, l, ev| m.release(session, l, ev),
+            ),
             Command::Tick => Ok(Reply::Ticked),
             Command::SetLimits { limits } => {
                 self.limits = limits;
+                for name in self.lock_names(|l| !l.waiters.is_empty()) {
+                    self.settle(&name, &mut events);
+                }
                 Ok(Reply::LimitsSet)
             }
             Command::LeaderStart => {
@@ -269,8 +320,7 @@ impl Model {
             })
             .min()
         {
-            self.end_wait(session, &name, WaitEndCause::TimedOut, events);
-            self.settle(&name, events);
+            self.end_wait_or_group(session, &name, WaitEndCause::TimedOut, events);
         }
         while let Some((_, name)) = self
             .locks
@@ -334,12 +384,24 @@ impl Model {
         Ok(reply)
     }
 
+    /// When a wait ends; refused if it is too long.
+    fn deadline_of(&self, wait: Wait) -> Result<Option<TimeMs>, CoreError> {
+        match wait {
+            Wait::ForMs(ms) if ms > WAIT_MS_MAX => Err(CoreError::WaitOutOfRange {
+                wait_ms: ms,
+                wait_ms_max: WAIT_MS_MAX,
+            }),
+            Wait::ForMs(ms) => Ok(Some(after(self.now_ms, ms))),
+            _ => Ok(None),
+        }
+    }
+
     /// Runs `act` once per request id: a retry returns the remembered outcome.
     fn deduplicated(
         &mut self,
         session: SessionId,
         request_id: RequestId,
-        is_acquire: bool,
+        kind: Kind,
         lock: String,
         events: &mut Vec<Event>,
         act: impl FnOnce(&mut Model, &str, &mut Vec<Event>) -> Result<Reply, CoreError>,
@@ -347,9 +409,11 @@ impl Model {
         let Some(s) = self.session(session) else {
             return Err(CoreError::SessionNotFound { session });
         };
-        validate_name(&lock, self.limits.lock_name_bytes_max as usize)?;
-        if let Some((_, kind, l, outcome)) = s.recent.iter().find(|r| r.0 == request_id) {
-            if *kind == is_acquire && *l == lock {
+        if kind != Kind::AcquireAll {
+            validate_name(&lock, self.limits.lock_name_bytes_max as usize)?;
+        }
+        if let Some((_, was, l, outcome)) = s.recent.iter().find(|r| r.0 == request_id) {
+            if *was == kind && *l == lock {
                 return outcome.clone();
             }
             return Err(CoreError::RequestIdConflict { request_id });
@@ -359,8 +423,7 @@ impl Model {
             if s.recent.len() == REQUEST_IDS_PER_SESSION_MAX {
                 let _evicted = s.recent.remove(0);
             }
-            s.recent
-                .push((request_id, is_acquire, lock, outcome.clone()));
+            s.recent.push((request_id, kind, lock, outcome.clone()));
         }
         outcome
     }
@@ -418,24 +481,8 @@ impl Model {
         mode: Mode,
         events: &mut Vec<Event>,
     ) -> Result<Reply, CoreError> {
-        let deadline_ms = match wait {
-            Wait::ForMs(ms) if ms > WAIT_MS_MAX => {
-                return Err(CoreError::WaitOutOfRange {
-                    wait_ms: ms,
-                    wait_ms_max: WAIT_MS_MAX,
-                });
-            }
-            Wait::ForMs(ms) => Some(after(self.now_ms, ms)),
-            _ => None,
-        };
-        if let Mode::Permit(permits) = mode
-            && !(1..=PERMITS_MAX).contains(&permits)
-        {
-            return Err(CoreError::PermitsOutOfRange {
-                permits,
-                permits_max: PERMITS_MAX,
-            });
-        }
+        let deadline_ms = self.deadline_of(wait)?;
+        permits_in_range(mode)?;
         let Some(l) = self.lock(name) else {
             // A name nobody holds, waits for or delays: free, and of the kind this acquire asks.
             if self.locks.len() >= self.limits.locks_max as usize {
@@ -454,7 +501,7 @@ impl Model {
                 holds: Vec::new(),
                 waiters: Vec::new(),
                 available_at_ms: None,
-                last_token: Token::ZERO,
+                last_token: self.forgotten.get(name).copied().unwrap_or(Token::ZERO),
             });
             return Ok(self.grant(name, session, request_id, value, mode, events));
         };
@@ -526,6 +573,7 @@ impl Model {
             deadline_ms,
             value,
             mode,
+            group: None,
         });
         Ok(Reply::Queued {
             lock: name.to_string(),
@@ -557,8 +605,7 @@ impl Model {
             });
         }
         if l.waiters.iter().any(|w| w.session == session) {
-            self.end_wait(session, name, WaitEndCause::Withdrawn, events);
-            self.settle(name, events);
+            self.end_wait_or_group(session, name, WaitEndCause::Withdrawn, events);
             return Ok(Reply::Released {
                 lock: name.to_string(),
                 session,
@@ -664,9 +711,225 @@ impl Model {
     ) {
         let s = self.session_mut(session).unwrap();
         for r in &mut s.recent {
-            if r.1 && r.2 == name && matches!(r.3, Ok(Reply::Queued { .. })) {
+            if r.1 == Kind::Acquire && r.2 == name && matches!(r.3, Ok(Reply::Queued { .. })) {
                 r.3 = outcome.clone();
             }
+        }
+    }
+
+    /// [`Model::resolve_queued`] for the multi-lock of the names in `key` ([`multi_key`]).
+    fn resolve_queued_all(
+        &mut self,
+        session: SessionId,
+        key: &str,
+        outcome: Result<Reply, CoreError>,
+    ) {
+        let s = self.session_mut(session).unwrap();
+        for r in &mut s.recent {
+            let queued = matches!(r.3, Ok(Reply::QueuedAll { .. }));
+            if r.1 == Kind::AcquireAll && r.2 == key && queued {
+                r.3 = outcome.clone();
+            }
+        }
+    }
+
+    /// The group `session` waits in for `name`, if it waits there as a part of a multi-lock.
+    fn group_of(&self, session: SessionId, name: &str) -> Option<Vec<String>> {
+        let l = self.lock(name)?;
+        l.waiters
+            .iter()
+            .find(|w| w.session == session)?
+            .group
+            .clone()
+    }
+
+    /// Ends `session`'s wait for `name`: a single wait alone, a multi-lock's wait in every
+    /// queue of its group (each lock settled after, in the order of its parts).
+    fn end_wait_or_group(
+        &mut self,
+        session: SessionId,
+        name: &str,
+        cause: WaitEndCause,
+        events: &mut Vec<Event>,
+    ) {
+        let Some(group) = self.group_of(session, name) else {
+            self.end_wait(session, name, cause, events);
+            self.settle(name, events);
+            return;
+        };
+        for lock in &group {
+            self.end_wait(session, lock, cause, events);
+        }
+        let ended = Err(CoreError::WaitEnded {
+            lock: group[0].clone(),
+        });
+        self.resolve_queued_all(session, &multi_key(group.iter().cloned()), ended);
+        for lock in &group {
+            self.settle(lock, events);
+        }
+    }
+
+    /// A multi-lock: every part, or none. Checked in order: session, size, names, no name twice,
+    /// then a retry (by request id and first lock), then wait, modes, no name the session holds
+    /// or waits for, the kind of names in use, the limit on locks.
+    fn acquire_all(
+        &mut self,
+        session: SessionId,
+        parts: Vec<AcquirePart>,
+        request_id: RequestId,
+        wait: Wait,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, CoreError> {
+        if self.session(session).is_none() {
+            return Err(CoreError::SessionNotFound { session });
+        }
+        if parts.is_empty() || parts.len() > MULTI_LOCKS_MAX as usize {
+            return Err(CoreError::MultiLockSize {
+                locks: parts.len() as u32,
+                locks_max: MULTI_LOCKS_MAX,
+            });
+        }
+        for p in &parts {
+            validate_name(&p.lock, self.limits.lock_name_bytes_max as usize)?;
+        }
+        for (i, p) in parts.iter().enumerate() {
+            if parts[..i].iter().any(|q| q.lock == p.lock) {
+                return Err(CoreError::MultiLockRepeated {
+                    lock: p.lock.clone(),
+                });
+            }
+        }
+        // Remembered under every name, in order: a retry names the same locks.
+        let key = multi_key(parts.iter().map(|p| p.lock.clone()));
+        self.deduplicated(
+            session,
+            request_id,
+            Kind::AcquireAll,
+            key,
+            events,
+            |m, _, ev| m.acquire_all_new(session, &parts, request_id, wait, ev),
+        )
+    }
+
+    fn acquire_all_new(
+        &mut self,
+        session: SessionId,
+        parts: &[AcquirePart],
+        request_id: RequestId,
+        wait: Wait,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, CoreError> {
+        let deadline_ms = self.deadline_of(wait)?;
+        for p in parts {
+            permits_in_range(p.mode)?;
+        }
+        for p in parts {
+            let there = self.lock(&p.lock).is_some_and(|l| {
+                l.hold_of(session).is_some() || l.waiters.iter().any(|w| w.session == session)
+            });
+            if there {
+                return Err(CoreError::MultiLockHeld {
+                    lock: p.lock.clone(),
+                    session,
+                });
+            }
+        }
+        for p in parts {
+            if let Some(l) = self.lock(&p.lock)
+                && l.permits != p.mode.permits()
+            {
+                return Err(CoreError::PermitsMismatch {
+                    lock: p.lock.clone(),
+                    permits: l.permits.unwrap_or(0),
+                    requested: p.mode.permits().unwrap_or(0),
+                });
+            }
+        }
+        let new = parts
+            .iter()
+            .filter(|p| self.lock(&p.lock).is_none())
+            .count();
+        if new > 0 && self.locks.len() + new > self.limits.locks_max as usize {
+            return Err(CoreError::TooManyLocks {
+                locks_max: self.limits.locks_max,
+            });
+        }
+        let free_now = |p: &&AcquirePart| match self.lock(&p.lock) {
+            None => true,
+            Some(l) => l.available_at_ms.is_none() && l.waiters.is_empty() && l.admits(p.mode),
+        };
+        let Some(blocked) = parts.iter().find(|p| !free_now(p)) else {
+            let mut last = self.last_token;
+            for p in parts {
+                if self.lock(&p.lock).is_none_or(|l| l.draws_token(p.mode)) {
+                    if last >= self.limits.token_max {
+                        return Err(CoreError::TokensExhausted {
+                            lock: p.lock.clone(),
+                        });
+                    }
+                    last = Token::new(last.get() + 1);
+                }
+            }
+            let mut grants = Vec::new();
+            for p in parts {
+                self.create_if_absent(&p.lock, p.mode);
+                let reply = self.grant(&p.lock, session, request_id, None, p.mode, events);
+                let (_, _, token, access) = reply.grant().unwrap();
+                grants.push(GrantedPart {
+                    lock: p.lock.clone(),
+                    token,
+                    access,
+                });
+            }
+            return Ok(Reply::GrantedAll { session, grants });
+        };
+        if wait == Wait::Try || deadline_ms.is_some_and(|d| d <= self.now_ms) {
+            let l = self.lock(&blocked.lock).unwrap();
+            let some = l.some_hold();
+            return Err(CoreError::Busy {
+                lock: blocked.lock.clone(),
+                holder_session: some.map(|h| h.session),
+                holder_token: some.map(|h| h.token),
+                available_at_ms: l.available_at_ms,
+            });
+        }
+        let waiters_max = self.limits.waiters_per_lock_max;
+        for p in parts {
+            if self
+                .lock(&p.lock)
+                .is_some_and(|l| l.waiters.len() >= waiters_max as usize)
+            {
+                return Err(CoreError::TooManyWaiters {
+                    lock: p.lock.clone(),
+                    waiters_max,
+                });
+            }
+        }
+        let group: Vec<String> = parts.iter().map(|p| p.lock.clone()).collect();
+        for p in parts {
+            self.create_if_absent(&p.lock, p.mode);
+            self.lock_mut(&p.lock).unwrap().waiters.push(MWaiter {
+                session,
+                request_id,
+                deadline_ms,
+                value: None,
+                mode: p.mode,
+                group: Some(group.clone()),
+            });
+        }
+        Ok(Reply::QueuedAll { session })
+    }
+
+    fn create_if_absent(&mut self, name: &str, mode: Mode) {
+        if self.lock(name).is_none() {
+            self.locks.push(MLock {
+                name: name.to_string(),
+                permits: mode.permits(),
+                holds: Vec::new(),
+                waiters: Vec::new(),
+                available_at_ms: None,
+                last_token: self.forgotten.get(name).copied().unwrap_or(Token::ZERO),
+            });
         }
     }
 
@@ -719,17 +982,40 @@ impl Model {
 
     /// Grants from the front of the queue while the lock admits the front waiter (whose lease
     /// and wait must still run); a lock with nothing left is forgotten.
+    ///
+    /// A multi-lock's group at the front is granted whole, once it is first in every one of its
+    /// queues and each of its locks admits its part (the counter paying every token); until
+    /// then it blocks the queue. Its other locks are settled after this one, in parts order.
     fn settle(&mut self, name: &str, events: &mut Vec<Event>) {
+        let mut changed = vec![name.to_string()];
+        while !changed.is_empty() {
+            let name = changed.remove(0);
+            self.settle_one(&name, &mut changed, events);
+        }
+    }
+
+    fn settle_one(&mut self, name: &str, changed: &mut Vec<String>, events: &mut Vec<Event>) {
         let now = self.now_ms;
         while let Some(l) = self.lock(name)
             && l.available_at_ms.is_none()
             && let Some(w) = l.waiters.first().cloned()
-            && l.admits(w.mode)
-            && (!l.draws_token(w.mode) || self.last_token < self.limits.token_max)
         {
             let lease_running = self.session(w.session).unwrap().expires_at_ms > now;
             let wait_running = w.deadline_ms.is_none_or(|d| d > now);
             if !(lease_running && wait_running) {
+                break;
+            }
+            if let Some(group) = w.group {
+                if !self.group_ready(w.session, &group) {
+                    break;
+                }
+                self.grant_group(w.session, &group, events);
+                changed.extend(group.into_iter().filter(|l| l != name));
+                continue;
+            }
+            if !l.admits(w.mode)
+                || (l.draws_token(w.mode) && self.last_token >= self.limits.token_max)
+            {
                 break;
             }
             self.lock_mut(name).unwrap().waiters.remove(0);
@@ -738,8 +1024,48 @@ impl Model {
         }
         let l = self.lock(name).unwrap();
         if l.holds.is_empty() && l.waiters.is_empty() && l.available_at_ms.is_none() {
+            if l.last_token > Token::ZERO {
+                self.forgotten.insert(name.to_string(), l.last_token);
+            }
             self.locks.retain(|l| l.name != name);
         }
+    }
+
+    /// Whether `session`'s group can be granted: first in each queue, each lock out of
+    /// lock-delay and admitting its part, and tokens for every part that draws one.
+    fn group_ready(&self, session: SessionId, group: &[String]) -> bool {
+        let mut draws = 0;
+        for name in group {
+            let l = self.lock(name).unwrap();
+            let Some(w) = l.waiters.first().filter(|w| w.session == session) else {
+                return false;
+            };
+            if l.available_at_ms.is_some() || !l.admits(w.mode) {
+                return false;
+            }
+            draws += u64::from(l.draws_token(w.mode));
+        }
+        self.last_token.get() + draws <= self.limits.token_max.get()
+    }
+
+    /// Grants every part of `session`'s ready group, in the order of its parts.
+    fn grant_group(&mut self, session: SessionId, group: &[String], events: &mut Vec<Event>) {
+        let mut grants = Vec::new();
+        for lock in group {
+            let l = self.lock_mut(lock).unwrap();
+            let i = l.waiters.iter().position(|x| x.session == session).unwrap();
+            let part = l.waiters.remove(i);
+            let reply = self.grant(lock, session, part.request_id, None, part.mode, events);
+            let (_, _, token, access) = reply.grant().unwrap();
+            self.resolve_queued(session, lock, Ok(reply));
+            grants.push(GrantedPart {
+                lock: lock.clone(),
+                token,
+                access,
+            });
+        }
+        let granted = Ok(Reply::GrantedAll { session, grants });
+        self.resolve_queued_all(session, &multi_key(group.iter().cloned()), granted);
     }
 }
 
@@ -801,6 +1127,9 @@ struct Checker {
     granted_as: BTreeSet<(String, SessionId, Token, Access)>,
     /// The last token granted in each slot of a semaphore.
     slot_token: BTreeMap<(String, u32), Token>,
+    /// The multi-locks that wait: each session's group of locks, in the order of its parts,
+    /// and whether it queued in the step being checked (whose earlier events are not its).
+    groups: Vec<(SessionId, Vec<String>, bool)>,
 }
 
 /// Whether a grant's access is what its acquire asked for: a permit of a semaphore of `N` in a
@@ -814,18 +1143,89 @@ fn access_fits(access: Access, mode: Mode) -> bool {
 }
 
 impl Checker {
+    /// Every waiting multi-lock is all or none: it waits in all of its queues, or it was granted
+    /// all of its locks in this one step, or it left all of its queues. No deadlock: a group
+    /// first in every one of its queues, whose locks all admit it, is not left waiting.
+    fn check_groups(&mut self, table: &LockTable, output: &Output) {
+        let limits = *table.limits();
+        let mut waiting = Vec::new();
+        for (session, group, fresh) in std::mem::take(&mut self.groups) {
+            let told = |l: &String, granted: bool| {
+                (output.events.iter()).any(|e| match e {
+                    Event::Granted {
+                        lock, session: s, ..
+                    } => granted && lock == l && *s == session,
+                    Event::WaitEnded {
+                        lock, session: s, ..
+                    } => !granted && lock == l && *s == session,
+                    _ => false,
+                })
+            };
+            // Its wait ended in every queue in this step, or it was granted every lock, or
+            // neither and it still waits in every queue. (A grant after the end of the wait in
+            // the same step is a new acquire's; so is a wait after it.)
+            let ended = group.iter().filter(|l| !fresh && told(l, false)).count();
+            let got = group.iter().filter(|l| !fresh && told(l, true)).count();
+            if ended == group.len() {
+                continue;
+            }
+            assert!(
+                ended == 0 && (got == 0 || got == group.len()),
+                "multi-lock granted in part: {got} of {group:?} to session {session}, \
+                 {ended} waits ended"
+            );
+            if got == group.len() {
+                continue;
+            }
+            let queued = |l: &String| self.queues.get(l).is_some_and(|q| q.contains(&session));
+            let in_queues = group.iter().filter(|l| queued(l)).count();
+            assert_eq!(
+                in_queues,
+                group.len(),
+                "a multi-lock of session {session} waits in part: {group:?}"
+            );
+            waiting.push((session, group, false));
+        }
+        for (session, group, _) in &waiting {
+            let mut ready = true;
+            let mut draws = 0;
+            for l in group {
+                let status = table.lock_status(l).expect("a waited-for lock");
+                let mode = self.requested[&(*session, l.clone())];
+                let admits = match mode {
+                    Mode::Exclusive => status.holder.is_none() && status.sharers.is_empty(),
+                    Mode::Shared => status.holder.is_none(),
+                    Mode::Permit(n) => status.sharers.len() < n as usize,
+                };
+                ready &= status.waiters.first() == Some(session)
+                    && status.available_at_ms.is_none()
+                    && admits;
+                draws += u64::from(mode != Mode::Shared || status.sharers.is_empty());
+            }
+            let paid = table.last_token().get() + draws <= limits.token_max.get();
+            assert!(
+                !(ready && paid),
+                "a multi-lock of session {session} could be granted but waits: {group:?}"
+            );
+        }
+        self.groups = waiting;
+    }
+
     fn observe(&mut self, table: &LockTable, command: &Command, output: &Output) {
         let limits = *table.limits();
         let now = table.now_ms();
-        // The mode of this acquire, for a grant it gets at once.
-        let asked = match command {
+        // The mode of each lock this acquire asks for, for a grant it gets at once.
+        let asked: Vec<(SessionId, String, Mode)> = match command {
             Command::Acquire {
                 session,
                 lock,
                 mode,
                 ..
-            } => Some((*session, lock.clone(), *mode)),
-            _ => None,
+            } => vec![(*session, lock.clone(), *mode)],
+            Command::AcquireAll { session, parts, .. } => (parts.iter())
+                .map(|p| (*session, p.lock.clone(), p.mode))
+                .collect(),
+            _ => Vec::new(),
         };
         for event in &output.events {
             match event {
@@ -842,10 +1242,11 @@ impl Checker {
                     let mode = match self.requested.get(&key) {
                         Some(mode) => *mode,
                         None => {
-                            let (s, l, mode) = asked.clone().expect("a grant nobody asked for");
-                            assert_eq!((s, &l), (*session, lock), "a grant nobody asked for");
-                            self.requested.insert(key.clone(), mode);
-                            mode
+                            let (_, _, mode) = (asked.iter())
+                                .find(|(s, l, _)| (s, l) == (session, lock))
+                                .expect("a grant nobody asked for");
+                            self.requested.insert(key.clone(), *mode);
+                            *mode
                         }
                     };
                     let holds = self.holds.entry(lock.clone()).or_default();
@@ -1003,9 +1404,34 @@ impl Checker {
                 if !queue.contains(session) {
                     queue.push(*session);
                     assert_eq!(*position as usize, queue.len() - 1);
-                    let (s, l, mode) = asked.expect("queued by an acquire");
+                    let (s, l, mode) = asked.first().cloned().expect("queued by an acquire");
                     assert_eq!((s, &l), (*session, lock));
                     self.requested.insert((s, l), mode);
+                }
+            }
+            Ok(Reply::QueuedAll { session }) => {
+                let group: Vec<String> = asked.iter().map(|(_, l, _)| l.clone()).collect();
+                if !(self.groups.iter()).any(|g| (&g.0, &g.1) == (session, &group)) {
+                    for (s, l, mode) in &asked {
+                        assert_eq!(s, session, "queued for another session");
+                        let queue = self.queues.entry(l.clone()).or_default();
+                        assert!(!queue.contains(session), "{l:?} queued twice");
+                        queue.push(*session);
+                        self.requested.insert((*s, l.clone()), *mode);
+                    }
+                    self.groups.push((*session, group, true));
+                }
+            }
+            Ok(Reply::GrantedAll { session, grants }) => {
+                let named: Vec<&String> = asked.iter().map(|(_, l, _)| l).collect();
+                let got: Vec<&String> = grants.iter().map(|g| &g.lock).collect();
+                assert_eq!(got, named, "multi-lock granted in part");
+                for g in grants {
+                    assert!(
+                        (self.granted_as).contains(&(g.lock.clone(), *session, g.token, g.access)),
+                        "reply names a grant of {:?} that never happened",
+                        g.lock
+                    );
                 }
             }
             Ok(Reply::SessionOpened {
@@ -1030,10 +1456,19 @@ impl Checker {
                 }
             }
             Err(CoreError::TokensExhausted { .. }) => {
-                assert_eq!(table.last_token(), limits.token_max);
+                // A multi-lock needs a token for each of its parts (a reader joining a phase
+                // aside): it is refused while fewer are left.
+                let left = limits.token_max.get() - table.last_token().get();
+                assert!(
+                    (left as usize) < asked.len().max(1),
+                    "tokens exhausted with {left} left for {} locks",
+                    asked.len()
+                );
             }
             _ => {}
         }
+
+        self.check_groups(table, output);
 
         // The table's own cross-references, and the limits.
         table.check_consistency();
@@ -1162,7 +1597,17 @@ enum Op {
         lock: u8,
         request_id: ReqId,
     },
-    /// Repeat an earlier acquire or release exactly.
+    /// A multi-lock of the first `count` of `locks`, each in the mode [`mode_of`] reads from
+    /// `modes`.
+    AcquireAll {
+        session: usize,
+        locks: [u8; 4],
+        count: usize,
+        modes: [u8; 4],
+        request_id: ReqId,
+        wait: Wait,
+    },
+    /// Repeat an earlier acquire, multi-lock or release exactly.
     Retry {
         back: usize,
     },
@@ -1211,6 +1656,25 @@ fn lock() -> impl Strategy<Value = u8> {
     prop_oneof![20 => 0u8..4, 1 => 4u8..7]
 }
 
+/// The locks of a multi-lock: 2 to 4 of the names in any order; now and then a name twice, an
+/// invalid name, or none at all.
+fn multi_lock() -> impl Strategy<Value = ([u8; 4], usize)> {
+    let names = prop::sample::subsequence(vec![0u8, 1, 2, 3], 2..=4).prop_shuffle();
+    (names, 0u8..12).prop_map(|(mut locks, twist)| {
+        let n = locks.len();
+        match twist {
+            0 if n < 4 => locks.push(locks[0]),
+            0 => locks[3] = locks[0],
+            1 => locks[n - 1] = 5,
+            2 => locks.clear(),
+            _ => {}
+        }
+        let mut fixed = [0; 4];
+        fixed[..locks.len()].copy_from_slice(&locks);
+        (fixed, locks.len())
+    })
+}
+
 fn op() -> impl Strategy<Value = Op> {
     let session = 0usize..10;
     prop_oneof![
@@ -1229,6 +1693,15 @@ fn op() -> impl Strategy<Value = Op> {
                 mode,
             }
         ),
+        6 => (session.clone(), multi_lock(), prop::array::uniform4(0u8..20), req_id(), wait())
+            .prop_map(|(session, (locks, count), modes, request_id, wait)| Op::AcquireAll {
+                session,
+                locks,
+                count,
+                modes,
+                request_id,
+                wait,
+            }),
         2 => (0usize..4, 0u8..4).prop_map(|(grant, value)| Op::SetValue { grant, value }),
         5 => (session, lock(), req_id()).prop_map(|(session, lock, request_id)| Op::Release {
             session,
@@ -1472,6 +1945,28 @@ impl Driver {
                     request_id: self.session_request_id(session, request_id),
                 }
             }
+            Op::AcquireAll {
+                session,
+                locks,
+                count,
+                modes,
+                request_id,
+                wait,
+            } => {
+                let session = self.session(session);
+                let parts = (locks.iter().zip(modes).take(count))
+                    .map(|(&lock, mode)| AcquirePart {
+                        lock: lock_name(lock),
+                        mode: mode_of(lock, mode),
+                    })
+                    .collect();
+                Command::AcquireAll {
+                    session,
+                    parts,
+                    request_id: self.session_request_id(session, request_id),
+                    wait,
+                }
+            }
             Op::Retry { back } => {
                 if self.sent.is_empty() {
                     return None;
@@ -1489,7 +1984,10 @@ impl Driver {
             },
             Op::Restart => return None,
         };
-        if matches!(command, Command::Acquire { .. } | Command::Release { .. }) {
+        if matches!(
+            command,
+            Command::Acquire { .. } | Command::AcquireAll { .. } | Command::Release { .. }
+        ) {
             self.sent.push(command.clone());
         }
         Some(command)
@@ -1691,6 +2189,7 @@ fn the_checker_and_the_model_catch_each_canary_of_the_modes() {
                     "live holders",
                     "to an acquire of",
                     "grant out of FIFO order",
+                    "multi-lock granted in part",
                 ];
                 assert!(
                     checker_said.iter().any(|m| message.contains(m)),

@@ -7,7 +7,7 @@
 //! last test's by the version whose ids and times were `u64` aliases.
 
 use palisade_core::limits::{LockNameError, OpenKeyError};
-use palisade_core::{Access, Mode, TableImageV1};
+use palisade_core::{Access, AcquirePart, Mode, TableImageV1, TableImageV2};
 use palisade_core::{
     Command, CoreError, DurationMs, Event, GrantValue, Identity, Input, Limits, LockTable, OpenKey,
     Output, ReleaseCause, Reply, RequestId, SecretDigest, SessionId, TableImage, TimeMs, Token,
@@ -431,12 +431,11 @@ fn table_with_shared_holders_and_permits() -> LockTable {
 const IMAGE_WITH_SHARED_HOLDERS_AND_PERMITS: &str = "8002e80780b89929d08603c0843d904ef403ffffffffffffffff7f934e0704010301904eb8940100012030373031303230333034303530363037303830393061306230633064306530660140303730373037303730373037303730373037303730373037303730373037303730373037303730373037303730373037303730373037303730373037303730370105616c696365030100066a6f62732f610003066a6f62732f6101010b00066a6f62732f72000b066a6f62732f720105010c00066a6f62732f73000b066a6f62732f730106020002904eb8940100000000040100066a6f62732f620003066a6f62732f6202020200066a6f62732f610004066a6f62732f6102000b00066a6f62732f72000b066a6f62732f720205010c00066a6f62732f73000b066a6f62732f730207020103904eb89401000120303930313032303330343035303630373038303930613062306330643065306601403039303930393039303930393039303930393039303930393039303930393039303930393039303930393039303930393039303930393039303930393039303900050100066a6f62732f610004066a6f62732f6103010200096a6f62732f676f6e650003096a6f62732f676f6e6503030301096a6f62732f676f6e650005096a6f62732f676f6e650301030b00066a6f62732f720004066a6f62732f7203000c00066a6f62732f730004066a6f62732f73030005066a6f62732f610101010201010b31302e302e302e313a383000000002020201a39c010101760003010000000100066a6f62732f62010202020100000000000200066a6f62732f640000000004018652066a6f62732f7200020105934e0b00010205934e0b00010001030b0000000500066a6f62732f7300020106934e0c0002000207934e0c000201010201030c0000020207000101096a6f62732f676f6e6503";
 
 #[test]
-fn an_image_of_format_2_with_shared_holders_and_permits_loads_and_is_written_the_same() {
+fn an_image_of_format_2_with_shared_holders_and_permits_loads() {
     let table = table_with_shared_holders_and_permits();
-    let bytes = postcard::to_allocvec(&table.image()).expect("an image encodes");
-    assert_eq!(hex(&bytes), IMAGE_WITH_SHARED_HOLDERS_AND_PERMITS);
-    let image: TableImage = postcard::from_bytes(&bytes).expect("the image decodes");
-    let restored = LockTable::from_image(image).expect("the image is of a valid table");
+    let bytes = unhex(IMAGE_WITH_SHARED_HOLDERS_AND_PERMITS);
+    let image: TableImageV2 = postcard::from_bytes(&bytes).expect("the format-2 image decodes");
+    let restored = LockTable::from_image(image.into()).expect("the image is of a valid table");
     assert_eq!(restored, table);
     let json: LockTable = serde_json::from_str(&serde_json::to_string(&table).unwrap()).unwrap();
     assert_eq!(json, table);
@@ -544,4 +543,84 @@ fn a_clone_is_unchanged_by_what_the_table_applies_after_it() {
         SNAPSHOT_WITH_EVERY_KIND_OF_ENTRY
     );
     clone.validate().expect("the clone is still a valid table");
+}
+
+/// [`table_with_shared_holders_and_permits`] and two multi-locks: session 1 waits for
+/// "jobs/m1" (exclusive, held by session 2) and "jobs/m2" (shared, free) as one group with a
+/// deadline; session 2 holds "jobs/m3" and "jobs/m4", granted together.
+fn table_with_multi_locks() -> LockTable {
+    let mut table = table_with_shared_holders_and_permits();
+    let mut apply = |command| {
+        let now_ms = TimeMs::from_millis(10_004);
+        table.apply(Input { now_ms, command }).result.unwrap()
+    };
+    let part = |lock: &str, mode| AcquirePart {
+        lock: lock.into(),
+        mode,
+    };
+    let acquire_all = |session, parts, request_id, wait| Command::AcquireAll {
+        session: SessionId::new(session),
+        parts,
+        request_id: RequestId::new(request_id),
+        wait,
+    };
+    let both = vec![
+        part("jobs/m3", Mode::Exclusive),
+        part("jobs/m4", Mode::Permit(2)),
+    ];
+    apply(acquire_all(2, both, 31, Wait::Try));
+    apply(Command::Acquire {
+        session: SessionId::new(2),
+        lock: "jobs/m1".into(),
+        request_id: RequestId::new(32),
+        wait: Wait::Try,
+        value: None,
+        mode: Mode::Exclusive,
+    });
+    let group = vec![
+        part("jobs/m1", Mode::Exclusive),
+        part("jobs/m2", Mode::Shared),
+    ];
+    let for_20_s = Wait::ForMs(DurationMs::from_millis(20_000));
+    let queued = apply(acquire_all(1, group, 33, for_20_s));
+    assert!(matches!(queued, Reply::QueuedAll { .. }));
+    table
+}
+
+/// [`table_with_multi_locks`]'s image in postcard (format 3), as hex, written by the version
+/// that added multi-locks.
+const IMAGE_WITH_MULTI_LOCKS: &str = "8002e80780b89929d08603c0843d904ef403ffffffffffffffff7f944e0a04010301904eb8940100012030373031303230333034303530363037303830393061306230633064306530660140303730373037303730373037303730373037303730373037303730373037303730373037303730373037303730373037303730373037303730373037303730370105616c696365040100066a6f62732f610003066a6f62732f6101010b00066a6f62732f72000b066a6f62732f720105010c00066a6f62732f73000b066a6f62732f73010602002102106a6f62732f6d310a6a6f62732f6d320a000d0102904eb8940100000000060100066a6f62732f620003066a6f62732f6202020200066a6f62732f610004066a6f62732f6102000b00066a6f62732f72000b066a6f62732f720205010c00066a6f62732f73000b066a6f62732f73020702011f02106a6f62732f6d330a6a6f62732f6d340a000c0202076a6f62732f6d330800076a6f62732f6d340902002000076a6f62732f6d310003076a6f62732f6d31020a03904eb89401000120303930313032303330343035303630373038303930613062306330643065306601403039303930393039303930393039303930393039303930393039303930393039303930393039303930393039303930393039303930393039303930393039303900050100066a6f62732f610004066a6f62732f6103010200096a6f62732f676f6e650003096a6f62732f676f6e6503030301096a6f62732f676f6e650005096a6f62732f676f6e650301030b00066a6f62732f720004066a6f62732f7203000c00066a6f62732f730004066a6f62732f73030009066a6f62732f610101010201010b31302e302e302e313a383000000002020201a39c0101017600000301000000000100066a6f62732f62010202020100000000000200066a6f62732f640000000004018652076a6f62732f6d3101020a944e200000000001012101b4ea01000001076a6f62732f6d32010a00076a6f62732f6d3200000001012101b4ea01000101076a6f62732f6d31000000076a6f62732f6d33010208944e1f00000000000800076a6f62732f6d3400010209944e1f0002000102000900066a6f62732f7200020105934e0b00010205934e0b00010001030b000000000500066a6f62732f7300020106934e0c0002000207934e0c000201010201030c000002020007000101096a6f62732f676f6e6503";
+
+#[test]
+fn an_image_of_format_3_with_a_waiting_multi_lock_loads_and_is_written_the_same() {
+    let table = table_with_multi_locks();
+    let bytes = postcard::to_allocvec(&table.image()).expect("an image encodes");
+    assert_eq!(hex(&bytes), IMAGE_WITH_MULTI_LOCKS);
+    let image: TableImage = postcard::from_bytes(&bytes).expect("the image decodes");
+    let restored = LockTable::from_image(image).expect("the image is of a valid table");
+    assert_eq!(restored, table);
+    let json: LockTable = serde_json::from_str(&serde_json::to_string(&table).unwrap()).unwrap();
+    assert_eq!(json, table);
+    json.validate().expect("the JSON is of a valid table");
+    // The restored copy acts the same: when session 2 releases "jobs/m1", session 1 gets both
+    // of its locks in one step, and a retry of its multi-lock answers both grants.
+    let mut copies = [table.clone(), restored];
+    for copy in &mut copies {
+        let release = Command::Release {
+            session: SessionId::new(2),
+            lock: "jobs/m1".into(),
+            request_id: RequestId::new(34),
+        };
+        let now_ms = TimeMs::from_millis(10_005);
+        copy.apply(Input {
+            now_ms,
+            command: release,
+        })
+        .result
+        .unwrap();
+        assert_eq!(copy.holder("jobs/m1").unwrap().session, SessionId::new(1));
+        let reader = copy.lock_status("jobs/m2").unwrap().sharers;
+        assert_eq!(reader[0].session, SessionId::new(1));
+    }
+    assert_eq!(copies[0], copies[1]);
 }

@@ -6,7 +6,7 @@
 //! ```text
 //! offset  size  field
 //!      0     8  magic "PLSDSNAP"
-//!      8     4  format version, u32 little-endian (2; 1 is still read)
+//!      8     4  format version, u32 little-endian (3; 1 and 2 are still read)
 //!     12     8  payload length in bytes, u64 little-endian
 //!     20     4  CRC-32 (IEEE) of the payload, u32 little-endian
 //!     24     n  payload: postcard of (meta, table image)
@@ -16,8 +16,9 @@
 //! id, the membership, retired node ids and the key ring; JSON because those types belong to
 //! openraft and to the key ring and skip empty fields, which a positional encoding must not.
 //! The table is [`LockTable::image`], in postcard (positional, see `palisade_core`'s image
-//! module). Format 2 added shared holders and semaphores to each lock; a format-1 file (every
-//! grant exclusive) is read into the same table. A file whose length or checksum does not match its header is refused: a torn write
+//! module). Format 2 added shared holders and semaphores to each lock, format 3 the multi-lock a
+//! waiter may be a part of; a format-1 file (every grant exclusive) or a format-2 file (every
+//! waiter alone) is read into the same table. A file whose length or checksum does not match its header is refused: a torn write
 //! or a flipped bit is never loaded as a smaller table.
 //!
 //! **Upgrade.** A data directory of an older version holds `snapshot.json` (the JSON of the
@@ -28,7 +29,7 @@ use std::collections::BTreeSet;
 use std::io;
 
 use openraft::type_config::alias::{LogIdOf, StoredMembershipOf};
-use palisade_core::{LockTable, TableImage, TableImageV1};
+use palisade_core::{LockTable, TableImage, TableImageV1, TableImageV2};
 use serde::{Deserialize, Serialize};
 
 use crate::applied::Applied;
@@ -42,9 +43,11 @@ pub const SNAPSHOT_FILE: &str = "snapshot.bin";
 pub const LEGACY_SNAPSHOT_FILE: &str = "snapshot.json";
 
 const MAGIC: [u8; 8] = *b"PLSDSNAP";
-const FORMAT_VERSION: u32 = 2;
+const FORMAT_VERSION: u32 = 3;
 /// The format before shared holders and semaphores, still read.
 const FORMAT_VERSION_1: u32 = 1;
+/// The format before multi-locks, still read.
+const FORMAT_VERSION_2: u32 = 2;
 const HEADER_BYTES: usize = 24;
 
 /// Everything but the table, in JSON.
@@ -135,12 +138,19 @@ pub(crate) fn decode_meta(
 fn payload(bytes: &[u8]) -> Result<(Vec<u8>, TableImage), String> {
     let payload = checked_payload(bytes)?;
     let unreadable = |e: postcard::Error| format!("it is not a lock-table snapshot ({e})");
-    if format_version(bytes) == FORMAT_VERSION_1 {
-        let (meta, v1): (Vec<u8>, TableImageV1) =
-            postcard::from_bytes(payload).map_err(unreadable)?;
-        return Ok((meta, v1.into()));
+    match format_version(bytes) {
+        FORMAT_VERSION_1 => {
+            let (meta, v1): (Vec<u8>, TableImageV1) =
+                postcard::from_bytes(payload).map_err(unreadable)?;
+            Ok((meta, v1.into()))
+        }
+        FORMAT_VERSION_2 => {
+            let (meta, v2): (Vec<u8>, TableImageV2) =
+                postcard::from_bytes(payload).map_err(unreadable)?;
+            Ok((meta, v2.into()))
+        }
+        _ => postcard::from_bytes(payload).map_err(unreadable),
     }
-    postcard::from_bytes(payload).map_err(unreadable)
 }
 
 fn format_version(bytes: &[u8]) -> u32 {
@@ -156,10 +166,10 @@ fn checked_payload(bytes: &[u8]) -> Result<&[u8], String> {
         ));
     }
     let version = format_version(bytes);
-    if version != FORMAT_VERSION && version != FORMAT_VERSION_1 {
+    if ![FORMAT_VERSION_1, FORMAT_VERSION_2, FORMAT_VERSION].contains(&version) {
         return Err(format!(
             "it is in snapshot format {version}, and this version reads formats \
-             {FORMAT_VERSION_1} and {FORMAT_VERSION} (and the JSON of older versions); run a \
+             {FORMAT_VERSION_1} to {FORMAT_VERSION} (and the JSON of older versions); run a \
              version that reads it"
         ));
     }
@@ -224,8 +234,8 @@ mod tests {
         assert!(decode_err(&bytes[..10]).contains("it is torn"));
         // A format this version does not know.
         let mut future = bytes.clone();
-        future[8] = 3;
-        assert!(decode_err(&future).contains("snapshot format 3"));
+        future[8] = 4;
+        assert!(decode_err(&future).contains("snapshot format 4"));
         // Every refusal names the file and says what to do.
         assert!(torn.starts_with("snapshot.bin is refused") && torn.contains("restore"));
     }

@@ -22,13 +22,19 @@ use std::sync::Arc;
 use imbl::{OrdMap, OrdSet};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::{InvalidTable, Lock, LockTable, Remembered, Session, SharedName, Waiter};
+use super::{GroupLink, InvalidTable, Lock, LockTable, Remembered, Session, SharedName, Waiter};
 use crate::limits::Limits;
 use crate::types::*;
 use crate::{Access, Mode};
 
-/// The image of a table as it is decoded: everything owned.
+/// The image of a table as it is decoded: everything owned. Format 3, whose waiters may be parts
+/// of multi-locks.
 pub type TableImage = Image<Vec<SessionImage<'static>>, Vec<LockImage<'static>>, Vec<Forgotten>>;
+
+/// The image of format 2, with shared holders and semaphores but before multi-locks: it
+/// converts into a [`TableImage`] whose every waiter waits alone.
+pub type TableImageV2 =
+    Image<Vec<SessionImage<'static>>, Vec<LockImageV2<'static>>, Vec<Forgotten>>;
 
 /// The image of format 1, before shared holders and semaphores: what snapshots of earlier
 /// versions hold. It converts into a [`TableImage`] whose every grant is exclusive.
@@ -89,6 +95,62 @@ struct WaiterImage<'a> {
     deadline_ms: Option<TimeMs>,
     value: Option<Cow<'a, GrantValue>>,
     mode: Mode,
+    /// The next lock of its multi-lock's ring, and whether it is the first part.
+    group: Option<(Cow<'a, str>, bool)>,
+}
+
+/// A lock of format 2: waiters that wait alone.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct LockImageV2<'a> {
+    name: Cow<'a, str>,
+    holder: Option<GrantImage<'a>>,
+    sharers: Vec<GrantImage<'a>>,
+    permits: Option<u32>,
+    waiters: Vec<WaiterImageV2<'a>>,
+    last_token: Token,
+    available_at_ms: Option<TimeMs>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct WaiterImageV2<'a> {
+    session: SessionId,
+    request_id: RequestId,
+    deadline_ms: Option<TimeMs>,
+    value: Option<Cow<'a, GrantValue>>,
+    mode: Mode,
+}
+
+impl From<TableImageV2> for TableImage {
+    fn from(v2: TableImageV2) -> TableImage {
+        let locks = v2.locks.into_iter().map(|l| LockImage {
+            name: l.name,
+            holder: l.holder,
+            sharers: l.sharers,
+            permits: l.permits,
+            waiters: (l.waiters.into_iter())
+                .map(|w| WaiterImage {
+                    session: w.session,
+                    request_id: w.request_id,
+                    deadline_ms: w.deadline_ms,
+                    value: w.value,
+                    mode: w.mode,
+                    group: None,
+                })
+                .collect(),
+            last_token: l.last_token,
+            available_at_ms: l.available_at_ms,
+        });
+        Image {
+            limits: v2.limits,
+            now_ms: v2.now_ms,
+            last_token: v2.last_token,
+            last_session: v2.last_session,
+            last_forgotten: v2.last_forgotten,
+            sessions: v2.sessions,
+            locks: locks.collect(),
+            forgotten: v2.forgotten,
+        }
+    }
 }
 
 /// A lock of format 1: one exclusive holder, exclusive waiters.
@@ -140,6 +202,7 @@ impl From<TableImageV1> for TableImage {
                     deadline_ms: w.deadline_ms,
                     value: w.value,
                     mode: Mode::Exclusive,
+                    group: None,
                 })
                 .collect(),
             last_token: l.last_token,
@@ -221,6 +284,7 @@ fn waiter_image(waiter: &Waiter) -> WaiterImage<'_> {
         deadline_ms: waiter.deadline_ms,
         value: waiter.value.as_ref().map(Cow::Borrowed),
         mode: waiter.mode,
+        group: (waiter.group.as_ref()).map(|link| (Cow::Borrowed(link.next.as_ref()), link.first)),
     }
 }
 
@@ -377,6 +441,10 @@ impl LockTable {
                     deadline_ms: w.deadline_ms,
                     value: w.value.map(Cow::into_owned),
                     mode: w.mode,
+                    group: w.group.map(|(next, first)| GroupLink {
+                        next: SharedName::from(next),
+                        first,
+                    }),
                 });
             }
             if let Some(at) = l.available_at_ms {
@@ -417,6 +485,7 @@ impl LockTable {
         }
         table.sessions = sessions;
         table.locks = locks;
+        table.check_groups().map_err(inconsistent)?;
         Ok(table)
     }
 }
