@@ -354,8 +354,7 @@ fn a_multi_acquire_granted_every_lock_at_one_point_is_clean() {
         acquire_part(
             &mut h,
             2,
-            1,
-            2,
+            (1, 2),
             lock,
             Mode::Exclusive,
             (0, 10),
@@ -376,7 +375,7 @@ fn a_multi_acquire_granted_every_lock_at_one_point_is_clean() {
         ("doc", Mode::Shared, granted_as(4, 4, Shared)),
         ("pool", Mode::Permit(2), granted_as(4, 9, Slot(0))),
     ] {
-        acquire_part(&mut h, 4, 1, 3, lock, mode, (11, 12), outcome);
+        acquire_part(&mut h, 4, (1, 3), lock, mode, (11, 12), outcome);
     }
     // Another lock's grant between its tokens is no split (one step may grant several
     // waiters); a multi-acquire that failed as a whole is none.
@@ -385,8 +384,7 @@ fn a_multi_acquire_granted_every_lock_at_one_point_is_clean() {
         acquire_part(
             &mut h,
             5,
-            2,
-            2,
+            (2, 2),
             lock,
             Mode::Exclusive,
             (13, 14),
@@ -399,12 +397,19 @@ fn a_multi_acquire_granted_every_lock_at_one_point_is_clean() {
 #[test]
 fn a_multi_acquire_granted_some_of_its_locks_is_caught() {
     let mut h = history();
-    let part = acquire_part(&mut h, 1, 7, 2, "a", Mode::Exclusive, (0, 5), granted(1, 3));
+    let part = acquire_part(
+        &mut h,
+        1,
+        (7, 2),
+        "a",
+        Mode::Exclusive,
+        (0, 5),
+        granted(1, 3),
+    );
     acquire_part(
         &mut h,
         1,
-        7,
-        2,
+        (7, 2),
         "b",
         Mode::Exclusive,
         (0, 5),
@@ -426,8 +431,7 @@ fn a_multi_acquire_whose_lock_went_to_another_between_its_grants_is_caught() {
     acquire_part(
         &mut h,
         1,
-        1,
-        2,
+        (1, 2),
         "a",
         Mode::Exclusive,
         (0, 20),
@@ -437,8 +441,7 @@ fn a_multi_acquire_whose_lock_went_to_another_between_its_grants_is_caught() {
     let part = acquire_part(
         &mut h,
         1,
-        1,
-        2,
+        (1, 2),
         "b",
         Mode::Exclusive,
         (0, 20),

@@ -54,12 +54,11 @@ pub fn acquire_as(
     push(h, client, action, span, outcome)
 }
 
-/// One lock of multi-acquire `request` of `parts` locks.
+/// One lock of a multi-acquire: `(request, parts)`, its request and how many locks it named.
 pub fn acquire_part(
     h: &mut History,
     client: u64,
-    request: u64,
-    parts: u32,
+    (request, parts): (u64, u32),
     lock: &str,
     mode: palisade_core::Mode,
     span: (u64, u64),
