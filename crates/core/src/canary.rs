@@ -60,11 +60,19 @@ pub enum Canary {
     /// A multi-lock whose first lock is free but another is not takes the first lock alone and
     /// answers as if granted everything: a partial hold, the lock-order deadlock's first half.
     MultiLockPartialGrant,
+    /// The fence checks a reader's token but not its access: a shared grant's write is
+    /// accepted, beside the phase's other readers.
+    FenceAcceptsSharedWrite,
+    /// The fence lets an exclusive grant below the accepted maximum through while that maximum
+    /// is a shared phase's, as a fence that compared writers with writers only would: a writer
+    /// paused while a later phase read writes after it.
+    FenceLetsWriterPastPhase,
 }
 
 impl Canary {
-    /// Every canary.
-    pub const ALL: [Canary; 9] = [
+    /// Every canary the simulation's corpus must catch (the last three with its clients taking
+    /// the read-write lock and the semaphore, `palisade-sim --modes`).
+    pub const ALL: [Canary; 12] = [
         Canary::SkipLeaderStart,
         Canary::FenceRefusesEqualToken,
         Canary::AckBeforeFsync,
@@ -74,11 +82,16 @@ impl Canary {
         Canary::DropRequestDedup,
         Canary::LeaderNeverStepsDown,
         Canary::AbsoluteFloors,
+        Canary::SemaphoreAdmitsWhenFull,
+        Canary::FenceAcceptsSharedWrite,
+        Canary::FenceLetsWriterPastPhase,
     ];
 
     /// The canaries of the lock table's modes (issue 32), which the table's reference model
-    /// catches (`crates/core/tests/model.rs`); the simulation's clients do not take these modes
-    /// yet, so they are not in [`Canary::ALL`], which the simulation's corpus must catch.
+    /// catches (`crates/core/tests/model.rs`), and for which the table skips its own
+    /// consistency check. The first is in [`Canary::ALL`] too; the second breaks fairness,
+    /// which no check of a history sees; the third (a partial multi-grant) waits for the
+    /// simulation's clients to take multi-locks.
     pub const MODES: [Canary; 3] = [
         Canary::SemaphoreAdmitsWhenFull,
         Canary::ReaderJoinsPastWaitingWriter,
@@ -100,6 +113,8 @@ impl Canary {
             Canary::SemaphoreAdmitsWhenFull => "semaphore-admits-when-full",
             Canary::ReaderJoinsPastWaitingWriter => "reader-joins-past-waiting-writer",
             Canary::MultiLockPartialGrant => "multi-lock-partial-grant",
+            Canary::FenceAcceptsSharedWrite => "fence-accepts-shared-write",
+            Canary::FenceLetsWriterPastPhase => "fence-lets-writer-past-phase",
         }
     }
 

@@ -10,7 +10,7 @@ use std::fmt;
 
 use palisade_core::{Access as Held, Mode, SessionId, Token};
 
-use crate::history::{Access, Action, Grant, History, Op, OpId, Outcome, Reply};
+use crate::history::{Access, Action, ClientId, Grant, History, Op, OpId, Outcome, Reply};
 
 /// At most this many violations of one check are reported; the rest are counted.
 pub const VIOLATIONS_PER_CHECK_MAX: usize = 20;
@@ -40,6 +40,8 @@ pub enum Check {
     /// 9: a fenced resource accepts no write from a reader, nor from a writer after an access
     /// of a later shared phase.
     WritesNeedExclusive,
+    /// 10: a multi-acquire is granted all its locks at one point, or none of them.
+    MultiAllOrNone,
 }
 
 /// One operation of a violation, as recorded.
@@ -105,6 +107,17 @@ pub enum Violation {
     /// Check 9: the resource accepted a writer's write after it had accepted an access of a
     /// later shared phase (a larger token): the writer's phase was superseded.
     WriteAfterLaterPhase { phase: OpRef, write: OpRef },
+    /// Check 10: a multi-acquire of `parts` locks was answered with `granted` of them (`part`
+    /// one of those): a partial hold.
+    MultiGrantPartial {
+        part: OpRef,
+        granted: u32,
+        parts: u32,
+    },
+    /// Check 10: `other`, a grant of a lock that the multi-acquire of `part` took exclusive,
+    /// has a token between two of that multi-acquire's tokens: its locks were not all granted
+    /// at one point (the lock went to someone else between two of its grants).
+    MultiGrantSplit { part: OpRef, other: OpRef },
 }
 
 impl Violation {
@@ -126,6 +139,9 @@ impl Violation {
             Violation::SlotOutOfRange { .. } => Check::PermitsWithinSize,
             Violation::WriteFromReader { .. } | Violation::WriteAfterLaterPhase { .. } => {
                 Check::WritesNeedExclusive
+            }
+            Violation::MultiGrantPartial { .. } | Violation::MultiGrantSplit { .. } => {
+                Check::MultiAllOrNone
             }
         }
     }
@@ -208,6 +224,19 @@ impl fmt::Display for Violation {
                 f,
                 "the resource accepted a writer's write after an access of a later shared \
                  phase:\n  phase {phase}\n  write {write}"
+            ),
+            Violation::MultiGrantPartial {
+                part,
+                granted,
+                parts,
+            } => write!(
+                f,
+                "a multi-acquire of {parts} locks was granted {granted} of them:\n  {part}"
+            ),
+            Violation::MultiGrantSplit { part, other } => write!(
+                f,
+                "a multi-acquire's locks were not granted at one point: another grant of one of \
+                 them has a token between two of its tokens:\n  part  {part}\n  other {other}"
             ),
         }
     }
@@ -293,6 +322,8 @@ struct Granted<'h> {
     held: Held,
     /// The semaphore's size its acquire named, for a permit.
     permits: Option<u32>,
+    /// For a part of a multi-acquire: its client, request and how many locks it named.
+    multi: Option<(ClientId, u64, u32)>,
 }
 
 impl Granted<'_> {
@@ -326,9 +357,16 @@ pub fn check(history: &History) -> Report {
         .iter()
         .enumerate()
         .filter_map(|(i, op)| {
-            let (lock, mode) = match &op.action {
-                Action::Acquire { lock, .. } => (lock, Mode::Exclusive),
-                Action::AcquireAs { lock, mode, .. } => (lock, *mode),
+            let (lock, mode, multi) = match &op.action {
+                Action::Acquire { lock, .. } => (lock, Mode::Exclusive, None),
+                Action::AcquireAs { lock, mode, .. } => (lock, *mode, None),
+                Action::AcquirePart {
+                    lock,
+                    mode,
+                    request,
+                    parts,
+                    ..
+                } => (lock, *mode, Some((op.client, *request, *parts))),
                 _ => return None,
             };
             let (grant, held) = op.granted_as()?;
@@ -339,6 +377,7 @@ pub fn check(history: &History) -> Report {
                 grant,
                 held,
                 permits: mode.permits(),
+                multi,
             })
         })
         .collect();
@@ -347,6 +386,7 @@ pub fn check(history: &History) -> Report {
     lease_belief(history, &grants, &mut found);
     reads_reflect_acknowledged(history, &grants, &mut found);
     permits_within_size(&grants, &mut found);
+    multi_all_or_none(history, &grants, &mut found);
     let held: HashMap<Grant, Held> = grants.iter().map(|g| (g.grant, g.held)).collect();
     for accesses in resource_scopes(history).values() {
         fence_order(accesses, &held, &mut found);
@@ -390,11 +430,13 @@ fn tokens_grow(grants: &[Granted<'_>], found: &mut Found<'_>) {
                 later: found.op(later.id),
             });
         }
+        // A reader may join a phase opened before: its token was drawn then.
         let other_lock = largest
             .values()
             .filter(|e| e.lock != later.lock)
             .max_by_key(|e| e.grant.token);
         if let Some(earlier) = other_lock
+            && later.held != Held::Shared
             && earlier.grant.token >= later.grant.token
         {
             found.report(Violation::TokenNotAboveEarlierLock {
@@ -689,6 +731,76 @@ fn permits_within_size(grants: &[Granted<'_>], found: &mut Found<'_>) {
         {
             found.report(Violation::SlotOutOfRange {
                 grant: found.op(g.id),
+            });
+        }
+    }
+}
+
+/// Check 10. A multi-acquire's parts (one [`Action::AcquirePart`] per lock, grouped by client
+/// and request) are granted all or none: a reply granting some parts and not others is a
+/// partial hold. And all at one point: each part that draws a token (held exclusive or in a
+/// slot; a reader may join a phase opened before) draws it in the same step, so no other grant
+/// of a lock the multi-acquire took exclusive has a token between the smallest and the largest
+/// of those tokens (it would have taken the lock while the multi-acquire held some of its
+/// locks and waited for the rest).
+fn multi_all_or_none(history: &History, grants: &[Granted<'_>], found: &mut Found<'_>) {
+    let mut groups: BTreeMap<(ClientId, u64), (u32, Vec<OpId>)> = BTreeMap::new();
+    for (i, op) in history.ops().iter().enumerate() {
+        if let Action::AcquirePart { request, parts, .. } = &op.action {
+            let group = groups
+                .entry((op.client, *request))
+                .or_insert((*parts, Vec::new()));
+            group.0 = group.0.max(*parts);
+            group.1.push(OpId(i));
+        }
+    }
+    for ((client, request), (parts, ops)) in &groups {
+        let granted: Vec<&Granted<'_>> = grants
+            .iter()
+            .filter(|g| {
+                g.multi
+                    .is_some_and(|(c, r, _)| (c, r) == (*client, *request))
+            })
+            .collect();
+        let Some(first) = granted.first() else {
+            continue;
+        };
+        let answered = u32::try_from(granted.len()).unwrap_or(u32::MAX);
+        if answered < *parts || ops.len() > granted.len() {
+            found.report(Violation::MultiGrantPartial {
+                part: found.op(first.id),
+                granted: answered.min(*parts),
+                parts: *parts,
+            });
+            continue;
+        }
+        let drawn = granted.iter().filter(|g| g.held != Held::Shared);
+        let (Some(low), Some(high)) = (
+            drawn.clone().map(|g| g.grant.token).min(),
+            drawn.map(|g| g.grant.token).max(),
+        ) else {
+            continue;
+        };
+        let split = granted
+            .iter()
+            .filter(|part| part.held == Held::Exclusive)
+            .find_map(|part| {
+                grants
+                    .iter()
+                    .find(|other| {
+                        other.lock == part.lock
+                            && other.grant.token > low
+                            && other.grant.token < high
+                            && other
+                                .multi
+                                .is_none_or(|(c, r, _)| (c, r) != (*client, *request))
+                    })
+                    .map(|other| (part, other))
+            });
+        if let Some((part, other)) = split {
+            found.report(Violation::MultiGrantSplit {
+                part: found.op(part.id),
+                other: found.op(other.id),
             });
         }
     }

@@ -37,6 +37,17 @@ pub enum Action {
         ttl_ns: u64,
         mode: Mode,
     },
+    /// One lock of a multi-acquire (issue 32: `AcquireAll`, every lock granted in one step or
+    /// none), answered as [`Action::AcquireAs`] is. A multi-acquire of `parts` locks is recorded
+    /// as one `AcquirePart` per lock, all with its invocation and completion, and the same
+    /// `request` (unique per client): a part the reply did not grant is [`Outcome::Failed`].
+    AcquirePart {
+        lock: String,
+        ttl_ns: u64,
+        mode: Mode,
+        request: u64,
+        parts: u32,
+    },
     /// Release the grant of `lock` with `token` held by `session`; answered by
     /// [`Reply::Released`].
     Release {
@@ -347,7 +358,7 @@ fn validate(
             Action::Acquire { .. } => matches!(reply, Reply::Granted(_)),
             // The kind of access the mode asks for; a slot out of the semaphore's size is a
             // violation for the checks to report, not a bad record.
-            Action::AcquireAs { mode, .. } => matches!(
+            Action::AcquireAs { mode, .. } | Action::AcquirePart { mode, .. } => matches!(
                 (mode, reply),
                 (Mode::Exclusive, Reply::Granted(_))
                     | (
@@ -383,19 +394,34 @@ fn validate(
     Ok(())
 }
 
+fn mode_name(mode: Mode) -> String {
+    match mode {
+        Mode::Exclusive => "exclusive".to_owned(),
+        Mode::Shared => "shared".to_owned(),
+        Mode::Permit(n) => format!("permit of {n}"),
+    }
+}
+
 impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "client {} ", self.client.0)?;
         match &self.action {
             Action::Acquire { lock, ttl_ns } => write!(f, "acquire({lock}, ttl {ttl_ns} ns)")?,
             Action::AcquireAs { lock, ttl_ns, mode } => {
-                let mode = match mode {
-                    Mode::Exclusive => "exclusive".to_owned(),
-                    Mode::Shared => "shared".to_owned(),
-                    Mode::Permit(n) => format!("permit of {n}"),
-                };
-                write!(f, "acquire({lock} {mode}, ttl {ttl_ns} ns)")?
+                write!(f, "acquire({lock} {}, ttl {ttl_ns} ns)", mode_name(*mode))?
             }
+            Action::AcquirePart {
+                lock,
+                ttl_ns,
+                mode,
+                request,
+                parts,
+            } => write!(
+                f,
+                "acquire part of multi-acquire {request} of {parts} locks({lock} {}, ttl {ttl_ns} \
+                 ns)",
+                mode_name(*mode)
+            )?,
             Action::Release {
                 lock,
                 session,

@@ -13,6 +13,9 @@
 //!   of `N`, answered by `Granted` (exclusive) or `GrantedAs { grant, held }` (shared, or a
 //!   slot). The readers of one phase share its token; permits in different slots hold at once;
 //!   checks 1, 2, 4 and 5 allow exactly that;
+//! - `AcquirePart { lock, ttl_ns, mode, request, parts }`: one lock of a multi-acquire of
+//!   `parts` locks (`AcquireAll`), one record per lock with the same `request`, each answered
+//!   as `AcquireAs` is (a lock the reply did not grant is `Failed`);
 //! - `Release { lock, session, token }`;
 //! - `Renew { session, ttl_ns }`: a lease renewal (or the session's opening) sent at its
 //!   invocation time. Once acknowledged, the client believes its session, and every lock it
@@ -25,7 +28,7 @@
 //!   read); answered `Accepted { value, position }` (the value read, and the place in the
 //!   resource's apply order if the resource reports it) or `Stale`.
 //!
-//! [`check()`] (or [`History::check`]) runs nine checks and returns a [`Report`] whose
+//! [`check()`] (or [`History::check`]) runs ten checks and returns a [`Report`] whose
 //! [`Violation`]s name the operations, with their times, that prove each one:
 //!
 //! 1. [`Check::TokensGrowPerLock`]: per lock, a grant that follows another has a larger token.
@@ -55,6 +58,10 @@
 //!    check 4 per slot, at most `N` holders of a semaphore are live.
 //! 9. [`Check::WritesNeedExclusive`]: a fenced resource accepts no write presenting a reader's
 //!    grant, and no writer's write after it accepted an access of a later shared phase.
+//!    A writer's write after a later writer's access is check 5's ([`Violation::FenceWentBack`]).
+//! 10. [`Check::MultiAllOrNone`]: a multi-acquire is granted every lock it named or none, and
+//!     at one point: no other grant of a lock it took exclusive has a token between two of the
+//!     tokens its parts drew.
 //!
 //! An operator's recovery that rewinds the service's state (a restore, a lost or rolled-back
 //! log whose counters were recovered) is recorded with [`History::recovered`]: checks 4 and 7

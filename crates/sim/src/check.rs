@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use palisade_core::{SessionId, Token};
+use palisade_core::{Access as Held, Mode, SessionId, Token};
 use palisade_history::{Access, Action, ClientId, Grant, History, Op, Outcome, Reply};
 
 use crate::record::{self, Event, What};
@@ -16,11 +16,12 @@ const RESOURCE: &str = "counter";
 /// The record of a run as a history: acquires, releases and linearizable reads of the lock as
 /// invoked and completed, each belief of a client in its lease as an acknowledged renewal
 /// (already in simulated time, with the client's margins taken off, so the drift bound is 0),
-/// the resource's decisions as fenced reads and writes in its apply order, and a final
-/// unfenced read of `counter`. Each session opening is a client of its own
+/// the resource's decisions as fenced reads and writes in its apply order (a reader's write,
+/// refused whatever its token, as failed), and a final unfenced read of each counter of
+/// `finals` (by scope). Each session opening is a client of its own
 /// ([`session_client`]), so that a session id the cluster issued twice shows as two clients,
 /// and the operator's recoveries are marked ([`History::recovered`]).
-pub fn history(events: &[Event], counter: u64) -> History {
+pub fn history(events: &[Event], finals: &BTreeMap<String, u64>) -> History {
     let mut history = History::new(0).expect("0 is a valid drift bound");
     let mut ids = BTreeMap::new();
     let mut openings = Openings::default();
@@ -38,10 +39,19 @@ pub fn history(events: &[Event], counter: u64) -> History {
                 client,
                 session,
                 lock,
+                mode,
             } => {
-                let action = Action::Acquire {
-                    lock: lock.clone(),
-                    ttl_ns: ns(crate::workload::TTL),
+                let ttl_ns = ns(crate::workload::TTL);
+                let action = match mode {
+                    Mode::Exclusive => Action::Acquire {
+                        lock: lock.clone(),
+                        ttl_ns,
+                    },
+                    mode => Action::AcquireAs {
+                        lock: lock.clone(),
+                        ttl_ns,
+                        mode: *mode,
+                    },
                 };
                 let by = openings.client(*client, *session);
                 ids.insert(index, history.invoke(by, at, action));
@@ -77,10 +87,16 @@ pub fn history(events: &[Event], counter: u64) -> History {
                 };
                 let outcome = match outcome {
                     record::Outcome::Released => Outcome::Ok(Reply::Released),
-                    record::Outcome::Granted { token } => Outcome::Ok(Reply::Granted(Grant {
-                        session: SessionId::new(session),
-                        token: Token::new(*token),
-                    })),
+                    record::Outcome::Granted { token, held } => {
+                        let grant = Grant {
+                            session: SessionId::new(session),
+                            token: Token::new(*token),
+                        };
+                        Outcome::Ok(match held {
+                            Held::Exclusive => Reply::Granted(grant),
+                            held => Reply::GrantedAs { grant, held: *held },
+                        })
+                    }
                     record::Outcome::Status { holder, last_token } => Outcome::Ok(Reply::Status {
                         holder: holder.map(|(session, token)| Grant {
                             session: SessionId::new(session),
@@ -117,10 +133,11 @@ pub fn history(events: &[Event], counter: u64) -> History {
             What::Resource {
                 client,
                 session,
+                scope,
                 token,
                 read,
                 wrote,
-                accepted,
+                verdict,
             } => {
                 let access = match wrote {
                     Some(value) => Access::Write {
@@ -128,17 +145,17 @@ pub fn history(events: &[Event], counter: u64) -> History {
                     },
                     None => Access::Read,
                 };
-                let reply = if *accepted {
-                    Reply::Accepted {
+                let outcome = match verdict {
+                    record::Verdict::Accepted => Outcome::Ok(Reply::Accepted {
                         value: if wrote.is_none() {
                             read.map(|v| v as i64)
                         } else {
                             None
                         },
                         position: Some(position),
-                    }
-                } else {
-                    Reply::Stale
+                    }),
+                    record::Verdict::Refused => Outcome::Ok(Reply::Stale),
+                    record::Verdict::SharedWrite => Outcome::Failed,
                 };
                 position += 1;
                 push(
@@ -147,7 +164,7 @@ pub fn history(events: &[Event], counter: u64) -> History {
                         client: openings.client(*client, *session),
                         action: Action::Resource {
                             resource: RESOURCE.to_string(),
-                            scope: crate::LOCK.to_string(),
+                            scope: scope.clone(),
                             grant: Some(Grant {
                                 session: SessionId::new(*session),
                                 token: Token::new(*token),
@@ -156,7 +173,7 @@ pub fn history(events: &[Event], counter: u64) -> History {
                         },
                         invoke_ns: at,
                         complete_ns: Some(at),
-                        outcome: Outcome::Ok(reply),
+                        outcome,
                     },
                 );
             }
@@ -166,30 +183,32 @@ pub fn history(events: &[Event], counter: u64) -> History {
         }
     }
     let end = events.last().map_or(0, |e| ns(e.at)) + 1;
-    push(
-        &mut history,
-        Op {
-            client: ClientId(0),
-            action: Action::Resource {
-                resource: RESOURCE.to_string(),
-                scope: crate::LOCK.to_string(),
-                grant: None,
-                access: Access::Read,
+    for (scope, value) in finals {
+        push(
+            &mut history,
+            Op {
+                client: ClientId(0),
+                action: Action::Resource {
+                    resource: RESOURCE.to_string(),
+                    scope: scope.clone(),
+                    grant: None,
+                    access: Access::Read,
+                },
+                invoke_ns: end,
+                complete_ns: Some(end),
+                outcome: Outcome::Ok(Reply::Accepted {
+                    value: Some(*value as i64),
+                    position: Some(position),
+                }),
             },
-            invoke_ns: end,
-            complete_ns: Some(end),
-            outcome: Outcome::Ok(Reply::Accepted {
-                value: Some(counter as i64),
-                position: Some(position),
-            }),
-        },
-    );
+        );
+    }
     history
 }
 
 /// Every violation the history checker finds in the record, one per entry, and every grant
 /// whose sequencer a resource trusting the cluster's published keys could not verify.
-pub fn check(events: &[Event], counter: u64) -> Vec<String> {
+pub fn check(events: &[Event], finals: &BTreeMap<String, u64>) -> Vec<String> {
     let unverifiable = events.iter().filter_map(|e| match &e.what {
         What::Unverifiable { client, token, why } => Some(format!(
             "c{client} was granted token {token} with a sequencer the cluster's published keys \
@@ -197,7 +216,7 @@ pub fn check(events: &[Event], counter: u64) -> Vec<String> {
         )),
         _ => None,
     });
-    history(events, counter)
+    history(events, finals)
         .check()
         .violations
         .iter()
@@ -297,7 +316,7 @@ pub fn waiters_learn_during_leader_cuts(
     for event in events {
         if let What::AcquireCompleted {
             op,
-            outcome: record::Outcome::Granted { token },
+            outcome: record::Outcome::Granted { token, .. },
         } = &event.what
             && let What::AcquireInvoked { session, .. } = &events[*op].what
         {

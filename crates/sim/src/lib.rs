@@ -44,6 +44,18 @@ pub const SPARE_NODES: usize = 4;
 /// The lock every client takes.
 pub const LOCK: &str = "sim/counter";
 
+/// With [`Options::modes`]: the read-write lock, taken shared (readers) or exclusive (writers),
+/// guarding a counter of its own.
+pub const RW_LOCK: &str = "sim/rw";
+
+/// With [`Options::modes`]: the semaphore, of [`POOL_PERMITS`] permits, each slot guarding a
+/// counter of its own (the slot's scope at the resource).
+pub const POOL_LOCK: &str = "sim/pool";
+
+/// The size of [`POOL_LOCK`]: one less than the clients, so that a permit is sometimes waited
+/// for.
+pub const POOL_PERMITS: u32 = 2;
+
 /// How a run is shaped.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -62,6 +74,9 @@ pub struct Options {
     /// Whether the operator also carries out recoveries ([`operator`]): the token floor
     /// raised, backups, a disaster and a restore, a log lost or rolled back.
     pub recoveries: bool,
+    /// Whether the clients also take the read-write lock ([`RW_LOCK`]: readers claim, and try
+    /// a write the fence must refuse) and the semaphore ([`POOL_LOCK`]), beside the mutex.
+    pub modes: bool,
 }
 
 impl Default for Options {
@@ -74,6 +89,7 @@ impl Default for Options {
             faults: true,
             canary: None,
             recoveries: false,
+            modes: false,
         }
     }
 }
@@ -91,7 +107,7 @@ pub struct Report {
     /// Client operations completed (acquires, releases, reads of the lock, resource
     /// operations).
     pub operations: usize,
-    /// The counter's final value: one per accepted read-modify-write.
+    /// The mutex's counter's final value: one per accepted read-modify-write.
     pub counter: u64,
     /// Simulated time the run took.
     pub simulated: Duration,
@@ -107,9 +123,12 @@ impl Report {
 pub(crate) struct World {
     pub(crate) events: Vec<Event>,
     pub(crate) resource: palisade_fence::MemoryResource<u64>,
+    /// The counter of [`RW_LOCK`], and one per slot of [`POOL_LOCK`].
+    pub(crate) rw: palisade_fence::MemoryResource<u64>,
+    pub(crate) pool: Vec<palisade_fence::MemoryResource<u64>>,
     pub(crate) keys: Option<palisade_sequencer::KeySet>,
     pub(crate) client_clocks: BTreeMap<usize, DriftingClock>,
-    /// Per client: the simulated time of its last accepted write.
+    /// Per client: the simulated time of its last accepted write (or a reader's claim).
     pub(crate) last_write: BTreeMap<usize, Duration>,
     /// Per node: the operator's orders it has not looked at yet.
     pub(crate) orders: BTreeMap<u64, Vec<operator::Order>>,
@@ -181,6 +200,8 @@ pub fn run(seed: u64, options: &Options) -> Report {
     let world: Shared = Rc::new(RefCell::new(World {
         events: Vec::new(),
         resource: palisade_fence::MemoryResource::bound_to(LOCK, 0),
+        rw: palisade_fence::MemoryResource::bound_to(RW_LOCK, 0),
+        pool: pool_resources(),
         keys: None,
         client_clocks: BTreeMap::new(),
         last_write: BTreeMap::new(),
@@ -226,6 +247,7 @@ pub fn run(seed: u64, options: &Options) -> Report {
             drift_ppm,
             stop_at: end,
             seed: rng.random(),
+            modes: options.modes,
         };
         sim.client(format!("c{client}"), workload::run(plan, world.clone()));
     }
@@ -264,6 +286,7 @@ pub fn run(seed: u64, options: &Options) -> Report {
     palisade_clock::wall::simulate_thread(None);
     canary::set(None);
     let counter = world.borrow().resource.read(|v| *v).unwrap_or_default();
+    let finals = finals(&world.borrow());
     let world = match Rc::try_unwrap(world) {
         Ok(world) => world.into_inner(),
         // Only after a panic: some host's task still holds the world.
@@ -272,6 +295,8 @@ pub fn run(seed: u64, options: &Options) -> Report {
             World {
                 events: world.events.clone(),
                 resource: palisade_fence::MemoryResource::bound_to(LOCK, 0),
+                rw: palisade_fence::MemoryResource::bound_to(RW_LOCK, 0),
+                pool: pool_resources(),
                 keys: None,
                 client_clocks: BTreeMap::new(),
                 last_write: world.last_write.clone(),
@@ -284,7 +309,7 @@ pub fn run(seed: u64, options: &Options) -> Report {
             }
         }
     };
-    let mut violations = check::check(&world.events, counter);
+    let mut violations = check::check(&world.events, &finals);
     violations.extend(check::sequencers(&world.events));
     violations.extend(check::liveness(
         &world.last_write,
@@ -319,6 +344,34 @@ pub fn run(seed: u64, options: &Options) -> Report {
         counter,
         simulated,
     }
+}
+
+/// One counter per slot of [`POOL_LOCK`], each bound to its slot.
+fn pool_resources() -> Vec<palisade_fence::MemoryResource<u64>> {
+    (0..POOL_PERMITS)
+        .map(|slot| {
+            let binding = palisade_sequencer::binding(POOL_LOCK, palisade_core::Access::Slot(slot));
+            palisade_fence::MemoryResource::bound_to(binding.into_owned(), 0)
+        })
+        .collect()
+}
+
+/// Every counter's final value, by its scope (the fence binding of its grants).
+fn finals(world: &World) -> BTreeMap<String, u64> {
+    let value = |r: &palisade_fence::MemoryResource<u64>| r.read(|v| *v).unwrap_or_default();
+    let mut finals = BTreeMap::from([(LOCK.to_string(), value(&world.resource))]);
+    if world
+        .events
+        .iter()
+        .any(|e| matches!(&e.what, What::AcquireInvoked { lock, .. } if lock != LOCK))
+    {
+        finals.insert(RW_LOCK.to_string(), value(&world.rw));
+        for (slot, resource) in (0..).zip(&world.pool) {
+            let binding = palisade_sequencer::binding(POOL_LOCK, palisade_core::Access::Slot(slot));
+            finals.insert(binding.into_owned(), value(resource));
+        }
+    }
+    finals
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

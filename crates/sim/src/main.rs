@@ -32,9 +32,14 @@ struct Args {
     /// every member, and loses or rolls back a node's log (then runs recover-counters).
     #[arg(long)]
     recoveries: bool,
+    /// The clients also take a read-write lock (readers, writers) and a semaphore's permits.
+    #[arg(long)]
+    modes: bool,
     /// Switch a known bug back on (the checker must catch it): skip-leader-start,
     /// fence-refuses-equal-token, ack-before-fsync, reply-before-apply, local-read,
-    /// node-id-reuse, drop-request-dedup, leader-never-steps-down, absolute-floors.
+    /// node-id-reuse, drop-request-dedup, leader-never-steps-down, absolute-floors; with
+    /// --modes: semaphore-admits-when-full, fence-accepts-shared-write,
+    /// fence-lets-writer-past-phase.
     #[arg(long, value_parser = parse_canary)]
     canary: Option<palisade_core::canary::Canary>,
 }
@@ -64,6 +69,7 @@ fn main() -> ExitCode {
         faults: !args.no_faults,
         canary: args.canary,
         recoveries: args.recoveries,
+        modes: args.modes,
         nodes: args.nodes as usize,
         ..palisade_sim::Options::default()
     };

@@ -5,6 +5,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use palisade_core::{Access, Mode};
+
 /// One line of the record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
@@ -18,11 +20,12 @@ pub type OpId = usize;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum What {
-    /// A client asks for `lock` (waiting up to its wait), in session `session`.
+    /// A client asks for `lock` in `mode` (waiting up to its wait), in session `session`.
     AcquireInvoked {
         client: usize,
         session: u64,
         lock: String,
+        mode: Mode,
     },
     /// The acquire `op` ended.
     AcquireCompleted {
@@ -48,15 +51,17 @@ pub enum What {
         op: OpId,
         outcome: Outcome,
     },
-    /// The resource decided on a sequencer: a claim (`wrote: None`, reads the counter) or a
-    /// write of `wrote` after reading `read` in the claim.
+    /// The resource decided on a sequencer: a claim (`wrote: None`, reads the counter of
+    /// `scope`) or a write of `wrote` after reading `read` in the claim. `scope` is the
+    /// sequencer's fence binding: a lock, or a semaphore's lock and slot.
     Resource {
         client: usize,
         session: u64,
+        scope: String,
         token: u64,
         read: Option<u64>,
         wrote: Option<u64>,
-        accepted: bool,
+        verdict: Verdict,
     },
     /// A client reads `lock`'s state linearizably from one node.
     ReadInvoked {
@@ -96,11 +101,21 @@ pub enum What {
     Fault(String),
 }
 
+/// What the resource decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Accepted,
+    /// Refused: a later grant reached the scope first (or the token was issued twice).
+    Refused,
+    /// Refused: a reader's grant cannot write, whatever its token.
+    SharedWrite,
+}
+
 /// How an operation ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    /// An acquire granted with this token.
-    Granted { token: u64 },
+    /// An acquire granted with this token, held this way (exclusive, shared, a slot).
+    Granted { token: u64, held: Access },
     /// A release done.
     Released,
     /// Known not to have happened.
@@ -122,7 +137,14 @@ impl fmt::Display for Event {
                 client,
                 session,
                 lock,
+                mode: Mode::Exclusive,
             } => write!(f, "c{client} s{session} acquire {lock}"),
+            What::AcquireInvoked {
+                client,
+                session,
+                lock,
+                mode,
+            } => write!(f, "c{client} s{session} acquire {lock} {mode}"),
             What::AcquireCompleted { op, outcome } => write!(f, "   op {op} acquire: {outcome}"),
             What::Belief {
                 client,
@@ -144,21 +166,32 @@ impl fmt::Display for Event {
             What::Resource {
                 client,
                 session,
+                scope,
                 token,
                 read,
                 wrote,
-                accepted,
+                verdict,
             } => {
-                let verdict = if *accepted { "accepted" } else { "refused" };
+                let verdict = match verdict {
+                    Verdict::Accepted => "accepted",
+                    Verdict::Refused => "refused",
+                    Verdict::SharedWrite => "refused (a reader's write)",
+                };
+                // The counter of the mutex keeps the trace's first wording.
+                let scope = if scope == crate::LOCK {
+                    String::new()
+                } else {
+                    format!(" {}", palisade_sequencer::display_binding(scope))
+                };
                 match (read, wrote) {
                     (_, Some(wrote)) => write!(
                         f,
-                        "c{client} s{session} resource write {wrote} (read {}) with token {token}: {verdict}",
+                        "c{client} s{session} resource{scope} write {wrote} (read {}) with token {token}: {verdict}",
                         read.map_or("-".to_string(), |r| r.to_string())
                     ),
                     _ => write!(
                         f,
-                        "c{client} s{session} resource claim with token {token}: {verdict}{}",
+                        "c{client} s{session} resource{scope} claim with token {token}: {verdict}{}",
                         read.map_or(String::new(), |r| format!(", read {r}"))
                     ),
                 }
@@ -189,7 +222,11 @@ impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Outcome::Released => write!(f, "ok"),
-            Outcome::Granted { token } => write!(f, "granted, token {token}"),
+            Outcome::Granted {
+                token,
+                held: Access::Exclusive,
+            } => write!(f, "granted, token {token}"),
+            Outcome::Granted { token, held } => write!(f, "granted {held}, token {token}"),
             Outcome::Failed(why) => write!(f, "failed ({why})"),
             Outcome::Unknown(why) => write!(f, "unknown outcome ({why})"),
             Outcome::Status {

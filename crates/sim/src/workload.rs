@@ -1,6 +1,9 @@
 //! A simulated client: the real client library, taking the one lock again and again and
 //! running a read-modify-write of the fenced counter under it, now and then paused in the
-//! middle as a process stopped by a garbage collector would be.
+//! middle as a process stopped by a garbage collector would be. With [`crate::Options::modes`]
+//! it also takes the read-write lock, as a writer (the same read-modify-write of its counter)
+//! or as a reader (a claim that reads, then a write the fence must refuse), and a permit of the
+//! semaphore (the read-modify-write of its slot's counter).
 
 use std::time::Duration;
 
@@ -8,13 +11,14 @@ use palisade_client::{
     AcquireError, AcquireOptions, Client, ClientOptions, ErrorClass, ReleaseError, SessionOptions,
     Wait,
 };
+use palisade_core::{Access, Mode};
 use rand::rngs::SmallRng;
 use rand::seq::IndexedRandom as _;
 use rand::{RngExt as _, SeedableRng as _};
 
 use crate::clock::DriftingClock;
-use crate::record::{Outcome, What};
-use crate::{LOCK, PORT, Shared, node_name, now};
+use crate::record::{Outcome, Verdict, What};
+use crate::{LOCK, POOL_LOCK, POOL_PERMITS, PORT, RW_LOCK, Shared, node_name, now};
 
 /// The lease of every simulated session.
 pub const TTL: Duration = Duration::from_secs(3);
@@ -30,6 +34,25 @@ pub(crate) struct Plan {
     pub(crate) drift_ppm: i64,
     pub(crate) stop_at: Duration,
     pub(crate) seed: u64,
+    /// Whether it also takes the read-write lock and the semaphore.
+    pub(crate) modes: bool,
+}
+
+/// Which lock one critical section takes, and how.
+fn section(plan: &Plan, rng: &mut SmallRng) -> (&'static str, Mode) {
+    if !plan.modes {
+        return (LOCK, Mode::Exclusive);
+    }
+    // Half the sections take a permit: three clients must now and then all want one of the
+    // two at once, or a semaphore admitting a third would go unseen.
+    // Readers are as many as writers and the mutex's holders together, so that a phase often
+    // comes while a writer is paused.
+    match rng.random_range(0..8) {
+        0 => (LOCK, Mode::Exclusive),
+        1 => (RW_LOCK, Mode::Exclusive),
+        2 | 3 => (RW_LOCK, Mode::Shared),
+        _ => (POOL_LOCK, Mode::Permit(POOL_PERMITS)),
+    }
 }
 
 pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
@@ -85,10 +108,12 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
             session: id,
         });
         while now() < plan.stop_at && session.ended().is_none() {
+            let (lock, mode) = section(&plan, &mut rng);
             let op = world.borrow_mut().record(What::AcquireInvoked {
                 client: plan.client,
                 session: id,
-                lock: LOCK.to_string(),
+                lock: lock.to_string(),
+                mode,
             });
             // Mostly short waits; now and then a patient one, which outlasts an election (a
             // waiter queued at a leader that is then cut off must learn its outcome elsewhere).
@@ -104,9 +129,11 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
             let request_id = palisade_client::request_id();
             let mut retries = 0;
             let acquired = loop {
-                let acquired = session
-                    .acquire_with_id(LOCK, AcquireOptions::wait(wait), request_id)
-                    .await;
+                let options = AcquireOptions {
+                    mode,
+                    ..AcquireOptions::wait(wait)
+                };
+                let acquired = session.acquire_with_id(lock, options, request_id).await;
                 match &acquired {
                     Err(e)
                         if e.outcome_unknown()
@@ -125,7 +152,10 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
                     let token = guard.token().get();
                     world.borrow_mut().record(What::AcquireCompleted {
                         op,
-                        outcome: Outcome::Granted { token },
+                        outcome: Outcome::Granted {
+                            token,
+                            held: guard.access(),
+                        },
                     });
                     guard
                 }
@@ -161,7 +191,7 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
                     world.borrow_mut().record(What::ReleaseInvoked {
                         client,
                         session: id,
-                        lock: LOCK.to_string(),
+                        lock: lock.to_string(),
                         token,
                     });
                 })
@@ -171,7 +201,7 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
             let op = world.borrow_mut().record(What::ReleaseInvoked {
                 client: plan.client,
                 session: id,
-                lock: LOCK.to_string(),
+                lock: lock.to_string(),
                 token,
             });
             // Now and then the answers to the release are lost, so that it is retried.
@@ -190,7 +220,7 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
                 retries += 1;
                 tokio::time::sleep(Duration::from_millis(rng.random_range(100..=500))).await;
                 released = client
-                    .release_with_id(credential, LOCK, request_id)
+                    .release_with_id(credential, lock, request_id)
                     .await
                     .map(|_| ());
             }
@@ -287,8 +317,10 @@ async fn reader(client: usize, stop_at: Duration, seed: u64, world: Shared) {
     }
 }
 
-/// Claims the counter with the grant's sequencer, reads it, maybe pauses, and writes it plus
-/// one. The resource refuses either step once a later holder has claimed it.
+/// Claims the counter the grant guards with its sequencer, reads it, maybe pauses, and writes
+/// it plus one. The resource refuses either step once a later holder has claimed it, and a
+/// reader's write whatever its token. A writer's claim is a write's (it authorizes the write
+/// that follows), a reader's a read's.
 async fn critical_section(
     plan: &Plan,
     world: &Shared,
@@ -318,24 +350,55 @@ async fn critical_section(
             return;
         }
     };
+    let access = sequencer.access();
+    let scope = sequencer.binding().into_owned();
+    // A slot beyond the semaphore's size (only a canary grants one) guards no counter: the
+    // grant itself is what the checker reports.
+    if counter(&world.borrow(), sequencer.lock(), access).is_none() {
+        return;
+    }
+    let resource_event = |read: Option<u64>, wrote: Option<u64>, verdict: Verdict| What::Resource {
+        client: plan.client,
+        session: session_id,
+        scope: scope.clone(),
+        token,
+        read,
+        wrote,
+        verdict,
+    };
     believe(plan, world, clock, session, token);
     let read = {
         let mut world = world.borrow_mut();
-        let claimed = world.resource.write(&sequencer, |value| *value);
-        world.record(What::Resource {
-            client: plan.client,
-            session: session_id,
-            token,
-            read: claimed.as_ref().ok().copied(),
-            wrote: None,
-            accepted: claimed.is_ok(),
-        });
+        let resource = counter(&world, sequencer.lock(), access).expect("looked up above");
+        let claimed = if access == Access::Shared {
+            resource.claim(&sequencer, |value| *value)
+        } else {
+            resource.write(&sequencer, |value| *value)
+        };
+        world.record(resource_event(
+            claimed.as_ref().ok().copied(),
+            None,
+            verdict(&claimed),
+        ));
         match claimed {
-            Ok(read) => read,
+            Ok(read) => {
+                if access == Access::Shared {
+                    let at = now();
+                    world.last_write.insert(plan.client, at);
+                }
+                read
+            }
             Err(_) => return,
         }
     };
-    if rng.random_ratio(1, 6) {
+    // A writer of the read-write lock pauses one time in three: a reader's phase may then come
+    // between its claim and its write.
+    let pauses = if access == Access::Exclusive && sequencer.lock() == RW_LOCK {
+        3
+    } else {
+        6
+    };
+    if rng.random_ratio(1, pauses) {
         // Paused: nothing of this client reaches the cluster, its keepalives included, for
         // longer than the lease may last; then it carries on as if nothing happened.
         let pause = Duration::from_millis(rng.random_range(1_000..=6_000));
@@ -348,24 +411,46 @@ async fn critical_section(
             turmoil::release(me.as_str(), crate::node_name(id));
         }
     } else {
-        tokio::time::sleep(Duration::from_millis(rng.random_range(0..=50))).await;
+        // A permit is held longer, so that the semaphore is now and then full.
+        let held_ms = if matches!(access, Access::Slot(_)) {
+            1_000
+        } else {
+            50
+        };
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..=held_ms))).await;
     }
     believe(plan, world, clock, session, token);
     let mut world = world.borrow_mut();
-    let wrote = world.resource.write(&sequencer, |value| {
+    let resource = counter(&world, sequencer.lock(), access).expect("looked up above");
+    let wrote = resource.write(&sequencer, |value| {
         *value = read + 1;
     });
-    world.record(What::Resource {
-        client: plan.client,
-        session: session_id,
-        token,
-        read: Some(read),
-        wrote: Some(read + 1),
-        accepted: wrote.is_ok(),
-    });
+    world.record(resource_event(Some(read), Some(read + 1), verdict(&wrote)));
     if wrote.is_ok() {
         let at = now();
         world.last_write.insert(plan.client, at);
+    }
+}
+
+/// The counter a grant of `lock` held with `access` guards: the mutex's, the read-write
+/// lock's, or its slot's.
+fn counter<'w>(
+    world: &'w crate::World,
+    lock: &str,
+    access: Access,
+) -> Option<&'w palisade_fence::MemoryResource<u64>> {
+    match access {
+        Access::Slot(slot) => world.pool.get(usize::try_from(slot).ok()?),
+        _ if lock == RW_LOCK => Some(&world.rw),
+        _ => Some(&world.resource),
+    }
+}
+
+fn verdict<T>(decided: &Result<T, palisade_fence::FenceError>) -> Verdict {
+    match decided {
+        Ok(_) => Verdict::Accepted,
+        Err(palisade_fence::FenceError::SharedWrite { .. }) => Verdict::SharedWrite,
+        Err(_) => Verdict::Refused,
     }
 }
 

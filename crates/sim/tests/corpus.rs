@@ -92,6 +92,43 @@ fn a_seed_replays_exactly() {
     }
 }
 
+/// Seeds run with the clients also taking the read-write lock and the semaphore
+/// ([`Options::modes`]), so that the history checker's checks of modes (8, 9) judge simulated
+/// histories. Each must grant readers, writers and permits, and refuse a reader's write.
+const CORPUS_MODES: &[u64] = &[1];
+
+#[test]
+fn every_seed_of_the_modes_corpus_passes() {
+    let options = Options {
+        modes: true,
+        ..Options::default()
+    };
+    let mut failures = Vec::new();
+    for &seed in CORPUS_MODES {
+        let report = run(seed, &options);
+        println!(
+            "seed {seed} with modes: {} faults, {} operations: {}",
+            report.faults,
+            report.operations,
+            if report.passed() { "passed" } else { "FAILED" }
+        );
+        for step in [
+            "acquire: granted shared",
+            "acquire: granted slot",
+            "refused (a reader's write)",
+        ] {
+            assert!(
+                report.trace.iter().any(|line| line.contains(step)),
+                "seed {seed} with modes never shows `{step}`: pick a seed that does"
+            );
+        }
+        if !report.passed() {
+            failures.push(explain(&report));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// Seeds run with the operator's recoveries ([`Options::recoveries`]): the token floor raised,
 /// backups, a disaster and a restore, a log lost or rolled back and `recover-counters`, or the
 /// member's replacement. Each exercises what its comment says.
@@ -140,6 +177,18 @@ fn canary_recovers(canary: palisade_core::canary::Canary) -> bool {
     canary == palisade_core::canary::Canary::AbsoluteFloors
 }
 
+/// Whether `canary`'s runs (and their controls) have the clients take the read-write lock and
+/// the semaphore: the bugs of the modes bite only there.
+fn canary_modes(canary: palisade_core::canary::Canary) -> bool {
+    use palisade_core::canary::Canary;
+    matches!(
+        canary,
+        Canary::SemaphoreAdmitsWhenFull
+            | Canary::FenceAcceptsSharedWrite
+            | Canary::FenceLetsWriterPastPhase
+    )
+}
+
 /// The violations of `seed` run with `canary` switched on, in a process of its own: a canary
 /// may make a host panic in a way that aborts the process (tokio's runtime, shut down by the
 /// panicking task, can panic again while it drops the host's other tasks), and that must count
@@ -150,6 +199,7 @@ fn canary_violations(seed: u64, canary: palisade_core::canary::Canary) -> Vec<St
         .args(["--safety-secs", &CANARY_SAFETY_SECS.to_string()])
         .args(["--liveness-secs", &CANARY_LIVENESS_SECS.to_string()])
         .args(canary_recovers(canary).then_some("--recoveries"))
+        .args(canary_modes(canary).then_some("--modes"))
         .output()
         .expect("palisade-sim starts");
     if output.status.success() {
@@ -175,16 +225,18 @@ fn canary_violations(seed: u64, canary: palisade_core::canary::Canary) -> Vec<St
 
 #[test]
 fn the_checker_catches_every_canary_within_its_seed_budget() {
-    // Whether each seed passes without a canary (with the operator's recoveries or without),
-    // run once for all canaries.
+    // Whether each seed passes without a canary (with the operator's recoveries or without,
+    // the modes or without), run once for all canaries.
     let mut control_passes = std::collections::BTreeMap::new();
     let mut missed = Vec::new();
     for canary in palisade_core::canary::Canary::ALL {
         let recoveries = canary_recovers(canary);
+        let modes = canary_modes(canary);
         let control = Options {
             safety: std::time::Duration::from_secs(CANARY_SAFETY_SECS),
             liveness: std::time::Duration::from_secs(CANARY_LIVENESS_SECS),
             recoveries,
+            modes,
             ..Options::default()
         };
         // A seed counts only if it passes without the canary: one that fails either way (a
@@ -193,7 +245,7 @@ fn the_checker_catches_every_canary_within_its_seed_budget() {
             let violations = canary_violations(seed, canary);
             let caught = !violations.is_empty()
                 && *control_passes
-                    .entry((seed, recoveries))
+                    .entry((seed, recoveries, modes))
                     .or_insert_with(|| run(seed, &control).passed());
             caught.then_some((seed, violations))
         });

@@ -54,6 +54,26 @@ pub fn acquire_as(
     push(h, client, action, span, outcome)
 }
 
+/// One lock of a multi-acquire: `(request, parts)`, its request and how many locks it named.
+pub fn acquire_part(
+    h: &mut History,
+    client: u64,
+    (request, parts): (u64, u32),
+    lock: &str,
+    mode: palisade_core::Mode,
+    span: (u64, u64),
+    outcome: Outcome,
+) -> OpId {
+    let action = Action::AcquirePart {
+        lock: lock.into(),
+        ttl_ns: TTL_NS,
+        mode,
+        request,
+        parts,
+    };
+    push(h, client, action, span, outcome)
+}
+
 pub fn granted(session: u64, token: u64) -> Outcome {
     Outcome::Ok(Reply::Granted(grant(session, token)))
 }
