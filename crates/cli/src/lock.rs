@@ -511,7 +511,11 @@ async fn claim_stores(args: &LockArgs, guards: &[LockGuard]) -> anyhow::Result<(
     for url in &args.claim {
         for guard in guards {
             let claimed = match palisade_cli::store::store_client(url) {
-                Ok(store) => store.claim(Some(guard.lock()), Some(guard.sequencer())).await,
+                Ok(store) => {
+                    store
+                        .claim(Some(guard.lock()), Some(guard.sequencer()))
+                        .await
+                }
                 Err(error) => Err(error),
             };
             if let Err(error) = claimed {

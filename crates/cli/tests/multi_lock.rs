@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use palisade_client::{
-    Access, AcquireError, Client, ClientOptions, LockPart, BearerToken, SessionOptions, Wait,
+    Access, AcquireError, BearerToken, Client, ClientOptions, LockPart, SessionOptions, Wait,
 };
 use palisade_core::limits::LockNameError;
 use palisade_core::{CoreError, Right, SessionId};
@@ -30,7 +30,10 @@ where
 {
     let deadline = tokio::time::Instant::now() + WAIT;
     while !done().await {
-        assert!(tokio::time::Instant::now() < deadline, "{what}: not within {WAIT:?}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within {WAIT:?}"
+        );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
@@ -226,7 +229,9 @@ async fn multi_lock_refusals_carry_their_kinds_and_a_retry_returns_the_same_gran
             locks_max: 32
         })
     );
-    let twice = raw.acquire_all(acquire_all(&session, 3, &["a", "b", "a"])).await;
+    let twice = raw
+        .acquire_all(acquire_all(&session, 3, &["a", "b", "a"]))
+        .await;
     assert_eq!(
         refused(twice.unwrap_err()),
         Some(CoreError::MultiLockRepeated { lock: "a".into() })
@@ -386,8 +391,15 @@ fn two_commands_taking_two_locks_in_opposite_orders_never_deadlock_nor_overlap()
         };
         assert_eq!(pair[1], format!("end {tag}"), "{text}");
         assert_eq!(*count, "2", "{text}");
-        assert_eq!(*sequencer, "none", "no unnumbered sequencer for several locks");
-        let order = if tag.starts_with("ab") { ["A", "B"] } else { ["B", "A"] };
+        assert_eq!(
+            *sequencer, "none",
+            "no unnumbered sequencer for several locks"
+        );
+        let order = if tag.starts_with("ab") {
+            ["A", "B"]
+        } else {
+            ["B", "A"]
+        };
         for (grant, lock) in [first, second].into_iter().zip(order) {
             let (name, token) = grant.split_once('=').unwrap();
             assert_eq!(name, lock, "{text}");

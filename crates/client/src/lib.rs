@@ -80,8 +80,8 @@ mod watch;
 
 pub use bearer::{AUTH_TOKEN_ENV, BEARER_TOKEN_BYTES_MAX, Bearer, BearerToken};
 pub use client::{
-    AcquireOptions, Client, ClientOptions, ENDPOINT_ENV, Grant, Holder, LockPart, LockStatus,
-    Read, SessionLease, Wait, parse_endpoints,
+    AcquireOptions, Client, ClientOptions, ENDPOINT_ENV, Grant, Holder, LockPart, LockStatus, Read,
+    SessionLease, Wait, parse_endpoints,
 };
 pub use credential::{CredentialError, SESSION_SECRET_BYTES, SessionCredential, SessionSecret};
 pub use election::{Election, Leader, LeaderChanges, Leadership};

@@ -11,8 +11,7 @@ use std::time::Instant;
 
 use futures::{Stream, StreamExt};
 use palisade_core::{
-    Access, AcquirePart, CoreError, DurationMs, GrantValue, Mode, RequestId, SessionId, Token,
-    Wait,
+    Access, AcquirePart, CoreError, DurationMs, GrantValue, Mode, RequestId, SessionId, Token, Wait,
 };
 use palisade_proto::v1::locks_server::Locks;
 use palisade_proto::v1::*;

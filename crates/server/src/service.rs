@@ -815,7 +815,10 @@ impl LockService {
                 // A session that holds or waits for a lock named already: a retry, answered
                 // from the table, or a multi-lock the table refuses; either takes nothing new.
                 Ok::<_, ServiceError>(self.node.read_as_leader(|t| {
-                    if locks.iter().any(|lock| t.session_holds_or_waits(session, lock)) {
+                    if locks
+                        .iter()
+                        .any(|lock| t.session_holds_or_waits(session, lock))
+                    {
                         palisade_core::Usage::default()
                     } else {
                         t.usage_of(owner)

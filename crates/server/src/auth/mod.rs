@@ -927,10 +927,14 @@ mod tests {
             })
         };
         assert!(matches!(
-            auth.reserve(&caller, Ask::Locks {
+            auth.reserve(
+                &caller,
+                Ask::Locks {
                     locks: 1,
                     waits: false
-                }, held),
+                },
+                held
+            ),
             Err(CoreError::QuotaReached {
                 quota: Quota::Locks,
                 ..
