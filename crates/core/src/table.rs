@@ -860,14 +860,7 @@ impl LockTable {
         events: &mut Vec<Event>,
     ) -> Result<Reply, CoreError> {
         let deadline_ms = self.wait_deadline(wait)?;
-        if let Mode::Permit(permits) = mode
-            && !(1..=crate::PERMITS_MAX).contains(&permits)
-        {
-            return Err(CoreError::PermitsOutOfRange {
-                permits,
-                permits_max: crate::PERMITS_MAX,
-            });
-        }
+        permits_in_range(mode)?;
         self.ensure_lock(lock, mode)?;
         let l = &self.locks[lock];
         if let Some(reply) = already_there(l, id, lock, mode) {
@@ -881,13 +874,7 @@ impl LockTable {
         if free {
             return self.grant_free(lock, id, request_id, value, mode, events);
         }
-        let holder = l.some_holder();
-        let busy = CoreError::Busy {
-            lock: lock.to_string(),
-            holder_session: holder.map(|g| g.session),
-            holder_token: holder.map(|g| g.token),
-            available_at_ms: l.available_at_ms,
-        };
+        let busy = busy(l, lock);
         if wait == Wait::Try || deadline_ms.is_some_and(|d| d <= self.now_ms) {
             return Err(busy);
         }
@@ -899,11 +886,11 @@ impl LockTable {
     ///
     /// Checked in this order: the session; the number of parts (so the work below is bounded);
     /// each name, as a single acquire checks it; no name twice. Those cost no remembered slot, as
-    /// an invalid name of a single acquire does not. Then a retry (the same request id and first
+    /// an invalid name of a single acquire does not. Then a retry (the same request id and
     /// names, in order: [`multi_lock_key`]) answers the remembered outcome, and a request id
-    /// used for another command is a conflict. Then the wait, each part's mode, no lock the session already holds or waits for
-    /// (a multi-lock never extends a hold or a wait), the kind of every name in use, and the
-    /// limit on locks for the new names.
+    /// used for another command is a conflict. Then the wait, each part's mode, no lock the
+    /// session already holds or waits for (a multi-lock never extends a hold or a wait), the
+    /// kind of every name in use, and the limit on locks for the new names.
     fn acquire_all(
         &mut self,
         id: SessionId,
@@ -956,14 +943,7 @@ impl LockTable {
     ) -> Result<Reply, CoreError> {
         let deadline_ms = self.wait_deadline(wait)?;
         for (_, mode) in parts {
-            if let Mode::Permit(permits) = *mode
-                && !(1..=crate::PERMITS_MAX).contains(&permits)
-            {
-                return Err(CoreError::PermitsOutOfRange {
-                    permits,
-                    permits_max: crate::PERMITS_MAX,
-                });
-            }
+            permits_in_range(*mode)?;
         }
         let session = &self.sessions[&id];
         let taken =
@@ -1039,15 +1019,8 @@ impl LockTable {
                 grants,
             });
         }
-        let l = &self.locks[blocked];
         if wait == Wait::Try || deadline_ms.is_some_and(|d| d <= self.now_ms) {
-            let holder = l.some_holder();
-            return Err(CoreError::Busy {
-                lock: blocked.to_string(),
-                holder_session: holder.map(|g| g.session),
-                holder_token: holder.map(|g| g.token),
-                available_at_ms: l.available_at_ms,
-            });
+            return Err(busy(&self.locks[blocked], blocked));
         }
         let waiters_max = self.limits.waiters_per_lock_max;
         let full = |(lock, _): &&(SharedName, Mode)| {
@@ -1994,6 +1967,30 @@ pub enum InvalidTable {
     Limits(String),
     #[error("it is inconsistent: {0}")]
     Inconsistent(String),
+}
+
+/// Refused unless a permit's semaphore size is in range.
+fn permits_in_range(mode: Mode) -> Result<(), CoreError> {
+    match mode {
+        Mode::Permit(permits) if !(1..=crate::PERMITS_MAX).contains(&permits) => {
+            Err(CoreError::PermitsOutOfRange {
+                permits,
+                permits_max: crate::PERMITS_MAX,
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The refusal of an acquire of `lock` that cannot be granted now and may not wait.
+fn busy(l: &Lock, lock: &str) -> CoreError {
+    let holder = l.some_holder();
+    CoreError::Busy {
+        lock: lock.to_string(),
+        holder_session: holder.map(|g| g.session),
+        holder_token: holder.map(|g| g.token),
+        available_at_ms: l.available_at_ms,
+    }
 }
 
 /// A place in a lock's queue, as a reply carries it.

@@ -118,6 +118,19 @@ fn multi_key(names: impl Iterator<Item = String>) -> String {
     names.map(|name| name + "\n").collect()
 }
 
+/// A semaphore's size: 1 to `PERMITS_MAX`.
+fn permits_in_range(mode: Mode) -> Result<(), CoreError> {
+    match mode {
+        Mode::Permit(permits) if !(1..=PERMITS_MAX).contains(&permits) => {
+            Err(CoreError::PermitsOutOfRange {
+                permits,
+                permits_max: PERMITS_MAX,
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Lock names: 1..=`bytes_max` bytes, no control characters.
 fn validate_name(name: &str, bytes_max: usize) -> Result<(), CoreError> {
     if name.is_empty() {
@@ -371,6 +384,18 @@ impl Model {
         Ok(reply)
     }
 
+    /// When a wait ends; refused if it is too long.
+    fn deadline_of(&self, wait: Wait) -> Result<Option<TimeMs>, CoreError> {
+        match wait {
+            Wait::ForMs(ms) if ms > WAIT_MS_MAX => Err(CoreError::WaitOutOfRange {
+                wait_ms: ms,
+                wait_ms_max: WAIT_MS_MAX,
+            }),
+            Wait::ForMs(ms) => Ok(Some(after(self.now_ms, ms))),
+            _ => Ok(None),
+        }
+    }
+
     /// Runs `act` once per request id: a retry returns the remembered outcome.
     fn deduplicated(
         &mut self,
@@ -456,24 +481,8 @@ impl Model {
         mode: Mode,
         events: &mut Vec<Event>,
     ) -> Result<Reply, CoreError> {
-        let deadline_ms = match wait {
-            Wait::ForMs(ms) if ms > WAIT_MS_MAX => {
-                return Err(CoreError::WaitOutOfRange {
-                    wait_ms: ms,
-                    wait_ms_max: WAIT_MS_MAX,
-                });
-            }
-            Wait::ForMs(ms) => Some(after(self.now_ms, ms)),
-            _ => None,
-        };
-        if let Mode::Permit(permits) = mode
-            && !(1..=PERMITS_MAX).contains(&permits)
-        {
-            return Err(CoreError::PermitsOutOfRange {
-                permits,
-                permits_max: PERMITS_MAX,
-            });
-        }
+        let deadline_ms = self.deadline_of(wait)?;
+        permits_in_range(mode)?;
         let Some(l) = self.lock(name) else {
             // A name nobody holds, waits for or delays: free, and of the kind this acquire asks.
             if self.locks.len() >= self.limits.locks_max as usize {
@@ -810,25 +819,9 @@ impl Model {
         wait: Wait,
         events: &mut Vec<Event>,
     ) -> Result<Reply, CoreError> {
-        let deadline_ms = match wait {
-            Wait::ForMs(ms) if ms > WAIT_MS_MAX => {
-                return Err(CoreError::WaitOutOfRange {
-                    wait_ms: ms,
-                    wait_ms_max: WAIT_MS_MAX,
-                });
-            }
-            Wait::ForMs(ms) => Some(after(self.now_ms, ms)),
-            _ => None,
-        };
+        let deadline_ms = self.deadline_of(wait)?;
         for p in parts {
-            if let Mode::Permit(permits) = p.mode
-                && !(1..=PERMITS_MAX).contains(&permits)
-            {
-                return Err(CoreError::PermitsOutOfRange {
-                    permits,
-                    permits_max: PERMITS_MAX,
-                });
-            }
+            permits_in_range(p.mode)?;
         }
         for p in parts {
             let there = self.lock(&p.lock).is_some_and(|l| {
