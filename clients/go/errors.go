@@ -160,6 +160,9 @@ var kinds = map[string]struct{ class, kind error }{
 	"permits_out_of_range":   {ErrRefused, ErrInvalidArgument},
 	"permits_mismatch":       {ErrRefused, ErrInvalidArgument},
 	"mode_conflict":          {ErrRefused, ErrInvalidArgument},
+	"multi_lock_size":        {ErrRefused, ErrInvalidArgument},
+	"multi_lock_repeated":    {ErrRefused, ErrInvalidArgument},
+	"multi_lock_held":        {ErrRefused, ErrInvalidArgument},
 }
 
 // ofCode is the class and kind of a status this client names no other way (ErrorClass::of_code).

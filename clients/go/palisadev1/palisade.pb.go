@@ -120,7 +120,7 @@ func (x WatchEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WatchEvent_Kind.Descriptor instead.
 func (WatchEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{19, 0}
+	return file_palisade_proto_rawDescGZIP(), []int{22, 0}
 }
 
 type OpenSessionRequest struct {
@@ -662,6 +662,211 @@ func (x *AcquireResponse) GetAccess() *Access {
 	return nil
 }
 
+type AcquireAllRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Session   uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
+	RequestId uint64                 `protobuf:"varint,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// As AcquireRequest.wait_ms and .wait_forever, for the whole group: 0 = grant all now or
+	// none (busy, naming a lock that is not free).
+	WaitMs      uint64 `protobuf:"varint,3,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	WaitForever bool   `protobuf:"varint,4,opt,name=wait_forever,json=waitForever,proto3" json:"wait_forever,omitempty"`
+	// As KeepAliveRequest.session_secret.
+	SessionSecret []byte `protobuf:"bytes,5,opt,name=session_secret,json=sessionSecret,proto3" json:"session_secret,omitempty"`
+	// 1 to 32 locks, each named once, none of which the session holds or waits for already
+	// (multi_lock_size, multi_lock_repeated, multi_lock_held). A multi-lock's grants carry no
+	// value.
+	Parts         []*AcquirePart `protobuf:"bytes,6,rep,name=parts,proto3" json:"parts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireAllRequest) Reset() {
+	*x = AcquireAllRequest{}
+	mi := &file_palisade_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireAllRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireAllRequest) ProtoMessage() {}
+
+func (x *AcquireAllRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palisade_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireAllRequest.ProtoReflect.Descriptor instead.
+func (*AcquireAllRequest) Descriptor() ([]byte, []int) {
+	return file_palisade_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *AcquireAllRequest) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *AcquireAllRequest) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *AcquireAllRequest) GetWaitMs() uint64 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
+func (x *AcquireAllRequest) GetWaitForever() bool {
+	if x != nil {
+		return x.WaitForever
+	}
+	return false
+}
+
+func (x *AcquireAllRequest) GetSessionSecret() []byte {
+	if x != nil {
+		return x.SessionSecret
+	}
+	return nil
+}
+
+func (x *AcquireAllRequest) GetParts() []*AcquirePart {
+	if x != nil {
+		return x.Parts
+	}
+	return nil
+}
+
+// One lock of an AcquireAll, and how to hold it: as AcquireRequest's fields of the same names.
+type AcquirePart struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lock          string                 `protobuf:"bytes,1,opt,name=lock,proto3" json:"lock,omitempty"`
+	Shared        bool                   `protobuf:"varint,2,opt,name=shared,proto3" json:"shared,omitempty"`
+	Permits       uint32                 `protobuf:"varint,3,opt,name=permits,proto3" json:"permits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquirePart) Reset() {
+	*x = AcquirePart{}
+	mi := &file_palisade_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquirePart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquirePart) ProtoMessage() {}
+
+func (x *AcquirePart) ProtoReflect() protoreflect.Message {
+	mi := &file_palisade_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquirePart.ProtoReflect.Descriptor instead.
+func (*AcquirePart) Descriptor() ([]byte, []int) {
+	return file_palisade_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *AcquirePart) GetLock() string {
+	if x != nil {
+		return x.Lock
+	}
+	return ""
+}
+
+func (x *AcquirePart) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
+}
+
+func (x *AcquirePart) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
+type AcquireAllResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
+	// One grant per part, in the order of the request's parts: each with its own token and
+	// sequencer, exactly as Acquire answers for one lock.
+	Grants        []*AcquireResponse `protobuf:"bytes,2,rep,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireAllResponse) Reset() {
+	*x = AcquireAllResponse{}
+	mi := &file_palisade_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireAllResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireAllResponse) ProtoMessage() {}
+
+func (x *AcquireAllResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palisade_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireAllResponse.ProtoReflect.Descriptor instead.
+func (*AcquireAllResponse) Descriptor() ([]byte, []int) {
+	return file_palisade_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *AcquireAllResponse) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *AcquireAllResponse) GetGrants() []*AcquireResponse {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
 // How a grant holds its lock: exclusive (neither field set), shared, or a semaphore's slot.
 type Access struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -675,7 +880,7 @@ type Access struct {
 
 func (x *Access) Reset() {
 	*x = Access{}
-	mi := &file_palisade_proto_msgTypes[8]
+	mi := &file_palisade_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -687,7 +892,7 @@ func (x *Access) String() string {
 func (*Access) ProtoMessage() {}
 
 func (x *Access) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[8]
+	mi := &file_palisade_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -700,7 +905,7 @@ func (x *Access) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Access.ProtoReflect.Descriptor instead.
 func (*Access) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{8}
+	return file_palisade_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Access) GetShared() bool {
@@ -730,7 +935,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_palisade_proto_msgTypes[9]
+	mi := &file_palisade_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +947,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[9]
+	mi := &file_palisade_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +960,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{9}
+	return file_palisade_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReleaseRequest) GetSession() uint64 {
@@ -804,7 +1009,7 @@ type ProclaimRequest struct {
 
 func (x *ProclaimRequest) Reset() {
 	*x = ProclaimRequest{}
-	mi := &file_palisade_proto_msgTypes[10]
+	mi := &file_palisade_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -816,7 +1021,7 @@ func (x *ProclaimRequest) String() string {
 func (*ProclaimRequest) ProtoMessage() {}
 
 func (x *ProclaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[10]
+	mi := &file_palisade_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -829,7 +1034,7 @@ func (x *ProclaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProclaimRequest.ProtoReflect.Descriptor instead.
 func (*ProclaimRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{10}
+	return file_palisade_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ProclaimRequest) GetSession() uint64 {
@@ -875,7 +1080,7 @@ type ProclaimResponse struct {
 
 func (x *ProclaimResponse) Reset() {
 	*x = ProclaimResponse{}
-	mi := &file_palisade_proto_msgTypes[11]
+	mi := &file_palisade_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -887,7 +1092,7 @@ func (x *ProclaimResponse) String() string {
 func (*ProclaimResponse) ProtoMessage() {}
 
 func (x *ProclaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[11]
+	mi := &file_palisade_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -900,7 +1105,7 @@ func (x *ProclaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProclaimResponse.ProtoReflect.Descriptor instead.
 func (*ProclaimResponse) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{11}
+	return file_palisade_proto_rawDescGZIP(), []int{14}
 }
 
 type ReleaseResponse struct {
@@ -913,7 +1118,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_palisade_proto_msgTypes[12]
+	mi := &file_palisade_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +1130,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[12]
+	mi := &file_palisade_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1143,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{12}
+	return file_palisade_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReleaseResponse) GetToken() uint64 {
@@ -963,7 +1168,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_palisade_proto_msgTypes[13]
+	mi := &file_palisade_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -975,7 +1180,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[13]
+	mi := &file_palisade_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -988,7 +1193,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{13}
+	return file_palisade_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StatusRequest) GetLock() string {
@@ -1028,7 +1233,7 @@ type LockInfo struct {
 
 func (x *LockInfo) Reset() {
 	*x = LockInfo{}
-	mi := &file_palisade_proto_msgTypes[14]
+	mi := &file_palisade_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1040,7 +1245,7 @@ func (x *LockInfo) String() string {
 func (*LockInfo) ProtoMessage() {}
 
 func (x *LockInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[14]
+	mi := &file_palisade_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1053,7 +1258,7 @@ func (x *LockInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockInfo.ProtoReflect.Descriptor instead.
 func (*LockInfo) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{14}
+	return file_palisade_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LockInfo) GetLock() string {
@@ -1120,7 +1325,7 @@ type Holder struct {
 
 func (x *Holder) Reset() {
 	*x = Holder{}
-	mi := &file_palisade_proto_msgTypes[15]
+	mi := &file_palisade_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1132,7 +1337,7 @@ func (x *Holder) String() string {
 func (*Holder) ProtoMessage() {}
 
 func (x *Holder) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[15]
+	mi := &file_palisade_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1145,7 +1350,7 @@ func (x *Holder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Holder.ProtoReflect.Descriptor instead.
 func (*Holder) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{15}
+	return file_palisade_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Holder) GetSession() uint64 {
@@ -1198,7 +1403,7 @@ type ListLocksRequest struct {
 
 func (x *ListLocksRequest) Reset() {
 	*x = ListLocksRequest{}
-	mi := &file_palisade_proto_msgTypes[16]
+	mi := &file_palisade_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1210,7 +1415,7 @@ func (x *ListLocksRequest) String() string {
 func (*ListLocksRequest) ProtoMessage() {}
 
 func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[16]
+	mi := &file_palisade_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1223,7 +1428,7 @@ func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
 func (*ListLocksRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{16}
+	return file_palisade_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListLocksRequest) GetPrefix() string {
@@ -1265,7 +1470,7 @@ type ListLocksResponse struct {
 
 func (x *ListLocksResponse) Reset() {
 	*x = ListLocksResponse{}
-	mi := &file_palisade_proto_msgTypes[17]
+	mi := &file_palisade_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1277,7 +1482,7 @@ func (x *ListLocksResponse) String() string {
 func (*ListLocksResponse) ProtoMessage() {}
 
 func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[17]
+	mi := &file_palisade_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1290,7 +1495,7 @@ func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
 func (*ListLocksResponse) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{17}
+	return file_palisade_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListLocksResponse) GetLocks() []*LockInfo {
@@ -1316,7 +1521,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_palisade_proto_msgTypes[18]
+	mi := &file_palisade_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1533,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[18]
+	mi := &file_palisade_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1546,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{18}
+	return file_palisade_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WatchRequest) GetLock() string {
@@ -1371,7 +1576,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_palisade_proto_msgTypes[19]
+	mi := &file_palisade_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1383,7 +1588,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[19]
+	mi := &file_palisade_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1396,7 +1601,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{19}
+	return file_palisade_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WatchEvent) GetKind() WatchEvent_Kind {
@@ -1456,7 +1661,7 @@ type PublicKeyRequest struct {
 
 func (x *PublicKeyRequest) Reset() {
 	*x = PublicKeyRequest{}
-	mi := &file_palisade_proto_msgTypes[20]
+	mi := &file_palisade_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1468,7 +1673,7 @@ func (x *PublicKeyRequest) String() string {
 func (*PublicKeyRequest) ProtoMessage() {}
 
 func (x *PublicKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[20]
+	mi := &file_palisade_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1481,7 +1686,7 @@ func (x *PublicKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublicKeyRequest.ProtoReflect.Descriptor instead.
 func (*PublicKeyRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{20}
+	return file_palisade_proto_rawDescGZIP(), []int{23}
 }
 
 type PublicKeyResponse struct {
@@ -1498,7 +1703,7 @@ type PublicKeyResponse struct {
 
 func (x *PublicKeyResponse) Reset() {
 	*x = PublicKeyResponse{}
-	mi := &file_palisade_proto_msgTypes[21]
+	mi := &file_palisade_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1510,7 +1715,7 @@ func (x *PublicKeyResponse) String() string {
 func (*PublicKeyResponse) ProtoMessage() {}
 
 func (x *PublicKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[21]
+	mi := &file_palisade_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1523,7 +1728,7 @@ func (x *PublicKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublicKeyResponse.ProtoReflect.Descriptor instead.
 func (*PublicKeyResponse) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{21}
+	return file_palisade_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PublicKeyResponse) GetPublicKey() string {
@@ -1581,6 +1786,10 @@ func (x *PublicKeyResponse) GetPublicKeys() []string {
 //	permits_out_of_range INVALID_ARGUMENT     permits, permits_max
 //	permits_mismatch     INVALID_ARGUMENT     lock, permits, requested_permits
 //	mode_conflict        INVALID_ARGUMENT     lock, session, held_shared
+//	multi_lock_size      INVALID_ARGUMENT     locks, locks_max (an AcquireAll named no lock,
+//	                                          or more than locks_max)
+//	multi_lock_repeated  INVALID_ARGUMENT     lock (named twice)
+//	multi_lock_held      INVALID_ARGUMENT     lock, session (which holds or waits for it)
 type ErrorDetail struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// What went wrong; see the table above.
@@ -1611,8 +1820,10 @@ type ErrorDetail struct {
 	BytesMin    uint64 `protobuf:"varint,16,opt,name=bytes_min,json=bytesMin,proto3" json:"bytes_min,omitempty"`
 	BytesMax    uint64 `protobuf:"varint,17,opt,name=bytes_max,json=bytesMax,proto3" json:"bytes_max,omitempty"`
 	SessionsMax uint64 `protobuf:"varint,18,opt,name=sessions_max,json=sessionsMax,proto3" json:"sessions_max,omitempty"`
-	LocksMax    uint64 `protobuf:"varint,19,opt,name=locks_max,json=locksMax,proto3" json:"locks_max,omitempty"`
-	WaitersMax  uint64 `protobuf:"varint,20,opt,name=waiters_max,json=waitersMax,proto3" json:"waiters_max,omitempty"`
+	// too_many_locks: the most locks the service holds; multi_lock_size: the most locks one
+	// AcquireAll names.
+	LocksMax   uint64 `protobuf:"varint,19,opt,name=locks_max,json=locksMax,proto3" json:"locks_max,omitempty"`
+	WaitersMax uint64 `protobuf:"varint,20,opt,name=waiters_max,json=waitersMax,proto3" json:"waiters_max,omitempty"`
 	// What is wrong with the service's configured limits (invalid_limits only).
 	LimitsProblem string `protobuf:"bytes,21,opt,name=limits_problem,json=limitsProblem,proto3" json:"limits_problem,omitempty"`
 	// The authenticated identity refused (permission_denied, quota_reached).
@@ -1632,14 +1843,16 @@ type ErrorDetail struct {
 	PermitsMax       uint32 `protobuf:"varint,28,opt,name=permits_max,json=permitsMax,proto3" json:"permits_max,omitempty"`
 	RequestedPermits uint32 `protobuf:"varint,29,opt,name=requested_permits,json=requestedPermits,proto3" json:"requested_permits,omitempty"`
 	// mode_conflict: the session holds or waits for the lock shared (else exclusive).
-	HeldShared    bool `protobuf:"varint,30,opt,name=held_shared,json=heldShared,proto3" json:"held_shared,omitempty"`
+	HeldShared bool `protobuf:"varint,30,opt,name=held_shared,json=heldShared,proto3" json:"held_shared,omitempty"`
+	// multi_lock_size: how many locks the refused AcquireAll named.
+	Locks         uint32 `protobuf:"varint,31,opt,name=locks,proto3" json:"locks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_palisade_proto_msgTypes[22]
+	mi := &file_palisade_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1651,7 +1864,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[22]
+	mi := &file_palisade_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1664,7 +1877,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{22}
+	return file_palisade_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ErrorDetail) GetKind() string {
@@ -1877,6 +2090,13 @@ func (x *ErrorDetail) GetHeldShared() bool {
 	return false
 }
 
+func (x *ErrorDetail) GetLocks() uint32 {
+	if x != nil {
+		return x.Locks
+	}
+	return 0
+}
+
 type RaiseTokenFloorRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// At most the service's largest token (2^63 - 1) less 2^56: a floor above that is refused
@@ -1891,7 +2111,7 @@ type RaiseTokenFloorRequest struct {
 
 func (x *RaiseTokenFloorRequest) Reset() {
 	*x = RaiseTokenFloorRequest{}
-	mi := &file_palisade_proto_msgTypes[23]
+	mi := &file_palisade_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1903,7 +2123,7 @@ func (x *RaiseTokenFloorRequest) String() string {
 func (*RaiseTokenFloorRequest) ProtoMessage() {}
 
 func (x *RaiseTokenFloorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[23]
+	mi := &file_palisade_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1916,7 +2136,7 @@ func (x *RaiseTokenFloorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaiseTokenFloorRequest.ProtoReflect.Descriptor instead.
 func (*RaiseTokenFloorRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{23}
+	return file_palisade_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RaiseTokenFloorRequest) GetFloor() uint64 {
@@ -1943,7 +2163,7 @@ type RaiseTokenFloorResponse struct {
 
 func (x *RaiseTokenFloorResponse) Reset() {
 	*x = RaiseTokenFloorResponse{}
-	mi := &file_palisade_proto_msgTypes[24]
+	mi := &file_palisade_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2175,7 @@ func (x *RaiseTokenFloorResponse) String() string {
 func (*RaiseTokenFloorResponse) ProtoMessage() {}
 
 func (x *RaiseTokenFloorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[24]
+	mi := &file_palisade_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2188,7 @@ func (x *RaiseTokenFloorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaiseTokenFloorResponse.ProtoReflect.Descriptor instead.
 func (*RaiseTokenFloorResponse) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{24}
+	return file_palisade_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RaiseTokenFloorResponse) GetLastToken() uint64 {
@@ -1986,7 +2206,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_palisade_proto_msgTypes[25]
+	mi := &file_palisade_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1998,7 +2218,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[25]
+	mi := &file_palisade_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +2231,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{25}
+	return file_palisade_proto_rawDescGZIP(), []int{28}
 }
 
 type BackupChunk struct {
@@ -2024,7 +2244,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_palisade_proto_msgTypes[26]
+	mi := &file_palisade_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2036,7 +2256,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[26]
+	mi := &file_palisade_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2049,7 +2269,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{26}
+	return file_palisade_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *BackupChunk) GetData() []byte {
@@ -2067,7 +2287,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_palisade_proto_msgTypes[27]
+	mi := &file_palisade_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2079,7 +2299,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[27]
+	mi := &file_palisade_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2092,7 +2312,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{27}
+	return file_palisade_proto_rawDescGZIP(), []int{30}
 }
 
 type AddKeyRequest struct {
@@ -2103,7 +2323,7 @@ type AddKeyRequest struct {
 
 func (x *AddKeyRequest) Reset() {
 	*x = AddKeyRequest{}
-	mi := &file_palisade_proto_msgTypes[28]
+	mi := &file_palisade_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +2335,7 @@ func (x *AddKeyRequest) String() string {
 func (*AddKeyRequest) ProtoMessage() {}
 
 func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[28]
+	mi := &file_palisade_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +2348,7 @@ func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddKeyRequest.ProtoReflect.Descriptor instead.
 func (*AddKeyRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{28}
+	return file_palisade_proto_rawDescGZIP(), []int{31}
 }
 
 type RotateKeyRequest struct {
@@ -2141,7 +2361,7 @@ type RotateKeyRequest struct {
 
 func (x *RotateKeyRequest) Reset() {
 	*x = RotateKeyRequest{}
-	mi := &file_palisade_proto_msgTypes[29]
+	mi := &file_palisade_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2153,7 +2373,7 @@ func (x *RotateKeyRequest) String() string {
 func (*RotateKeyRequest) ProtoMessage() {}
 
 func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[29]
+	mi := &file_palisade_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2166,7 +2386,7 @@ func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{29}
+	return file_palisade_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RotateKeyRequest) GetKeyId() string {
@@ -2185,7 +2405,7 @@ type RetireKeyRequest struct {
 
 func (x *RetireKeyRequest) Reset() {
 	*x = RetireKeyRequest{}
-	mi := &file_palisade_proto_msgTypes[30]
+	mi := &file_palisade_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2197,7 +2417,7 @@ func (x *RetireKeyRequest) String() string {
 func (*RetireKeyRequest) ProtoMessage() {}
 
 func (x *RetireKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[30]
+	mi := &file_palisade_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2210,7 +2430,7 @@ func (x *RetireKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireKeyRequest.ProtoReflect.Descriptor instead.
 func (*RetireKeyRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{30}
+	return file_palisade_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RetireKeyRequest) GetKeyId() string {
@@ -2234,7 +2454,7 @@ type PublishedKey struct {
 
 func (x *PublishedKey) Reset() {
 	*x = PublishedKey{}
-	mi := &file_palisade_proto_msgTypes[31]
+	mi := &file_palisade_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2246,7 +2466,7 @@ func (x *PublishedKey) String() string {
 func (*PublishedKey) ProtoMessage() {}
 
 func (x *PublishedKey) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[31]
+	mi := &file_palisade_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2259,7 +2479,7 @@ func (x *PublishedKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishedKey.ProtoReflect.Descriptor instead.
 func (*PublishedKey) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{31}
+	return file_palisade_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PublishedKey) GetKeyId() string {
@@ -2293,7 +2513,7 @@ type KeysResponse struct {
 
 func (x *KeysResponse) Reset() {
 	*x = KeysResponse{}
-	mi := &file_palisade_proto_msgTypes[32]
+	mi := &file_palisade_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2305,7 +2525,7 @@ func (x *KeysResponse) String() string {
 func (*KeysResponse) ProtoMessage() {}
 
 func (x *KeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[32]
+	mi := &file_palisade_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2318,7 +2538,7 @@ func (x *KeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysResponse.ProtoReflect.Descriptor instead.
 func (*KeysResponse) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{32}
+	return file_palisade_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *KeysResponse) GetKeys() []*PublishedKey {
@@ -2336,7 +2556,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_palisade_proto_msgTypes[33]
+	mi := &file_palisade_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2348,7 +2568,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[33]
+	mi := &file_palisade_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2361,7 +2581,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{33}
+	return file_palisade_proto_rawDescGZIP(), []int{36}
 }
 
 type ClusterMember struct {
@@ -2378,7 +2598,7 @@ type ClusterMember struct {
 
 func (x *ClusterMember) Reset() {
 	*x = ClusterMember{}
-	mi := &file_palisade_proto_msgTypes[34]
+	mi := &file_palisade_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2390,7 +2610,7 @@ func (x *ClusterMember) String() string {
 func (*ClusterMember) ProtoMessage() {}
 
 func (x *ClusterMember) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[34]
+	mi := &file_palisade_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2403,7 +2623,7 @@ func (x *ClusterMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterMember.ProtoReflect.Descriptor instead.
 func (*ClusterMember) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{34}
+	return file_palisade_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ClusterMember) GetId() uint64 {
@@ -2454,7 +2674,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_palisade_proto_msgTypes[35]
+	mi := &file_palisade_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2466,7 +2686,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[35]
+	mi := &file_palisade_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2479,7 +2699,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{35}
+	return file_palisade_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ClusterStatusResponse) GetNodeId() uint64 {
@@ -2550,7 +2770,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_palisade_proto_msgTypes[36]
+	mi := &file_palisade_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2562,7 +2782,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[36]
+	mi := &file_palisade_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2575,7 +2795,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{36}
+	return file_palisade_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AddMemberRequest) GetId() uint64 {
@@ -2601,7 +2821,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_palisade_proto_msgTypes[37]
+	mi := &file_palisade_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2613,7 +2833,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[37]
+	mi := &file_palisade_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2626,7 +2846,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{37}
+	return file_palisade_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RemoveMemberRequest) GetId() uint64 {
@@ -2645,7 +2865,7 @@ type MembershipResponse struct {
 
 func (x *MembershipResponse) Reset() {
 	*x = MembershipResponse{}
-	mi := &file_palisade_proto_msgTypes[38]
+	mi := &file_palisade_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2657,7 +2877,7 @@ func (x *MembershipResponse) String() string {
 func (*MembershipResponse) ProtoMessage() {}
 
 func (x *MembershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[38]
+	mi := &file_palisade_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2670,7 +2890,7 @@ func (x *MembershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembershipResponse.ProtoReflect.Descriptor instead.
 func (*MembershipResponse) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{38}
+	return file_palisade_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *MembershipResponse) GetMembers() []*ClusterMember {
@@ -2720,7 +2940,22 @@ const file_palisade_proto_rawDesc = "" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x1c\n" +
 	"\tsequencer\x18\x04 \x01(\tR\tsequencer\x12+\n" +
-	"\x06access\x18\x05 \x01(\v2\x13.palisade.v1.AccessR\x06access\"B\n" +
+	"\x06access\x18\x05 \x01(\v2\x13.palisade.v1.AccessR\x06access\"\xdf\x01\n" +
+	"\x11AcquireAllRequest\x12\x18\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\x04R\trequestId\x12\x17\n" +
+	"\await_ms\x18\x03 \x01(\x04R\x06waitMs\x12!\n" +
+	"\fwait_forever\x18\x04 \x01(\bR\vwaitForever\x12%\n" +
+	"\x0esession_secret\x18\x05 \x01(\fR\rsessionSecret\x12.\n" +
+	"\x05parts\x18\x06 \x03(\v2\x18.palisade.v1.AcquirePartR\x05parts\"S\n" +
+	"\vAcquirePart\x12\x12\n" +
+	"\x04lock\x18\x01 \x01(\tR\x04lock\x12\x16\n" +
+	"\x06shared\x18\x02 \x01(\bR\x06shared\x12\x18\n" +
+	"\apermits\x18\x03 \x01(\rR\apermits\"d\n" +
+	"\x12AcquireAllResponse\x12\x18\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\x124\n" +
+	"\x06grants\x18\x02 \x03(\v2\x1c.palisade.v1.AcquireResponseR\x06grants\"B\n" +
 	"\x06Access\x12\x16\n" +
 	"\x06shared\x18\x01 \x01(\bR\x06shared\x12\x17\n" +
 	"\x04slot\x18\x02 \x01(\rH\x00R\x04slot\x88\x01\x01B\a\n" +
@@ -2795,7 +3030,7 @@ const file_palisade_proto_rawDesc = "" +
 	"\n" +
 	"public_key\x18\x01 \x01(\tR\tpublicKey\x12\x1f\n" +
 	"\vpublic_keys\x18\x02 \x03(\tR\n" +
-	"publicKeys\"\xc3\a\n" +
+	"publicKeys\"\xd9\a\n" +
 	"\vErrorDetail\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1a\n" +
 	"\bcategory\x18\x02 \x01(\tR\bcategory\x12\x12\n" +
@@ -2833,7 +3068,8 @@ const file_palisade_proto_rawDesc = "" +
 	"permitsMax\x12+\n" +
 	"\x11requested_permits\x18\x1d \x01(\rR\x10requestedPermits\x12\x1f\n" +
 	"\vheld_shared\x18\x1e \x01(\bR\n" +
-	"heldSharedB\x11\n" +
+	"heldShared\x12\x14\n" +
+	"\x05locks\x18\x1f \x01(\rR\x05locksB\x11\n" +
 	"\x0f_holder_sessionB\x0f\n" +
 	"\r_holder_tokenB\x12\n" +
 	"\x10_available_at_ms\"D\n" +
@@ -2882,13 +3118,15 @@ const file_palisade_proto_rawDesc = "" +
 	"\x13RemoveMemberRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\"J\n" +
 	"\x12MembershipResponse\x124\n" +
-	"\amembers\x18\x01 \x03(\v2\x1a.palisade.v1.ClusterMemberR\amembers2\xaf\x06\n" +
+	"\amembers\x18\x01 \x03(\v2\x1a.palisade.v1.ClusterMemberR\amembers2\xfe\x06\n" +
 	"\x05Locks\x12P\n" +
 	"\vOpenSession\x12\x1f.palisade.v1.OpenSessionRequest\x1a .palisade.v1.OpenSessionResponse\x12N\n" +
 	"\tKeepAlive\x12\x1d.palisade.v1.KeepAliveRequest\x1a\x1e.palisade.v1.KeepAliveResponse(\x010\x01\x12F\n" +
 	"\x05Renew\x12\x1d.palisade.v1.KeepAliveRequest\x1a\x1e.palisade.v1.KeepAliveResponse\x12S\n" +
 	"\fCloseSession\x12 .palisade.v1.CloseSessionRequest\x1a!.palisade.v1.CloseSessionResponse\x12D\n" +
-	"\aAcquire\x12\x1b.palisade.v1.AcquireRequest\x1a\x1c.palisade.v1.AcquireResponse\x12D\n" +
+	"\aAcquire\x12\x1b.palisade.v1.AcquireRequest\x1a\x1c.palisade.v1.AcquireResponse\x12M\n" +
+	"\n" +
+	"AcquireAll\x12\x1e.palisade.v1.AcquireAllRequest\x1a\x1f.palisade.v1.AcquireAllResponse\x12D\n" +
 	"\aRelease\x12\x1b.palisade.v1.ReleaseRequest\x1a\x1c.palisade.v1.ReleaseResponse\x12G\n" +
 	"\bProclaim\x12\x1c.palisade.v1.ProclaimRequest\x1a\x1d.palisade.v1.ProclaimResponse\x12;\n" +
 	"\x06Status\x12\x1a.palisade.v1.StatusRequest\x1a\x15.palisade.v1.LockInfo\x12J\n" +
@@ -2919,7 +3157,7 @@ func file_palisade_proto_rawDescGZIP() []byte {
 }
 
 var file_palisade_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_palisade_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_palisade_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_palisade_proto_goTypes = []any{
 	(WatchEvent_Kind)(0),            // 0: palisade.v1.WatchEvent.Kind
 	(*OpenSessionRequest)(nil),      // 1: palisade.v1.OpenSessionRequest
@@ -2930,94 +3168,101 @@ var file_palisade_proto_goTypes = []any{
 	(*CloseSessionResponse)(nil),    // 6: palisade.v1.CloseSessionResponse
 	(*AcquireRequest)(nil),          // 7: palisade.v1.AcquireRequest
 	(*AcquireResponse)(nil),         // 8: palisade.v1.AcquireResponse
-	(*Access)(nil),                  // 9: palisade.v1.Access
-	(*ReleaseRequest)(nil),          // 10: palisade.v1.ReleaseRequest
-	(*ProclaimRequest)(nil),         // 11: palisade.v1.ProclaimRequest
-	(*ProclaimResponse)(nil),        // 12: palisade.v1.ProclaimResponse
-	(*ReleaseResponse)(nil),         // 13: palisade.v1.ReleaseResponse
-	(*StatusRequest)(nil),           // 14: palisade.v1.StatusRequest
-	(*LockInfo)(nil),                // 15: palisade.v1.LockInfo
-	(*Holder)(nil),                  // 16: palisade.v1.Holder
-	(*ListLocksRequest)(nil),        // 17: palisade.v1.ListLocksRequest
-	(*ListLocksResponse)(nil),       // 18: palisade.v1.ListLocksResponse
-	(*WatchRequest)(nil),            // 19: palisade.v1.WatchRequest
-	(*WatchEvent)(nil),              // 20: palisade.v1.WatchEvent
-	(*PublicKeyRequest)(nil),        // 21: palisade.v1.PublicKeyRequest
-	(*PublicKeyResponse)(nil),       // 22: palisade.v1.PublicKeyResponse
-	(*ErrorDetail)(nil),             // 23: palisade.v1.ErrorDetail
-	(*RaiseTokenFloorRequest)(nil),  // 24: palisade.v1.RaiseTokenFloorRequest
-	(*RaiseTokenFloorResponse)(nil), // 25: palisade.v1.RaiseTokenFloorResponse
-	(*BackupRequest)(nil),           // 26: palisade.v1.BackupRequest
-	(*BackupChunk)(nil),             // 27: palisade.v1.BackupChunk
-	(*ListKeysRequest)(nil),         // 28: palisade.v1.ListKeysRequest
-	(*AddKeyRequest)(nil),           // 29: palisade.v1.AddKeyRequest
-	(*RotateKeyRequest)(nil),        // 30: palisade.v1.RotateKeyRequest
-	(*RetireKeyRequest)(nil),        // 31: palisade.v1.RetireKeyRequest
-	(*PublishedKey)(nil),            // 32: palisade.v1.PublishedKey
-	(*KeysResponse)(nil),            // 33: palisade.v1.KeysResponse
-	(*ClusterStatusRequest)(nil),    // 34: palisade.v1.ClusterStatusRequest
-	(*ClusterMember)(nil),           // 35: palisade.v1.ClusterMember
-	(*ClusterStatusResponse)(nil),   // 36: palisade.v1.ClusterStatusResponse
-	(*AddMemberRequest)(nil),        // 37: palisade.v1.AddMemberRequest
-	(*RemoveMemberRequest)(nil),     // 38: palisade.v1.RemoveMemberRequest
-	(*MembershipResponse)(nil),      // 39: palisade.v1.MembershipResponse
+	(*AcquireAllRequest)(nil),       // 9: palisade.v1.AcquireAllRequest
+	(*AcquirePart)(nil),             // 10: palisade.v1.AcquirePart
+	(*AcquireAllResponse)(nil),      // 11: palisade.v1.AcquireAllResponse
+	(*Access)(nil),                  // 12: palisade.v1.Access
+	(*ReleaseRequest)(nil),          // 13: palisade.v1.ReleaseRequest
+	(*ProclaimRequest)(nil),         // 14: palisade.v1.ProclaimRequest
+	(*ProclaimResponse)(nil),        // 15: palisade.v1.ProclaimResponse
+	(*ReleaseResponse)(nil),         // 16: palisade.v1.ReleaseResponse
+	(*StatusRequest)(nil),           // 17: palisade.v1.StatusRequest
+	(*LockInfo)(nil),                // 18: palisade.v1.LockInfo
+	(*Holder)(nil),                  // 19: palisade.v1.Holder
+	(*ListLocksRequest)(nil),        // 20: palisade.v1.ListLocksRequest
+	(*ListLocksResponse)(nil),       // 21: palisade.v1.ListLocksResponse
+	(*WatchRequest)(nil),            // 22: palisade.v1.WatchRequest
+	(*WatchEvent)(nil),              // 23: palisade.v1.WatchEvent
+	(*PublicKeyRequest)(nil),        // 24: palisade.v1.PublicKeyRequest
+	(*PublicKeyResponse)(nil),       // 25: palisade.v1.PublicKeyResponse
+	(*ErrorDetail)(nil),             // 26: palisade.v1.ErrorDetail
+	(*RaiseTokenFloorRequest)(nil),  // 27: palisade.v1.RaiseTokenFloorRequest
+	(*RaiseTokenFloorResponse)(nil), // 28: palisade.v1.RaiseTokenFloorResponse
+	(*BackupRequest)(nil),           // 29: palisade.v1.BackupRequest
+	(*BackupChunk)(nil),             // 30: palisade.v1.BackupChunk
+	(*ListKeysRequest)(nil),         // 31: palisade.v1.ListKeysRequest
+	(*AddKeyRequest)(nil),           // 32: palisade.v1.AddKeyRequest
+	(*RotateKeyRequest)(nil),        // 33: palisade.v1.RotateKeyRequest
+	(*RetireKeyRequest)(nil),        // 34: palisade.v1.RetireKeyRequest
+	(*PublishedKey)(nil),            // 35: palisade.v1.PublishedKey
+	(*KeysResponse)(nil),            // 36: palisade.v1.KeysResponse
+	(*ClusterStatusRequest)(nil),    // 37: palisade.v1.ClusterStatusRequest
+	(*ClusterMember)(nil),           // 38: palisade.v1.ClusterMember
+	(*ClusterStatusResponse)(nil),   // 39: palisade.v1.ClusterStatusResponse
+	(*AddMemberRequest)(nil),        // 40: palisade.v1.AddMemberRequest
+	(*RemoveMemberRequest)(nil),     // 41: palisade.v1.RemoveMemberRequest
+	(*MembershipResponse)(nil),      // 42: palisade.v1.MembershipResponse
 }
 var file_palisade_proto_depIdxs = []int32{
-	9,  // 0: palisade.v1.AcquireResponse.access:type_name -> palisade.v1.Access
-	16, // 1: palisade.v1.LockInfo.holder:type_name -> palisade.v1.Holder
-	16, // 2: palisade.v1.LockInfo.sharers:type_name -> palisade.v1.Holder
-	9,  // 3: palisade.v1.Holder.access:type_name -> palisade.v1.Access
-	15, // 4: palisade.v1.ListLocksResponse.locks:type_name -> palisade.v1.LockInfo
-	0,  // 5: palisade.v1.WatchEvent.kind:type_name -> palisade.v1.WatchEvent.Kind
-	9,  // 6: palisade.v1.WatchEvent.access:type_name -> palisade.v1.Access
-	32, // 7: palisade.v1.KeysResponse.keys:type_name -> palisade.v1.PublishedKey
-	35, // 8: palisade.v1.ClusterStatusResponse.members:type_name -> palisade.v1.ClusterMember
-	35, // 9: palisade.v1.MembershipResponse.members:type_name -> palisade.v1.ClusterMember
-	1,  // 10: palisade.v1.Locks.OpenSession:input_type -> palisade.v1.OpenSessionRequest
-	3,  // 11: palisade.v1.Locks.KeepAlive:input_type -> palisade.v1.KeepAliveRequest
-	3,  // 12: palisade.v1.Locks.Renew:input_type -> palisade.v1.KeepAliveRequest
-	5,  // 13: palisade.v1.Locks.CloseSession:input_type -> palisade.v1.CloseSessionRequest
-	7,  // 14: palisade.v1.Locks.Acquire:input_type -> palisade.v1.AcquireRequest
-	10, // 15: palisade.v1.Locks.Release:input_type -> palisade.v1.ReleaseRequest
-	11, // 16: palisade.v1.Locks.Proclaim:input_type -> palisade.v1.ProclaimRequest
-	14, // 17: palisade.v1.Locks.Status:input_type -> palisade.v1.StatusRequest
-	17, // 18: palisade.v1.Locks.ListLocks:input_type -> palisade.v1.ListLocksRequest
-	19, // 19: palisade.v1.Locks.Watch:input_type -> palisade.v1.WatchRequest
-	21, // 20: palisade.v1.Locks.PublicKey:input_type -> palisade.v1.PublicKeyRequest
-	34, // 21: palisade.v1.Cluster.Status:input_type -> palisade.v1.ClusterStatusRequest
-	37, // 22: palisade.v1.Cluster.AddMember:input_type -> palisade.v1.AddMemberRequest
-	38, // 23: palisade.v1.Cluster.RemoveMember:input_type -> palisade.v1.RemoveMemberRequest
-	28, // 24: palisade.v1.Cluster.ListKeys:input_type -> palisade.v1.ListKeysRequest
-	29, // 25: palisade.v1.Cluster.AddKey:input_type -> palisade.v1.AddKeyRequest
-	30, // 26: palisade.v1.Cluster.RotateKey:input_type -> palisade.v1.RotateKeyRequest
-	31, // 27: palisade.v1.Cluster.RetireKey:input_type -> palisade.v1.RetireKeyRequest
-	26, // 28: palisade.v1.Cluster.Backup:input_type -> palisade.v1.BackupRequest
-	24, // 29: palisade.v1.Cluster.RaiseTokenFloor:input_type -> palisade.v1.RaiseTokenFloorRequest
-	2,  // 30: palisade.v1.Locks.OpenSession:output_type -> palisade.v1.OpenSessionResponse
-	4,  // 31: palisade.v1.Locks.KeepAlive:output_type -> palisade.v1.KeepAliveResponse
-	4,  // 32: palisade.v1.Locks.Renew:output_type -> palisade.v1.KeepAliveResponse
-	6,  // 33: palisade.v1.Locks.CloseSession:output_type -> palisade.v1.CloseSessionResponse
-	8,  // 34: palisade.v1.Locks.Acquire:output_type -> palisade.v1.AcquireResponse
-	13, // 35: palisade.v1.Locks.Release:output_type -> palisade.v1.ReleaseResponse
-	12, // 36: palisade.v1.Locks.Proclaim:output_type -> palisade.v1.ProclaimResponse
-	15, // 37: palisade.v1.Locks.Status:output_type -> palisade.v1.LockInfo
-	18, // 38: palisade.v1.Locks.ListLocks:output_type -> palisade.v1.ListLocksResponse
-	20, // 39: palisade.v1.Locks.Watch:output_type -> palisade.v1.WatchEvent
-	22, // 40: palisade.v1.Locks.PublicKey:output_type -> palisade.v1.PublicKeyResponse
-	36, // 41: palisade.v1.Cluster.Status:output_type -> palisade.v1.ClusterStatusResponse
-	39, // 42: palisade.v1.Cluster.AddMember:output_type -> palisade.v1.MembershipResponse
-	39, // 43: palisade.v1.Cluster.RemoveMember:output_type -> palisade.v1.MembershipResponse
-	33, // 44: palisade.v1.Cluster.ListKeys:output_type -> palisade.v1.KeysResponse
-	33, // 45: palisade.v1.Cluster.AddKey:output_type -> palisade.v1.KeysResponse
-	33, // 46: palisade.v1.Cluster.RotateKey:output_type -> palisade.v1.KeysResponse
-	33, // 47: palisade.v1.Cluster.RetireKey:output_type -> palisade.v1.KeysResponse
-	27, // 48: palisade.v1.Cluster.Backup:output_type -> palisade.v1.BackupChunk
-	25, // 49: palisade.v1.Cluster.RaiseTokenFloor:output_type -> palisade.v1.RaiseTokenFloorResponse
-	30, // [30:50] is the sub-list for method output_type
-	10, // [10:30] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	12, // 0: palisade.v1.AcquireResponse.access:type_name -> palisade.v1.Access
+	10, // 1: palisade.v1.AcquireAllRequest.parts:type_name -> palisade.v1.AcquirePart
+	8,  // 2: palisade.v1.AcquireAllResponse.grants:type_name -> palisade.v1.AcquireResponse
+	19, // 3: palisade.v1.LockInfo.holder:type_name -> palisade.v1.Holder
+	19, // 4: palisade.v1.LockInfo.sharers:type_name -> palisade.v1.Holder
+	12, // 5: palisade.v1.Holder.access:type_name -> palisade.v1.Access
+	18, // 6: palisade.v1.ListLocksResponse.locks:type_name -> palisade.v1.LockInfo
+	0,  // 7: palisade.v1.WatchEvent.kind:type_name -> palisade.v1.WatchEvent.Kind
+	12, // 8: palisade.v1.WatchEvent.access:type_name -> palisade.v1.Access
+	35, // 9: palisade.v1.KeysResponse.keys:type_name -> palisade.v1.PublishedKey
+	38, // 10: palisade.v1.ClusterStatusResponse.members:type_name -> palisade.v1.ClusterMember
+	38, // 11: palisade.v1.MembershipResponse.members:type_name -> palisade.v1.ClusterMember
+	1,  // 12: palisade.v1.Locks.OpenSession:input_type -> palisade.v1.OpenSessionRequest
+	3,  // 13: palisade.v1.Locks.KeepAlive:input_type -> palisade.v1.KeepAliveRequest
+	3,  // 14: palisade.v1.Locks.Renew:input_type -> palisade.v1.KeepAliveRequest
+	5,  // 15: palisade.v1.Locks.CloseSession:input_type -> palisade.v1.CloseSessionRequest
+	7,  // 16: palisade.v1.Locks.Acquire:input_type -> palisade.v1.AcquireRequest
+	9,  // 17: palisade.v1.Locks.AcquireAll:input_type -> palisade.v1.AcquireAllRequest
+	13, // 18: palisade.v1.Locks.Release:input_type -> palisade.v1.ReleaseRequest
+	14, // 19: palisade.v1.Locks.Proclaim:input_type -> palisade.v1.ProclaimRequest
+	17, // 20: palisade.v1.Locks.Status:input_type -> palisade.v1.StatusRequest
+	20, // 21: palisade.v1.Locks.ListLocks:input_type -> palisade.v1.ListLocksRequest
+	22, // 22: palisade.v1.Locks.Watch:input_type -> palisade.v1.WatchRequest
+	24, // 23: palisade.v1.Locks.PublicKey:input_type -> palisade.v1.PublicKeyRequest
+	37, // 24: palisade.v1.Cluster.Status:input_type -> palisade.v1.ClusterStatusRequest
+	40, // 25: palisade.v1.Cluster.AddMember:input_type -> palisade.v1.AddMemberRequest
+	41, // 26: palisade.v1.Cluster.RemoveMember:input_type -> palisade.v1.RemoveMemberRequest
+	31, // 27: palisade.v1.Cluster.ListKeys:input_type -> palisade.v1.ListKeysRequest
+	32, // 28: palisade.v1.Cluster.AddKey:input_type -> palisade.v1.AddKeyRequest
+	33, // 29: palisade.v1.Cluster.RotateKey:input_type -> palisade.v1.RotateKeyRequest
+	34, // 30: palisade.v1.Cluster.RetireKey:input_type -> palisade.v1.RetireKeyRequest
+	29, // 31: palisade.v1.Cluster.Backup:input_type -> palisade.v1.BackupRequest
+	27, // 32: palisade.v1.Cluster.RaiseTokenFloor:input_type -> palisade.v1.RaiseTokenFloorRequest
+	2,  // 33: palisade.v1.Locks.OpenSession:output_type -> palisade.v1.OpenSessionResponse
+	4,  // 34: palisade.v1.Locks.KeepAlive:output_type -> palisade.v1.KeepAliveResponse
+	4,  // 35: palisade.v1.Locks.Renew:output_type -> palisade.v1.KeepAliveResponse
+	6,  // 36: palisade.v1.Locks.CloseSession:output_type -> palisade.v1.CloseSessionResponse
+	8,  // 37: palisade.v1.Locks.Acquire:output_type -> palisade.v1.AcquireResponse
+	11, // 38: palisade.v1.Locks.AcquireAll:output_type -> palisade.v1.AcquireAllResponse
+	16, // 39: palisade.v1.Locks.Release:output_type -> palisade.v1.ReleaseResponse
+	15, // 40: palisade.v1.Locks.Proclaim:output_type -> palisade.v1.ProclaimResponse
+	18, // 41: palisade.v1.Locks.Status:output_type -> palisade.v1.LockInfo
+	21, // 42: palisade.v1.Locks.ListLocks:output_type -> palisade.v1.ListLocksResponse
+	23, // 43: palisade.v1.Locks.Watch:output_type -> palisade.v1.WatchEvent
+	25, // 44: palisade.v1.Locks.PublicKey:output_type -> palisade.v1.PublicKeyResponse
+	39, // 45: palisade.v1.Cluster.Status:output_type -> palisade.v1.ClusterStatusResponse
+	42, // 46: palisade.v1.Cluster.AddMember:output_type -> palisade.v1.MembershipResponse
+	42, // 47: palisade.v1.Cluster.RemoveMember:output_type -> palisade.v1.MembershipResponse
+	36, // 48: palisade.v1.Cluster.ListKeys:output_type -> palisade.v1.KeysResponse
+	36, // 49: palisade.v1.Cluster.AddKey:output_type -> palisade.v1.KeysResponse
+	36, // 50: palisade.v1.Cluster.RotateKey:output_type -> palisade.v1.KeysResponse
+	36, // 51: palisade.v1.Cluster.RetireKey:output_type -> palisade.v1.KeysResponse
+	30, // 52: palisade.v1.Cluster.Backup:output_type -> palisade.v1.BackupChunk
+	28, // 53: palisade.v1.Cluster.RaiseTokenFloor:output_type -> palisade.v1.RaiseTokenFloorResponse
+	33, // [33:54] is the sub-list for method output_type
+	12, // [12:33] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_palisade_proto_init() }
@@ -3025,19 +3270,19 @@ func file_palisade_proto_init() {
 	if File_palisade_proto != nil {
 		return
 	}
-	file_palisade_proto_msgTypes[8].OneofWrappers = []any{}
-	file_palisade_proto_msgTypes[12].OneofWrappers = []any{}
-	file_palisade_proto_msgTypes[14].OneofWrappers = []any{}
-	file_palisade_proto_msgTypes[22].OneofWrappers = []any{}
-	file_palisade_proto_msgTypes[34].OneofWrappers = []any{}
-	file_palisade_proto_msgTypes[35].OneofWrappers = []any{}
+	file_palisade_proto_msgTypes[11].OneofWrappers = []any{}
+	file_palisade_proto_msgTypes[15].OneofWrappers = []any{}
+	file_palisade_proto_msgTypes[17].OneofWrappers = []any{}
+	file_palisade_proto_msgTypes[25].OneofWrappers = []any{}
+	file_palisade_proto_msgTypes[37].OneofWrappers = []any{}
+	file_palisade_proto_msgTypes[38].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palisade_proto_rawDesc), len(file_palisade_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   39,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -66,6 +66,7 @@ const (
 	Locks_Renew_FullMethodName        = "/palisade.v1.Locks/Renew"
 	Locks_CloseSession_FullMethodName = "/palisade.v1.Locks/CloseSession"
 	Locks_Acquire_FullMethodName      = "/palisade.v1.Locks/Acquire"
+	Locks_AcquireAll_FullMethodName   = "/palisade.v1.Locks/AcquireAll"
 	Locks_Release_FullMethodName      = "/palisade.v1.Locks/Release"
 	Locks_Proclaim_FullMethodName     = "/palisade.v1.Locks/Proclaim"
 	Locks_Status_FullMethodName       = "/palisade.v1.Locks/Status"
@@ -92,6 +93,14 @@ type LocksClient interface {
 	// Takes a lock, waiting in FIFO order up to the requested time. Returns only once the grant is
 	// durable. Retrying with the same request_id returns the first outcome.
 	Acquire(ctx context.Context, in *AcquireRequest, opts ...grpc.CallOption) (*AcquireResponse, error)
+	// Takes several locks at once, or none: waits (FIFO in every lock's queue at once) until all
+	// of them can be granted, then grants all of them in one step, each with its own token and
+	// sequencer; so there are no partial holds and no lock-order deadlocks. Once granted, each
+	// lock is held, and released (Release), on its own. Needs the lock right on every lock named.
+	// Retrying with the same request_id returns the first outcome. A method of its own rather
+	// than a list in AcquireRequest: a server that predates it answers UNIMPLEMENTED, where it
+	// would silently ignore an unknown field and grant one lock alone.
+	AcquireAll(ctx context.Context, in *AcquireAllRequest, opts ...grpc.CallOption) (*AcquireAllResponse, error)
 	// Gives up a lock (or withdraws a wait). Only the holding session may release.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
 	// Replaces the value of a grant: what a leader proclaims. Only the grant's own session, naming
@@ -164,6 +173,16 @@ func (c *locksClient) Acquire(ctx context.Context, in *AcquireRequest, opts ...g
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(AcquireResponse)
 	err := c.cc.Invoke(ctx, Locks_Acquire_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *locksClient) AcquireAll(ctx context.Context, in *AcquireAllRequest, opts ...grpc.CallOption) (*AcquireAllResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AcquireAllResponse)
+	err := c.cc.Invoke(ctx, Locks_AcquireAll_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -257,6 +276,14 @@ type LocksServer interface {
 	// Takes a lock, waiting in FIFO order up to the requested time. Returns only once the grant is
 	// durable. Retrying with the same request_id returns the first outcome.
 	Acquire(context.Context, *AcquireRequest) (*AcquireResponse, error)
+	// Takes several locks at once, or none: waits (FIFO in every lock's queue at once) until all
+	// of them can be granted, then grants all of them in one step, each with its own token and
+	// sequencer; so there are no partial holds and no lock-order deadlocks. Once granted, each
+	// lock is held, and released (Release), on its own. Needs the lock right on every lock named.
+	// Retrying with the same request_id returns the first outcome. A method of its own rather
+	// than a list in AcquireRequest: a server that predates it answers UNIMPLEMENTED, where it
+	// would silently ignore an unknown field and grant one lock alone.
+	AcquireAll(context.Context, *AcquireAllRequest) (*AcquireAllResponse, error)
 	// Gives up a lock (or withdraws a wait). Only the holding session may release.
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
 	// Replaces the value of a grant: what a leader proclaims. Only the grant's own session, naming
@@ -296,6 +323,9 @@ func (UnimplementedLocksServer) CloseSession(context.Context, *CloseSessionReque
 }
 func (UnimplementedLocksServer) Acquire(context.Context, *AcquireRequest) (*AcquireResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Acquire not implemented")
+}
+func (UnimplementedLocksServer) AcquireAll(context.Context, *AcquireAllRequest) (*AcquireAllResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AcquireAll not implemented")
 }
 func (UnimplementedLocksServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
@@ -411,6 +441,24 @@ func _Locks_Acquire_Handler(srv interface{}, ctx context.Context, dec func(inter
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(LocksServer).Acquire(ctx, req.(*AcquireRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Locks_AcquireAll_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AcquireAllRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LocksServer).AcquireAll(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Locks_AcquireAll_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LocksServer).AcquireAll(ctx, req.(*AcquireAllRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -538,6 +586,10 @@ var Locks_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Acquire",
 			Handler:    _Locks_Acquire_Handler,
+		},
+		{
+			MethodName: "AcquireAll",
+			Handler:    _Locks_AcquireAll_Handler,
 		},
 		{
 			MethodName: "Release",

@@ -1,10 +1,19 @@
-//! `palisade lock NAME -- CMD…`: run a command while holding a lock.
+//! `palisade lock NAME… -- CMD…`: run a command while holding a lock, or several.
 //!
 //! The session is kept alive while the command runs. The command gets the grant in its
 //! environment (`PALISADE_LOCK`, `PALISADE_TOKEN`, `PALISADE_SEQUENCER`, `PALISADE_SESSION`,
 //! `PALISADE_ENDPOINT`, `PALISADE_VALUE` with `--value`, and `PALISADE_SLOT` with `--permits`),
 //! so it can present the sequencer to the resources it writes. `--shared` takes the lock as a
 //! reader and `--permits N` one permit of a semaphore (docs/locks.md).
+//!
+//! Several names take a **multi-lock**: all of the locks at once, or none, so two commands
+//! naming the same locks in any order cannot deadlock. Every name before `--` is a lock (the
+//! `--` is what tells names from the command). Each lock has its own grant, so the command gets
+//! them numbered in the order named (`PALISADE_LOCK_1`, `PALISADE_TOKEN_1`,
+//! `PALISADE_SEQUENCER_1`, `PALISADE_SLOT_1`, …) with their count in `PALISADE_LOCK_COUNT`;
+//! the unnumbered `PALISADE_LOCK`, `PALISADE_TOKEN`, `PALISADE_SEQUENCER` and `PALISADE_SLOT`
+//! are set only for a single lock, so a script written for one lock cannot present one lock's
+//! sequencer for another's resource by mistake.
 //!
 //! `palisade elect NAME -- CMD…` is the same with a wait as long as it takes: a candidate in
 //! the election NAME runs the command while it leads, with its epoch (the grant's token, higher
@@ -52,7 +61,8 @@ use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use palisade_client::{
-    AcquireOptions, Client, LockGuard, ReleaseError, Session, SessionLost, SessionOptions, Wait,
+    AcquireError, AcquireOptions, Client, LockGuard, LockPart, ReleaseError, Session, SessionLost,
+    SessionOptions, Wait,
 };
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{Signal as SignalStream, SignalKind, signal};
@@ -70,8 +80,14 @@ const GROUP_POLL_INTERVAL: Duration = Duration::from_millis(20);
 #[derive(Debug, clap::Args)]
 #[command(after_help = exit::HELP)]
 pub struct LockArgs {
-    /// Name of the lock.
-    pub name: String,
+    /// Name of the lock. Several names take all of these locks at once, or none (a
+    /// multi-lock, up to 32): the command runs once every one is held, each with its own token
+    /// and sequencer, numbered in the order named (PALISADE_LOCK_1, PALISADE_TOKEN_1,
+    /// PALISADE_SEQUENCER_1, PALISADE_SLOT_1, …, and PALISADE_LOCK_COUNT); nothing is held
+    /// while it waits, so commands that name the same locks in another order cannot deadlock.
+    /// Every word before `--` is a lock name, so the `--` before the command is required.
+    #[arg(value_name = "NAME", required = true, num_args = 1..)]
+    pub names: Vec<String>,
     /// Session lease: if palisade cannot renew it for this long (crash, pause, partition), the
     /// lock is released to the next waiter.
     #[arg(long, env = "PALISADE_TTL", default_value = "10s", value_parser = parse_duration)]
@@ -93,28 +109,30 @@ pub struct LockArgs {
     pub claim: Vec<String>,
     /// Attach this value to the grant: `status`, `locks`, `watch` and `leader` show it beside
     /// the holder (1 to 1024 bytes, no control characters). The command gets it as
-    /// PALISADE_VALUE.
+    /// PALISADE_VALUE. One lock only: a multi-lock's grants carry no value.
     #[arg(long, value_parser = parse_value)]
     pub value: Option<String>,
     /// Take the lock shared, as a reader: readers run together, each with the token of its
     /// phase, and a writer (the same lock without --shared) waits until they are done. A
-    /// reader's sequencer cannot write at a fenced resource. See docs/locks.md.
+    /// reader's sequencer cannot write at a fenced resource. With several names, every lock
+    /// is taken shared. See docs/locks.md.
     #[arg(long, conflicts_with = "permits")]
     pub shared: bool,
     /// Take one permit of the semaphore NAME of N permits (1 to 4096): at most N holders run
     /// at once, each in a slot 0..N with a token of its own; the command gets its slot as
-    /// PALISADE_SLOT. Every holder must name the same N. See docs/locks.md.
+    /// PALISADE_SLOT. Every holder must name the same N. With several names, one permit of
+    /// each (PALISADE_SLOT_1, …). See docs/locks.md.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(palisade_client::PERMITS_MAX)))]
     pub permits: Option<u32>,
     /// Set by `palisade elect`: the command also gets PALISADE_EPOCH.
     #[arg(skip)]
     pub election: bool,
-    /// The command to run while holding the lock, and its arguments.
+    /// The command to run while holding the lock, and its arguments, after `--`.
     #[arg(
         value_name = "CMD",
         required = true,
         num_args = 1..,
-        trailing_var_arg = true,
+        last = true,
         allow_hyphen_values = true
     )]
     pub command: Vec<OsString>,
@@ -167,13 +185,22 @@ impl LockArgs {
             (false, None) => Mode::Exclusive,
         }
     }
+
+    /// `lock "a"`, or `locks "a", "b"` for a multi-lock: what messages name.
+    fn described(&self) -> String {
+        let quoted: Vec<String> = self.names.iter().map(|n| format!("{n:?}")).collect();
+        match quoted.as_slice() {
+            [one] => format!("lock {one}"),
+            all => format!("locks {}", all.join(", ")),
+        }
+    }
 }
 
 impl From<ElectArgs> for LockArgs {
     /// A campaign is a wait, as long as it takes, for the election's lock.
     fn from(args: ElectArgs) -> LockArgs {
         LockArgs {
-            name: args.name,
+            names: vec![args.name],
             ttl: args.ttl,
             wait: Wait::Forever,
             kill_grace: args.kill_grace,
@@ -279,44 +306,47 @@ impl Target {
 pub async fn run(args: LockArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let mut signals = Signals::install()?;
     adopted::become_subreaper().context("cannot become a child subreaper")?;
+    if args.names.len() > 1 && args.value.is_some() {
+        return Err(Exit::new(
+            exit::USAGE,
+            "--value attaches to one lock's grant; a multi-lock's grants carry none",
+        )
+        .into());
+    }
     let client = global.connect().await?;
     let session = client
         .open_session(SessionOptions::with_ttl(args.ttl))
         .await?;
     let acquired = tokio::select! {
-        acquired = session.acquire(&args.name, AcquireOptions {
-            wait: args.wait,
-            value: args.value.clone(),
-            mode: args.mode(),
-        }) => acquired,
+        acquired = acquire(&args, &session) => acquired,
         signal = signals.recv() => {
             close_quietly(session).await;
             return Ok(ExitCode::from(128 + signal as u8));
         }
     };
-    let guard = match acquired {
-        Ok(guard) => guard,
+    let guards = match acquired {
+        Ok(guards) => guards,
         Err(error) => {
             let session_id = session.id();
             let closed = session.close().await;
             return Err(oneshot::not_acquired(&client, session_id, args.wait, error, closed).await);
         }
     };
-    if let Err(error) = claim_stores(&args, &guard).await {
-        release_quietly(guard).await;
+    if let Err(error) = claim_stores(&args, &guards).await {
+        release_quietly(guards).await;
         close_quietly(session).await;
         return Err(error);
     }
-    let target = match spawn(&args, &client, &guard, global) {
+    let target = match spawn(&args, &client, &guards, global) {
         Ok(spawned) => spawned,
         Err(error) => {
-            release_quietly(guard).await;
+            release_quietly(guards).await;
             close_quietly(session).await;
             return Err(error);
         }
     };
     let (mut child, target) = target;
-    let lost = guard.lost();
+    let lost = session.lost();
     tokio::pin!(lost);
     // Set by a forwarded SIGTERM or SIGINT: when the command must be gone, or gets SIGKILL.
     let mut escalate_at: Option<Instant> = None;
@@ -358,25 +388,24 @@ pub async fn run(args: LockArgs, global: &Global) -> anyhow::Result<ExitCode> {
     match outcome {
         Outcome::Exited(status) => {
             let status = status.context("cannot wait for the command")?;
-            finish(&args, guard, session, status).await
+            finish(&args, guards, session, status).await
         }
         Outcome::Lost(reason) => {
             eprintln!(
-                "palisade: lock {:?} (token {}) was lost: {reason}; stopping the command (SIGTERM, then SIGKILL after {})",
-                args.name,
-                guard.token(),
+                "palisade: {} was lost: {reason}; stopping the command (SIGTERM, then SIGKILL after {})",
+                with_tokens(&guards),
                 human_duration(args.kill_grace),
             );
             // The session is closed (and the lock given up) only once the command is gone;
             // until then the client library keeps renewing it as well as it can.
             stop(&mut child, target, args.kill_grace).await;
-            drop(guard);
+            drop(guards);
             close_quietly(session).await;
             Err(Exit::new(
                 exit::LOCK_LOST,
                 format!(
-                    "lock {:?} was lost while the command ran ({reason}); the command was stopped",
-                    args.name
+                    "{} was lost while the command ran ({reason}); the command was stopped",
+                    args.described()
                 ),
             )
             .into())
@@ -392,20 +421,19 @@ pub async fn run(args: LockArgs, global: &Global) -> anyhow::Result<ExitCode> {
                 _ => args.kill_grace,
             };
             eprintln!(
-                "palisade: lock {:?} (token {}) is being lost: no renewal of its lease was acknowledged and it ends within {}; stopping the command (SIGTERM, then SIGKILL after {})",
-                args.name,
-                guard.token(),
+                "palisade: {} is being lost: no renewal of its lease was acknowledged and it ends within {}; stopping the command (SIGTERM, then SIGKILL after {})",
+                with_tokens(&guards),
                 human_duration(remaining),
                 human_duration(grace),
             );
             stop(&mut child, target, grace).await;
-            drop(guard);
+            drop(guards);
             close_quietly(session).await;
             Err(Exit::new(
                 exit::LOCK_LOST,
                 format!(
-                    "lock {:?} was lost while the command ran (its lease could not be renewed); the command was stopped before the lease ended",
-                    args.name
+                    "{} was lost while the command ran (its lease could not be renewed); the command was stopped before the lease ended",
+                    args.described()
                 ),
             )
             .into())
@@ -443,26 +471,66 @@ async fn lease_running_out(session: &Session, budget: Duration) -> Duration {
     }
 }
 
-/// Announces the grant at every `--claim` store, in order; the first refusal stops the run
-/// with that store's exit status (stale: 3, unreachable: 69, …).
-async fn claim_stores(args: &LockArgs, guard: &LockGuard) -> anyhow::Result<()> {
-    for url in &args.claim {
-        let claimed = match palisade_cli::store::store_client(url) {
-            Ok(store) => store.claim(Some(&args.name), Some(guard.sequencer())).await,
-            Err(error) => Err(error),
-        };
-        if let Err(error) = claimed {
-            let (code, prefix) = palisade_cli::store::exit_status(&error);
-            return Err(Exit::new(
-                code,
-                format!(
-                    "cannot claim lock {:?} at {url}: {prefix}{error}; the command was not started",
-                    args.name
-                ),
-            )
-            .into());
+/// Takes the lock, or all the locks at once (a multi-lock), as the arguments say.
+async fn acquire(args: &LockArgs, session: &Session) -> Result<Vec<LockGuard>, AcquireError> {
+    match args.names.as_slice() {
+        [name] => {
+            let options = AcquireOptions {
+                wait: args.wait,
+                value: args.value.clone(),
+                mode: args.mode(),
+            };
+            Ok(vec![session.acquire(name, options).await?])
         }
-        tracing::info!(store = %url, token = guard.token().get(), "claimed the grant");
+        names => {
+            let parts: Vec<LockPart> = (names.iter())
+                .map(|name| LockPart {
+                    lock: name.clone(),
+                    mode: args.mode(),
+                })
+                .collect();
+            session.acquire_all(&parts, args.wait).await
+        }
+    }
+}
+
+/// `lock "a" (token 5)`, or `locks "a" (token 5), "b" (token 6)`.
+fn with_tokens(guards: &[LockGuard]) -> String {
+    let each: Vec<String> = (guards.iter())
+        .map(|g| format!("{:?} (token {})", g.lock(), g.token()))
+        .collect();
+    match each.as_slice() {
+        [one] => format!("lock {one}"),
+        all => format!("locks {}", all.join(", ")),
+    }
+}
+
+/// Announces each grant at every `--claim` store, in order; the first refusal stops the run
+/// with that store's exit status (stale: 3, unreachable: 69, …).
+async fn claim_stores(args: &LockArgs, guards: &[LockGuard]) -> anyhow::Result<()> {
+    for url in &args.claim {
+        for guard in guards {
+            let claimed = match palisade_cli::store::store_client(url) {
+                Ok(store) => {
+                    store
+                        .claim(Some(guard.lock()), Some(guard.sequencer()))
+                        .await
+                }
+                Err(error) => Err(error),
+            };
+            if let Err(error) = claimed {
+                let (code, prefix) = palisade_cli::store::exit_status(&error);
+                return Err(Exit::new(
+                    code,
+                    format!(
+                        "cannot claim lock {:?} at {url}: {prefix}{error}; the command was not started",
+                        guard.lock()
+                    ),
+                )
+                .into());
+            }
+            tracing::info!(store = %url, lock = guard.lock(), token = guard.token().get(), "claimed the grant");
+        }
     }
     Ok(())
 }
@@ -474,34 +542,50 @@ enum Outcome {
     LeaseEnding(Duration),
 }
 
-/// Starts the command with the grant in its environment.
+/// Starts the command with the grants in its environment.
 fn spawn(
     args: &LockArgs,
     client: &Client,
-    guard: &LockGuard,
+    guards: &[LockGuard],
     global: &Global,
 ) -> anyhow::Result<(Child, Target)> {
     let (program, rest) = args
         .command
         .split_first()
         .ok_or_else(|| Exit::new(exit::USAGE, "no command given after the lock name"))?;
+    let first = guards
+        .first()
+        .ok_or_else(|| Exit::new(exit::INTERNAL, "no lock was granted"))?;
     let mut command = Command::new(program);
     command
         .args(rest)
-        .env("PALISADE_LOCK", guard.lock())
-        .env("PALISADE_TOKEN", guard.token().to_string())
-        .env("PALISADE_SEQUENCER", guard.sequencer())
-        .env("PALISADE_SESSION", guard.session_credential().to_string())
-        .env("PALISADE_ENDPOINT", client.endpoints().join(","));
-    if args.election {
-        // The epoch is the token: what the leader fences its side effects with.
-        command.env("PALISADE_EPOCH", guard.token().to_string());
+        .env("PALISADE_SESSION", first.session_credential().to_string())
+        .env("PALISADE_ENDPOINT", client.endpoints().join(","))
+        .env("PALISADE_LOCK_COUNT", guards.len().to_string());
+    for (n, guard) in (1..).zip(guards) {
+        command
+            .env(format!("PALISADE_LOCK_{n}"), guard.lock())
+            .env(format!("PALISADE_TOKEN_{n}"), guard.token().to_string())
+            .env(format!("PALISADE_SEQUENCER_{n}"), guard.sequencer());
+        if let Some(slot) = guard.slot() {
+            command.env(format!("PALISADE_SLOT_{n}"), slot.to_string());
+        }
+    }
+    if let [guard] = guards {
+        command
+            .env("PALISADE_LOCK", guard.lock())
+            .env("PALISADE_TOKEN", guard.token().to_string())
+            .env("PALISADE_SEQUENCER", guard.sequencer());
+        if let Some(slot) = guard.slot() {
+            command.env("PALISADE_SLOT", slot.to_string());
+        }
+        if args.election {
+            // The epoch is the token: what the leader fences its side effects with.
+            command.env("PALISADE_EPOCH", guard.token().to_string());
+        }
     }
     if let Some(value) = &args.value {
         command.env("PALISADE_VALUE", value);
-    }
-    if let Some(slot) = guard.slot() {
-        command.env("PALISADE_SLOT", slot.to_string());
     }
     // The command reaches the service (and an https:// store) with the same TLS files.
     for (name, path) in &global.tls_files {
@@ -730,27 +814,28 @@ fn libc_esrch() -> i32 {
 /// out to be lost before the end, which is reported instead.
 async fn finish(
     args: &LockArgs,
-    guard: LockGuard,
+    guards: Vec<LockGuard>,
     session: Session,
     status: ExitStatus,
 ) -> anyhow::Result<ExitCode> {
     let code = shell_status(status);
-    let token = guard.token();
-    if let Some(reason) = guard.ended() {
-        drop(guard);
+    if let Some(reason) = session.ended() {
+        drop(guards);
         close_quietly(session).await;
         return Err(lost_at_exit(args, &reason.to_string(), code).into());
     }
-    match guard.release().await {
-        Ok(()) => {}
-        Err(ReleaseError::SessionNotFound { .. }) => {
-            close_quietly(session).await;
-            return Err(lost_at_exit(args, "the session had expired", code).into());
+    for guard in guards {
+        let (lock, token) = (guard.lock().to_string(), guard.token());
+        match guard.release().await {
+            Ok(()) => {}
+            Err(ReleaseError::SessionNotFound { .. }) => {
+                close_quietly(session).await;
+                return Err(lost_at_exit(args, "the session had expired", code).into());
+            }
+            Err(error) => eprintln!(
+                "palisade: warning: could not release lock {lock:?} (token {token}): {error}"
+            ),
         }
-        Err(error) => eprintln!(
-            "palisade: warning: could not release lock {:?} (token {token}): {error}",
-            args.name
-        ),
     }
     if let Err(error) = session.close().await {
         tracing::debug!(%error, "closing the session failed");
@@ -762,16 +847,18 @@ fn lost_at_exit(args: &LockArgs, reason: &str, code: u8) -> Exit {
     Exit::new(
         exit::LOCK_LOST,
         format!(
-            "lock {:?} was lost before the command finished ({reason}); the command exited with status {code}",
-            args.name
+            "{} was lost before the command finished ({reason}); the command exited with status {code}",
+            args.described()
         ),
     )
 }
 
-/// Releases the lock, logging (not reporting) a failure: the caller is already exiting.
-async fn release_quietly(guard: LockGuard) {
-    if let Err(error) = guard.release().await {
-        tracing::debug!(%error, "releasing the lock failed");
+/// Releases the locks, logging (not reporting) a failure: the caller is already exiting.
+async fn release_quietly(guards: Vec<LockGuard>) {
+    for guard in guards {
+        if let Err(error) = guard.release().await {
+            tracing::debug!(%error, "releasing the lock failed");
+        }
     }
 }
 

@@ -389,7 +389,7 @@ mod tests {
         let Command::Lock(args) = cli.command else {
             panic!("not a lock command")
         };
-        assert_eq!(args.name, "jobs/a");
+        assert_eq!(args.names, ["jobs/a"]);
         assert_eq!(args.ttl, std::time::Duration::from_secs(2));
         assert_eq!(args.wait, palisade_client::Wait::Forever);
         assert_eq!(args.command, ["sh", "-c", "echo --ttl"]);
@@ -399,6 +399,26 @@ mod tests {
     fn lock_without_a_command_is_a_usage_error() {
         let error = parse(&["lock", "jobs/a"]).unwrap_err();
         assert_eq!(error.exit_code(), i32::from(exit::USAGE));
+        // Every word before `--` is a lock name: without it there is no command.
+        let error = parse(&["lock", "jobs/a", "true"]).unwrap_err();
+        assert_eq!(error.exit_code(), i32::from(exit::USAGE));
+    }
+
+    #[test]
+    fn lock_takes_several_names_before_the_command_and_flags_between_them() {
+        let cli = parse(&[
+            "lock", "a", "b", "--wait", "5s", "c", "--", "sh", "-c", "echo", "--", "x",
+        ])
+        .unwrap();
+        let Command::Lock(args) = cli.command else {
+            panic!("not a lock command")
+        };
+        assert_eq!(args.names, ["a", "b", "c"]);
+        assert_eq!(
+            args.wait,
+            palisade_client::Wait::For(std::time::Duration::from_secs(5))
+        );
+        assert_eq!(args.command, ["sh", "-c", "echo", "--", "x"]);
     }
 
     #[test]

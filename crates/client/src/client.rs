@@ -98,6 +98,53 @@ impl AcquireOptions {
     }
 }
 
+/// One lock of a multi-lock ([`Client::acquire_all`], [`crate::Session::acquire_all`]), and how
+/// to hold it. A name converts to an exclusive part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockPart {
+    pub lock: String,
+    /// Exclusive (the default), shared, or a permit of a semaphore of a given size.
+    pub mode: Mode,
+}
+
+impl LockPart {
+    /// `lock`, held exclusively.
+    pub fn exclusive(lock: impl Into<String>) -> LockPart {
+        LockPart {
+            lock: lock.into(),
+            mode: Mode::Exclusive,
+        }
+    }
+
+    /// `lock`, held shared (a reader).
+    pub fn shared(lock: impl Into<String>) -> LockPart {
+        LockPart {
+            lock: lock.into(),
+            mode: Mode::Shared,
+        }
+    }
+
+    /// One permit of the semaphore `lock` of `permits` permits.
+    pub fn permit(lock: impl Into<String>, permits: u32) -> LockPart {
+        LockPart {
+            lock: lock.into(),
+            mode: Mode::Permit(permits),
+        }
+    }
+}
+
+impl From<&str> for LockPart {
+    fn from(lock: &str) -> LockPart {
+        LockPart::exclusive(lock)
+    }
+}
+
+impl From<String> for LockPart {
+    fn from(lock: String) -> LockPart {
+        LockPart::exclusive(lock)
+    }
+}
+
 /// Environment variable naming the lock service's address, or a comma-separated list of the
 /// addresses of a cluster's members.
 pub const ENDPOINT_ENV: &str = "PALISADE_ENDPOINT";
@@ -749,43 +796,125 @@ impl Client {
         LockName::new(lock).map_err(|e| AcquireError::InvalidArgument(invalid_name(lock, &e)))?;
         let value = wire_value(options.value.as_deref())
             .map_err(|e| AcquireError::InvalidArgument(invalid_value(&e)))?;
-        let started = Instant::now();
-        let wait_deadline = match options.wait {
-            Wait::For(wait) => Some(started + wait),
+        let response = self
+            .send_acquire(options.wait, |mut raw, wait_ms| {
+                let request = pb::AcquireRequest {
+                    session: session.get(),
+                    lock: lock.to_string(),
+                    request_id: request_id.get(),
+                    wait_ms,
+                    wait_forever: options.wait == Wait::Forever,
+                    session_secret: credential.secret().as_bytes().to_vec(),
+                    value: value.clone(),
+                    shared: options.mode == Mode::Shared,
+                    permits: options.mode.permits().unwrap_or(0),
+                };
+                async move { raw.acquire(request).await }
+            })
+            .await
+            .map_err(|failure| AcquireError::from_failure(failure, session, lock))?;
+        check_grant(response, session, lock)
+    }
+
+    /// Takes every lock of `parts` for `session` at once, or none (a multi-lock): waits, as
+    /// `wait` says, until all of them can be granted, then holds all of them, each with its own
+    /// [`Grant`] (token and sequencer), in the order of `parts`. Nothing is held while it
+    /// waits, so two multi-locks naming the same locks in any order cannot deadlock. Each lock
+    /// is then released on its own ([`Client::release`]). 1 to
+    /// [`palisade_core::MULTI_LOCKS_MAX`] locks, each named once, none held or waited for by
+    /// the session already; a multi-lock's grants carry no value. Retries of transient
+    /// failures reuse one request id, so they cannot grant twice.
+    pub async fn acquire_all(
+        &self,
+        credential: SessionCredential,
+        parts: &[LockPart],
+        wait: Wait,
+    ) -> Result<Vec<Grant>, AcquireError> {
+        self.acquire_all_with_id(credential, parts, wait, request_id())
+            .await
+    }
+
+    /// [`Client::acquire_all`] with the caller's request id: a retry after an unknown outcome,
+    /// with the same id and parts, is answered with the first attempt's grants (or wait).
+    pub async fn acquire_all_with_id(
+        &self,
+        credential: SessionCredential,
+        parts: &[LockPart],
+        wait: Wait,
+        request_id: RequestId,
+    ) -> Result<Vec<Grant>, AcquireError> {
+        let session = credential.id();
+        for part in parts {
+            LockName::new(part.lock.as_str())
+                .map_err(|e| AcquireError::InvalidArgument(invalid_name(&part.lock, &e)))?;
+        }
+        let wire_parts: Vec<pb::AcquirePart> = (parts.iter())
+            .map(|part| pb::AcquirePart {
+                lock: part.lock.clone(),
+                shared: part.mode == Mode::Shared,
+                permits: part.mode.permits().unwrap_or(0),
+            })
+            .collect();
+        let names = (parts.iter().map(|part| part.lock.as_str()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let response = self
+            .send_acquire(wait, |mut raw, wait_ms| {
+                let request = pb::AcquireAllRequest {
+                    session: session.get(),
+                    request_id: request_id.get(),
+                    wait_ms,
+                    wait_forever: wait == Wait::Forever,
+                    session_secret: credential.secret().as_bytes().to_vec(),
+                    parts: wire_parts.clone(),
+                };
+                async move { raw.acquire_all(request).await }
+            })
+            .await
+            .map_err(|failure| AcquireError::from_failure(failure, session, &names))?;
+        if response.session != session.get() || response.grants.len() != parts.len() {
+            return Err(AcquireError::Protocol(format!(
+                "asked for {} locks ({names}) in session {session}, granted {} in session {}",
+                parts.len(),
+                response.grants.len(),
+                response.session
+            )));
+        }
+        (response.grants.into_iter().zip(parts))
+            .map(|(grant, part)| check_grant(grant, session, &part.lock))
+            .collect()
+    }
+
+    /// Sends an acquire (of one lock or of several) until its outcome is known, each attempt
+    /// built by `call` with the wait left, in ms; one request id throughout.
+    async fn send_acquire<T, F, Fut>(&self, wait: Wait, mut call: F) -> Result<T, Failure>
+    where
+        F: FnMut(RawLocks, u64) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let wait_deadline = match wait {
+            Wait::For(wait) => Some(Instant::now() + wait),
             Wait::Try | Wait::Forever => None,
         };
         let mut backoff = Backoff::new(self.options.retry_budget);
-        let response = retry_until_known(&mut backoff, || {
+        retry_until_known(&mut backoff, || {
             let remaining = wait_deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            let request = pb::AcquireRequest {
-                session: session.get(),
-                lock: lock.to_string(),
-                request_id: request_id.get(),
-                // A timed wait stays a wait when its time has run out (at least 1 ms): a retry
-                // then joins the wait its first attempt queued, whose own deadline ends it,
-                // instead of becoming a try-only acquire that leaves that wait behind.
-                wait_ms: remaining.map_or(0, |r| {
-                    u64::try_from(r.as_millis()).unwrap_or(u64::MAX).max(1)
-                }),
-                wait_forever: options.wait == Wait::Forever,
-                session_secret: credential.secret().as_bytes().to_vec(),
-                value: value.clone(),
-                shared: options.mode == Mode::Shared,
-                permits: options.mode.permits().unwrap_or(0),
-            };
+            // A timed wait stays a wait when its time has run out (at least 1 ms): a retry
+            // then joins the wait its first attempt queued, whose own deadline ends it,
+            // instead of becoming a try-only acquire that leaves that wait behind.
+            let wait_ms = remaining.map_or(0, |r| {
+                u64::try_from(r.as_millis()).unwrap_or(u64::MAX).max(1)
+            });
             // A wait forever has no deadline of its own: a dead connection is found by HTTP/2
             // keepalive, and a lost session by the session's keepalive.
-            let timeout = match options.wait {
+            let timeout = match wait {
                 Wait::Forever => None,
                 Wait::Try => Some(self.options.request_timeout),
                 Wait::For(_) => Some(remaining.unwrap_or_default() + self.options.request_timeout),
             };
-            self.attempt(timeout, |mut raw| async move { raw.acquire(request).await })
-                .run()
+            self.attempt(timeout, |raw| call(raw, wait_ms)).run()
         })
         .await
-        .map_err(|failure| AcquireError::from_failure(failure, session, lock))?;
-        check_grant(response, session, lock)
     }
 
     /// Gives up `lock` held by `session` (or withdraws its wait). Returns the token of the grant

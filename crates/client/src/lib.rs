@@ -34,6 +34,12 @@
 //! token) fences the leader's side effects, and lets anyone read or follow the leader
 //! ([`Election::leader`], [`Election::observe`]).
 //!
+//! **Several locks at once.** [`Session::acquire_all`] takes every lock of a list of
+//! [`LockPart`]s (a name, or a name and a [`Mode`]) together or not at all: nothing is held
+//! while it waits, so two sessions naming the same locks in another order cannot deadlock. It
+//! returns one [`LockGuard`] per lock, in the order named, each with its own token and
+//! sequencer (checked against the grant, as for one lock) and each released on its own.
+//!
 //! **A cluster.** Give every member's address, comma-separated
 //! (`Client::connect("10.0.0.1:7457,10.0.0.2:7457,10.0.0.3:7457")`) or as a slice
 //! ([`Client::connect_many`]). Calls go to one member at a time; a member that is not the
@@ -74,7 +80,7 @@ mod watch;
 
 pub use bearer::{AUTH_TOKEN_ENV, BEARER_TOKEN_BYTES_MAX, Bearer, BearerToken};
 pub use client::{
-    AcquireOptions, Client, ClientOptions, ENDPOINT_ENV, Grant, Holder, LockStatus, Read,
+    AcquireOptions, Client, ClientOptions, ENDPOINT_ENV, Grant, Holder, LockPart, LockStatus, Read,
     SessionLease, Wait, parse_endpoints,
 };
 pub use credential::{CredentialError, SESSION_SECRET_BYTES, SessionCredential, SessionSecret};
@@ -85,7 +91,9 @@ pub use error::{
 };
 pub use limits::ENDPOINTS_MAX;
 pub use palisade_core::limits::GRANT_VALUE_BYTES_MAX;
-pub use palisade_core::{Access, DurationMs, Mode, PERMITS_MAX, RequestId, SessionId, Token};
+pub use palisade_core::{
+    Access, DurationMs, MULTI_LOCKS_MAX, Mode, PERMITS_MAX, RequestId, SessionId, Token,
+};
 pub use retry::{AttemptFailure, RetryPolicy, request_id, retry_until_known};
 pub use session::{LockGuard, Session, SessionOptions};
 pub use watch::{LockEvent, LockEventKind, LockEvents};

@@ -320,20 +320,71 @@ impl Session {
         self.shared.wait_for_cleanup(lock).await;
         let mut cancel = CancelledAcquire {
             shared: &self.shared,
-            lock: Some(lock),
+            locks: vec![lock],
         };
         let result = tokio::select! {
             biased;
             reason = self.shared.lost() => Err(lost(reason)),
             result = self.shared.client.acquire_with_id(self.shared.credential, lock, options, request_id) => result,
         };
-        cancel.lock = None;
-        let grant = result?;
-        Ok(LockGuard {
+        cancel.locks.clear();
+        Ok(self.guard(result?))
+    }
+
+    /// Takes every lock of `parts` at once, or none (a multi-lock; see
+    /// [`Client::acquire_all`]): one [`LockGuard`] per lock, in the order of `parts`, each with
+    /// its own token and sequencer and each released on its own. Fails with
+    /// [`AcquireError::SessionLost`] if the session ends first. If the returned future is
+    /// dropped before it completes, every lock is released (or the wait withdrawn) in the
+    /// background.
+    pub async fn acquire_all(
+        &self,
+        parts: &[crate::LockPart],
+        wait: crate::Wait,
+    ) -> Result<Vec<LockGuard>, AcquireError> {
+        self.acquire_all_with_id(parts, wait, crate::request_id())
+            .await
+    }
+
+    /// [`Session::acquire_all`] with the caller's request id ([`crate::request_id`]).
+    pub async fn acquire_all_with_id(
+        &self,
+        parts: &[crate::LockPart],
+        wait: crate::Wait,
+        request_id: RequestId,
+    ) -> Result<Vec<LockGuard>, AcquireError> {
+        let session = self.shared.id;
+        let locks: Vec<&str> = parts.iter().map(|part| part.lock.as_str()).collect();
+        let lost = |reason| AcquireError::SessionLost {
+            lock: locks.join(", "),
+            session,
+            reason,
+        };
+        if let Some(reason) = self.shared.ended() {
+            return Err(lost(reason));
+        }
+        for lock in &locks {
+            self.shared.wait_for_cleanup(lock).await;
+        }
+        let mut cancel = CancelledAcquire {
+            shared: &self.shared,
+            locks: locks.clone(),
+        };
+        let result = tokio::select! {
+            biased;
+            reason = self.shared.lost() => Err(lost(reason)),
+            result = self.shared.client.acquire_all_with_id(self.shared.credential, parts, wait, request_id) => result,
+        };
+        cancel.locks.clear();
+        Ok(result?.into_iter().map(|grant| self.guard(grant)).collect())
+    }
+
+    fn guard(&self, grant: Grant) -> LockGuard {
+        LockGuard {
             shared: self.shared.clone(),
             grant,
             released: false,
-        })
+        }
     }
 
     /// Ends the session: stops the keepalive, releases every lock, withdraws every wait.
@@ -354,18 +405,19 @@ impl Session {
     }
 }
 
-/// Releases the lock in the background if an acquire is dropped before it completes.
+/// Releases the locks in the background if an acquire is dropped before it completes: the
+/// grants it may have had, or its wait (a multi-lock's wait ends at the first release).
 struct CancelledAcquire<'a> {
     shared: &'a Shared,
-    lock: Option<&'a str>,
+    locks: Vec<&'a str>,
 }
 
 impl Drop for CancelledAcquire<'_> {
     fn drop(&mut self) {
-        if let Some(lock) = self.lock
-            && self.shared.ended().is_none()
-        {
-            self.shared.spawn_release(lock.to_string());
+        if self.shared.ended().is_none() {
+            for lock in &self.locks {
+                self.shared.spawn_release(lock.to_string());
+            }
         }
     }
 }

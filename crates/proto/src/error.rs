@@ -247,6 +247,15 @@ pub fn detail_from_core(error: &CoreError) -> ErrorDetail {
             detail.session = session.get();
             detail.held_shared = *held_shared;
         }
+        CoreError::MultiLockSize { locks, locks_max } => {
+            detail.locks = *locks;
+            detail.locks_max = u64::from(*locks_max);
+        }
+        CoreError::MultiLockRepeated { lock } => detail.lock = lock.clone(),
+        CoreError::MultiLockHeld { lock, session } => {
+            detail.lock = lock.clone();
+            detail.session = session.get();
+        }
         // `CoreError` is `#[non_exhaustive]`. A new variant is still sent with its `kind` and
         // `category` (both exhaustive in core) and its status code; the round-trip test over
         // `CoreError::examples()` fails until its fields are added here and to the schema.
@@ -401,6 +410,15 @@ pub fn core_from_detail(detail: &ErrorDetail) -> Result<CoreError, DetailError> 
             session: SessionId::new(detail.session),
             held_shared: detail.held_shared,
         },
+        "multi_lock_size" => CoreError::MultiLockSize {
+            locks: detail.locks,
+            locks_max: narrow(detail.locks_max, "locks_max")?,
+        },
+        "multi_lock_repeated" => CoreError::MultiLockRepeated { lock: lock() },
+        "multi_lock_held" => CoreError::MultiLockHeld {
+            lock: lock(),
+            session: SessionId::new(detail.session),
+        },
         // Strings, not an enum: a kind from a newer server is data, not a bug.
         _ => {
             return Err(DetailError::UnknownKind {
@@ -485,6 +503,9 @@ mod tests {
             ("permits_out_of_range", Code::InvalidArgument),
             ("permits_mismatch", Code::InvalidArgument),
             ("mode_conflict", Code::InvalidArgument),
+            ("multi_lock_size", Code::InvalidArgument),
+            ("multi_lock_repeated", Code::InvalidArgument),
+            ("multi_lock_held", Code::InvalidArgument),
         ];
         let proto = include_str!("../proto/palisade.proto");
         for error in CoreError::examples() {

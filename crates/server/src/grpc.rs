@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use futures::{Stream, StreamExt};
 use palisade_core::{
-    Access, CoreError, DurationMs, GrantValue, Mode, RequestId, SessionId, Token, Wait,
+    Access, AcquirePart, CoreError, DurationMs, GrantValue, Mode, RequestId, SessionId, Token, Wait,
 };
 use palisade_proto::v1::locks_server::Locks;
 use palisade_proto::v1::*;
@@ -145,7 +145,11 @@ fn wire_access(access: Access) -> Option<palisade_proto::v1::Access> {
 
 /// The mode an acquire asks for: shared, a permit, or (neither) exclusive.
 fn mode_of(r: &AcquireRequest) -> Result<Mode, Status> {
-    match (r.shared, r.permits) {
+    mode_from(r.shared, r.permits)
+}
+
+fn mode_from(shared: bool, permits: u32) -> Result<Mode, Status> {
+    match (shared, permits) {
         (false, 0) => Ok(Mode::Exclusive),
         (true, 0) => Ok(Mode::Shared),
         (false, permits) => Ok(Mode::Permit(permits)),
@@ -215,7 +219,11 @@ fn value_of(value: &str) -> Result<Option<GrantValue>, Status> {
 }
 
 fn wait_of(r: &AcquireRequest) -> Wait {
-    match (r.wait_forever, r.wait_ms) {
+    wait_from(r.wait_forever, r.wait_ms)
+}
+
+fn wait_from(wait_forever: bool, wait_ms: u64) -> Wait {
+    match (wait_forever, wait_ms) {
         (true, _) => Wait::Forever,
         (false, 0) => Wait::Try,
         (false, ms) => Wait::ForMs(DurationMs::from_millis(ms)),
@@ -345,6 +353,43 @@ impl Locks for GrpcLocks {
             .await
             .map_err(status)?;
         Ok(Response::new(grant_response(grant)))
+    }
+
+    async fn acquire_all(
+        &self,
+        request: Request<AcquireAllRequest>,
+    ) -> Result<Response<AcquireAllResponse>, Status> {
+        let _timer = Timer::start("acquire_all");
+        let connection = request.remote_addr();
+        let caller = self.caller(&request)?;
+        let r = request.into_inner();
+        let parts = (r.parts.into_iter())
+            .map(|part| {
+                Ok(AcquirePart {
+                    mode: mode_from(part.shared, part.permits)?,
+                    lock: part.lock,
+                })
+            })
+            .collect::<Result<Vec<_>, Status>>()?;
+        let session = SessionId::new(r.session);
+        let grants = self
+            .service
+            .acquire_all(
+                connection,
+                &caller,
+                &SessionProof::new(session, r.session_secret),
+                service::AcquireAllRequest {
+                    parts,
+                    request_id: RequestId::new(r.request_id),
+                    wait: wait_from(r.wait_forever, r.wait_ms),
+                },
+            )
+            .await
+            .map_err(status)?;
+        Ok(Response::new(AcquireAllResponse {
+            session: session.get(),
+            grants: grants.into_iter().map(grant_response).collect(),
+        }))
     }
 
     async fn proclaim(

@@ -228,6 +228,14 @@ pub const SNAPSHOT_BYTES_MAX: usize = 1024 * 1024 * 1024;
 const _: () = assert!(
     LIST_PAGE_LOCKS_MAX * LOCK_INFO_BYTES_MAX + (LOCK_NAME_BYTES_MAX + 3) + 16 <= MESSAGE_BYTES_MAX
 );
+// A full `AcquireAll` response fits in one message: per lock its name twice (the grant's and
+// the sequencer's, which is at most `SEQUENCER_BYTES_MAX` whole) and 64 bytes of numbers and
+// framing. Its request (names and modes) is smaller.
+const _: () = assert!(
+    palisade_core::MULTI_LOCKS_MAX as usize
+        * (LOCK_NAME_BYTES_MAX + palisade_sequencer::SEQUENCER_BYTES_MAX + 64)
+        <= MESSAGE_BYTES_MAX
+);
 // A page holds at least one lock, or a listing could never advance.
 const _: () = assert!(LIST_PAGE_LOCKS_MAX >= 1);
 // One lock's full queue can wait over gRPC at once (over several connections): otherwise the

@@ -15,9 +15,9 @@ use std::sync::{Arc, Mutex};
 use futures::{Stream, StreamExt};
 use palisade_core::limits::WAIT_MS_MAX;
 use palisade_core::{
-    Access, Command, CoreError, DurationMs, Event, Grant, GrantValue, LockName, LockStatus,
-    LockTable, Mode, OpenKey, ReleaseCause, Reply, RequestId, Right, SecretDigest, SessionId,
-    TimeMs, Token, Wait, WaitEndCause,
+    Access, AcquirePart, Command, CoreError, DurationMs, Event, Grant, GrantValue, LockName,
+    LockStatus, LockTable, MULTI_LOCKS_MAX, Mode, OpenKey, ReleaseCause, Reply, RequestId, Right,
+    SecretDigest, SessionId, TimeMs, Token, Wait, WaitEndCause,
 };
 use palisade_sequencer::{KeySet, PublicKey, Sequencer};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
@@ -191,6 +191,18 @@ impl AcquireRequest {
             mode: Mode::Exclusive,
         }
     }
+}
+
+/// What a multi-lock asks for: every lock of `parts`, each in its mode, granted together or
+/// not at all ([`Command::AcquireAll`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcquireAllRequest {
+    /// 1 to [`MULTI_LOCKS_MAX`] distinct locks.
+    pub parts: Vec<AcquirePart>,
+    /// Identifies the multi-lock within its session: a retry with the same id acts once.
+    pub request_id: RequestId,
+    /// For the whole group.
+    pub wait: Wait,
 }
 
 /// A lock granted, with the sequencer that proves it to a resource.
@@ -698,10 +710,80 @@ impl LockService {
         request: AcquireRequest,
     ) -> Result<SignedGrant> {
         self.check_acquire(caller, proof, &request.lock).await?;
-        let reserved = self.reserve_acquire(connection, caller, proof.session, &request)?;
         let session = proof.session;
+        let reserved = self.reserve_acquire(
+            connection,
+            caller,
+            session,
+            std::slice::from_ref(&request.lock),
+            request.wait,
+        )?;
         let (lock, token, access) = self.propose_acquire(session, request, reserved).await?;
         self.sign(lock, session, token, access)
+    }
+
+    /// Acquires every lock of the request for `session` at once, or none (a multi-lock): the
+    /// table grants them in one entry, each with its own token, or queues one waiter for all of
+    /// them, which this call awaits as the request's wait allows. Returns the signed grants in
+    /// the order of the request's parts. A retry with the same request id returns the same
+    /// grants (or joins the same wait).
+    ///
+    /// Needs the lock right on every lock named (one lock outside the caller's scope refuses
+    /// the whole request), and a place in the identity's quotas for each of them.
+    pub async fn acquire_all(
+        &self,
+        connection: ConnectionId,
+        caller: &Caller,
+        proof: &SessionProof,
+        request: AcquireAllRequest,
+    ) -> Result<Vec<SignedGrant>> {
+        let locks = self
+            .check_acquire_all(caller, proof, &request.parts)
+            .await?;
+        let session = proof.session;
+        let reserved = self.reserve_acquire(connection, caller, session, &locks, request.wait)?;
+        let grants = self
+            .propose_acquire_all(session, request, locks, reserved)
+            .await?;
+        (grants.into_iter())
+            .map(|(lock, token, access)| self.sign(lock, session, token, access))
+            .collect()
+    }
+
+    /// What a multi-lock must pass before it costs anything, as [`LockService::check_acquire`]
+    /// for each lock: 1 to [`MULTI_LOCKS_MAX`] valid names, each once, each with the lock
+    /// right. Returns the names, in order.
+    async fn check_acquire_all(
+        &self,
+        caller: &Caller,
+        proof: &SessionProof,
+        parts: &[AcquirePart],
+    ) -> Result<Vec<String>> {
+        let count = u32::try_from(parts.len()).unwrap_or(u32::MAX);
+        if count == 0 || count > MULTI_LOCKS_MAX {
+            return Err(CoreError::MultiLockSize {
+                locks: count,
+                locks_max: MULTI_LOCKS_MAX,
+            }
+            .into());
+        }
+        let name_bytes_max = self
+            .authorize(caller, proof, |t| t.limits().lock_name_bytes_max)
+            .await?;
+        let mut locks: Vec<String> = Vec::with_capacity(parts.len());
+        for part in parts {
+            let lock = LockName::with_limit(part.lock.as_str(), name_bytes_max)
+                .map_err(CoreError::InvalidLockName)?
+                .into_string();
+            if locks.contains(&lock) {
+                return Err(CoreError::MultiLockRepeated { lock }.into());
+            }
+            locks.push(lock);
+        }
+        for lock in &locks {
+            self.auth.require(caller, Right::Lock, lock)?;
+        }
+        Ok(locks)
     }
 
     /// What an acquire must pass before it costs anything: a live session of the caller's, a
@@ -729,25 +811,32 @@ impl LockService {
         Ok(LockName::with_limit(lock, name_bytes_max).map_err(CoreError::InvalidLockName)?)
     }
 
-    /// Reserves what an acquire holds while it is proposed: the caller's quota, and for a
-    /// waiting acquire a place among the connection's waiting calls and a registration for
-    /// its outcome. Each is released when the returned value is dropped.
+    /// Reserves what an acquire of `locks` (one, or a multi-lock's) holds while it is
+    /// proposed: the caller's quota, and for a waiting acquire a place among the connection's
+    /// waiting calls and a registration for the outcome of each lock's wait. Each is released
+    /// when the returned value is dropped.
     fn reserve_acquire<'a>(
         &'a self,
         connection: ConnectionId,
         caller: &Caller,
         session: SessionId,
-        request: &AcquireRequest,
+        locks: &[String],
+        wait: Wait,
     ) -> Result<ReservedAcquire<'a>> {
-        let (lock, wait) = (&request.lock, request.wait);
         let quota = self.auth.reserve(
             caller,
-            Ask::Lock {
+            Ask::Locks {
+                locks: locks.len(),
                 waits: wait != Wait::Try,
             },
             |owner| {
+                // A session that holds or waits for a lock named already: a retry, answered
+                // from the table, or a multi-lock the table refuses; either takes nothing new.
                 Ok::<_, ServiceError>(self.node.read_as_leader(|t| {
-                    if t.session_holds_or_waits(session, lock) {
+                    if locks
+                        .iter()
+                        .any(|lock| t.session_holds_or_waits(session, lock))
+                    {
                         palisade_core::Usage::default()
                     } else {
                         t.usage_of(owner)
@@ -770,11 +859,16 @@ impl LockService {
             .transpose()?;
         // Registered before proposing: a grant from the queue may be applied at any moment
         // after.
-        let registration = (wait != Wait::Try).then(|| self.node.waiters().register(session, lock));
+        let registrations = match wait {
+            Wait::Try => Vec::new(),
+            _ => (locks.iter())
+                .map(|lock| (lock.clone(), self.node.waiters().register(session, lock)))
+                .collect(),
+        };
         Ok(ReservedAcquire {
             quota,
             _permit: permit,
-            registration,
+            registrations,
         })
     }
 
@@ -789,7 +883,7 @@ impl LockService {
         let ReservedAcquire {
             quota,
             _permit,
-            registration,
+            registrations,
         } = reserved;
         let AcquireRequest {
             lock,
@@ -820,31 +914,99 @@ impl LockService {
             // A try-only acquire by a session that already waits for the lock (say a client's
             // retry of a timed wait whose time ran out): the table answers with the wait the
             // session has, but this call asked not to wait, so the lock is busy.
-            Reply::Queued { lock, .. } if registration.is_none() => Err(self.busy(lock).into()),
-            Reply::Queued { lock, .. } => {
-                let registration = registration
-                    .ok_or_else(|| ServiceError::Internal("queued a try-only acquire".into()))?;
-                self.await_grant(session, lock, index, registration).await
+            Reply::Queued { lock, .. } if registrations.is_empty() => Err(self.busy(lock).into()),
+            Reply::Queued { .. } => {
+                let mut grants = self.await_grants(session, index, registrations).await?;
+                grants
+                    .pop()
+                    .ok_or_else(|| ServiceError::Internal("a wait ended without outcome".into()))
             }
             other => Err(unexpected(other)),
         }
     }
 
-    /// Waits for the outcome of the acquire queued at log `index`.
-    async fn await_grant(
+    /// Proposes the multi-lock and, if it was queued, waits for its outcome: each lock's
+    /// token and access, in the order of `locks` (the request's parts).
+    async fn propose_acquire_all(
         &self,
         session: SessionId,
-        lock: String,
+        request: AcquireAllRequest,
+        locks: Vec<String>,
+        reserved: ReservedAcquire<'_>,
+    ) -> Result<Vec<(String, Token, Access)>> {
+        let ReservedAcquire {
+            quota,
+            _permit,
+            registrations,
+        } = reserved;
+        let AcquireAllRequest {
+            parts,
+            request_id,
+            wait,
+        } = request;
+        let parts = (parts.into_iter().zip(&locks))
+            .map(|(part, lock)| AcquirePart {
+                lock: lock.clone(),
+                mode: part.mode,
+            })
+            .collect();
+        let command = Command::AcquireAll {
+            session,
+            parts,
+            request_id,
+            wait,
+        };
+        let (index, output) = self.node.propose_indexed(command).await?;
+        // Applied: the table counts the holds or the waits from here on.
+        drop(quota);
+        let grants = match output.result? {
+            Reply::GrantedAll { grants, .. } => (grants.into_iter())
+                .map(|g| (g.lock, g.token, g.access))
+                .collect(),
+            // A try-only retry of a multi-lock that waits already (as for one lock).
+            Reply::QueuedAll { .. } if registrations.is_empty() => {
+                return Err(self.busy_of_first(&locks).into());
+            }
+            Reply::QueuedAll { .. } => self.await_grants(session, index, registrations).await?,
+            other => return Err(unexpected(other)),
+        };
+        let granted: Vec<&String> = grants.iter().map(|(lock, _, _)| lock).collect();
+        if granted != locks.iter().collect::<Vec<_>>() {
+            return Err(ServiceError::Internal(format!(
+                "a multi-lock of {locks:?} was granted {granted:?}"
+            )));
+        }
+        Ok(grants)
+    }
+
+    /// Waits for the outcome of the acquire queued at log `index`: one lock's wait, or a
+    /// multi-lock's, whose locks are all granted in one entry or all withdrawn in one. Returns
+    /// each lock's token and access, in the order of `registrations`.
+    async fn await_grants(
+        &self,
+        session: SessionId,
         index: u64,
-        mut registration: WaitRegistration<'_>,
-    ) -> Result<(String, Token, Access)> {
+        mut registrations: Vec<(String, WaitRegistration<'_>)>,
+    ) -> Result<Vec<(String, Token, Access)>> {
         metrics::gauge!(crate::metrics::WAITERS).increment(1.0);
+        let outcomes = async {
+            let mut outcomes = Vec::with_capacity(registrations.len());
+            for (_, registration) in &mut registrations {
+                let outcome = registration.outcome_after(index).await;
+                let granted = matches!(outcome, Some(WaitOutcome::Granted(..)));
+                outcomes.push(outcome);
+                if !granted {
+                    break;
+                }
+            }
+            outcomes
+        };
         // The wait is in the table, committed: when this node stops serving it (shutdown, or
         // the end of its leadership), the wait goes on without it and may still be granted by
         // the next leader. The outcome is unknown to this call; the client's retry with the
         // same request id finds it.
-        let outcome = tokio::select! {
-            outcome = registration.outcome_after(index) => Ok(outcome),
+        let outcomes = tokio::select! {
+            outcomes = outcomes => Ok(outcomes),
             () = self.node.stopping() => Err(ServiceError::OutcomeUnknown(
                 "the lock service is shutting down while the acquire waits in the queue".into(),
             )),
@@ -853,18 +1015,46 @@ impl LockService {
             )),
         };
         metrics::gauge!(crate::metrics::WAITERS).decrement(1.0);
-        match outcome? {
-            Some(WaitOutcome::Granted(token, access)) => Ok((lock, token, access)),
-            Some(WaitOutcome::Ended(WaitEndCause::SessionEnded)) => {
-                Err(CoreError::SessionNotFound { session }.into())
-            }
-            Some(WaitOutcome::Ended(WaitEndCause::TimedOut | WaitEndCause::Withdrawn)) => {
-                Err(CoreError::WaitEnded { lock }.into())
-            }
-            None => Err(ServiceError::OutcomeUnknown(
-                "the wait was interrupted".into(),
-            )),
+        let outcomes = outcomes?;
+        let mut grants = Vec::with_capacity(outcomes.len());
+        for ((lock, _), outcome) in registrations.into_iter().zip(outcomes) {
+            let ended = match outcome {
+                Some(WaitOutcome::Granted(token, access)) => {
+                    grants.push((lock, token, access));
+                    continue;
+                }
+                Some(WaitOutcome::Ended(WaitEndCause::SessionEnded)) => {
+                    CoreError::SessionNotFound { session }.into()
+                }
+                Some(WaitOutcome::Ended(WaitEndCause::TimedOut | WaitEndCause::Withdrawn)) => {
+                    CoreError::WaitEnded { lock }.into()
+                }
+                None => ServiceError::OutcomeUnknown("the wait was interrupted".into()),
+            };
+            // The table grants a multi-lock's locks in one entry or none of them.
+            return Err(if grants.is_empty() {
+                ended
+            } else {
+                ServiceError::Internal(format!(
+                    "a multi-lock was granted {} of its locks, then its wait ended: {ended}",
+                    grants.len()
+                ))
+            });
         }
+        Ok(grants)
+    }
+
+    /// The first of `locks` that is held or in lock-delay, busy as [`LockService::busy`]
+    /// describes it (the first lock if none is).
+    fn busy_of_first(&self, locks: &[String]) -> CoreError {
+        let taken = locks.iter().find(|lock| {
+            self.node.read_table(|t| {
+                t.lock_status(lock).is_some_and(|s| {
+                    s.holder.is_some() || !s.sharers.is_empty() || s.available_at_ms.is_some()
+                })
+            })
+        });
+        self.busy(taken.or(locks.first()).cloned().unwrap_or_default())
     }
 
     /// `lock` is busy, as the table holds it now.
@@ -1245,7 +1435,8 @@ fn unexpected(reply: Reply) -> ServiceError {
 struct ReservedAcquire<'a> {
     quota: Option<crate::auth::Reservation<'a>>,
     _permit: Option<Permit>,
-    registration: Option<WaitRegistration<'a>>,
+    /// One per lock, for a waiting acquire; none for a try.
+    registrations: Vec<(String, WaitRegistration<'a>)>,
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ writes to PostgreSQL, SQLite and Redis with the same tables and script as the Ru
 """
 
 from . import errors
-from ._core import AUTH_TOKEN_ENV, BearerToken
+from ._core import AUTH_TOKEN_ENV, MULTI_LOCKS_MAX, BearerToken, LockPart
 from .client import (
     AcquireResult,
     Client,
@@ -51,6 +51,7 @@ from .sequencer import KeySet, PublicKey, Sequencer, VerifiedSequencer, verify
 
 __all__ = [
     "AUTH_TOKEN_ENV",
+    "MULTI_LOCKS_MAX",
     "AcquireResult",
     "BearerToken",
     "Busy",
@@ -66,6 +67,7 @@ __all__ = [
     "Leadership",
     "LockEvent",
     "LockEvents",
+    "LockPart",
     "LockStatus",
     "Misconfigured",
     "NotAcquired",

@@ -713,6 +713,53 @@ def check_grant(response: pb.AcquireResponse, session: int, lock: str) -> "Acces
     return access
 
 
+@dataclasses.dataclass(frozen=True)
+class LockPart:
+    """One lock of a multi-lock (``acquire_all``), and how to hold it: exclusive (the default),
+    ``shared``, or one permit of the semaphore ``lock`` of ``permits`` permits. A plain name
+    stands for an exclusive part."""
+
+    lock: str
+    shared: bool = False
+    permits: Optional[int] = None
+
+
+#: The most locks one multi-lock names (the service's ``MULTI_LOCKS_MAX``).
+MULTI_LOCKS_MAX = 32
+
+
+def acquire_parts(parts: Any) -> list[pb.AcquirePart]:
+    """The wire's parts of a multi-lock, each a name or a :class:`LockPart`, checked as far as
+    they can be before anything is sent (the service refuses a repeated or held lock)."""
+    if isinstance(parts, (str, bytes)) or not hasattr(parts, "__iter__"):
+        raise errors.InvalidArgument("a multi-lock takes a list of lock names or LockParts")
+    wire = []
+    for part in parts:
+        if isinstance(part, str):
+            part = LockPart(part)
+        if not isinstance(part, LockPart):
+            raise errors.InvalidArgument(f"a multi-lock's part is a lock name or a LockPart, not {part!r}")
+        shared, permits = acquire_mode(part.shared, part.permits)
+        wire.append(pb.AcquirePart(lock=validate_lock_name(part.lock), shared=shared, permits=permits))
+        if len(wire) > MULTI_LOCKS_MAX:
+            raise errors.InvalidArgument(f"a multi-lock takes 1 to {MULTI_LOCKS_MAX} locks, not more")
+    if not wire:
+        raise errors.InvalidArgument(f"a multi-lock takes 1 to {MULTI_LOCKS_MAX} locks, not 0")
+    return wire
+
+
+def check_grants(response: pb.AcquireAllResponse, session: int, locks: list[str]) -> list["Access"]:
+    """Checks a multi-lock's answer: one grant per lock asked for, in order, each as
+    :func:`check_grant` checks one; returns how each grant holds its lock."""
+    if response.session != session or len(response.grants) != len(locks):
+        raise errors.ProtocolError(
+            f"the lock service answered a multi-lock of {len(locks)} locks in session {session} with "
+            f"{len(response.grants)} grants in session {response.session}; the locks may be held by this "
+            "session: close the session"
+        )
+    return [check_grant(grant, session, lock) for grant, lock in zip(response.grants, locks)]
+
+
 # --- the keepalive engine's drivers ---------------------------------------------------------
 
 

@@ -457,6 +457,46 @@ class Client:
         access = _core.check_grant(response, credential.id, lock)
         return AcquireResult(response.lock, response.session, response.token, response.sequencer, access)
 
+    def acquire_all(
+        self,
+        credential: SessionCredential,
+        parts: Sequence[Union[str, _core.LockPart]],
+        *,
+        wait: Optional[float] = None,
+    ) -> list[AcquireResult]:
+        """Takes every lock of ``parts`` (names, or :class:`LockPart` objects for shared or permit
+        parts) for the session at once, or none: waits as ``wait`` says (see :meth:`lock`) until
+        all of them can be granted, holding none meanwhile, so two sessions naming the same
+        locks in another order cannot deadlock. Returns one grant per lock, in the order named,
+        each with its own token and sequencer, each released on its own (:meth:`release`). 1 to
+        32 locks, each named once, none held or waited for by the session already. Every retry
+        reuses one random request id, so a retry cannot grant twice."""
+        wire_parts = _core.acquire_parts(parts)
+        locks = [part.lock for part in wire_parts]
+        wait_s = _core.wait_seconds(wait)
+        request_id = _core.request_id()
+        deadline = None if wait_s is None else time.monotonic() + wait_s
+        request_timeout = self._calls.request_timeout
+
+        def attempt() -> tuple[pb.AcquireAllRequest, Optional[float]]:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            message = pb.AcquireAllRequest(
+                session=credential.id,
+                request_id=request_id,
+                wait_ms=0 if remaining is None else int(remaining * 1000),
+                wait_forever=wait_s is None,
+                session_secret=credential.secret,
+                parts=wire_parts,
+            )
+            return message, None if remaining is None else remaining + request_timeout
+
+        response = self._calls.call("AcquireAll", attempt, f"acquire of locks {locks!r} in session {credential.id}")
+        access = _core.check_grants(response, credential.id, locks)
+        return [
+            AcquireResult(grant.lock, grant.session, grant.token, grant.sequencer, each)
+            for grant, each in zip(response.grants, access)
+        ]
+
     def release(self, credential: SessionCredential, lock: str) -> Optional[int]:
         """Gives up ``lock`` (or withdraws a wait); returns the token of the grant that ended, or
         ``None`` if a wait was withdrawn."""
@@ -748,6 +788,29 @@ class Session:
         if ended is not None:
             grant._mark_lost(ended)
         return grant
+
+    def acquire_all(
+        self,
+        parts: Sequence[Union[str, _core.LockPart]],
+        *,
+        wait: Optional[float] = None,
+        on_lost: Optional[OnLost] = None,
+    ) -> list[Grant]:
+        """Takes every lock of ``parts`` in this session at once, or none (see
+        :meth:`Client.acquire_all`): one :class:`Grant` per lock, in the order named, each
+        released on its own."""
+        if self.ended is not None:
+            raise errors.SessionLost(self.ended)
+        results = self._client.acquire_all(self.credential, parts, wait=wait)
+        grants = [Grant(self, result, on_lost) for result in results]
+        with self._mutex:
+            ended = self.ended
+            if ended is None:
+                self._grants.extend(grants)
+        if ended is not None:
+            for grant in grants:
+                grant._mark_lost(ended)
+        return grants
 
     @contextlib.contextmanager
     def lock(

@@ -286,6 +286,9 @@ _BY_KIND: dict[str, type[PalisadeError]] = {
     "permits_out_of_range": InvalidArgument,
     "permits_mismatch": InvalidArgument,
     "mode_conflict": InvalidArgument,
+    "multi_lock_size": InvalidArgument,
+    "multi_lock_repeated": InvalidArgument,
+    "multi_lock_held": InvalidArgument,
 }
 
 

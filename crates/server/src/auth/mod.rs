@@ -156,8 +156,8 @@ struct Pending {
 pub enum Ask {
     /// A new session.
     Session,
-    /// A new lock, held or (with `waits`) possibly waited for first.
-    Lock { waits: bool },
+    /// New locks (one, or a multi-lock's), held or (with `waits`) possibly waited for first.
+    Locks { locks: usize, waits: bool },
 }
 
 impl Auth {
@@ -480,18 +480,18 @@ impl Auth {
                     ..Pending::default()
                 }
             }
-            Ask::Lock { waits } => {
+            Ask::Locks { locks, waits } => {
                 // A wait may become a hold: it counts against the locks too, so no identity
                 // ever holds more than its quota of locks.
-                if used.held + used.waiting + mine.locks >= quotas.locks as usize {
+                if used.held + used.waiting + mine.locks + locks > quotas.locks as usize {
                     return Err(reached(Quota::Locks));
                 }
-                if waits && used.waiting + mine.waiters >= quotas.waiters as usize {
+                if waits && used.waiting + mine.waiters + locks > quotas.waiters as usize {
                     return Err(reached(Quota::Waiters));
                 }
                 Pending {
-                    locks: 1,
-                    waiters: usize::from(waits),
+                    locks,
+                    waiters: if waits { locks } else { 0 },
                     ..Pending::default()
                 }
             }
@@ -927,7 +927,14 @@ mod tests {
             })
         };
         assert!(matches!(
-            auth.reserve(&caller, Ask::Lock { waits: false }, held),
+            auth.reserve(
+                &caller,
+                Ask::Locks {
+                    locks: 1,
+                    waits: false
+                },
+                held
+            ),
             Err(CoreError::QuotaReached {
                 quota: Quota::Locks,
                 ..

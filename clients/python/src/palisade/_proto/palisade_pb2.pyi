@@ -91,6 +91,40 @@ class AcquireResponse(_message.Message):
     access: Access
     def __init__(self, lock: _Optional[str] = ..., session: _Optional[int] = ..., token: _Optional[int] = ..., sequencer: _Optional[str] = ..., access: _Optional[_Union[Access, _Mapping]] = ...) -> None: ...
 
+class AcquireAllRequest(_message.Message):
+    __slots__ = ("session", "request_id", "wait_ms", "wait_forever", "session_secret", "parts")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FOREVER_FIELD_NUMBER: _ClassVar[int]
+    SESSION_SECRET_FIELD_NUMBER: _ClassVar[int]
+    PARTS_FIELD_NUMBER: _ClassVar[int]
+    session: int
+    request_id: int
+    wait_ms: int
+    wait_forever: bool
+    session_secret: bytes
+    parts: _containers.RepeatedCompositeFieldContainer[AcquirePart]
+    def __init__(self, session: _Optional[int] = ..., request_id: _Optional[int] = ..., wait_ms: _Optional[int] = ..., wait_forever: _Optional[bool] = ..., session_secret: _Optional[bytes] = ..., parts: _Optional[_Iterable[_Union[AcquirePart, _Mapping]]] = ...) -> None: ...
+
+class AcquirePart(_message.Message):
+    __slots__ = ("lock", "shared", "permits")
+    LOCK_FIELD_NUMBER: _ClassVar[int]
+    SHARED_FIELD_NUMBER: _ClassVar[int]
+    PERMITS_FIELD_NUMBER: _ClassVar[int]
+    lock: str
+    shared: bool
+    permits: int
+    def __init__(self, lock: _Optional[str] = ..., shared: _Optional[bool] = ..., permits: _Optional[int] = ...) -> None: ...
+
+class AcquireAllResponse(_message.Message):
+    __slots__ = ("session", "grants")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    GRANTS_FIELD_NUMBER: _ClassVar[int]
+    session: int
+    grants: _containers.RepeatedCompositeFieldContainer[AcquireResponse]
+    def __init__(self, session: _Optional[int] = ..., grants: _Optional[_Iterable[_Union[AcquireResponse, _Mapping]]] = ...) -> None: ...
+
 class Access(_message.Message):
     __slots__ = ("shared", "slot")
     SHARED_FIELD_NUMBER: _ClassVar[int]
@@ -246,7 +280,7 @@ class PublicKeyResponse(_message.Message):
     def __init__(self, public_key: _Optional[str] = ..., public_keys: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ErrorDetail(_message.Message):
-    __slots__ = ("kind", "category", "lock", "session", "holder_session", "holder_token", "available_at_ms", "request_id", "reason", "ttl_ms", "ttl_ms_min", "ttl_ms_max", "wait_ms", "wait_ms_max", "bytes", "bytes_min", "bytes_max", "sessions_max", "locks_max", "waiters_max", "limits_problem", "identity", "right", "scope", "quota", "quota_max", "permits", "permits_max", "requested_permits", "held_shared")
+    __slots__ = ("kind", "category", "lock", "session", "holder_session", "holder_token", "available_at_ms", "request_id", "reason", "ttl_ms", "ttl_ms_min", "ttl_ms_max", "wait_ms", "wait_ms_max", "bytes", "bytes_min", "bytes_max", "sessions_max", "locks_max", "waiters_max", "limits_problem", "identity", "right", "scope", "quota", "quota_max", "permits", "permits_max", "requested_permits", "held_shared", "locks")
     KIND_FIELD_NUMBER: _ClassVar[int]
     CATEGORY_FIELD_NUMBER: _ClassVar[int]
     LOCK_FIELD_NUMBER: _ClassVar[int]
@@ -277,6 +311,7 @@ class ErrorDetail(_message.Message):
     PERMITS_MAX_FIELD_NUMBER: _ClassVar[int]
     REQUESTED_PERMITS_FIELD_NUMBER: _ClassVar[int]
     HELD_SHARED_FIELD_NUMBER: _ClassVar[int]
+    LOCKS_FIELD_NUMBER: _ClassVar[int]
     kind: str
     category: str
     lock: str
@@ -307,7 +342,8 @@ class ErrorDetail(_message.Message):
     permits_max: int
     requested_permits: int
     held_shared: bool
-    def __init__(self, kind: _Optional[str] = ..., category: _Optional[str] = ..., lock: _Optional[str] = ..., session: _Optional[int] = ..., holder_session: _Optional[int] = ..., holder_token: _Optional[int] = ..., available_at_ms: _Optional[int] = ..., request_id: _Optional[int] = ..., reason: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., ttl_ms_min: _Optional[int] = ..., ttl_ms_max: _Optional[int] = ..., wait_ms: _Optional[int] = ..., wait_ms_max: _Optional[int] = ..., bytes: _Optional[int] = ..., bytes_min: _Optional[int] = ..., bytes_max: _Optional[int] = ..., sessions_max: _Optional[int] = ..., locks_max: _Optional[int] = ..., waiters_max: _Optional[int] = ..., limits_problem: _Optional[str] = ..., identity: _Optional[str] = ..., right: _Optional[str] = ..., scope: _Optional[str] = ..., quota: _Optional[str] = ..., quota_max: _Optional[int] = ..., permits: _Optional[int] = ..., permits_max: _Optional[int] = ..., requested_permits: _Optional[int] = ..., held_shared: _Optional[bool] = ...) -> None: ...
+    locks: int
+    def __init__(self, kind: _Optional[str] = ..., category: _Optional[str] = ..., lock: _Optional[str] = ..., session: _Optional[int] = ..., holder_session: _Optional[int] = ..., holder_token: _Optional[int] = ..., available_at_ms: _Optional[int] = ..., request_id: _Optional[int] = ..., reason: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., ttl_ms_min: _Optional[int] = ..., ttl_ms_max: _Optional[int] = ..., wait_ms: _Optional[int] = ..., wait_ms_max: _Optional[int] = ..., bytes: _Optional[int] = ..., bytes_min: _Optional[int] = ..., bytes_max: _Optional[int] = ..., sessions_max: _Optional[int] = ..., locks_max: _Optional[int] = ..., waiters_max: _Optional[int] = ..., limits_problem: _Optional[str] = ..., identity: _Optional[str] = ..., right: _Optional[str] = ..., scope: _Optional[str] = ..., quota: _Optional[str] = ..., quota_max: _Optional[int] = ..., permits: _Optional[int] = ..., permits_max: _Optional[int] = ..., requested_permits: _Optional[int] = ..., held_shared: _Optional[bool] = ..., locks: _Optional[int] = ...) -> None: ...
 
 class RaiseTokenFloorRequest(_message.Message):
     __slots__ = ("floor", "force")

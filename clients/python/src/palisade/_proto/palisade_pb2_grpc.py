@@ -59,6 +59,11 @@ class LocksStub:
                 request_serializer=palisade_dot___proto_dot_palisade__pb2.AcquireRequest.SerializeToString,
                 response_deserializer=palisade_dot___proto_dot_palisade__pb2.AcquireResponse.FromString,
                 _registered_method=True)
+        self.AcquireAll = channel.unary_unary(
+                '/palisade.v1.Locks/AcquireAll',
+                request_serializer=palisade_dot___proto_dot_palisade__pb2.AcquireAllRequest.SerializeToString,
+                response_deserializer=palisade_dot___proto_dot_palisade__pb2.AcquireAllResponse.FromString,
+                _registered_method=True)
         self.Release = channel.unary_unary(
                 '/palisade.v1.Locks/Release',
                 request_serializer=palisade_dot___proto_dot_palisade__pb2.ReleaseRequest.SerializeToString,
@@ -128,6 +133,19 @@ class LocksServicer:
     def Acquire(self, request, context):
         """Takes a lock, waiting in FIFO order up to the requested time. Returns only once the grant is
         durable. Retrying with the same request_id returns the first outcome.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AcquireAll(self, request, context):
+        """Takes several locks at once, or none: waits (FIFO in every lock's queue at once) until all
+        of them can be granted, then grants all of them in one step, each with its own token and
+        sequencer; so there are no partial holds and no lock-order deadlocks. Once granted, each
+        lock is held, and released (Release), on its own. Needs the lock right on every lock named.
+        Retrying with the same request_id returns the first outcome. A method of its own rather
+        than a list in AcquireRequest: a server that predates it answers UNIMPLEMENTED, where it
+        would silently ignore an unknown field and grant one lock alone.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -205,6 +223,11 @@ def add_LocksServicer_to_server(servicer, server):
                     servicer.Acquire,
                     request_deserializer=palisade_dot___proto_dot_palisade__pb2.AcquireRequest.FromString,
                     response_serializer=palisade_dot___proto_dot_palisade__pb2.AcquireResponse.SerializeToString,
+            ),
+            'AcquireAll': grpc.unary_unary_rpc_method_handler(
+                    servicer.AcquireAll,
+                    request_deserializer=palisade_dot___proto_dot_palisade__pb2.AcquireAllRequest.FromString,
+                    response_serializer=palisade_dot___proto_dot_palisade__pb2.AcquireAllResponse.SerializeToString,
             ),
             'Release': grpc.unary_unary_rpc_method_handler(
                     servicer.Release,
@@ -372,6 +395,33 @@ class Locks:
             '/palisade.v1.Locks/Acquire',
             palisade_dot___proto_dot_palisade__pb2.AcquireRequest.SerializeToString,
             palisade_dot___proto_dot_palisade__pb2.AcquireResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AcquireAll(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/palisade.v1.Locks/AcquireAll',
+            palisade_dot___proto_dot_palisade__pb2.AcquireAllRequest.SerializeToString,
+            palisade_dot___proto_dot_palisade__pb2.AcquireAllResponse.FromString,
             options,
             channel_credentials,
             insecure,

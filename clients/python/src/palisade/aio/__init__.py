@@ -13,6 +13,7 @@ The session's keepalive is a task on the running loop that drives the same engin
 and errors are shared with the blocking client (:mod:`palisade._core`, :mod:`palisade.errors`).
 """
 
+from .._core import LockPart
 from ..client import AcquireResult, Holder, LockEvent, LockStatus, SessionCredential
 from ..election import Leader
 from .client import Client, Grant, LockEvents, OnLost, Session
@@ -29,6 +30,7 @@ __all__ = [
     "Leadership",
     "LockEvent",
     "LockEvents",
+    "LockPart",
     "LockStatus",
     "OnLost",
     "OnLostLeadership",

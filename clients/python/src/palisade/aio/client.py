@@ -251,6 +251,39 @@ class Client:
         access = _core.check_grant(response, credential.id, lock)
         return AcquireResult(response.lock, response.session, response.token, response.sequencer, access)
 
+    async def acquire_all(
+        self,
+        credential: SessionCredential,
+        parts: Sequence[Union[str, _core.LockPart]],
+        *,
+        wait: Optional[float] = None,
+    ) -> list[AcquireResult]:
+        """See :meth:`palisade.Client.acquire_all`."""
+        wire_parts = _core.acquire_parts(parts)
+        locks = [part.lock for part in wire_parts]
+        wait_s = _core.wait_seconds(wait)
+        request_id = _core.request_id()
+        deadline = None if wait_s is None else time.monotonic() + wait_s
+
+        def attempt() -> tuple[pb.AcquireAllRequest, Optional[float]]:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            message = pb.AcquireAllRequest(
+                session=credential.id,
+                request_id=request_id,
+                wait_ms=0 if remaining is None else int(remaining * 1000),
+                wait_forever=wait_s is None,
+                session_secret=credential.secret,
+                parts=wire_parts,
+            )
+            return message, None if remaining is None else remaining + self.request_timeout
+
+        response = await self._call("AcquireAll", attempt, f"acquire of locks {locks!r} in session {credential.id}")
+        access = _core.check_grants(response, credential.id, locks)
+        return [
+            AcquireResult(grant.lock, grant.session, grant.token, grant.sequencer, each)
+            for grant, each in zip(response.grants, access)
+        ]
+
     async def release(self, credential: SessionCredential, lock: str) -> Optional[int]:
         _core.validate_lock_name(lock)
         request = pb.ReleaseRequest(
@@ -521,6 +554,34 @@ class Session:
         else:
             self._grants.append(grant)
         return grant
+
+    async def acquire_all(
+        self,
+        parts: Sequence[Union[str, _core.LockPart]],
+        *,
+        wait: Optional[float] = None,
+        on_lost: Optional[OnLost] = None,
+    ) -> list[Grant]:
+        """See :meth:`palisade.Session.acquire_all`."""
+        if self.ended is not None:
+            raise errors.SessionLost(self.ended)
+        _core.acquire_parts(parts)
+        acquire = asyncio.ensure_future(self._client.acquire_all(self.credential, parts, wait=wait))
+        lost = asyncio.ensure_future(self.lost.wait())
+        try:
+            await asyncio.wait({acquire, lost}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            lost.cancel()
+        if not acquire.done():
+            acquire.cancel()
+            raise errors.SessionLost(self.ended or errors.LOST_CLOSED)
+        grants = [Grant(self, result, on_lost) for result in acquire.result()]
+        for grant in grants:
+            if self.ended is not None:
+                await grant._mark_lost(self.ended)
+            else:
+                self._grants.append(grant)
+        return grants
 
     @contextlib.asynccontextmanager
     async def lock(
