@@ -371,37 +371,13 @@ func (c *Client) Acquire(ctx context.Context, cred SessionCredential, lock strin
 		return Grant{}, invalidArgument("a semaphore has 1 to %d permits, not %d", sequencer.PermitsMax, opts.Permits)
 	}
 	id := requestID()
-	var deadline time.Time
-	if opts.Wait > 0 {
-		deadline = time.Now().Add(opts.Wait)
-	}
-	if d, ok := ctx.Deadline(); ok && !opts.TryOnly && (deadline.IsZero() || d.Before(deadline)) {
-		// The service ends the wait a little before ctx does, so that its answer (wait_ended)
-		// arrives instead of a cancelled call of unknown outcome.
-		deadline = d.Add(-min(time.Until(d)/10, time.Second))
-	}
+	deadline := waitDeadline(ctx, opts.TryOnly, opts.Wait)
 	what := fmt.Sprintf("acquire of lock %q in session %d", lock, cred.ID)
 	response, _, err := call(ctx, c, what, c.cfg.RetryBudget,
 		func(ctx context.Context, stub palisadev1.LocksClient, copts ...grpc.CallOption) (*palisadev1.AcquireResponse, error) {
 			request := &palisadev1.AcquireRequest{Session: cred.ID, Lock: lock, RequestId: id, SessionSecret: cred.Secret, Value: opts.Value, Shared: opts.Shared, Permits: opts.Permits}
-			switch {
-			case opts.TryOnly:
-			case deadline.IsZero():
-				// A wait forever has no deadline of its own: a dead connection is found by
-				// HTTP/2 keepalive, and a lost session by the session's keepalive.
-				request.WaitForever = true
-			default:
-				remaining := max(time.Until(deadline), 0)
-				request.WaitMs = uint64(remaining.Milliseconds())
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, remaining+c.cfg.RequestTimeout)
-				defer cancel()
-			}
-			if opts.TryOnly {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, c.cfg.RequestTimeout)
-				defer cancel()
-			}
+			ctx, cancel := c.bindWait(ctx, opts.TryOnly, deadline, &request.WaitMs, &request.WaitForever)
+			defer cancel()
 			return stub.Acquire(ctx, request, copts...)
 		})
 	if err != nil {
@@ -420,6 +396,38 @@ func (c *Client) Acquire(ctx context.Context, cred SessionCredential, lock strin
 		return Grant{}, err
 	}
 	return Grant{response.GetLock(), response.GetSession(), response.GetToken(), response.GetSequencer(), access}, nil
+}
+
+// waitDeadline is when an acquire's wait ends (zero: never): after wait, and a little before
+// ctx's deadline, so that the service's answer (wait_ended) arrives instead of a cancelled call
+// of unknown outcome.
+func waitDeadline(ctx context.Context, tryOnly bool, wait time.Duration) time.Time {
+	var deadline time.Time
+	if wait > 0 {
+		deadline = time.Now().Add(wait)
+	}
+	if d, ok := ctx.Deadline(); ok && !tryOnly && (deadline.IsZero() || d.Before(deadline)) {
+		deadline = d.Add(-min(time.Until(d)/10, time.Second))
+	}
+	return deadline
+}
+
+// bindWait sets one attempt's wait fields of an acquire (waitMs, waitForever) for deadline, and
+// bounds the attempt's ctx to the wait and a request's time.
+func (c *Client) bindWait(ctx context.Context, tryOnly bool, deadline time.Time, waitMs *uint64, waitForever *bool) (context.Context, context.CancelFunc) {
+	switch {
+	case tryOnly:
+		return context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	case deadline.IsZero():
+		// A wait forever has no deadline of its own: a dead connection is found by HTTP/2
+		// keepalive, and a lost session by the session's keepalive.
+		*waitForever = true
+		return ctx, func() {}
+	default:
+		remaining := max(time.Until(deadline), 0)
+		*waitMs = uint64(remaining.Milliseconds())
+		return context.WithTimeout(ctx, remaining+c.cfg.RequestTimeout)
+	}
 }
 
 // accessOf is how the wire says a grant holds its lock (nil: exclusive); false if it is both
