@@ -60,8 +60,8 @@ func TestMultiLockHoldsEachPartOnItsOwn(t *testing.T) {
 	}
 }
 
-// A multi-lock that overlaps a held lock waits holding none of its locks, and is granted all
-// of them once the holder releases.
+// A multi-lock that overlaps a held lock waits holding none of its locks, leaves every queue
+// when ctx ends, and is granted all of them once the holder releases.
 func TestMultiLockWaitsHoldingNothing(t *testing.T) {
 	server := testserver.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -76,6 +76,18 @@ func TestMultiLockWaitsHoldingNothing(t *testing.T) {
 	}
 	if _, err := b.AcquireAll(ctx, []palisade.LockPart{{Name: "w/b"}, {Name: "w/d"}}, palisade.MultiAcquireOptions{TryOnly: true}); !errors.Is(err, palisade.ErrBusy) {
 		t.Fatalf("a try of a held lock: %v, want busy", err)
+	}
+	// A wait that ctx ends is withdrawn from every queue.
+	short, cancelShort := context.WithTimeout(ctx, 1500*time.Millisecond)
+	_, err = b.AcquireAll(short, []palisade.LockPart{{Name: "w/b"}, {Name: "w/d"}}, palisade.MultiAcquireOptions{})
+	cancelShort()
+	if !errors.Is(err, palisade.ErrWaitEnded) && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a wait that ctx ended: %v", err)
+	}
+	for _, lock := range []string{"w/b", "w/d"} {
+		if status, err := c.Status(ctx, lock); err != nil || slices.Contains(status.Waiters, b.ID()) || (status.Holder != nil && status.Holder.Session == b.ID()) {
+			t.Fatalf("%s after the wait ended: %+v %v", lock, status, err)
+		}
 	}
 	type result struct {
 		held []*palisade.Mutex
