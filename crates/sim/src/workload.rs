@@ -123,10 +123,10 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
             let (lock, mode) = match section(&plan, &mut rng) {
                 Section::One(lock, mode) => (lock, mode),
                 Section::All(locks) => {
-                    let held =
+                    let goes_on =
                         multi_section(&plan, &world, &clock, &mut rng, &client, &session, locks)
                             .await;
-                    if !held {
+                    if !goes_on {
                         break;
                     }
                     tokio::time::sleep(Duration::from_millis(rng.random_range(0..=100))).await;
@@ -185,18 +185,11 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
                     guard
                 }
                 Err(e) => {
-                    // An acquire cut short by the loss of the session may have been granted.
-                    let unknown =
-                        e.outcome_unknown() || matches!(e, AcquireError::SessionLost { .. });
-                    let outcome = if unknown {
-                        Outcome::Unknown(e.to_string())
-                    } else {
-                        Outcome::Failed(e.to_string())
-                    };
+                    let (outcome, goes_on) = not_granted(&e);
                     world
                         .borrow_mut()
                         .record(What::AcquireCompleted { op, outcome });
-                    if unknown || matches!(e, AcquireError::SessionNotFound { .. }) {
+                    if !goes_on {
                         break;
                     }
                     tokio::time::sleep(Duration::from_millis(rng.random_range(10..=200))).await;
@@ -296,18 +289,14 @@ async fn multi_section(
             return false;
         }
         Err(e) => {
-            let unknown = e.outcome_unknown() || matches!(e, AcquireError::SessionLost { .. });
+            let (outcome, goes_on) = not_granted(&e);
             for op in ops {
-                let outcome = if unknown {
-                    Outcome::Unknown(e.to_string())
-                } else {
-                    Outcome::Failed(e.to_string())
-                };
-                world
-                    .borrow_mut()
-                    .record(What::AcquireCompleted { op, outcome });
+                world.borrow_mut().record(What::AcquireCompleted {
+                    op,
+                    outcome: outcome.clone(),
+                });
             }
-            return !unknown && !matches!(e, AcquireError::SessionNotFound { .. });
+            return goes_on;
         }
     };
     for (op, guard) in ops.into_iter().zip(&guards) {
@@ -429,6 +418,20 @@ fn lose_answers(plan: &Plan, rng: &mut SmallRng) {
             turmoil::repair_oneway(crate::node_name(id), me.as_str());
         }
     });
+}
+
+/// How an acquire that failed with `e` ended, and whether its session may go on (not after an
+/// unknown outcome, or once the session is gone). An acquire cut short by the loss of the
+/// session may have been granted.
+fn not_granted(e: &AcquireError) -> (Outcome, bool) {
+    let unknown = e.outcome_unknown() || matches!(e, AcquireError::SessionLost { .. });
+    let outcome = if unknown {
+        Outcome::Unknown(e.to_string())
+    } else {
+        Outcome::Failed(e.to_string())
+    };
+    let goes_on = !unknown && !matches!(e, AcquireError::SessionNotFound { .. });
+    (outcome, goes_on)
 }
 
 /// Whether a release may or may not have been applied.
