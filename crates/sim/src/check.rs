@@ -40,14 +40,22 @@ pub fn history(events: &[Event], finals: &BTreeMap<String, u64>) -> History {
                 session,
                 lock,
                 mode,
+                multi,
             } => {
                 let ttl_ns = ns(crate::workload::TTL);
-                let action = match mode {
-                    Mode::Exclusive => Action::Acquire {
+                let action = match (mode, multi) {
+                    (mode, Some((request, parts))) => Action::AcquirePart {
+                        lock: lock.clone(),
+                        ttl_ns,
+                        mode: *mode,
+                        request: *request,
+                        parts: *parts,
+                    },
+                    (Mode::Exclusive, None) => Action::Acquire {
                         lock: lock.clone(),
                         ttl_ns,
                     },
-                    mode => Action::AcquireAs {
+                    (mode, None) => Action::AcquireAs {
                         lock: lock.clone(),
                         ttl_ns,
                         mode: *mode,

@@ -75,7 +75,8 @@ pub struct Options {
     /// raised, backups, a disaster and a restore, a log lost or rolled back.
     pub recoveries: bool,
     /// Whether the clients also take the read-write lock ([`RW_LOCK`]: readers claim, and try
-    /// a write the fence must refuse) and the semaphore ([`POOL_LOCK`]), beside the mutex.
+    /// a write the fence must refuse) and the semaphore ([`POOL_LOCK`]), beside the mutex,
+    /// and now and then the mutex and the read-write lock at once (a multi-lock).
     pub modes: bool,
 }
 

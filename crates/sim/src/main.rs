@@ -32,14 +32,15 @@ struct Args {
     /// every member, and loses or rolls back a node's log (then runs recover-counters).
     #[arg(long)]
     recoveries: bool,
-    /// The clients also take a read-write lock (readers, writers) and a semaphore's permits.
+    /// The clients also take a read-write lock (readers, writers), a semaphore's permits, and
+    /// the mutex and the read-write lock at once (a multi-lock).
     #[arg(long)]
     modes: bool,
     /// Switch a known bug back on (the checker must catch it): skip-leader-start,
     /// fence-refuses-equal-token, ack-before-fsync, reply-before-apply, local-read,
     /// node-id-reuse, drop-request-dedup, leader-never-steps-down, absolute-floors; with
-    /// --modes: semaphore-admits-when-full, fence-accepts-shared-write,
-    /// fence-lets-writer-past-phase.
+    /// --modes: semaphore-admits-when-full, multi-lock-partial-grant,
+    /// fence-accepts-shared-write, fence-lets-writer-past-phase.
     #[arg(long, value_parser = parse_canary)]
     canary: Option<palisade_core::canary::Canary>,
 }

@@ -20,12 +20,14 @@ pub type OpId = usize;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum What {
-    /// A client asks for `lock` in `mode` (waiting up to its wait), in session `session`.
+    /// A client asks for `lock` in `mode` (waiting up to its wait), in session `session`;
+    /// `multi` is `Some((request, parts))` for one lock of a multi-lock of `parts` locks.
     AcquireInvoked {
         client: usize,
         session: u64,
         lock: String,
         mode: Mode,
+        multi: Option<(u64, u32)>,
     },
     /// The acquire `op` ended.
     AcquireCompleted {
@@ -137,14 +139,20 @@ impl fmt::Display for Event {
                 client,
                 session,
                 lock,
-                mode: Mode::Exclusive,
-            } => write!(f, "c{client} s{session} acquire {lock}"),
-            What::AcquireInvoked {
-                client,
-                session,
-                lock,
                 mode,
-            } => write!(f, "c{client} s{session} acquire {lock} {mode}"),
+                multi,
+            } => {
+                write!(f, "c{client} s{session} acquire {lock}")?;
+                if *mode != Mode::Exclusive {
+                    write!(f, " {mode}")?;
+                }
+                match multi {
+                    Some((request, parts)) => {
+                        write!(f, " (one of {parts} at once, request {request:x})")
+                    }
+                    None => Ok(()),
+                }
+            }
             What::AcquireCompleted { op, outcome } => write!(f, "   op {op} acquire: {outcome}"),
             What::Belief {
                 client,

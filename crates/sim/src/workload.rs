@@ -2,14 +2,15 @@
 //! running a read-modify-write of the fenced counter under it, now and then paused in the
 //! middle as a process stopped by a garbage collector would be. With [`crate::Options::modes`]
 //! it also takes the read-write lock, as a writer (the same read-modify-write of its counter)
-//! or as a reader (a claim that reads, then a write the fence must refuse), and a permit of the
-//! semaphore (the read-modify-write of its slot's counter).
+//! or as a reader (a claim that reads, then a write the fence must refuse), a permit of the
+//! semaphore (the read-modify-write of its slot's counter), and the mutex and the read-write
+//! lock at once through one multi-lock (each lock's read-modify-write with its own sequencer).
 
 use std::time::Duration;
 
 use palisade_client::{
-    AcquireError, AcquireOptions, Client, ClientOptions, ErrorClass, ReleaseError, SessionOptions,
-    Wait,
+    AcquireError, AcquireOptions, Client, ClientOptions, ErrorClass, LockPart, ReleaseError,
+    Session, SessionOptions, Wait,
 };
 use palisade_core::{Access, Mode};
 use rand::rngs::SmallRng;
@@ -38,20 +39,31 @@ pub(crate) struct Plan {
     pub(crate) modes: bool,
 }
 
-/// Which lock one critical section takes, and how.
-fn section(plan: &Plan, rng: &mut SmallRng) -> (&'static str, Mode) {
+/// Which locks one critical section takes, and how.
+enum Section {
+    /// One lock, in this mode.
+    One(&'static str, Mode),
+    /// These locks at once, each exclusive, through one multi-lock.
+    All([&'static str; 2]),
+}
+
+/// Which locks one critical section takes, and how.
+fn section(plan: &Plan, rng: &mut SmallRng) -> Section {
     if !plan.modes {
-        return (LOCK, Mode::Exclusive);
+        return Section::One(LOCK, Mode::Exclusive);
     }
     // Half the sections take a permit: three clients must now and then all want one of the
     // two at once, or a semaphore admitting a third would go unseen.
     // Readers are as many as writers and the mutex's holders together, so that a phase often
-    // comes while a writer is paused.
-    match rng.random_range(0..8) {
-        0 => (LOCK, Mode::Exclusive),
-        1 => (RW_LOCK, Mode::Exclusive),
-        2 | 3 => (RW_LOCK, Mode::Shared),
-        _ => (POOL_LOCK, Mode::Permit(POOL_PERMITS)),
+    // comes while a writer is paused. One in nine takes the mutex and the read-write lock's
+    // write side at once, named in either order.
+    match rng.random_range(0..9) {
+        0 => Section::One(LOCK, Mode::Exclusive),
+        1 => Section::One(RW_LOCK, Mode::Exclusive),
+        2 | 3 => Section::One(RW_LOCK, Mode::Shared),
+        4 if rng.random_bool(0.5) => Section::All([LOCK, RW_LOCK]),
+        4 => Section::All([RW_LOCK, LOCK]),
+        _ => Section::One(POOL_LOCK, Mode::Permit(POOL_PERMITS)),
     }
 }
 
@@ -108,12 +120,25 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
             session: id,
         });
         while now() < plan.stop_at && session.ended().is_none() {
-            let (lock, mode) = section(&plan, &mut rng);
+            let (lock, mode) = match section(&plan, &mut rng) {
+                Section::One(lock, mode) => (lock, mode),
+                Section::All(locks) => {
+                    let goes_on =
+                        multi_section(&plan, &world, &clock, &mut rng, &client, &session, locks)
+                            .await;
+                    if !goes_on {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(rng.random_range(0..=100))).await;
+                    continue;
+                }
+            };
             let op = world.borrow_mut().record(What::AcquireInvoked {
                 client: plan.client,
                 session: id,
                 lock: lock.to_string(),
                 mode,
+                multi: None,
             });
             // Mostly short waits; now and then a patient one, which outlasts an election (a
             // waiter queued at a leader that is then cut off must learn its outcome elsewhere).
@@ -160,91 +185,221 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
                     guard
                 }
                 Err(e) => {
-                    // An acquire cut short by the loss of the session may have been granted.
-                    let unknown =
-                        e.outcome_unknown() || matches!(e, AcquireError::SessionLost { .. });
-                    let outcome = if unknown {
-                        Outcome::Unknown(e.to_string())
-                    } else {
-                        Outcome::Failed(e.to_string())
-                    };
+                    let (outcome, goes_on) = not_granted(&e);
                     world
                         .borrow_mut()
                         .record(What::AcquireCompleted { op, outcome });
-                    if unknown || matches!(e, AcquireError::SessionNotFound { .. }) {
+                    if !goes_on {
                         break;
                     }
                     tokio::time::sleep(Duration::from_millis(rng.random_range(10..=200))).await;
                     continue;
                 }
             };
-            // When the client library gives the lease up (it could not prove it, its clock
-            // having run ahead), the holder has been told it lost the lock: for the checker, it
-            // began releasing then.
-            let token = guard.token().get();
-            let gave_up = {
-                let world = world.clone();
-                let lost = guard.lost();
-                let client = plan.client;
-                tokio::task::spawn_local(async move {
-                    lost.await;
-                    world.borrow_mut().record(What::ReleaseInvoked {
-                        client,
-                        session: id,
-                        lock: lock.to_string(),
-                        token,
-                    });
-                })
-            };
+            let gave_up = watch_lost(&plan, &world, id, lock, &guard);
             critical_section(&plan, &world, &clock, &mut rng, &session, &guard).await;
             gave_up.abort();
-            let op = world.borrow_mut().record(What::ReleaseInvoked {
-                client: plan.client,
-                session: id,
-                lock: lock.to_string(),
-                token,
-            });
-            // Now and then the answers to the release are lost, so that it is retried.
-            let answers_lost = rng.random_ratio(1, 10);
-            if answers_lost {
-                lose_answers(&plan, &mut rng);
-            }
-            let credential = guard.session_credential();
-            let request_id = palisade_client::request_id();
-            let mut released = guard.release_with_id(request_id).await;
-            let mut retries = 0;
-            while released.as_ref().is_err_and(release_unknown)
-                && retries < UNKNOWN_RETRIES_MAX
-                && session.ended().is_none()
-            {
-                retries += 1;
-                tokio::time::sleep(Duration::from_millis(rng.random_range(100..=500))).await;
-                released = client
-                    .release_with_id(credential, lock, request_id)
-                    .await
-                    .map(|_| ());
-            }
-            let outcome = match released {
-                Ok(()) => Outcome::Released,
-                // A session that ended between attempts may have ended after an attempt that
-                // released.
-                Err(e)
-                    if release_unknown(&e)
-                        || ((retries > 0 || answers_lost)
-                            && matches!(e, ReleaseError::SessionNotFound { .. })) =>
-                {
-                    Outcome::Unknown(e.to_string())
-                }
-                Err(e) => Outcome::Failed(e.to_string()),
-            };
-            world
-                .borrow_mut()
-                .record(What::ReleaseCompleted { op, outcome });
+            release(&plan, &world, &mut rng, &client, &session, lock, guard).await;
             tokio::time::sleep(Duration::from_millis(rng.random_range(0..=100))).await;
         }
         let _ = session.close().await;
     }
     Ok(())
+}
+
+/// A critical section under two locks taken at once ([`Session::acquire_all`]): one acquire
+/// recorded per lock, all with the multi-lock's request id (the history checker's check 10
+/// judges them together), then each lock's read-modify-write of its own counter with its own
+/// sequencer, then each lock's release. Whether the session may go on (`false` once its
+/// outcome is unknown, the session lost, or a partial grant left it holding a lock it has no
+/// guard of).
+///
+/// A multi-lock that fails with an internal error (the service, or the client library, found
+/// the reply granting fewer locks than asked) may have granted some: the client then asks
+/// which of the locks its session holds (a linearizable read), records those parts as
+/// granted and the others as of unknown outcome, so that the checker sees a partial hold, and
+/// ends the session (it holds a lock it has no guard of), which releases what it holds.
+async fn multi_section(
+    plan: &Plan,
+    world: &Shared,
+    clock: &DriftingClock,
+    rng: &mut SmallRng,
+    client: &Client,
+    session: &Session,
+    locks: [&'static str; 2],
+) -> bool {
+    let id = session.id().get();
+    let request_id = palisade_client::request_id();
+    let ops = locks.map(|lock| {
+        world.borrow_mut().record(What::AcquireInvoked {
+            client: plan.client,
+            session: id,
+            lock: lock.to_string(),
+            mode: Mode::Exclusive,
+            multi: Some((request_id.get(), locks.len() as u32)),
+        })
+    });
+    let wait = Wait::For(Duration::from_millis(rng.random_range(500..=2_000)));
+    let parts = locks.map(LockPart::exclusive);
+    let mut retries = 0;
+    let acquired = loop {
+        let acquired = session.acquire_all_with_id(&parts, wait, request_id).await;
+        match &acquired {
+            Err(e)
+                if e.outcome_unknown()
+                    && retries < UNKNOWN_RETRIES_MAX
+                    && session.ended().is_none() =>
+            {
+                retries += 1;
+                tokio::time::sleep(Duration::from_millis(rng.random_range(100..=500))).await;
+            }
+            _ => break acquired,
+        }
+    };
+    let guards = match acquired {
+        Ok(guards) => guards,
+        Err(e) if e.class() == ErrorClass::Internal => {
+            for (op, lock) in ops.into_iter().zip(locks) {
+                let outcome = match client.status(lock).await {
+                    Ok(status) => match status.holder {
+                        Some(holder) if holder.session.get() == id => Outcome::Granted {
+                            token: holder.token.get(),
+                            held: Access::Exclusive,
+                        },
+                        _ => Outcome::Unknown(e.to_string()),
+                    },
+                    Err(why) => Outcome::Unknown(why.to_string()),
+                };
+                let held = match outcome {
+                    Outcome::Granted { token, .. } => Some(token),
+                    _ => None,
+                };
+                let mut world = world.borrow_mut();
+                world.record(What::AcquireCompleted { op, outcome });
+                // The session's close, next, releases it: begun now, its outcome unknown.
+                if let Some(token) = held {
+                    world.record(What::ReleaseInvoked {
+                        client: plan.client,
+                        session: id,
+                        lock: lock.to_string(),
+                        token,
+                    });
+                }
+            }
+            return false;
+        }
+        Err(e) => {
+            let (outcome, goes_on) = not_granted(&e);
+            for op in ops {
+                world.borrow_mut().record(What::AcquireCompleted {
+                    op,
+                    outcome: outcome.clone(),
+                });
+            }
+            return goes_on;
+        }
+    };
+    for (op, guard) in ops.into_iter().zip(&guards) {
+        world.borrow_mut().record(What::AcquireCompleted {
+            op,
+            outcome: Outcome::Granted {
+                token: guard.token().get(),
+                held: guard.access(),
+            },
+        });
+    }
+    let watchers: Vec<_> = (locks.into_iter().zip(&guards))
+        .map(|(lock, guard)| watch_lost(plan, world, id, lock, guard))
+        .collect();
+    for guard in &guards {
+        critical_section(plan, world, clock, rng, session, guard).await;
+    }
+    for ((lock, guard), watcher) in locks.into_iter().zip(guards).zip(watchers) {
+        watcher.abort();
+        release(plan, world, rng, client, session, lock, guard).await;
+    }
+    true
+}
+
+/// Records the release of `guard` as begun when the client library gives its lease up (it
+/// could not prove it, its clock having run ahead): the holder has been told it lost the lock.
+fn watch_lost(
+    plan: &Plan,
+    world: &Shared,
+    session: u64,
+    lock: &'static str,
+    guard: &palisade_client::LockGuard,
+) -> tokio::task::JoinHandle<()> {
+    let token = guard.token().get();
+    let world = world.clone();
+    let lost = guard.lost();
+    let client = plan.client;
+    tokio::task::spawn_local(async move {
+        lost.await;
+        world.borrow_mut().record(What::ReleaseInvoked {
+            client,
+            session,
+            lock: lock.to_string(),
+            token,
+        });
+    })
+}
+
+/// Releases `guard` of `lock`, retrying an unknown outcome with the same request id, and
+/// records it.
+async fn release(
+    plan: &Plan,
+    world: &Shared,
+    rng: &mut SmallRng,
+    client: &Client,
+    session: &palisade_client::Session,
+    lock: &'static str,
+    guard: palisade_client::LockGuard,
+) {
+    let id = session.id().get();
+    let token = guard.token().get();
+    let op = world.borrow_mut().record(What::ReleaseInvoked {
+        client: plan.client,
+        session: id,
+        lock: lock.to_string(),
+        token,
+    });
+    // Now and then the answers to the release are lost, so that it is retried.
+    let answers_lost = rng.random_ratio(1, 10);
+    if answers_lost {
+        lose_answers(plan, rng);
+    }
+    let credential = guard.session_credential();
+    let request_id = palisade_client::request_id();
+    let mut released = guard.release_with_id(request_id).await;
+    let mut retries = 0;
+    while released.as_ref().is_err_and(release_unknown)
+        && retries < UNKNOWN_RETRIES_MAX
+        && session.ended().is_none()
+    {
+        retries += 1;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(100..=500))).await;
+        released = client
+            .release_with_id(credential, lock, request_id)
+            .await
+            .map(|_| ());
+    }
+    let outcome = match released {
+        Ok(()) => Outcome::Released,
+        // A session that ended between attempts may have ended after an attempt that
+        // released.
+        Err(e)
+            if release_unknown(&e)
+                || ((retries > 0 || answers_lost)
+                    && matches!(e, ReleaseError::SessionNotFound { .. })) =>
+        {
+            Outcome::Unknown(e.to_string())
+        }
+        Err(e) => Outcome::Failed(e.to_string()),
+    };
+    world
+        .borrow_mut()
+        .record(What::ReleaseCompleted { op, outcome });
 }
 
 /// The answers of every node to this client are lost for 1 to 2.5 s, from now: the client's
@@ -263,6 +418,20 @@ fn lose_answers(plan: &Plan, rng: &mut SmallRng) {
             turmoil::repair_oneway(crate::node_name(id), me.as_str());
         }
     });
+}
+
+/// How an acquire that failed with `e` ended, and whether its session may go on (not after an
+/// unknown outcome, or once the session is gone). An acquire cut short by the loss of the
+/// session may have been granted.
+fn not_granted(e: &AcquireError) -> (Outcome, bool) {
+    let unknown = e.outcome_unknown() || matches!(e, AcquireError::SessionLost { .. });
+    let outcome = if unknown {
+        Outcome::Unknown(e.to_string())
+    } else {
+        Outcome::Failed(e.to_string())
+    };
+    let goes_on = !unknown && !matches!(e, AcquireError::SessionNotFound { .. });
+    (outcome, goes_on)
 }
 
 /// Whether a release may or may not have been applied.

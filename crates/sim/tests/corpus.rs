@@ -92,9 +92,10 @@ fn a_seed_replays_exactly() {
     }
 }
 
-/// Seeds run with the clients also taking the read-write lock and the semaphore
-/// ([`Options::modes`]), so that the history checker's checks of modes (8, 9) judge simulated
-/// histories. Each must grant readers, writers and permits, and refuse a reader's write.
+/// Seeds run with the clients also taking the read-write lock, the semaphore and multi-locks
+/// ([`Options::modes`]), so that the history checker's checks of modes (8, 9, 10) judge
+/// simulated histories. Each must grant readers, writers and permits, refuse a reader's write,
+/// and take a multi-lock.
 const CORPUS_MODES: &[u64] = &[1];
 
 #[test]
@@ -116,6 +117,7 @@ fn every_seed_of_the_modes_corpus_passes() {
             "acquire: granted shared",
             "acquire: granted slot",
             "refused (a reader's write)",
+            "(one of 2 at once",
         ] {
             assert!(
                 report.trace.iter().any(|line| line.contains(step)),
@@ -177,13 +179,14 @@ fn canary_recovers(canary: palisade_core::canary::Canary) -> bool {
     canary == palisade_core::canary::Canary::AbsoluteFloors
 }
 
-/// Whether `canary`'s runs (and their controls) have the clients take the read-write lock and
-/// the semaphore: the bugs of the modes bite only there.
+/// Whether `canary`'s runs (and their controls) have the clients take the read-write lock, the
+/// semaphore and multi-locks: the bugs of the modes bite only there.
 fn canary_modes(canary: palisade_core::canary::Canary) -> bool {
     use palisade_core::canary::Canary;
     matches!(
         canary,
         Canary::SemaphoreAdmitsWhenFull
+            | Canary::MultiLockPartialGrant
             | Canary::FenceAcceptsSharedWrite
             | Canary::FenceLetsWriterPastPhase
     )
