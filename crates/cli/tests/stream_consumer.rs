@@ -89,13 +89,27 @@ impl Setup {
     }
 
     /// A consumer process, its output in `dir`.
+    /// Starts a consumer, and returns once it has recorded the position it starts from: a
+    /// consumer killed before that would leave no trace of its start, and the test could not
+    /// tell where it resumed.
     fn consumer(&self, dir: &Path) -> Running {
         std::fs::create_dir_all(dir).unwrap();
         let mut command = self.child("consumer_child", dir);
         command
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("stderr")).unwrap());
-        Running::spawn(command)
+        let before = starts(dir).len();
+        let consumer = Running::spawn(command);
+        let spawned = Instant::now();
+        while starts(dir).len() == before {
+            assert!(
+                spawned.elapsed() < STEP,
+                "the consumer did not start within {STEP:?}; stderr: {}",
+                std::fs::read_to_string(dir.join("stderr")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        consumer
     }
 
     fn from_env() -> Option<(Setup, PathBuf)> {
@@ -109,6 +123,15 @@ impl Setup {
         };
         Some((setup, PathBuf::from(var("SC_DIR")?)))
     }
+}
+
+/// The positions the consumers in `dir` started from, one per whole line of `started`.
+fn starts(dir: &Path) -> Vec<i64> {
+    let text = std::fs::read_to_string(dir.join("started")).unwrap_or_default();
+    (text.split_inclusive('\n'))
+        .filter(|line| line.ends_with('\n'))
+        .map(|line| line.trim_end().parse().unwrap())
+        .collect()
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -469,8 +492,7 @@ async fn a_restarted_consumer_drops_a_superseded_producers_late_messages_and_app
     );
     // Each restart resumed where the killed consumer's last commit left it: the first within
     // B's messages (or at their end), the second at their end, before A's late ones.
-    let starts = std::fs::read_to_string(consumer_dir.join("started")).unwrap();
-    let starts: Vec<i64> = starts.lines().map(|line| line.parse().unwrap()).collect();
+    let starts = starts(&consumer_dir);
     assert!(
         matches!(starts[..], [0, resumed, end] if (reached..=2 * burst).contains(&resumed) && end == 2 * burst),
         "consumers started at positions {starts:?}; the first was killed past {reached}"
