@@ -631,6 +631,30 @@ def wait_seconds(wait: Any) -> Optional[float]:
     return float(wait)
 
 
+@dataclasses.dataclass(frozen=True)
+class WaitWindow:
+    """An acquire's wait as its retried attempts send it: each attempt asks the server to wait
+    only for what is left of the caller's ``wait``, and bounds the call by that plus the request
+    timeout. ``deadline`` is on the monotonic clock; ``None`` waits until granted."""
+
+    deadline: Optional[float]
+
+    @staticmethod
+    def start(wait: Any) -> "WaitWindow":
+        """Checks ``wait`` (see :func:`wait_seconds`) and starts its clock now."""
+        wait_s = wait_seconds(wait)
+        return WaitWindow(None if wait_s is None else time.monotonic() + wait_s)
+
+    def attempt(self, request_timeout: float) -> tuple[dict[str, Any], Optional[float]]:
+        """The request's ``wait_ms`` and ``wait_forever`` fields for an attempt made now, and the
+        attempt's timeout. A wait forever has no deadline of its own: a dead connection is found
+        by HTTP/2 keepalive, and a lost session by the session's keepalive."""
+        if self.deadline is None:
+            return {"wait_ms": 0, "wait_forever": True}, None
+        remaining = max(0.0, self.deadline - time.monotonic())
+        return {"wait_ms": int(remaining * 1000), "wait_forever": False}, remaining + request_timeout
+
+
 def keep_alive_request(session: int, secret: bytes) -> pb.KeepAliveRequest:
     return pb.KeepAliveRequest(session=session, session_secret=secret)
 

@@ -431,27 +431,23 @@ class Client:
         _core.validate_lock_name(lock)
         wire_value = _core.wire_value(value)
         wire_shared, wire_permits = _core.acquire_mode(shared, permits)
-        wait_s = _core.wait_seconds(wait)
+        window = _core.WaitWindow.start(wait)
         request_id = _core.request_id()
-        deadline = None if wait_s is None else time.monotonic() + wait_s
         request_timeout = self._calls.request_timeout
 
         def attempt() -> tuple[pb.AcquireRequest, Optional[float]]:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            wait_fields, timeout = window.attempt(request_timeout)
             message = pb.AcquireRequest(
                 session=credential.id,
                 lock=lock,
                 request_id=request_id,
-                wait_ms=0 if remaining is None else int(remaining * 1000),
-                wait_forever=wait_s is None,
+                **wait_fields,
                 session_secret=credential.secret,
                 value=wire_value,
                 shared=wire_shared,
                 permits=wire_permits,
             )
-            # A wait forever has no deadline of its own: a dead connection is found by HTTP/2
-            # keepalive, and a lost session by the session's keepalive.
-            return message, None if remaining is None else remaining + request_timeout
+            return message, timeout
 
         response = self._calls.call("Acquire", attempt, f"acquire of lock {lock!r} in session {credential.id}")
         access = _core.check_grant(response, credential.id, lock)
@@ -473,22 +469,20 @@ class Client:
         reuses one random request id, so a retry cannot grant twice."""
         wire_parts = _core.acquire_parts(parts)
         locks = [part.lock for part in wire_parts]
-        wait_s = _core.wait_seconds(wait)
+        window = _core.WaitWindow.start(wait)
         request_id = _core.request_id()
-        deadline = None if wait_s is None else time.monotonic() + wait_s
         request_timeout = self._calls.request_timeout
 
         def attempt() -> tuple[pb.AcquireAllRequest, Optional[float]]:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            wait_fields, timeout = window.attempt(request_timeout)
             message = pb.AcquireAllRequest(
                 session=credential.id,
                 request_id=request_id,
-                wait_ms=0 if remaining is None else int(remaining * 1000),
-                wait_forever=wait_s is None,
+                **wait_fields,
                 session_secret=credential.secret,
                 parts=wire_parts,
             )
-            return message, None if remaining is None else remaining + request_timeout
+            return message, timeout
 
         response = self._calls.call("AcquireAll", attempt, f"acquire of locks {locks!r} in session {credential.id}")
         access = _core.check_grants(response, credential.id, locks)

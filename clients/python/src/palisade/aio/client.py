@@ -228,24 +228,22 @@ class Client:
         _core.validate_lock_name(lock)
         wire_value = _core.wire_value(value)
         wire_shared, wire_permits = _core.acquire_mode(shared, permits)
-        wait_s = _core.wait_seconds(wait)
+        window = _core.WaitWindow.start(wait)
         request_id = _core.request_id()
-        deadline = None if wait_s is None else time.monotonic() + wait_s
 
         def attempt() -> tuple[pb.AcquireRequest, Optional[float]]:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            wait_fields, timeout = window.attempt(self.request_timeout)
             message = pb.AcquireRequest(
                 session=credential.id,
                 lock=lock,
                 request_id=request_id,
-                wait_ms=0 if remaining is None else int(remaining * 1000),
-                wait_forever=wait_s is None,
+                **wait_fields,
                 session_secret=credential.secret,
                 value=wire_value,
                 shared=wire_shared,
                 permits=wire_permits,
             )
-            return message, None if remaining is None else remaining + self.request_timeout
+            return message, timeout
 
         response = await self._call("Acquire", attempt, f"acquire of lock {lock!r} in session {credential.id}")
         access = _core.check_grant(response, credential.id, lock)
@@ -261,21 +259,19 @@ class Client:
         """See :meth:`palisade.Client.acquire_all`."""
         wire_parts = _core.acquire_parts(parts)
         locks = [part.lock for part in wire_parts]
-        wait_s = _core.wait_seconds(wait)
+        window = _core.WaitWindow.start(wait)
         request_id = _core.request_id()
-        deadline = None if wait_s is None else time.monotonic() + wait_s
 
         def attempt() -> tuple[pb.AcquireAllRequest, Optional[float]]:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            wait_fields, timeout = window.attempt(self.request_timeout)
             message = pb.AcquireAllRequest(
                 session=credential.id,
                 request_id=request_id,
-                wait_ms=0 if remaining is None else int(remaining * 1000),
-                wait_forever=wait_s is None,
+                **wait_fields,
                 session_secret=credential.secret,
                 parts=wire_parts,
             )
-            return message, None if remaining is None else remaining + self.request_timeout
+            return message, timeout
 
         response = await self._call("AcquireAll", attempt, f"acquire of locks {locks!r} in session {credential.id}")
         access = _core.check_grants(response, credential.id, locks)
