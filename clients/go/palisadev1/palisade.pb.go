@@ -120,7 +120,7 @@ func (x WatchEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WatchEvent_Kind.Descriptor instead.
 func (WatchEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{22, 0}
+	return file_palisade_proto_rawDescGZIP(), []int{24, 0}
 }
 
 type OpenSessionRequest struct {
@@ -991,6 +991,123 @@ func (x *ReleaseRequest) GetSessionSecret() []byte {
 	return nil
 }
 
+type ReleaseThenAcquireRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The acquire, as Acquire takes it; its session and session_secret are the call's.
+	Acquire *AcquireRequest `protobuf:"bytes,1,opt,name=acquire,proto3" json:"acquire,omitempty"`
+	// The lock to give up first (any lock the session holds or waits for, or the acquire's).
+	Release string `protobuf:"bytes,2,opt,name=release,proto3" json:"release,omitempty"`
+	// The release's own request id: it must differ from acquire.request_id.
+	ReleaseRequestId uint64 `protobuf:"varint,3,opt,name=release_request_id,json=releaseRequestId,proto3" json:"release_request_id,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ReleaseThenAcquireRequest) Reset() {
+	*x = ReleaseThenAcquireRequest{}
+	mi := &file_palisade_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseThenAcquireRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseThenAcquireRequest) ProtoMessage() {}
+
+func (x *ReleaseThenAcquireRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_palisade_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseThenAcquireRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseThenAcquireRequest) Descriptor() ([]byte, []int) {
+	return file_palisade_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ReleaseThenAcquireRequest) GetAcquire() *AcquireRequest {
+	if x != nil {
+		return x.Acquire
+	}
+	return nil
+}
+
+func (x *ReleaseThenAcquireRequest) GetRelease() string {
+	if x != nil {
+		return x.Release
+	}
+	return ""
+}
+
+func (x *ReleaseThenAcquireRequest) GetReleaseRequestId() uint64 {
+	if x != nil {
+		return x.ReleaseRequestId
+	}
+	return 0
+}
+
+type ReleaseThenAcquireResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The token of the grant the release ended; absent if it withdrew a wait.
+	ReleasedToken *uint64 `protobuf:"varint,1,opt,name=released_token,json=releasedToken,proto3,oneof" json:"released_token,omitempty"`
+	// The new grant, as Acquire answers.
+	Grant         *AcquireResponse `protobuf:"bytes,2,opt,name=grant,proto3" json:"grant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseThenAcquireResponse) Reset() {
+	*x = ReleaseThenAcquireResponse{}
+	mi := &file_palisade_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseThenAcquireResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseThenAcquireResponse) ProtoMessage() {}
+
+func (x *ReleaseThenAcquireResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_palisade_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseThenAcquireResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseThenAcquireResponse) Descriptor() ([]byte, []int) {
+	return file_palisade_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ReleaseThenAcquireResponse) GetReleasedToken() uint64 {
+	if x != nil && x.ReleasedToken != nil {
+		return *x.ReleasedToken
+	}
+	return 0
+}
+
+func (x *ReleaseThenAcquireResponse) GetGrant() *AcquireResponse {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
+}
+
 type ProclaimRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Session uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
@@ -1009,7 +1126,7 @@ type ProclaimRequest struct {
 
 func (x *ProclaimRequest) Reset() {
 	*x = ProclaimRequest{}
-	mi := &file_palisade_proto_msgTypes[13]
+	mi := &file_palisade_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1021,7 +1138,7 @@ func (x *ProclaimRequest) String() string {
 func (*ProclaimRequest) ProtoMessage() {}
 
 func (x *ProclaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[13]
+	mi := &file_palisade_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1034,7 +1151,7 @@ func (x *ProclaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProclaimRequest.ProtoReflect.Descriptor instead.
 func (*ProclaimRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{13}
+	return file_palisade_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ProclaimRequest) GetSession() uint64 {
@@ -1080,7 +1197,7 @@ type ProclaimResponse struct {
 
 func (x *ProclaimResponse) Reset() {
 	*x = ProclaimResponse{}
-	mi := &file_palisade_proto_msgTypes[14]
+	mi := &file_palisade_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1209,7 @@ func (x *ProclaimResponse) String() string {
 func (*ProclaimResponse) ProtoMessage() {}
 
 func (x *ProclaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[14]
+	mi := &file_palisade_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1222,7 @@ func (x *ProclaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProclaimResponse.ProtoReflect.Descriptor instead.
 func (*ProclaimResponse) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{14}
+	return file_palisade_proto_rawDescGZIP(), []int{16}
 }
 
 type ReleaseResponse struct {
@@ -1118,7 +1235,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_palisade_proto_msgTypes[15]
+	mi := &file_palisade_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1247,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[15]
+	mi := &file_palisade_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +1260,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{15}
+	return file_palisade_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReleaseResponse) GetToken() uint64 {
@@ -1168,7 +1285,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_palisade_proto_msgTypes[16]
+	mi := &file_palisade_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1180,7 +1297,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[16]
+	mi := &file_palisade_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1193,7 +1310,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{16}
+	return file_palisade_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StatusRequest) GetLock() string {
@@ -1233,7 +1350,7 @@ type LockInfo struct {
 
 func (x *LockInfo) Reset() {
 	*x = LockInfo{}
-	mi := &file_palisade_proto_msgTypes[17]
+	mi := &file_palisade_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1245,7 +1362,7 @@ func (x *LockInfo) String() string {
 func (*LockInfo) ProtoMessage() {}
 
 func (x *LockInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[17]
+	mi := &file_palisade_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1258,7 +1375,7 @@ func (x *LockInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockInfo.ProtoReflect.Descriptor instead.
 func (*LockInfo) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{17}
+	return file_palisade_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LockInfo) GetLock() string {
@@ -1325,7 +1442,7 @@ type Holder struct {
 
 func (x *Holder) Reset() {
 	*x = Holder{}
-	mi := &file_palisade_proto_msgTypes[18]
+	mi := &file_palisade_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1337,7 +1454,7 @@ func (x *Holder) String() string {
 func (*Holder) ProtoMessage() {}
 
 func (x *Holder) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[18]
+	mi := &file_palisade_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1350,7 +1467,7 @@ func (x *Holder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Holder.ProtoReflect.Descriptor instead.
 func (*Holder) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{18}
+	return file_palisade_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Holder) GetSession() uint64 {
@@ -1403,7 +1520,7 @@ type ListLocksRequest struct {
 
 func (x *ListLocksRequest) Reset() {
 	*x = ListLocksRequest{}
-	mi := &file_palisade_proto_msgTypes[19]
+	mi := &file_palisade_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1415,7 +1532,7 @@ func (x *ListLocksRequest) String() string {
 func (*ListLocksRequest) ProtoMessage() {}
 
 func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[19]
+	mi := &file_palisade_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1428,7 +1545,7 @@ func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
 func (*ListLocksRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{19}
+	return file_palisade_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListLocksRequest) GetPrefix() string {
@@ -1470,7 +1587,7 @@ type ListLocksResponse struct {
 
 func (x *ListLocksResponse) Reset() {
 	*x = ListLocksResponse{}
-	mi := &file_palisade_proto_msgTypes[20]
+	mi := &file_palisade_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1482,7 +1599,7 @@ func (x *ListLocksResponse) String() string {
 func (*ListLocksResponse) ProtoMessage() {}
 
 func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[20]
+	mi := &file_palisade_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1495,7 +1612,7 @@ func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
 func (*ListLocksResponse) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{20}
+	return file_palisade_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListLocksResponse) GetLocks() []*LockInfo {
@@ -1521,7 +1638,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_palisade_proto_msgTypes[21]
+	mi := &file_palisade_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1533,7 +1650,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[21]
+	mi := &file_palisade_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1546,7 +1663,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{21}
+	return file_palisade_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WatchRequest) GetLock() string {
@@ -1576,7 +1693,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_palisade_proto_msgTypes[22]
+	mi := &file_palisade_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1705,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[22]
+	mi := &file_palisade_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1718,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{22}
+	return file_palisade_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WatchEvent) GetKind() WatchEvent_Kind {
@@ -1661,7 +1778,7 @@ type PublicKeyRequest struct {
 
 func (x *PublicKeyRequest) Reset() {
 	*x = PublicKeyRequest{}
-	mi := &file_palisade_proto_msgTypes[23]
+	mi := &file_palisade_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1673,7 +1790,7 @@ func (x *PublicKeyRequest) String() string {
 func (*PublicKeyRequest) ProtoMessage() {}
 
 func (x *PublicKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[23]
+	mi := &file_palisade_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1686,7 +1803,7 @@ func (x *PublicKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublicKeyRequest.ProtoReflect.Descriptor instead.
 func (*PublicKeyRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{23}
+	return file_palisade_proto_rawDescGZIP(), []int{25}
 }
 
 type PublicKeyResponse struct {
@@ -1703,7 +1820,7 @@ type PublicKeyResponse struct {
 
 func (x *PublicKeyResponse) Reset() {
 	*x = PublicKeyResponse{}
-	mi := &file_palisade_proto_msgTypes[24]
+	mi := &file_palisade_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1715,7 +1832,7 @@ func (x *PublicKeyResponse) String() string {
 func (*PublicKeyResponse) ProtoMessage() {}
 
 func (x *PublicKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[24]
+	mi := &file_palisade_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1728,7 +1845,7 @@ func (x *PublicKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublicKeyResponse.ProtoReflect.Descriptor instead.
 func (*PublicKeyResponse) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{24}
+	return file_palisade_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PublicKeyResponse) GetPublicKey() string {
@@ -1852,7 +1969,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_palisade_proto_msgTypes[25]
+	mi := &file_palisade_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1864,7 +1981,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[25]
+	mi := &file_palisade_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1877,7 +1994,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{25}
+	return file_palisade_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ErrorDetail) GetKind() string {
@@ -2111,7 +2228,7 @@ type RaiseTokenFloorRequest struct {
 
 func (x *RaiseTokenFloorRequest) Reset() {
 	*x = RaiseTokenFloorRequest{}
-	mi := &file_palisade_proto_msgTypes[26]
+	mi := &file_palisade_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2123,7 +2240,7 @@ func (x *RaiseTokenFloorRequest) String() string {
 func (*RaiseTokenFloorRequest) ProtoMessage() {}
 
 func (x *RaiseTokenFloorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[26]
+	mi := &file_palisade_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2136,7 +2253,7 @@ func (x *RaiseTokenFloorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaiseTokenFloorRequest.ProtoReflect.Descriptor instead.
 func (*RaiseTokenFloorRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{26}
+	return file_palisade_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RaiseTokenFloorRequest) GetFloor() uint64 {
@@ -2163,7 +2280,7 @@ type RaiseTokenFloorResponse struct {
 
 func (x *RaiseTokenFloorResponse) Reset() {
 	*x = RaiseTokenFloorResponse{}
-	mi := &file_palisade_proto_msgTypes[27]
+	mi := &file_palisade_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2175,7 +2292,7 @@ func (x *RaiseTokenFloorResponse) String() string {
 func (*RaiseTokenFloorResponse) ProtoMessage() {}
 
 func (x *RaiseTokenFloorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[27]
+	mi := &file_palisade_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2188,7 +2305,7 @@ func (x *RaiseTokenFloorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaiseTokenFloorResponse.ProtoReflect.Descriptor instead.
 func (*RaiseTokenFloorResponse) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{27}
+	return file_palisade_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RaiseTokenFloorResponse) GetLastToken() uint64 {
@@ -2206,7 +2323,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_palisade_proto_msgTypes[28]
+	mi := &file_palisade_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2218,7 +2335,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[28]
+	mi := &file_palisade_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2231,7 +2348,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{28}
+	return file_palisade_proto_rawDescGZIP(), []int{30}
 }
 
 type BackupChunk struct {
@@ -2244,7 +2361,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_palisade_proto_msgTypes[29]
+	mi := &file_palisade_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2256,7 +2373,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[29]
+	mi := &file_palisade_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2269,7 +2386,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{29}
+	return file_palisade_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *BackupChunk) GetData() []byte {
@@ -2287,7 +2404,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_palisade_proto_msgTypes[30]
+	mi := &file_palisade_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2299,7 +2416,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[30]
+	mi := &file_palisade_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2312,7 +2429,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{30}
+	return file_palisade_proto_rawDescGZIP(), []int{32}
 }
 
 type AddKeyRequest struct {
@@ -2323,7 +2440,7 @@ type AddKeyRequest struct {
 
 func (x *AddKeyRequest) Reset() {
 	*x = AddKeyRequest{}
-	mi := &file_palisade_proto_msgTypes[31]
+	mi := &file_palisade_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2335,7 +2452,7 @@ func (x *AddKeyRequest) String() string {
 func (*AddKeyRequest) ProtoMessage() {}
 
 func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[31]
+	mi := &file_palisade_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2348,7 +2465,7 @@ func (x *AddKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddKeyRequest.ProtoReflect.Descriptor instead.
 func (*AddKeyRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{31}
+	return file_palisade_proto_rawDescGZIP(), []int{33}
 }
 
 type RotateKeyRequest struct {
@@ -2361,7 +2478,7 @@ type RotateKeyRequest struct {
 
 func (x *RotateKeyRequest) Reset() {
 	*x = RotateKeyRequest{}
-	mi := &file_palisade_proto_msgTypes[32]
+	mi := &file_palisade_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2373,7 +2490,7 @@ func (x *RotateKeyRequest) String() string {
 func (*RotateKeyRequest) ProtoMessage() {}
 
 func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[32]
+	mi := &file_palisade_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2386,7 +2503,7 @@ func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{32}
+	return file_palisade_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RotateKeyRequest) GetKeyId() string {
@@ -2405,7 +2522,7 @@ type RetireKeyRequest struct {
 
 func (x *RetireKeyRequest) Reset() {
 	*x = RetireKeyRequest{}
-	mi := &file_palisade_proto_msgTypes[33]
+	mi := &file_palisade_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2417,7 +2534,7 @@ func (x *RetireKeyRequest) String() string {
 func (*RetireKeyRequest) ProtoMessage() {}
 
 func (x *RetireKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[33]
+	mi := &file_palisade_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2430,7 +2547,7 @@ func (x *RetireKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireKeyRequest.ProtoReflect.Descriptor instead.
 func (*RetireKeyRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{33}
+	return file_palisade_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RetireKeyRequest) GetKeyId() string {
@@ -2454,7 +2571,7 @@ type PublishedKey struct {
 
 func (x *PublishedKey) Reset() {
 	*x = PublishedKey{}
-	mi := &file_palisade_proto_msgTypes[34]
+	mi := &file_palisade_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2466,7 +2583,7 @@ func (x *PublishedKey) String() string {
 func (*PublishedKey) ProtoMessage() {}
 
 func (x *PublishedKey) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[34]
+	mi := &file_palisade_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2479,7 +2596,7 @@ func (x *PublishedKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishedKey.ProtoReflect.Descriptor instead.
 func (*PublishedKey) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{34}
+	return file_palisade_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PublishedKey) GetKeyId() string {
@@ -2513,7 +2630,7 @@ type KeysResponse struct {
 
 func (x *KeysResponse) Reset() {
 	*x = KeysResponse{}
-	mi := &file_palisade_proto_msgTypes[35]
+	mi := &file_palisade_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2525,7 +2642,7 @@ func (x *KeysResponse) String() string {
 func (*KeysResponse) ProtoMessage() {}
 
 func (x *KeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[35]
+	mi := &file_palisade_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2538,7 +2655,7 @@ func (x *KeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysResponse.ProtoReflect.Descriptor instead.
 func (*KeysResponse) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{35}
+	return file_palisade_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *KeysResponse) GetKeys() []*PublishedKey {
@@ -2556,7 +2673,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_palisade_proto_msgTypes[36]
+	mi := &file_palisade_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2568,7 +2685,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[36]
+	mi := &file_palisade_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2581,7 +2698,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{36}
+	return file_palisade_proto_rawDescGZIP(), []int{38}
 }
 
 type ClusterMember struct {
@@ -2598,7 +2715,7 @@ type ClusterMember struct {
 
 func (x *ClusterMember) Reset() {
 	*x = ClusterMember{}
-	mi := &file_palisade_proto_msgTypes[37]
+	mi := &file_palisade_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2610,7 +2727,7 @@ func (x *ClusterMember) String() string {
 func (*ClusterMember) ProtoMessage() {}
 
 func (x *ClusterMember) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[37]
+	mi := &file_palisade_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2623,7 +2740,7 @@ func (x *ClusterMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterMember.ProtoReflect.Descriptor instead.
 func (*ClusterMember) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{37}
+	return file_palisade_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ClusterMember) GetId() uint64 {
@@ -2674,7 +2791,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_palisade_proto_msgTypes[38]
+	mi := &file_palisade_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2686,7 +2803,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[38]
+	mi := &file_palisade_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2699,7 +2816,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{38}
+	return file_palisade_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ClusterStatusResponse) GetNodeId() uint64 {
@@ -2770,7 +2887,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_palisade_proto_msgTypes[39]
+	mi := &file_palisade_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2782,7 +2899,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[39]
+	mi := &file_palisade_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2795,7 +2912,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{39}
+	return file_palisade_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *AddMemberRequest) GetId() uint64 {
@@ -2821,7 +2938,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_palisade_proto_msgTypes[40]
+	mi := &file_palisade_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2833,7 +2950,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[40]
+	mi := &file_palisade_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2846,7 +2963,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{40}
+	return file_palisade_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RemoveMemberRequest) GetId() uint64 {
@@ -2865,7 +2982,7 @@ type MembershipResponse struct {
 
 func (x *MembershipResponse) Reset() {
 	*x = MembershipResponse{}
-	mi := &file_palisade_proto_msgTypes[41]
+	mi := &file_palisade_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2877,7 +2994,7 @@ func (x *MembershipResponse) String() string {
 func (*MembershipResponse) ProtoMessage() {}
 
 func (x *MembershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_palisade_proto_msgTypes[41]
+	mi := &file_palisade_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2890,7 +3007,7 @@ func (x *MembershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembershipResponse.ProtoReflect.Descriptor instead.
 func (*MembershipResponse) Descriptor() ([]byte, []int) {
-	return file_palisade_proto_rawDescGZIP(), []int{41}
+	return file_palisade_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *MembershipResponse) GetMembers() []*ClusterMember {
@@ -2965,7 +3082,15 @@ const file_palisade_proto_rawDesc = "" +
 	"\x04lock\x18\x02 \x01(\tR\x04lock\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x03 \x01(\x04R\trequestId\x12%\n" +
-	"\x0esession_secret\x18\x04 \x01(\fR\rsessionSecret\"\x92\x01\n" +
+	"\x0esession_secret\x18\x04 \x01(\fR\rsessionSecret\"\x9a\x01\n" +
+	"\x19ReleaseThenAcquireRequest\x125\n" +
+	"\aacquire\x18\x01 \x01(\v2\x1b.palisade.v1.AcquireRequestR\aacquire\x12\x18\n" +
+	"\arelease\x18\x02 \x01(\tR\arelease\x12,\n" +
+	"\x12release_request_id\x18\x03 \x01(\x04R\x10releaseRequestId\"\x8f\x01\n" +
+	"\x1aReleaseThenAcquireResponse\x12*\n" +
+	"\x0ereleased_token\x18\x01 \x01(\x04H\x00R\rreleasedToken\x88\x01\x01\x122\n" +
+	"\x05grant\x18\x02 \x01(\v2\x1c.palisade.v1.AcquireResponseR\x05grantB\x11\n" +
+	"\x0f_released_token\"\x92\x01\n" +
 	"\x0fProclaimRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x12\n" +
 	"\x04lock\x18\x02 \x01(\tR\x04lock\x12\x14\n" +
@@ -3118,7 +3243,7 @@ const file_palisade_proto_rawDesc = "" +
 	"\x13RemoveMemberRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\"J\n" +
 	"\x12MembershipResponse\x124\n" +
-	"\amembers\x18\x01 \x03(\v2\x1a.palisade.v1.ClusterMemberR\amembers2\xfe\x06\n" +
+	"\amembers\x18\x01 \x03(\v2\x1a.palisade.v1.ClusterMemberR\amembers2\xe5\a\n" +
 	"\x05Locks\x12P\n" +
 	"\vOpenSession\x12\x1f.palisade.v1.OpenSessionRequest\x1a .palisade.v1.OpenSessionResponse\x12N\n" +
 	"\tKeepAlive\x12\x1d.palisade.v1.KeepAliveRequest\x1a\x1e.palisade.v1.KeepAliveResponse(\x010\x01\x12F\n" +
@@ -3127,7 +3252,8 @@ const file_palisade_proto_rawDesc = "" +
 	"\aAcquire\x12\x1b.palisade.v1.AcquireRequest\x1a\x1c.palisade.v1.AcquireResponse\x12M\n" +
 	"\n" +
 	"AcquireAll\x12\x1e.palisade.v1.AcquireAllRequest\x1a\x1f.palisade.v1.AcquireAllResponse\x12D\n" +
-	"\aRelease\x12\x1b.palisade.v1.ReleaseRequest\x1a\x1c.palisade.v1.ReleaseResponse\x12G\n" +
+	"\aRelease\x12\x1b.palisade.v1.ReleaseRequest\x1a\x1c.palisade.v1.ReleaseResponse\x12e\n" +
+	"\x12ReleaseThenAcquire\x12&.palisade.v1.ReleaseThenAcquireRequest\x1a'.palisade.v1.ReleaseThenAcquireResponse\x12G\n" +
 	"\bProclaim\x12\x1c.palisade.v1.ProclaimRequest\x1a\x1d.palisade.v1.ProclaimResponse\x12;\n" +
 	"\x06Status\x12\x1a.palisade.v1.StatusRequest\x1a\x15.palisade.v1.LockInfo\x12J\n" +
 	"\tListLocks\x12\x1d.palisade.v1.ListLocksRequest\x1a\x1e.palisade.v1.ListLocksResponse\x12=\n" +
@@ -3157,112 +3283,118 @@ func file_palisade_proto_rawDescGZIP() []byte {
 }
 
 var file_palisade_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_palisade_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_palisade_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_palisade_proto_goTypes = []any{
-	(WatchEvent_Kind)(0),            // 0: palisade.v1.WatchEvent.Kind
-	(*OpenSessionRequest)(nil),      // 1: palisade.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),     // 2: palisade.v1.OpenSessionResponse
-	(*KeepAliveRequest)(nil),        // 3: palisade.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),       // 4: palisade.v1.KeepAliveResponse
-	(*CloseSessionRequest)(nil),     // 5: palisade.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),    // 6: palisade.v1.CloseSessionResponse
-	(*AcquireRequest)(nil),          // 7: palisade.v1.AcquireRequest
-	(*AcquireResponse)(nil),         // 8: palisade.v1.AcquireResponse
-	(*AcquireAllRequest)(nil),       // 9: palisade.v1.AcquireAllRequest
-	(*AcquirePart)(nil),             // 10: palisade.v1.AcquirePart
-	(*AcquireAllResponse)(nil),      // 11: palisade.v1.AcquireAllResponse
-	(*Access)(nil),                  // 12: palisade.v1.Access
-	(*ReleaseRequest)(nil),          // 13: palisade.v1.ReleaseRequest
-	(*ProclaimRequest)(nil),         // 14: palisade.v1.ProclaimRequest
-	(*ProclaimResponse)(nil),        // 15: palisade.v1.ProclaimResponse
-	(*ReleaseResponse)(nil),         // 16: palisade.v1.ReleaseResponse
-	(*StatusRequest)(nil),           // 17: palisade.v1.StatusRequest
-	(*LockInfo)(nil),                // 18: palisade.v1.LockInfo
-	(*Holder)(nil),                  // 19: palisade.v1.Holder
-	(*ListLocksRequest)(nil),        // 20: palisade.v1.ListLocksRequest
-	(*ListLocksResponse)(nil),       // 21: palisade.v1.ListLocksResponse
-	(*WatchRequest)(nil),            // 22: palisade.v1.WatchRequest
-	(*WatchEvent)(nil),              // 23: palisade.v1.WatchEvent
-	(*PublicKeyRequest)(nil),        // 24: palisade.v1.PublicKeyRequest
-	(*PublicKeyResponse)(nil),       // 25: palisade.v1.PublicKeyResponse
-	(*ErrorDetail)(nil),             // 26: palisade.v1.ErrorDetail
-	(*RaiseTokenFloorRequest)(nil),  // 27: palisade.v1.RaiseTokenFloorRequest
-	(*RaiseTokenFloorResponse)(nil), // 28: palisade.v1.RaiseTokenFloorResponse
-	(*BackupRequest)(nil),           // 29: palisade.v1.BackupRequest
-	(*BackupChunk)(nil),             // 30: palisade.v1.BackupChunk
-	(*ListKeysRequest)(nil),         // 31: palisade.v1.ListKeysRequest
-	(*AddKeyRequest)(nil),           // 32: palisade.v1.AddKeyRequest
-	(*RotateKeyRequest)(nil),        // 33: palisade.v1.RotateKeyRequest
-	(*RetireKeyRequest)(nil),        // 34: palisade.v1.RetireKeyRequest
-	(*PublishedKey)(nil),            // 35: palisade.v1.PublishedKey
-	(*KeysResponse)(nil),            // 36: palisade.v1.KeysResponse
-	(*ClusterStatusRequest)(nil),    // 37: palisade.v1.ClusterStatusRequest
-	(*ClusterMember)(nil),           // 38: palisade.v1.ClusterMember
-	(*ClusterStatusResponse)(nil),   // 39: palisade.v1.ClusterStatusResponse
-	(*AddMemberRequest)(nil),        // 40: palisade.v1.AddMemberRequest
-	(*RemoveMemberRequest)(nil),     // 41: palisade.v1.RemoveMemberRequest
-	(*MembershipResponse)(nil),      // 42: palisade.v1.MembershipResponse
+	(WatchEvent_Kind)(0),               // 0: palisade.v1.WatchEvent.Kind
+	(*OpenSessionRequest)(nil),         // 1: palisade.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),        // 2: palisade.v1.OpenSessionResponse
+	(*KeepAliveRequest)(nil),           // 3: palisade.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),          // 4: palisade.v1.KeepAliveResponse
+	(*CloseSessionRequest)(nil),        // 5: palisade.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),       // 6: palisade.v1.CloseSessionResponse
+	(*AcquireRequest)(nil),             // 7: palisade.v1.AcquireRequest
+	(*AcquireResponse)(nil),            // 8: palisade.v1.AcquireResponse
+	(*AcquireAllRequest)(nil),          // 9: palisade.v1.AcquireAllRequest
+	(*AcquirePart)(nil),                // 10: palisade.v1.AcquirePart
+	(*AcquireAllResponse)(nil),         // 11: palisade.v1.AcquireAllResponse
+	(*Access)(nil),                     // 12: palisade.v1.Access
+	(*ReleaseRequest)(nil),             // 13: palisade.v1.ReleaseRequest
+	(*ReleaseThenAcquireRequest)(nil),  // 14: palisade.v1.ReleaseThenAcquireRequest
+	(*ReleaseThenAcquireResponse)(nil), // 15: palisade.v1.ReleaseThenAcquireResponse
+	(*ProclaimRequest)(nil),            // 16: palisade.v1.ProclaimRequest
+	(*ProclaimResponse)(nil),           // 17: palisade.v1.ProclaimResponse
+	(*ReleaseResponse)(nil),            // 18: palisade.v1.ReleaseResponse
+	(*StatusRequest)(nil),              // 19: palisade.v1.StatusRequest
+	(*LockInfo)(nil),                   // 20: palisade.v1.LockInfo
+	(*Holder)(nil),                     // 21: palisade.v1.Holder
+	(*ListLocksRequest)(nil),           // 22: palisade.v1.ListLocksRequest
+	(*ListLocksResponse)(nil),          // 23: palisade.v1.ListLocksResponse
+	(*WatchRequest)(nil),               // 24: palisade.v1.WatchRequest
+	(*WatchEvent)(nil),                 // 25: palisade.v1.WatchEvent
+	(*PublicKeyRequest)(nil),           // 26: palisade.v1.PublicKeyRequest
+	(*PublicKeyResponse)(nil),          // 27: palisade.v1.PublicKeyResponse
+	(*ErrorDetail)(nil),                // 28: palisade.v1.ErrorDetail
+	(*RaiseTokenFloorRequest)(nil),     // 29: palisade.v1.RaiseTokenFloorRequest
+	(*RaiseTokenFloorResponse)(nil),    // 30: palisade.v1.RaiseTokenFloorResponse
+	(*BackupRequest)(nil),              // 31: palisade.v1.BackupRequest
+	(*BackupChunk)(nil),                // 32: palisade.v1.BackupChunk
+	(*ListKeysRequest)(nil),            // 33: palisade.v1.ListKeysRequest
+	(*AddKeyRequest)(nil),              // 34: palisade.v1.AddKeyRequest
+	(*RotateKeyRequest)(nil),           // 35: palisade.v1.RotateKeyRequest
+	(*RetireKeyRequest)(nil),           // 36: palisade.v1.RetireKeyRequest
+	(*PublishedKey)(nil),               // 37: palisade.v1.PublishedKey
+	(*KeysResponse)(nil),               // 38: palisade.v1.KeysResponse
+	(*ClusterStatusRequest)(nil),       // 39: palisade.v1.ClusterStatusRequest
+	(*ClusterMember)(nil),              // 40: palisade.v1.ClusterMember
+	(*ClusterStatusResponse)(nil),      // 41: palisade.v1.ClusterStatusResponse
+	(*AddMemberRequest)(nil),           // 42: palisade.v1.AddMemberRequest
+	(*RemoveMemberRequest)(nil),        // 43: palisade.v1.RemoveMemberRequest
+	(*MembershipResponse)(nil),         // 44: palisade.v1.MembershipResponse
 }
 var file_palisade_proto_depIdxs = []int32{
 	12, // 0: palisade.v1.AcquireResponse.access:type_name -> palisade.v1.Access
 	10, // 1: palisade.v1.AcquireAllRequest.parts:type_name -> palisade.v1.AcquirePart
 	8,  // 2: palisade.v1.AcquireAllResponse.grants:type_name -> palisade.v1.AcquireResponse
-	19, // 3: palisade.v1.LockInfo.holder:type_name -> palisade.v1.Holder
-	19, // 4: palisade.v1.LockInfo.sharers:type_name -> palisade.v1.Holder
-	12, // 5: palisade.v1.Holder.access:type_name -> palisade.v1.Access
-	18, // 6: palisade.v1.ListLocksResponse.locks:type_name -> palisade.v1.LockInfo
-	0,  // 7: palisade.v1.WatchEvent.kind:type_name -> palisade.v1.WatchEvent.Kind
-	12, // 8: palisade.v1.WatchEvent.access:type_name -> palisade.v1.Access
-	35, // 9: palisade.v1.KeysResponse.keys:type_name -> palisade.v1.PublishedKey
-	38, // 10: palisade.v1.ClusterStatusResponse.members:type_name -> palisade.v1.ClusterMember
-	38, // 11: palisade.v1.MembershipResponse.members:type_name -> palisade.v1.ClusterMember
-	1,  // 12: palisade.v1.Locks.OpenSession:input_type -> palisade.v1.OpenSessionRequest
-	3,  // 13: palisade.v1.Locks.KeepAlive:input_type -> palisade.v1.KeepAliveRequest
-	3,  // 14: palisade.v1.Locks.Renew:input_type -> palisade.v1.KeepAliveRequest
-	5,  // 15: palisade.v1.Locks.CloseSession:input_type -> palisade.v1.CloseSessionRequest
-	7,  // 16: palisade.v1.Locks.Acquire:input_type -> palisade.v1.AcquireRequest
-	9,  // 17: palisade.v1.Locks.AcquireAll:input_type -> palisade.v1.AcquireAllRequest
-	13, // 18: palisade.v1.Locks.Release:input_type -> palisade.v1.ReleaseRequest
-	14, // 19: palisade.v1.Locks.Proclaim:input_type -> palisade.v1.ProclaimRequest
-	17, // 20: palisade.v1.Locks.Status:input_type -> palisade.v1.StatusRequest
-	20, // 21: palisade.v1.Locks.ListLocks:input_type -> palisade.v1.ListLocksRequest
-	22, // 22: palisade.v1.Locks.Watch:input_type -> palisade.v1.WatchRequest
-	24, // 23: palisade.v1.Locks.PublicKey:input_type -> palisade.v1.PublicKeyRequest
-	37, // 24: palisade.v1.Cluster.Status:input_type -> palisade.v1.ClusterStatusRequest
-	40, // 25: palisade.v1.Cluster.AddMember:input_type -> palisade.v1.AddMemberRequest
-	41, // 26: palisade.v1.Cluster.RemoveMember:input_type -> palisade.v1.RemoveMemberRequest
-	31, // 27: palisade.v1.Cluster.ListKeys:input_type -> palisade.v1.ListKeysRequest
-	32, // 28: palisade.v1.Cluster.AddKey:input_type -> palisade.v1.AddKeyRequest
-	33, // 29: palisade.v1.Cluster.RotateKey:input_type -> palisade.v1.RotateKeyRequest
-	34, // 30: palisade.v1.Cluster.RetireKey:input_type -> palisade.v1.RetireKeyRequest
-	29, // 31: palisade.v1.Cluster.Backup:input_type -> palisade.v1.BackupRequest
-	27, // 32: palisade.v1.Cluster.RaiseTokenFloor:input_type -> palisade.v1.RaiseTokenFloorRequest
-	2,  // 33: palisade.v1.Locks.OpenSession:output_type -> palisade.v1.OpenSessionResponse
-	4,  // 34: palisade.v1.Locks.KeepAlive:output_type -> palisade.v1.KeepAliveResponse
-	4,  // 35: palisade.v1.Locks.Renew:output_type -> palisade.v1.KeepAliveResponse
-	6,  // 36: palisade.v1.Locks.CloseSession:output_type -> palisade.v1.CloseSessionResponse
-	8,  // 37: palisade.v1.Locks.Acquire:output_type -> palisade.v1.AcquireResponse
-	11, // 38: palisade.v1.Locks.AcquireAll:output_type -> palisade.v1.AcquireAllResponse
-	16, // 39: palisade.v1.Locks.Release:output_type -> palisade.v1.ReleaseResponse
-	15, // 40: palisade.v1.Locks.Proclaim:output_type -> palisade.v1.ProclaimResponse
-	18, // 41: palisade.v1.Locks.Status:output_type -> palisade.v1.LockInfo
-	21, // 42: palisade.v1.Locks.ListLocks:output_type -> palisade.v1.ListLocksResponse
-	23, // 43: palisade.v1.Locks.Watch:output_type -> palisade.v1.WatchEvent
-	25, // 44: palisade.v1.Locks.PublicKey:output_type -> palisade.v1.PublicKeyResponse
-	39, // 45: palisade.v1.Cluster.Status:output_type -> palisade.v1.ClusterStatusResponse
-	42, // 46: palisade.v1.Cluster.AddMember:output_type -> palisade.v1.MembershipResponse
-	42, // 47: palisade.v1.Cluster.RemoveMember:output_type -> palisade.v1.MembershipResponse
-	36, // 48: palisade.v1.Cluster.ListKeys:output_type -> palisade.v1.KeysResponse
-	36, // 49: palisade.v1.Cluster.AddKey:output_type -> palisade.v1.KeysResponse
-	36, // 50: palisade.v1.Cluster.RotateKey:output_type -> palisade.v1.KeysResponse
-	36, // 51: palisade.v1.Cluster.RetireKey:output_type -> palisade.v1.KeysResponse
-	30, // 52: palisade.v1.Cluster.Backup:output_type -> palisade.v1.BackupChunk
-	28, // 53: palisade.v1.Cluster.RaiseTokenFloor:output_type -> palisade.v1.RaiseTokenFloorResponse
-	33, // [33:54] is the sub-list for method output_type
-	12, // [12:33] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	7,  // 3: palisade.v1.ReleaseThenAcquireRequest.acquire:type_name -> palisade.v1.AcquireRequest
+	8,  // 4: palisade.v1.ReleaseThenAcquireResponse.grant:type_name -> palisade.v1.AcquireResponse
+	21, // 5: palisade.v1.LockInfo.holder:type_name -> palisade.v1.Holder
+	21, // 6: palisade.v1.LockInfo.sharers:type_name -> palisade.v1.Holder
+	12, // 7: palisade.v1.Holder.access:type_name -> palisade.v1.Access
+	20, // 8: palisade.v1.ListLocksResponse.locks:type_name -> palisade.v1.LockInfo
+	0,  // 9: palisade.v1.WatchEvent.kind:type_name -> palisade.v1.WatchEvent.Kind
+	12, // 10: palisade.v1.WatchEvent.access:type_name -> palisade.v1.Access
+	37, // 11: palisade.v1.KeysResponse.keys:type_name -> palisade.v1.PublishedKey
+	40, // 12: palisade.v1.ClusterStatusResponse.members:type_name -> palisade.v1.ClusterMember
+	40, // 13: palisade.v1.MembershipResponse.members:type_name -> palisade.v1.ClusterMember
+	1,  // 14: palisade.v1.Locks.OpenSession:input_type -> palisade.v1.OpenSessionRequest
+	3,  // 15: palisade.v1.Locks.KeepAlive:input_type -> palisade.v1.KeepAliveRequest
+	3,  // 16: palisade.v1.Locks.Renew:input_type -> palisade.v1.KeepAliveRequest
+	5,  // 17: palisade.v1.Locks.CloseSession:input_type -> palisade.v1.CloseSessionRequest
+	7,  // 18: palisade.v1.Locks.Acquire:input_type -> palisade.v1.AcquireRequest
+	9,  // 19: palisade.v1.Locks.AcquireAll:input_type -> palisade.v1.AcquireAllRequest
+	13, // 20: palisade.v1.Locks.Release:input_type -> palisade.v1.ReleaseRequest
+	14, // 21: palisade.v1.Locks.ReleaseThenAcquire:input_type -> palisade.v1.ReleaseThenAcquireRequest
+	16, // 22: palisade.v1.Locks.Proclaim:input_type -> palisade.v1.ProclaimRequest
+	19, // 23: palisade.v1.Locks.Status:input_type -> palisade.v1.StatusRequest
+	22, // 24: palisade.v1.Locks.ListLocks:input_type -> palisade.v1.ListLocksRequest
+	24, // 25: palisade.v1.Locks.Watch:input_type -> palisade.v1.WatchRequest
+	26, // 26: palisade.v1.Locks.PublicKey:input_type -> palisade.v1.PublicKeyRequest
+	39, // 27: palisade.v1.Cluster.Status:input_type -> palisade.v1.ClusterStatusRequest
+	42, // 28: palisade.v1.Cluster.AddMember:input_type -> palisade.v1.AddMemberRequest
+	43, // 29: palisade.v1.Cluster.RemoveMember:input_type -> palisade.v1.RemoveMemberRequest
+	33, // 30: palisade.v1.Cluster.ListKeys:input_type -> palisade.v1.ListKeysRequest
+	34, // 31: palisade.v1.Cluster.AddKey:input_type -> palisade.v1.AddKeyRequest
+	35, // 32: palisade.v1.Cluster.RotateKey:input_type -> palisade.v1.RotateKeyRequest
+	36, // 33: palisade.v1.Cluster.RetireKey:input_type -> palisade.v1.RetireKeyRequest
+	31, // 34: palisade.v1.Cluster.Backup:input_type -> palisade.v1.BackupRequest
+	29, // 35: palisade.v1.Cluster.RaiseTokenFloor:input_type -> palisade.v1.RaiseTokenFloorRequest
+	2,  // 36: palisade.v1.Locks.OpenSession:output_type -> palisade.v1.OpenSessionResponse
+	4,  // 37: palisade.v1.Locks.KeepAlive:output_type -> palisade.v1.KeepAliveResponse
+	4,  // 38: palisade.v1.Locks.Renew:output_type -> palisade.v1.KeepAliveResponse
+	6,  // 39: palisade.v1.Locks.CloseSession:output_type -> palisade.v1.CloseSessionResponse
+	8,  // 40: palisade.v1.Locks.Acquire:output_type -> palisade.v1.AcquireResponse
+	11, // 41: palisade.v1.Locks.AcquireAll:output_type -> palisade.v1.AcquireAllResponse
+	18, // 42: palisade.v1.Locks.Release:output_type -> palisade.v1.ReleaseResponse
+	15, // 43: palisade.v1.Locks.ReleaseThenAcquire:output_type -> palisade.v1.ReleaseThenAcquireResponse
+	17, // 44: palisade.v1.Locks.Proclaim:output_type -> palisade.v1.ProclaimResponse
+	20, // 45: palisade.v1.Locks.Status:output_type -> palisade.v1.LockInfo
+	23, // 46: palisade.v1.Locks.ListLocks:output_type -> palisade.v1.ListLocksResponse
+	25, // 47: palisade.v1.Locks.Watch:output_type -> palisade.v1.WatchEvent
+	27, // 48: palisade.v1.Locks.PublicKey:output_type -> palisade.v1.PublicKeyResponse
+	41, // 49: palisade.v1.Cluster.Status:output_type -> palisade.v1.ClusterStatusResponse
+	44, // 50: palisade.v1.Cluster.AddMember:output_type -> palisade.v1.MembershipResponse
+	44, // 51: palisade.v1.Cluster.RemoveMember:output_type -> palisade.v1.MembershipResponse
+	38, // 52: palisade.v1.Cluster.ListKeys:output_type -> palisade.v1.KeysResponse
+	38, // 53: palisade.v1.Cluster.AddKey:output_type -> palisade.v1.KeysResponse
+	38, // 54: palisade.v1.Cluster.RotateKey:output_type -> palisade.v1.KeysResponse
+	38, // 55: palisade.v1.Cluster.RetireKey:output_type -> palisade.v1.KeysResponse
+	32, // 56: palisade.v1.Cluster.Backup:output_type -> palisade.v1.BackupChunk
+	30, // 57: palisade.v1.Cluster.RaiseTokenFloor:output_type -> palisade.v1.RaiseTokenFloorResponse
+	36, // [36:58] is the sub-list for method output_type
+	14, // [14:36] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_palisade_proto_init() }
@@ -3271,18 +3403,19 @@ func file_palisade_proto_init() {
 		return
 	}
 	file_palisade_proto_msgTypes[11].OneofWrappers = []any{}
-	file_palisade_proto_msgTypes[15].OneofWrappers = []any{}
+	file_palisade_proto_msgTypes[14].OneofWrappers = []any{}
 	file_palisade_proto_msgTypes[17].OneofWrappers = []any{}
-	file_palisade_proto_msgTypes[25].OneofWrappers = []any{}
-	file_palisade_proto_msgTypes[37].OneofWrappers = []any{}
-	file_palisade_proto_msgTypes[38].OneofWrappers = []any{}
+	file_palisade_proto_msgTypes[19].OneofWrappers = []any{}
+	file_palisade_proto_msgTypes[27].OneofWrappers = []any{}
+	file_palisade_proto_msgTypes[39].OneofWrappers = []any{}
+	file_palisade_proto_msgTypes[40].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_palisade_proto_rawDesc), len(file_palisade_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   42,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -61,18 +61,19 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Locks_OpenSession_FullMethodName  = "/palisade.v1.Locks/OpenSession"
-	Locks_KeepAlive_FullMethodName    = "/palisade.v1.Locks/KeepAlive"
-	Locks_Renew_FullMethodName        = "/palisade.v1.Locks/Renew"
-	Locks_CloseSession_FullMethodName = "/palisade.v1.Locks/CloseSession"
-	Locks_Acquire_FullMethodName      = "/palisade.v1.Locks/Acquire"
-	Locks_AcquireAll_FullMethodName   = "/palisade.v1.Locks/AcquireAll"
-	Locks_Release_FullMethodName      = "/palisade.v1.Locks/Release"
-	Locks_Proclaim_FullMethodName     = "/palisade.v1.Locks/Proclaim"
-	Locks_Status_FullMethodName       = "/palisade.v1.Locks/Status"
-	Locks_ListLocks_FullMethodName    = "/palisade.v1.Locks/ListLocks"
-	Locks_Watch_FullMethodName        = "/palisade.v1.Locks/Watch"
-	Locks_PublicKey_FullMethodName    = "/palisade.v1.Locks/PublicKey"
+	Locks_OpenSession_FullMethodName        = "/palisade.v1.Locks/OpenSession"
+	Locks_KeepAlive_FullMethodName          = "/palisade.v1.Locks/KeepAlive"
+	Locks_Renew_FullMethodName              = "/palisade.v1.Locks/Renew"
+	Locks_CloseSession_FullMethodName       = "/palisade.v1.Locks/CloseSession"
+	Locks_Acquire_FullMethodName            = "/palisade.v1.Locks/Acquire"
+	Locks_AcquireAll_FullMethodName         = "/palisade.v1.Locks/AcquireAll"
+	Locks_Release_FullMethodName            = "/palisade.v1.Locks/Release"
+	Locks_ReleaseThenAcquire_FullMethodName = "/palisade.v1.Locks/ReleaseThenAcquire"
+	Locks_Proclaim_FullMethodName           = "/palisade.v1.Locks/Proclaim"
+	Locks_Status_FullMethodName             = "/palisade.v1.Locks/Status"
+	Locks_ListLocks_FullMethodName          = "/palisade.v1.Locks/ListLocks"
+	Locks_Watch_FullMethodName              = "/palisade.v1.Locks/Watch"
+	Locks_PublicKey_FullMethodName          = "/palisade.v1.Locks/PublicKey"
 )
 
 // LocksClient is the client API for Locks service.
@@ -103,6 +104,15 @@ type LocksClient interface {
 	AcquireAll(ctx context.Context, in *AcquireAllRequest, opts ...grpc.CallOption) (*AcquireAllResponse, error)
 	// Gives up a lock (or withdraws a wait). Only the holding session may release.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
+	// Gives up one lock (or withdraws a wait), then takes a lock as Acquire does, in one log
+	// entry: one round trip and one durable write where Release and Acquire take two. For a
+	// handoff to the next lock, or to the same lock again (behind its waiters, with a new token).
+	// A refused release (NOT_FOUND session_not_found, FAILED_PRECONDITION not_holder,
+	// INVALID_ARGUMENT) changes nothing; every other error is the acquire's, and the release
+	// took effect. Retrying with the same two request ids returns the first outcome and never
+	// releases the grant the first attempt took. A method of its own: a server that predates it
+	// answers UNIMPLEMENTED, and nothing is released.
+	ReleaseThenAcquire(ctx context.Context, in *ReleaseThenAcquireRequest, opts ...grpc.CallOption) (*ReleaseThenAcquireResponse, error)
 	// Replaces the value of a grant: what a leader proclaims. Only the grant's own session, naming
 	// the grant by its token, may, and only while that grant is the lock's current holding
 	// (NOT_FOUND / PERMISSION_DENIED not_holder otherwise). Needs the lock right on the lock.
@@ -199,6 +209,16 @@ func (c *locksClient) Release(ctx context.Context, in *ReleaseRequest, opts ...g
 	return out, nil
 }
 
+func (c *locksClient) ReleaseThenAcquire(ctx context.Context, in *ReleaseThenAcquireRequest, opts ...grpc.CallOption) (*ReleaseThenAcquireResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseThenAcquireResponse)
+	err := c.cc.Invoke(ctx, Locks_ReleaseThenAcquire_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *locksClient) Proclaim(ctx context.Context, in *ProclaimRequest, opts ...grpc.CallOption) (*ProclaimResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ProclaimResponse)
@@ -286,6 +306,15 @@ type LocksServer interface {
 	AcquireAll(context.Context, *AcquireAllRequest) (*AcquireAllResponse, error)
 	// Gives up a lock (or withdraws a wait). Only the holding session may release.
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
+	// Gives up one lock (or withdraws a wait), then takes a lock as Acquire does, in one log
+	// entry: one round trip and one durable write where Release and Acquire take two. For a
+	// handoff to the next lock, or to the same lock again (behind its waiters, with a new token).
+	// A refused release (NOT_FOUND session_not_found, FAILED_PRECONDITION not_holder,
+	// INVALID_ARGUMENT) changes nothing; every other error is the acquire's, and the release
+	// took effect. Retrying with the same two request ids returns the first outcome and never
+	// releases the grant the first attempt took. A method of its own: a server that predates it
+	// answers UNIMPLEMENTED, and nothing is released.
+	ReleaseThenAcquire(context.Context, *ReleaseThenAcquireRequest) (*ReleaseThenAcquireResponse, error)
 	// Replaces the value of a grant: what a leader proclaims. Only the grant's own session, naming
 	// the grant by its token, may, and only while that grant is the lock's current holding
 	// (NOT_FOUND / PERMISSION_DENIED not_holder otherwise). Needs the lock right on the lock.
@@ -329,6 +358,9 @@ func (UnimplementedLocksServer) AcquireAll(context.Context, *AcquireAllRequest) 
 }
 func (UnimplementedLocksServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
+}
+func (UnimplementedLocksServer) ReleaseThenAcquire(context.Context, *ReleaseThenAcquireRequest) (*ReleaseThenAcquireResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseThenAcquire not implemented")
 }
 func (UnimplementedLocksServer) Proclaim(context.Context, *ProclaimRequest) (*ProclaimResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Proclaim not implemented")
@@ -481,6 +513,24 @@ func _Locks_Release_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Locks_ReleaseThenAcquire_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseThenAcquireRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LocksServer).ReleaseThenAcquire(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Locks_ReleaseThenAcquire_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LocksServer).ReleaseThenAcquire(ctx, req.(*ReleaseThenAcquireRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Locks_Proclaim_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ProclaimRequest)
 	if err := dec(in); err != nil {
@@ -594,6 +644,10 @@ var Locks_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Release",
 			Handler:    _Locks_Release_Handler,
+		},
+		{
+			MethodName: "ReleaseThenAcquire",
+			Handler:    _Locks_ReleaseThenAcquire_Handler,
 		},
 		{
 			MethodName: "Proclaim",

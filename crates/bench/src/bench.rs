@@ -37,7 +37,7 @@ use crate::floor::{Bounds, Floor};
 use crate::server_cpu::{ServerCpu, TargetPids};
 use crate::server_view::{Probe, ServerView};
 use crate::stats::{Latencies, Percentiles, format_us};
-use crate::target::{Hold, LockConn, Target};
+use crate::target::{Held, Hold, LockConn, Target};
 
 /// Session (or lease) length of benchmark clients; long enough that no lease ends mid-run
 /// however busy the machine, while keepalives stay rare.
@@ -457,6 +457,20 @@ pub async fn measure(args: &BenchArgs) -> anyhow::Result<BenchReport> {
                 progress(args, &m);
                 report.measurements.push(m);
             }
+            if workload == Workload::Latency && matches!(target, Target::Palisade { .. }) {
+                match handoff_workload(target, args.warmup, args.duration, &observe)
+                    .await
+                    .with_context(|| format!("latency (handoff) on {target}"))?
+                {
+                    Some(m) => {
+                        progress(args, &m);
+                        report.measurements.push(m);
+                    }
+                    None => report.skipped.push(format!(
+                        "latency (handoff) skipped: {target} predates ReleaseThenAcquire"
+                    )),
+                }
+            }
         }
     }
     Ok(report)
@@ -736,6 +750,105 @@ async fn lock_worker(mut conn: LockConn, lock: String, hold: Hold, window: Windo
             stats.second.record(released - granted);
         }
     }
+    conn.close().await;
+    stats
+}
+
+/// `latency`'s second row on Palisade: one client hands its lock to itself, a release and an
+/// acquire of the same lock in one call (`ReleaseThenAcquire`) per cycle, each cycle a new
+/// grant with a new token, made durable by one log write where `latency` makes two. `None` if
+/// the server predates the call (it answers `UNIMPLEMENTED`).
+async fn handoff_workload(
+    target: &Target,
+    warmup: Duration,
+    duration: Duration,
+    observe: &Observe,
+) -> anyhow::Result<Option<Measurement>> {
+    let run_id = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros());
+    let lock = format!("bench/{run_id}/handoff");
+    let mut conn = LockConn::open(target, SESSION_TTL).await?;
+    let held = conn.acquire(&lock).await?;
+    let held = match conn.handoff(held).await {
+        Ok(held) => held,
+        Err(e) if is_unimplemented(&e) => {
+            conn.close().await;
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
+    let window = Window::after_warmup(warmup, duration);
+    let observer = tokio::spawn(observe.clone().over(window));
+    let worker = handoff_worker(conn, held, lock, window);
+    let stats = join_workers(vec![tokio::spawn(worker)], window).await;
+    let observed = observer
+        .await
+        .context("the window's observer failed")?
+        .with_context(|| format!("reading {target}'s servers over the window"))?;
+    let operations = stats.whole.count();
+    Ok(Some(Measurement {
+        workload: Workload::Latency,
+        variant: Some("handoff"),
+        target: target.to_string(),
+        target_kind: target.kind(),
+        clients: 1,
+        locks: 1,
+        operation: "release+acquire call",
+        duration_s: duration.as_secs_f64(),
+        operations,
+        operations_per_s: operations as f64 / duration.as_secs_f64(),
+        errors: stats.errors,
+        first_error: stats.first_error,
+        latency: stats.whole.percentiles(),
+        acquire: None,
+        release: None,
+        server: observed.view,
+        server_cpu: observed.cpu.map(|(before, after)| {
+            crate::server_cpu::over_window(&before, &after, stats.lock_operations_in_window)
+        }),
+    }))
+}
+
+/// A Palisade server too old for the call refused it.
+fn is_unimplemented(error: &anyhow::Error) -> bool {
+    matches!(
+        error.downcast_ref::<palisade_client::AcquireError>(),
+        Some(palisade_client::AcquireError::Rejected {
+            code: tonic::Code::Unimplemented,
+            ..
+        })
+    )
+}
+
+async fn handoff_worker(
+    mut conn: LockConn,
+    mut held: Held,
+    lock: String,
+    window: Window,
+) -> WorkerStats {
+    let mut stats = WorkerStats::default();
+    loop {
+        let started = Instant::now();
+        if started >= window.end {
+            break;
+        }
+        held = match conn.handoff(held).await {
+            Ok(next) => next,
+            Err(e) => {
+                stats.fail(&e.context(format!("release and acquire {lock}")));
+                conn.close().await;
+                return stats;
+            }
+        };
+        let done = Instant::now();
+        // A release and an acquire, in one call.
+        stats.lock_operations_in_window += 2 * u64::from(window.holds(done));
+        if window.counts(started, done) {
+            stats.whole.record(done - started);
+        }
+    }
+    let _ = conn.release(held).await;
     conn.close().await;
     stats
 }

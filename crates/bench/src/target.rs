@@ -289,6 +289,23 @@ impl LockConn {
         }
     }
 
+    /// Gives `held` up and takes the same lock again in one call (Palisade's
+    /// `ReleaseThenAcquire`, a handoff to itself): the new grant, with a new token.
+    pub async fn handoff(&mut self, held: Held) -> anyhow::Result<Held> {
+        match (self, held) {
+            (LockConn::Palisade { .. }, Held::Palisade(guard)) => {
+                let lock = guard.lock().to_string();
+                let options = AcquireOptions::wait(Wait::Forever);
+                Ok(Held::Palisade(
+                    guard.release_then_acquire(&lock, options).await?,
+                ))
+            }
+            _ => Err(anyhow!(
+                "only a palisade:// target releases and acquires in one call"
+            )),
+        }
+    }
+
     /// Gives up a lock taken with [`LockConn::acquire`].
     pub async fn release(&mut self, held: Held) -> anyhow::Result<()> {
         match (self, held) {

@@ -816,6 +816,83 @@ impl Client {
         check_grant(response, session, lock)
     }
 
+    /// Gives up `release` (or withdraws the session's wait for it), then takes `lock` as
+    /// [`Client::acquire`] does, in one call and one log write where the two calls take two:
+    /// a handoff to the next lock, or to the same lock again (behind its waiters, with a new
+    /// token). Returns the released grant's token (`None` if a wait was withdrawn) and the new
+    /// grant.
+    ///
+    /// A refused release ([`AcquireError::SessionNotFound`], or [`AcquireError::Refused`] with
+    /// [`CoreError::NotHolder`]) changes nothing; after any other error the release took effect
+    /// and `lock` is not held (as after a refused [`Client::acquire`]). A server too old for it
+    /// answers [`AcquireError::Rejected`] with [`Code::Unimplemented`], having released nothing.
+    /// Retries of transient failures reuse both request ids, so they neither grant twice nor
+    /// release the grant a first attempt took.
+    pub async fn release_then_acquire(
+        &self,
+        credential: SessionCredential,
+        release: &str,
+        lock: &str,
+        options: AcquireOptions,
+    ) -> Result<(Option<Token>, Grant), AcquireError> {
+        self.release_then_acquire_with_ids(
+            credential,
+            (release, request_id()),
+            lock,
+            options,
+            request_id(),
+        )
+        .await
+    }
+
+    /// [`Client::release_then_acquire`] with the caller's request ids (the release's and the
+    /// acquire's, which must differ): a retry after an unknown outcome, with the same ids and
+    /// names, is answered with the first attempt's outcome.
+    pub async fn release_then_acquire_with_ids(
+        &self,
+        credential: SessionCredential,
+        (release, release_id): (&str, RequestId),
+        lock: &str,
+        options: AcquireOptions,
+        request_id: RequestId,
+    ) -> Result<(Option<Token>, Grant), AcquireError> {
+        let session = credential.id();
+        for name in [release, lock] {
+            LockName::new(name)
+                .map_err(|e| AcquireError::InvalidArgument(invalid_name(name, &e)))?;
+        }
+        let value = wire_value(options.value.as_deref())
+            .map_err(|e| AcquireError::InvalidArgument(invalid_value(&e)))?;
+        let response = self
+            .send_acquire(options.wait, |mut raw, wait_ms| {
+                let request = pb::ReleaseThenAcquireRequest {
+                    acquire: Some(pb::AcquireRequest {
+                        session: session.get(),
+                        lock: lock.to_string(),
+                        request_id: request_id.get(),
+                        wait_ms,
+                        wait_forever: options.wait == Wait::Forever,
+                        session_secret: credential.secret().as_bytes().to_vec(),
+                        value: value.clone(),
+                        shared: options.mode == Mode::Shared,
+                        permits: options.mode.permits().unwrap_or(0),
+                    }),
+                    release: release.to_string(),
+                    release_request_id: release_id.get(),
+                };
+                async move { raw.release_then_acquire(request).await }
+            })
+            .await
+            .map_err(|failure| AcquireError::from_failure(failure, session, lock))?;
+        let Some(grant) = response.grant else {
+            return Err(AcquireError::Protocol(format!(
+                "a release of lock {release:?} then an acquire of {lock:?} answered no grant"
+            )));
+        };
+        let grant = check_grant(grant, session, lock)?;
+        Ok((response.released_token.map(Token::new), grant))
+    }
+
     /// Takes every lock of `parts` for `session` at once, or none (a multi-lock): waits, as
     /// `wait` says, until all of them can be granted, then holds all of them, each with its own
     /// [`Grant`] (token and sequencer), in the order of `parts`. Nothing is held while it

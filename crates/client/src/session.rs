@@ -543,6 +543,64 @@ impl LockGuard {
     }
 }
 
+impl LockGuard {
+    /// Gives this lock up and takes `lock` (another, or the same one again: behind its
+    /// waiters, with a new token) in one call and one log write ([`Client::release_then_acquire`]):
+    /// a handoff from one lock to the next. This guard ends either way. After an error this
+    /// lock is released unless the release itself was refused (the grant had ended already),
+    /// and `lock` is not held. If the returned future is dropped before it completes, both
+    /// locks are released (or the wait withdrawn) in the background.
+    pub async fn release_then_acquire(
+        mut self,
+        lock: &str,
+        options: AcquireOptions,
+    ) -> Result<LockGuard, AcquireError> {
+        self.released = true;
+        let shared = self.shared.clone();
+        let session = self.grant.session;
+        let lost = |reason| AcquireError::SessionLost {
+            lock: lock.to_string(),
+            session,
+            reason,
+        };
+        if let Some(reason) = shared.ended() {
+            return Err(lost(reason));
+        }
+        let held = self.grant.lock.as_str();
+        shared.wait_for_cleanup(lock).await;
+        let mut cancel = CancelledAcquire {
+            shared: &shared,
+            locks: if held == lock {
+                vec![lock]
+            } else {
+                vec![held, lock]
+            },
+        };
+        let ids = (crate::request_id(), crate::request_id());
+        let result = tokio::select! {
+            biased;
+            reason = shared.lost() => Err(lost(reason)),
+            result = shared.client.release_then_acquire_with_ids(shared.credential, (held, ids.0), lock, options, ids.1) => result,
+        };
+        cancel.locks.clear();
+        let (released, grant) = result?;
+        let next = LockGuard {
+            shared: shared.clone(),
+            grant,
+            released: false,
+        };
+        if released != Some(self.grant.token) {
+            // `next` is dropped, so the new grant is released in the background.
+            return Err(AcquireError::Protocol(format!(
+                "a handoff from lock {held:?} with token {} ended {}",
+                self.grant.token,
+                released.map_or("a wait instead".to_string(), |t| format!("token {t}"))
+            )));
+        }
+        Ok(next)
+    }
+}
+
 impl Drop for LockGuard {
     fn drop(&mut self) {
         if !self.released && self.shared.ended().is_none() {

@@ -518,3 +518,179 @@ async fn sessions_refused_a_keepalive_stream_are_renewed_by_renew_and_not_lost()
         &lost[..lost.len().min(5)]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_hands_its_lock_to_itself_and_then_to_the_next_lock_in_one_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LockServer::start(dir.path()).await;
+    let client = Client::connect(&server.endpoint()).await.unwrap();
+    let session = client.open_session(ttl(10)).await.unwrap();
+    let first = session
+        .acquire("handoff/a", AcquireOptions::wait(Wait::Try))
+        .await
+        .unwrap();
+    let first_token = first.token();
+
+    // To itself: a new grant of the same lock, with a higher token and its own sequencer.
+    let again = first
+        .release_then_acquire("handoff/a", AcquireOptions::wait(Wait::Try))
+        .await
+        .unwrap();
+    assert_eq!(again.lock(), "handoff/a");
+    assert!(again.token() > first_token);
+    let holder = client.status("handoff/a").await.unwrap().holder.unwrap();
+    assert_eq!(
+        (holder.session, holder.token),
+        (session.id(), again.token())
+    );
+
+    // To the next lock: the first is free, the second held.
+    let next = again
+        .release_then_acquire("handoff/b", AcquireOptions::wait(Wait::Try))
+        .await
+        .unwrap();
+    assert_eq!(next.lock(), "handoff/b");
+    assert!(client.status("handoff/a").await.unwrap().holder.is_none());
+    let holder = client.status("handoff/b").await.unwrap().holder.unwrap();
+    assert_eq!((holder.session, holder.token), (session.id(), next.token()));
+    next.release().await.unwrap();
+    session.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_to_itself_lets_a_waiter_go_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LockServer::start(dir.path()).await;
+    let client = Client::connect(&server.endpoint()).await.unwrap();
+    let session = client.open_session(ttl(10)).await.unwrap();
+    let other = client.open_session(ttl(10)).await.unwrap();
+    let held = session
+        .acquire("handoff/q", AcquireOptions::wait(Wait::Try))
+        .await
+        .unwrap();
+    let token = held.token();
+    let waiter = tokio::spawn(async move {
+        let guard = other
+            .acquire("handoff/q", AcquireOptions::wait(Wait::Forever))
+            .await
+            .unwrap();
+        (other, guard)
+    });
+    while client.status("handoff/q").await.unwrap().waiters.is_empty() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let wait = Wait::For(Duration::from_secs(10));
+    let mine = tokio::spawn(async move {
+        held.release_then_acquire("handoff/q", AcquireOptions::wait(wait))
+            .await
+    });
+    let (other, theirs) = waiter.await.unwrap();
+    assert_eq!(theirs.token(), Token::new(token.get() + 1));
+    let status = client.status("handoff/q").await.unwrap();
+    assert_eq!(status.holder.unwrap().session, other.id());
+    assert_eq!(status.waiters.len(), 1, "the handoff waits behind it");
+    assert!(!mine.is_finished());
+
+    theirs.release().await.unwrap();
+    let mine = mine.await.unwrap().unwrap();
+    assert_eq!(mine.token(), Token::new(token.get() + 2));
+    assert_eq!(mine.session_id(), session.id());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_refused_by_its_release_takes_nothing_and_a_busy_one_keeps_its_release() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LockServer::start(dir.path()).await;
+    let client = Client::connect(&server.endpoint()).await.unwrap();
+    let mine = client
+        .open_session_without_keepalive(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let theirs = client
+        .open_session_without_keepalive(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let try_now = || AcquireOptions::wait(Wait::Try);
+
+    // Releasing a lock another session holds: refused, and the acquire is not tried.
+    let held = client
+        .acquire(theirs.credential, "handoff/x", try_now())
+        .await
+        .unwrap();
+    let refused = client
+        .release_then_acquire(mine.credential, "handoff/x", "handoff/y", try_now())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            AcquireError::Refused(palisade_core::CoreError::NotHolder { .. })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(
+        client
+            .status("handoff/x")
+            .await
+            .unwrap()
+            .holder
+            .unwrap()
+            .token,
+        held.token
+    );
+    assert!(client.status("handoff/y").await.unwrap().holder.is_none());
+
+    // A try of a held lock after a release that stands: busy, and the released lock is free.
+    client
+        .acquire(mine.credential, "handoff/z", try_now())
+        .await
+        .unwrap();
+    let busy = client
+        .release_then_acquire(mine.credential, "handoff/z", "handoff/x", try_now())
+        .await
+        .unwrap_err();
+    assert!(matches!(busy, AcquireError::Busy { .. }), "{busy:?}");
+    assert!(client.status("handoff/z").await.unwrap().holder.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_handoff_answers_its_first_grant_and_keeps_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LockServer::start(dir.path()).await;
+    let client = Client::connect(&server.endpoint()).await.unwrap();
+    let lease = client
+        .open_session_without_keepalive(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let try_now = || AcquireOptions::wait(Wait::Try);
+    let first = client
+        .acquire(lease.credential, "handoff/r", try_now())
+        .await
+        .unwrap();
+    let ids = (palisade_client::request_id(), palisade_client::request_id());
+    let handoff = || {
+        client.release_then_acquire_with_ids(
+            lease.credential,
+            ("handoff/r", ids.0),
+            "handoff/r",
+            try_now(),
+            ids.1,
+        )
+    };
+    let (released, grant) = handoff().await.unwrap();
+    assert_eq!(released, Some(first.token));
+    // The same two ids again, as after a lost answer: the same grant, still held.
+    let (released_again, retried) = handoff().await.unwrap();
+    assert_eq!((released_again, retried.token), (released, grant.token));
+    assert_eq!(
+        client
+            .status("handoff/r")
+            .await
+            .unwrap()
+            .holder
+            .unwrap()
+            .token,
+        grant.token
+    );
+}

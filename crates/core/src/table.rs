@@ -85,6 +85,15 @@ struct Remembered {
     result: Result<Reply, CoreError>,
 }
 
+/// The acquire half of a [`Command::ReleaseThenAcquire`]: [`Command::Acquire`]'s fields.
+struct AcquireArgs {
+    lock: String,
+    request_id: RequestId,
+    wait: Wait,
+    value: Option<GrantValue>,
+    mode: Mode,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 enum RequestKind {
     Acquire,
@@ -547,6 +556,27 @@ impl LockTable {
                 lock,
                 request_id,
             } => self.release(session, lock, request_id, &mut events),
+            Command::ReleaseThenAcquire {
+                session,
+                release,
+                release_request_id,
+                lock,
+                request_id,
+                wait,
+                value,
+                mode,
+            } => self.release_then_acquire(
+                session,
+                (release, release_request_id),
+                AcquireArgs {
+                    lock,
+                    request_id,
+                    wait,
+                    value,
+                    mode,
+                },
+                &mut events,
+            ),
             Command::Tick => Ok(Reply::Ticked),
             Command::SetLimits { limits } => match limits.validate() {
                 Ok(()) => {
@@ -1377,6 +1407,59 @@ impl LockTable {
         };
         self.remember(id, request_id, RequestKind::Release, lock, &result);
         result
+    }
+
+    /// A [`Command::ReleaseThenAcquire`]: `release` (its name and request id) as
+    /// [`Command::Release`], then, unless that was refused, `acquire` as [`Command::Acquire`].
+    fn release_then_acquire(
+        &mut self,
+        id: SessionId,
+        (release, release_request_id): (String, RequestId),
+        acquire: AcquireArgs,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, CoreError> {
+        if release_request_id == acquire.request_id {
+            return Err(CoreError::RequestIdConflict {
+                request_id: acquire.request_id,
+            });
+        }
+        let session = self
+            .sessions
+            .get(&id)
+            .ok_or(CoreError::SessionNotFound { session: id })?;
+        let release = self.checked_name(release)?;
+        let lock = self.checked_name(acquire.lock)?;
+        // A retry: the acquire answered already, so the release did too. Releasing again
+        // would give up the very grant the first attempt took (a handoff to the same lock).
+        if let Some(earlier) = remembered(session, acquire.request_id, RequestKind::Acquire, &lock)?
+        {
+            let released =
+                match remembered(session, release_request_id, RequestKind::Release, &release) {
+                    Ok(Some(Ok(Reply::Released { token, .. }))) => token,
+                    _ => None,
+                };
+            return earlier.map(|acquired| Reply::ReleasedThenAcquired {
+                released,
+                acquired: Box::new(acquired),
+            });
+        }
+        let released = match self.release(id, release, release_request_id, events)? {
+            Reply::Released { token, .. } => token,
+            other => unreachable!("a release answered {other:?}"),
+        };
+        let acquired = self.acquire(
+            id,
+            lock,
+            acquire.request_id,
+            acquire.wait,
+            acquire.value,
+            acquire.mode,
+            events,
+        )?;
+        Ok(Reply::ReleasedThenAcquired {
+            released,
+            acquired: Box::new(acquired),
+        })
     }
 
     /// Replaces the value of `id`'s grant `token` of `lock`, if that is the lock's holding.

@@ -546,6 +546,29 @@ pub enum Command {
         lock: String,
         request_id: RequestId,
     },
+    /// Give up `release` (or withdraw the wait for it), then take `lock` as [`Command::Acquire`]
+    /// takes it, in this one entry: a handoff to the next lock, or to the same lock again
+    /// (behind its waiters, with a new token), for one log write where two commands take two.
+    ///
+    /// The release is decided first. Refused (the session neither holds nor waits for
+    /// `release`), nothing changes and the acquire is not tried. Otherwise the release stands
+    /// whatever the acquire answers (granted, queued, busy, or refused), as if the two commands
+    /// had been sent one after the other with nothing in between. Each half is remembered under
+    /// its own request id, which must differ. A retry is recognised by the acquire's request id
+    /// before anything is released: it answers both halves' first outcomes again, and never
+    /// releases the grant its first attempt took.
+    ReleaseThenAcquire {
+        session: SessionId,
+        release: String,
+        release_request_id: RequestId,
+        lock: String,
+        request_id: RequestId,
+        wait: Wait,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        value: Option<GrantValue>,
+        #[serde(default, skip_serializing_if = "Mode::is_exclusive")]
+        mode: Mode,
+    },
     /// Let time pass: expire leases, end waits past their deadline, end lock-delays.
     Tick,
     /// Replace the limits the table enforces from this point of the log on. Limits decide
@@ -638,6 +661,13 @@ pub enum Reply {
     QueuedAll {
         session: SessionId,
     },
+    /// A [`Command::ReleaseThenAcquire`]: the release's token (`None` if it withdrew a wait),
+    /// and what the acquire answered ([`Reply::Granted`], [`Reply::GrantedAs`] or
+    /// [`Reply::Queued`]). An acquire refused after the release is the command's error.
+    ReleasedThenAcquired {
+        released: Option<Token>,
+        acquired: Box<Reply>,
+    },
 }
 
 impl Reply {
@@ -677,7 +707,8 @@ impl Reply {
     }
 }
 
-/// Why a command was refused. Nothing in the table changed.
+/// Why a command was refused. Nothing in the table changed, except by the release of a
+/// [`Command::ReleaseThenAcquire`] whose acquire was refused (see there).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 #[non_exhaustive]
 pub enum CoreError {

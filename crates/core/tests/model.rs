@@ -258,6 +258,21 @@ impl Model {
                 &mut events,
                 |m, l, ev| m.release(session, l, ev),
             ),
+            Command::ReleaseThenAcquire {
+                session,
+                release,
+                release_request_id,
+                lock,
+                request_id,
+                wait,
+                value,
+                mode,
+            } => self.release_then_acquire(
+                session,
+                (release, release_request_id),
+                (lock, request_id, wait, value, mode),
+                &mut events,
+            ),
             Command::Tick => Ok(Reply::Ticked),
             Command::SetLimits { limits } => {
                 self.limits = limits;
@@ -426,6 +441,65 @@ impl Model {
             s.recent.push((request_id, kind, lock, outcome.clone()));
         }
         outcome
+    }
+
+    /// A release, then (unless it was refused) an acquire, each remembered as its own command
+    /// would be; a retry (the acquire's id remembered) answers both without releasing again.
+    fn release_then_acquire(
+        &mut self,
+        session: SessionId,
+        (release, release_id): (String, RequestId),
+        (lock, request_id, wait, value, mode): (String, RequestId, Wait, Option<GrantValue>, Mode),
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, CoreError> {
+        if release_id == request_id {
+            return Err(CoreError::RequestIdConflict { request_id });
+        }
+        let Some(s) = self.session(session) else {
+            return Err(CoreError::SessionNotFound { session });
+        };
+        let max = self.limits.lock_name_bytes_max as usize;
+        validate_name(&release, max)?;
+        validate_name(&lock, max)?;
+        let find = |id: RequestId| s.recent.iter().find(|r| r.0 == id);
+        if let Some((_, kind, l, outcome)) = find(request_id) {
+            if *kind != Kind::Acquire || *l != lock {
+                return Err(CoreError::RequestIdConflict { request_id });
+            }
+            let released = match find(release_id) {
+                Some((_, Kind::Release, l, Ok(Reply::Released { token, .. }))) if *l == release => {
+                    *token
+                }
+                _ => None,
+            };
+            return outcome.clone().map(|acquired| Reply::ReleasedThenAcquired {
+                released,
+                acquired: Box::new(acquired),
+            });
+        }
+        let released = match self.deduplicated(
+            session,
+            release_id,
+            Kind::Release,
+            release,
+            events,
+            |m, l, ev| m.release(session, l, ev),
+        )? {
+            Reply::Released { token, .. } => token,
+            other => panic!("a release answered {other:?}"),
+        };
+        let acquired = self.deduplicated(
+            session,
+            request_id,
+            Kind::Acquire,
+            lock,
+            events,
+            |m, l, ev| m.acquire(session, l, request_id, wait, value, mode, ev),
+        )?;
+        Ok(Reply::ReleasedThenAcquired {
+            released,
+            acquired: Box::new(acquired),
+        })
     }
 
     fn set_value(
@@ -1221,6 +1295,12 @@ impl Checker {
                 lock,
                 mode,
                 ..
+            }
+            | Command::ReleaseThenAcquire {
+                session,
+                lock,
+                mode,
+                ..
             } => vec![(*session, lock.clone(), *mode)],
             Command::AcquireAll { session, parts, .. } => (parts.iter())
                 .map(|p| (*session, p.lock.clone(), p.mode))
@@ -1379,9 +1459,13 @@ impl Checker {
                 }
             }
         }
-        if let Some((lock, session, token, access)) =
-            output.result.as_ref().ok().and_then(Reply::grant)
-        {
+        // A release-then-acquire is judged by its acquire's reply; its release's effects are
+        // in the events, as a release's are.
+        let result = match &output.result {
+            Ok(Reply::ReleasedThenAcquired { acquired, .. }) => Ok(&**acquired),
+            result => result.as_ref(),
+        };
+        if let Some((lock, session, token, access)) = result.ok().and_then(Reply::grant) {
             assert!(!self.ended.contains(&session));
             assert!(
                 self.grants.contains(&(session, lock.to_string(), token)),
@@ -1394,7 +1478,7 @@ impl Checker {
                 "reply names {access} of {lock:?}, not the access granted"
             );
         }
-        match &output.result {
+        match result {
             Ok(Reply::Queued {
                 lock,
                 session,
@@ -1607,7 +1691,20 @@ enum Op {
         request_id: ReqId,
         wait: Wait,
     },
-    /// Repeat an earlier acquire, multi-lock or release exactly.
+    /// A release, then an acquire, in one command (often of the same lock: a handoff to
+    /// itself).
+    ReleaseThenAcquire {
+        session: usize,
+        release: u8,
+        release_request_id: ReqId,
+        /// `None`: the released lock again.
+        lock: Option<u8>,
+        request_id: ReqId,
+        wait: Wait,
+        value: u8,
+        mode: u8,
+    },
+    /// Repeat an earlier acquire, multi-lock, release, or release-then-acquire exactly.
     Retry {
         back: usize,
     },
@@ -1702,6 +1799,30 @@ fn op() -> impl Strategy<Value = Op> {
                 request_id,
                 wait,
             }),
+        4 => (
+            session.clone(),
+            lock(),
+            req_id(),
+            proptest::option::of(lock()),
+            req_id(),
+            wait(),
+            0u8..4,
+            0u8..20
+        )
+            .prop_map(
+                |(session, release, release_request_id, lock, request_id, wait, value, mode)| {
+                    Op::ReleaseThenAcquire {
+                        session,
+                        release,
+                        release_request_id,
+                        lock,
+                        request_id,
+                        wait,
+                        value,
+                        mode,
+                    }
+                }
+            ),
         2 => (0usize..4, 0u8..4).prop_map(|(grant, value)| Op::SetValue { grant, value }),
         5 => (session, lock(), req_id()).prop_map(|(session, lock, request_id)| Op::Release {
             session,
@@ -1967,6 +2088,29 @@ impl Driver {
                     wait,
                 }
             }
+            Op::ReleaseThenAcquire {
+                session,
+                release,
+                release_request_id,
+                lock,
+                request_id,
+                wait,
+                value,
+                mode,
+            } => {
+                let session = self.session(session);
+                let lock = lock.unwrap_or(release);
+                Command::ReleaseThenAcquire {
+                    session,
+                    release: lock_name(release),
+                    release_request_id: self.session_request_id(session, release_request_id),
+                    lock: lock_name(lock),
+                    request_id: self.session_request_id(session, request_id),
+                    wait,
+                    value: value_of(value),
+                    mode: mode_of(lock, mode),
+                }
+            }
             Op::Retry { back } => {
                 if self.sent.is_empty() {
                     return None;
@@ -1986,7 +2130,10 @@ impl Driver {
         };
         if matches!(
             command,
-            Command::Acquire { .. } | Command::AcquireAll { .. } | Command::Release { .. }
+            Command::Acquire { .. }
+                | Command::AcquireAll { .. }
+                | Command::Release { .. }
+                | Command::ReleaseThenAcquire { .. }
         ) {
             self.sent.push(command.clone());
         }

@@ -355,6 +355,43 @@ impl Locks for GrpcLocks {
         Ok(Response::new(grant_response(grant)))
     }
 
+    async fn release_then_acquire(
+        &self,
+        request: Request<ReleaseThenAcquireRequest>,
+    ) -> Result<Response<ReleaseThenAcquireResponse>, Status> {
+        let _timer = Timer::start("release_then_acquire");
+        let connection = request.remote_addr();
+        let caller = self.caller(&request)?;
+        let r = request.into_inner();
+        let a = r
+            .acquire
+            .ok_or_else(|| Status::invalid_argument("release_then_acquire names no acquire"))?;
+        let wait = wait_of(&a);
+        let value = value_of(&a.value)?;
+        let mode = mode_of(&a)?;
+        let (released, grant) = self
+            .service
+            .release_then_acquire(
+                connection,
+                &caller,
+                &SessionProof::new(SessionId::new(a.session), a.session_secret),
+                (r.release, RequestId::new(r.release_request_id)),
+                service::AcquireRequest {
+                    lock: a.lock,
+                    request_id: RequestId::new(a.request_id),
+                    wait,
+                    value,
+                    mode,
+                },
+            )
+            .await
+            .map_err(status)?;
+        Ok(Response::new(ReleaseThenAcquireResponse {
+            released_token: released.map(Token::get),
+            grant: Some(grant_response(grant)),
+        }))
+    }
+
     async fn acquire_all(
         &self,
         request: Request<AcquireAllRequest>,

@@ -722,6 +722,63 @@ impl LockService {
         self.sign(lock, session, token, access)
     }
 
+    /// Releases `release` (or withdraws the session's wait for it), then acquires as `request`
+    /// asks, in one log entry ([`Command::ReleaseThenAcquire`]): one round trip and one log
+    /// write for a handoff to the next lock, or to the same lock again. Returns the released
+    /// grant's token (`None` for a withdrawn wait) and the signed grant.
+    ///
+    /// A refused release (the session neither holds nor waits for `release`) changes nothing;
+    /// any other error is the acquire's, after the release took effect. Needs what
+    /// [`LockService::release`] and [`LockService::acquire`] need; the quota still counts the
+    /// released lock while the request is checked.
+    pub async fn release_then_acquire(
+        &self,
+        connection: ConnectionId,
+        caller: &Caller,
+        proof: &SessionProof,
+        (release, release_request_id): (String, RequestId),
+        request: AcquireRequest,
+    ) -> Result<(Option<Token>, SignedGrant)> {
+        let session = proof.session;
+        let release = self
+            .authorize_lock(caller, proof, release)
+            .await?
+            .into_string();
+        self.check_acquire(caller, proof, &request.lock).await?;
+        let reserved = self.reserve_acquire(
+            connection,
+            caller,
+            session,
+            std::slice::from_ref(&request.lock),
+            request.wait,
+        )?;
+        let ReservedAcquire {
+            quota,
+            _permit,
+            registrations,
+        } = reserved;
+        let command = Command::ReleaseThenAcquire {
+            session,
+            release,
+            release_request_id,
+            lock: request.lock,
+            request_id: request.request_id,
+            wait: request.wait,
+            value: request.value,
+            mode: request.mode,
+        };
+        let (index, output) = self.node.propose_indexed(command).await?;
+        drop(quota);
+        let (released, acquired) = match output.result? {
+            Reply::ReleasedThenAcquired { released, acquired } => (released, *acquired),
+            other => return Err(unexpected(other)),
+        };
+        let (lock, token, access) = self
+            .acquired(session, index, acquired, registrations)
+            .await?;
+        Ok((released, self.sign(lock, session, token, access)?))
+    }
+
     /// Acquires every lock of the request for `session` at once, or none (a multi-lock): the
     /// table grants them in one entry, each with its own token, or queues one waiter for all of
     /// them, which this call awaits as the request's wait allows. Returns the signed grants in
@@ -903,7 +960,20 @@ impl LockService {
         let (index, output) = self.node.propose_indexed(command).await?;
         // Applied: the table counts the hold or the wait from here on.
         drop(quota);
-        match output.result? {
+        self.acquired(session, index, output.result?, registrations)
+            .await
+    }
+
+    /// What an acquire the table answered with `reply` (at log `index`) comes to: granted now,
+    /// or, if it was queued, granted once its wait (`registrations`) is.
+    async fn acquired(
+        &self,
+        session: SessionId,
+        index: u64,
+        reply: Reply,
+        registrations: Vec<(String, WaitRegistration<'_>)>,
+    ) -> Result<(String, Token, Access)> {
+        match reply {
             Reply::Granted { lock, token, .. } => Ok((lock, token, Access::Exclusive)),
             Reply::GrantedAs {
                 lock,

@@ -145,6 +145,24 @@ class ReleaseRequest(_message.Message):
     session_secret: bytes
     def __init__(self, session: _Optional[int] = ..., lock: _Optional[str] = ..., request_id: _Optional[int] = ..., session_secret: _Optional[bytes] = ...) -> None: ...
 
+class ReleaseThenAcquireRequest(_message.Message):
+    __slots__ = ("acquire", "release", "release_request_id")
+    ACQUIRE_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    acquire: AcquireRequest
+    release: str
+    release_request_id: int
+    def __init__(self, acquire: _Optional[_Union[AcquireRequest, _Mapping]] = ..., release: _Optional[str] = ..., release_request_id: _Optional[int] = ...) -> None: ...
+
+class ReleaseThenAcquireResponse(_message.Message):
+    __slots__ = ("released_token", "grant")
+    RELEASED_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    GRANT_FIELD_NUMBER: _ClassVar[int]
+    released_token: int
+    grant: AcquireResponse
+    def __init__(self, released_token: _Optional[int] = ..., grant: _Optional[_Union[AcquireResponse, _Mapping]] = ...) -> None: ...
+
 class ProclaimRequest(_message.Message):
     __slots__ = ("session", "lock", "token", "value", "session_secret")
     SESSION_FIELD_NUMBER: _ClassVar[int]

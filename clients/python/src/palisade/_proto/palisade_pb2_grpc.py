@@ -69,6 +69,11 @@ class LocksStub:
                 request_serializer=palisade_dot___proto_dot_palisade__pb2.ReleaseRequest.SerializeToString,
                 response_deserializer=palisade_dot___proto_dot_palisade__pb2.ReleaseResponse.FromString,
                 _registered_method=True)
+        self.ReleaseThenAcquire = channel.unary_unary(
+                '/palisade.v1.Locks/ReleaseThenAcquire',
+                request_serializer=palisade_dot___proto_dot_palisade__pb2.ReleaseThenAcquireRequest.SerializeToString,
+                response_deserializer=palisade_dot___proto_dot_palisade__pb2.ReleaseThenAcquireResponse.FromString,
+                _registered_method=True)
         self.Proclaim = channel.unary_unary(
                 '/palisade.v1.Locks/Proclaim',
                 request_serializer=palisade_dot___proto_dot_palisade__pb2.ProclaimRequest.SerializeToString,
@@ -158,6 +163,20 @@ class LocksServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReleaseThenAcquire(self, request, context):
+        """Gives up one lock (or withdraws a wait), then takes a lock as Acquire does, in one log
+        entry: one round trip and one durable write where Release and Acquire take two. For a
+        handoff to the next lock, or to the same lock again (behind its waiters, with a new token).
+        A refused release (NOT_FOUND session_not_found, FAILED_PRECONDITION not_holder,
+        INVALID_ARGUMENT) changes nothing; every other error is the acquire's, and the release
+        took effect. Retrying with the same two request ids returns the first outcome and never
+        releases the grant the first attempt took. A method of its own: a server that predates it
+        answers UNIMPLEMENTED, and nothing is released.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Proclaim(self, request, context):
         """Replaces the value of a grant: what a leader proclaims. Only the grant's own session, naming
         the grant by its token, may, and only while that grant is the lock's current holding
@@ -233,6 +252,11 @@ def add_LocksServicer_to_server(servicer, server):
                     servicer.Release,
                     request_deserializer=palisade_dot___proto_dot_palisade__pb2.ReleaseRequest.FromString,
                     response_serializer=palisade_dot___proto_dot_palisade__pb2.ReleaseResponse.SerializeToString,
+            ),
+            'ReleaseThenAcquire': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseThenAcquire,
+                    request_deserializer=palisade_dot___proto_dot_palisade__pb2.ReleaseThenAcquireRequest.FromString,
+                    response_serializer=palisade_dot___proto_dot_palisade__pb2.ReleaseThenAcquireResponse.SerializeToString,
             ),
             'Proclaim': grpc.unary_unary_rpc_method_handler(
                     servicer.Proclaim,
@@ -449,6 +473,33 @@ class Locks:
             '/palisade.v1.Locks/Release',
             palisade_dot___proto_dot_palisade__pb2.ReleaseRequest.SerializeToString,
             palisade_dot___proto_dot_palisade__pb2.ReleaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseThenAcquire(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/palisade.v1.Locks/ReleaseThenAcquire',
+            palisade_dot___proto_dot_palisade__pb2.ReleaseThenAcquireRequest.SerializeToString,
+            palisade_dot___proto_dot_palisade__pb2.ReleaseThenAcquireResponse.FromString,
             options,
             channel_credentials,
             insecure,
