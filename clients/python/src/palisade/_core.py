@@ -655,6 +655,56 @@ class WaitWindow:
         return {"wait_ms": int(remaining * 1000), "wait_forever": False}, remaining + request_timeout
 
 
+class AcquireAttempts:
+    """An acquire's request as its retried attempts send it (calling the object gives the next
+    attempt's request and timeout): its arguments checked before anything is sent, one random
+    request id for every attempt, so a retry cannot grant twice, and each attempt's wait what is
+    left of the caller's ``wait`` (:class:`WaitWindow`, whose clock starts now)."""
+
+    def __init__(
+        self,
+        session: int,
+        secret: bytes,
+        lock: str,
+        request_timeout: float,
+        *,
+        wait: Any,
+        value: Any,
+        shared: bool,
+        permits: Optional[int],
+    ) -> None:
+        self.lock = validate_lock_name(lock)
+        value = wire_value(value)
+        shared, permits = acquire_mode(shared, permits)
+        self._fields: dict[str, Any] = dict(
+            session=session, lock=lock, session_secret=secret, value=value, shared=shared, permits=permits
+        )
+        self._window = WaitWindow.start(wait)
+        self._request_timeout = request_timeout
+        self.request_id = request_id()
+
+    def __call__(self) -> tuple[pb.AcquireRequest, Optional[float]]:
+        wait_fields, timeout = self._window.attempt(self._request_timeout)
+        return pb.AcquireRequest(request_id=self.request_id, **self._fields, **wait_fields), timeout
+
+    def after_release(self, release: str) -> Callable[[], tuple[pb.ReleaseThenAcquireRequest, Optional[float]]]:
+        """The attempts of a handoff: ``release`` given up first, then this acquire, in one
+        ``ReleaseThenAcquire``. The release draws a request id of its own (never the acquire's),
+        sent by every attempt too, so a retry neither releases twice nor gives up the grant an
+        earlier attempt took."""
+        validate_lock_name(release)
+        release_id = request_id()
+        while release_id == self.request_id:
+            release_id = request_id()
+
+        def attempt() -> tuple[pb.ReleaseThenAcquireRequest, Optional[float]]:
+            acquire, timeout = self()
+            message = pb.ReleaseThenAcquireRequest(acquire=acquire, release=release, release_request_id=release_id)
+            return message, timeout
+
+        return attempt
+
+
 def keep_alive_request(session: int, secret: bytes) -> pb.KeepAliveRequest:
     return pb.KeepAliveRequest(session=session, session_secret=secret)
 
@@ -735,6 +785,41 @@ def check_grant(response: pb.AcquireResponse, session: int, lock: str) -> "Acces
             f"sequencer for lock {parsed.lock!r}, token {parsed.token}, session {parsed.session} ({parsed.access})"
         )
     return access
+
+
+def released_token(response: Any, field: str, lock: str) -> Optional[int]:
+    """The token of the grant a release of ``lock`` ended (the answer's optional ``field``), or
+    ``None`` if it withdrew a wait."""
+    if not response.HasField(field):
+        return None
+    token: int = getattr(response, field)
+    if token == 0:
+        raise errors.ProtocolError(f"release of lock {lock!r} reported token 0")
+    return token
+
+
+def check_handoff(
+    response: pb.ReleaseThenAcquireResponse, session: int, release: str, lock: str
+) -> tuple[Optional[int], "Access"]:
+    """Checks a ``ReleaseThenAcquire``'s answer: the released grant's token (``None`` if a wait
+    was withdrawn), and the new grant as :func:`check_grant` checks an acquire's."""
+    if not response.HasField("grant"):
+        raise errors.ProtocolError(
+            f"the lock service answered a release of lock {release!r} then an acquire of lock {lock!r} "
+            "with no grant; the lock may be held by this session: close the session"
+        )
+    access = check_grant(response.grant, session, lock)
+    return released_token(response, "released_token", release), access
+
+
+def check_released(what: str, lock: str, token: int, released: Optional[int]) -> None:
+    """Refuses the answer to ``what`` (``"release of"``, ``"handoff from"``) of the grant
+    ``token`` of ``lock`` unless it ended that very grant (``released``)."""
+    if released != token:
+        raise errors.ProtocolError(
+            f"{what} lock {lock!r} with token {token} ended "
+            + ("a wait instead" if released is None else f"token {released}")
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -428,30 +428,69 @@ class Client:
         ``value``, shared or by permit (see :meth:`lock`). Every retry reuses one random request id, so a retry cannot
         grant twice. A retry, or an acquire by a session that holds or waits for the lock
         already, keeps the value the first acquire brought."""
-        _core.validate_lock_name(lock)
-        wire_value = _core.wire_value(value)
-        wire_shared, wire_permits = _core.acquire_mode(shared, permits)
-        window = _core.WaitWindow.start(wait)
-        request_id = _core.request_id()
-        request_timeout = self._calls.request_timeout
-
-        def attempt() -> tuple[pb.AcquireRequest, Optional[float]]:
-            wait_fields, timeout = window.attempt(request_timeout)
-            message = pb.AcquireRequest(
-                session=credential.id,
-                lock=lock,
-                request_id=request_id,
-                **wait_fields,
-                session_secret=credential.secret,
-                value=wire_value,
-                shared=wire_shared,
-                permits=wire_permits,
-            )
-            return message, timeout
-
-        response = self._calls.call("Acquire", attempt, f"acquire of lock {lock!r} in session {credential.id}")
+        attempts = _core.AcquireAttempts(
+            credential.id,
+            credential.secret,
+            lock,
+            self._calls.request_timeout,
+            wait=wait,
+            value=value,
+            shared=shared,
+            permits=permits,
+        )
+        response = self._calls.call("Acquire", attempts, f"acquire of lock {lock!r} in session {credential.id}")
         access = _core.check_grant(response, credential.id, lock)
         return AcquireResult(response.lock, response.session, response.token, response.sequencer, access)
+
+    def release_then_acquire(
+        self,
+        credential: SessionCredential,
+        release: str,
+        lock: str,
+        *,
+        wait: Optional[float] = None,
+        value: Optional[str] = None,
+        shared: bool = False,
+        permits: Optional[int] = None,
+    ) -> tuple[Optional[int], AcquireResult]:
+        """Gives up ``release`` (or withdraws the session's wait for it), then takes ``lock`` as
+        :meth:`acquire` does (``wait``, ``value``, ``shared``, ``permits``), in one call and one
+        log write where :meth:`release` and :meth:`acquire` take two: a handoff to the next lock,
+        or to the same lock again (behind its waiters, with a new token). Returns the token of
+        the grant the release ended (``None`` if it withdrew a wait) and the new grant.
+
+        A refused release (:class:`errors.SessionNotFound`, :class:`errors.NotHolder`,
+        :class:`errors.InvalidArgument`) changes nothing; after any other error, raised as
+        :meth:`acquire` raises it, the release took effect and ``lock`` is not held (unless the
+        outcome is unknown: :class:`errors.OutcomeUnknown`). A server too old for it answers
+        :class:`errors.ProtocolError` with ``code`` ``UNIMPLEMENTED``, having released nothing.
+        Every retry reuses the release's and the acquire's request ids (two different ones), so
+        a retry neither grants twice nor releases the grant an earlier attempt took."""
+        acquire = _core.AcquireAttempts(
+            credential.id,
+            credential.secret,
+            lock,
+            self._calls.request_timeout,
+            wait=wait,
+            value=value,
+            shared=shared,
+            permits=permits,
+        )
+        return self._release_then_acquire(credential, release, acquire)
+
+    def _release_then_acquire(
+        self, credential: SessionCredential, release: str, acquire: _core.AcquireAttempts
+    ) -> tuple[Optional[int], AcquireResult]:
+        """:meth:`release_then_acquire` of an acquire whose arguments are checked already."""
+        lock = acquire.lock
+        response = self._calls.call(
+            "ReleaseThenAcquire",
+            acquire.after_release(release),
+            f"release of lock {release!r} then acquire of lock {lock!r} in session {credential.id}",
+        )
+        released, access = _core.check_handoff(response, credential.id, release, lock)
+        grant = response.grant
+        return released, AcquireResult(grant.lock, grant.session, grant.token, grant.sequencer, access)
 
     def acquire_all(
         self,
@@ -499,9 +538,7 @@ class Client:
             session=credential.id, lock=lock, request_id=_core.request_id(), session_secret=credential.secret
         )
         response = self._calls.call("Release", request, f"release of lock {lock!r} by session {credential.id}")
-        if response.HasField("token") and response.token == 0:
-            raise errors.ProtocolError(f"release of lock {lock!r} reported token 0")
-        return response.token if response.HasField("token") else None
+        return _core.released_token(response, "token", lock)
 
     def proclaim(self, credential: SessionCredential, lock: str, token: int, value: Optional[str]) -> None:
         """Replaces the value of the session's grant ``token`` of ``lock`` (``None`` removes
@@ -705,16 +742,69 @@ class Grant:
         """Gives the lock up; raises if the service did not confirm it."""
         if self.released:
             return
+        self._finish()
+        token = self._session._client.release(self._session.credential, self.lock)
+        _core.check_released("release of", self.lock, self.token, token)
+
+    def release_then_acquire(
+        self,
+        name: str,
+        *,
+        wait: Optional[float] = None,
+        value: Optional[str] = None,
+        on_lost: Optional[OnLost] = None,
+        shared: bool = False,
+        permits: Optional[int] = None,
+    ) -> "Grant":
+        """Gives this lock up and takes lock ``name`` (another, or this one again: behind its
+        waiters, with a new token) in one call and one log write
+        (:meth:`Client.release_then_acquire`): a handoff from one lock to the next. ``wait``,
+        ``value``, ``on_lost``, ``shared`` and ``permits`` as in :meth:`Session.acquire`.
+        Returns the new grant, in the same session, to release in its turn; this grant is
+        finished either way, as after :meth:`release`, unless the arguments are invalid
+        (:class:`errors.InvalidArgument`, raised before anything is sent).
+
+        Errors are the acquire's (:class:`errors.Busy`, :class:`errors.WaitEnded`, …), and after
+        them this lock is released and ``name`` not held. A refused release changes nothing: the
+        grant had ended already (:class:`errors.NotHolder`, :class:`errors.SessionNotFound`; a
+        grant released by this process raises :class:`errors.NotHolder` before anything is sent,
+        a lost one :class:`errors.SessionLost`). A server too old for the call raises
+        :class:`errors.ProtocolError` with ``code`` ``UNIMPLEMENTED`` and releases nothing: the
+        lock stays held until the session is closed."""
+        if self.released:
+            raise errors.NotHolder(
+                f"handoff from lock {self.lock!r}: its grant with token {self.token} was released already"
+            )
+        session = self._session
+        client = session._client
+        acquire = _core.AcquireAttempts(  # invalid arguments are refused before the grant ends
+            session.credential.id,
+            session.credential.secret,
+            name,
+            client._calls.request_timeout,
+            wait=wait,
+            value=value,
+            shared=shared,
+            permits=permits,
+        )
+        self._finish()
+        released, result = client._release_then_acquire(session.credential, self.lock, acquire)
+        (grant,) = session._adopt([result], on_lost)
+        try:
+            _core.check_released("handoff from", self.lock, self.token, released)
+        except errors.ProtocolError:
+            with contextlib.suppress(errors.PalisadeError):
+                grant.release()
+            raise
+        return grant
+
+    def _finish(self) -> None:
+        """Marks the grant released, before the call that gives it up is sent; raises
+        :class:`errors.SessionLost` instead of sending it if the session was lost."""
         self.released = True
         self._session._forget(self)
         if self.lost.is_set():
             raise errors.SessionLost(self.lost_reason or errors.LOST_CLOSED)
-        token = self._session._client.release(self._session.credential, self.lock)
-        if token != self.token:
-            raise errors.ProtocolError(
-                f"release of lock {self.lock!r} with token {self.token} ended "
-                + ("a wait instead" if token is None else f"token {token}")
-            )
 
     def __repr__(self) -> str:
         return f"Grant(lock={self.lock!r}, token={self.token}, session={self.session_id}, lost={self.lost.is_set()})"
@@ -774,13 +864,7 @@ class Session:
         if self.ended is not None:
             raise errors.SessionLost(self.ended)
         result = self._client.acquire(self.credential, name, wait=wait, value=value, shared=shared, permits=permits)
-        grant = Grant(self, result, on_lost)
-        with self._mutex:
-            ended = self.ended
-            if ended is None:
-                self._grants.append(grant)
-        if ended is not None:
-            grant._mark_lost(ended)
+        (grant,) = self._adopt([result], on_lost)
         return grant
 
     def acquire_all(
@@ -796,6 +880,10 @@ class Session:
         if self.ended is not None:
             raise errors.SessionLost(self.ended)
         results = self._client.acquire_all(self.credential, parts, wait=wait)
+        return self._adopt(results, on_lost)
+
+    def _adopt(self, results: list[AcquireResult], on_lost: Optional[OnLost]) -> list[Grant]:
+        """The grants of ``results``, taken in this session: lost at once if it has ended."""
         grants = [Grant(self, result, on_lost) for result in results]
         with self._mutex:
             ended = self.ended

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Sequence, Union
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Sequence, TypeVar, Union
 
 import grpc
 import grpc.aio
@@ -36,6 +36,7 @@ from ..sequencer import KeySet, PublicKey
 log = logging.getLogger("palisade")
 
 OnLost = Callable[["Grant", str], Union[None, Awaitable[None]]]
+T = TypeVar("T")
 
 
 def _failure(error: BaseException) -> Failure:
@@ -225,29 +226,57 @@ class Client:
         permits: Optional[int] = None,
     ) -> AcquireResult:
         """See :meth:`palisade.Client.acquire`."""
-        _core.validate_lock_name(lock)
-        wire_value = _core.wire_value(value)
-        wire_shared, wire_permits = _core.acquire_mode(shared, permits)
-        window = _core.WaitWindow.start(wait)
-        request_id = _core.request_id()
-
-        def attempt() -> tuple[pb.AcquireRequest, Optional[float]]:
-            wait_fields, timeout = window.attempt(self.request_timeout)
-            message = pb.AcquireRequest(
-                session=credential.id,
-                lock=lock,
-                request_id=request_id,
-                **wait_fields,
-                session_secret=credential.secret,
-                value=wire_value,
-                shared=wire_shared,
-                permits=wire_permits,
-            )
-            return message, timeout
-
-        response = await self._call("Acquire", attempt, f"acquire of lock {lock!r} in session {credential.id}")
+        attempts = _core.AcquireAttempts(
+            credential.id,
+            credential.secret,
+            lock,
+            self.request_timeout,
+            wait=wait,
+            value=value,
+            shared=shared,
+            permits=permits,
+        )
+        response = await self._call("Acquire", attempts, f"acquire of lock {lock!r} in session {credential.id}")
         access = _core.check_grant(response, credential.id, lock)
         return AcquireResult(response.lock, response.session, response.token, response.sequencer, access)
+
+    async def release_then_acquire(
+        self,
+        credential: SessionCredential,
+        release: str,
+        lock: str,
+        *,
+        wait: Optional[float] = None,
+        value: Optional[str] = None,
+        shared: bool = False,
+        permits: Optional[int] = None,
+    ) -> tuple[Optional[int], AcquireResult]:
+        """See :meth:`palisade.Client.release_then_acquire`."""
+        acquire = _core.AcquireAttempts(
+            credential.id,
+            credential.secret,
+            lock,
+            self.request_timeout,
+            wait=wait,
+            value=value,
+            shared=shared,
+            permits=permits,
+        )
+        return await self._release_then_acquire(credential, release, acquire)
+
+    async def _release_then_acquire(
+        self, credential: SessionCredential, release: str, acquire: _core.AcquireAttempts
+    ) -> tuple[Optional[int], AcquireResult]:
+        """:meth:`release_then_acquire` of an acquire whose arguments are checked already."""
+        lock = acquire.lock
+        response = await self._call(
+            "ReleaseThenAcquire",
+            acquire.after_release(release),
+            f"release of lock {release!r} then acquire of lock {lock!r} in session {credential.id}",
+        )
+        released, access = _core.check_handoff(response, credential.id, release, lock)
+        grant = response.grant
+        return released, AcquireResult(grant.lock, grant.session, grant.token, grant.sequencer, access)
 
     async def acquire_all(
         self,
@@ -286,9 +315,7 @@ class Client:
             session=credential.id, lock=lock, request_id=_core.request_id(), session_secret=credential.secret
         )
         response = await self._call("Release", request, f"release of lock {lock!r} by session {credential.id}")
-        if response.HasField("token") and response.token == 0:
-            raise errors.ProtocolError(f"release of lock {lock!r} reported token 0")
-        return response.token if response.HasField("token") else None
+        return _core.released_token(response, "token", lock)
 
     async def proclaim(self, credential: SessionCredential, lock: str, token: int, value: Optional[str]) -> None:
         """See :meth:`palisade.Client.proclaim`."""
@@ -478,16 +505,58 @@ class Grant:
     async def release(self) -> None:
         if self.released:
             return
+        self._finish()
+        token = await self._session._client.release(self._session.credential, self.lock)
+        _core.check_released("release of", self.lock, self.token, token)
+
+    async def release_then_acquire(
+        self,
+        name: str,
+        *,
+        wait: Optional[float] = None,
+        value: Optional[str] = None,
+        on_lost: Optional[OnLost] = None,
+        shared: bool = False,
+        permits: Optional[int] = None,
+    ) -> "Grant":
+        """Gives this lock up and takes lock ``name`` in one call, returning the new grant; this
+        grant is finished either way (see :meth:`palisade.Grant.release_then_acquire`). If the
+        session is lost while it waits, :class:`errors.SessionLost` is raised."""
+        if self.released:
+            raise errors.NotHolder(
+                f"handoff from lock {self.lock!r}: its grant with token {self.token} was released already"
+            )
+        session = self._session
+        client = session._client
+        acquire = _core.AcquireAttempts(  # invalid arguments are refused before the grant ends
+            session.credential.id,
+            session.credential.secret,
+            name,
+            client.request_timeout,
+            wait=wait,
+            value=value,
+            shared=shared,
+            permits=permits,
+        )
+        self._finish()
+        released, result = await session._unless_lost(
+            client._release_then_acquire(session.credential, self.lock, acquire)
+        )
+        (grant,) = await session._adopt([result], on_lost)
+        try:
+            _core.check_released("handoff from", self.lock, self.token, released)
+        except errors.ProtocolError:
+            with contextlib.suppress(errors.PalisadeError):
+                await grant.release()
+            raise
+        return grant
+
+    def _finish(self) -> None:
+        """See :meth:`palisade.Grant._finish`."""
         self.released = True
         self._session._forget(self)
         if self.lost.is_set():
             raise errors.SessionLost(self.lost_reason or errors.LOST_CLOSED)
-        token = await self._session._client.release(self._session.credential, self.lock)
-        if token != self.token:
-            raise errors.ProtocolError(
-                f"release of lock {self.lock!r} with token {self.token} ended "
-                + ("a wait instead" if token is None else f"token {token}")
-            )
 
 
 class Session:
@@ -533,22 +602,10 @@ class Session:
         _core.validate_lock_name(name)
         _core.wire_value(value)
         _core.acquire_mode(shared, permits)
-        acquire = asyncio.ensure_future(
+        result = await self._unless_lost(
             self._client.acquire(self.credential, name, wait=wait, value=value, shared=shared, permits=permits)
         )
-        lost = asyncio.ensure_future(self.lost.wait())
-        try:
-            await asyncio.wait({acquire, lost}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            lost.cancel()
-        if not acquire.done():
-            acquire.cancel()
-            raise errors.SessionLost(self.ended or errors.LOST_CLOSED)
-        grant = Grant(self, acquire.result(), on_lost)
-        if self.ended is not None:
-            await grant._mark_lost(self.ended)
-        else:
-            self._grants.append(grant)
+        (grant,) = await self._adopt([result], on_lost)
         return grant
 
     async def acquire_all(
@@ -562,7 +619,13 @@ class Session:
         if self.ended is not None:
             raise errors.SessionLost(self.ended)
         _core.acquire_parts(parts)
-        acquire = asyncio.ensure_future(self._client.acquire_all(self.credential, parts, wait=wait))
+        results = await self._unless_lost(self._client.acquire_all(self.credential, parts, wait=wait))
+        return await self._adopt(results, on_lost)
+
+    async def _unless_lost(self, call: Awaitable[T]) -> T:
+        """What ``call`` (an acquire) returns, unless the session is lost first: then the call
+        is cancelled and :class:`errors.SessionLost` raised."""
+        acquire = asyncio.ensure_future(call)
         lost = asyncio.ensure_future(self.lost.wait())
         try:
             await asyncio.wait({acquire, lost}, return_when=asyncio.FIRST_COMPLETED)
@@ -571,7 +634,11 @@ class Session:
         if not acquire.done():
             acquire.cancel()
             raise errors.SessionLost(self.ended or errors.LOST_CLOSED)
-        grants = [Grant(self, result, on_lost) for result in acquire.result()]
+        return acquire.result()
+
+    async def _adopt(self, results: list[AcquireResult], on_lost: Optional[OnLost]) -> list[Grant]:
+        """The grants of ``results``, taken in this session: lost at once if it has ended."""
+        grants = [Grant(self, result, on_lost) for result in results]
         for grant in grants:
             if self.ended is not None:
                 await grant._mark_lost(self.ended)
