@@ -355,47 +355,123 @@ type AcquireOptions struct {
 // request id, so a retry cannot grant twice. If ctx ends while the acquire may be waiting or
 // granted, the wait is withdrawn (or the grant released) before the error returns.
 func (c *Client) Acquire(ctx context.Context, cred SessionCredential, lock string, opts AcquireOptions) (Grant, error) {
-	if err := validateLockName(lock); err != nil {
+	if err := validateAcquire(lock, opts); err != nil {
 		return Grant{}, err
 	}
-	if err := validateValue(opts.Value); err != nil {
-		return Grant{}, err
-	}
-	if opts.Wait < 0 || opts.Wait > WaitMax {
-		return Grant{}, invalidArgument("wait %v is outside 0..=%v", opts.Wait, WaitMax)
-	}
-	if opts.Shared && opts.Permits != 0 {
-		return Grant{}, invalidArgument("an acquire is shared or a permit of a semaphore, not both")
-	}
-	if opts.Permits > sequencer.PermitsMax {
-		return Grant{}, invalidArgument("a semaphore has 1 to %d permits, not %d", sequencer.PermitsMax, opts.Permits)
-	}
-	id := requestID()
-	deadline := waitDeadline(ctx, opts.TryOnly, opts.Wait)
 	what := fmt.Sprintf("acquire of lock %q in session %d", lock, cred.ID)
-	response, _, err := call(ctx, c, what, c.cfg.RetryBudget,
-		func(ctx context.Context, stub palisadev1.LocksClient, copts ...grpc.CallOption) (*palisadev1.AcquireResponse, error) {
-			request := &palisadev1.AcquireRequest{Session: cred.ID, Lock: lock, RequestId: id, SessionSecret: cred.Secret, Value: opts.Value, Shared: opts.Shared, Permits: opts.Permits}
-			ctx, cancel := c.bindWait(ctx, opts.TryOnly, deadline, &request.WaitMs, &request.WaitForever)
-			defer cancel()
+	response, err := sendAcquire(ctx, c, cred, lock, opts, requestID(), what, []string{lock},
+		func(ctx context.Context, stub palisadev1.LocksClient, request *palisadev1.AcquireRequest, copts ...grpc.CallOption) (*palisadev1.AcquireResponse, error) {
 			return stub.Acquire(ctx, request, copts...)
 		})
 	if err != nil {
-		if ctx.Err() != nil {
-			// The wait may go on (or have granted) at the service: withdraw it.
-			withdraw, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.RequestTimeout)
-			if _, _, rerr := c.Release(withdraw, cred, lock); rerr != nil {
-				c.cfg.Logger.Debug("withdrawing an abandoned acquire failed", "lock", lock, "error", rerr)
-			}
-			cancel()
-		}
 		return Grant{}, err
 	}
-	access, err := checkGrant(response, cred.ID, lock)
+	return grantOf(response, cred.ID, lock)
+}
+
+// ReleaseThenAcquire gives up release (or withdraws the session's wait for it), then takes lock
+// as Acquire does, in one call and one log write where Release and Acquire take two: a handoff
+// to the next lock, or to the same lock again (behind its waiters, with a new token). Returns
+// the new grant and the token of the grant the release ended (false if it withdrew a wait).
+//
+// A refused release (ErrSessionNotFound, or ErrNotHolder: the session neither holds nor waits
+// for release) changes nothing, and the acquire is not tried; after any other refusal, the
+// acquire's (ErrBusy, ErrWaitEnded, ...), the release took effect and lock is not held. A server
+// that predates the call answers ErrProtocol with Code codes.Unimplemented, having released
+// nothing. Every retry reuses the release's and the acquire's random request ids (two different
+// ones), so a retry neither grants twice nor releases the grant an earlier attempt took. If ctx
+// ends while the handoff may be waiting or granted, both locks are released (or the wait
+// withdrawn) before the error returns.
+func (c *Client) ReleaseThenAcquire(ctx context.Context, cred SessionCredential, release, lock string, opts AcquireOptions) (grant Grant, released uint64, held bool, err error) {
+	if err := validateLockName(release); err != nil {
+		return Grant{}, 0, false, err
+	}
+	if err := validateAcquire(lock, opts); err != nil {
+		return Grant{}, 0, false, err
+	}
+	id, releaseID := requestID(), requestID()
+	for releaseID == id { // the service refuses one id for both (request_id_conflict)
+		releaseID = requestID()
+	}
+	abandoned := []string{release, lock}
+	if release == lock {
+		abandoned = abandoned[:1]
+	}
+	what := fmt.Sprintf("release of lock %q then acquire of lock %q in session %d", release, lock, cred.ID)
+	response, err := sendAcquire(ctx, c, cred, lock, opts, id, what, abandoned,
+		func(ctx context.Context, stub palisadev1.LocksClient, request *palisadev1.AcquireRequest, copts ...grpc.CallOption) (*palisadev1.ReleaseThenAcquireResponse, error) {
+			return stub.ReleaseThenAcquire(ctx, &palisadev1.ReleaseThenAcquireRequest{Acquire: request, Release: release, ReleaseRequestId: releaseID}, copts...)
+		})
 	if err != nil {
-		return Grant{}, err
+		return Grant{}, 0, false, err
 	}
-	return Grant{response.GetLock(), response.GetSession(), response.GetToken(), response.GetSequencer(), access}, nil
+	if response.GetGrant() == nil {
+		return Grant{}, 0, false, protocolError("the lock service answered a release of lock %q then an acquire of lock %q with no grant; the lock may be held by this session: close the session", release, lock)
+	}
+	if grant, err = grantOf(response.GetGrant(), cred.ID, lock); err != nil {
+		return Grant{}, 0, false, err
+	}
+	if response.ReleasedToken == nil {
+		return grant, 0, false, nil
+	}
+	if response.GetReleasedToken() == 0 {
+		return Grant{}, 0, false, protocolError("release of lock %q then acquire of lock %q reported released token 0", release, lock)
+	}
+	return grant, response.GetReleasedToken(), true, nil
+}
+
+// validateAcquire checks an acquire's lock name and options before anything is sent.
+func validateAcquire(lock string, opts AcquireOptions) error {
+	if err := validateLockName(lock); err != nil {
+		return err
+	}
+	if err := validateValue(opts.Value); err != nil {
+		return err
+	}
+	if opts.Wait < 0 || opts.Wait > WaitMax {
+		return invalidArgument("wait %v is outside 0..=%v", opts.Wait, WaitMax)
+	}
+	if opts.Shared && opts.Permits != 0 {
+		return invalidArgument("an acquire is shared or a permit of a semaphore, not both")
+	}
+	if opts.Permits > sequencer.PermitsMax {
+		return invalidArgument("a semaphore has 1 to %d permits, not %d", sequencer.PermitsMax, opts.Permits)
+	}
+	return nil
+}
+
+// sendAcquire sends the acquire of lock that opts describe, with request id id, by send (which
+// wraps it in the call's own request): every retry sends the same request, its wait fields set
+// for the attempt. If ctx ends while the acquire may be waiting or granted, each lock of
+// abandoned is released (withdrawing the wait, or freeing a late grant) before the error
+// returns.
+func sendAcquire[T any](ctx context.Context, c *Client, cred SessionCredential, lock string, opts AcquireOptions, id uint64, what string, abandoned []string,
+	send func(ctx context.Context, stub palisadev1.LocksClient, request *palisadev1.AcquireRequest, copts ...grpc.CallOption) (T, error)) (T, error) {
+	deadline := waitDeadline(ctx, opts.TryOnly, opts.Wait)
+	response, _, err := call(ctx, c, what, c.cfg.RetryBudget,
+		func(ctx context.Context, stub palisadev1.LocksClient, copts ...grpc.CallOption) (T, error) {
+			request := &palisadev1.AcquireRequest{Session: cred.ID, Lock: lock, RequestId: id, SessionSecret: cred.Secret, Value: opts.Value, Shared: opts.Shared, Permits: opts.Permits}
+			ctx, cancel := c.bindWait(ctx, opts.TryOnly, deadline, &request.WaitMs, &request.WaitForever)
+			defer cancel()
+			return send(ctx, stub, request, copts...)
+		})
+	if err != nil && ctx.Err() != nil {
+		// The wait may go on (or have granted) at the service: withdraw it.
+		c.releaseQuietly(ctx, cred, "withdrawing an abandoned acquire", abandoned...)
+	}
+	return response, err
+}
+
+// releaseQuietly releases each of locks for cred (a grant, or a wait), within a request's time
+// even after ctx ended; a failure is only logged (as why, at debug level).
+func (c *Client) releaseQuietly(ctx context.Context, cred SessionCredential, why string, locks ...string) {
+	withdraw, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.RequestTimeout)
+	defer cancel()
+	for _, lock := range locks {
+		if _, _, err := c.Release(withdraw, cred, lock); err != nil {
+			c.cfg.Logger.Debug(why+" failed", "lock", lock, "error", err)
+		}
+	}
 }
 
 // waitDeadline is when an acquire's wait ends (zero: never): after wait, and a little before
@@ -469,6 +545,15 @@ func checkGrant(r *palisadev1.AcquireResponse, session uint64, lock string) (seq
 			lock, r.GetToken(), session, access, parsed.Lock, parsed.Token, parsed.Session, parsed.Access)
 	}
 	return access, nil
+}
+
+// grantOf is the grant an acquire answered, checked as checkGrant does.
+func grantOf(r *palisadev1.AcquireResponse, session uint64, lock string) (Grant, error) {
+	access, err := checkGrant(r, session, lock)
+	if err != nil {
+		return Grant{}, err
+	}
+	return Grant{r.GetLock(), r.GetSession(), r.GetToken(), r.GetSequencer(), access}, nil
 }
 
 // Release gives up lock (or withdraws a wait); returns the token of the grant that ended, and

@@ -99,6 +99,47 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	return nil
 }
 
+// ReleaseThenAcquire gives this lock up and takes lock (another, or this one again: behind its
+// waiters, with a new token) in one call and one log write (Client.ReleaseThenAcquire): a
+// handoff from one lock to the next, waiting as opts says (TryOnly: ErrBusy at once). It
+// returns the new lock's Mutex, with opts' Value, Shared and Permits; this Mutex holds nothing
+// afterwards either way, as after Unlock. After a refusal of the acquire (ErrBusy,
+// ErrWaitEnded, ...) this lock is released and lock is not held; a refused release
+// (ErrNotHolder, ErrSessionNotFound: the grant had ended already) changed nothing. After
+// ErrUnavailable, or ErrProtocol with Code codes.Unimplemented from a server that predates the
+// call, nothing was released: the session holds this lock until Client.Release or its end. If
+// ctx ends while the handoff may be waiting or granted, both locks are released (or the wait
+// withdrawn) before ReleaseThenAcquire returns.
+func (m *Mutex) ReleaseThenAcquire(ctx context.Context, lock string, opts AcquireOptions) (*Mutex, error) {
+	m.mu.Lock()
+	held := m.grant
+	m.grant = nil
+	m.mu.Unlock()
+	if held == nil {
+		return nil, invalidArgument("handoff from lock %q, which this Mutex does not hold", m.name)
+	}
+	if err := m.session.Err(); err != nil {
+		return nil, err
+	}
+	client, cred := m.session.client, m.session.cred
+	grant, token, released, err := client.ReleaseThenAcquire(ctx, cred, m.name, lock, opts)
+	if err != nil {
+		return nil, err
+	}
+	if !released || token != held.Token {
+		// The answer is not about this grant: give the new one up too rather than hand it on.
+		client.releaseQuietly(ctx, cred, "releasing the grant of a handoff that ended another", lock)
+		ended := "a wait instead"
+		if released {
+			ended = fmt.Sprintf("token %d", token)
+		}
+		return nil, protocolError("handoff from lock %q with token %d ended %s", m.name, held.Token, ended)
+	}
+	next := &Mutex{session: m.session, name: lock, value: opts.Value, shared: opts.Shared, permits: opts.Permits, grant: &grant}
+	// A grant that arrives after the session ended is no grant: the service may have freed it.
+	return next, m.session.Err()
+}
+
 // Grant is the current grant, and false when the Mutex holds nothing (or its session ended).
 func (m *Mutex) Grant() (Grant, bool) {
 	m.mu.Lock()
