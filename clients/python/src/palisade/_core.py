@@ -39,6 +39,7 @@ from . import _keepalive, errors
 from ._proto import palisade_pb2 as pb
 
 if TYPE_CHECKING:
+    from .client import SessionCredential
     from .sequencer import Access
 
 _log = logging.getLogger("palisade")
@@ -663,8 +664,7 @@ class AcquireAttempts:
 
     def __init__(
         self,
-        session: int,
-        secret: bytes,
+        credential: SessionCredential,
         lock: str,
         request_timeout: float,
         *,
@@ -677,7 +677,12 @@ class AcquireAttempts:
         value = wire_value(value)
         shared, permits = acquire_mode(shared, permits)
         self._fields: dict[str, Any] = dict(
-            session=session, lock=lock, session_secret=secret, value=value, shared=shared, permits=permits
+            session=credential.id,
+            lock=lock,
+            session_secret=credential.secret,
+            value=value,
+            shared=shared,
+            permits=permits,
         )
         self._window = WaitWindow.start(wait)
         self._request_timeout = request_timeout

@@ -429,8 +429,7 @@ class Client:
         grant twice. A retry, or an acquire by a session that holds or waits for the lock
         already, keeps the value the first acquire brought."""
         attempts = _core.AcquireAttempts(
-            credential.id,
-            credential.secret,
+            credential,
             lock,
             self._calls.request_timeout,
             wait=wait,
@@ -467,8 +466,7 @@ class Client:
         Every retry reuses the release's and the acquire's request ids (two different ones), so
         a retry neither grants twice nor releases the grant an earlier attempt took."""
         acquire = _core.AcquireAttempts(
-            credential.id,
-            credential.secret,
+            credential,
             lock,
             self._calls.request_timeout,
             wait=wait,
@@ -778,8 +776,7 @@ class Grant:
         session = self._session
         client = session._client
         acquire = _core.AcquireAttempts(  # invalid arguments are refused before the grant ends
-            session.credential.id,
-            session.credential.secret,
+            session.credential,
             name,
             client._calls.request_timeout,
             wait=wait,

@@ -227,8 +227,7 @@ class Client:
     ) -> AcquireResult:
         """See :meth:`palisade.Client.acquire`."""
         attempts = _core.AcquireAttempts(
-            credential.id,
-            credential.secret,
+            credential,
             lock,
             self.request_timeout,
             wait=wait,
@@ -253,8 +252,7 @@ class Client:
     ) -> tuple[Optional[int], AcquireResult]:
         """See :meth:`palisade.Client.release_then_acquire`."""
         acquire = _core.AcquireAttempts(
-            credential.id,
-            credential.secret,
+            credential,
             lock,
             self.request_timeout,
             wait=wait,
@@ -529,8 +527,7 @@ class Grant:
         session = self._session
         client = session._client
         acquire = _core.AcquireAttempts(  # invalid arguments are refused before the grant ends
-            session.credential.id,
-            session.credential.secret,
+            session.credential,
             name,
             client.request_timeout,
             wait=wait,
