@@ -597,13 +597,10 @@ impl RaftNetworkV2<C> for PeerClient {
                 let nothing: BoxStream<'s, _> = Box::pin(futures::stream::empty());
                 return Ok(nothing);
             };
-            let input = futures::stream::iter([first]).chain(input);
             let mut client = self.client()?;
             let deadline = option.soft_ttl();
-            let in_flight = Arc::new(append_stream::InFlight::default());
-            let (stop, stopped) = tokio::sync::oneshot::channel();
-            let requests =
-                append_stream::requests(input, self.envelope.clone(), in_flight.clone(), stopped);
+            let (mut sending, requests) = append_stream::open(input, self.envelope.clone());
+            let offered = sending.offer(first);
             let opened = tokio::time::timeout(deadline, client.stream_append(requests)).await;
             let replies = match opened {
                 Err(_elapsed) => {
@@ -627,13 +624,7 @@ impl RaftNetworkV2<C> for PeerClient {
                 }
                 Ok(Ok(replies)) => replies.into_inner(),
             };
-            let answers = append_stream::Answers {
-                peer: &*self,
-                replies,
-                in_flight,
-                deadline,
-                stop: Some(stop),
-            };
+            let answers = append_stream::Answers::new(&*self, replies, deadline, sending, offered);
             let answers = futures::stream::unfold(answers, |mut answers| async move {
                 let answer = answers.next().await?;
                 Some((answer, answers))

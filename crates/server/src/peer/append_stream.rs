@@ -13,14 +13,20 @@
 //! - **A batch over [`APPEND_ENTRIES_BYTES_MAX`](crate::limits::APPEND_ENTRIES_BYTES_MAX) is cut** ([`encode_append`]). The cut request
 //!   is the last one of the stream: its answer is a partial success, and openraft opens the next
 //!   stream from there.
-//! - **A stream openraft gave up on** (a timeout, an error, a refusal) stops taking requests
-//!   at once: its answers' end drops the [`requests`] stream's stop signal. openraft's next
-//!   stream draws from the same source, so a forgotten one would take its requests.
 //! - **Failures are the unary call's:** a refusal or a broken connection is `Unreachable`, so
 //!   openraft backs off, and a peer's word that this node was removed is acted on.
+//!
+//! **openraft's requests are taken only where its answers are read** ([`Answers::next`]), in
+//! openraft's replication task, and handed to the connection through a short queue; the
+//! connection never takes one by itself. openraft stops reading the answers of a stream it gave
+//! up on (this node stepped down, a timeout) before anything else, so no request is built for a
+//! stream after that. A request built later could read a log that a new leader has meanwhile
+//! cut back: openraft 0.10.0-alpha.37 compares the old stream's position with the new last log
+//! id by term first, finds a range that ends before it starts, and stops on a debug assertion
+//! (a release build sends nothing and ends the stream). The deterministic simulation reached
+//! that when the connection took requests itself.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -28,30 +34,19 @@ use openraft::OptionalSend;
 use openraft::errors::RPCError;
 use openraft::network::RPCTypes;
 use openraft::raft::{AppendEntriesRequest, StreamAppendResult};
-use palisade_proto::raft::v1::{PeerReply, PeerRequest};
-use tokio::sync::{Notify, oneshot};
+use palisade_proto::raft::v1::{Envelope, PeerReply, PeerRequest};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::{AppendBody, PeerClient, encode_append};
 use crate::raft_types::C;
 
-/// What the two halves of one stream share: the requests sent and not yet answered, oldest
-/// first, and why the sending half stopped early, if it did.
-#[derive(Debug, Default)]
-pub(super) struct InFlight {
-    state: Mutex<InFlightState>,
-    /// Woken when a request is sent, so that the receiving half starts its deadline.
-    sent: Notify,
-}
+/// Requests built and not yet taken by the connection: enough that building one rarely waits
+/// for the connection, few because each may be up to
+/// [`APPEND_ENTRIES_BYTES_MAX`](crate::limits::APPEND_ENTRIES_BYTES_MAX).
+const QUEUED_REQUESTS_MAX: usize = 2;
 
-#[derive(Debug, Default)]
-struct InFlightState {
-    unanswered: VecDeque<Sent>,
-    /// A request that could not be encoded: the stream ends with this error once the requests
-    /// before it are answered.
-    failed: Option<String>,
-}
-
+/// A request sent and not yet answered.
 #[derive(Debug, Clone, Copy)]
 struct Sent {
     at: Instant,
@@ -59,84 +54,160 @@ struct Sent {
     cut: bool,
 }
 
-impl InFlight {
-    fn lock(&self) -> std::sync::MutexGuard<'_, InFlightState> {
-        self.state.lock().expect("append stream state poisoned")
-    }
-
-    fn sent(&self, cut: bool) {
-        self.lock().unanswered.push_back(Sent {
-            at: Instant::now(),
-            cut,
-        });
-        self.sent.notify_one();
-    }
+/// The sending half of one stream: openraft's requests, and the queue to the connection.
+/// Dropped when nothing more may be sent, which ends the request stream.
+pub(super) struct Sending<S> {
+    input: S,
+    queue: mpsc::Sender<PeerRequest>,
+    envelope: Envelope,
 }
 
-/// openraft's `input` as the gRPC requests of one stream, each with `envelope`. The stream
-/// ends after a cut request (see the module doc), before a request that cannot be encoded, and
-/// as soon as `stop` fires or is dropped: when the [`Answers`] of the stream end or go away, so
-/// that a stream openraft gave up on takes no more of its requests (openraft's next stream
-/// draws from the same source).
-pub(super) fn requests<S>(
+/// Opens the two halves of one stream: the requests the connection sends (only those
+/// [`Answers`] hands it), and the sending half to build [`Answers`] with.
+pub(super) fn open<S>(
     input: S,
-    envelope: palisade_proto::raft::v1::Envelope,
-    in_flight: Arc<InFlight>,
-    stop: oneshot::Receiver<()>,
-) -> impl futures::Stream<Item = PeerRequest> + Send + 'static
+    envelope: Envelope,
+) -> (
+    Sending<S>,
+    impl futures::Stream<Item = PeerRequest> + Send + 'static,
+) {
+    let (queue, queued) = mpsc::channel(QUEUED_REQUESTS_MAX);
+    let sending = Sending {
+        input,
+        queue,
+        envelope,
+    };
+    (sending, tokio_stream::wrappers::ReceiverStream::new(queued))
+}
+
+/// What became of one request offered to the stream.
+#[derive(Debug)]
+pub(super) enum Offered {
+    /// Queued for the connection; `last` if only its leading entries went (it was cut), so
+    /// that it is the stream's last.
+    Queued { last: bool },
+    /// Nothing more goes on this stream: openraft's input ended, the connection is gone, or
+    /// the request could not be encoded (why).
+    Done(Option<String>),
+}
+
+impl<S> Sending<S>
 where
     S: futures::Stream<Item = AppendEntriesRequest<C>> + OptionalSend + Unpin + 'static,
 {
-    futures::stream::unfold(Some((input, stop)), move |state| {
-        let envelope = envelope.clone();
-        let in_flight = in_flight.clone();
-        async move {
-            let (mut input, mut stop) = state?;
-            // On `stop`, `input` is dropped here, with any request openraft was making.
-            let rpc = tokio::select! {
-                biased;
-                _ = &mut stop => return None,
-                rpc = input.next() => rpc?,
-            };
-            match encode_append(rpc) {
-                Ok(AppendBody { body, cut }) => {
-                    let cut = cut.is_some();
-                    in_flight.sent(cut);
-                    let request = PeerRequest {
-                        envelope: Some(envelope),
-                        body,
-                    };
-                    Some((request, (!cut).then_some((input, stop))))
-                }
-                Err(why) => {
-                    in_flight.lock().failed = Some(why);
-                    in_flight.sent.notify_one();
-                    None
+    /// Queues `rpc` for the connection. The queue must have room: only the first request,
+    /// before anything else is queued, is offered this way.
+    pub(super) fn offer(&mut self, rpc: AppendEntriesRequest<C>) -> Offered {
+        match self.queue.try_reserve() {
+            Ok(permit) => self.queue_with(permit, rpc),
+            Err(_) => Offered::Done(None),
+        }
+    }
+
+    /// Waits for room in the queue and for openraft's next request, and queues it.
+    /// Cancel-safe: dropped while waiting, it takes nothing (openraft's request stream keeps
+    /// a request it was building for the next call).
+    async fn send_next(&mut self) -> Offered {
+        let Ok(permit) = self.queue.reserve().await else {
+            return Offered::Done(None);
+        };
+        match self.input.next().await {
+            Some(rpc) => self.queue_with(permit, rpc),
+            None => Offered::Done(None),
+        }
+    }
+
+    fn queue_with(
+        &self,
+        permit: mpsc::Permit<'_, PeerRequest>,
+        rpc: AppendEntriesRequest<C>,
+    ) -> Offered {
+        match encode_append(rpc) {
+            Ok(AppendBody { body, cut }) => {
+                permit.send(PeerRequest {
+                    envelope: Some(self.envelope.clone()),
+                    body,
+                });
+                Offered::Queued {
+                    last: cut.is_some(),
                 }
             }
+            Err(why) => Offered::Done(Some(why)),
         }
-    })
+    }
 }
 
-/// The receiving half of one stream: the follower's replies as openraft's results.
-pub(super) struct Answers<'s> {
-    pub(super) peer: &'s PeerClient,
-    pub(super) replies: tonic::Streaming<PeerReply>,
-    pub(super) in_flight: Arc<InFlight>,
+/// The receiving half of one stream: the follower's replies as openraft's results. It also
+/// takes openraft's requests and queues them for the connection (see the module doc).
+pub(super) struct Answers<'s, S> {
+    peer: &'s PeerClient,
+    replies: tonic::Streaming<PeerReply>,
     /// How long a request may stay unanswered.
-    pub(super) deadline: Duration,
-    /// Dropped when these answers end (or are dropped): the sending half then stops.
-    pub(super) stop: Option<oneshot::Sender<()>>,
+    deadline: Duration,
+    /// `None` once nothing more is sent on this stream.
+    sending: Option<Sending<S>>,
+    /// The requests sent and not yet answered, oldest first.
+    unanswered: VecDeque<Sent>,
+    /// A request that could not be encoded: the stream ends with this error once the requests
+    /// before it are answered.
+    failed: Option<String>,
+    /// Set after an error, or after the answer to a cut request or a refused append (a
+    /// conflict, a higher vote): the stream is over.
+    over: bool,
 }
 
 type Answer = Result<StreamAppendResult<C>, RPCError<C>>;
 
-impl Answers<'_> {
+impl<'s, S> Answers<'s, S>
+where
+    S: futures::Stream<Item = AppendEntriesRequest<C>> + OptionalSend + Unpin + 'static,
+{
+    /// The answers to the requests of `sending`, the first of which was already `offered`.
+    pub(super) fn new(
+        peer: &'s PeerClient,
+        replies: tonic::Streaming<PeerReply>,
+        deadline: Duration,
+        sending: Sending<S>,
+        offered: Offered,
+    ) -> Self {
+        let mut answers = Self {
+            peer,
+            replies,
+            deadline,
+            sending: Some(sending),
+            unanswered: VecDeque::new(),
+            failed: None,
+            over: false,
+        };
+        answers.offered(offered);
+        answers
+    }
+
+    fn offered(&mut self, offered: Offered) {
+        match offered {
+            Offered::Queued { last } => {
+                self.unanswered.push_back(Sent {
+                    at: Instant::now(),
+                    cut: last,
+                });
+                if last {
+                    self.sending = None;
+                }
+            }
+            Offered::Done(failed) => {
+                self.failed = failed;
+                self.sending = None;
+            }
+        }
+    }
+
     /// The next result, or `None` once the stream ended cleanly. After an error, or after the
     /// answer to a cut request or a refused append (a conflict, a higher vote), the stream is
     /// over.
     pub(super) async fn next(&mut self) -> Option<Answer> {
-        self.stop.as_ref()?;
+        if self.over {
+            return None;
+        }
         let answer = self.receive().await;
         if !matches!(answer, Some(Ok(Ok(_)))) {
             self.end();
@@ -145,13 +216,15 @@ impl Answers<'_> {
     }
 
     fn end(&mut self) {
-        self.stop = None;
+        self.over = true;
+        self.sending = None;
     }
 
     async fn receive(&mut self) -> Option<Answer> {
         loop {
-            let oldest = self.in_flight.lock().unanswered.front().map(|sent| sent.at);
-            let due = oldest.map(|at| at + self.deadline);
+            let due = self.unanswered.front().map(|sent| sent.at + self.deadline);
+            let sending = self.sending.as_mut();
+            let more = sending.is_some();
             tokio::select! {
                 biased;
                 reply = self.replies.message() => return self.answer(reply),
@@ -160,7 +233,7 @@ impl Answers<'_> {
                         self.peer.timeout(RPCTypes::AppendEntries, self.deadline),
                     )));
                 }
-                () = self.in_flight.sent.notified() => {}
+                offered = send_next(sending), if more => self.offered(offered),
             }
         }
     }
@@ -169,15 +242,14 @@ impl Answers<'_> {
         let reply = match reply {
             Ok(Some(reply)) => reply,
             Ok(None) => {
-                let state = self.in_flight.lock();
-                if let Some(why) = &state.failed {
+                if let Some(why) = &self.failed {
                     return Some(Err(RPCError::Unreachable(self.peer.unreachable(why))));
                 }
-                if !state.unanswered.is_empty() {
+                if !self.unanswered.is_empty() {
                     return Some(Err(RPCError::Unreachable(self.peer.unreachable(
                         format_args!(
                             "its append stream ended with {} requests unanswered",
-                            state.unanswered.len()
+                            self.unanswered.len()
                         ),
                     ))));
                 }
@@ -191,7 +263,7 @@ impl Answers<'_> {
                 )));
             }
         };
-        let Some(sent) = self.in_flight.lock().unanswered.pop_front() else {
+        let Some(sent) = self.unanswered.pop_front() else {
             return Some(Err(RPCError::Unreachable(
                 self.peer
                     .unreachable("it answered an append it was not sent"),
@@ -212,6 +284,16 @@ impl Answers<'_> {
     }
 }
 
+async fn send_next<S>(sending: Option<&mut Sending<S>>) -> Offered
+where
+    S: futures::Stream<Item = AppendEntriesRequest<C>> + OptionalSend + Unpin + 'static,
+{
+    match sending {
+        Some(sending) => sending.send_next().await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn sleep_until(due: Option<Instant>) {
     match due {
         Some(due) => tokio::time::sleep_until(due).await,
@@ -221,50 +303,77 @@ async fn sleep_until(due: Option<Instant>) {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use openraft::type_config::alias::VoteOf;
 
     use super::*;
 
-    /// openraft's request stream as the tests see it: it never yields (a leader with nothing
-    /// new to send), and says when it is dropped.
-    struct Idle(Arc<AtomicBool>);
+    /// An empty append-entries request, as openraft would build a heartbeat.
+    fn request() -> AppendEntriesRequest<C> {
+        AppendEntriesRequest {
+            vote: VoteOf::<C>::new(1, 1),
+            prev_log_id: None,
+            leader_commit: None,
+            entries: Vec::new(),
+        }
+    }
 
-    impl futures::Stream for Idle {
+    /// openraft's request stream as the tests see it: a request is always ready, and each one
+    /// taken is counted.
+    struct Eager(Arc<AtomicUsize>);
+
+    impl futures::Stream for Eager {
         type Item = AppendEntriesRequest<C>;
 
         fn poll_next(
             self: std::pin::Pin<&mut Self>,
             _: &mut std::task::Context<'_>,
         ) -> std::task::Poll<Option<Self::Item>> {
-            std::task::Poll::Pending
+            self.0.fetch_add(1, Ordering::SeqCst);
+            std::task::Poll::Ready(Some(request()))
         }
     }
 
-    impl Drop for Idle {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::SeqCst);
-        }
-    }
-
-    /// Once the answers of a stream end (openraft gave up on it: a timeout, an error), its
-    /// sending half takes no more of openraft's requests: they belong to the next stream.
+    /// The connection sends what it is handed and takes nothing from openraft by itself: a
+    /// stream openraft stopped reading the answers of gets no request built after that.
     #[tokio::test]
-    async fn a_stream_whose_answers_ended_takes_no_more_requests() {
-        let dropped = Arc::new(AtomicBool::new(false));
-        let (stop, stopped) = oneshot::channel();
-        let mut requests = Box::pin(requests(
-            Idle(dropped.clone()),
-            Default::default(),
-            Arc::default(),
-            stopped,
-        ));
-        let waiting = tokio::time::timeout(Duration::from_millis(50), requests.next()).await;
-        assert!(waiting.is_err(), "an idle input yields nothing");
-        drop(stop);
-        let ended = tokio::time::timeout(Duration::from_secs(10), requests.next())
+    async fn the_connection_takes_no_request_from_openraft_by_itself() {
+        let taken = Arc::new(AtomicUsize::new(0));
+        let (mut sending, requests) = open(Eager(taken.clone()), Envelope::default());
+        let mut requests = Box::pin(requests);
+        let offered = sending.offer(request());
+        assert!(
+            matches!(offered, Offered::Queued { last: false }),
+            "{offered:?}"
+        );
+        let first = tokio::time::timeout(Duration::from_secs(10), requests.next())
             .await
-            .expect("the request stream still waits on openraft after its answers ended");
-        assert!(ended.is_none());
-        assert!(dropped.load(Ordering::SeqCst), "openraft's stream was kept");
+            .expect("the offered request reaches the connection");
+        assert!(first.is_some());
+        let waiting = tokio::time::timeout(Duration::from_millis(50), requests.next()).await;
+        assert!(
+            waiting.is_err(),
+            "the connection sent a request no one handed it"
+        );
+        assert_eq!(
+            taken.load(Ordering::SeqCst),
+            0,
+            "openraft's requests were taken"
+        );
+        // Taken only when the answers' side asks for the next one.
+        let next = sending.send_next().await;
+        assert!(matches!(next, Offered::Queued { last: false }), "{next:?}");
+        assert_eq!(taken.load(Ordering::SeqCst), 1);
+        drop(sending);
+        assert!(
+            requests.next().await.is_some(),
+            "the queued request is still sent"
+        );
+        assert!(
+            requests.next().await.is_none(),
+            "the stream ends with its sending half"
+        );
     }
 }
