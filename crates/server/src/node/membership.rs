@@ -206,9 +206,13 @@ impl Node {
     /// without itself stops serving (see [`Node::removed`]) instead of answering clients with
     /// a stale view. A node that learns of its removal only by being refused by the others
     /// stays idle: they answer none of its requests.
+    ///
+    /// It watches openraft's server metrics, which change only with the vote, the role, the
+    /// leader or the membership, rather than its whole metrics, which the Raft core sends on
+    /// every turn: that would wake this task once or more per lock operation for nothing.
     pub(super) fn watch_membership(self: &Arc<Self>) {
         let weak = Arc::downgrade(self);
-        let mut metrics = self.raft.metrics();
+        let mut metrics = self.raft.server_metrics();
         let me = self.identity.node_id;
         tokio::spawn(async move {
             let mut was_member = false;
