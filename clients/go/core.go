@@ -155,16 +155,55 @@ type current struct {
 	index      int
 }
 
+// failedEndpointPassedOverFor is how long an endpoint whose attempt failed is passed over while
+// another has not failed since, as in the Rust client.
+const failedEndpointPassedOverFor = 10 * time.Second
+
 // endpoints are the endpoints a client was given, and the one it sends to now.
+//
+// After a failure that is not an answer about the request, the next attempt goes to the next
+// configured endpoint in order, passing over those whose own attempt failed within
+// failedEndpointPassedOverFor while one has not (so that members lost for good, still in the
+// list, do not cost a connection timeout at every failover); when all have, to the one that
+// failed longest ago.
 type endpoints struct {
 	configured []string
 	withTLS    bool
 	dial       func(target string) (*grpc.ClientConn, error)
 	log        *slog.Logger
+	// now is the clock failures are timed on: time.Now when nil.
+	now func() time.Time
 
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
-	cur   current
+	mu       sync.Mutex
+	conns    map[string]*grpc.ClientConn
+	cur      current
+	failedAt []time.Time // zero: never failed
+}
+
+// nextAfter is the configured endpoint to try after the one at failed, whose attempt just
+// failed. It holds e.mu.
+func (e *endpoints) nextAfter(failed int) int {
+	now := time.Now()
+	if e.now != nil {
+		now = e.now()
+	}
+	if e.failedAt == nil {
+		e.failedAt = make([]time.Time, len(e.configured))
+	}
+	e.failedAt[failed] = now
+	count := len(e.configured)
+	oldest := -1
+	for step := 1; step <= count; step++ {
+		i := (failed + step) % count
+		at := e.failedAt[i]
+		if at.IsZero() || now.Sub(at) >= failedEndpointPassedOverFor {
+			return i
+		}
+		if oldest < 0 || at.Before(e.failedAt[oldest]) {
+			oldest = i
+		}
+	}
+	return oldest
 }
 
 func (e *endpoints) conn(target string) (*grpc.ClientConn, error) {
@@ -192,28 +231,35 @@ func (e *endpoints) afterFailure(used uint64, f *failure) {
 	if cur.generation != used {
 		return // another call already moved on from that endpoint
 	}
-	next := (cur.index + 1) % len(e.configured)
-	target, index := e.configured[next], next
+	var target string
+	var index int
 	switch f.kind {
 	case failNotLeader:
-		if f.leader == cur.target {
-			break // a member naming itself as the leader it is not is confused: try another
-		}
 		found := false
 		for i, t := range e.configured {
-			if t == f.leader {
+			if t == f.leader && t != cur.target {
 				target, index, found = t, i, true
 			}
 		}
-		if !found && e.withTLS {
+		switch {
+		case found:
+		case f.leader == cur.target:
+			// a member naming itself as the leader it is not is confused: try another
+			index = e.nextAfter(cur.index)
+			target = e.configured[index]
+		case e.withTLS:
 			// With TLS the hint came over an authenticated connection, and the new connection
 			// sends the bearer token and session secrets only once its server has shown a
 			// certificate from the CA.
 			target, index = f.leader, cur.index
-		} else if !found {
+		default:
 			e.log.Warn("not following the leader hint to an address outside the configured endpoints (without TLS nothing proves it is a member): give the client every member's address", "leader", f.leader)
+			index = e.nextAfter(cur.index)
+			target = e.configured[index]
 		}
 	case failNotApplied, failUnknown:
+		index = e.nextAfter(cur.index)
+		target = e.configured[index]
 	default:
 		return // an answer about the request itself: the member spoke for the cluster
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -56,6 +57,30 @@ func TestALeaderHintIsFollowedInsideTheListAndOutsideItOnlyWithTLS(t *testing.T)
 	if got := secure.current(); got.target != "10.9.9.9:7457" {
 		t.Fatalf("with TLS a hint outside the list is followed: %+v", got)
 	}
+}
+
+// The same steps as the Rust client's a_member_that_just_failed_is_passed_over_for_a_while.
+func TestAnEndpointThatJustFailedIsPassedOverForAWhile(t *testing.T) {
+	e := testEndpoints(t, false, "10.0.0.1:7457", "10.0.0.2:7457", "10.0.0.3:7457")
+	now := time.Unix(1000, 0)
+	e.now = func() time.Time { return now }
+	step := func(used uint64, f *failure, want string) {
+		t.Helper()
+		e.afterFailure(used, f)
+		if got := e.current(); got.target != want || got.generation != used+1 {
+			t.Fatalf("after %+v: %+v, want %s", f, got, want)
+		}
+	}
+	step(0, &failure{kind: failUnknown}, "10.0.0.2:7457")
+	step(1, &failure{kind: failNotLeader, leader: "10.0.0.3:7457"}, "10.0.0.3:7457")
+	now = now.Add(2 * time.Second)
+	// The leader fails: the next in order is the first, which failed a moment ago.
+	step(2, &failure{kind: failNotApplied}, "10.0.0.2:7457")
+	// All three have failed within the period: the one that failed longest ago.
+	step(3, &failure{kind: failNotApplied}, "10.0.0.1:7457")
+	// Once the period is over, a failed endpoint is next in order again.
+	now = now.Add(failedEndpointPassedOverFor)
+	step(4, &failure{kind: failUnknown}, "10.0.0.2:7457")
 }
 
 func TestEndpointsAreParsedAsTheRustClientParsesThem(t *testing.T) {

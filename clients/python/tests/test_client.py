@@ -233,6 +233,29 @@ def test_endpoints_follow_leader_hints_and_rotate_on_failures() -> None:
     assert endpoints.current().target == "10.0.0.3:7457"
 
 
+def test_an_endpoint_that_just_failed_is_passed_over_for_a_while() -> None:
+    # The same steps as the Rust client's `a_member_that_just_failed_is_passed_over_for_a_while`.
+    now = [100.0]
+    endpoints = Endpoints(
+        ["10.0.0.1:7457", "10.0.0.2:7457", "10.0.0.3:7457"], 0, lambda target: target, clock=lambda: now[0]
+    )
+    endpoints.after_failure(0, Failure(Failure.UNKNOWN, "connect timed out"))
+    assert endpoints.current().target == "10.0.0.2:7457"
+    endpoints.after_failure(1, Failure(Failure.NOT_LEADER, "not the leader", leader="10.0.0.3:7457"))
+    assert endpoints.current().target == "10.0.0.3:7457"
+    now[0] += 2
+    # The leader fails: the next in order is the first, which failed a moment ago.
+    endpoints.after_failure(2, Failure(Failure.NOT_APPLIED, "election"))
+    assert endpoints.current().target == "10.0.0.2:7457"
+    # All three have failed within the period: the one that failed longest ago.
+    endpoints.after_failure(3, Failure(Failure.NOT_APPLIED, "no leader yet"))
+    assert endpoints.current().target == "10.0.0.1:7457"
+    # Once the period is over, a failed endpoint is next in order again.
+    now[0] += _core.FAILED_ENDPOINT_PASSED_OVER_FOR
+    endpoints.after_failure(4, Failure(Failure.UNKNOWN, "connect timed out"))
+    assert endpoints.current().target == "10.0.0.2:7457"
+
+
 def test_request_ids_and_open_keys_are_random() -> None:
     assert len({_core.request_id() for _ in range(256)}) == 256
     keys = {_core.open_key() for _ in range(256)}

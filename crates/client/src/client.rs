@@ -214,7 +214,10 @@ pub struct Client {
 ///   a hint points), else to the next configured endpoint;
 /// - any other failure that is not an answer about the request itself (an `UNAVAILABLE` without
 ///   a leader, a failed connection, a broken connection, no answer in time): to the next
-///   configured endpoint, in order, wrapping around;
+///   configured endpoint, in order, wrapping around, passing over those whose own attempt
+///   failed within [`FAILED_ENDPOINT_PASSED_OVER_FOR`] while one has not (so that members lost
+///   for good, still in a client's list, cost one connection timeout each per period, not one
+///   at every failover); when all have, the one that failed longest ago;
 /// - a refusal or an answer: nowhere else (the member answered for the cluster).
 ///
 /// Whether, and when, the next attempt is made is the retry policy's business
@@ -228,7 +231,14 @@ pub(crate) struct Endpoints {
     /// How connections are made: TCP when `None`.
     dialer: Option<Dialer>,
     current: Mutex<Current>,
+    /// When an attempt at each configured endpoint last failed and moved the client on.
+    failed_at: Mutex<Vec<Option<tokio::time::Instant>>>,
 }
+
+/// How long an endpoint whose attempt failed is passed over while another has not failed
+/// since: longer than a few failovers, short enough that a member back from a restart is
+/// tried again soon.
+pub(crate) const FAILED_ENDPOINT_PASSED_OVER_FOR: Duration = Duration::from_secs(10);
 
 /// One endpoint and a channel to it.
 #[derive(Debug, Clone)]
@@ -437,6 +447,45 @@ fn locks_client(channel: Channel, options: &ClientOptions) -> RawLocks {
 }
 
 impl Endpoints {
+    /// `configured` (not empty), sending to the one at `index` first.
+    fn new(
+        configured: Vec<Target>,
+        index: usize,
+        options: ClientOptions,
+        dialer: Option<Dialer>,
+    ) -> Endpoints {
+        Endpoints {
+            current: Mutex::new(Current {
+                target: configured[index].clone(),
+                generation: 0,
+                index,
+            }),
+            failed_at: Mutex::new(vec![None; configured.len()]),
+            configured,
+            options,
+            dialer,
+        }
+    }
+
+    /// The configured endpoint to try after the one at `failed`, whose attempt just failed:
+    /// the next in order that has not failed within [`FAILED_ENDPOINT_PASSED_OVER_FOR`], else
+    /// the one that failed longest ago.
+    fn next_after(&self, failed: usize) -> usize {
+        let now = tokio::time::Instant::now();
+        let mut failed_at = self.failed_at.lock().unwrap_or_else(|e| e.into_inner());
+        failed_at[failed] = Some(now);
+        let count = self.configured.len();
+        let order = (1..=count).map(|step| (failed + step) % count);
+        order
+            .clone()
+            .find(|&i| {
+                failed_at[i]
+                    .is_none_or(|at| now.duration_since(at) >= FAILED_ENDPOINT_PASSED_OVER_FOR)
+            })
+            .or_else(|| order.min_by_key(|&i| failed_at[i]))
+            .unwrap_or(failed)
+    }
+
     /// A leader hint (`http://host:port`) with this client's scheme: `https://` with TLS.
     fn leader_url(&self, hint: &str) -> String {
         match (&self.options.tls, hint.strip_prefix("http://")) {
@@ -477,7 +526,7 @@ impl Endpoints {
                             "not following the leader hint to an address outside the configured endpoints \
                              (without TLS nothing proves it is a member): give the client every member's address"
                         );
-                        let index = (current.index + 1) % self.configured.len();
+                        let index = self.next_after(current.index);
                         (self.configured[index].clone(), index)
                     }
                     None => match lazy_target(leader, &self.options, self.dialer.as_ref()) {
@@ -488,7 +537,7 @@ impl Endpoints {
             }
             // A member naming itself as the leader it is not is confused: try another.
             Failure::NotLeader { .. } | Failure::NotApplied(_) | Failure::Unknown(_) => {
-                let index = (current.index + 1) % self.configured.len();
+                let index = self.next_after(current.index);
                 (self.configured[index].clone(), index)
             }
             Failure::Core(_)
@@ -652,20 +701,10 @@ impl Client {
                 }
             })
             .collect::<Result<Vec<Target>, ConnectError>>()?;
-        let current = Current {
-            target: configured[index].clone(),
-            generation: 0,
-            index,
-        };
         Ok(Client {
             options: options.clone(),
             clock: palisade_clock::TokioClock::shared(),
-            endpoints: Arc::new(Endpoints {
-                configured,
-                options,
-                dialer,
-                current: Mutex::new(current),
-            }),
+            endpoints: Arc::new(Endpoints::new(configured, index, options, dialer)),
         })
     }
 
@@ -1511,16 +1550,7 @@ mod tests {
         .iter()
         .map(|url| lazy_target(url, &options, None).unwrap())
         .collect();
-        Endpoints {
-            current: Mutex::new(Current {
-                target: configured[0].clone(),
-                generation: 0,
-                index: 0,
-            }),
-            configured,
-            options,
-            dialer: None,
-        }
+        Endpoints::new(configured, 0, options, None)
     }
 
     fn not_leader(leader: &str) -> Failure {
@@ -1579,19 +1609,35 @@ mod tests {
         assert_eq!(urls(&endpoints), "http://10.0.0.2:7457");
     }
 
+    /// A member whose attempt failed is passed over at the next failovers, for a while, while
+    /// another has not failed: a member lost for good, still in the list, does not cost a
+    /// connection timeout at every failover. After the period it is tried again.
+    #[tokio::test(start_paused = true)]
+    async fn a_member_that_just_failed_is_passed_over_for_a_while() {
+        let endpoints = three();
+        let urls = |e: &Endpoints| e.current().target.url;
+        // The first fails (a member lost for good); the second names the third as the leader.
+        endpoints.after_failure(0, &Failure::Unknown("connect timed out".into()));
+        assert_eq!(urls(&endpoints), "http://10.0.0.2:7457");
+        endpoints.after_failure(1, &not_leader("http://10.0.0.3:7457"));
+        assert_eq!(urls(&endpoints), "http://10.0.0.3:7457");
+        // The leader fails: the next in order is the first, which failed a moment ago.
+        tokio::time::advance(Duration::from_secs(2)).await;
+        endpoints.after_failure(2, &Failure::NotApplied("election".into()));
+        assert_eq!(urls(&endpoints), "http://10.0.0.2:7457");
+        // All three have failed within the period: the one that failed longest ago.
+        endpoints.after_failure(3, &Failure::NotApplied("no leader yet".into()));
+        assert_eq!(urls(&endpoints), "http://10.0.0.1:7457");
+        // Once the period is over, a failed member is next in order again.
+        tokio::time::advance(FAILED_ENDPOINT_PASSED_OVER_FOR).await;
+        endpoints.after_failure(4, &Failure::Unknown("connect timed out".into()));
+        assert_eq!(urls(&endpoints), "http://10.0.0.2:7457");
+    }
+
     /// The endpoints of a client given `url` alone.
     fn only(url: &str, options: ClientOptions) -> Endpoints {
         let only = lazy_target(url, &options, None).unwrap();
-        Endpoints {
-            current: Mutex::new(Current {
-                target: only.clone(),
-                generation: 0,
-                index: 0,
-            }),
-            configured: vec![only],
-            options,
-            dialer: None,
-        }
+        Endpoints::new(vec![only], 0, options, None)
     }
 
     #[tokio::test]

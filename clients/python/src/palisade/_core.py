@@ -272,15 +272,46 @@ class Current(Generic[T]):
     index: int
 
 
-class Endpoints(Generic[T]):
-    """The endpoints a client was given, and the one it sends to now (thread-safe)."""
+#: How long an endpoint whose attempt failed is passed over while another has not failed since
+#: (seconds), as in the Rust client.
+FAILED_ENDPOINT_PASSED_OVER_FOR = 10.0
 
-    def __init__(self, targets: list[str], first: int, make_stub: Callable[[str], T]) -> None:
+
+class Endpoints(Generic[T]):
+    """The endpoints a client was given, and the one it sends to now (thread-safe).
+
+    After a failure that is not an answer about the request, the next attempt goes to the next
+    configured endpoint in order, passing over those whose own attempt failed within
+    :data:`FAILED_ENDPOINT_PASSED_OVER_FOR` while one has not (so that members lost for good,
+    still in the list, do not cost a connection timeout at every failover); when all have, to
+    the one that failed longest ago."""
+
+    def __init__(
+        self,
+        targets: list[str],
+        first: int,
+        make_stub: Callable[[str], T],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._make_stub = make_stub
         self._stubs: dict[str, T] = {}
         self.configured = list(targets)
+        self._clock = clock
+        self._failed_at: list[float | None] = [None] * len(targets)
         self._mutex = threading.Lock()
         self._current = Current(targets[first], self._stub(targets[first]), 0, first)
+
+    def _next_after(self, failed: int) -> int:
+        """The configured endpoint to try after the one at ``failed``, whose attempt just failed."""
+        now = self._clock()
+        self._failed_at[failed] = now
+        count = len(self.configured)
+        order = [(failed + step) % count for step in range(1, count + 1)]
+        for index in order:
+            at = self._failed_at[index]
+            if at is None or now - at >= FAILED_ENDPOINT_PASSED_OVER_FOR:
+                return index
+        return min(order, key=lambda index: self._failed_at[index] or 0.0)
 
     def _stub(self, target: str) -> T:
         stub = self._stubs.get(target)
@@ -312,7 +343,7 @@ class Endpoints(Generic[T]):
                         "(nothing proves it is a member): give the client every member's address",
                         leader,
                     )
-                index = (current.index + 1) % len(self.configured)
+                index = self._next_after(current.index)
                 target = self.configured[index]
             else:
                 return  # an answer about the request itself: the member spoke for the cluster
