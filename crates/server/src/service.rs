@@ -752,11 +752,6 @@ impl LockService {
             std::slice::from_ref(&request.lock),
             request.wait,
         )?;
-        let ReservedAcquire {
-            quota,
-            _permit,
-            registrations,
-        } = reserved;
         let command = Command::ReleaseThenAcquire {
             session,
             release,
@@ -767,14 +762,13 @@ impl LockService {
             value: request.value,
             mode: request.mode,
         };
-        let (index, output) = self.node.propose_indexed(command).await?;
-        drop(quota);
-        let (released, acquired) = match output.result? {
+        let (index, reply, reserved) = self.propose_reserved(command, reserved).await?;
+        let (released, acquired) = match reply {
             Reply::ReleasedThenAcquired { released, acquired } => (released, *acquired),
             other => return Err(unexpected(other)),
         };
         let (lock, token, access) = self
-            .acquired(session, index, acquired, registrations)
+            .acquired(session, index, acquired, reserved.registrations)
             .await?;
         Ok((released, self.sign(lock, session, token, access)?))
     }
@@ -937,11 +931,6 @@ impl LockService {
         request: AcquireRequest,
         reserved: ReservedAcquire<'_>,
     ) -> Result<(String, Token, Access)> {
-        let ReservedAcquire {
-            quota,
-            _permit,
-            registrations,
-        } = reserved;
         let AcquireRequest {
             lock,
             request_id,
@@ -957,11 +946,23 @@ impl LockService {
             value,
             mode,
         };
-        let (index, output) = self.node.propose_indexed(command).await?;
-        // Applied: the table counts the hold or the wait from here on.
-        drop(quota);
-        self.acquired(session, index, output.result?, registrations)
+        let (index, reply, reserved) = self.propose_reserved(command, reserved).await?;
+        self.acquired(session, index, reply, reserved.registrations)
             .await
+    }
+
+    /// Proposes `command`, an acquire that `reserved` holds places for. Once it is applied the
+    /// table counts the holds or the waits, so the quota's places are given back; the rest
+    /// (the wait's permit and registrations) is returned for the wait, with the entry's log
+    /// index and the table's reply.
+    async fn propose_reserved<'a>(
+        &self,
+        command: Command,
+        mut reserved: ReservedAcquire<'a>,
+    ) -> Result<(u64, Reply, ReservedAcquire<'a>)> {
+        let (index, output) = self.node.propose_indexed(command).await?;
+        reserved.quota = None;
+        Ok((index, output.result?, reserved))
     }
 
     /// What an acquire the table answered with `reply` (at log `index`) comes to: granted now,
@@ -1004,11 +1005,6 @@ impl LockService {
         locks: Vec<String>,
         reserved: ReservedAcquire<'_>,
     ) -> Result<Vec<(String, Token, Access)>> {
-        let ReservedAcquire {
-            quota,
-            _permit,
-            registrations,
-        } = reserved;
         let AcquireAllRequest {
             parts,
             request_id,
@@ -1026,18 +1022,19 @@ impl LockService {
             request_id,
             wait,
         };
-        let (index, output) = self.node.propose_indexed(command).await?;
-        // Applied: the table counts the holds or the waits from here on.
-        drop(quota);
-        let grants = match output.result? {
+        let (index, reply, reserved) = self.propose_reserved(command, reserved).await?;
+        let grants = match reply {
             Reply::GrantedAll { grants, .. } => (grants.into_iter())
                 .map(|g| (g.lock, g.token, g.access))
                 .collect(),
             // A try-only retry of a multi-lock that waits already (as for one lock).
-            Reply::QueuedAll { .. } if registrations.is_empty() => {
+            Reply::QueuedAll { .. } if reserved.registrations.is_empty() => {
                 return Err(self.busy_of_first(&locks).into());
             }
-            Reply::QueuedAll { .. } => self.await_grants(session, index, registrations).await?,
+            Reply::QueuedAll { .. } => {
+                self.await_grants(session, index, reserved.registrations)
+                    .await?
+            }
             other => return Err(unexpected(other)),
         };
         let granted: Vec<&String> = grants.iter().map(|(lock, _, _)| lock).collect();
