@@ -180,9 +180,11 @@ type endpoints struct {
 	failedAt []time.Time // zero: never failed
 }
 
-// nextAfter is the configured endpoint to try after the one at failed, whose attempt just
-// failed. It holds e.mu.
-func (e *endpoints) nextAfter(failed int) int {
+// nextAfterFailure is the configured endpoint to try after the current one, whose attempt
+// just failed. The current endpoint is marked failed if it is a configured one (a leader
+// followed outside the list is not, and the member that named it answered). Called with e.mu
+// held.
+func (e *endpoints) nextAfterFailure() int {
 	now := time.Now()
 	if e.now != nil {
 		now = e.now()
@@ -190,7 +192,10 @@ func (e *endpoints) nextAfter(failed int) int {
 	if e.failedAt == nil {
 		e.failedAt = make([]time.Time, len(e.configured))
 	}
-	e.failedAt[failed] = now
+	failed := e.cur.index
+	if e.configured[failed] == e.cur.target {
+		e.failedAt[failed] = now
+	}
 	count := len(e.configured)
 	oldest := -1
 	for step := 1; step <= count; step++ {
@@ -245,7 +250,7 @@ func (e *endpoints) afterFailure(used uint64, f *failure) {
 		case found:
 		case f.leader == cur.target:
 			// a member naming itself as the leader it is not is confused: try another
-			index = e.nextAfter(cur.index)
+			index = e.nextAfterFailure()
 			target = e.configured[index]
 		case e.withTLS:
 			// With TLS the hint came over an authenticated connection, and the new connection
@@ -254,11 +259,11 @@ func (e *endpoints) afterFailure(used uint64, f *failure) {
 			target, index = f.leader, cur.index
 		default:
 			e.log.Warn("not following the leader hint to an address outside the configured endpoints (without TLS nothing proves it is a member): give the client every member's address", "leader", f.leader)
-			index = e.nextAfter(cur.index)
+			index = e.nextAfterFailure()
 			target = e.configured[index]
 		}
 	case failNotApplied, failUnknown:
-		index = e.nextAfter(cur.index)
+		index = e.nextAfterFailure()
 		target = e.configured[index]
 	default:
 		return // an answer about the request itself: the member spoke for the cluster

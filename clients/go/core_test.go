@@ -83,6 +83,29 @@ func TestAnEndpointThatJustFailedIsPassedOverForAWhile(t *testing.T) {
 	step(4, &failure{kind: failUnknown}, "10.0.0.2:7457")
 }
 
+// The same steps as the Rust client's
+// a_leader_outside_the_list_that_fails_does_not_mark_the_member_that_named_it.
+func TestALeaderOutsideTheListThatFailsDoesNotMarkTheMemberThatNamedIt(t *testing.T) {
+	e := testEndpoints(t, true, "10.0.0.3:7457", "10.0.0.1:7457", "10.0.0.2:7457")
+	e.cur = current{"10.0.0.2:7457", nil, 0, 2}
+	now := time.Unix(1000, 0)
+	e.now = func() time.Time { return now }
+	step := func(used uint64, f *failure, want string) {
+		t.Helper()
+		e.afterFailure(used, f)
+		if got := e.current(); got.target != want || got.generation != used+1 {
+			t.Fatalf("after %+v: %+v, want %s", f, got, want)
+		}
+	}
+	step(0, &failure{kind: failUnknown}, "10.0.0.3:7457")
+	now = now.Add(time.Second)
+	step(1, &failure{kind: failNotLeader, leader: "10.0.0.9:7457"}, "10.0.0.9:7457")
+	// That leader fails: on to the next, and the member that named it is not marked failed.
+	step(2, &failure{kind: failUnknown}, "10.0.0.1:7457")
+	// The next fails: the member that named the leader has not failed, the third has.
+	step(3, &failure{kind: failNotApplied}, "10.0.0.3:7457")
+}
+
 func TestEndpointsAreParsedAsTheRustClientParsesThem(t *testing.T) {
 	got, err := parseEndpoints([]string{" 10.0.0.1:7457, http://10.0.0.2:7457/ ,[::1]:80"}, false)
 	if err != nil || len(got) != 3 || got[1] != "10.0.0.2:7457" || got[2] != "[::1]:80" {

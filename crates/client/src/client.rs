@@ -211,7 +211,7 @@ pub struct Client {
 ///   `http://<palisade-leader-addr>`, one of the configured endpoints if it is one of them; a
 ///   leader outside the list only with TLS, which authenticates the member that named it and
 ///   the server it names (N14: without, the bearer token and session secrets would go wherever
-///   a hint points), else to the next configured endpoint;
+///   a hint points), else as below; a member naming itself, as below;
 /// - any other failure that is not an answer about the request itself (an `UNAVAILABLE` without
 ///   a leader, a failed connection, a broken connection, no answer in time): to the next
 ///   configured endpoint, in order, wrapping around, passing over those whose own attempt
@@ -230,9 +230,39 @@ pub(crate) struct Endpoints {
     options: ClientOptions,
     /// How connections are made: TCP when `None`.
     dialer: Option<Dialer>,
-    current: Mutex<Current>,
-    /// When an attempt at each configured endpoint last failed and moved the client on.
-    failed_at: Mutex<Vec<Option<tokio::time::Instant>>>,
+    state: Mutex<State>,
+}
+
+/// The endpoint in use, and when an attempt at each configured endpoint last failed and moved
+/// the client on.
+#[derive(Debug)]
+struct State {
+    current: Current,
+    failed_at: Vec<Option<tokio::time::Instant>>,
+}
+
+impl State {
+    /// The configured endpoint to try after the current one, whose attempt just failed: the
+    /// next in order that has not failed within [`FAILED_ENDPOINT_PASSED_OVER_FOR`], else the
+    /// one that failed longest ago. The current endpoint is marked failed if it is a configured
+    /// one (a leader followed outside the list is not, and the member that named it answered).
+    fn next_after_failure(&mut self, configured: &[Target]) -> usize {
+        let now = tokio::time::Instant::now();
+        let current = self.current.index;
+        if configured[current].url == self.current.target.url {
+            self.failed_at[current] = Some(now);
+        }
+        let failed_at = &self.failed_at;
+        let order = (1..=configured.len()).map(|step| (current + step) % configured.len());
+        order
+            .clone()
+            .find(|&i| {
+                failed_at[i]
+                    .is_none_or(|at| now.duration_since(at) >= FAILED_ENDPOINT_PASSED_OVER_FOR)
+            })
+            .or_else(|| order.min_by_key(|&i| failed_at[i]))
+            .unwrap_or(current)
+    }
 }
 
 /// How long an endpoint whose attempt failed is passed over while another has not failed
@@ -455,35 +485,18 @@ impl Endpoints {
         dialer: Option<Dialer>,
     ) -> Endpoints {
         Endpoints {
-            current: Mutex::new(Current {
-                target: configured[index].clone(),
-                generation: 0,
-                index,
+            state: Mutex::new(State {
+                current: Current {
+                    target: configured[index].clone(),
+                    generation: 0,
+                    index,
+                },
+                failed_at: vec![None; configured.len()],
             }),
-            failed_at: Mutex::new(vec![None; configured.len()]),
             configured,
             options,
             dialer,
         }
-    }
-
-    /// The configured endpoint to try after the one at `failed`, whose attempt just failed:
-    /// the next in order that has not failed within [`FAILED_ENDPOINT_PASSED_OVER_FOR`], else
-    /// the one that failed longest ago.
-    fn next_after(&self, failed: usize) -> usize {
-        let now = tokio::time::Instant::now();
-        let mut failed_at = self.failed_at.lock().unwrap_or_else(|e| e.into_inner());
-        failed_at[failed] = Some(now);
-        let count = self.configured.len();
-        let order = (1..=count).map(|step| (failed + step) % count);
-        order
-            .clone()
-            .find(|&i| {
-                failed_at[i]
-                    .is_none_or(|at| now.duration_since(at) >= FAILED_ENDPOINT_PASSED_OVER_FOR)
-            })
-            .or_else(|| order.min_by_key(|&i| failed_at[i]))
-            .unwrap_or(failed)
     }
 
     /// A leader hint (`http://host:port`) with this client's scheme: `https://` with TLS.
@@ -496,22 +509,24 @@ impl Endpoints {
 
     /// The endpoint the next attempt goes to.
     pub(crate) fn current(&self) -> Current {
-        self.lock().clone()
+        self.lock().current.clone()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Current> {
-        self.current.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Moves on after an attempt sent to `used` (its [`Current::generation`]) failed with
     /// `failure`; see [`Endpoints`] for where to.
     pub(crate) fn after_failure(&self, used: u64, failure: &Failure) {
-        let mut current = self.lock();
-        if current.generation != used {
+        let mut state = self.lock();
+        if state.current.generation != used {
             return; // Another call has already moved on from that endpoint.
         }
         let next = match failure {
-            Failure::NotLeader { leader, .. } if self.leader_url(leader) != current.target.url => {
+            Failure::NotLeader { leader, .. }
+                if self.leader_url(leader) != state.current.target.url =>
+            {
                 let leader = &self.leader_url(leader);
                 match self.configured.iter().position(|t| t.url == *leader) {
                     Some(index) => (self.configured[index].clone(), index),
@@ -526,18 +541,18 @@ impl Endpoints {
                             "not following the leader hint to an address outside the configured endpoints \
                              (without TLS nothing proves it is a member): give the client every member's address"
                         );
-                        let index = self.next_after(current.index);
+                        let index = state.next_after_failure(&self.configured);
                         (self.configured[index].clone(), index)
                     }
                     None => match lazy_target(leader, &self.options, self.dialer.as_ref()) {
-                        Ok(target) => (target, current.index),
+                        Ok(target) => (target, state.current.index),
                         Err(_) => return, // Checked when read; kept for safety.
                     },
                 }
             }
             // A member naming itself as the leader it is not is confused: try another.
             Failure::NotLeader { .. } | Failure::NotApplied(_) | Failure::Unknown(_) => {
-                let index = self.next_after(current.index);
+                let index = state.next_after_failure(&self.configured);
                 (self.configured[index].clone(), index)
             }
             Failure::Core(_)
@@ -546,6 +561,7 @@ impl Endpoints {
             | Failure::Rejected { .. } => return,
         };
         let (target, index) = next;
+        let current = &mut state.current;
         if target.url == current.target.url && index == current.index {
             return; // One endpoint: nowhere else to go.
         }
@@ -1680,6 +1696,48 @@ mod tests {
         assert_eq!(endpoints.current().target.url, "https://10.0.0.2:7457");
         endpoints.after_failure(1, &Failure::NotApplied("down".into()));
         assert_eq!(endpoints.current().target.url, "https://10.0.0.1:7457");
+    }
+
+    /// A leader followed outside the list (TLS) that fails does not count against the member
+    /// that named it: that member answered, and is not passed over.
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_outside_the_list_that_fails_does_not_mark_the_member_that_named_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let generated =
+            palisade_tls::generate::init(dir.path(), &["10.0.0.1".to_string()], "client").unwrap();
+        let tls = palisade_tls::ClientTls::from_files(
+            &generated.ca_cert,
+            None,
+            None,
+            palisade_tls::ALPN_H2,
+        )
+        .unwrap();
+        let options = ClientOptions {
+            tls: Some(tls),
+            ..ClientOptions::default()
+        };
+        let configured = [
+            "https://10.0.0.1:7457",
+            "https://10.0.0.2:7457",
+            "https://10.0.0.3:7457",
+        ]
+        .iter()
+        .map(|url| lazy_target(url, &options, None).unwrap())
+        .collect();
+        let endpoints = Endpoints::new(configured, 2, options, None);
+        let urls = |e: &Endpoints| e.current().target.url;
+        // The third fails; the first names a leader outside the list, which is followed.
+        endpoints.after_failure(0, &Failure::Unknown("connect timed out".into()));
+        assert_eq!(urls(&endpoints), "https://10.0.0.1:7457");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        endpoints.after_failure(1, &not_leader("http://10.0.0.9:7457"));
+        assert_eq!(urls(&endpoints), "https://10.0.0.9:7457");
+        // That leader fails: on to the second, and the first is not marked failed.
+        endpoints.after_failure(2, &Failure::Unknown("connect timed out".into()));
+        assert_eq!(urls(&endpoints), "https://10.0.0.2:7457");
+        // The second fails: the first has not failed, the third has, so the first.
+        endpoints.after_failure(3, &Failure::NotApplied("no leader yet".into()));
+        assert_eq!(urls(&endpoints), "https://10.0.0.1:7457");
     }
 
     #[tokio::test]
