@@ -601,6 +601,9 @@ impl RaftNetworkV2<C> for PeerClient {
             let deadline = option.soft_ttl();
             let (mut sending, requests) = append_stream::open(input, self.envelope.clone());
             let offered = sending.offer(first);
+            if let append_stream::Offered::Done(Some(why)) = offered {
+                return Err(RPCError::Unreachable(self.unreachable(why)));
+            }
             let opened = tokio::time::timeout(deadline, client.stream_append(requests)).await;
             let replies = match opened {
                 Err(_elapsed) => {

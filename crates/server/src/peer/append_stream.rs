@@ -6,7 +6,8 @@
 //!
 //! The same rules as a unary call hold:
 //!
-//! - **A request must be answered within `RPCOption::soft_ttl()` of being sent.** Otherwise
+//! - **A request must be answered within `RPCOption::soft_ttl()` of being queued for the
+//!   connection** (which takes it as soon as it has written the one before). Otherwise
 //!   the stream ends with a `Timeout`, however long the stream itself has been open: a stream
 //!   that hangs is detected as a call that hangs is. An idle stream (nothing sent, nothing owed)
 //!   has no deadline; HTTP/2 keepalives watch the connection under it.
@@ -17,14 +18,16 @@
 //!   openraft backs off, and a peer's word that this node was removed is acted on.
 //!
 //! **openraft's requests are taken only where its answers are read** ([`Answers::next`]), in
-//! openraft's replication task, and handed to the connection through a short queue; the
-//! connection never takes one by itself. openraft stops reading the answers of a stream it gave
-//! up on (this node stepped down, a timeout) before anything else, so no request is built for a
-//! stream after that. A request built later could read a log that a new leader has meanwhile
-//! cut back: openraft 0.10.0-alpha.37 compares the old stream's position with the new last log
-//! id by term first, finds a range that ends before it starts, and stops on a debug assertion
-//! (a release build sends nothing and ends the stream). The deterministic simulation reached
-//! that when the connection took requests itself.
+//! openraft's replication task, and handed to the connection through a queue of one; the
+//! connection never takes one by itself. openraft checks whether it gave the stream up (this
+//! node stepped down, a timeout) before it reads the answers, so a stream it gave up on builds
+//! nothing more, except in the moment between that check and the request's read of the log,
+//! which openraft's own request loop has too (and a single-threaded runtime, the simulation's,
+//! does not). A request built then can read a log that a new leader has meanwhile cut back:
+//! openraft 0.10.0-alpha.37 compares the old stream's position with the new last log id by term
+//! first, finds a range that ends before it starts, and stops on a debug assertion (a release
+//! build sends nothing and ends the stream). The deterministic simulation reached that often
+//! when the connection took requests itself, at any time.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -41,10 +44,11 @@ use tokio::time::Instant;
 use super::{AppendBody, PeerClient, encode_append};
 use crate::raft_types::C;
 
-/// Requests built and not yet taken by the connection: enough that building one rarely waits
-/// for the connection, few because each may be up to
-/// [`APPEND_ENTRIES_BYTES_MAX`](crate::limits::APPEND_ENTRIES_BYTES_MAX).
-const QUEUED_REQUESTS_MAX: usize = 2;
+/// Requests built and not yet taken by the connection. One: the connection takes it as soon as
+/// it has written the one before, so a request's deadline, which starts when it is queued,
+/// does not also run while others wait in front of it (each may be up to
+/// [`APPEND_ENTRIES_BYTES_MAX`](crate::limits::APPEND_ENTRIES_BYTES_MAX)).
+const QUEUED_REQUESTS_MAX: usize = 1;
 
 /// A request sent and not yet answered.
 #[derive(Debug, Clone, Copy)]
@@ -95,13 +99,13 @@ impl<S> Sending<S>
 where
     S: futures::Stream<Item = AppendEntriesRequest<C>> + OptionalSend + Unpin + 'static,
 {
-    /// Queues `rpc` for the connection. The queue must have room: only the first request,
-    /// before anything else is queued, is offered this way.
+    /// Queues `rpc`, the stream's first request, for the connection.
     pub(super) fn offer(&mut self, rpc: AppendEntriesRequest<C>) -> Offered {
-        match self.queue.try_reserve() {
-            Ok(permit) => self.queue_with(permit, rpc),
-            Err(_) => Offered::Done(None),
-        }
+        let permit = self
+            .queue
+            .try_reserve()
+            .expect("a new stream's queue has room and its connection's end");
+        self.queue_with(permit, rpc)
     }
 
     /// Waits for room in the queue and for openraft's next request, and queues it.
@@ -151,8 +155,8 @@ pub(super) struct Answers<'s, S> {
     /// A request that could not be encoded: the stream ends with this error once the requests
     /// before it are answered.
     failed: Option<String>,
-    /// Set after an error, or after the answer to a cut request or a refused append (a
-    /// conflict, a higher vote): the stream is over.
+    /// Set once the stream ended cleanly, or after an error, or after the answer to a cut
+    /// request or a refused append (a conflict, a higher vote): the stream is over.
     over: bool,
 }
 
@@ -223,17 +227,15 @@ where
     async fn receive(&mut self) -> Option<Answer> {
         loop {
             let due = self.unanswered.front().map(|sent| sent.at + self.deadline);
-            let sending = self.sending.as_mut();
-            let more = sending.is_some();
             tokio::select! {
                 biased;
                 reply = self.replies.message() => return self.answer(reply),
-                () = sleep_until(due), if due.is_some() => {
+                () = sleep_until(due) => {
                     return Some(Err(RPCError::Timeout(
                         self.peer.timeout(RPCTypes::AppendEntries, self.deadline),
                     )));
                 }
-                offered = send_next(sending), if more => self.offered(offered),
+                offered = send_next(self.sending.as_mut()) => self.offered(offered),
             }
         }
     }
