@@ -59,18 +59,24 @@ func TestALeaderHintIsFollowedInsideTheListAndOutsideItOnlyWithTLS(t *testing.T)
 	}
 }
 
-// The same steps as the Rust client's a_member_that_just_failed_is_passed_over_for_a_while.
-func TestAnEndpointThatJustFailedIsPassedOverForAWhile(t *testing.T) {
-	e := testEndpoints(t, false, "10.0.0.1:7457", "10.0.0.2:7457", "10.0.0.3:7457")
-	now := time.Unix(1000, 0)
-	e.now = func() time.Time { return now }
-	step := func(used uint64, f *failure, want string) {
+// stepper reports a failure of the attempt at generation used to e, and checks that the next
+// attempt goes to want.
+func stepper(t *testing.T, e *endpoints) func(used uint64, f *failure, want string) {
+	return func(used uint64, f *failure, want string) {
 		t.Helper()
 		e.afterFailure(used, f)
 		if got := e.current(); got.target != want || got.generation != used+1 {
 			t.Fatalf("after %+v: %+v, want %s", f, got, want)
 		}
 	}
+}
+
+// The same steps as the Rust client's a_member_that_just_failed_is_passed_over_for_a_while.
+func TestAnEndpointThatJustFailedIsPassedOverForAWhile(t *testing.T) {
+	e := testEndpoints(t, false, "10.0.0.1:7457", "10.0.0.2:7457", "10.0.0.3:7457")
+	now := time.Unix(1000, 0)
+	e.now = func() time.Time { return now }
+	step := stepper(t, e)
 	step(0, &failure{kind: failUnknown}, "10.0.0.2:7457")
 	step(1, &failure{kind: failNotLeader, leader: "10.0.0.3:7457"}, "10.0.0.3:7457")
 	now = now.Add(2 * time.Second)
@@ -90,13 +96,7 @@ func TestALeaderOutsideTheListThatFailsDoesNotMarkTheMemberThatNamedIt(t *testin
 	e.cur = current{"10.0.0.2:7457", nil, 0, 2}
 	now := time.Unix(1000, 0)
 	e.now = func() time.Time { return now }
-	step := func(used uint64, f *failure, want string) {
-		t.Helper()
-		e.afterFailure(used, f)
-		if got := e.current(); got.target != want || got.generation != used+1 {
-			t.Fatalf("after %+v: %+v, want %s", f, got, want)
-		}
-	}
+	step := stepper(t, e)
 	step(0, &failure{kind: failUnknown}, "10.0.0.3:7457")
 	now = now.Add(time.Second)
 	step(1, &failure{kind: failNotLeader, leader: "10.0.0.9:7457"}, "10.0.0.9:7457")

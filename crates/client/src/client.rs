@@ -1672,11 +1672,8 @@ mod tests {
         );
     }
 
-    /// N14: with TLS, a leader outside the list is followed (as `https://`): the member that
-    /// named it was authenticated, and the connection sends nothing before its server shows a
-    /// certificate from the CA. A failure there goes back to the list.
-    #[tokio::test]
-    async fn with_tls_a_leader_outside_the_list_is_followed() {
+    /// Client options with TLS, trusting a CA made for the test (nothing is connected).
+    fn with_tls() -> ClientOptions {
         let dir = tempfile::tempdir().unwrap();
         let generated =
             palisade_tls::generate::init(dir.path(), &["10.0.0.1".to_string()], "client").unwrap();
@@ -1687,10 +1684,18 @@ mod tests {
             palisade_tls::ALPN_H2,
         )
         .unwrap();
-        let options = ClientOptions {
+        ClientOptions {
             tls: Some(tls),
             ..ClientOptions::default()
-        };
+        }
+    }
+
+    /// N14: with TLS, a leader outside the list is followed (as `https://`): the member that
+    /// named it was authenticated, and the connection sends nothing before its server shows a
+    /// certificate from the CA. A failure there goes back to the list.
+    #[tokio::test]
+    async fn with_tls_a_leader_outside_the_list_is_followed() {
+        let options = with_tls();
         let endpoints = only("https://10.0.0.1:7457", options);
         endpoints.after_failure(0, &not_leader("http://10.0.0.2:7457"));
         assert_eq!(endpoints.current().target.url, "https://10.0.0.2:7457");
@@ -1702,20 +1707,7 @@ mod tests {
     /// that named it: that member answered, and is not passed over.
     #[tokio::test(start_paused = true)]
     async fn a_leader_outside_the_list_that_fails_does_not_mark_the_member_that_named_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let generated =
-            palisade_tls::generate::init(dir.path(), &["10.0.0.1".to_string()], "client").unwrap();
-        let tls = palisade_tls::ClientTls::from_files(
-            &generated.ca_cert,
-            None,
-            None,
-            palisade_tls::ALPN_H2,
-        )
-        .unwrap();
-        let options = ClientOptions {
-            tls: Some(tls),
-            ..ClientOptions::default()
-        };
+        let options = with_tls();
         let configured = [
             "https://10.0.0.1:7457",
             "https://10.0.0.2:7457",
