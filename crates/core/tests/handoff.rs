@@ -2,51 +2,17 @@
 //! issue 34): stories with explicit times, asserting the replies and the holders a client would
 //! see. The release is decided first and stands; the acquire follows in the same step.
 
-use palisade_core::{
-    Command, CoreError, DurationMs, Input, Limits, LockTable, Mode, Output, Reply, RequestId,
-    SessionId, TimeMs, Token, Wait,
-};
+use palisade_core::{Command, CoreError, Mode, Reply, RequestId, SessionId, Token, Wait};
 
 const TTL_MS: u64 = 10_000;
 
-struct Story {
-    table: LockTable,
-    next_request_id: u64,
-}
+mod story;
+
+use story::Story;
 
 impl Story {
-    fn new() -> Story {
-        Story {
-            table: LockTable::new(Limits::default()),
-            next_request_id: 100,
-        }
-    }
-
-    fn apply(&mut self, now_ms: u64, command: Command) -> Output {
-        let output = self.table.apply(Input {
-            now_ms: TimeMs::from_millis(now_ms),
-            command,
-        });
-        self.table.check_consistency();
-        output
-    }
-
     fn open(&mut self) -> SessionId {
-        let command = Command::OpenSession {
-            open_key: None,
-            ttl_ms: DurationMs::from_millis(TTL_MS),
-            secret_digest: None,
-            owner: None,
-        };
-        match self.apply(0, command).result {
-            Ok(Reply::SessionOpened { session, .. }) => session,
-            other => panic!("open failed: {other:?}"),
-        }
-    }
-
-    fn request_id(&mut self) -> RequestId {
-        self.next_request_id += 1;
-        RequestId::new(self.next_request_id)
+        self.open_at(0, TTL_MS)
     }
 
     fn acquire(&mut self, session: SessionId, lock: &str, wait: Wait) -> Result<Reply, CoreError> {

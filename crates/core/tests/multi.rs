@@ -4,51 +4,20 @@
 //! sessions taking the same locks in opposite orders never deadlock.
 
 use palisade_core::{
-    Access, AcquirePart, Command, CoreError, DurationMs, Event, GrantedPart, Input, Limits,
-    LockTable, MULTI_LOCKS_MAX, Mode, Output, ReleaseCause, Reply, RequestId, SessionId, TimeMs,
-    Token, Wait, WaitEndCause,
+    Access, AcquirePart, Command, CoreError, DurationMs, Event, GrantedPart, Limits,
+    MULTI_LOCKS_MAX, Mode, Output, ReleaseCause, Reply, RequestId, SessionId, Token, Wait,
+    WaitEndCause,
 };
 
 const TTL_MS: u64 = 1_000;
 
-struct Story {
-    table: LockTable,
-    next_request_id: u64,
-}
+mod story;
+
+use story::Story;
 
 impl Story {
-    fn new() -> Story {
-        Story {
-            table: LockTable::new(Limits::default()),
-            next_request_id: 100,
-        }
-    }
-
-    fn apply(&mut self, now_ms: u64, command: Command) -> Output {
-        let output = self.table.apply(Input {
-            now_ms: TimeMs::from_millis(now_ms),
-            command,
-        });
-        self.table.check_consistency();
-        output
-    }
-
     fn open(&mut self, now_ms: u64) -> SessionId {
-        let command = Command::OpenSession {
-            open_key: None,
-            ttl_ms: DurationMs::from_millis(TTL_MS),
-            secret_digest: None,
-            owner: None,
-        };
-        match self.apply(now_ms, command).result {
-            Ok(Reply::SessionOpened { session, .. }) => session,
-            other => panic!("open failed: {other:?}"),
-        }
-    }
-
-    fn request_id(&mut self) -> RequestId {
-        self.next_request_id += 1;
-        RequestId::new(self.next_request_id)
+        self.open_at(now_ms, TTL_MS)
     }
 
     fn acquire_all_as(
@@ -502,10 +471,7 @@ fn too_many_waiters_on_any_queue_refuses_the_group() {
         waiters_per_lock_max: 1,
         ..Limits::default()
     };
-    let mut story = Story {
-        table: LockTable::new(limits),
-        next_request_id: 0,
-    };
+    let mut story = Story::with_limits(limits);
     let (h, w, s) = (story.open(0), story.open(0), story.open(0));
     story.acquire(1, h, "b", Wait::Try).result.unwrap();
     story.acquire(1, w, "b", Wait::Forever).result.unwrap();
