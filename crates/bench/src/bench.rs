@@ -1377,7 +1377,7 @@ fn fenced_write_rows(report: &BenchReport, columns: &Columns<'_>) -> String {
         &label,
         "fencing cost (unfenced ÷ fenced throughput)",
         &format!("{cost:.3}×"),
-        "≤ 1.10×",
+        "≤ 1.05×",
     ));
     out
 }
