@@ -247,6 +247,7 @@ pub fn run(seed: u64, options: &Options) -> Report {
             endpoints: endpoints.clone(),
             drift_ppm,
             stop_at: end,
+            faults_until: options.safety,
             seed: rng.random(),
             modes: options.modes,
         };

@@ -34,6 +34,10 @@ pub(crate) struct Plan {
     pub(crate) endpoints: Vec<String>,
     pub(crate) drift_ppm: i64,
     pub(crate) stop_at: Duration,
+    /// The end of the safety phase: the client is paused, or its answers lost, only before
+    /// it, so that after every fault is healed nothing keeps it from writing (the liveness
+    /// check).
+    pub(crate) faults_until: Duration,
     pub(crate) seed: u64,
     /// Whether it also takes the read-write lock and the semaphore.
     pub(crate) modes: bool,
@@ -119,92 +123,238 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
             client: plan.client,
             session: id,
         });
+        // A lock taken by a handoff from the one before: its critical section comes next.
+        let mut handed = None;
         while now() < plan.stop_at && session.ended().is_none() {
-            let (lock, mode) = match section(&plan, &mut rng) {
-                Section::One(lock, mode) => (lock, mode),
-                Section::All(locks) => {
-                    let goes_on =
-                        multi_section(&plan, &world, &clock, &mut rng, &client, &session, locks)
+            let (lock, guard) = match handed.take() {
+                Some(held) => held,
+                None => {
+                    let (lock, mode) = match section(&plan, &mut rng) {
+                        Section::One(lock, mode) => (lock, mode),
+                        Section::All(locks) => {
+                            let goes_on = multi_section(
+                                &plan, &world, &clock, &mut rng, &client, &session, locks,
+                            )
                             .await;
-                    if !goes_on {
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(rng.random_range(0..=100))).await;
-                    continue;
-                }
-            };
-            let op = world.borrow_mut().record(What::AcquireInvoked {
-                client: plan.client,
-                session: id,
-                lock: lock.to_string(),
-                mode,
-                multi: None,
-            });
-            // Mostly short waits; now and then a patient one, which outlasts an election (a
-            // waiter queued at a leader that is then cut off must learn its outcome elsewhere).
-            let wait_ms = if rng.random_ratio(1, 4) {
-                rng.random_range(3_000..=8_000)
-            } else {
-                rng.random_range(500..=2_000)
-            };
-            let wait = Wait::For(Duration::from_millis(wait_ms));
-            // An outcome the client library could not learn within its retries is asked again
-            // with the same request id, as a real client does: the service answers with the
-            // first attempt's outcome instead of acquiring twice.
-            let request_id = palisade_client::request_id();
-            let mut retries = 0;
-            let acquired = loop {
-                let options = AcquireOptions {
-                    mode,
-                    ..AcquireOptions::wait(wait)
-                };
-                let acquired = session.acquire_with_id(lock, options, request_id).await;
-                match &acquired {
-                    Err(e)
-                        if e.outcome_unknown()
-                            && retries < UNKNOWN_RETRIES_MAX
-                            && session.ended().is_none() =>
-                    {
-                        retries += 1;
-                        tokio::time::sleep(Duration::from_millis(rng.random_range(100..=500)))
-                            .await;
-                    }
-                    _ => break acquired,
-                }
-            };
-            let guard = match acquired {
-                Ok(guard) => {
-                    let token = guard.token().get();
-                    world.borrow_mut().record(What::AcquireCompleted {
-                        op,
-                        outcome: Outcome::Granted {
-                            token,
-                            held: guard.access(),
-                        },
+                            if !goes_on {
+                                break;
+                            }
+                            tokio::time::sleep(Duration::from_millis(rng.random_range(0..=100)))
+                                .await;
+                            continue;
+                        }
+                    };
+                    let op = world.borrow_mut().record(What::AcquireInvoked {
+                        client: plan.client,
+                        session: id,
+                        lock: lock.to_string(),
+                        mode,
+                        multi: None,
                     });
-                    guard
-                }
-                Err(e) => {
-                    let (outcome, goes_on) = not_granted(&e);
-                    world
-                        .borrow_mut()
-                        .record(What::AcquireCompleted { op, outcome });
-                    if !goes_on {
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(rng.random_range(10..=200))).await;
-                    continue;
+                    // Mostly short waits; now and then a patient one, which outlasts an election (a
+                    // waiter queued at a leader that is then cut off must learn its outcome elsewhere).
+                    let wait_ms = if rng.random_ratio(1, 4) {
+                        rng.random_range(3_000..=8_000)
+                    } else {
+                        rng.random_range(500..=2_000)
+                    };
+                    let wait = Wait::For(Duration::from_millis(wait_ms));
+                    // An outcome the client library could not learn within its retries is asked again
+                    // with the same request id, as a real client does: the service answers with the
+                    // first attempt's outcome instead of acquiring twice.
+                    let request_id = palisade_client::request_id();
+                    let mut retries = 0;
+                    let acquired = loop {
+                        let options = AcquireOptions {
+                            mode,
+                            ..AcquireOptions::wait(wait)
+                        };
+                        let acquired = session.acquire_with_id(lock, options, request_id).await;
+                        match &acquired {
+                            Err(e)
+                                if e.outcome_unknown()
+                                    && retries < UNKNOWN_RETRIES_MAX
+                                    && session.ended().is_none() =>
+                            {
+                                retries += 1;
+                                tokio::time::sleep(Duration::from_millis(
+                                    rng.random_range(100..=500),
+                                ))
+                                .await;
+                            }
+                            _ => break acquired,
+                        }
+                    };
+                    let guard = match acquired {
+                        Ok(guard) => {
+                            let token = guard.token().get();
+                            world.borrow_mut().record(What::AcquireCompleted {
+                                op,
+                                outcome: Outcome::Granted {
+                                    token,
+                                    held: guard.access(),
+                                },
+                            });
+                            guard
+                        }
+                        Err(e) => {
+                            let (outcome, goes_on) = not_granted(&e);
+                            world
+                                .borrow_mut()
+                                .record(What::AcquireCompleted { op, outcome });
+                            if !goes_on {
+                                break;
+                            }
+                            tokio::time::sleep(Duration::from_millis(rng.random_range(10..=200)))
+                                .await;
+                            continue;
+                        }
+                    };
+                    (lock, guard)
                 }
             };
-            let gave_up = watch_lost(&plan, &world, id, lock, &guard);
-            critical_section(&plan, &world, &clock, &mut rng, &session, &guard).await;
-            gave_up.abort();
+            match hold(
+                &plan, &world, &clock, &mut rng, &client, &session, lock, guard,
+            )
+            .await
+            {
+                Next::Free => {}
+                Next::Handed(lock, guard) => handed = Some((lock, guard)),
+                Next::Stop => break,
+            }
+        }
+        // The run's end (or the session's) came between a handoff and its critical section.
+        if let Some((lock, guard)) = handed.take() {
             release(&plan, &world, &mut rng, &client, &session, lock, guard).await;
-            tokio::time::sleep(Duration::from_millis(rng.random_range(0..=100))).await;
         }
         let _ = session.close().await;
     }
     Ok(())
+}
+
+/// What a session does after a critical section.
+enum Next {
+    /// Nothing held: the next section acquires.
+    Free,
+    /// A handoff took this lock: the next section runs under its guard.
+    Handed(&'static str, palisade_client::LockGuard),
+    /// An outcome the session could not learn: it stops, as after an acquire of unknown
+    /// outcome (it may hold a lock it has no guard of; closing it releases everything).
+    Stop,
+}
+
+/// The critical section under `guard` of `lock`, then its end: mostly a release, and one time
+/// in four a handoff ([`palisade_client::LockGuard::release_then_acquire`]) to the lock the next
+/// section takes (the same one again, behind its waiters, without `modes`).
+#[allow(clippy::too_many_arguments)]
+async fn hold(
+    plan: &Plan,
+    world: &Shared,
+    clock: &DriftingClock,
+    rng: &mut SmallRng,
+    client: &Client,
+    session: &Session,
+    lock: &'static str,
+    guard: palisade_client::LockGuard,
+) -> Next {
+    let id = session.id().get();
+    let gave_up = watch_lost(plan, world, id, lock, &guard);
+    critical_section(plan, world, clock, rng, session, &guard).await;
+    gave_up.abort();
+    if rng.random_ratio(1, 4)
+        && let Section::One(next, mode) = section(plan, rng)
+    {
+        return handoff(plan, world, rng, session, lock, guard, next, mode).await;
+    }
+    release(plan, world, rng, client, session, lock, guard).await;
+    tokio::time::sleep(Duration::from_millis(rng.random_range(0..=100))).await;
+    Next::Free
+}
+
+/// Gives `guard` of `lock` up and takes `next` in `mode` in one call, recorded as a release
+/// and an acquire invoked together. The release stands whatever the acquire answers, so a
+/// refusal of the acquire (busy, the wait ended) completes the release; any other error may
+/// have done either or both, so both stay of unknown outcome and the session stops. The client library
+/// retries lost answers with the same two request ids; now and then they are lost on purpose.
+#[allow(clippy::too_many_arguments)]
+async fn handoff(
+    plan: &Plan,
+    world: &Shared,
+    rng: &mut SmallRng,
+    session: &Session,
+    lock: &'static str,
+    guard: palisade_client::LockGuard,
+    next: &'static str,
+    mode: Mode,
+) -> Next {
+    let id = session.id().get();
+    let (released, acquired) = {
+        let mut world = world.borrow_mut();
+        let released = world.record(What::ReleaseInvoked {
+            client: plan.client,
+            session: id,
+            lock: lock.to_string(),
+            token: guard.token().get(),
+        });
+        let acquired = world.record(What::AcquireInvoked {
+            client: plan.client,
+            session: id,
+            lock: next.to_string(),
+            mode,
+            multi: None,
+        });
+        (released, acquired)
+    };
+    if rng.random_ratio(1, 10) && now() < plan.faults_until {
+        lose_answers(plan, rng);
+    }
+    let wait = Wait::For(Duration::from_millis(rng.random_range(500..=2_000)));
+    let options = AcquireOptions {
+        mode,
+        ..AcquireOptions::wait(wait)
+    };
+    match guard.release_then_acquire(next, options).await {
+        Ok(guard) => {
+            let mut world = world.borrow_mut();
+            world.record(What::ReleaseCompleted {
+                op: released,
+                outcome: Outcome::Released,
+            });
+            world.record(What::AcquireCompleted {
+                op: acquired,
+                outcome: Outcome::Granted {
+                    token: guard.token().get(),
+                    held: guard.access(),
+                },
+            });
+            Next::Handed(next, guard)
+        }
+        Err(e) if e.class() == ErrorClass::NotAcquired => {
+            let mut world = world.borrow_mut();
+            world.record(What::ReleaseCompleted {
+                op: released,
+                outcome: Outcome::Released,
+            });
+            world.record(What::AcquireCompleted {
+                op: acquired,
+                outcome: Outcome::Failed(e.to_string()),
+            });
+            Next::Free
+        }
+        Err(e) => {
+            let mut world = world.borrow_mut();
+            let outcome = Outcome::Unknown(e.to_string());
+            world.record(What::ReleaseCompleted {
+                op: released,
+                outcome: outcome.clone(),
+            });
+            world.record(What::AcquireCompleted {
+                op: acquired,
+                outcome,
+            });
+            Next::Stop
+        }
+    }
 }
 
 /// A critical section under two locks taken at once ([`Session::acquire_all`]): one acquire
@@ -365,7 +515,7 @@ async fn release(
         token,
     });
     // Now and then the answers to the release are lost, so that it is retried.
-    let answers_lost = rng.random_ratio(1, 10);
+    let answers_lost = rng.random_ratio(1, 10) && now() < plan.faults_until;
     if answers_lost {
         lose_answers(plan, rng);
     }
@@ -567,7 +717,7 @@ async fn critical_section(
     } else {
         6
     };
-    if rng.random_ratio(1, pauses) {
+    if rng.random_ratio(1, pauses) && now() < plan.faults_until {
         // Paused: nothing of this client reaches the cluster, its keepalives included, for
         // longer than the lease may last; then it carries on as if nothing happened.
         let pause = Duration::from_millis(rng.random_range(1_000..=6_000));
