@@ -908,12 +908,11 @@ pub fn describe(m: &Measurement) -> String {
         let _ = writeln!(
             out,
             "  server   {} log commits/s, mean {} each, {} records per commit; \
-             acquire {} release {} server-side; bench CPU {} cores",
+             {} server-side; bench CPU {} cores",
             show(v.log_commits_per_s, 1.0, ""),
             show(v.log_commit_mean_us, 1e-3, " ms"),
             show(v.writes_per_commit, 1.0, ""),
-            show(v.acquire_mean_us, 1e-3, " ms"),
-            show(v.release_mean_us, 1e-3, " ms"),
+            v.call_means(),
             show(v.bench_cpu_cores, 1.0, ""),
         );
     }
@@ -988,8 +987,9 @@ pub fn server_table(report: &BenchReport) -> String {
     }
     let mut out = String::from(
         "| workload | client cycle p50 | server acquire mean | server release mean | \
-         log commits/s | commit (fsync) mean | records per commit | server CPU | bench CPU |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         server release-then-acquire mean | log commits/s | commit (fsync) mean | \
+         records per commit | server CPU | bench CPU |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let us = |v: Option<f64>| v.map_or("—".to_string(), format_us);
     let num =
@@ -998,11 +998,15 @@ pub fn server_table(report: &BenchReport) -> String {
         let v = m.server.expect("filtered on server views");
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            m.workload.name(),
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            m.variant.map_or_else(
+                || m.workload.name().to_string(),
+                |variant| format!("{} ({variant})", m.workload.name())
+            ),
             format_us(m.latency.p50_us),
             us(v.acquire_mean_us),
             us(v.release_mean_us),
+            us(v.handoff_mean_us),
             num(v.log_commits_per_s, 0),
             us(v.log_commit_mean_us),
             num(v.writes_per_commit, 2),

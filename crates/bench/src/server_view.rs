@@ -37,8 +37,30 @@ pub struct ServerView {
     /// Server-side latency of Acquire and Release (from the request, to the response).
     pub acquire_mean_us: Option<f64>,
     pub release_mean_us: Option<f64>,
+    /// Server-side latency of ReleaseThenAcquire (a handoff in one call).
+    pub handoff_mean_us: Option<f64>,
     /// CPU time of this benchmark process per wall-clock second: 1.0 is one core busy.
     pub bench_cpu_cores: Option<f64>,
+}
+
+impl ServerView {
+    /// The server-side means of the calls the workload made, e.g. "acquire 0.39 ms release
+    /// 0.35 ms" ("no calls timed" if the server timed none).
+    pub fn call_means(&self) -> String {
+        let means: Vec<String> = [
+            ("acquire", self.acquire_mean_us),
+            ("release", self.release_mean_us),
+            ("release-then-acquire", self.handoff_mean_us),
+        ]
+        .into_iter()
+        .filter_map(|(call, mean)| mean.map(|us| format!("{call} {:.2} ms", us / 1e3)))
+        .collect();
+        if means.is_empty() {
+            "no calls timed".to_string()
+        } else {
+            means.join(" ")
+        }
+    }
 }
 
 impl Probe {
@@ -76,6 +98,10 @@ impl Probe {
             writes_per_commit: batch_mean,
             acquire_mean_us: mean_us("palisade_request_duration_seconds", "{method=\"acquire\"}"),
             release_mean_us: mean_us("palisade_request_duration_seconds", "{method=\"release\"}"),
+            handoff_mean_us: mean_us(
+                "palisade_request_duration_seconds",
+                "{method=\"release_then_acquire\"}",
+            ),
             bench_cpu_cores: cores(before.bench_ticks, after.bench_ticks),
         })
     }
@@ -126,6 +152,28 @@ mod tests {
             Some(&42.0)
         );
         assert_eq!(parsed.len(), 2);
+    }
+
+    #[test]
+    fn the_call_means_name_the_calls_the_server_timed() {
+        let view = |acquire, release, handoff| ServerView {
+            log_commits_per_s: None,
+            log_commit_mean_us: None,
+            writes_per_commit: None,
+            acquire_mean_us: acquire,
+            release_mean_us: release,
+            handoff_mean_us: handoff,
+            bench_cpu_cores: None,
+        };
+        assert_eq!(
+            view(Some(390.0), Some(350.0), None).call_means(),
+            "acquire 0.39 ms release 0.35 ms"
+        );
+        assert_eq!(
+            view(None, None, Some(580.0)).call_means(),
+            "release-then-acquire 0.58 ms"
+        );
+        assert_eq!(view(None, None, None).call_means(), "no calls timed");
     }
 
     #[test]
