@@ -45,7 +45,8 @@ pub(crate) const RETRIES_AT_ONCE_MAX: u32 = 3;
 /// counter keeps this process's ids apart, the process id those of the holder's other processes,
 /// and no other client's ids are ever compared with them. That
 /// reasoning holds only for ids scoped to one session; anything compared across clients, like
-/// the key of an open, must come from [`open_key`], which has no fallback.
+/// the key of an open, must come from the open key's generator (`open_key`), which has no
+/// fallback.
 pub fn request_id() -> RequestId {
     RequestId::new(match palisade_clock::entropy::u64() {
         Ok(id) => id,

@@ -546,10 +546,14 @@ impl LockGuard {
 impl LockGuard {
     /// Gives this lock up and takes `lock` (another, or the same one again: behind its
     /// waiters, with a new token) in one call and one log write ([`Client::release_then_acquire`]):
-    /// a handoff from one lock to the next. This guard ends either way. After an error this
-    /// lock is released unless the release itself was refused (the grant had ended already),
-    /// and `lock` is not held. If the returned future is dropped before it completes, both
-    /// locks are released (or the wait withdrawn) in the background.
+    /// a handoff from one lock to the next. This guard ends either way. After a refusal of the
+    /// acquire (an error of class [`crate::ErrorClass::NotAcquired`]: busy, the wait ended, a
+    /// limit) this lock is released and `lock` is not held; a refused release (the grant had
+    /// ended already) changed nothing. After any other error (the service unavailable, an
+    /// outcome unknown) this lock may still be held, and `lock` may be held too after an
+    /// unknown outcome, with no guard: until [`Client::release`] of each, or the session's end.
+    /// If the returned future is dropped before it completes, both locks are released (or the
+    /// wait withdrawn) in the background.
     pub async fn release_then_acquire(
         mut self,
         lock: &str,
