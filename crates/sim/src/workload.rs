@@ -1,6 +1,7 @@
 //! A simulated client: the real client library, taking the one lock again and again and
 //! running a read-modify-write of the fenced counter under it, now and then paused in the
-//! middle as a process stopped by a garbage collector would be. With [`crate::Options::modes`]
+//! middle as a process stopped by a garbage collector would be, and now and then handing the
+//! lock on in one call (a release and the next acquire, `LockGuard::release_then_acquire`). With [`crate::Options::modes`]
 //! it also takes the read-write lock, as a writer (the same read-modify-write of its counter)
 //! or as a reader (a claim that reads, then a write the fence must refuse), a permit of the
 //! semaphore (the read-modify-write of its slot's counter), and the mutex and the read-write
@@ -151,49 +152,33 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
                         mode,
                         multi: None,
                     });
-                    // Mostly short waits; now and then a patient one, which outlasts an election (a
-                    // waiter queued at a leader that is then cut off must learn its outcome elsewhere).
+                    // Mostly short waits; now and then a patient one, which outlasts an
+                    // election (a waiter queued at a leader that is then cut off must learn
+                    // its outcome elsewhere).
                     let wait_ms = if rng.random_ratio(1, 4) {
                         rng.random_range(3_000..=8_000)
                     } else {
                         rng.random_range(500..=2_000)
                     };
                     let wait = Wait::For(Duration::from_millis(wait_ms));
-                    // An outcome the client library could not learn within its retries is asked again
-                    // with the same request id, as a real client does: the service answers with the
-                    // first attempt's outcome instead of acquiring twice.
+                    // An outcome the client library could not learn within its retries is
+                    // asked again with the same request id, as a real client does: the
+                    // service answers with the first attempt's outcome instead of acquiring
+                    // twice.
                     let request_id = palisade_client::request_id();
-                    let mut retries = 0;
-                    let acquired = loop {
+                    let acquired = until_known(&mut rng, &session, || {
                         let options = AcquireOptions {
                             mode,
                             ..AcquireOptions::wait(wait)
                         };
-                        let acquired = session.acquire_with_id(lock, options, request_id).await;
-                        match &acquired {
-                            Err(e)
-                                if e.outcome_unknown()
-                                    && retries < UNKNOWN_RETRIES_MAX
-                                    && session.ended().is_none() =>
-                            {
-                                retries += 1;
-                                tokio::time::sleep(Duration::from_millis(
-                                    rng.random_range(100..=500),
-                                ))
-                                .await;
-                            }
-                            _ => break acquired,
-                        }
-                    };
+                        session.acquire_with_id(lock, options, request_id)
+                    })
+                    .await;
                     let guard = match acquired {
                         Ok(guard) => {
-                            let token = guard.token().get();
                             world.borrow_mut().record(What::AcquireCompleted {
                                 op,
-                                outcome: Outcome::Granted {
-                                    token,
-                                    held: guard.access(),
-                                },
+                                outcome: granted(&guard),
                             });
                             guard
                         }
@@ -232,21 +217,55 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
     Ok(())
 }
 
+/// `attempt` (an acquire with a fixed request id), made again while the client library reports
+/// its outcome unknown, up to [`UNKNOWN_RETRIES_MAX`] more times while the session lives.
+async fn until_known<T, F>(
+    rng: &mut SmallRng,
+    session: &Session,
+    mut attempt: impl FnMut() -> F,
+) -> Result<T, AcquireError>
+where
+    F: std::future::Future<Output = Result<T, AcquireError>>,
+{
+    let mut retries = 0;
+    loop {
+        let result = attempt().await;
+        match &result {
+            Err(e)
+                if e.outcome_unknown()
+                    && retries < UNKNOWN_RETRIES_MAX
+                    && session.ended().is_none() =>
+            {
+                retries += 1;
+                tokio::time::sleep(Duration::from_millis(rng.random_range(100..=500))).await;
+            }
+            _ => return result,
+        }
+    }
+}
+
 /// What a session does after a critical section.
 enum Next {
     /// Nothing held: the next section acquires.
     Free,
     /// A handoff took this lock: the next section runs under its guard.
     Handed(&'static str, palisade_client::LockGuard),
-    /// An outcome the session could not learn: it stops, as after an acquire of unknown
-    /// outcome (it may hold a lock it has no guard of; closing it releases everything).
+    /// A handoff failed other than by a refused acquire: the session stops, as after an
+    /// acquire of unknown outcome (it may hold a lock it has no guard of; closing it releases
+    /// everything).
     Stop,
 }
 
 /// The critical section under `guard` of `lock`, then its end: mostly a release, and one time
 /// in four a handoff ([`palisade_client::LockGuard::release_then_acquire`]) to the lock the next
-/// section takes (the same one again, behind its waiters, without `modes`).
-#[allow(clippy::too_many_arguments)]
+/// section takes (the same one again, behind its waiters, without `modes`). Not when that
+/// section is a multi-lock (the draw is dropped), nor from a reader to a reader of the same
+/// lock: the new grant may join the reader's phase with its token, and the history, which
+/// tells grants apart by lock, session and token, would take it for the released one.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the workload's context, passed as its parts"
+)]
 async fn hold(
     plan: &Plan,
     world: &Shared,
@@ -263,6 +282,7 @@ async fn hold(
     gave_up.abort();
     if rng.random_ratio(1, 4)
         && let Section::One(next, mode) = section(plan, rng)
+        && !(next == lock && mode == Mode::Shared && guard.access() == Access::Shared)
     {
         return handoff(plan, world, rng, session, lock, guard, next, mode).await;
     }
@@ -272,11 +292,18 @@ async fn hold(
 }
 
 /// Gives `guard` of `lock` up and takes `next` in `mode` in one call, recorded as a release
-/// and an acquire invoked together. The release stands whatever the acquire answers, so a
-/// refusal of the acquire (busy, the wait ended) completes the release; any other error may
-/// have done either or both, so both stay of unknown outcome and the session stops. The client library
-/// retries lost answers with the same two request ids; now and then they are lost on purpose.
-#[allow(clippy::too_many_arguments)]
+/// and an acquire invoked together. A refused acquire (busy, the wait ended: the errors of
+/// class `NotAcquired`, which the service answers only after the release took effect in the
+/// same entry, `Table::release_then_acquire`) completes the release. Any other error is
+/// recorded as of unknown outcome for both, conservatively (a refused release or an
+/// unavailable service did nothing), and the session stops: unlike an acquire or a release,
+/// the handoff is not sent again by the workload, whose guard is gone with the first attempt;
+/// the client library resends lost answers with the same two request ids, and now and then
+/// they are lost on purpose.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the workload's context, passed as its parts"
+)]
 async fn handoff(
     plan: &Plan,
     world: &Shared,
@@ -313,47 +340,47 @@ async fn handoff(
         mode,
         ..AcquireOptions::wait(wait)
     };
-    match guard.release_then_acquire(next, options).await {
-        Ok(guard) => {
-            let mut world = world.borrow_mut();
-            world.record(What::ReleaseCompleted {
-                op: released,
-                outcome: Outcome::Released,
-            });
-            world.record(What::AcquireCompleted {
-                op: acquired,
-                outcome: Outcome::Granted {
-                    token: guard.token().get(),
-                    held: guard.access(),
-                },
-            });
-            Next::Handed(next, guard)
-        }
-        Err(e) if e.class() == ErrorClass::NotAcquired => {
-            let mut world = world.borrow_mut();
-            world.record(What::ReleaseCompleted {
-                op: released,
-                outcome: Outcome::Released,
-            });
-            world.record(What::AcquireCompleted {
-                op: acquired,
-                outcome: Outcome::Failed(e.to_string()),
-            });
-            Next::Free
-        }
-        Err(e) => {
-            let mut world = world.borrow_mut();
-            let outcome = Outcome::Unknown(e.to_string());
-            world.record(What::ReleaseCompleted {
-                op: released,
-                outcome: outcome.clone(),
-            });
-            world.record(What::AcquireCompleted {
-                op: acquired,
-                outcome,
-            });
-            Next::Stop
-        }
+    let (release_outcome, acquire_outcome, then) =
+        match guard.release_then_acquire(next, options).await {
+            Ok(guard) => (
+                Outcome::Released,
+                granted(&guard),
+                Next::Handed(next, guard),
+            ),
+            Err(e) if e.class() == ErrorClass::NotAcquired => (
+                Outcome::Released,
+                Outcome::Failed(e.to_string()),
+                Next::Free,
+            ),
+            Err(e) => (
+                Outcome::Unknown(e.to_string()),
+                Outcome::Unknown(e.to_string()),
+                Next::Stop,
+            ),
+        };
+    {
+        let mut world = world.borrow_mut();
+        world.record(What::ReleaseCompleted {
+            op: released,
+            outcome: release_outcome,
+        });
+        world.record(What::AcquireCompleted {
+            op: acquired,
+            outcome: acquire_outcome,
+        });
+    }
+    if matches!(then, Next::Free) {
+        // As after any acquire that was refused.
+        tokio::time::sleep(Duration::from_millis(rng.random_range(10..=200))).await;
+    }
+    then
+}
+
+/// A grant as the history records it.
+fn granted(guard: &palisade_client::LockGuard) -> Outcome {
+    Outcome::Granted {
+        token: guard.token().get(),
+        held: guard.access(),
     }
 }
 
@@ -391,21 +418,10 @@ async fn multi_section(
     });
     let wait = Wait::For(Duration::from_millis(rng.random_range(500..=2_000)));
     let parts = locks.map(LockPart::exclusive);
-    let mut retries = 0;
-    let acquired = loop {
-        let acquired = session.acquire_all_with_id(&parts, wait, request_id).await;
-        match &acquired {
-            Err(e)
-                if e.outcome_unknown()
-                    && retries < UNKNOWN_RETRIES_MAX
-                    && session.ended().is_none() =>
-            {
-                retries += 1;
-                tokio::time::sleep(Duration::from_millis(rng.random_range(100..=500))).await;
-            }
-            _ => break acquired,
-        }
-    };
+    let acquired = until_known(rng, session, || {
+        session.acquire_all_with_id(&parts, wait, request_id)
+    })
+    .await;
     let guards = match acquired {
         Ok(guards) => guards,
         Err(e) if e.class() == ErrorClass::Internal => {
@@ -452,10 +468,7 @@ async fn multi_section(
     for (op, guard) in ops.into_iter().zip(&guards) {
         world.borrow_mut().record(What::AcquireCompleted {
             op,
-            outcome: Outcome::Granted {
-                token: guard.token().get(),
-                held: guard.access(),
-            },
+            outcome: granted(guard),
         });
     }
     let watchers: Vec<_> = (locks.into_iter().zip(&guards))

@@ -11,7 +11,9 @@ use palisade_sim::{Options, Report, run};
 ///   service answered "internal error: queued a try-only acquire", and that client wrote nothing
 ///   in the liveness phase. Fixed in the service (busy) and the client (a timed wait's retry
 ///   waits at least 1 ms); `server/tests/service.rs`
-///   `a_try_by_a_session_already_waiting_for_the_lock_is_busy_not_an_internal_error`.
+///   `a_try_by_a_session_already_waiting_for_the_lock_is_busy_not_an_internal_error`. Since the
+///   clients hand locks on in one call (and pause only in the safety phase), this seed no
+///   longer replays the schedule that found the bug; that test keeps covering it.
 const CORPUS: &[u64] = &[1, 2, 3, 4, 5, 6, 7, 8, 10419653090245980798];
 
 fn explain(report: &Report) -> String {
