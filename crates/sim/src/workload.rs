@@ -1,11 +1,12 @@
 //! A simulated client: the real client library, taking the one lock again and again and
 //! running a read-modify-write of the fenced counter under it, now and then paused in the
 //! middle as a process stopped by a garbage collector would be, and now and then handing the
-//! lock on in one call (a release and the next acquire, `LockGuard::release_then_acquire`). With [`crate::Options::modes`]
-//! it also takes the read-write lock, as a writer (the same read-modify-write of its counter)
-//! or as a reader (a claim that reads, then a write the fence must refuse), a permit of the
-//! semaphore (the read-modify-write of its slot's counter), and the mutex and the read-write
-//! lock at once through one multi-lock (each lock's read-modify-write with its own sequencer).
+//! lock on in one call (a release and the next acquire, `LockGuard::release_then_acquire`).
+//! With [`crate::Options::modes`] it also takes the read-write lock, as a writer (the same
+//! read-modify-write of its counter) or as a reader (a claim that reads, then a write the fence
+//! must refuse), a permit of the semaphore (the read-modify-write of its slot's counter), and
+//! the mutex and the read-write lock at once through one multi-lock (each lock's
+//! read-modify-write with its own sequencer).
 
 use std::time::Duration;
 
