@@ -4,59 +4,24 @@
 //! server would, and checks the replies and events a client would observe.
 
 use palisade_core::{
-    Access, Command, CoreError, DurationMs, Event, Input, Limits, LockTable, Mode, Output,
-    ReleaseCause, Reply, RequestId, SessionId, TimeMs, Token, Wait, WaitEndCause,
+    Access, Command, CoreError, DurationMs, Event, Limits, LockTable, Mode, Output, ReleaseCause,
+    Reply, RequestId, SessionId, TimeMs, Token, Wait, WaitEndCause,
 };
 
 const TTL_MS: u64 = 1_000;
 
-/// A lock table plus the bookkeeping a test needs to write short phases.
-struct Story {
-    table: LockTable,
-    next_request_id: u64,
-}
+mod story;
 
+use story::Story;
+
+/// The steps these scenarios add to the shared [`Story`].
 impl Story {
-    fn new(limits: Limits) -> Self {
-        Story {
-            table: LockTable::new(limits),
-            next_request_id: 1,
-        }
-    }
-
-    fn request_id(&mut self) -> u64 {
-        self.next_request_id += 1;
-        self.next_request_id
-    }
-
-    fn apply(&mut self, now_ms: u64, command: Command) -> Output {
-        let output = self.table.apply(Input {
-            now_ms: TimeMs::from_millis(now_ms),
-            command,
-        });
-        self.table.check_consistency();
-        output
-    }
-
-    fn open(&mut self, now_ms: u64, ttl_ms: u64) -> SessionId {
-        let command = Command::OpenSession {
-            open_key: None,
-            ttl_ms: DurationMs::from_millis(ttl_ms),
-            secret_digest: None,
-            owner: None,
-        };
-        match self.apply(now_ms, command).result {
-            Ok(Reply::SessionOpened { session, .. }) => session,
-            other => panic!("open failed: {other:?}"),
-        }
-    }
-
     fn acquire_with(
         &mut self,
         now_ms: u64,
         session: SessionId,
         lock: &str,
-        request_id: u64,
+        request_id: RequestId,
         wait: Wait,
     ) -> Output {
         self.apply(
@@ -64,7 +29,7 @@ impl Story {
             Command::Acquire {
                 session,
                 lock: lock.to_string(),
-                request_id: RequestId::new(request_id),
+                request_id,
                 wait,
                 value: None,
                 mode: palisade_core::Mode::Exclusive,
@@ -74,7 +39,7 @@ impl Story {
 
     /// Acquires `lock` in `mode` without waiting.
     fn try_mode(&mut self, now_ms: u64, session: SessionId, lock: &str, mode: Mode) -> Output {
-        let request_id = RequestId::new(self.request_id());
+        let request_id = self.request_id();
         let command = Command::Acquire {
             session,
             lock: lock.to_string(),
@@ -104,14 +69,14 @@ impl Story {
         now_ms: u64,
         session: SessionId,
         lock: &str,
-        request_id: u64,
+        request_id: RequestId,
     ) -> Output {
         self.apply(
             now_ms,
             Command::Release {
                 session,
                 lock: lock.to_string(),
-                request_id: RequestId::new(request_id),
+                request_id,
             },
         )
     }
@@ -151,15 +116,15 @@ fn holder(story: &Story, lock: &str) -> Option<(SessionId, Token)> {
 
 #[test]
 fn a_waiter_whose_session_expires_is_never_granted() {
-    let mut story = Story::new(Limits::default());
+    let mut story = Story::new();
 
     // Phase 1: a holds the lock, b queues behind it; b's lease is shorter than a's.
-    let a = story.open(0, 3 * TTL_MS);
-    let b = story.open(0, TTL_MS);
-    let c = story.open(0, 10 * TTL_MS);
+    let a = story.open_at(0, 3 * TTL_MS);
+    let b = story.open_at(0, TTL_MS);
+    let c = story.open_at(0, 10 * TTL_MS);
     let token_a = story.take(0, a, "jobs/nightly");
     let queued = story
-        .acquire_with(0, b, "jobs/nightly", 60, Wait::Forever)
+        .acquire_with(0, b, "jobs/nightly", RequestId::new(60), Wait::Forever)
         .result;
     assert!(matches!(queued, Ok(Reply::Queued { position: 0, .. })));
     let queued = story.acquire(0, c, "jobs/nightly", Wait::Forever).result;
@@ -189,12 +154,12 @@ fn a_waiter_whose_session_expires_is_never_granted() {
 fn a_waiter_that_expires_in_the_same_instant_as_the_holder_is_never_granted() {
     // The server may apply no input for a while (a pause, a change of leader); when time jumps
     // past both the holder's and the waiter's lease, the waiter must not get the lock (etcd#11456).
-    let mut story = Story::new(Limits::default());
+    let mut story = Story::new();
 
     // Phase 1: a holds, b waits, c waits behind b; a expires first, then b, c lives on.
-    let a = story.open(0, TTL_MS);
-    let b = story.open(0, 2 * TTL_MS);
-    let c = story.open(0, 10 * TTL_MS);
+    let a = story.open_at(0, TTL_MS);
+    let b = story.open_at(0, 2 * TTL_MS);
+    let c = story.open_at(0, 10 * TTL_MS);
     let token_a = story.take(0, a, "l");
     story.acquire(0, b, "l", Wait::Forever);
     story.acquire(0, c, "l", Wait::Forever);
@@ -217,12 +182,12 @@ fn a_waiter_that_expires_in_the_same_instant_as_the_holder_is_never_granted() {
 
 #[test]
 fn a_waiter_past_its_deadline_is_not_granted_when_time_jumps() {
-    let mut story = Story::new(Limits::default());
+    let mut story = Story::new();
 
     // Phase 1: a holds with a long lease; b waits for at most 100 ms; c waits for ever.
-    let a = story.open(0, TTL_MS);
-    let b = story.open(0, 10 * TTL_MS);
-    let c = story.open(0, 10 * TTL_MS);
+    let a = story.open_at(0, TTL_MS);
+    let b = story.open_at(0, 10 * TTL_MS);
+    let c = story.open_at(0, 10 * TTL_MS);
     story.take(0, a, "l");
     story.acquire(0, b, "l", Wait::ForMs(DurationMs::from_millis(100)));
     story.acquire(0, c, "l", Wait::Forever);
@@ -242,9 +207,9 @@ fn a_waiter_past_its_deadline_is_not_granted_when_time_jumps() {
 
 #[test]
 fn tokens_keep_growing_after_a_lock_is_forgotten_and_re_created() {
-    let mut story = Story::new(Limits::default());
-    let a = story.open(0, TTL_MS);
-    let b = story.open(0, TTL_MS);
+    let mut story = Story::new();
+    let a = story.open_at(0, TTL_MS);
+    let b = story.open_at(0, TTL_MS);
 
     // Phase 1: a takes and releases the lock; nobody waits, so the table forgets it.
     let first = story.take(0, a, "orders");
@@ -263,12 +228,12 @@ fn tokens_keep_growing_after_a_lock_is_forgotten_and_re_created() {
 
 #[test]
 fn a_retried_release_does_not_release_the_next_grant() {
-    let mut story = Story::new(Limits::default());
-    let a = story.open(0, TTL_MS);
+    let mut story = Story::new();
+    let a = story.open_at(0, TTL_MS);
 
     // Phase 1: a takes the lock and releases it with request id 100.
     let first = story.take(0, a, "l");
-    let released = story.release_with(1, a, "l", 100).result;
+    let released = story.release_with(1, a, "l", RequestId::new(100)).result;
     assert_eq!(
         released,
         Ok(Reply::Released {
@@ -283,7 +248,7 @@ fn a_retried_release_does_not_release_the_next_grant() {
     assert!(second > first);
 
     // Phase 3: the release is retried (its reply was lost); it returns the first outcome.
-    let retried = story.release_with(3, a, "l", 100);
+    let retried = story.release_with(3, a, "l", RequestId::new(100));
     assert_eq!(retried.result, released);
     assert!(retried.events.is_empty());
     assert_eq!(holder(&story, "l"), Some((a, second)));
@@ -291,13 +256,15 @@ fn a_retried_release_does_not_release_the_next_grant() {
 
 #[test]
 fn a_retried_acquire_sees_the_grant_it_queued_for() {
-    let mut story = Story::new(Limits::default());
-    let a = story.open(0, TTL_MS);
-    let b = story.open(0, TTL_MS);
+    let mut story = Story::new();
+    let a = story.open_at(0, TTL_MS);
+    let b = story.open_at(0, TTL_MS);
 
     // Phase 1: a holds, b queues with request id 7.
     story.take(0, a, "l");
-    let queued = story.acquire_with(0, b, "l", 7, Wait::Forever).result;
+    let queued = story
+        .acquire_with(0, b, "l", RequestId::new(7), Wait::Forever)
+        .result;
     assert!(matches!(queued, Ok(Reply::Queued { .. })));
 
     // Phase 2: a releases; b is granted from the queue.
@@ -308,7 +275,7 @@ fn a_retried_acquire_sees_the_grant_it_queued_for() {
     let (_, token_b) = grants[0];
 
     // Phase 3: b retries request 7 and sees the grant, not the stale "queued".
-    let retried = story.acquire_with(2, b, "l", 7, Wait::Forever);
+    let retried = story.acquire_with(2, b, "l", RequestId::new(7), Wait::Forever);
     assert_eq!(
         retried.result,
         Ok(Reply::Granted {
@@ -327,15 +294,15 @@ fn a_retried_acquire_sees_the_grant_it_queued_for() {
 #[test]
 fn lock_delay_holds_the_lock_after_the_holder_expires_but_not_after_a_clean_release() {
     let lock_delay_ms = 500;
-    let mut story = Story::new(Limits {
+    let mut story = Story::with_limits(Limits {
         lock_delay_ms: DurationMs::from_millis(lock_delay_ms),
         ..Limits::default()
     });
 
     // Phase 1: a holds "x" and lets its lease run out; b waits.
-    let a = story.open(0, TTL_MS);
-    let b = story.open(0, 100 * TTL_MS);
-    let c = story.open(0, 100 * TTL_MS);
+    let a = story.open_at(0, TTL_MS);
+    let b = story.open_at(0, 100 * TTL_MS);
+    let c = story.open_at(0, 100 * TTL_MS);
     let token_a = story.take(0, a, "x");
     story.acquire(0, b, "x", Wait::Forever);
     let out = story.tick(TTL_MS);
@@ -374,7 +341,7 @@ fn lock_delay_holds_the_lock_after_the_holder_expires_but_not_after_a_clean_rele
     assert_eq!(grants[0].0, c);
 
     // Phase 5: closing a session is also clean: no delay.
-    let d = story.open(now, TTL_MS);
+    let d = story.open_at(now, TTL_MS);
     story.acquire(now, d, "x", Wait::Forever);
     let out = story.apply(now, Command::CloseSession { session: c });
     assert_eq!(granted_events(&out.events).first().map(|g| g.0), Some(d));
@@ -382,9 +349,9 @@ fn lock_delay_holds_the_lock_after_the_holder_expires_but_not_after_a_clean_rele
 
 #[test]
 fn restart_modelled_as_snapshot_and_restore_keeps_tokens_growing() {
-    let mut story = Story::new(Limits::default());
-    let a = story.open(0, 10 * TTL_MS);
-    let b = story.open(0, 10 * TTL_MS);
+    let mut story = Story::new();
+    let a = story.open_at(0, 10 * TTL_MS);
+    let b = story.open_at(0, 10 * TTL_MS);
 
     // Phase 1: some grants, the lock forgotten after the last release.
     let t1 = story.take(0, a, "l");
@@ -405,11 +372,11 @@ fn restart_modelled_as_snapshot_and_restore_keeps_tokens_growing() {
 
 #[test]
 fn leader_start_extends_every_lease_and_never_shortens_one() {
-    let mut story = Story::new(Limits::default());
+    let mut story = Story::new();
 
     // Phase 1: two sessions with different TTLs, one renewed late.
-    let short = story.open(0, TTL_MS);
-    let long = story.open(0, 5 * TTL_MS);
+    let short = story.open_at(0, TTL_MS);
+    let long = story.open_at(0, 5 * TTL_MS);
     story.apply(900, Command::KeepAlive { session: short });
 
     // Phase 2: a new leader starts at 1_500.
@@ -439,11 +406,11 @@ fn leader_start_extends_every_lease_and_never_shortens_one() {
 
 #[test]
 fn at_the_token_limit_grants_are_refused_never_wrapped() {
-    let mut story = Story::new(Limits {
+    let mut story = Story::with_limits(Limits {
         token_max: Token::new(3),
         ..Limits::default()
     });
-    let a = story.open(0, TTL_MS);
+    let a = story.open_at(0, TTL_MS);
 
     // Phase 1: use up every token.
     let tokens: Vec<Token> = (0..3)
@@ -469,18 +436,20 @@ fn at_the_token_limit_grants_are_refused_never_wrapped() {
 
 #[test]
 fn a_repeated_acquire_while_queued_sees_how_the_wait_ended() {
-    let mut story = Story::new(Limits::default());
-    let a = story.open(0, TTL_MS);
-    let b = story.open(0, 10 * TTL_MS);
+    let mut story = Story::new();
+    let a = story.open_at(0, TTL_MS);
+    let b = story.open_at(0, 10 * TTL_MS);
 
     // Phase 1: a holds; b queues (request 7), then repeats its acquire with request 8.
     story.take(0, a, "l");
-    story.acquire_with(0, b, "l", 7, Wait::Forever);
-    let repeated = story.acquire_with(0, b, "l", 8, Wait::Forever).result;
+    story.acquire_with(0, b, "l", RequestId::new(7), Wait::Forever);
+    let repeated = story
+        .acquire_with(0, b, "l", RequestId::new(8), Wait::Forever)
+        .result;
     assert!(matches!(repeated, Ok(Reply::Queued { position: 0, .. })));
 
     // Phase 2: a releases; b is granted from the queue.
-    let out = story.release_with(1, a, "l", 100);
+    let out = story.release_with(1, a, "l", RequestId::new(100));
     let (_, token_b) = granted_events(&out.events)[0];
 
     // Then: retrying either request answers the grant, not a stale "queued".
@@ -490,23 +459,27 @@ fn a_repeated_acquire_while_queued_sees_how_the_wait_ended() {
         token: token_b,
     });
     assert_eq!(
-        story.acquire_with(2, b, "l", 7, Wait::Forever).result,
+        story
+            .acquire_with(2, b, "l", RequestId::new(7), Wait::Forever)
+            .result,
         granted
     );
     assert_eq!(
-        story.acquire_with(2, b, "l", 8, Wait::Forever).result,
+        story
+            .acquire_with(2, b, "l", RequestId::new(8), Wait::Forever)
+            .result,
         granted
     );
 }
 
 #[test]
 fn a_freed_lock_still_reports_its_last_token_and_its_next_grant_is_higher() {
-    let mut story = Story::new(Limits::default());
-    let session = story.open(0, TTL_MS);
+    let mut story = Story::new();
+    let session = story.open_at(0, TTL_MS);
 
     // Phase 1: a grant and a clean release; the lock is free and forgotten by the table.
     let first = story.take(10, session, "jobs/a");
-    story.release_with(20, session, "jobs/a", 500);
+    story.release_with(20, session, "jobs/a", RequestId::new(500));
     assert_eq!(
         story.table.lock_status("jobs/a"),
         None,
@@ -529,8 +502,8 @@ fn a_freed_lock_still_reports_its_last_token_and_its_next_grant_is_higher() {
 
 #[test]
 fn a_raised_token_floor_places_the_next_grant_above_it_and_never_lowers_the_counter() {
-    let mut story = Story::new(Limits::default());
-    let a = story.open(0, TTL_MS);
+    let mut story = Story::new();
+    let a = story.open_at(0, TTL_MS);
     let before = story.take(1, a, "jobs/a");
     assert_eq!(
         story
@@ -568,8 +541,8 @@ fn a_raised_token_floor_places_the_next_grant_above_it_and_never_lowers_the_coun
 /// the next session opened is above it, and a lower one changes nothing.
 #[test]
 fn a_raised_session_floor_places_the_next_session_above_it_and_never_lowers_the_counter() {
-    let mut story = Story::new(Limits::default());
-    let a = story.open(0, TTL_MS);
+    let mut story = Story::new();
+    let a = story.open_at(0, TTL_MS);
     let raise = |story: &mut Story, now, session| {
         story.apply(
             now,
@@ -580,13 +553,13 @@ fn a_raised_session_floor_places_the_next_session_above_it_and_never_lowers_the_
         )
     };
     assert!(raise(&mut story, 1, 500).result.is_ok());
-    let b = story.open(2, TTL_MS);
+    let b = story.open_at(2, TTL_MS);
     assert!(
         b > SessionId::new(500) && b > a,
         "{b:?} after a session floor of 500"
     );
     assert!(raise(&mut story, 3, 7).result.is_ok());
-    let c = story.open(4, TTL_MS);
+    let c = story.open_at(4, TTL_MS);
     assert!(c > b, "{c:?} after {b:?}");
 }
 
@@ -597,9 +570,9 @@ fn a_raised_session_floor_places_the_next_session_above_it_and_never_lowers_the_
 fn a_grant_carries_its_holders_value_and_only_the_holding_replaces_it() {
     use palisade_core::GrantValue;
     let value = |v: &str| Some(GrantValue::new(v).expect("a valid value"));
-    let mut story = Story::new(Limits::default());
-    let a = story.open(0, 10_000);
-    let b = story.open(0, 10_000);
+    let mut story = Story::new();
+    let a = story.open_at(0, 10_000);
+    let b = story.open_at(0, 10_000);
     let campaign = |story: &mut Story, session, address: &str| {
         let request_id = story.request_id();
         story.apply(
@@ -607,7 +580,7 @@ fn a_grant_carries_its_holders_value_and_only_the_holding_replaces_it() {
             Command::Acquire {
                 session,
                 lock: "election/db".into(),
-                request_id: RequestId::new(request_id),
+                request_id,
                 wait: Wait::Forever,
                 value: value(address),
                 mode: palisade_core::Mode::Exclusive,
@@ -698,12 +671,12 @@ fn a_value_is_refused_when_empty_too_long_or_with_a_control_character() {
 /// (tests/model.rs) once it drove permits.
 #[test]
 fn a_later_expiry_keeps_its_whole_lock_delay_when_an_earlier_one_ends() {
-    let mut story = Story::new(Limits {
+    let mut story = Story::with_limits(Limits {
         lock_delay_ms: DurationMs::from_millis(500),
         ..Limits::default()
     });
-    let early = story.open(0, TTL_MS);
-    let late = story.open(250, TTL_MS);
+    let early = story.open_at(0, TTL_MS);
+    let late = story.open_at(250, TTL_MS);
     for (at, session) in [(250, early), (250, late)] {
         let output = story.try_mode(at, session, "pool", Mode::Permit(3));
         assert!(
@@ -720,7 +693,7 @@ fn a_later_expiry_keeps_its_whole_lock_delay_when_an_earlier_one_ends() {
         .expect("the semaphore is in lock-delay");
     assert_eq!(status.available_at_ms, Some(TimeMs::from_millis(1_750)));
     story.tick(1_501);
-    let newcomer = story.open(1_501, TTL_MS);
+    let newcomer = story.open_at(1_501, TTL_MS);
     let output = story.try_mode(1_501, newcomer, "pool", Mode::Permit(3));
     assert!(
         matches!(
@@ -744,12 +717,12 @@ fn a_later_expiry_keeps_its_whole_lock_delay_when_an_earlier_one_ends() {
 /// reference model (tests/model.rs) once it drove shared acquires.
 #[test]
 fn a_reader_joins_an_open_phase_when_the_tokens_are_used_up() {
-    let mut story = Story::new(Limits {
+    let mut story = Story::with_limits(Limits {
         token_max: Token::new(8),
         ..Limits::default()
     });
-    let first = story.open(0, TTL_MS);
-    let second = story.open(0, TTL_MS);
+    let first = story.open_at(0, TTL_MS);
+    let second = story.open_at(0, TTL_MS);
     let phase = story.try_mode(0, first, "doc", Mode::Shared);
     assert!(matches!(phase.result, Ok(Reply::GrantedAs { token, .. }) if token == Token::new(1)));
     story.apply(
@@ -764,7 +737,7 @@ fn a_reader_joins_an_open_phase_when_the_tokens_are_used_up() {
         matches!(joined.result, Ok(Reply::GrantedAs { token, access: Access::Shared, .. }) if token == Token::new(1)),
         "{joined:?}"
     );
-    let writer = story.open(2, TTL_MS);
+    let writer = story.open_at(2, TTL_MS);
     let refused = story.acquire(2, writer, "other", Wait::Try);
     assert!(
         matches!(refused.result, Err(CoreError::TokensExhausted { .. })),
