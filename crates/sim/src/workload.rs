@@ -125,6 +125,13 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
             client: plan.client,
             session: id,
         });
+        let ctx = Ctx {
+            plan: &plan,
+            world: &world,
+            clock: &clock,
+            client: &client,
+            session: &session,
+        };
         // A lock taken by a handoff from the one before: its critical section comes next.
         let mut handed = None;
         while now() < plan.stop_at && session.ended().is_none() {
@@ -134,10 +141,7 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
                     let (lock, mode) = match section(&plan, &mut rng) {
                         Section::One(lock, mode) => (lock, mode),
                         Section::All(locks) => {
-                            let goes_on = multi_section(
-                                &plan, &world, &clock, &mut rng, &client, &session, locks,
-                            )
-                            .await;
+                            let goes_on = multi_section(ctx, &mut rng, locks).await;
                             if !goes_on {
                                 break;
                             }
@@ -199,11 +203,7 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
                     (lock, guard)
                 }
             };
-            match hold(
-                &plan, &world, &clock, &mut rng, &client, &session, lock, guard,
-            )
-            .await
-            {
+            match hold(ctx, &mut rng, lock, guard).await {
                 Next::Free => {}
                 Next::Handed(lock, guard) => handed = Some((lock, guard)),
                 Next::Stop => break,
@@ -211,11 +211,21 @@ pub(crate) async fn run(plan: Plan, world: Shared) -> turmoil::Result {
         }
         // The run's end (or the session's) came between a handoff and its critical section.
         if let Some((lock, guard)) = handed.take() {
-            release(&plan, &world, &mut rng, &client, &session, lock, guard).await;
+            release(ctx, &mut rng, lock, guard).await;
         }
         let _ = session.close().await;
     }
     Ok(())
+}
+
+/// What each step of one client's session works with.
+#[derive(Clone, Copy)]
+struct Ctx<'a> {
+    plan: &'a Plan,
+    world: &'a Shared,
+    clock: &'a DriftingClock,
+    client: &'a Client,
+    session: &'a Session,
 }
 
 /// `attempt` (an acquire with a fixed request id), made again while the client library reports
@@ -263,31 +273,23 @@ enum Next {
 /// section is a multi-lock (the draw is dropped), nor from a reader to a reader of the same
 /// lock: the new grant may join the reader's phase with its token, and the history, which
 /// tells grants apart by lock, session and token, would take it for the released one.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the workload's context, passed as its parts"
-)]
 async fn hold(
-    plan: &Plan,
-    world: &Shared,
-    clock: &DriftingClock,
+    ctx: Ctx<'_>,
     rng: &mut SmallRng,
-    client: &Client,
-    session: &Session,
     lock: &'static str,
     guard: palisade_client::LockGuard,
 ) -> Next {
-    let id = session.id().get();
-    let gave_up = watch_lost(plan, world, id, lock, &guard);
-    critical_section(plan, world, clock, rng, session, &guard).await;
+    let id = ctx.session.id().get();
+    let gave_up = watch_lost(ctx.plan, ctx.world, id, lock, &guard);
+    critical_section(ctx, rng, &guard).await;
     gave_up.abort();
     if rng.random_ratio(1, 4)
-        && let Section::One(next, mode) = section(plan, rng)
+        && let Section::One(next, mode) = section(ctx.plan, rng)
         && !(next == lock && mode == Mode::Shared && guard.access() == Access::Shared)
     {
-        return handoff(plan, world, rng, session, lock, guard, next, mode).await;
+        return handoff(ctx, rng, (lock, guard), next, mode).await;
     }
-    release(plan, world, rng, client, session, lock, guard).await;
+    release(ctx, rng, lock, guard).await;
     tokio::time::sleep(Duration::from_millis(rng.random_range(0..=100))).await;
     Next::Free
 }
@@ -301,20 +303,19 @@ async fn hold(
 /// the handoff is not sent again by the workload, whose guard is gone with the first attempt;
 /// the client library resends lost answers with the same two request ids, and now and then
 /// they are lost on purpose.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the workload's context, passed as its parts"
-)]
 async fn handoff(
-    plan: &Plan,
-    world: &Shared,
+    ctx: Ctx<'_>,
     rng: &mut SmallRng,
-    session: &Session,
-    lock: &'static str,
-    guard: palisade_client::LockGuard,
+    (lock, guard): (&'static str, palisade_client::LockGuard),
     next: &'static str,
     mode: Mode,
 ) -> Next {
+    let Ctx {
+        plan,
+        world,
+        session,
+        ..
+    } = ctx;
     let id = session.id().get();
     let (released, acquired) = {
         let mut world = world.borrow_mut();
@@ -397,15 +398,14 @@ fn granted(guard: &palisade_client::LockGuard) -> Outcome {
 /// which of the locks its session holds (a linearizable read), records those parts as
 /// granted and the others as of unknown outcome, so that the checker sees a partial hold, and
 /// ends the session (it holds a lock it has no guard of), which releases what it holds.
-async fn multi_section(
-    plan: &Plan,
-    world: &Shared,
-    clock: &DriftingClock,
-    rng: &mut SmallRng,
-    client: &Client,
-    session: &Session,
-    locks: [&'static str; 2],
-) -> bool {
+async fn multi_section(ctx: Ctx<'_>, rng: &mut SmallRng, locks: [&'static str; 2]) -> bool {
+    let Ctx {
+        plan,
+        world,
+        client,
+        session,
+        ..
+    } = ctx;
     let id = session.id().get();
     let request_id = palisade_client::request_id();
     let ops = locks.map(|lock| {
@@ -476,11 +476,11 @@ async fn multi_section(
         .map(|(lock, guard)| watch_lost(plan, world, id, lock, guard))
         .collect();
     for guard in &guards {
-        critical_section(plan, world, clock, rng, session, guard).await;
+        critical_section(ctx, rng, guard).await;
     }
     for ((lock, guard), watcher) in locks.into_iter().zip(guards).zip(watchers) {
         watcher.abort();
-        release(plan, world, rng, client, session, lock, guard).await;
+        release(ctx, rng, lock, guard).await;
     }
     true
 }
@@ -512,14 +512,18 @@ fn watch_lost(
 /// Releases `guard` of `lock`, retrying an unknown outcome with the same request id, and
 /// records it.
 async fn release(
-    plan: &Plan,
-    world: &Shared,
+    ctx: Ctx<'_>,
     rng: &mut SmallRng,
-    client: &Client,
-    session: &palisade_client::Session,
     lock: &'static str,
     guard: palisade_client::LockGuard,
 ) {
+    let Ctx {
+        plan,
+        world,
+        client,
+        session,
+        ..
+    } = ctx;
     let id = session.id().get();
     let token = guard.token().get();
     let op = world.borrow_mut().record(What::ReleaseInvoked {
@@ -654,14 +658,14 @@ async fn reader(client: usize, stop_at: Duration, seed: u64, world: Shared) {
 /// it plus one. The resource refuses either step once a later holder has claimed it, and a
 /// reader's write whatever its token. A writer's claim is a write's (it authorizes the write
 /// that follows), a reader's a read's.
-async fn critical_section(
-    plan: &Plan,
-    world: &Shared,
-    clock: &DriftingClock,
-    rng: &mut SmallRng,
-    session: &palisade_client::Session,
-    guard: &palisade_client::LockGuard,
-) {
+async fn critical_section(ctx: Ctx<'_>, rng: &mut SmallRng, guard: &palisade_client::LockGuard) {
+    let Ctx {
+        plan,
+        world,
+        clock,
+        session,
+        ..
+    } = ctx;
     let keys = world
         .borrow()
         .keys
