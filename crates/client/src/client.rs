@@ -878,13 +878,13 @@ impl Client {
     /// grant.
     ///
     /// A refused release ([`AcquireError::SessionNotFound`], or [`AcquireError::Refused`] with
-    /// [`palisade_core::CoreError::NotHolder`]) changes nothing, and the acquire is not tried. After a refusal
-    /// of the acquire (an error of class [`crate::ErrorClass::NotAcquired`]: busy, the wait
-    /// ended, a limit) the release took effect and `lock` is not held. After an error of
-    /// unknown outcome ([`AcquireError::outcome_unknown`]) either may have happened: the same
-    /// call with the same two ids ([`Client::release_then_acquire_with_ids`]) is answered with
-    /// the first attempt's outcome. A server too old for it answers [`AcquireError::Rejected`]
-    /// with [`tonic::Code::Unimplemented`], having released nothing.
+    /// [`palisade_core::CoreError::NotHolder`]) changes nothing, and the acquire is not tried.
+    /// After a refusal of the acquire (an error of class [`crate::ErrorClass::NotAcquired`]:
+    /// busy, the wait ended, a limit) the release took effect and `lock` is not held. After an
+    /// error of unknown outcome ([`AcquireError::outcome_unknown`]) either may have happened:
+    /// the same call with the same two ids ([`Client::release_then_acquire_with_ids`]) is
+    /// answered with the first attempt's outcome. A server too old for it answers
+    /// [`AcquireError::Rejected`] with [`tonic::Code::Unimplemented`], having released nothing.
     /// Retries of transient failures reuse both request ids, so they neither grant twice nor
     /// release the grant a first attempt took.
     pub async fn release_then_acquire(
