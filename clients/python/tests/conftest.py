@@ -86,11 +86,13 @@ class Server:
         port: Optional[int] = None,
         ready: bool = True,
         token: Optional[str] = None,
+        tls: Optional[palisade.Tls] = None,
     ) -> None:
         """``token``: the bearer token to ask whether it is ready with (a server with a policy
-        answers no one without)."""
+        answers no one without); ``tls``: the client TLS settings to ask with (a TLS server)."""
         self.binary = binary
         self._token = token
+        self._tls = tls
         self.data_dir = data_dir
         self.port = port or free_port()
         self.endpoint = f"127.0.0.1:{self.port}"
@@ -110,7 +112,7 @@ class Server:
             if self.process.poll() is not None:
                 raise RuntimeError(f"palisade serve exited with {self.process.returncode}:\n{self.log()}")
             try:
-                with palisade.Client([self.endpoint], token=self._token, connect_timeout=0.5) as client:
+                with palisade.Client([self.endpoint], token=self._token, tls=self._tls, connect_timeout=0.5) as client:
                     client.public_keys()
                     return
             except palisade.PalisadeError:

@@ -134,7 +134,7 @@ def test_bad_input_is_refused_before_it_is_sent(client: palisade.Client) -> None
         ([], "no endpoint"),
         (["a:1", ""], "endpoint 2 of 2 is empty"),
         (["x"] * 17, "17 endpoints given, at most 16"),
-        (["https://a:443"], "TLS is not supported"),
+        (["https://a:443"], "https:// needs TLS settings"),
         (["a:0"], "not host:port"),
         (["a b:1"], "not host:port"),
     ]:

@@ -3,6 +3,7 @@
     import palisade
 
     client = palisade.Client(["127.0.0.1:7457"])   # token=..., else $PALISADE_AUTH_TOKEN
+    # TLS: palisade.Client([...], tls=palisade.Tls.from_files("ca.pem"[, "client.pem", "client.key"]))
     with client.lock("jobs/nightly", ttl=10) as grant:
         print(grant.token, grant.sequencer)   # present the sequencer to the resource
         if grant.lost.is_set(): ...           # the session was lost: stop writing
@@ -48,6 +49,7 @@ from .errors import (
     WaitEnded,
 )
 from .sequencer import KeySet, PublicKey, Sequencer, VerifiedSequencer, verify
+from .tls import TLS_FILE_BYTES_MAX, Tls
 
 __all__ = [
     "AUTH_TOKEN_ENV",
@@ -86,6 +88,8 @@ __all__ = [
     "SessionLost",
     "SessionNotFound",
     "SessionNotOwned",
+    "TLS_FILE_BYTES_MAX",
+    "Tls",
     "Unauthenticated",
     "Unavailable",
     "VerifiedSequencer",

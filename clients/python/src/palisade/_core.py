@@ -5,10 +5,11 @@ program behave alike against a cluster:
 
 - **Endpoints.** Every attempt goes to the current endpoint. After a failure,
   :meth:`Endpoints.after_failure` picks the next: an ``UNAVAILABLE`` naming the leader
-  (``palisade-leader-addr``) makes the leader current if it is one of the configured endpoints
-  (this client has no TLS, so nothing would prove an address outside the list a member, and
-  every call carries the bearer token and session secrets); any other retryable failure, and a
-  hint outside the list, moves to the
+  (``palisade-leader-addr``) makes the leader current if it is one of the configured endpoints,
+  or, with TLS, anywhere (the hint came over a connection authenticated to a member, and the
+  new connection sends nothing before its server shows a certificate from the CA). Without TLS
+  nothing would prove an address outside the list a member, and every call carries the bearer
+  token and session secrets, so such a hint, like any other retryable failure, moves to the
   next configured endpoint, wrapping around; a refusal moves nothing. A failure seen on an
   endpoint that is no longer current moves nothing (another call already moved).
 - **Retries.** A failure that applied nothing is retried, at once after a leader hint (at most
@@ -40,6 +41,7 @@ from ._proto import palisade_pb2 as pb
 
 if TYPE_CHECKING:
     from .client import SessionCredential
+    from .tls import Tls
     from .sequencer import Access
 
 _log = logging.getLogger("palisade")
@@ -100,15 +102,26 @@ CHANNEL_OPTIONS = [
 ]
 
 
+def unreachable(targets: list[str], failures: list[str], tls: Optional["Tls"]) -> errors.Unreachable:
+    """The error of a client that no endpoint accepted a connection for."""
+    why = "is `palisade serve` running there?"
+    if tls is not None:
+        why = (
+            "is `palisade serve` running there with TLS, and does its certificate chain to the CA "
+            f"of {tls!r} and name the host dialled?"
+        )
+    return errors.Unreachable(f"cannot connect to the lock service at {','.join(targets)}: {'; '.join(failures)}; {why}")
+
+
 # --- endpoints ------------------------------------------------------------------------------
 
 
-def parse_endpoints(endpoints: Any) -> list[str]:
+def parse_endpoints(endpoints: Any, tls: bool = False) -> list[str]:
     """``host:port`` targets from a list of endpoints or a comma-separated string.
 
-    A scheme ``http://`` is accepted and dropped. Refuses an empty list or entry, more than
-    :data:`ENDPOINTS_MAX` entries, an entry without a host or a valid port, and ``https://``
-    (this client speaks plain gRPC only).
+    A scheme is accepted and dropped if it is the one the client speaks: ``https://`` with
+    ``tls``, ``http://`` without. Refuses an empty list or entry, more than
+    :data:`ENDPOINTS_MAX` entries, an entry without a host or a valid port, and the other scheme.
     """
     if isinstance(endpoints, str):
         entries = endpoints.split(",")
@@ -129,11 +142,11 @@ def parse_endpoints(endpoints: Any) -> list[str]:
     for index, entry in enumerate(entries):
         if not isinstance(entry, str):
             raise errors.InvalidEndpoint(f"endpoint {index + 1} is {entry!r}, not a host:port string")
-        targets.append(_parse_endpoint(entry, index, len(entries)))
+        targets.append(_parse_endpoint(entry, index, len(entries), tls))
     return targets
 
 
-def _parse_endpoint(entry: str, index: int, count: int) -> str:
+def _parse_endpoint(entry: str, index: int, count: int, tls: bool) -> str:
     text = entry.strip()
     where = f"endpoint {index + 1} of {count}" if count > 1 else "endpoint"
     if not text:
@@ -143,10 +156,18 @@ def _parse_endpoint(entry: str, index: int, count: int) -> str:
     if len(text.encode()) > ENDPOINT_BYTES_MAX:
         raise errors.InvalidEndpoint(f"{where} is over {ENDPOINT_BYTES_MAX} bytes")
     if text.startswith("https://"):
-        raise errors.InvalidEndpoint(
-            f"{where} {text!r}: TLS is not supported by the Python client yet; use host:port"
-        )
-    if text.startswith("http://"):
+        if not tls:
+            raise errors.InvalidEndpoint(
+                f"{where} {text!r}: https:// needs TLS settings (tls=palisade.Tls.from_files(...)): "
+                "the CA to check the server's certificate with"
+            )
+        text = text[len("https://") :].rstrip("/")
+    elif text.startswith("http://"):
+        if tls:
+            raise errors.InvalidEndpoint(
+                f"{where} {text!r}: http:// asks for plaintext but TLS is configured; "
+                "use https:// or leave the scheme out"
+            )
         text = text[len("http://") :].rstrip("/")
     target = _host_port(text)
     if target is None:
@@ -292,8 +313,10 @@ class Endpoints(Generic[T]):
         first: int,
         make_stub: Callable[[str], T],
         clock: Callable[[], float] = time.monotonic,
+        tls: bool = False,
     ) -> None:
         self._make_stub = make_stub
+        self._tls = tls
         self._stubs: dict[str, T] = {}
         self.configured = list(targets)
         self._clock = clock
@@ -301,10 +324,14 @@ class Endpoints(Generic[T]):
         self._mutex = threading.Lock()
         self._current = Current(targets[first], self._stub(targets[first]), 0, first)
 
-    def _next_after(self, failed: int) -> int:
-        """The configured endpoint to try after the one at ``failed``, whose attempt just failed."""
+    def _next_after(self, current: Current[T]) -> int:
+        """The configured endpoint to try after ``current``, whose attempt just failed. A leader
+        followed outside the list keeps the place of the member that named it, which answered
+        and is not marked failed."""
         now = self._clock()
-        self._failed_at[failed] = now
+        failed = current.index
+        if self.configured[failed] == current.target:
+            self._failed_at[failed] = now
         count = len(self.configured)
         order = [(failed + step) % count for step in range(1, count + 1)]
         for index in order:
@@ -334,6 +361,11 @@ class Endpoints(Generic[T]):
             if failure.kind == Failure.NOT_LEADER and leader != current.target and leader in self.configured:
                 index = self.configured.index(leader)
                 target = leader
+            elif failure.kind == Failure.NOT_LEADER and leader is not None and leader != current.target and self._tls:
+                # Outside the list, followed only with TLS; the place in the list is kept, so
+                # that a failure there goes on to the configured endpoint after it.
+                index = current.index
+                target = leader
             elif failure.kind in (Failure.NOT_LEADER, Failure.NOT_APPLIED, Failure.UNKNOWN):
                 if failure.kind == Failure.NOT_LEADER and leader != current.target:
                     # Without TLS nothing proves an address outside the list is a member, and
@@ -343,7 +375,7 @@ class Endpoints(Generic[T]):
                         "(nothing proves it is a member): give the client every member's address",
                         leader,
                     )
-                index = self._next_after(current.index)
+                index = self._next_after(current)
                 target = self.configured[index]
             else:
                 return  # an answer about the request itself: the member spoke for the cluster

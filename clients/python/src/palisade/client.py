@@ -35,6 +35,7 @@ from ._core import Failure
 from ._proto import palisade_pb2 as pb
 from ._proto import palisade_pb2_grpc as pb_grpc
 from .sequencer import EXCLUSIVE, Access, KeySet, PublicKey
+from .tls import Tls
 
 log = logging.getLogger("palisade")
 
@@ -248,6 +249,11 @@ class Client:
     lock service with a token file and a policy; when it is ``None``, ``$PALISADE_AUTH_TOKEN`` is
     used if set, else no token is sent. The client never shows the token (``repr``, logs,
     errors).
+
+    ``tls`` (a :class:`palisade.Tls`) makes every connection TLS, checked against its CA, with
+    the client's certificate for mutual TLS; endpoints may then start with ``https://``. With
+    TLS, a leader hint naming a member outside ``endpoints`` is followed; without, it is not
+    (nothing would prove that address a member).
     """
 
     def __init__(
@@ -255,13 +261,17 @@ class Client:
         endpoints: Union[Sequence[str], str],
         *,
         token: Union[str, _core.BearerToken, None] = None,
+        tls: Optional[Tls] = None,
         connect_timeout: float = 5.0,
         request_timeout: float = 10.0,
         retry_budget: float = 10.0,
     ) -> None:
         self._channels: dict[str, grpc.Channel] = {}
         self._closed = False
-        targets = _core.parse_endpoints(endpoints)
+        if tls is not None and not isinstance(tls, Tls):
+            raise errors.Misconfigured(f"tls is a palisade.Tls, not {type(tls).__name__}")
+        self._credentials = None if tls is None else tls.credentials()
+        targets = _core.parse_endpoints(endpoints, tls is not None)
         bearer = _core.bearer_token(token)
         for name, value in (
             ("connect_timeout", connect_timeout),
@@ -283,19 +293,22 @@ class Client:
             break
         if first is None:
             self.close()
-            raise errors.Unreachable(
-                f"cannot connect to the lock service at {','.join(targets)}: {'; '.join(failures)}; "
-                "is `palisade serve` running there?"
-            )
+            raise _core.unreachable(targets, failures, tls)
         self._endpoints = _core.Endpoints(
-            targets, first, lambda t: _core.AuthorizedStub(pb_grpc.LocksStub(self._channel(t)), bearer)
+            targets,
+            first,
+            lambda t: _core.AuthorizedStub(pb_grpc.LocksStub(self._channel(t)), bearer),
+            tls=tls is not None,
         )
         self._calls = _Calls(self._endpoints, request_timeout, retry_budget)
 
     def _channel(self, target: str) -> grpc.Channel:
         channel = self._channels.get(target)
         if channel is None:
-            channel = grpc.insecure_channel(target, options=_core.CHANNEL_OPTIONS)
+            if self._credentials is None:
+                channel = grpc.insecure_channel(target, options=_core.CHANNEL_OPTIONS)
+            else:
+                channel = grpc.secure_channel(target, self._credentials, options=_core.CHANNEL_OPTIONS)
             self._channels[target] = channel
         return channel
 

@@ -32,6 +32,7 @@ from ..client import (
     lock_status,
 )
 from ..sequencer import KeySet, PublicKey
+from ..tls import Tls
 
 log = logging.getLogger("palisade")
 
@@ -67,14 +68,19 @@ class Client:
         endpoints: Union[Sequence[str], str],
         *,
         token: Union[str, _core.BearerToken, None] = None,
+        tls: Optional[Tls] = None,
         connect_timeout: float = 5.0,
         request_timeout: float = 10.0,
         retry_budget: float = 10.0,
     ) -> "Client":
         """Connects to the first of ``endpoints`` (``host:port``, at most 16) that accepts a
         connection; the others connect when first used. ``token``: the bearer token every call
-        carries, else ``$PALISADE_AUTH_TOKEN`` if set (see :class:`palisade.Client`)."""
-        targets = _core.parse_endpoints(endpoints)
+        carries, else ``$PALISADE_AUTH_TOKEN`` if set; ``tls``: a :class:`palisade.Tls` for TLS to
+        every endpoint (see :class:`palisade.Client`)."""
+        if tls is not None and not isinstance(tls, Tls):
+            raise errors.Misconfigured(f"tls is a palisade.Tls, not {type(tls).__name__}")
+        credentials = None if tls is None else tls.credentials()
+        targets = _core.parse_endpoints(endpoints, tls is not None)
         bearer = _core.bearer_token(token)
         for name, value in (
             ("connect_timeout", connect_timeout),
@@ -87,7 +93,10 @@ class Client:
 
         def channel(target: str) -> grpc.aio.Channel:
             if target not in channels:
-                channels[target] = grpc.aio.insecure_channel(target, options=_core.CHANNEL_OPTIONS)
+                if credentials is None:
+                    channels[target] = grpc.aio.insecure_channel(target, options=_core.CHANNEL_OPTIONS)
+                else:
+                    channels[target] = grpc.aio.secure_channel(target, credentials, options=_core.CHANNEL_OPTIONS)
             return channels[target]
 
         failures = []
@@ -103,12 +112,9 @@ class Client:
         if first is None:
             for ch in channels.values():
                 await ch.close()
-            raise errors.Unreachable(
-                f"cannot connect to the lock service at {','.join(targets)}: {'; '.join(failures)}; "
-                "is `palisade serve` running there?"
-            )
+            raise _core.unreachable(targets, failures, tls)
         endpoints_ = _core.Endpoints(
-            targets, first, lambda t: _core.AuthorizedStub(pb_grpc.LocksStub(channel(t)), bearer)
+            targets, first, lambda t: _core.AuthorizedStub(pb_grpc.LocksStub(channel(t)), bearer), tls=tls is not None
         )
         return Client(channels, endpoints_, request_timeout, retry_budget)
 
