@@ -150,12 +150,9 @@ def test_under_mutual_tls_the_client_certificate_is_the_identity_the_policy_gran
             with pytest.raises(palisade.PermissionDenied) as denied:
                 client.status(f"elsewhere/{unique}")
             assert (denied.value.identity, denied.value.right) == ("palisade-client", "read")
-        # No client certificate: the server ends the handshake, and nothing is answered.
-        with pytest.raises(palisade.PalisadeError):
-            with palisade.Client(
-                [server.endpoint], tls=palisade.Tls.from_files(tls_dir / "ca.pem"), connect_timeout=1, retry_budget=1
-            ) as anonymous:
-                anonymous.status(f"tls/{unique}")
+        # No client certificate: the server ends the handshake, so no connection is made.
+        with pytest.raises(errors.Unreachable):
+            palisade.Client([server.endpoint], tls=palisade.Tls.from_files(tls_dir / "ca.pem"), connect_timeout=1)
     finally:
         server.stop()
 
@@ -210,38 +207,62 @@ def test_with_tls_a_leader_hint_outside_the_given_endpoints_is_followed(
 # --- settings refused before anything is sent ----------------------------------------------
 
 
-def test_tls_settings_are_checked_when_made(tls_dir: pathlib.Path, tmp_path: pathlib.Path) -> None:
+def test_tls_settings_are_checked_when_made(
+    tls_dir: pathlib.Path, other_tls: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    ca, cert, key = tls_dir / "ca.pem", tls_dir / "client.pem", tls_dir / "client.key"
     with pytest.raises(errors.Misconfigured, match="cannot read the TLS CA .*missing.pem"):
         palisade.Tls.from_files(tmp_path / "missing.pem")
     with pytest.raises(errors.Misconfigured, match="no CERTIFICATE PEM block"):
-        palisade.Tls.from_files(tls_dir / "client.key")
+        palisade.Tls.from_files(key)
     big = tmp_path / "big.pem"
     big.write_bytes(b"#" * (palisade.TLS_FILE_BYTES_MAX + 1))
     with pytest.raises(errors.Misconfigured, match=f"over {palisade.TLS_FILE_BYTES_MAX} bytes"):
         palisade.Tls.from_files(big)
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n")
+    with pytest.raises(errors.Misconfigured, match="garbage.pem holds a certificate that does not parse"):
+        palisade.Tls.from_files(garbage)
     with pytest.raises(errors.Misconfigured, match="needs its key"):
-        palisade.Tls.from_files(tls_dir / "ca.pem", tls_dir / "client.pem")
+        palisade.Tls.from_files(ca, cert)
     with pytest.raises(errors.Misconfigured, match="needs its certificate"):
-        palisade.Tls.from_files(tls_dir / "ca.pem", key=tls_dir / "client.key")
-    with pytest.raises(errors.Misconfigured, match=r"client key .*client\.pem has no PRIVATE KEY"):
-        palisade.Tls.from_files(tls_dir / "ca.pem", tls_dir / "client.pem", tls_dir / "client.pem")
-    with pytest.raises(errors.Misconfigured, match="PEM bytes, not str"):
-        palisade.Tls("-----BEGIN CERTIFICATE-----")  # type: ignore[arg-type]
+        palisade.Tls.from_files(ca, key=key)
+    # A key that is not the certificate's (another `tls init`'s), and no key at all.
+    with pytest.raises(errors.Misconfigured, match="do not load as a pair.*KEY_VALUES_MISMATCH"):
+        palisade.Tls.from_files(ca, cert, other_tls / "client.key")
+    with pytest.raises(errors.Misconfigured, match="do not load as a pair"):
+        palisade.Tls.from_files(ca, cert, cert)
+    # An encrypted key is refused, not prompted for.
+    encrypted = tmp_path / "encrypted.key"
+    subprocess.run(
+        ["openssl", "pkey", "-in", str(key), "-out", str(encrypted), "-aes256", "-passout", "pass:secret"],
+        check=True,
+        capture_output=True,
+    )
+    with pytest.raises(errors.Misconfigured, match="encrypted.key is encrypted"):
+        palisade.Tls.from_files(ca, cert, encrypted)
+    with pytest.raises(errors.Misconfigured, match="file path, not bytes"):
+        palisade.Tls(ca.read_bytes())  # type: ignore[arg-type]
     with pytest.raises(errors.Misconfigured, match="tls is a palisade.Tls"):
-        palisade.Client(["127.0.0.1:1"], tls=str(tls_dir / "ca.pem"))  # type: ignore[arg-type]
+        palisade.Client(["127.0.0.1:1"], tls=str(ca))  # type: ignore[arg-type]
 
 
-def test_the_key_is_never_shown_nor_pickled(tls_dir: pathlib.Path) -> None:
+def test_the_settings_cannot_be_changed_shown_or_pickled(tls_dir: pathlib.Path) -> None:
     key = (tls_dir / "client.key").read_bytes()
-    from_files = palisade.Tls.from_files(tls_dir / "ca.pem", tls_dir / "client.pem", tls_dir / "client.key")
-    in_memory = palisade.Tls((tls_dir / "ca.pem").read_bytes(), (tls_dir / "client.pem").read_bytes(), key)
-    for tls in (from_files, in_memory):
-        assert tls.mutual
-        shown = repr(tls)
-        assert "PRIVATE" not in shown and key.decode() not in shown
-        with pytest.raises(TypeError, match="cannot be pickled"):
-            pickle.dumps(tls)
-    assert "client.key" in repr(from_files)
+    tls = palisade.Tls.from_files(tls_dir / "ca.pem", tls_dir / "client.pem", tls_dir / "client.key")
+    assert tls.mutual and tls.ca == (tls_dir / "ca.pem").read_bytes()
+    shown = repr(tls)
+    assert "PRIVATE" not in shown and key.decode() not in shown and "client.key" in shown
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        pickle.dumps(tls)
+    # Without a CA, gRPC would trust the public roots: the settings cannot be emptied.
+    with pytest.raises(AttributeError, match="cannot be changed"):
+        tls.ca = None  # type: ignore[misc, assignment]
+    with pytest.raises(AttributeError, match="cannot be changed"):
+        tls._ca = b""
+    with pytest.raises(AttributeError, match="cannot be changed"):
+        del tls._key
+    assert tls.credentials() is not None
 
 
 def test_the_scheme_must_match_the_settings() -> None:
@@ -276,7 +297,38 @@ def test_with_tls_a_leader_outside_the_list_is_followed_and_its_failure_marks_no
     endpoints.after_failure(3, failure(_core.Failure.NOT_APPLIED))
     assert endpoints.current().target == "10.0.0.1:7457"
 
+    # gRPC's target forms are not host:port, in a hint or an endpoint.
+    for form in ("dns:localhost:7457", "ipv4:127.0.0.1:7457", "unix:sock:7457"):
+        assert _core.leader_hint(form) is None
+        with pytest.raises(errors.InvalidEndpoint):
+            _core.parse_endpoints([form])
+    assert _core.leader_hint("[::1]:7457") == "[::1]:7457"
+    assert _core.leader_hint("a" * 600 + ":7457") is None
+
     # Without TLS the same hint is not followed (N14): on to the next configured endpoint.
     plain = _core.Endpoints(configured, 0, lambda target: target, clock=lambda: now[0])
     plain.after_failure(0, failure(_core.Failure.NOT_LEADER, "10.0.0.9:7457"))
     assert plain.current().target == "10.0.0.2:7457"
+
+
+def test_a_client_follows_at_most_so_many_leaders_outside_its_list() -> None:
+    """Each leader followed outside the list keeps a channel until the client closes: the number
+    is bounded, and past it a hint is not followed (the configured endpoints still are)."""
+    configured = ["10.0.0.1:7457", "10.0.0.2:7457"]
+    endpoints = _core.Endpoints(configured, 0, lambda target: target, tls=True)
+    generation = 0
+    for n in range(_core.OUTSIDE_LEADERS_MAX):
+        endpoints.after_failure(generation, _core.Failure(_core.Failure.NOT_LEADER, "test", leader=f"10.1.0.{n}:7457"))
+        generation += 1
+        assert endpoints.current().target == f"10.1.0.{n}:7457"
+    # One more address: not followed, on to the next configured endpoint instead.
+    endpoints.after_failure(generation, _core.Failure(_core.Failure.NOT_LEADER, "test", leader="10.2.0.1:7457"))
+    generation += 1
+    assert endpoints.current().target == "10.0.0.2:7457"
+    assert len(endpoints.stubs()) == len(configured) + _core.OUTSIDE_LEADERS_MAX
+    # An address already followed still is, and so is a configured one.
+    endpoints.after_failure(generation, _core.Failure(_core.Failure.NOT_LEADER, "test", leader="10.1.0.3:7457"))
+    generation += 1
+    assert endpoints.current().target == "10.1.0.3:7457"
+    endpoints.after_failure(generation, _core.Failure(_core.Failure.NOT_LEADER, "test", leader="10.0.0.1:7457"))
+    assert endpoints.current().target == "10.0.0.1:7457"

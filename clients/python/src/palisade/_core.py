@@ -184,6 +184,8 @@ def _host_port(text: str) -> Optional[str]:
         return None
     if host.startswith("[") != host.endswith("]"):
         return None
+    if ":" in host and not host.startswith("["):
+        return None  # an IPv6 address is bracketed; anything else with a colon is a gRPC target form
     if any(unicodedata.category(c) == "Cc" for c in text):
         return None
     return f"{host}:{int(port)}"
@@ -293,6 +295,11 @@ class Current(Generic[T]):
     index: int
 
 
+#: Most leaders outside the configured endpoints a client with TLS follows over its life: each
+#: keeps a channel until the client is closed. Beyond it, a hint to yet another address is not
+#: followed (the members' addresses have changed many times: give the client the current ones).
+OUTSIDE_LEADERS_MAX = ENDPOINTS_MAX
+
 #: How long an endpoint whose attempt failed is passed over while another has not failed since
 #: (seconds), as in the Rust client.
 FAILED_ENDPOINT_PASSED_OVER_FOR = 10.0
@@ -347,6 +354,10 @@ class Endpoints(Generic[T]):
             self._stubs[target] = stub
         return stub
 
+    def _outside(self) -> int:
+        """How many leaders outside the configured endpoints have a stub (a channel)."""
+        return sum(1 for target in self._stubs if target not in self.configured)
+
     def current(self) -> Current[T]:
         with self._mutex:
             return self._current
@@ -361,20 +372,34 @@ class Endpoints(Generic[T]):
             if failure.kind == Failure.NOT_LEADER and leader != current.target and leader in self.configured:
                 index = self.configured.index(leader)
                 target = leader
-            elif failure.kind == Failure.NOT_LEADER and leader is not None and leader != current.target and self._tls:
+            elif (
+                failure.kind == Failure.NOT_LEADER
+                and leader is not None
+                and leader != current.target
+                and self._tls
+                and (leader in self._stubs or self._outside() < OUTSIDE_LEADERS_MAX)
+            ):
                 # Outside the list, followed only with TLS; the place in the list is kept, so
                 # that a failure there goes on to the configured endpoint after it.
                 index = current.index
                 target = leader
             elif failure.kind in (Failure.NOT_LEADER, Failure.NOT_APPLIED, Failure.UNKNOWN):
                 if failure.kind == Failure.NOT_LEADER and leader != current.target:
-                    # Without TLS nothing proves an address outside the list is a member, and
-                    # every call carries the bearer token and session secrets (N14).
-                    _log.warning(
-                        "not following the leader hint to %s, which is not among the configured endpoints "
-                        "(nothing proves it is a member): give the client every member's address",
-                        leader,
-                    )
+                    if self._tls:
+                        _log.warning(
+                            "not following the leader hint to %s: this client already followed %d leaders "
+                            "outside its configured endpoints; give it the members' current addresses",
+                            leader,
+                            OUTSIDE_LEADERS_MAX,
+                        )
+                    else:
+                        # Without TLS nothing proves an address outside the list is a member, and
+                        # every call carries the bearer token and session secrets (N14).
+                        _log.warning(
+                            "not following the leader hint to %s, which is not among the configured endpoints "
+                            "(nothing proves it is a member): give the client every member's address",
+                            leader,
+                        )
                 index = self._next_after(current)
                 target = self.configured[index]
             else:
@@ -537,7 +562,7 @@ def leader_hint(value: Any) -> Optional[str]:
             value = value.decode("ascii")
         except UnicodeDecodeError:
             return None
-    if not isinstance(value, str):
+    if not isinstance(value, str) or len(value) > ENDPOINT_BYTES_MAX:
         return None
     return _host_port(value.strip())
 

@@ -1,22 +1,26 @@
 """TLS settings of a client: the CA the servers' certificates are checked against and, for mutual
 TLS, the client's own certificate and key.
 
-    tls = palisade.Tls.from_files("tls/ca.pem")                                  # server only
+    tls = palisade.Tls.from_files("tls/ca.pem")                                      # server only
     tls = palisade.Tls.from_files("tls/ca.pem", "tls/client.pem", "tls/client.key")  # mutual
     client = palisade.Client(["10.0.0.1:7457", "10.0.0.2:7457"], tls=tls)
 
 The files are the ones ``palisade tls init`` writes (docs/security.md). The server's certificate
 must name the host of the endpoint the client dials (a DNS name or an IP address), as with the
-Rust and Go clients. The settings are checked when made: a file that is missing, over
-:data:`TLS_FILE_BYTES_MAX`, or without a PEM block of the expected kind is refused with
-:class:`errors.Misconfigured` naming it, and so is a certificate without its key or a key
-without its certificate. The key is never shown (``repr``) and cannot be pickled.
+Rust and Go clients. Everything is checked when the settings are made, as the Rust client checks
+its files, so that nothing is left to the first handshake: a file that is missing or over
+:data:`TLS_FILE_BYTES_MAX`, a CA file without a certificate that parses, a certificate without
+its key or a key without its certificate, a key that does not belong to its certificate, and an
+encrypted key (gRPC cannot decrypt one) are refused with :class:`errors.Misconfigured` naming the
+file. The settings cannot be changed once made, the key is never shown (``repr``) and they cannot
+be pickled.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Union
+import ssl
+from typing import Any, NoReturn, Optional, Union
 
 import grpc
 
@@ -25,11 +29,40 @@ from . import errors
 #: Largest PEM file a client reads (a CA bundle of a few hundred certificates fits).
 TLS_FILE_BYTES_MAX = 1 << 20
 
-_CERTIFICATE = b"CERTIFICATE-----"
-_PRIVATE_KEY = b"PRIVATE KEY-----"
+Path = Union[str, "os.PathLike[str]"]
+
+
+class _Encrypted(Exception):
+    """OpenSSL asked for the key's password."""
+
+
+def _ask_password() -> NoReturn:
+    raise _Encrypted  # never prompt on a terminal, as OpenSSL would without a callback
+
+
+def _path(what: str, path: Any) -> str:
+    if not isinstance(path, (str, os.PathLike)):
+        raise errors.Misconfigured(f"the {what} is a file path, not {type(path).__name__}")
+    text = os.fspath(path)
+    if not isinstance(text, str):
+        raise errors.Misconfigured(f"the {what} is a file path, not {type(text).__name__}")
+    return text
+
+
+def _size(what: str, path: str) -> None:
+    """Refuses a file that cannot be read or is over the limit, without reading it."""
+    try:
+        size = os.stat(path).st_size
+        if not os.access(path, os.R_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as e:
+        raise errors.Misconfigured(f"cannot read the {what} {path}: {e.strerror or e}") from None
+    if size > TLS_FILE_BYTES_MAX:
+        raise errors.Misconfigured(f"the {what} {path} is over {TLS_FILE_BYTES_MAX} bytes")
 
 
 def _read(what: str, path: str) -> bytes:
+    _size(what, path)
     try:
         with open(path, "rb") as f:
             data = f.read(TLS_FILE_BYTES_MAX + 1)
@@ -40,88 +73,100 @@ def _read(what: str, path: str) -> bytes:
     return data
 
 
-def _check(what: str, where: str, data: Any, marker: bytes, kind: str) -> bytes:
-    """``data`` if it is PEM bytes within the limit with a ``kind`` block, else
-    :class:`errors.Misconfigured` naming ``what`` (and ``where``, its file)."""
-    if not isinstance(data, bytes):
-        raise errors.Misconfigured(f"the {what} is PEM bytes, not {type(data).__name__}")
-    if len(data) > TLS_FILE_BYTES_MAX:
-        raise errors.Misconfigured(f"the {what}{where} is over {TLS_FILE_BYTES_MAX} bytes")
-    found = any(line.strip().startswith(b"-----BEGIN ") and line.strip().endswith(marker) for line in data.splitlines())
-    if not found:
-        raise errors.Misconfigured(f"the {what}{where} has no {kind} PEM block")
-    return data
+def _check_ca(path: str, pem: bytes) -> None:
+    try:
+        text = pem.decode("ascii")
+    except UnicodeDecodeError:
+        raise errors.Misconfigured(f"the TLS CA {path} is not PEM text") from None
+    if "-----BEGIN CERTIFICATE-----" not in text:
+        raise errors.Misconfigured(f"the TLS CA {path} has no CERTIFICATE PEM block")
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=text)
+    except ssl.SSLError as e:
+        raise errors.Misconfigured(f"the TLS CA {path} holds a certificate that does not parse: {e}") from None
 
 
-def _pair(cert: Any, key: Any) -> None:
-    if (cert is None) != (key is None):
+def _check_pair(cert: str, key: str) -> None:
+    """The certificate and key parse, the key is not encrypted, and it belongs to the
+    certificate. OpenSSL reads the key; this process holds none of its bytes if it is refused."""
+    _size("client certificate", cert)
+    _size("client key", key)
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(cert, key, password=_ask_password)
+    except _Encrypted:
+        raise errors.Misconfigured(f"the client key {key} is encrypted; gRPC needs it unencrypted") from None
+    except ssl.SSLError as e:
         raise errors.Misconfigured(
-            "a client certificate needs its key" if key is None else "a client key needs its certificate"
-        )
-
-
-#: The parts of the settings: name, what a message calls it, the end of its PEM marker, its kind.
-_PARTS = (
-    ("ca", "TLS CA", _CERTIFICATE, "CERTIFICATE"),
-    ("cert", "client certificate", _CERTIFICATE, "CERTIFICATE"),
-    ("key", "client key", _PRIVATE_KEY, "PRIVATE KEY"),
-)
+            f"the client certificate {cert} and key {key} do not load as a pair ({e.reason or e}): "
+            "a certificate PEM block, and the private key that belongs to it"
+        ) from None
 
 
 class Tls:
-    """TLS to every endpoint of a client: ``ca``, the PEM certificates that the servers'
+    """TLS to every endpoint of a client: ``ca``, the file of PEM certificates the servers'
     certificates must chain to, and for mutual TLS ``cert`` and ``key``, the client's certificate
-    (chain) and private key, both or neither. :meth:`from_files` reads them from files."""
+    (chain) and its private key, both or neither. ``Tls.from_files`` is the same call."""
 
-    __slots__ = ("ca", "cert", "_key", "_source")
+    __slots__ = ("_ca", "_cert", "_key", "_source")
+    _ca: bytes
+    _cert: Optional[bytes]
+    _key: Optional[bytes]
+    _source: str
 
-    def __init__(self, ca: bytes, cert: Optional[bytes] = None, key: Optional[bytes] = None) -> None:
-        self._set({"ca": ca, "cert": cert, "key": key}, {})
-
-    def _set(self, pem: dict[str, Any], files: dict[str, str]) -> None:
-        """Checks and keeps ``pem`` (by part name), read from ``files`` if given."""
-        _pair(pem["cert"], pem["key"])
-        for name, what, marker, kind in _PARTS:
-            if name == "ca" or pem[name] is not None:
-                _check(what, f" {files[name]}" if name in files else "", pem[name], marker, kind)
-        self.ca: bytes = pem["ca"]
-        self.cert: Optional[bytes] = pem["cert"]
-        self._key: Optional[bytes] = pem["key"]
-        self._source = " ".join(f"{name}={files[name]}" for name, *_ in _PARTS if name in files)
+    def __init__(self, ca: Path, cert: Optional[Path] = None, key: Optional[Path] = None) -> None:
+        if (cert is None) != (key is None):
+            raise errors.Misconfigured(
+                "a client certificate needs its key" if key is None else "a client key needs its certificate"
+            )
+        ca_path = _path("TLS CA", ca)
+        ca_pem = _read("TLS CA", ca_path)
+        _check_ca(ca_path, ca_pem)
+        source = f"ca={ca_path}"
+        cert_pem = key_pem = None
+        if cert is not None and key is not None:
+            cert_path, key_path = _path("client certificate", cert), _path("client key", key)
+            _check_pair(cert_path, key_path)
+            cert_pem, key_pem = _read("client certificate", cert_path), _read("client key", key_path)
+            source += f" cert={cert_path} key={key_path}"
+        object.__setattr__(self, "_ca", ca_pem)
+        object.__setattr__(self, "_cert", cert_pem)
+        object.__setattr__(self, "_key", key_pem)
+        object.__setattr__(self, "_source", source)
 
     @classmethod
-    def from_files(
-        cls,
-        ca: Union[str, "os.PathLike[str]"],
-        cert: Union[str, "os.PathLike[str]", None] = None,
-        key: Union[str, "os.PathLike[str]", None] = None,
-    ) -> "Tls":
-        """Reads the CA and, for mutual TLS, the client's certificate and key (both or neither)."""
-        _pair(cert, key)
-        paths = {"ca": ca, "cert": cert, "key": key}
-        for (name, what, *_), path in zip(_PARTS, paths.values()):
-            if path is not None and not isinstance(path, (str, os.PathLike)):
-                raise errors.Misconfigured(f"the {what} is a file path, not {type(path).__name__}")
-        files = {name: os.fspath(path) for name, path in paths.items() if path is not None}
-        pem = {name: _read(what, files[name]) if name in files else None for name, what, *_ in _PARTS}
-        tls = cls.__new__(cls)
-        tls._set(pem, files)
-        return tls
+    def from_files(cls, ca: Path, cert: Optional[Path] = None, key: Optional[Path] = None) -> "Tls":
+        """Reads and checks the CA and, for mutual TLS, the client's certificate and key."""
+        return cls(ca, cert, key)
+
+    @property
+    def ca(self) -> bytes:
+        """The CA certificates, PEM."""
+        return self._ca
+
+    @property
+    def cert(self) -> Optional[bytes]:
+        """The client's certificate (chain), PEM, for mutual TLS."""
+        return self._cert
 
     @property
     def mutual(self) -> bool:
         """Whether the client presents a certificate of its own."""
-        return self.cert is not None
+        return self._cert is not None
 
     def credentials(self) -> grpc.ChannelCredentials:
         """gRPC channel credentials for these settings (for blocking and asyncio channels alike)."""
         return grpc.ssl_channel_credentials(
-            root_certificates=self.ca, private_key=self._key, certificate_chain=self.cert
+            root_certificates=self._ca, private_key=self._key, certificate_chain=self._cert
         )
 
+    def __setattr__(self, name: str, value: Any) -> NoReturn:
+        raise AttributeError(f"palisade.Tls cannot be changed; make another (setting {name})")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise AttributeError(f"palisade.Tls cannot be changed; make another (deleting {name})")
+
     def __repr__(self) -> str:
-        shown = self._source or ("ca, cert, key (in memory)" if self.mutual else "ca (in memory)")
-        return f"Tls({shown})"
+        return f"Tls({self._source})"
 
     def __reduce__(self) -> Any:  # no pickling a private key into a file or another process
         raise TypeError("palisade.Tls holds a private key and cannot be pickled")
