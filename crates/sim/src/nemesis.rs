@@ -85,6 +85,8 @@ struct Schedule {
     told: bool,
     /// When to ask again for the removal of the members replaced.
     remove_at: Duration,
+    /// Whether the members left after a replacement were found to be no majority.
+    majority_lost: bool,
 }
 
 /// How long the operator waits before asking again for a raise or a backup not done yet, or
@@ -116,6 +118,7 @@ impl Schedule {
             lose_log_at: lose.then_some((lose_log_at, loss)),
             told: false,
             remove_at: Duration::ZERO,
+            majority_lost: false,
         }
     }
 }
@@ -324,7 +327,7 @@ impl Nemesis {
         }
         if plan.disaster_at.is_some_and(|at| now >= at) {
             plan.disaster_at = None;
-            self.disaster(sim, world, now);
+            self.disaster(sim, world, now, "disaster");
         }
         let plan = &mut self.recoveries;
         if let Some((_, loss)) = plan.lose_log_at.filter(|(at, _)| now >= *at) {
@@ -342,19 +345,36 @@ impl Nemesis {
         };
         if !replaced.is_empty() && now >= self.recoveries.remove_at {
             self.recoveries.remove_at = now + ASK_AGAIN;
-            for id in replaced {
-                Nemesis::order(world, Order::Remove { id });
+            let members = world.borrow().members.len();
+            if 2 * (members - replaced.len()) <= members {
+                // Those left are no majority: nothing can remove the replaced members, and the
+                // cluster never commits again. The operator does what docs/cluster.md says for
+                // a majority lost for good: the newest backup restored as a new cluster. Once:
+                // without a backup or a spare, nothing else is left to do.
+                if !self.recoveries.majority_lost {
+                    self.recoveries.majority_lost = true;
+                    let names: Vec<String> = replaced.iter().map(|&id| node_name(id)).collect();
+                    let why = format!(
+                        "majority lost for good ({} replaced, the rest are no majority of {members})",
+                        names.join(",")
+                    );
+                    self.disaster(sim, world, now, &why);
+                }
+            } else {
+                for id in replaced {
+                    Nemesis::order(world, Order::Remove { id });
+                }
             }
         }
     }
 
-    /// Every member lost for good; the backup restored into a spare node, a new one-member
-    /// cluster.
-    fn disaster(&mut self, sim: &mut turmoil::Sim<'_>, world: &Shared, now: Duration) {
+    /// Every member lost for good (`why`: a disaster, or a majority lost); the backup restored
+    /// into a spare node, a new one-member cluster.
+    fn disaster(&mut self, sim: &mut turmoil::Sim<'_>, world: &Shared, now: Duration, why: &str) {
         let asked = if world.borrow().recovery.backup.is_none() {
-            "asked: nothing (no backup to restore)".to_string()
+            format!("{why}: nothing done (no backup to restore)")
         } else if self.next_spare > self.hosts {
-            "asked: nothing (no spare node to restore into)".to_string()
+            format!("{why}: nothing done (no spare node to restore into)")
         } else {
             let spare = self.next_spare;
             self.next_spare += 1;
@@ -385,7 +405,7 @@ impl Nemesis {
             self.injected += 1;
             let names: Vec<String> = lost.iter().map(|&id| node_name(id)).collect();
             format!(
-                "disaster: {} lost for good; the last backup is restored into {}, a new \
+                "{why}: {} lost for good; the last backup is restored into {}, a new \
                  one-member cluster",
                 names.join(","),
                 node_name(spare)

@@ -17,6 +17,8 @@
 //!   and counters' mark survive. The start is refused, naming `recover-counters`; the operator
 //!   runs it, and starts the node again. For a member of a larger cluster, `recover-counters`
 //!   refuses, and the operator replaces the member (removes it; the churn adds a new one).
+//!   If the members left are no majority, nothing can remove it: the operator treats the
+//!   cluster as lost and restores the last backup into a spare, as after a disaster.
 //!
 //! An order goes to every member; only the node that believes it leads carries out those that
 //! need a leader, and a stale leader's attempt fails as it would for an administrator.

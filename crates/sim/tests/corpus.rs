@@ -137,6 +137,9 @@ fn every_seed_of_the_modes_corpus_passes() {
 /// backups, a disaster and a restore, a log lost or rolled back and `recover-counters`, or the
 /// member's replacement. Each exercises what its comment says.
 const CORPUS_RECOVERIES: &[(u64, &[&str])] = &[
+    // The restored one-member cluster grows to two, then one loses its log and is replaced:
+    // the other is no majority, so the backup is restored again, into a third cluster.
+    (1, &["majority lost for good", "palisade restore into n6"]),
     (9, &["palisade restore into"]),
     (
         10,
