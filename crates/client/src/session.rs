@@ -555,9 +555,25 @@ impl LockGuard {
     /// If the returned future is dropped before it completes, both locks are released (or the
     /// wait withdrawn) in the background.
     pub async fn release_then_acquire(
+        self,
+        lock: &str,
+        options: AcquireOptions,
+    ) -> Result<LockGuard, AcquireError> {
+        let ids = (crate::request_id(), crate::request_id());
+        self.release_then_acquire_with_ids(lock, options, ids).await
+    }
+
+    /// [`LockGuard::release_then_acquire`] with the caller's request ids, the release's and
+    /// the acquire's ([`crate::request_id`], two different ones): after an error of unknown
+    /// outcome ([`AcquireError::outcome_unknown`]) the caller retries with
+    /// [`Client::release_then_acquire_with_ids`], this guard's lock, `lock` and the same ids,
+    /// and is answered with the first attempt's outcome: the same grant, never a second one,
+    /// and never a release of the grant the first attempt took.
+    pub async fn release_then_acquire_with_ids(
         mut self,
         lock: &str,
         options: AcquireOptions,
+        (release_id, acquire_id): (RequestId, RequestId),
     ) -> Result<LockGuard, AcquireError> {
         self.released = true;
         let shared = self.shared.clone();
@@ -580,11 +596,10 @@ impl LockGuard {
                 vec![held, lock]
             },
         };
-        let ids = (crate::request_id(), crate::request_id());
         let result = tokio::select! {
             biased;
             reason = shared.lost() => Err(lost(reason)),
-            result = shared.client.release_then_acquire_with_ids(shared.credential, (held, ids.0), lock, options, ids.1) => result,
+            result = shared.client.release_then_acquire_with_ids(shared.credential, (held, release_id), lock, options, acquire_id) => result,
         };
         cancel.locks.clear();
         let (released, grant) = result?;

@@ -694,3 +694,38 @@ async fn a_retried_handoff_answers_its_first_grant_and_keeps_it() {
         grant.token
     );
 }
+
+/// A guard's handoff with the caller's ids can be retried through the client after an unknown
+/// outcome: the retry is answered with the guard's grant, which stays held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guards_handoff_with_ids_is_answered_again_by_the_same_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LockServer::start(dir.path()).await;
+    let client = Client::connect(&server.endpoint()).await.unwrap();
+    let session = client.open_session(ttl(10)).await.unwrap();
+    let try_now = || AcquireOptions::wait(Wait::Try);
+    let first = session.acquire("handoff/g", try_now()).await.unwrap();
+    let first_token = first.token();
+    let ids = (palisade_client::request_id(), palisade_client::request_id());
+    let next = first
+        .release_then_acquire_with_ids("handoff/h", try_now(), ids)
+        .await
+        .unwrap();
+    assert_ne!(next.token(), first_token);
+    // As after a lost answer: the same call with the same ids, through the client.
+    let (released, retried) = client
+        .release_then_acquire_with_ids(
+            session.credential(),
+            ("handoff/g", ids.0),
+            "handoff/h",
+            try_now(),
+            ids.1,
+        )
+        .await
+        .unwrap();
+    assert_eq!((released, retried.token), (Some(first_token), next.token()));
+    let holder = client.status("handoff/h").await.unwrap().holder.unwrap();
+    assert_eq!(holder.token, next.token());
+    assert!(client.status("handoff/g").await.unwrap().holder.is_none());
+    next.release().await.unwrap();
+}
