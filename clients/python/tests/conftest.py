@@ -145,6 +145,41 @@ class Server:
         self._log.close()
 
 
+def start_cluster(binary: pathlib.Path, directory: pathlib.Path, *extra: str) -> list[Server]:
+    """Three `palisade serve` members of a new cluster on free loopback ports, each with
+    ``extra`` flags; not waited for (see :func:`wait_for_leader`)."""
+    ports = [free_port() for _ in range(3)]
+    members = ",".join(f"{i + 1}=127.0.0.1:{port}" for i, port in enumerate(ports))
+    return [
+        Server(
+            binary,
+            directory / f"node{i + 1}",
+            *extra,
+            "--node-id",
+            str(i + 1),
+            "--initial-cluster",
+            members,
+            port=port,
+            ready=False,
+        )
+        for i, port in enumerate(ports)
+    ]
+
+
+def wait_for_leader(endpoints: list[str], tls: Optional[palisade.Tls] = None) -> str:
+    """The endpoint of the leader the cluster at ``endpoints`` elects (within 30 s)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with palisade.Client(endpoints, tls=tls, connect_timeout=1) as probe:
+                probe.public_keys()
+                return probe.endpoint
+        except palisade.PalisadeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 @pytest.fixture(scope="session")
 def server(palisade_bin: pathlib.Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A server shared by the tests that do not stop or pause it."""

@@ -8,26 +8,12 @@ import pytest
 
 import palisade
 
-from .conftest import Server, free_port
+from .conftest import Server, start_cluster, wait_for_leader
 
 
 @pytest.fixture
 def cluster(palisade_bin: pathlib.Path, tmp_path: pathlib.Path) -> Iterator[list[Server]]:
-    ports = [free_port() for _ in range(3)]
-    members = ",".join(f"{i + 1}=127.0.0.1:{port}" for i, port in enumerate(ports))
-    nodes = [
-        Server(
-            palisade_bin,
-            tmp_path / f"node{i + 1}",
-            "--node-id",
-            str(i + 1),
-            "--initial-cluster",
-            members,
-            port=port,
-            ready=False,
-        )
-        for i, port in enumerate(ports)
-    ]
+    nodes = start_cluster(palisade_bin, tmp_path)
     yield nodes
     for node in nodes:
         node.stop()
@@ -35,18 +21,7 @@ def cluster(palisade_bin: pathlib.Path, tmp_path: pathlib.Path) -> Iterator[list
 
 def test_calls_follow_the_leader_and_a_session_survives_its_kill(cluster: list[Server]) -> None:
     endpoints = [node.endpoint for node in cluster]
-    deadline = time.monotonic() + 30
-    while True:  # the cluster elects its first leader
-        try:
-            client = palisade.Client(endpoints, connect_timeout=1)
-            client.public_keys()
-            break
-        except palisade.PalisadeError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-    leader = client.endpoint
-    client.close()
+    leader = wait_for_leader(endpoints)
     followers = [e for e in endpoints if e != leader]
 
     # A client given a follower first is sent to the leader by the follower's answer.

@@ -19,7 +19,7 @@ import pytest
 import palisade
 from palisade import _core, aio, errors
 
-from .conftest import Server, free_port
+from .conftest import Server, start_cluster, wait_for_leader
 
 
 @pytest.fixture(scope="module")
@@ -161,37 +161,10 @@ def test_with_tls_a_leader_hint_outside_the_given_endpoints_is_followed(
     palisade_bin: pathlib.Path, tls_dir: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
     tls = palisade.Tls.from_files(tls_dir / "ca.pem")
-    ports = [free_port() for _ in range(3)]
-    members = ",".join(f"{i + 1}=127.0.0.1:{port}" for i, port in enumerate(ports))
-    nodes = [
-        Server(
-            palisade_bin,
-            tmp_path / f"node{i + 1}",
-            *serve_args(tls_dir),
-            "--tls-peer-ca",
-            str(tls_dir / "ca.pem"),
-            "--node-id",
-            str(i + 1),
-            "--initial-cluster",
-            members,
-            port=port,
-            ready=False,
-        )
-        for i, port in enumerate(ports)
-    ]
+    nodes = start_cluster(palisade_bin, tmp_path, *serve_args(tls_dir), "--tls-peer-ca", str(tls_dir / "ca.pem"))
     try:
         endpoints = [node.endpoint for node in nodes]
-        deadline = time.monotonic() + 30
-        while True:  # the cluster elects its first leader
-            try:
-                with palisade.Client(endpoints, tls=tls, connect_timeout=1) as probe:
-                    probe.public_keys()
-                    leader = probe.endpoint
-                break
-            except palisade.PalisadeError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        leader = wait_for_leader(endpoints, tls)
         follower = next(e for e in endpoints if e != leader)
         # Given only a follower, the client goes where the follower's answer says: over TLS the
         # member that named the leader was authenticated, and so is the leader.
