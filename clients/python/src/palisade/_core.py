@@ -110,7 +110,9 @@ def unreachable(targets: list[str], failures: list[str], tls: Optional["Tls"]) -
             "is `palisade serve` running there with TLS, and does its certificate chain to the CA "
             f"of {tls!r} and name the host dialled?"
         )
-    return errors.Unreachable(f"cannot connect to the lock service at {','.join(targets)}: {'; '.join(failures)}; {why}")
+    return errors.Unreachable(
+        f"cannot connect to the lock service at {','.join(targets)}: {'; '.join(failures)}; {why}"
+    )
 
 
 # --- endpoints ------------------------------------------------------------------------------
