@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("palisade")
 
+#: Longest part of a gRPC error's details a message quotes.
+ERROR_DETAIL_SHOWN_MAX = 300
 #: Most endpoints one client takes: a cluster has at most 9 members.
 ENDPOINTS_MAX = 16
 #: Longest endpoint text, in bytes (a member address is at most 255 bytes).
@@ -100,6 +102,25 @@ CHANNEL_OPTIONS = [
     # One connection per channel, re-established by gRPC after it breaks.
     ("grpc.enable_retries", 0),
 ]
+
+
+#: How long the call that asks gRPC why a first connection failed may take.
+WHY_UNREACHABLE_TIMEOUT_S = 0.5
+_CONNECT_FAILED = "failed to connect to all addresses; last error: "
+
+
+def why_unreachable(error: grpc.RpcError) -> Optional[str]:
+    """gRPC's reason why a channel has no connection (``Connection refused``, ``Tls handshake
+    failed ... CERTIFICATE_VERIFY_FAILED``, ...), from the error of a call made on it after
+    :func:`grpc.channel_ready_future` timed out; ``None`` if the server answered that call after
+    all (any other status), so that the channel is connected."""
+    call: Any = error
+    if call.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return None
+    details = str(call.details() or call.code().name)
+    if details.startswith(_CONNECT_FAILED):
+        details = details[len(_CONNECT_FAILED) :]
+    return details[:ERROR_DETAIL_SHOWN_MAX]
 
 
 def unreachable(targets: list[str], failures: list[str], tls: Optional["Tls"]) -> errors.Unreachable:

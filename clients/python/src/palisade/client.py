@@ -287,8 +287,16 @@ class Client:
             try:
                 grpc.channel_ready_future(channel).result(timeout=connect_timeout)
             except grpc.FutureTimeoutError:
-                failures.append(f"{target}: no connection within {connect_timeout:g} s")
-                continue
+                try:  # what gRPC knows of why: refused, a failed handshake, ...
+                    pb_grpc.LocksStub(channel).PublicKey(
+                        pb.PublicKeyRequest(), timeout=_core.WHY_UNREACHABLE_TIMEOUT_S
+                    )
+                    why = None
+                except grpc.RpcError as error:
+                    why = _core.why_unreachable(error)
+                if why is not None:
+                    failures.append(f"{target}: no connection within {connect_timeout:g} s ({why})")
+                    continue
             first = index
             break
         if first is None:

@@ -105,8 +105,16 @@ class Client:
             try:
                 await asyncio.wait_for(channel(target).channel_ready(), connect_timeout)
             except asyncio.TimeoutError:
-                failures.append(f"{target}: no connection within {connect_timeout:g} s")
-                continue
+                try:  # what gRPC knows of why: refused, a failed handshake, ...
+                    await pb_grpc.LocksStub(channel(target)).PublicKey(
+                        pb.PublicKeyRequest(), timeout=_core.WHY_UNREACHABLE_TIMEOUT_S
+                    )
+                    why = None
+                except grpc.RpcError as error:
+                    why = _core.why_unreachable(error)
+                if why is not None:
+                    failures.append(f"{target}: no connection within {connect_timeout:g} s ({why})")
+                    continue
             first = index
             break
         if first is None:
