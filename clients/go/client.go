@@ -31,11 +31,13 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"example.invalid/palisade/clients/go/palisadev1"
 	"example.invalid/palisade/clients/go/sequencer"
@@ -169,7 +171,12 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			first = i
 			break
 		}
-		failures = append(failures, fmt.Sprintf("%s: no connection within %v", target, cfg.ConnectTimeout))
+		why, answered := whyUnreachable(ctx, conn)
+		if answered {
+			first = i
+			break
+		}
+		failures = append(failures, fmt.Sprintf("%s: no connection within %v (%s)", target, cfg.ConnectTimeout, why))
 		if ctx.Err() != nil {
 			break
 		}
@@ -184,6 +191,31 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	e.cur = current{targets[first], palisadev1.NewLocksClient(conn), 0, first}
 	return &Client{cfg: cfg, endpoints: e, closed: make(chan struct{})}, nil
 }
+
+// whyUnreachableTimeout bounds the call that asks gRPC why a first connection failed.
+const whyUnreachableTimeout = 500 * time.Millisecond
+
+// whyUnreachable is gRPC's reason why conn has no connection (connection refused, a failed TLS
+// handshake, ...), from one short call made on it after ready gave up; answered is true if the
+// server answered that call after all (any status other than Unavailable or DeadlineExceeded),
+// so that conn is connected.
+func whyUnreachable(ctx context.Context, conn *grpc.ClientConn) (why string, answered bool) {
+	ctx, cancel := context.WithTimeout(ctx, whyUnreachableTimeout)
+	defer cancel()
+	_, err := palisadev1.NewLocksClient(conn).PublicKey(ctx, &palisadev1.PublicKeyRequest{})
+	st := status.Convert(err)
+	if err == nil || (st.Code() != codes.Unavailable && st.Code() != codes.DeadlineExceeded) {
+		return "", true
+	}
+	why = strings.TrimPrefix(st.Message(), "connection error: desc = ")
+	if len(why) > errorDetailShownMax {
+		why = why[:errorDetailShownMax]
+	}
+	return why, false
+}
+
+// errorDetailShownMax is the longest part of a gRPC error's message a message quotes.
+const errorDetailShownMax = 300
 
 // ready waits for conn to connect, up to timeout.
 func ready(ctx context.Context, conn *grpc.ClientConn, timeout time.Duration) bool {

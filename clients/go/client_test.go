@@ -275,8 +275,8 @@ func TestInvalidInputIsRefusedBeforeAnythingIsSent(t *testing.T) {
 		t.Errorf("http:// with TLS: %v", err)
 	}
 	_, err = palisade.New(context.Background(), palisade.Config{Endpoints: []string{"127.0.0.1:1"}, ConnectTimeout: 200 * time.Millisecond})
-	if !errors.Is(err, palisade.ErrUnreachable) || !errors.Is(err, palisade.ErrUnavailable) {
-		t.Errorf("nothing listening: %v", err)
+	if !errors.Is(err, palisade.ErrUnreachable) || !errors.Is(err, palisade.ErrUnavailable) || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("nothing listening (with gRPC's reason): %v", err)
 	}
 	t.Setenv(palisade.AuthTokenEnv, "has space")
 	if _, err = palisade.New(context.Background(), palisade.Config{Endpoints: []string{"127.0.0.1:1"}}); !errors.Is(err, palisade.ErrMisconfigured) {
@@ -353,6 +353,19 @@ func TestTLSWithTheClusterCA(t *testing.T) {
 	s := session(t, c)
 	if err := s.Mutex("tls").Lock(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// Another CA: the handshake fails, and the error says so as gRPC reports it.
+	other := t.TempDir()
+	testserver.Run(t, "tls", "init", other)
+	otherPEM, err := os.ReadFile(filepath.Join(other, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherRoots := x509.NewCertPool()
+	otherRoots.AppendCertsFromPEM(otherPEM)
+	_, err = palisade.New(ctx, palisade.Config{Endpoints: []string{server.Endpoint}, TLS: &tls.Config{RootCAs: otherRoots}, ConnectTimeout: 500 * time.Millisecond})
+	if !errors.Is(err, palisade.ErrUnreachable) || !strings.Contains(err.Error(), "certificate signed by unknown authority") {
+		t.Errorf("a server whose certificate is from another CA: %v", err)
 	}
 	// Without TLS settings, the same server is not reached in plaintext.
 	plain, err := palisade.New(ctx, palisade.Config{Endpoints: []string{server.Endpoint}, ConnectTimeout: 500 * time.Millisecond, RetryBudget: 500 * time.Millisecond})
