@@ -200,12 +200,18 @@ const whyUnreachableTimeout = 500 * time.Millisecond
 // server answered that call after all (any status other than Unavailable or DeadlineExceeded),
 // so that conn is connected.
 func whyUnreachable(ctx context.Context, conn *grpc.ClientConn) (why string, answered bool) {
+	if err := ctx.Err(); err != nil {
+		return err.Error(), false
+	}
 	ctx, cancel := context.WithTimeout(ctx, whyUnreachableTimeout)
 	defer cancel()
 	_, err := palisadev1.NewLocksClient(conn).PublicKey(ctx, &palisadev1.PublicKeyRequest{})
 	st := status.Convert(err)
-	if err == nil || (st.Code() != codes.Unavailable && st.Code() != codes.DeadlineExceeded) {
+	switch {
+	case err == nil:
 		return "", true
+	case st.Code() != codes.Unavailable && st.Code() != codes.DeadlineExceeded && st.Code() != codes.Canceled:
+		return "", true // an answer: the server is there
 	}
 	why = strings.TrimPrefix(st.Message(), "connection error: desc = ")
 	if len(why) > errorDetailShownMax {
