@@ -115,7 +115,7 @@ def why_unreachable(error: grpc.RpcError) -> Optional[str]:
     :func:`grpc.channel_ready_future` timed out; ``None`` if the server answered that call after
     all (any other status), so that the channel is connected."""
     call: Any = error
-    if call.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+    if call.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
         return None
     details = str(call.details() or call.code().name)
     if details.startswith(_CONNECT_FAILED):
