@@ -142,6 +142,9 @@ pub(crate) struct World {
     /// The nemesis's cuts of the leader from every other node: when each began, and when it
     /// was healed (`None` while it lasts).
     pub(crate) leader_cuts: Vec<(Duration, Option<Duration>)>,
+    /// When each client's answers were lost on purpose (`workload::lose_answers`): the client,
+    /// from, until.
+    pub(crate) answers_lost: Vec<(usize, Duration, Duration)>,
     /// The operator's recoveries ([`operator`]): the last backup taken, the node that restores
     /// it when it next starts, the logs lost when their nodes next start, when each node's
     /// recovery began, and the nodes gone for good (a lost cluster's, a replaced member).
@@ -211,6 +214,7 @@ pub fn run(seed: u64, options: &Options) -> Report {
         wiped: BTreeSet::new(),
         leading: BTreeMap::new(),
         leader_cuts: Vec::new(),
+        answers_lost: Vec::new(),
         recovery: operator::Recoveries::default(),
     }));
     let members: BTreeMap<u64, String> = (1..=options.nodes as u64)
@@ -307,6 +311,7 @@ pub fn run(seed: u64, options: &Options) -> Report {
                 wiped: BTreeSet::new(),
                 leading: BTreeMap::new(),
                 leader_cuts: world.leader_cuts.clone(),
+                answers_lost: world.answers_lost.clone(),
                 recovery: operator::Recoveries::default(),
             }
         }
@@ -321,6 +326,7 @@ pub fn run(seed: u64, options: &Options) -> Report {
     violations.extend(check::waiters_learn_during_leader_cuts(
         &world.events,
         &world.leader_cuts,
+        &world.answers_lost,
         options.safety,
     ));
     violations.extend(failure);

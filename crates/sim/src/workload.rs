@@ -335,7 +335,7 @@ async fn handoff(
         (released, acquired)
     };
     if rng.random_ratio(1, 10) && now() < plan.faults_until {
-        lose_answers(plan, rng);
+        lose_answers(plan, world, rng);
     }
     let wait = Wait::For(Duration::from_millis(rng.random_range(500..=2_000)));
     let options = AcquireOptions {
@@ -535,7 +535,7 @@ async fn release(
     // Now and then the answers to the release are lost, so that it is retried.
     let answers_lost = rng.random_ratio(1, 10) && now() < plan.faults_until;
     if answers_lost {
-        lose_answers(plan, rng);
+        lose_answers(plan, world, rng);
     }
     let credential = guard.session_credential();
     let request_id = palisade_client::request_id();
@@ -573,13 +573,17 @@ async fn release(
 /// The answers of every node to this client are lost for 1 to 2.5 s, from now: the client's
 /// next request is carried out, its answer never comes, and the client library retries it
 /// after its request timeout, with the same request id.
-fn lose_answers(plan: &Plan, rng: &mut SmallRng) {
+fn lose_answers(plan: &Plan, world: &Shared, rng: &mut SmallRng) {
     let me = format!("c{}", plan.client);
     let nodes = plan.endpoints.len() as u64;
     for id in 1..=nodes {
         turmoil::partition_oneway(crate::node_name(id), me.as_str());
     }
     let lasts = Duration::from_millis(rng.random_range(1_000..=2_500));
+    world
+        .borrow_mut()
+        .answers_lost
+        .push((plan.client, now(), now() + lasts));
     tokio::task::spawn_local(async move {
         tokio::time::sleep(lasts).await;
         for id in 1..=nodes {

@@ -14,7 +14,24 @@ use palisade_sim::{Options, Report, run};
 ///   `a_try_by_a_session_already_waiting_for_the_lock_is_busy_not_an_internal_error`. Since the
 ///   clients hand locks on in one call (and pause only in the safety phase), this seed no
 ///   longer replays the schedule that found the bug; that test keeps covering it.
-const CORPUS: &[u64] = &[1, 2, 3, 4, 5, 6, 7, 8, 10419653090245980798];
+/// - 8369133791017640046 (`palisade-sim --seeds 40`): during a cut of the leader, a handoff
+///   whose answers the workload lost on purpose (for up to 2.5 s) learnt its grant 2.14 s after
+///   a read showed it, and the cut-leader check took that for a waiter stuck at the cut-off
+///   leader. The check now excuses a client whose answers were lost between the read and the
+///   learning (`World::answers_lost`): the nemesis injects nothing else during a cut, and lost
+///   answers were the one fault left in effect.
+const CORPUS: &[u64] = &[
+    1,
+    2,
+    3,
+    4,
+    5,
+    6,
+    7,
+    8,
+    10419653090245980798,
+    8369133791017640046,
+];
 
 fn explain(report: &Report) -> String {
     let mut text = format!(
